@@ -1,0 +1,14 @@
+// Package proto defines the vocabulary that crosses process boundaries in
+// weft: inode numbers, attributes, directory entries, object ids, target
+// descriptions, and the two service contracts (MetaService, StorageService)
+// that the client programs against.
+//
+// The server packages (meta, storage) implement these contracts, and each
+// also provides an RPC stub that implements the same interface over the
+// transport, so the client cannot tell a local fake from a remote server.
+//
+// Errors: every service method returns either nil or an error that matches a
+// syscall.Errno with errors.Is (ENOENT, EEXIST, ENOSPC, EIO, ...). The FUSE
+// adapter hands that errno to the kernel unchanged; any other error becomes
+// EIO. RPC stubs preserve the errno across the wire.
+package proto

@@ -1,0 +1,178 @@
+package proto
+
+import (
+	"context"
+	"syscall"
+
+	"github.com/weft-fs/weft/layout"
+)
+
+// Ino is an inode number. RootIno is the root directory; 0 is never used.
+type Ino uint64
+
+const RootIno Ino = 1
+
+// TargetID is re-exported from layout for convenience.
+type TargetID = layout.TargetID
+
+// ObjectID names one stripe object of a file on a storage target.
+type ObjectID struct {
+	Ino    Ino
+	Stripe uint32
+}
+
+// Attr is an inode's attributes as the metadata server keeps them. Times are
+// nanoseconds since the Unix epoch. Mode holds the file type bits (S_IFMT) and
+// the permission bits.
+type Attr struct {
+	Ino    Ino
+	Mode   uint32
+	Nlink  uint32
+	Uid    uint32
+	Gid    uint32
+	Rdev   uint32
+	Size   uint64
+	Atime  int64
+	Mtime  int64
+	Ctime  int64
+	Layout layout.Layout // regular files: the file's layout; directories: the default for children (StripeSize 0 = inherit)
+}
+
+// IsDir, IsRegular and IsSymlink test the file type bits.
+func (a Attr) IsDir() bool     { return a.Mode&syscall.S_IFMT == syscall.S_IFDIR }
+func (a Attr) IsRegular() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFREG }
+func (a Attr) IsSymlink() bool { return a.Mode&syscall.S_IFMT == syscall.S_IFLNK }
+
+// DirEntry is one entry of a directory listing, with the child's attributes
+// so that the FUSE adapter can answer READDIRPLUS without more round trips.
+type DirEntry struct {
+	Name string
+	Attr Attr
+}
+
+// SetAttr bits say which fields of SetAttrIn apply.
+const (
+	SetMode uint32 = 1 << iota
+	SetUid
+	SetGid
+	SetSize
+	SetAtime    // to SetAttrIn.Atime
+	SetMtime    // to SetAttrIn.Mtime
+	SetAtimeNow // to the server's clock (UTIME_NOW)
+	SetMtimeNow
+	SetCtime
+)
+
+// SetAttrIn is a setattr request. Valid is a mask of the Set* bits.
+type SetAttrIn struct {
+	Valid uint32
+	Mode  uint32 // permission bits only (and suid/sgid/sticky)
+	Uid   uint32
+	Gid   uint32
+	Size  uint64
+	Atime int64
+	Mtime int64
+	Ctime int64
+}
+
+// CreateIn creates a regular file, fifo, socket or device node.
+type CreateIn struct {
+	Parent    Ino
+	Name      string
+	Mode      uint32 // type bits + permission bits (umask already applied)
+	Rdev      uint32
+	Uid       uint32
+	Gid       uint32
+	Exclusive bool           // fail with EEXIST if the name exists; otherwise return the existing file
+	Layout    *layout.Layout // optional explicit layout (setstripe on a new file); nil = inherit
+}
+
+// Rename flags, as in renameat2(2).
+const (
+	RenameNoReplace uint32 = 1 // RENAME_NOREPLACE
+	RenameExchange  uint32 = 2 // RENAME_EXCHANGE
+)
+
+// Xattr flags, as in setxattr(2).
+const (
+	XattrCreate  uint32 = 1
+	XattrReplace uint32 = 2
+)
+
+// TargetInfo describes a storage target: where it is served and how full it is.
+type TargetInfo struct {
+	ID    TargetID
+	Addr  string // host:port of the storage server that holds it
+	Total uint64 // bytes
+	Used  uint64
+	Free  uint64
+	Up    bool // heard from within the heartbeat timeout
+}
+
+// StatFS is the filesystem-wide usage: sums over all targets, plus inodes.
+type StatFS struct {
+	Total, Used, Free uint64 // bytes
+	Files             uint64 // inodes in use
+	FilesFree         uint64
+}
+
+// MetaService is what the client asks of the metadata server. Methods that
+// create entries take the caller's uid and gid for ownership; permission
+// checks are done by the kernel (default_permissions) against the attributes
+// this service returns.
+type MetaService interface {
+	Lookup(ctx context.Context, parent Ino, name string) (Attr, error)
+	GetAttr(ctx context.Context, ino Ino) (Attr, error)
+	SetAttr(ctx context.Context, ino Ino, in SetAttrIn) (Attr, error)
+
+	Create(ctx context.Context, in CreateIn) (Attr, error)
+	Mkdir(ctx context.Context, parent Ino, name string, mode, uid, gid uint32) (Attr, error)
+	Symlink(ctx context.Context, parent Ino, name, target string, uid, gid uint32) (Attr, error)
+	Readlink(ctx context.Context, ino Ino) (string, error)
+	Link(ctx context.Context, ino, newParent Ino, newName string) (Attr, error)
+	Unlink(ctx context.Context, parent Ino, name string) error
+	Rmdir(ctx context.Context, parent Ino, name string) error
+	Rename(ctx context.Context, oldParent Ino, oldName string, newParent Ino, newName string, flags uint32) error
+
+	// ReadDir returns up to max entries whose names sort after `after`
+	// (empty = from the start), in name order. An empty result means the end.
+	ReadDir(ctx context.Context, dir Ino, after string, max int) ([]DirEntry, error)
+
+	GetXattr(ctx context.Context, ino Ino, name string) ([]byte, error)
+	SetXattr(ctx context.Context, ino Ino, name string, value []byte, flags uint32) error
+	ListXattr(ctx context.Context, ino Ino) ([]string, error)
+	RemoveXattr(ctx context.Context, ino Ino, name string) error
+
+	// Open registers an open handle on ino (so an unlinked file lives until
+	// its last close) and returns fresh attributes: close-to-open starts here.
+	Open(ctx context.Context, ino Ino) (Attr, error)
+	// WriteDone records that data up to end was written and acknowledged by
+	// the storage targets: size becomes max(size, end), mtime and ctime the
+	// server's now. Called on fsync and on close of a written file.
+	WriteDone(ctx context.Context, ino Ino, end uint64) (Attr, error)
+	// Release drops an open handle taken by Open.
+	Release(ctx context.Context, ino Ino) error
+
+	// SetLayout sets a directory's default layout, or the layout of a regular
+	// file that has never been written (size 0). Targets may be empty: the
+	// server then chooses them.
+	SetLayout(ctx context.Context, ino Ino, l layout.Layout) (Attr, error)
+
+	StatFS(ctx context.Context) (StatFS, error)
+	Targets(ctx context.Context) ([]TargetInfo, error)
+}
+
+// StorageService is what the client asks of storage targets. A read past the
+// end of an object returns fewer bytes (n < len(p)); the client treats the
+// rest as a hole (zeros) when it is within the file size.
+type StorageService interface {
+	Read(ctx context.Context, t TargetID, obj ObjectID, off uint64, p []byte) (n int, err error)
+	// Write stores data at off and returns the object's new version: a
+	// per-object sequence number, increased by every write, that replication
+	// and erasure coding will use to order updates.
+	Write(ctx context.Context, t TargetID, obj ObjectID, off uint64, data []byte) (version uint64, err error)
+	Truncate(ctx context.Context, t TargetID, obj ObjectID, size uint64) error
+	// Sync makes every acknowledged write to obj durable on disk.
+	Sync(ctx context.Context, t TargetID, obj ObjectID) error
+	Remove(ctx context.Context, t TargetID, obj ObjectID) error
+}
