@@ -176,3 +176,14 @@ type StorageService interface {
 	Sync(ctx context.Context, t TargetID, obj ObjectID) error
 	Remove(ctx context.Context, t TargetID, obj ObjectID) error
 }
+
+// TargetRegistry is what a storage server asks of the metadata server.
+type TargetRegistry interface {
+	// RegisterTarget records a target, or refreshes its address and usage
+	// (storage servers call it again as a heartbeat). uuid identifies the
+	// target directory and is stored in it; info.ID is 0 on the first
+	// registration and the server assigns the id, which the storage server
+	// then stores beside the uuid. A known uuid always gets its old id back,
+	// and an id that does not belong to the uuid is refused with EINVAL.
+	RegisterTarget(ctx context.Context, uuid string, info TargetInfo) (TargetID, error)
+}

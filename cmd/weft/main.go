@@ -1,0 +1,37 @@
+// Command weft is the single binary of the weft parallel file system: servers,
+// client mount, admin tools and benchmarks are its subcommands.
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+)
+
+func newRootCmd() *cobra.Command {
+	root := &cobra.Command{
+		Use:           "weft",
+		Short:         "weft: a striped parallel file system in user space",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.AddCommand(
+		newUpCmd(),
+		newMetaCmd(),
+		newStorageCmd(),
+		newMountCmd(),
+		newSetstripeCmd(),
+		newGetstripeCmd(),
+		newDfCmd(),
+		newBenchCmd(),
+	)
+	return root
+}
+
+func main() {
+	if err := newRootCmd().Execute(); err != nil {
+		fmt.Fprintln(os.Stderr, "weft:", err)
+		os.Exit(1)
+	}
+}
