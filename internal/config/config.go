@@ -61,19 +61,16 @@ func Decode(name, data string, fs *pflag.FlagSet, dst any) error {
 		keys := unknown
 		return fmt.Errorf("%w %s in %s (known keys: %s)", ErrUnknownKey, strings.Join(keys, ", "), name, strings.Join(known, ", "))
 	}
-	t := rv.Elem().Type()
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		key := tomlKey(f)
-		if key == "" || !md.IsDefined(key) {
+	for _, f := range fields(rv.Elem().Type()) {
+		if !md.IsDefined(f.key) {
 			continue
 		}
 		if fs != nil {
-			if fl := fs.Lookup(flagName(f, key)); fl != nil && fl.Changed {
+			if fl := fs.Lookup(f.flag); fl != nil && fl.Changed {
 				continue
 			}
 		}
-		rv.Elem().Field(i).Set(fromFile.Elem().Field(i))
+		rv.Elem().FieldByIndex(f.index).Set(fromFile.Elem().FieldByIndex(f.index))
 	}
 	return nil
 }
@@ -85,29 +82,40 @@ func Keys(dst any) []string {
 		t = t.Elem()
 	}
 	var keys []string
-	for i := 0; i < t.NumField(); i++ {
-		if k := tomlKey(t.Field(i)); k != "" {
-			keys = append(keys, k)
-		}
+	for _, f := range fields(t) {
+		keys = append(keys, f.key)
 	}
 	sort.Strings(keys)
 	return keys
 }
 
-func tomlKey(f reflect.StructField) string {
-	if !f.IsExported() {
-		return ""
-	}
-	k, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
-	if k == "-" {
-		return ""
-	}
-	return k
+// field is one setting: its TOML key, its flag name and where it is in the
+// struct (embedded structs are flattened, as the TOML decoder does).
+type field struct {
+	key, flag string
+	index     []int
 }
 
-func flagName(f reflect.StructField, key string) string {
-	if n := f.Tag.Get("flag"); n != "" {
-		return n
+func fields(t reflect.Type) []field {
+	var out []field
+	for i := 0; i < t.NumField(); i++ {
+		f := t.Field(i)
+		tag, _, _ := strings.Cut(f.Tag.Get("toml"), ",")
+		if f.Anonymous && f.Type.Kind() == reflect.Struct && tag == "" {
+			for _, inner := range fields(f.Type) {
+				inner.index = append([]int{i}, inner.index...)
+				out = append(out, inner)
+			}
+			continue
+		}
+		if !f.IsExported() || tag == "" || tag == "-" {
+			continue
+		}
+		name := f.Tag.Get("flag")
+		if name == "" {
+			name = strings.ReplaceAll(tag, "_", "-")
+		}
+		out = append(out, field{key: tag, flag: name, index: []int{i}})
 	}
-	return strings.ReplaceAll(key, "_", "-")
+	return out
 }

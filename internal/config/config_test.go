@@ -13,14 +13,18 @@ import (
 	"github.com/weft-fs/weft/internal/units"
 )
 
+type logging struct {
+	LogLevel string `toml:"log_level"`
+}
+
 type opts struct {
 	Listen   string         `toml:"listen"`
 	Targets  []string       `toml:"targets" flag:"target"`
 	Capacity units.Size     `toml:"capacity"`
 	Timeout  units.Duration `toml:"timeout"`
 	Debug    bool           `toml:"debug"`
-	LogLevel string         `toml:"log_level"`
-	Internal string         `toml:"-"`
+	logging
+	Internal string `toml:"-"`
 	Untagged string
 }
 
@@ -47,7 +51,7 @@ func TestDecode(t *testing.T) {
 	}{
 		{
 			name: "no file keys keeps defaults",
-			want: opts{Listen: "127.0.0.1:7410", Timeout: units.Duration(30 * time.Second), LogLevel: "warn"},
+			want: opts{Listen: "127.0.0.1:7410", Timeout: units.Duration(30 * time.Second), logging: logging{LogLevel: "warn"}},
 		},
 		{
 			name: "file sets everything",
@@ -58,7 +62,7 @@ timeout = "1m"
 debug = true
 log_level = "debug"`,
 			want: opts{Listen: "10.0.0.1:7410", Targets: []string{"/a", "/b"}, Capacity: 10 << 30,
-				Timeout: units.Duration(time.Minute), Debug: true, LogLevel: "debug"},
+				Timeout: units.Duration(time.Minute), Debug: true, logging: logging{LogLevel: "debug"}},
 		},
 		{
 			name: "flags override file",
@@ -69,13 +73,13 @@ capacity = "10GiB"
 timeout = "5s"
 log_level = "debug"`,
 			want: opts{Listen: "10.0.0.2:1", Targets: []string{"/c"}, Capacity: 1 << 20,
-				Timeout: units.Duration(5 * time.Second), LogLevel: "error"},
+				Timeout: units.Duration(5 * time.Second), logging: logging{LogLevel: "error"}},
 		},
 		{
 			name: "explicit false flag beats true in file",
 			args: []string{"--debug=false"},
 			file: `debug = true`,
-			want: opts{Listen: "127.0.0.1:7410", Timeout: units.Duration(30 * time.Second), LogLevel: "warn"},
+			want: opts{Listen: "127.0.0.1:7410", Timeout: units.Duration(30 * time.Second), logging: logging{LogLevel: "warn"}},
 		},
 		{name: "unknown key", file: "listen = \"x:1\"\ncapcity = \"1G\"", err: `unknown key "capcity" in test.toml (known keys: capacity, debug, listen, log_level, targets, timeout)`},
 		{name: "unknown table key", file: "[server]\nport = 1", err: `unknown key "server"`},
