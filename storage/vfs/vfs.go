@@ -1,0 +1,44 @@
+package vfs
+
+import (
+	"io"
+	"os"
+)
+
+// File is an open file. ReadAt and WriteAt are positional and safe to call
+// concurrently; the file has no seek offset.
+type File interface {
+	io.ReaderAt
+	io.WriterAt
+	io.Closer
+	Truncate(size int64) error
+	Sync() error
+	Stat() (os.FileInfo, error)
+}
+
+// Usage is what Statfs reports about the filesystem holding a path.
+type Usage struct {
+	Total uint64 // bytes
+	Free  uint64 // bytes available to an unprivileged writer
+}
+
+// FS is a filesystem. Paths are plain OS-style paths.
+type FS interface {
+	// Create creates or truncates name for reading and writing.
+	Create(name string) (File, error)
+	// Open opens name read-only.
+	Open(name string) (File, error)
+	// OpenFile opens name with os.O_* flags (O_RDONLY, O_RDWR, O_CREATE,
+	// O_EXCL, O_TRUNC are honoured by every implementation).
+	OpenFile(name string, flag int, perm os.FileMode) (File, error)
+	// OpenDir opens a directory so that Sync makes its entries durable.
+	OpenDir(name string) (File, error)
+	Remove(name string) error
+	Rename(oldname, newname string) error
+	MkdirAll(dir string, perm os.FileMode) error
+	Stat(name string) (os.FileInfo, error)
+	// ReadDir returns the names in dir, sorted.
+	ReadDir(dir string) ([]string, error)
+	// Statfs reports the size and free space of the filesystem holding path.
+	Statfs(path string) (Usage, error)
+}
