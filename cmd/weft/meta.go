@@ -1,12 +1,80 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/weft-fs/weft/internal/units"
 )
 
-// Placeholder: replaced by the real subcommand.
-func newMetaCmd() *cobra.Command {
-	return &cobra.Command{Use: "meta", RunE: func(*cobra.Command, []string) error { return errors.New("meta: not built yet") }}
+// metaOptions are the settings of `weft meta`; the toml tags are the keys of
+// its --config file.
+type metaOptions struct {
+	Listen           string         `toml:"listen"`
+	Data             string         `toml:"data"`
+	HeartbeatTimeout units.Duration `toml:"heartbeat_timeout"`
+	logOptions
+}
+
+func newMetaCmd() *cobra.Command { return metaCommand(runMeta) }
+
+// metaCommand builds the command around run, which tests replace to inspect the
+// resolved options without starting anything.
+func metaCommand(run func(context.Context, *metaOptions) error) *cobra.Command {
+	var (
+		o          metaOptions
+		configPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "meta --data DIR [--listen HOST:PORT]",
+		Short: "Run the metadata server",
+		Long: `Run the metadata server: it keeps the namespace (directories, inodes,
+layouts) in a pebble database under --data and the registry of storage
+targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.resolve(cmd, configPath); err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			return run(ctx, &o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&configPath, "config", "", "TOML config file (keys: "+keyList(&o)+"); flags override it")
+	fs.StringVar(&o.Listen, "listen", "127.0.0.1:7400", "address to serve on (host:port)")
+	fs.StringVar(&o.Data, "data", "", "directory holding the metadata database (must exist)")
+	o.HeartbeatTimeout = units.Duration(10 * time.Second)
+	fs.Var(&o.HeartbeatTimeout, "heartbeat-timeout", "a storage target not heard from for this long is reported down")
+	o.logOptions.addFlags(fs)
+	return cmd
+}
+
+// resolve applies the config file and checks every setting, so that a
+// mistake is reported before anything starts.
+func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
+	if err := loadConfig(cmd, configPath, o); err != nil {
+		return err
+	}
+	if err := checkAddr("listen", o.Listen, true); err != nil {
+		return err
+	}
+	if err := checkExistingDir("data", o.Data); err != nil {
+		return err
+	}
+	if o.HeartbeatTimeout <= 0 {
+		return fmt.Errorf("--heartbeat-timeout must be positive")
+	}
+	return o.logOptions.validate()
+}
+
+func runMeta(ctx context.Context, o *metaOptions) error {
+	_ = ctx
+	_ = o
+	return errors.New("meta server: not built yet") // PENDING meta.Run
 }

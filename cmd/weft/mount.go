@@ -1,12 +1,112 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"os"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/weft-fs/weft/internal/units"
 )
 
-// Placeholder: replaced by the real subcommand.
-func newMountCmd() *cobra.Command {
-	return &cobra.Command{Use: "mount", RunE: func(*cobra.Command, []string) error { return errors.New("mount: not built yet") }}
+// mountOptions are the settings of `weft mount`; the toml tags are the keys
+// of its --config file.
+type mountOptions struct {
+	Meta       string         `toml:"meta"`
+	Mountpoint string         `toml:"mountpoint"`
+	Timeout    units.Duration `toml:"timeout"`
+	CacheLimit units.Size     `toml:"cache_limit"`
+	AllowOther bool           `toml:"allow_other"`
+	Debug      bool           `toml:"debug"`
+	logOptions
+}
+
+func newMountCmd() *cobra.Command { return mountCommand(runMount) }
+
+// mountCommand builds the command around run, which tests replace to inspect the
+// resolved options without starting anything.
+func mountCommand(run func(context.Context, *mountOptions) error) *cobra.Command {
+	var (
+		o          mountOptions
+		configPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "mount --meta HOST:PORT [flags] MOUNTPOINT",
+		Short: "Mount weft at MOUNTPOINT (FUSE) and serve it in the foreground",
+		Long: `Mount weft at MOUNTPOINT through FUSE and serve it until SIGINT or
+SIGTERM (then it unmounts) or until it is unmounted from outside
+(fusermount3 -u MOUNTPOINT). The mountpoint may also come from the config
+file (key "mountpoint"); the argument wins.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if err := o.resolve(cmd, configPath, args); err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			return run(ctx, &o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&configPath, "config", "", "TOML config file (keys: "+keyList(&o)+"); flags override it")
+	fs.StringVar(&o.Meta, "meta", "", "address of the metadata server (host:port)")
+	o.Timeout = units.Duration(30 * time.Second)
+	fs.Var(&o.Timeout, "timeout", "give up on a server request after this long; the operation then fails with ETIMEDOUT")
+	o.CacheLimit = units.Size(1 << 30)
+	fs.Var(&o.CacheLimit, "cache-limit", "memory for cached file data")
+	fs.BoolVar(&o.AllowOther, "allow-other", true, "let users other than the one who mounted use the mount (FUSE allow_other)")
+	fs.BoolVar(&o.Debug, "debug", false, "log every FUSE request (very verbose)")
+	o.logOptions.addFlags(fs)
+	return cmd
+}
+
+func (o *mountOptions) resolve(cmd *cobra.Command, configPath string, args []string) error {
+	if err := loadConfig(cmd, configPath, o); err != nil {
+		return err
+	}
+	if len(args) == 1 {
+		o.Mountpoint = args[0]
+	}
+	if err := checkAddr("meta", o.Meta, false); err != nil {
+		return err
+	}
+	if o.Mountpoint == "" {
+		return errors.New("MOUNTPOINT is required: weft mount --meta HOST:PORT MOUNTPOINT")
+	}
+	if err := checkMountpoint(o.Mountpoint); err != nil {
+		return err
+	}
+	if o.Timeout <= 0 {
+		return errors.New("--timeout must be positive")
+	}
+	if o.CacheLimit < 1<<20 {
+		return fmt.Errorf("--cache-limit %s is too small (want at least 1MiB)", units.FormatSize(uint64(o.CacheLimit)))
+	}
+	return o.logOptions.validate()
+}
+
+// checkMountpoint fails unless mnt is an existing directory; it names the
+// fix for the usual mistakes (missing directory, stale FUSE mount).
+func checkMountpoint(mnt string) error {
+	fi, err := os.Stat(mnt)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return fmt.Errorf("mountpoint %s does not exist (create it with: mkdir -p %s)", mnt, mnt)
+	case isStaleMount(err):
+		return fmt.Errorf("mountpoint %s is a stale FUSE mount (clean it with: fusermount3 -u %s)", mnt, mnt)
+	case err != nil:
+		return fmt.Errorf("mountpoint: %w", err)
+	case !fi.IsDir():
+		return fmt.Errorf("mountpoint %s is not a directory", mnt)
+	}
+	return nil
+}
+
+func runMount(ctx context.Context, o *mountOptions) error {
+	_ = ctx
+	_ = o
+	return errors.New("mount: FUSE client not built yet") // PENDING fuse.Run
 }

@@ -1,12 +1,114 @@
 package main
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"path/filepath"
+	"time"
 
 	"github.com/spf13/cobra"
+
+	"github.com/weft-fs/weft/internal/units"
 )
 
-// Placeholder: replaced by the real subcommand.
-func newStorageCmd() *cobra.Command {
-	return &cobra.Command{Use: "storage", RunE: func(*cobra.Command, []string) error { return errors.New("storage: not built yet") }}
+// storageOptions are the settings of `weft storage`; the toml tags are the
+// keys of its --config file.
+type storageOptions struct {
+	Listen            string         `toml:"listen"`
+	Advertise         string         `toml:"advertise"`
+	Meta              string         `toml:"meta"`
+	Targets           []string       `toml:"targets" flag:"target"`
+	Capacity          units.Size     `toml:"capacity"`
+	HeartbeatInterval units.Duration `toml:"heartbeat_interval"`
+	logOptions
+}
+
+func newStorageCmd() *cobra.Command { return storageCommand(runStorage) }
+
+// storageCommand builds the command around run, which tests replace to inspect the
+// resolved options without starting anything.
+func storageCommand(run func(context.Context, *storageOptions) error) *cobra.Command {
+	var (
+		o          storageOptions
+		configPath string
+	)
+	cmd := &cobra.Command{
+		Use:   "storage --meta HOST:PORT --target DIR [--target DIR ...] [--listen HOST:PORT] [--advertise HOST:PORT]",
+		Short: "Run a storage server holding one or more storage targets",
+		Long: `Run a storage server. Each --target is a directory (one per disk, usually)
+that holds stripe objects; the server registers every target with the
+metadata server (the target keeps its id in the directory, so it comes back
+with the same id after a restart) and reports its usage every heartbeat.
+It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.resolve(cmd, configPath); err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			return run(ctx, &o)
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&configPath, "config", "", "TOML config file (keys: "+keyList(&o)+"); flags override it")
+	fs.StringVar(&o.Listen, "listen", "127.0.0.1:7410", "address to serve on (host:port)")
+	fs.StringVar(&o.Advertise, "advertise", "", "address clients dial to reach this server (default: --listen); required when --listen has no host or 0.0.0.0")
+	fs.StringVar(&o.Meta, "meta", "", "address of the metadata server (host:port)")
+	fs.StringArrayVar(&o.Targets, "target", nil, "storage target directory (must exist); repeat for several targets")
+	fs.Var(&o.Capacity, "capacity", "per-target byte limit, e.g. 500GiB (default 0: what the disk has)")
+	o.HeartbeatInterval = units.Duration(2 * time.Second)
+	fs.Var(&o.HeartbeatInterval, "heartbeat-interval", "how often to report usage to the metadata server")
+	o.logOptions.addFlags(fs)
+	return cmd
+}
+
+func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
+	if err := loadConfig(cmd, configPath, o); err != nil {
+		return err
+	}
+	if err := checkAddr("listen", o.Listen, true); err != nil {
+		return err
+	}
+	if o.Advertise != "" {
+		if err := checkAddr("advertise", o.Advertise, false); err != nil {
+			return err
+		}
+		if isUnspecifiedHost(o.Advertise) {
+			return fmt.Errorf("--advertise %q: give an address clients can dial, not a wildcard", o.Advertise)
+		}
+	} else if isUnspecifiedHost(o.Listen) {
+		return fmt.Errorf("--listen %q binds every interface: also give --advertise HOST:PORT, the address clients should dial", o.Listen)
+	}
+	if err := checkAddr("meta", o.Meta, false); err != nil {
+		return err
+	}
+	if len(o.Targets) == 0 {
+		return errors.New("--target is required (a directory for stripe objects; repeat the flag for several)")
+	}
+	seen := make(map[string]bool)
+	for _, t := range o.Targets {
+		if err := checkExistingDir("target", t); err != nil {
+			return err
+		}
+		abs, err := filepath.Abs(t)
+		if err != nil {
+			return fmt.Errorf("--target %s: %w", t, err)
+		}
+		if seen[abs] {
+			return fmt.Errorf("--target %s given twice", t)
+		}
+		seen[abs] = true
+	}
+	if o.HeartbeatInterval <= 0 {
+		return errors.New("--heartbeat-interval must be positive")
+	}
+	return o.logOptions.validate()
+}
+
+func runStorage(ctx context.Context, o *storageOptions) error {
+	_ = ctx
+	_ = o
+	return errors.New("storage server: not built yet") // PENDING storage.Run
 }

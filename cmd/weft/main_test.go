@@ -1,0 +1,59 @@
+package main
+
+import (
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// execute runs cmd with args, output discarded, and returns its error.
+func execute(cmd *cobra.Command, args ...string) error {
+	cmd.SetArgs(args)
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	cmd.SilenceUsage = true
+	cmd.SilenceErrors = true
+	return cmd.ExecuteContext(context.Background())
+}
+
+// writeFile writes content to dir/name and returns the path.
+func writeFile(t *testing.T, dir, name, content string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// wantErr fails unless err is non-nil and contains every fragment.
+func wantErr(t *testing.T, err error, fragments ...string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("got no error, want one containing %q", fragments)
+	}
+	for _, f := range fragments {
+		if !strings.Contains(err.Error(), f) {
+			t.Fatalf("error %q does not contain %q", err, f)
+		}
+	}
+}
+
+func TestRootHasEverySubcommand(t *testing.T) {
+	root := newRootCmd()
+	for _, name := range []string{"up", "meta", "storage", "mount", "setstripe", "getstripe", "df", "bench"} {
+		if c, _, err := root.Find([]string{name}); err != nil || c.Name() != name {
+			t.Errorf("subcommand %s missing: %v", name, err)
+		}
+	}
+}
+
+func mkdir(p string) error { return os.MkdirAll(p, 0o755) }

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/internal/units"
+)
+
+func TestMetaFlags(t *testing.T) {
+	dir := t.TempDir()
+	file := writeFile(t, dir, "file", "x")
+	for _, tc := range []struct {
+		name string
+		args []string
+		err  []string
+	}{
+		{"missing data", nil, []string{"--data is required"}},
+		{"data does not exist", []string{"--data", dir + "/nope"}, []string{"does not exist", "mkdir -p " + dir + "/nope"}},
+		{"data is a file", []string{"--data", file}, []string{"not a directory"}},
+		{"listen without port", []string{"--data", dir, "--listen", "127.0.0.1"}, []string{"--listen", "missing port"}},
+		{"listen bad port", []string{"--data", dir, "--listen", "127.0.0.1:99999"}, []string{"bad port"}},
+		{"bad log level", []string{"--data", dir, "--log-level", "loud"}, []string{"--log-level", "debug, info, warn or error"}},
+		{"bad log format", []string{"--data", dir, "--log-format", "xml"}, []string{"--log-format"}},
+		{"bad heartbeat timeout", []string{"--data", dir, "--heartbeat-timeout", "soon"}, []string{"cannot parse duration"}},
+		{"zero heartbeat timeout", []string{"--data", dir, "--heartbeat-timeout", "0"}, []string{"must be positive"}},
+		{"positional argument", []string{"--data", dir, "extra"}, []string{"unknown command"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ran := false
+			err := execute(metaCommand(func(context.Context, *metaOptions) error { ran = true; return nil }), tc.args...)
+			wantErr(t, err, tc.err...)
+			if ran {
+				t.Fatal("server started despite invalid flags")
+			}
+		})
+	}
+}
+
+func TestMetaConfigFile(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "meta.toml", `
+listen = "10.1.2.3:7400"
+data = "`+dir+`"
+heartbeat_timeout = "45s"
+log_level = "info"
+log_format = "json"
+`)
+	var got metaOptions
+	run := func(_ context.Context, o *metaOptions) error { got = *o; return nil }
+	if err := execute(metaCommand(run), "--config", cfg, "--listen", "127.0.0.1:9000"); err != nil {
+		t.Fatal(err)
+	}
+	want := metaOptions{Listen: "127.0.0.1:9000", Data: dir, HeartbeatTimeout: units.Duration(45 * time.Second),
+		logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}
+	if got != want {
+		t.Fatalf("resolved %+v, want %+v", got, want)
+	}
+
+	bad := writeFile(t, dir, "bad.toml", "data = \"/x\"\nlisten_addr = \"1.2.3.4:1\"\n")
+	wantErr(t, execute(metaCommand(run), "--config", bad), `unknown key "listen_addr"`, bad)
+	wantErr(t, execute(metaCommand(run), "--config", dir+"/missing.toml", "--data", dir), "missing.toml")
+}
+
+func TestMetaDefaults(t *testing.T) {
+	dir := t.TempDir()
+	var got metaOptions
+	if err := execute(metaCommand(func(_ context.Context, o *metaOptions) error { got = *o; return nil }), "--data", dir); err != nil {
+		t.Fatal(err)
+	}
+	if got.Listen != "127.0.0.1:7400" || got.LogLevel != "warn" || got.HeartbeatTimeout != units.Duration(10*time.Second) {
+		t.Fatalf("defaults: %+v", got)
+	}
+}
