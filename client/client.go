@@ -1,0 +1,400 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+)
+
+// Config configures a Client.
+type Config struct {
+	// MetaAddr is host:port of the metadata server (used by New only).
+	MetaAddr string
+	// Timeout bounds every RPC; 0 means DefaultTimeout.
+	Timeout time.Duration
+	// CacheLimit bounds the bytes held by write-behind and read-ahead buffers
+	// across all files; 0 means DefaultCacheLimit.
+	CacheLimit uint64
+	// Logger receives warnings (failed background writes); nil means discard.
+	Logger *slog.Logger
+}
+
+const (
+	// DefaultTimeout is the RPC timeout when Config.Timeout is 0.
+	DefaultTimeout = 30 * time.Second
+	// DefaultCacheLimit is the memory budget when Config.CacheLimit is 0.
+	DefaultCacheLimit = 1 << 30
+	// maxFileInflight bounds the write-behind bytes of one file: enough to
+	// keep several targets busy with a sequential stream of 1 MiB writes.
+	maxFileInflight = 16 << 20
+	// readDirBatch is how many entries one ReadDir RPC asks for.
+	readDirBatch = 1000
+)
+
+func (c Config) withDefaults() Config {
+	if c.Timeout <= 0 {
+		c.Timeout = DefaultTimeout
+	}
+	if c.CacheLimit == 0 {
+		c.CacheLimit = DefaultCacheLimit
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	return c
+}
+
+// Client is a weft client: namespace operations go to the metadata service,
+// file data goes straight to the storage targets named by each file's layout.
+// It is safe for concurrent use.
+type Client struct {
+	cfg     Config
+	log     *slog.Logger
+	meta    proto.MetaService
+	storage proto.StorageService
+	budget  *budget
+	perFile uint64
+
+	// base is the parent context of background writes; cancelled by Close
+	// after they drained.
+	base   context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup // background writes
+
+	mu    sync.Mutex
+	open  map[proto.Ino]*inodeState // inodes with open handles (or an ongoing truncate)
+	close []func() error            // released by Close, in order
+}
+
+// NewWithServices returns a client over the given services (RPC stubs in
+// production, fakes in tests). Close does not close the services.
+func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg Config) *Client {
+	cfg = cfg.withDefaults()
+	base, cancel := context.WithCancel(context.Background())
+	return &Client{
+		cfg:     cfg,
+		log:     cfg.Logger,
+		meta:    meta,
+		storage: storage,
+		budget:  newBudget(cfg.CacheLimit),
+		perFile: min(maxFileInflight, cfg.CacheLimit),
+		base:    base,
+		cancel:  cancel,
+		open:    map[proto.Ino]*inodeState{},
+	}
+}
+
+// Close waits for background writes to finish (each is bounded by the RPC
+// timeout) and releases the connections. Open files are not flushed: the
+// caller closes them first.
+func (c *Client) Close() error {
+	c.wg.Wait()
+	c.cancel()
+	var errs []error
+	for _, f := range c.close {
+		errs = append(errs, f())
+	}
+	return errors.Join(errs...)
+}
+
+// Config returns the effective configuration (defaults filled in).
+func (c *Client) Config() Config { return c.cfg }
+
+// rpcCtx bounds one RPC by the configured timeout. It is deliberately
+// detached from the caller's cancellation: FUSE interrupts (which the Go
+// runtime's preemption signals provoke all the time in the calling process)
+// must not abort an operation halfway through, but nothing may hang longer
+// than the timeout either.
+func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
+}
+
+// Errno maps an error from the client to the errno to give the kernel: the
+// syscall.Errno it wraps, or EIO (and ok=false, so the caller logs it).
+func Errno(err error) (errno syscall.Errno, ok bool) {
+	if err == nil {
+		return 0, true
+	}
+	if errors.As(err, &errno) {
+		if errno == 0 {
+			return syscall.EIO, false
+		}
+		return errno, true
+	}
+	if errors.Is(err, context.DeadlineExceeded) {
+		return syscall.ETIMEDOUT, true
+	}
+	return syscall.EIO, false
+}
+
+// merge overlays what this mount knows and the server does not yet: the size
+// and mtime of writes not yet recorded by WriteDone. It also refreshes the
+// open state's view of the server's size.
+func (c *Client) merge(a *proto.Attr) {
+	if !a.IsRegular() {
+		return
+	}
+	c.mu.Lock()
+	st := c.open[a.Ino]
+	c.mu.Unlock()
+	if st != nil {
+		st.mergeAttr(a)
+	}
+}
+
+// Lookup finds name in parent.
+func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	a, err := c.meta.Lookup(ctx, parent, name)
+	if err == nil {
+		c.merge(&a)
+	}
+	return a, err
+}
+
+// GetAttr returns ino's attributes, including the size of writes this mount
+// has acknowledged but not yet reported to the metadata server.
+func (c *Client) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	a, err := c.meta.GetAttr(ctx, ino)
+	if err == nil {
+		c.merge(&a)
+	}
+	return a, err
+}
+
+// SetAttr changes attributes. A size change waits for this mount's
+// outstanding writes to the file, truncates (or extends) every object on its
+// target, then records the new size on the metadata server.
+func (c *Client) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
+	if in.Valid&proto.SetSize != 0 {
+		return c.truncate(ctx, ino, in)
+	}
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	a, err := c.meta.SetAttr(ctx, ino, in)
+	if err == nil {
+		c.merge(&a)
+	}
+	return a, err
+}
+
+func (c *Client) truncate(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
+	c.mu.Lock()
+	st := c.open[ino]
+	if st != nil {
+		st.refs++
+	}
+	c.mu.Unlock()
+
+	var l layout.Layout
+	if st != nil {
+		defer c.unref(st)
+		l = st.beginTruncate()
+		defer st.endTruncate()
+	} else {
+		a, err := c.GetAttr(ctx, ino)
+		if err != nil {
+			return proto.Attr{}, err
+		}
+		if a.IsDir() {
+			return proto.Attr{}, syscall.EISDIR
+		}
+		l = a.Layout
+	}
+	if len(l.Targets) > 0 {
+		if err := c.truncateObjects(ctx, ino, l, in.Size); err != nil {
+			return proto.Attr{}, err
+		}
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	a, err := c.meta.SetAttr(rctx, ino, in)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	if st != nil {
+		st.truncated(&a, in.Size)
+	}
+	return a, nil
+}
+
+func (c *Client) truncateObjects(ctx context.Context, ino proto.Ino, l layout.Layout, size uint64) error {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return parallel(len(l.Targets), func(i int) error {
+		obj := proto.ObjectID{Ino: ino, Stripe: uint32(i)}
+		if err := c.storage.Truncate(ctx, l.Targets[i], obj, l.ObjectSize(size, i)); err != nil {
+			return fmt.Errorf("client: truncate ino %d stripe %d on target %d: %w", ino, i, l.Targets[i], err)
+		}
+		return nil
+	})
+}
+
+// Create makes a regular file, fifo, socket or device node.
+func (c *Client) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	a, err := c.meta.Create(ctx, in)
+	if err == nil {
+		c.merge(&a)
+	}
+	return a, err
+}
+
+// Mkdir makes a directory.
+func (c *Client) Mkdir(ctx context.Context, parent proto.Ino, name string, mode, uid, gid uint32) (proto.Attr, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.Mkdir(ctx, parent, name, mode, uid, gid)
+}
+
+// Symlink makes a symbolic link.
+func (c *Client) Symlink(ctx context.Context, parent proto.Ino, name, target string, uid, gid uint32) (proto.Attr, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.Symlink(ctx, parent, name, target, uid, gid)
+}
+
+// Readlink returns a symlink's target.
+func (c *Client) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.Readlink(ctx, ino)
+}
+
+// Link makes a hard link.
+func (c *Client) Link(ctx context.Context, ino, newParent proto.Ino, newName string) (proto.Attr, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	a, err := c.meta.Link(ctx, ino, newParent, newName)
+	if err == nil {
+		c.merge(&a)
+	}
+	return a, err
+}
+
+// Unlink removes a non-directory entry. Open handles keep the file alive.
+func (c *Client) Unlink(ctx context.Context, parent proto.Ino, name string) error {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.Unlink(ctx, parent, name)
+}
+
+// Rmdir removes an empty directory.
+func (c *Client) Rmdir(ctx context.Context, parent proto.Ino, name string) error {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.Rmdir(ctx, parent, name)
+}
+
+// Rename renames an entry; flags as in renameat2(2).
+func (c *Client) Rename(ctx context.Context, oldParent proto.Ino, oldName string, newParent proto.Ino, newName string, flags uint32) error {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.Rename(ctx, oldParent, oldName, newParent, newName, flags)
+}
+
+// ReadDir returns the next batch (up to max; 0 means a default batch) of
+// entries after the name `after`. An empty result is the end.
+func (c *Client) ReadDir(ctx context.Context, dir proto.Ino, after string, max int) ([]proto.DirEntry, error) {
+	if max <= 0 {
+		max = readDirBatch
+	}
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	ents, err := c.meta.ReadDir(ctx, dir, after, max)
+	for i := range ents {
+		c.merge(&ents[i].Attr)
+	}
+	return ents, err
+}
+
+// GetXattr returns an extended attribute.
+func (c *Client) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]byte, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.GetXattr(ctx, ino, name)
+}
+
+// SetXattr sets an extended attribute.
+func (c *Client) SetXattr(ctx context.Context, ino proto.Ino, name string, value []byte, flags uint32) error {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.SetXattr(ctx, ino, name, value, flags)
+}
+
+// ListXattr lists extended attribute names.
+func (c *Client) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.ListXattr(ctx, ino)
+}
+
+// RemoveXattr removes an extended attribute.
+func (c *Client) RemoveXattr(ctx context.Context, ino proto.Ino, name string) error {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.RemoveXattr(ctx, ino, name)
+}
+
+// SetLayout sets a directory's default layout or an empty file's layout. An
+// open handle on this mount picks up the new layout for its first write.
+func (c *Client) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	a, err := c.meta.SetLayout(rctx, ino, l)
+	if err != nil {
+		return a, err
+	}
+	c.mu.Lock()
+	st := c.open[ino]
+	c.mu.Unlock()
+	if st != nil {
+		st.setLayout(a.Layout)
+	}
+	return a, nil
+}
+
+// StatFS returns filesystem-wide usage.
+func (c *Client) StatFS(ctx context.Context) (proto.StatFS, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.StatFS(ctx)
+}
+
+// Targets lists the storage targets.
+func (c *Client) Targets(ctx context.Context) ([]proto.TargetInfo, error) {
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	return c.meta.Targets(ctx)
+}
+
+// parallel runs f(0..n-1), concurrently when n > 1, and returns the first
+// error.
+func parallel(n int, f func(i int) error) error {
+	if n == 1 {
+		return f(0)
+	}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() { errs[i] = f(i) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

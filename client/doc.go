@@ -1,0 +1,52 @@
+// Package client is the weft client library: it turns file operations into
+// RPCs to the metadata service and the storage targets. The FUSE adapter
+// (package fuse) is a thin layer over it.
+//
+// # Data path
+//
+// The client computes data placement itself from the file's layout
+// (layout.Extents): a read or write is cut into stripe-unit pieces and each
+// piece goes straight to the storage target that holds its object, pieces on
+// different targets concurrently. The metadata server is never on the data
+// path; it is told about data only when a file is flushed or synced
+// (MetaService.WriteDone records the size and mtime).
+//
+// # Consistency semantics
+//
+//   - Close-to-open. Open asks the metadata server for fresh attributes.
+//     After a writer's close (Flush) or fsync returned success, a client
+//     that opens the file afterwards sees all the data and the right size.
+//     Clients that keep a file open while another writes it are not
+//     coherent with each other beyond what the storage targets return: reads
+//     always go to the targets (there is no client data cache besides the
+//     in-flight write buffers), but the size this client clamps reads to is
+//     the one it last heard from the metadata server, plus its own writes.
+//   - Write-behind. Write returns once the bytes are copied into a bounded
+//     in-flight buffer (per file up to 16 MiB, all files together up to
+//     Config.CacheLimit); the storage RPCs are sent at once, in the
+//     background. Overlapping writes are sent in order (a write that
+//     overlaps one in flight waits for it); reads through this client wait
+//     for in-flight writes they overlap, so a client reads its own writes.
+//   - Acknowledgement. Data counts as acknowledged only when Flush (close)
+//     or Fsync returns nil. The first failed background write is latched and
+//     returned by the next Write, Flush or Fsync, so close() reports it; it is
+//     reported once. Fsync additionally makes every object written since the
+//     previous fsync durable on its target before recording the size.
+//   - Size. While a file is open here, its size as reported to the caller is
+//     max(size on the metadata server, highest byte written through this
+//     client) — no metadata round trip per write. Truncate waits for the
+//     writes in flight, truncates every object to its share of the new size,
+//     then records the size on the metadata server.
+//   - Holes. Bytes within the file size that no object holds read as zeros.
+//
+// # Failures
+//
+// Every RPC runs under Config.Timeout (default 30 s) and is detached from the
+// caller's cancellation (FUSE interrupts must not leave an operation half
+// done). An unreachable server therefore yields ETIMEDOUT or EIO to the
+// caller, never a hang; the transport pool reconnects on its own when the
+// server returns. Errors from the services are syscall.Errno values (wrapped
+// with context); Errno maps any error to the errno for the kernel.
+//
+// Nothing here holds a file descriptor per file.
+package client

@@ -1,0 +1,456 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+)
+
+// inodeState is what this client knows about a regular file that is open
+// (or being truncated) here. All handles of one inode on one client share it,
+// so that reads through one handle see writes through another, and the
+// kernel is told one consistent size.
+//
+// Invariants (under mu):
+//   - inflight holds every write acknowledged to the caller whose storage
+//     RPCs have not finished; no two of them overlap.
+//   - end is the highest byte written through this client since the file
+//     was opened here (reset by truncate); the file's size as this client
+//     reports it is max(metaSize, end).
+//   - dirty says some acknowledged write has not been recorded by WriteDone.
+//   - err is the first failed background write, not yet reported by a flush
+//     or fsync.
+type inodeState struct {
+	ino  proto.Ino
+	refs int // guarded by Client.mu
+
+	mu         sync.Mutex
+	cond       *sync.Cond
+	layout     layout.Layout
+	metaSize   uint64
+	end        uint64
+	dirty      bool
+	seq        uint64 // counts accepted writes, so a WriteDone knows what it covered
+	lastWrite  int64  // unix ns of the last accepted write (reported as mtime while dirty)
+	unsynced   map[int]bool
+	inflight   []*pendingWrite
+	inflightN  uint64
+	truncating int
+	err        error
+}
+
+type pendingWrite struct{ off, end uint64 }
+
+func (st *inodeState) overlaps(off, end uint64) bool {
+	for _, p := range st.inflight {
+		if p.off < end && off < p.end {
+			return true
+		}
+	}
+	return false
+}
+
+// waitIdleLocked waits until no write is in flight.
+func (st *inodeState) waitIdleLocked() {
+	for len(st.inflight) > 0 {
+		st.cond.Wait()
+	}
+}
+
+func (st *inodeState) size() uint64 { return max(st.metaSize, st.end) }
+
+func (st *inodeState) mergeAttr(a *proto.Attr) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.metaSize = a.Size
+	a.Size = st.size()
+	if st.dirty && st.lastWrite > a.Mtime {
+		a.Mtime = st.lastWrite
+		a.Ctime = max(a.Ctime, st.lastWrite)
+	}
+	if st.end == 0 && !st.dirty && len(a.Layout.Targets) > 0 {
+		st.layout = a.Layout.Clone()
+	}
+}
+
+func (st *inodeState) setLayout(l layout.Layout) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if st.end == 0 && !st.dirty {
+		st.layout = l.Clone()
+	}
+}
+
+// beginTruncate stops new writes from being issued, waits for the ones in
+// flight and returns the layout to truncate.
+func (st *inodeState) beginTruncate() layout.Layout {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.truncating++
+	st.waitIdleLocked()
+	return st.layout
+}
+
+func (st *inodeState) endTruncate() {
+	st.mu.Lock()
+	st.truncating--
+	st.cond.Broadcast()
+	st.mu.Unlock()
+}
+
+func (st *inodeState) truncated(a *proto.Attr, size uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.metaSize = a.Size
+	st.end = min(st.end, size)
+	if st.dirty {
+		a.Mtime = max(a.Mtime, st.lastWrite)
+	}
+}
+
+// acquire returns the shared state of ino, creating it from attrs fresh from
+// Open, and takes a reference.
+func (c *Client) acquire(a proto.Attr) *inodeState {
+	c.mu.Lock()
+	st := c.open[a.Ino]
+	if st == nil {
+		st = &inodeState{ino: a.Ino, unsynced: map[int]bool{}}
+		st.cond = sync.NewCond(&st.mu)
+		st.layout = a.Layout.Clone()
+		st.metaSize = a.Size
+		c.open[a.Ino] = st
+		st.refs++
+		c.mu.Unlock()
+		return st
+	}
+	st.refs++
+	c.mu.Unlock()
+	st.mergeAttr(&a)
+	return st
+}
+
+func (c *Client) unref(st *inodeState) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	st.refs--
+	if st.refs == 0 {
+		delete(c.open, st.ino)
+	}
+}
+
+// File is an open handle on a file. Its methods are safe for concurrent use.
+type File struct {
+	c        *Client
+	st       *inodeState // nil for files that are not regular (no data path)
+	ino      proto.Ino
+	mu       sync.Mutex
+	released bool
+}
+
+// Open opens ino: the metadata server registers the handle (an unlinked file
+// lives until its last handle is released) and returns fresh attributes,
+// which is where close-to-open consistency starts. The returned attributes
+// include this client's unreported writes.
+func (c *Client) Open(ctx context.Context, ino proto.Ino) (*File, proto.Attr, error) {
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	a, err := c.meta.Open(rctx, ino)
+	if err != nil {
+		return nil, proto.Attr{}, err
+	}
+	f := &File{c: c, ino: ino}
+	if a.IsRegular() {
+		f.st = c.acquire(a)
+		f.st.mergeAttr(&a)
+	}
+	return f, a, nil
+}
+
+// Ino returns the file's inode number.
+func (f *File) Ino() proto.Ino { return f.ino }
+
+// Size returns the file size as this client sees it.
+func (f *File) Size() uint64 {
+	if f.st == nil {
+		return 0
+	}
+	f.st.mu.Lock()
+	defer f.st.mu.Unlock()
+	return f.st.size()
+}
+
+// Write acknowledges p at off once it is copied into the write-behind buffer
+// and sends it to the storage targets in the background, one RPC per stripe
+// unit touched, concurrently. A write overlapping one still in flight waits
+// for it, so overlapping writes reach storage in order. The first
+// background failure is returned by the next Write, Flush or Fsync.
+func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
+	st := f.st
+	if st == nil {
+		return 0, syscall.EINVAL
+	}
+	n := uint64(len(p))
+	if n == 0 {
+		return 0, nil
+	}
+	end := off + n
+	if end < off {
+		return 0, syscall.EFBIG
+	}
+	c := f.c
+	st.mu.Lock()
+	if err := st.err; err != nil {
+		st.mu.Unlock()
+		return 0, err
+	}
+	if st.layout.StripeSize == 0 || len(st.layout.Targets) == 0 {
+		st.mu.Unlock()
+		return 0, fmt.Errorf("client: ino %d has no usable layout (%v): %w", st.ino, st.layout, syscall.EIO)
+	}
+	st.mu.Unlock()
+
+	c.budget.acquire(n)
+	st.mu.Lock()
+	for {
+		if err := st.err; err != nil {
+			st.mu.Unlock()
+			c.budget.release(n)
+			return 0, err
+		}
+		if st.truncating == 0 && !st.overlaps(off, end) && (st.inflightN == 0 || st.inflightN+n <= c.perFile) {
+			break
+		}
+		st.cond.Wait()
+	}
+	buf := make([]byte, n)
+	copy(buf, p)
+	pw := &pendingWrite{off: off, end: end}
+	st.inflight = append(st.inflight, pw)
+	st.inflightN += n
+	st.end = max(st.end, end)
+	st.dirty = true
+	st.seq++
+	st.lastWrite = time.Now().UnixNano()
+	l := st.layout
+	exts := l.Extents(off, n)
+	for _, e := range exts {
+		st.unsynced[e.Stripe] = true
+	}
+	st.mu.Unlock()
+
+	c.wg.Add(1)
+	go c.writeBehind(st, pw, l, exts, buf)
+	return len(p), nil
+}
+
+func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, exts []layout.Extent, buf []byte) {
+	defer c.wg.Done()
+	ctx, cancel := context.WithTimeout(c.base, c.cfg.Timeout)
+	err := parallel(len(exts), func(i int) error {
+		e := exts[i]
+		data := buf[e.FileOff-pw.off:][:e.Len]
+		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(e.Stripe)}
+		if _, err := c.storage.Write(ctx, l.Targets[e.Stripe], obj, e.ObjOff, data); err != nil {
+			return fmt.Errorf("client: write ino %d [%d,+%d) to target %d: %w", st.ino, e.FileOff, e.Len, l.Targets[e.Stripe], err)
+		}
+		return nil
+	})
+	cancel()
+	if err != nil {
+		c.log.Warn("background write failed", "ino", st.ino, "err", err)
+	}
+	st.mu.Lock()
+	for i, p := range st.inflight {
+		if p == pw {
+			st.inflight = append(st.inflight[:i], st.inflight[i+1:]...)
+			break
+		}
+	}
+	st.inflightN -= pw.end - pw.off
+	if err != nil && st.err == nil {
+		st.err = err
+	}
+	st.cond.Broadcast()
+	st.mu.Unlock()
+	c.budget.release(pw.end - pw.off)
+}
+
+// Read reads into p from off. It waits for this client's in-flight writes
+// that overlap the range, clamps to the file size and fetches the stripe
+// units concurrently; holes and short objects read as zeros.
+func (f *File) Read(ctx context.Context, p []byte, off uint64) (int, error) {
+	st := f.st
+	if st == nil {
+		return 0, syscall.EINVAL
+	}
+	st.mu.Lock()
+	for st.truncating > 0 || st.overlaps(off, off+uint64(len(p))) {
+		st.cond.Wait()
+	}
+	size := st.size()
+	l := st.layout
+	st.mu.Unlock()
+	if off >= size || len(p) == 0 {
+		return 0, nil
+	}
+	n := min(uint64(len(p)), size-off)
+	p = p[:n]
+	if len(l.Targets) == 0 || l.StripeSize == 0 {
+		clear(p)
+		return int(n), nil
+	}
+	c := f.c
+	ctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	exts := l.Extents(off, n)
+	err := parallel(len(exts), func(i int) error {
+		e := exts[i]
+		dst := p[e.FileOff-off:][:e.Len]
+		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(e.Stripe)}
+		got, err := c.storage.Read(ctx, l.Targets[e.Stripe], obj, e.ObjOff, dst)
+		if errors.Is(err, syscall.ENOENT) {
+			got, err = 0, nil // an object never written is a hole
+		}
+		if err != nil {
+			return fmt.Errorf("client: read ino %d [%d,+%d) from target %d: %w", st.ino, e.FileOff, e.Len, l.Targets[e.Stripe], err)
+		}
+		clear(dst[got:])
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// takeErr returns and clears the latched write error: it is reported once,
+// by the flush or fsync that comes after it.
+func (st *inodeState) takeErrLocked() error {
+	err := st.err
+	st.err = nil
+	return err
+}
+
+// Flush waits for the writes in flight, reports a failed one, and records the
+// written size and mtime on the metadata server (WriteDone). After Flush
+// returns nil, every write acknowledged before it is readable by any client
+// that opens the file afterwards.
+func (f *File) Flush(ctx context.Context) error {
+	st := f.st
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	st.waitIdleLocked()
+	if err := st.takeErrLocked(); err != nil {
+		st.mu.Unlock()
+		return err
+	}
+	st.mu.Unlock()
+	return f.writeDone(ctx)
+}
+
+func (f *File) writeDone(ctx context.Context) error {
+	st := f.st
+	st.mu.Lock()
+	if !st.dirty {
+		st.mu.Unlock()
+		return nil
+	}
+	seq, end := st.seq, st.end
+	st.mu.Unlock()
+	rctx, cancel := f.c.rpcCtx(ctx)
+	defer cancel()
+	a, err := f.c.meta.WriteDone(rctx, st.ino, end)
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	st.metaSize = a.Size
+	if st.seq == seq {
+		st.dirty = false
+	}
+	st.mu.Unlock()
+	return nil
+}
+
+// Fsync waits for the writes in flight, makes every object written since
+// the last fsync durable (StorageService.Sync, concurrently), then records
+// the size with WriteDone. Data is acknowledged (durable and visible to
+// other clients) once Fsync or Flush returns nil.
+func (f *File) Fsync(ctx context.Context) error {
+	st := f.st
+	if st == nil {
+		return nil
+	}
+	st.mu.Lock()
+	st.waitIdleLocked()
+	if err := st.takeErrLocked(); err != nil {
+		st.mu.Unlock()
+		return err
+	}
+	stripes := make([]int, 0, len(st.unsynced))
+	for s := range st.unsynced {
+		stripes = append(stripes, s)
+	}
+	clear(st.unsynced)
+	l := st.layout
+	st.mu.Unlock()
+
+	if len(stripes) > 0 {
+		rctx, cancel := f.c.rpcCtx(ctx)
+		err := parallel(len(stripes), func(i int) error {
+			s := stripes[i]
+			obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(s)}
+			if err := f.c.storage.Sync(rctx, l.Targets[s], obj); err != nil {
+				return fmt.Errorf("client: sync ino %d stripe %d on target %d: %w", st.ino, s, l.Targets[s], err)
+			}
+			return nil
+		})
+		cancel()
+		if err != nil {
+			st.mu.Lock()
+			for _, s := range stripes {
+				st.unsynced[s] = true
+			}
+			st.mu.Unlock()
+			return err
+		}
+	}
+	return f.writeDone(ctx)
+}
+
+// Release drops the handle: writes still unreported are flushed (the kernel
+// normally flushes before releasing) and the metadata server's open handle
+// is dropped. Release is idempotent.
+func (f *File) Release(ctx context.Context) error {
+	f.mu.Lock()
+	if f.released {
+		f.mu.Unlock()
+		return nil
+	}
+	f.released = true
+	f.mu.Unlock()
+
+	var errs []error
+	if f.st != nil {
+		errs = append(errs, f.Flush(ctx))
+		f.c.unref(f.st)
+	}
+	rctx, cancel := f.c.rpcCtx(ctx)
+	defer cancel()
+	errs = append(errs, f.c.meta.Release(rctx, f.ino))
+	return errors.Join(errs...)
+}
+
+// Truncate changes the size through this handle (ftruncate): it is ordered
+// after the writes this client acknowledged before it.
+func (f *File) Truncate(ctx context.Context, size uint64) (proto.Attr, error) {
+	return f.c.SetAttr(ctx, f.ino, proto.SetAttrIn{Valid: proto.SetSize, Size: size})
+}
