@@ -1,12 +1,149 @@
 package main
 
 import (
-	"errors"
+	"encoding/json"
+	"fmt"
+	"io"
+	"math"
+	"strings"
 
 	"github.com/spf13/cobra"
+
+	"github.com/weft-fs/weft/internal/units"
 )
 
-// Placeholder: replaced by the real subcommand.
 func newDfCmd() *cobra.Command {
-	return &cobra.Command{Use: "df", RunE: func(*cobra.Command, []string) error { return errors.New("df: not built yet") }}
+	var asJSON bool
+	cmd := &cobra.Command{
+		Use:   "df [--json] [PATH]",
+		Short: "Show the size, usage and state of every storage target",
+		Long: `Show every storage target of the file system that holds PATH (default:
+the first weft mount in /proc/mounts): size, used, available, use% and
+whether its server is up, then a filesystem summary over the targets that
+are up (like lfs df). It reads the user.weft.df attribute.`,
+		Args: cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			path := ""
+			if len(args) == 1 {
+				path = args[0]
+			} else {
+				p, err := defaultWeftMount()
+				if err != nil {
+					return err
+				}
+				path = p
+			}
+			ts, err := getDF(path)
+			if err != nil {
+				return err
+			}
+			if asJSON {
+				return printDFJSON(cmd.OutOrStdout(), path, ts)
+			}
+			return printDF(cmd.OutOrStdout(), path, ts)
+		},
+	}
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: the targets and the summary, sizes in bytes")
+	return cmd
+}
+
+// dfSummary sums the targets that are up; a down target's last report is
+// stale and its space cannot be used.
+type dfSummary struct {
+	Total   uint64 `json:"total"`
+	Used    uint64 `json:"used"`
+	Free    uint64 `json:"free"`
+	Targets int    `json:"targets"`
+	Up      int    `json:"up"`
+}
+
+func summarize(ts []targetJSON) dfSummary {
+	s := dfSummary{Targets: len(ts)}
+	for _, t := range ts {
+		if !t.Up {
+			continue
+		}
+		s.Up++
+		s.Total += t.Total
+		s.Used += t.Used
+		s.Free += t.Free
+	}
+	return s
+}
+
+// usePercent is df(1)'s Use%: used over what users can have (used + free),
+// rounded up, so that a nearly full target never shows as less than it is.
+func usePercent(used, free uint64) string {
+	if used+free == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.0f%%", math.Ceil(float64(used)*100/(float64(used)+float64(free))))
+}
+
+// printDF prints one line per target and a summary line, like lfs df:
+// names left-aligned, numbers right-aligned.
+func printDF(w io.Writer, path string, ts []targetJSON) error {
+	rows := [][]string{{"TARGET", "ADDRESS", "SIZE", "USED", "AVAIL", "USE%", "STATUS"}}
+	for _, t := range ts {
+		status := "UP"
+		if !t.Up {
+			status = "DOWN"
+		}
+		rows = append(rows, []string{fmt.Sprintf("target-%d", t.ID), t.Addr,
+			units.FormatSize(t.Total), units.FormatSize(t.Used), units.FormatSize(t.Free), usePercent(t.Used, t.Free), status})
+	}
+	s := summarize(ts)
+	rows = append(rows, []string{"filesystem_summary:", "",
+		units.FormatSize(s.Total), units.FormatSize(s.Used), units.FormatSize(s.Free), usePercent(s.Used, s.Free),
+		fmt.Sprintf("%d/%d targets up", s.Up, s.Targets)})
+	rightAligned := []bool{false, false, true, true, true, true, false}
+	width := make([]int, len(rightAligned))
+	for _, r := range rows[:len(rows)-1] {
+		for i, c := range r {
+			width[i] = max(width[i], len(c))
+		}
+	}
+	// The summary's label spans the target and address columns, as in lfs df.
+	last := len(rows) - 1
+	width[1] = max(width[1], len(rows[last][0])-width[0]-2)
+	rows[last] = append([]string{fmt.Sprintf("%-*s", width[0]+2+width[1], rows[last][0])}, rows[last][2:]...)
+	var b strings.Builder
+	for ri, r := range rows {
+		var line strings.Builder
+		for i, c := range r {
+			col := i
+			if ri == last && i > 0 {
+				col = i + 1
+			}
+			if i > 0 {
+				line.WriteString("  ")
+			}
+			if rightAligned[col] {
+				fmt.Fprintf(&line, "%*s", width[col], c)
+			} else {
+				fmt.Fprintf(&line, "%-*s", width[col], c)
+			}
+		}
+		b.WriteString(strings.TrimRight(line.String(), " "))
+		b.WriteByte('\n')
+	}
+	fmt.Fprintf(&b, "(file system of %s)\n", path)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+func printDFJSON(w io.Writer, path string, ts []targetJSON) error {
+	if ts == nil {
+		ts = []targetJSON{}
+	}
+	b, err := json.Marshal(struct {
+		Path    string       `json:"path"`
+		Targets []targetJSON `json:"targets"`
+		Summary dfSummary    `json:"summary"`
+	}{path, ts, summarize(ts)})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
 }

@@ -1,12 +1,182 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-fs/weft/internal/units"
+	"github.com/weft-fs/weft/layout"
 )
 
-// Placeholder: replaced by the real subcommand.
+// stripeRequest is what the user asked setstripe for; zero fields keep the
+// value the path already has (inherited from its directory).
+type stripeRequest struct {
+	Count   int32
+	Size    units.Size
+	Targets []uint32
+}
+
 func newSetstripeCmd() *cobra.Command {
-	return &cobra.Command{Use: "setstripe", RunE: func(*cobra.Command, []string) error { return errors.New("setstripe: not built yet") }}
+	var (
+		req     stripeRequest
+		targets []uint
+	)
+	cmd := &cobra.Command{
+		Use:   "setstripe [-c COUNT] [-S SIZE] [-o ID,ID,...] PATH",
+		Short: "Set the layout of a new file or the default layout of a directory",
+		Long: `Set how files are striped over storage targets.
+
+  PATH is a directory:       set its default; files created in it afterwards
+                             (and new subdirectories) inherit it.
+  PATH does not exist:       create an empty file with this layout.
+  PATH is an empty file:     set its layout (only if it was never written).
+
+A file that holds data keeps its layout; copy it into a directory with the
+layout you want instead. COUNT -1 means every storage target. SIZE accepts
+units (1M, 4MiB) and must be a multiple of 64KiB.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			for _, t := range targets {
+				req.Targets = append(req.Targets, uint32(t))
+			}
+			if err := req.validate(); err != nil {
+				return err
+			}
+			return setstripe(args[0], req)
+		},
+	}
+	fs := cmd.Flags()
+	fs.Int32VarP(&req.Count, "stripe-count", "c", 0, "number of targets to stripe over (-1: all; default: inherited)")
+	fs.VarP(&req.Size, "stripe-size", "S", "bytes per stripe unit, e.g. 1M, 4MiB (default: inherited)")
+	fs.UintSliceVarP(&targets, "targets", "o", nil, "the target ids to use, in stripe order (default: the servers choose)")
+	return cmd
+}
+
+func (r stripeRequest) validate() error {
+	if r.Count < layout.AllTargets || r.Count > layout.MaxStripeCount {
+		return fmt.Errorf("-c %d: want -1 (all targets) or 1..%d", r.Count, layout.MaxStripeCount)
+	}
+	if r.Size != 0 {
+		if r.Size < layout.MinStripeSize || r.Size > layout.MaxStripeSize || r.Size%(64<<10) != 0 {
+			return fmt.Errorf("-S %s: want a multiple of 64KiB between %s and %s",
+				units.FormatSize(uint64(r.Size)), units.FormatSize(layout.MinStripeSize), units.FormatSize(layout.MaxStripeSize))
+		}
+	}
+	if len(r.Targets) > 0 {
+		if r.Count == layout.AllTargets || (r.Count != 0 && int(r.Count) != len(r.Targets)) {
+			return fmt.Errorf("-c %d does not match the %d targets given with -o", r.Count, len(r.Targets))
+		}
+		seen := make(map[uint32]bool)
+		for _, t := range r.Targets {
+			if seen[t] {
+				return fmt.Errorf("-o: target %d given twice", t)
+			}
+			seen[t] = true
+		}
+	}
+	return nil
+}
+
+// apply returns cur with the requested fields replaced. The targets of cur
+// are dropped unless -o gave new ones: the servers choose targets to match
+// the new count.
+func (r stripeRequest) apply(cur layoutJSON) layoutJSON {
+	out := layoutJSON{StripeSize: cur.StripeSize, StripeCount: cur.StripeCount}
+	if r.Size != 0 {
+		out.StripeSize = uint64(r.Size)
+	}
+	if r.Count != 0 {
+		out.StripeCount = r.Count
+	}
+	if len(r.Targets) > 0 {
+		out.Targets = r.Targets
+		out.StripeCount = int32(len(r.Targets))
+	}
+	if out.StripeSize == 0 {
+		out.StripeSize = layout.DefaultStripeSize
+	}
+	if out.StripeCount == 0 {
+		out.StripeCount = layout.DefaultStripeCount
+	}
+	return out
+}
+
+func setstripe(path string, req stripeRequest) error {
+	fi, err := os.Stat(path)
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return setstripeNewFile(path, req)
+	case err != nil:
+		return err
+	case fi.IsDir():
+		cur, err := getLayout(path)
+		if err != nil {
+			return err
+		}
+		return setLayout(path, req.apply(cur))
+	case fi.Mode().IsRegular():
+		if fi.Size() > 0 {
+			return fmt.Errorf("%s holds %d bytes: a file's layout is fixed once written (copy it into a directory with the layout you want: weft setstripe -c N -S SIZE DIR)", path, fi.Size())
+		}
+		cur, err := getLayout(path)
+		if err != nil {
+			return err
+		}
+		return setLayout(path, req.apply(cur))
+	}
+	return fmt.Errorf("%s is neither a directory nor a regular file", path)
+}
+
+// setstripeNewFile creates path with the requested layout, or leaves
+// nothing behind.
+func setstripeNewFile(path string, req stripeRequest) error {
+	// Check the directory first: on another file system we must not create
+	// a file at all.
+	if _, err := getLayout(filepath.Dir(path)); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
+	if err != nil {
+		return err
+	}
+	err = func() error {
+		cur, err := getLayout(path)
+		if err != nil {
+			return err
+		}
+		return setLayout(path, req.apply(cur))
+	}()
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		if rerr := os.Remove(path); rerr != nil {
+			return fmt.Errorf("%w (and removing the new file failed: %v)", err, rerr)
+		}
+		return err
+	}
+	return nil
+}
+
+func setLayout(path string, l layoutJSON) error {
+	v, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	err = unix.Setxattr(path, xattrLayout, v, 0)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, unix.EINVAL):
+		return fmt.Errorf("%s: layout %s refused (invalid for this file system: is the stripe count larger than the number of targets, or a target id unknown? see weft df)", path, v)
+	case errors.Is(err, unix.ENOTSUP):
+		return fmt.Errorf("%s: %w", path, errNotWeft)
+	}
+	return fmt.Errorf("%s: set layout %s: %w", path, v, err)
 }
