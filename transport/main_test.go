@@ -1,0 +1,70 @@
+package transport
+
+import (
+	"bytes"
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// logBuf collects log output for tests that check what the server logs.
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// newTestTransport returns a TCP transport whose log is kept and printed if
+// the test fails.
+func newTestTransport(t testing.TB) (Transport, *logBuf) {
+	lb := &logBuf{}
+	log := slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("transport log:\n%s", lb.String())
+		}
+	})
+	return NewTCPWith(TCPOptions{Logger: log}), lb
+}
+
+// serve starts a listener on a free loopback port, closed at cleanup.
+func serve(t testing.TB, tr Transport, h Handler) Listener {
+	t.Helper()
+	l, err := tr.Listen("127.0.0.1:0", h)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+// dial connects to addr, closed at cleanup.
+func dial(t testing.TB, tr Transport, addr string) Conn {
+	t.Helper()
+	c, err := tr.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+func echo(ctx context.Context, op uint16, req []byte) ([]byte, error) { return req, nil }

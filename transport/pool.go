@@ -1,0 +1,257 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// PoolOptions configures a Pool. Zero fields take their defaults.
+type PoolOptions struct {
+	// DialTimeout bounds one connection attempt. Default 5s.
+	DialTimeout time.Duration
+	// ConnsPerAddr is how many connections the pool keeps to each address
+	// and spreads calls over. Default 2.
+	ConnsPerAddr int
+}
+
+const (
+	defaultDialTimeout  = 5 * time.Second
+	defaultConnsPerAddr = 2
+)
+
+var errPoolClosed = fmt.Errorf("transport: pool closed: %w", syscall.EIO)
+
+// Pool keeps connections to many addresses and is what services use to call
+// each other. It dials lazily, spreads calls round-robin over ConnsPerAddr
+// connections per address, and drops a connection once it breaks, so the
+// next call redials: a client recovers by itself when a server comes back.
+// It is safe for concurrent use.
+//
+// A call that failed before its request was written (the connection was
+// found broken) is retried once on a fresh connection; a call that may have
+// reached the server is never retried, since operations need not be
+// idempotent.
+type Pool struct {
+	t           Transport
+	dialTimeout time.Duration
+	n           int
+	ctx         context.Context // parent of dials; cancelled by Close
+	cancel      context.CancelFunc
+	dials       sync.WaitGroup
+
+	mu     sync.Mutex
+	addrs  map[string]*addrConns
+	closed bool
+}
+
+type addrConns struct {
+	next  atomic.Uint64
+	slots []slot
+}
+
+// slot holds one connection to an address, or the dial that will make it.
+type slot struct {
+	mu   sync.Mutex
+	conn Conn
+	dial *dialing // non-nil while a dial is in progress
+}
+
+// dialing is one dial attempt shared by every call that waits for the slot.
+type dialing struct {
+	done chan struct{}
+	conn Conn
+	err  error
+}
+
+// NewPool returns a pool that makes connections with t.
+func NewPool(t Transport, opts PoolOptions) *Pool {
+	if opts.DialTimeout <= 0 {
+		opts.DialTimeout = defaultDialTimeout
+	}
+	if opts.ConnsPerAddr <= 0 {
+		opts.ConnsPerAddr = defaultConnsPerAddr
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	return &Pool{
+		t:           t,
+		dialTimeout: opts.DialTimeout,
+		n:           opts.ConnsPerAddr,
+		ctx:         ctx,
+		cancel:      cancel,
+		addrs:       make(map[string]*addrConns),
+	}
+}
+
+// Call sends a request to addr and returns the response; see Conn.Call for
+// the errors. A failure to connect matches syscall.EIO and names addr, or
+// syscall.ETIMEDOUT (EINTR) if ctx expired (was cancelled) first.
+func (p *Pool) Call(ctx context.Context, addr string, op uint16, parts ...[]byte) ([]byte, error) {
+	s, err := p.slot(addr)
+	if err != nil {
+		return nil, err
+	}
+	for attempt := 0; ; attempt++ {
+		c, err := p.get(ctx, addr, s)
+		if err != nil {
+			return nil, err
+		}
+		resp, err := c.Call(ctx, op, parts...)
+		if err != nil && connFailed(err) {
+			s.drop(c)
+			if attempt == 0 && errors.Is(err, errNotSent) {
+				continue
+			}
+		}
+		return resp, err
+	}
+}
+
+// connFailed reports whether err says the connection (not the handler)
+// failed.
+func connFailed(err error) bool {
+	var re *RemoteError
+	return !errors.As(err, &re) && errors.Is(err, syscall.EIO)
+}
+
+// slot picks the next slot for addr, round-robin.
+func (p *Pool) slot(addr string) (*slot, error) {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil, errPoolClosed
+	}
+	a := p.addrs[addr]
+	if a == nil {
+		a = &addrConns{slots: make([]slot, p.n)}
+		p.addrs[addr] = a
+	}
+	p.mu.Unlock()
+	return &a.slots[a.next.Add(1)%uint64(len(a.slots))], nil
+}
+
+// get returns the slot's connection, dialing if it has none or a broken one.
+func (p *Pool) get(ctx context.Context, addr string, s *slot) (Conn, error) {
+	s.mu.Lock()
+	if c := s.conn; c != nil {
+		if b, ok := c.(interface{ isBroken() bool }); !ok || !b.isBroken() {
+			s.mu.Unlock()
+			return c, nil
+		}
+		s.conn = nil
+		s.mu.Unlock()
+		_ = c.Close()
+		s.mu.Lock()
+	}
+	d := s.dial
+	if d == nil && s.conn != nil { // another call redialled meanwhile
+		c := s.conn
+		s.mu.Unlock()
+		return c, nil
+	}
+	if d == nil {
+		p.mu.Lock()
+		closed := p.closed
+		if !closed {
+			p.dials.Add(1)
+		}
+		p.mu.Unlock()
+		if closed {
+			s.mu.Unlock()
+			return nil, errPoolClosed
+		}
+		d = &dialing{done: make(chan struct{})}
+		s.dial = d
+		go p.dial(addr, s, d)
+	}
+	s.mu.Unlock()
+
+	select {
+	case <-d.done:
+		return d.conn, d.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("transport: dial %s: %w (%w)", addr, ctxErrno(ctx), ctx.Err())
+	}
+}
+
+// dial makes the slot's connection. It runs apart from any caller so that
+// one caller giving up does not fail the others waiting for the same dial.
+func (p *Pool) dial(addr string, s *slot, d *dialing) {
+	defer p.dials.Done()
+	ctx, cancel := context.WithTimeout(p.ctx, p.dialTimeout)
+	c, err := p.t.Dial(ctx, addr)
+	cancel()
+	switch {
+	case err == nil:
+	case p.ctx.Err() != nil:
+		err = errPoolClosed
+	case ctx.Err() != nil:
+		err = fmt.Errorf("transport: dial %s: no connection after %v: %w", addr, p.dialTimeout, syscall.EIO)
+	case !errors.Is(err, syscall.EIO):
+		err = fmt.Errorf("transport: dial %s: %w: %v", addr, syscall.EIO, err)
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dial = nil
+	if err == nil {
+		p.mu.Lock()
+		closed := p.closed
+		p.mu.Unlock()
+		if closed {
+			_ = c.Close()
+			c, err = nil, errPoolClosed
+		} else {
+			s.conn = c
+		}
+	}
+	d.conn, d.err = c, err
+	close(d.done)
+}
+
+// drop forgets c if it is still the slot's connection, and closes it.
+func (s *slot) drop(c Conn) {
+	s.mu.Lock()
+	mine := s.conn == c
+	if mine {
+		s.conn = nil
+	}
+	s.mu.Unlock()
+	if mine {
+		_ = c.Close()
+	}
+}
+
+// Close closes every connection and waits for dials in progress. Calls in
+// flight fail with EIO; later calls fail with EIO too.
+func (p *Pool) Close() error {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
+	}
+	p.closed = true
+	addrs := p.addrs
+	p.addrs = nil
+	p.mu.Unlock()
+
+	p.cancel()
+	for _, a := range addrs {
+		for i := range a.slots {
+			s := &a.slots[i]
+			s.mu.Lock()
+			c := s.conn
+			s.conn = nil
+			s.mu.Unlock()
+			if c != nil {
+				_ = c.Close()
+			}
+		}
+	}
+	p.dials.Wait()
+	return nil
+}

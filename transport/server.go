@@ -1,0 +1,249 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"runtime/debug"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Listen serves h on addr until the listener is closed.
+func (t *tcpTransport) Listen(addr string, h Handler) (Listener, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("transport: listen %s: %w", addr, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &tcpListener{
+		t:      t,
+		ln:     ln,
+		h:      h,
+		log:    t.log,
+		ctx:    ctx,
+		cancel: cancel,
+		conns:  make(map[*serverConn]struct{}),
+	}
+	l.wg.Add(1)
+	go l.acceptLoop()
+	return l, nil
+}
+
+type tcpListener struct {
+	t      *tcpTransport
+	ln     net.Listener
+	h      Handler
+	log    *slog.Logger
+	ctx    context.Context // cancelled by Close; parent of every handler's ctx
+	cancel context.CancelFunc
+
+	mu     sync.Mutex
+	conns  map[*serverConn]struct{}
+	closed bool
+
+	wg        sync.WaitGroup // accept loop and connections
+	closeOnce sync.Once
+	closeErr  error
+}
+
+func (l *tcpListener) Addr() string { return l.ln.Addr().String() }
+
+// Close stops accepting, closes every connection, cancels the handlers'
+// contexts and waits until all handlers have returned.
+func (l *tcpListener) Close() error {
+	l.closeOnce.Do(func() {
+		l.mu.Lock()
+		l.closed = true
+		conns := make([]*serverConn, 0, len(l.conns))
+		for sc := range l.conns {
+			conns = append(conns, sc)
+		}
+		l.mu.Unlock()
+		l.closeErr = l.ln.Close()
+		l.cancel()
+		for _, sc := range conns {
+			_ = sc.nc.Close()
+		}
+		l.wg.Wait()
+	})
+	return l.closeErr
+}
+
+func (l *tcpListener) acceptLoop() {
+	defer l.wg.Done()
+	var delay time.Duration
+	for {
+		nc, err := l.ln.Accept()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) || l.ctx.Err() != nil {
+				return
+			}
+			// Out of descriptors and the like: back off, keep serving.
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			l.log.Warn("transport: accept failed", "addr", l.Addr(), "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+			case <-l.ctx.Done():
+				return
+			}
+			continue
+		}
+		delay = 0
+		setupTCP(nc)
+		sc := l.newServerConn(nc)
+		l.mu.Lock()
+		if l.closed {
+			l.mu.Unlock()
+			_ = nc.Close()
+			return
+		}
+		l.conns[sc] = struct{}{}
+		l.wg.Add(1)
+		l.mu.Unlock()
+		go sc.serve()
+	}
+}
+
+// serverConn is the server end of one connection: a reader (serve), a
+// writer, and one goroutine per request in flight.
+type serverConn struct {
+	l        *tcpListener
+	nc       net.Conn
+	remote   string
+	w        *frameWriter
+	ctx      context.Context // cancelled when the connection ends
+	cancel   context.CancelFunc
+	sem      chan struct{}
+	handlers sync.WaitGroup
+}
+
+func (l *tcpListener) newServerConn(nc net.Conn) *serverConn {
+	ctx, cancel := context.WithCancel(l.ctx)
+	sc := &serverConn{
+		l:      l,
+		nc:     nc,
+		remote: nc.RemoteAddr().String(),
+		ctx:    ctx,
+		cancel: cancel,
+		sem:    make(chan struct{}, l.t.maxInflight),
+	}
+	sc.w = newFrameWriter(nc, func(err error) {
+		// The reader notices the close and ends the connection.
+		_ = nc.Close()
+	})
+	return sc
+}
+
+// protocolError marks a read failure caused by a malformed frame.
+type protocolError struct{ err error }
+
+func (e *protocolError) Error() string { return e.err.Error() }
+func (e *protocolError) Unwrap() error { return e.err }
+
+func (sc *serverConn) serve() {
+	defer sc.l.wg.Done()
+	err := sc.readLoop()
+	var perr *protocolError
+	switch {
+	case errors.As(err, &perr):
+		sc.l.log.Warn("transport: closing connection after protocol error",
+			"remote", sc.remote, "local", sc.l.Addr(), "reason", perr.err)
+	case err != nil && sc.ctx.Err() == nil:
+		sc.l.log.Debug("transport: connection ended", "remote", sc.remote, "err", err)
+	}
+	sc.cancel()
+	sc.w.stop(errClosed)
+	_ = sc.nc.Close()
+	sc.handlers.Wait()
+	<-sc.w.exited
+	sc.l.mu.Lock()
+	delete(sc.l.conns, sc)
+	sc.l.mu.Unlock()
+}
+
+// readLoop reads requests and starts a handler for each until the
+// connection ends. It returns nil on a clean close between frames.
+func (sc *serverConn) readLoop() error {
+	br := bufio.NewReaderSize(sc.nc, bufSize)
+	var hb [HeaderSize]byte
+	for {
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return &protocolError{fmt.Errorf("truncated frame header: %w", err)}
+			}
+			return err
+		}
+		h, err := decodeHeader(hb[:])
+		if err == nil && h.kind != kindRequest {
+			err = fmt.Errorf("%w: %d, want a request", errBadKind, h.kind)
+		}
+		if err != nil {
+			return &protocolError{err}
+		}
+		body := make([]byte, h.length)
+		if _, err := io.ReadFull(br, body); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return &protocolError{fmt.Errorf("truncated frame: op %d id %d wants %d body bytes: %w", h.op, h.id, h.length, err)}
+			}
+			return err
+		}
+		select {
+		case sc.sem <- struct{}{}:
+		case <-sc.ctx.Done():
+			return nil
+		}
+		sc.handlers.Add(1)
+		go sc.handle(h, body)
+	}
+}
+
+// handle runs one request and queues its response. It holds its semaphore
+// slot until the response is written, so a client that does not read its
+// responses stops the server from reading its requests.
+func (sc *serverConn) handle(h header, req []byte) {
+	defer sc.handlers.Done()
+	defer func() { <-sc.sem }()
+
+	resp, err := sc.run(h.op, req)
+	if err == nil && len(resp) > MaxBody {
+		sc.l.log.Error("transport: handler response too large", "op", h.op, "bytes", len(resp))
+		err = fmt.Errorf("transport: op %d response of %d bytes over %d: %w", h.op, len(resp), MaxBody, errMsgSize)
+	}
+	rh := header{kind: kindResponse, op: h.op, id: h.id}
+	f := &outFrame{done: make(chan struct{})}
+	if err != nil {
+		msg := err.Error()
+		if len(msg) > maxErrMsg {
+			msg = msg[:maxErrMsg]
+		}
+		rh.status = uint32(errnoOf(err))
+		resp = []byte(msg)
+	}
+	rh.length = uint32(len(resp))
+	encodeHeader(f.hdr[:], rh)
+	f.parts = [][]byte{resp}
+	if sc.w.enqueue(f) {
+		<-f.done
+	}
+}
+
+// run calls the handler, turning a panic into an EIO error.
+func (sc *serverConn) run(op uint16, req []byte) (resp []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			sc.l.log.Error("transport: handler panicked", "remote", sc.remote, "op", op,
+				"panic", r, "stack", string(debug.Stack()))
+			resp, err = nil, fmt.Errorf("transport: op %d handler panicked: %v: %w", op, r, syscall.EIO)
+		}
+	}()
+	return sc.l.h(sc.ctx, op, req)
+}

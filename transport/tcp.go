@@ -1,0 +1,290 @@
+package transport
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// TCPOptions configures NewTCPWith. The zero value gives the defaults.
+type TCPOptions struct {
+	// Logger receives protocol errors, handler panics and connection
+	// events. Default: slog.Default() at the time NewTCPWith is called.
+	Logger *slog.Logger
+	// MaxInflight bounds the requests one server connection handles at
+	// once; the server stops reading that connection while it is reached.
+	// Default 256.
+	MaxInflight int
+}
+
+const (
+	bufSize            = 256 << 10
+	defaultMaxInflight = 256
+	// writeAbortGrace is how long a call abandoned (ctx ended) while its
+	// request is being written waits for the write to finish before it
+	// closes the connection, so that Call never returns while the
+	// connection still reads the caller's buffers.
+	writeAbortGrace = time.Second
+)
+
+// keepAlive detects a peer that vanished without a FIN or RST (power loss,
+// partition) in about 25 s, so pooled connections to it are dropped.
+var keepAlive = net.KeepAliveConfig{Enable: true, Idle: 10 * time.Second, Interval: 5 * time.Second, Count: 3}
+
+var errClosed = errors.New("transport: connection closed")
+
+type tcpTransport struct {
+	log         *slog.Logger
+	maxInflight int
+}
+
+// NewTCP returns the TCP transport with default options.
+func NewTCP() Transport { return NewTCPWith(TCPOptions{}) }
+
+// NewTCPWith returns the TCP transport configured by opts.
+func NewTCPWith(opts TCPOptions) Transport {
+	t := &tcpTransport{log: opts.Logger, maxInflight: opts.MaxInflight}
+	if t.log == nil {
+		t.log = slog.Default()
+	}
+	if t.maxInflight <= 0 {
+		t.maxInflight = defaultMaxInflight
+	}
+	return t
+}
+
+func setupTCP(nc net.Conn) {
+	if tc, ok := nc.(*net.TCPConn); ok {
+		_ = tc.SetNoDelay(true)
+		_ = tc.SetKeepAliveConfig(keepAlive)
+	}
+}
+
+// Dial connects to addr. Failure matches syscall.ETIMEDOUT if ctx expired
+// (EINTR if it was cancelled) and syscall.EIO otherwise.
+func (t *tcpTransport) Dial(ctx context.Context, addr string) (Conn, error) {
+	d := net.Dialer{KeepAliveConfig: keepAlive}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("transport: dial %s: %w (%w)", addr, ctxErrno(ctx), ctx.Err())
+		}
+		return nil, fmt.Errorf("transport: dial %s: %w: %w", addr, syscall.EIO, err)
+	}
+	setupTCP(nc)
+	c := &tcpConn{
+		addr:       addr,
+		nc:         nc,
+		log:        t.log,
+		pending:    make(map[uint64]*call),
+		readerDone: make(chan struct{}),
+	}
+	c.w = newFrameWriter(nc, c.fail)
+	go c.readLoop()
+	return c, nil
+}
+
+// tcpConn is the client end of a connection.
+type tcpConn struct {
+	addr       string
+	nc         net.Conn
+	w          *frameWriter
+	log        *slog.Logger
+	readerDone chan struct{}
+
+	mu      sync.Mutex
+	nextID  uint64
+	pending map[uint64]*call // calls waiting for a response; nil once failed
+	err     error            // why the connection is unusable; set once
+}
+
+// call is one request in flight. resp and err are written once, by
+// whoever removed the call from pending, before done is closed.
+type call struct {
+	out  outFrame
+	op   uint16
+	resp []byte
+	err  error
+	done chan struct{}
+}
+
+func (c *tcpConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error) {
+	if ctx.Err() != nil {
+		return nil, ctxError(ctx, c.addr, op)
+	}
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+		if n > MaxBody {
+			return nil, fmt.Errorf("transport: %s op %d: request body over %d bytes: %w", c.addr, op, MaxBody, errMsgSize)
+		}
+	}
+	cl := &call{op: op, done: make(chan struct{})}
+	cl.out.parts = parts
+
+	c.mu.Lock()
+	if c.err != nil {
+		err := c.err
+		c.mu.Unlock()
+		return nil, brokenError(c.addr, op, err, true)
+	}
+	c.nextID++
+	id := c.nextID
+	c.pending[id] = cl
+	c.mu.Unlock()
+
+	encodeHeader(cl.out.hdr[:], header{kind: kindRequest, op: op, id: id, length: uint32(n)})
+	// If the writer has stopped, the connection is failing and fail
+	// completes cl (it was registered before c.err was set).
+	c.w.enqueue(&cl.out)
+
+	select {
+	case <-cl.done:
+		return c.finish(cl)
+	case <-ctx.Done():
+	}
+	c.mu.Lock()
+	_, mine := c.pending[id]
+	delete(c.pending, id)
+	c.mu.Unlock()
+	if !mine { // a response or a failure is being delivered right now
+		<-cl.done
+		return c.finish(cl)
+	}
+	c.release(&cl.out)
+	return nil, ctxError(ctx, c.addr, op)
+}
+
+// finish returns the outcome of a completed call. A failed call may have
+// been written when the connection broke; wait until the writer lets go of
+// its parts (prompt: the connection is closed by then).
+func (c *tcpConn) finish(cl *call) ([]byte, error) {
+	if cl.err != nil {
+		var re *RemoteError
+		if !errors.As(cl.err, &re) {
+			c.release(&cl.out)
+		}
+	}
+	return cl.resp, cl.err
+}
+
+// release returns once the writer no longer reads f's parts. If the write
+// does not finish within writeAbortGrace, the connection is closed.
+func (c *tcpConn) release(f *outFrame) {
+	ch := c.w.withdraw(f)
+	if ch == nil {
+		return
+	}
+	t := time.NewTimer(writeAbortGrace)
+	defer t.Stop()
+	select {
+	case <-ch:
+	case <-t.C:
+		c.fail(errors.New("transport: write stalled after a call was abandoned"))
+		<-ch
+	}
+}
+
+// fail makes the connection unusable and completes every pending call with
+// an EIO error naming the address. The first cause wins.
+func (c *tcpConn) fail(cause error) {
+	c.mu.Lock()
+	if c.err != nil {
+		c.mu.Unlock()
+		return
+	}
+	c.err = cause
+	pending := c.pending
+	c.pending = nil
+	c.mu.Unlock()
+
+	c.w.stop(cause)
+	_ = c.nc.Close()
+	for _, cl := range pending {
+		cl.err = brokenError(c.addr, cl.op, cause, !c.w.wasSent(&cl.out))
+		close(cl.done)
+	}
+}
+
+func (c *tcpConn) isBroken() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err != nil
+}
+
+// Close fails the calls in flight with EIO and waits for the connection's
+// goroutines to exit.
+func (c *tcpConn) Close() error {
+	c.fail(errClosed)
+	<-c.readerDone
+	<-c.w.exited
+	return nil
+}
+
+func (c *tcpConn) readLoop() {
+	defer close(c.readerDone)
+	br := bufio.NewReaderSize(c.nc, bufSize)
+	var hb [HeaderSize]byte
+	for {
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				err = errors.New("transport: connection closed by server")
+			}
+			c.fail(err)
+			return
+		}
+		h, err := decodeHeader(hb[:])
+		if err == nil && h.kind != kindResponse {
+			err = fmt.Errorf("%w: %d, want a response", errBadKind, h.kind)
+		}
+		c.mu.Lock()
+		cl := c.pending[h.id]
+		c.mu.Unlock()
+		if err == nil && cl != nil && cl.op != h.op {
+			err = fmt.Errorf("transport: response for request %d has op %d, want %d", h.id, h.op, cl.op)
+		}
+		if err != nil {
+			c.log.Warn("transport: bad frame from server", "addr", c.addr, "err", err)
+			c.fail(err)
+			return
+		}
+		if cl == nil { // abandoned call: skip its body
+			if _, err := io.CopyN(io.Discard, br, int64(h.length)); err != nil {
+				c.fail(fmt.Errorf("transport: reading response body: %w", err))
+				return
+			}
+			continue
+		}
+		body := make([]byte, h.length)
+		if _, err := io.ReadFull(br, body); err != nil {
+			c.fail(fmt.Errorf("transport: reading response body: %w", err))
+			return
+		}
+		c.mu.Lock()
+		if c.pending[h.id] == cl {
+			delete(c.pending, h.id)
+		} else {
+			cl = nil // abandoned meanwhile
+		}
+		c.mu.Unlock()
+		if cl == nil {
+			continue
+		}
+		if h.status != 0 {
+			if len(body) > maxErrMsg {
+				body = body[:maxErrMsg]
+			}
+			cl.err = &RemoteError{Addr: c.addr, Op: h.op, Errno: syscall.Errno(h.status), Msg: string(body)}
+		} else {
+			cl.resp = body
+		}
+		close(cl.done)
+	}
+}
