@@ -1,12 +1,647 @@
 package main
 
 import (
+	"bytes"
+	"context"
+	"crypto/rand"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-fs/weft/internal/units"
 )
 
-// Placeholder: replaced by the real subcommand.
+// upOptions are the settings of `weft up`.
+type upOptions struct {
+	Data     string
+	Mount    string
+	Targets  int
+	Servers  int
+	BasePort int
+	LogLevel string // of the children
+}
+
 func newUpCmd() *cobra.Command {
-	return &cobra.Command{Use: "up", RunE: func(*cobra.Command, []string) error { return errors.New("up: not built yet") }}
+	var o upOptions
+	cmd := &cobra.Command{
+		Use:   "up [--data DIR] [--mount MNT] [--targets N] [--servers S] [--base-port P]",
+		Short: "Run a whole weft on this machine: meta, storage servers and a mount",
+		Long: `Run a complete weft on this machine, in the foreground, as real processes
+of this binary talking over TCP on 127.0.0.1:
+
+  weft meta      on BASE-PORT, database in DIR/meta
+  weft storage   S servers on BASE-PORT+10, +11, ..., holding the N
+                 targets DIR/target-0 .. DIR/target-N-1 between them
+  weft mount     at MNT
+
+Each process logs to DIR/logs/<name>.log. Once every target is up, weft up
+prints where everything is, the per-target usage, and checks that a file
+written through the mount reads back. Ctrl-C (or SIGTERM) unmounts and
+stops everything; running weft up again on the same DIR brings every file
+back. If one of the processes dies, weft up says which, shows the end of its
+log, stops the others and exits non-zero.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := o.resolve(); err != nil {
+				return err
+			}
+			ctx, stop := signalContext(cmd.Context())
+			defer stop()
+			exe, err := os.Executable()
+			if err != nil {
+				return fmt.Errorf("up: cannot find this binary: %w", err)
+			}
+			return runUp(ctx, exe, planUp(o), cmd.OutOrStdout())
+		},
+	}
+	fs := cmd.Flags()
+	fs.StringVar(&o.Data, "data", "", "directory for all server data and logs (default $HOME/weft/data; created)")
+	fs.StringVar(&o.Mount, "mount", "", "mountpoint (default $HOME/weft/mnt; created)")
+	fs.IntVar(&o.Targets, "targets", 4, "number of storage targets")
+	fs.IntVar(&o.Servers, "servers", 2, "number of storage server processes the targets are spread over")
+	fs.IntVar(&o.BasePort, "base-port", 7400, "meta listens on this port, storage servers on base-port+10 and up")
+	fs.StringVar(&o.LogLevel, "log-level", "info", "log level of the child processes (their logs are in DIR/logs)")
+	return cmd
+}
+
+// resolve fills in the defaults and checks the options; it creates nothing.
+func (o *upOptions) resolve() error {
+	if o.Data == "" || o.Mount == "" {
+		home, err := os.UserHomeDir()
+		if err != nil {
+			return fmt.Errorf("up: no home directory for the defaults (%v): give --data and --mount", err)
+		}
+		if o.Data == "" {
+			o.Data = filepath.Join(home, "weft", "data")
+		}
+		if o.Mount == "" {
+			o.Mount = filepath.Join(home, "weft", "mnt")
+		}
+	}
+	var err error
+	if o.Data, err = filepath.Abs(o.Data); err != nil {
+		return err
+	}
+	if o.Mount, err = filepath.Abs(o.Mount); err != nil {
+		return err
+	}
+	if o.Mount == o.Data || strings.HasPrefix(o.Mount, o.Data+string(filepath.Separator)) ||
+		strings.HasPrefix(o.Data, o.Mount+string(filepath.Separator)) {
+		return fmt.Errorf("--data %s and --mount %s must not contain each other", o.Data, o.Mount)
+	}
+	if o.Targets < 1 || o.Targets > 256 {
+		return fmt.Errorf("--targets %d: want 1..256", o.Targets)
+	}
+	if o.Servers < 1 || o.Servers > o.Targets {
+		return fmt.Errorf("--servers %d: want 1..%d (at most one server per target)", o.Servers, o.Targets)
+	}
+	if o.BasePort < 1 || o.BasePort+10+o.Servers-1 > 65535 {
+		return fmt.Errorf("--base-port %d: the ports %d..%d must lie in 1..65535", o.BasePort, o.BasePort, o.BasePort+10+o.Servers-1)
+	}
+	if _, err := parseLevel(o.LogLevel); err != nil {
+		return err
+	}
+	return nil
+}
+
+// childSpec is one process that weft up runs.
+type childSpec struct {
+	Name string   // meta, storage-0, ..., mount
+	Args []string // arguments after the binary
+	Addr string   // the address it listens on ("" for the mount)
+	Log  string   // DIR/logs/<Name>.log
+	Dirs []string // directories it needs (created before it starts)
+}
+
+// upPlan is everything weft up will start, in start order.
+type upPlan struct {
+	Data, Mount, MetaAddr string
+	Targets               int
+	Meta                  childSpec
+	Storage               []childSpec
+	Mounter               childSpec
+}
+
+// planUp lays out the processes: target i goes to server i mod S, so the
+// servers hold nearly equal shares and consecutive stripes of a file land on
+// different servers.
+func planUp(o upOptions) upPlan {
+	logs := filepath.Join(o.Data, "logs")
+	metaAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(o.BasePort))
+	logLevel := []string{"--log-level", o.LogLevel}
+	p := upPlan{Data: o.Data, Mount: o.Mount, MetaAddr: metaAddr, Targets: o.Targets}
+	metaDir := filepath.Join(o.Data, "meta")
+	p.Meta = childSpec{
+		Name: "meta",
+		Args: append([]string{"meta", "--listen", metaAddr, "--data", metaDir}, logLevel...),
+		Addr: metaAddr,
+		Log:  filepath.Join(logs, "meta.log"),
+		Dirs: []string{metaDir},
+	}
+	for s := range o.Servers {
+		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(o.BasePort+10+s))
+		c := childSpec{
+			Name: fmt.Sprintf("storage-%d", s),
+			Args: []string{"storage", "--listen", addr, "--meta", metaAddr},
+			Addr: addr,
+			Log:  filepath.Join(logs, fmt.Sprintf("storage-%d.log", s)),
+		}
+		for t := s; t < o.Targets; t += o.Servers {
+			dir := filepath.Join(o.Data, fmt.Sprintf("target-%d", t))
+			c.Args = append(c.Args, "--target", dir)
+			c.Dirs = append(c.Dirs, dir)
+		}
+		c.Args = append(c.Args, logLevel...)
+		p.Storage = append(p.Storage, c)
+	}
+	p.Mounter = childSpec{
+		Name: "mount",
+		Args: append([]string{"mount", "--meta", metaAddr, "--allow-other=" + strconv.FormatBool(allowOtherPossible())}, append(logLevel, o.Mount)...),
+		Log:  filepath.Join(logs, "mount.log"),
+		Dirs: []string{o.Mount},
+	}
+	return p
+}
+
+// allowOtherPossible reports whether FUSE will accept allow_other for us:
+// always for root, otherwise only with user_allow_other in /etc/fuse.conf.
+func allowOtherPossible() bool {
+	if os.Geteuid() == 0 {
+		return true
+	}
+	b, err := os.ReadFile("/etc/fuse.conf")
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.TrimSpace(line) == "user_allow_other" {
+			return true
+		}
+	}
+	return false
+}
+
+// checkPortsFree fails, naming the port, if any listen address is taken.
+func checkPortsFree(addrs []string) error {
+	for _, a := range addrs {
+		l, err := net.Listen("tcp", a)
+		if err != nil {
+			_, port, _ := net.SplitHostPort(a)
+			return fmt.Errorf("up: %s is already in use (another weft up? see: ss -ltnp 'sport = :%s'); stop it or pick other ports with --base-port", a, port)
+		}
+		l.Close()
+	}
+	return nil
+}
+
+// runUp starts the plan's processes, waits until the file system works,
+// reports, and then supervises until ctx is cancelled or a child dies.
+func runUp(ctx context.Context, exe string, p upPlan, out io.Writer) (err error) {
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		return fmt.Errorf("up: /dev/fuse is missing: install and load FUSE (scripts/install-deps.sh; modprobe fuse)")
+	}
+	addrs := []string{p.Meta.Addr}
+	for _, s := range p.Storage {
+		addrs = append(addrs, s.Addr)
+	}
+	if err := checkPortsFree(addrs); err != nil {
+		return err
+	}
+	all := append(append([]childSpec{p.Meta}, p.Storage...), p.Mounter)
+	if err := os.MkdirAll(filepath.Dir(p.Meta.Log), 0o755); err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	for _, c := range all {
+		for _, d := range c.Dirs {
+			if err := prepareDir(d, out); err != nil {
+				return err
+			}
+		}
+	}
+	if err := checkMountpointFree(p.Mount); err != nil {
+		return err
+	}
+
+	s := newSupervisor(exe, out, len(all))
+	defer func() {
+		s.stopAll(p.Mount)
+		if err == nil {
+			fmt.Fprintln(out, "weft up: stopped; everything is kept in", p.Data)
+		}
+	}()
+	fmt.Fprintf(out, "weft up: data in %s, logs in %s\n", p.Data, filepath.Dir(p.Meta.Log))
+
+	if _, err := s.start(p.Meta); err != nil {
+		return err
+	}
+	if err := s.waitFor(ctx, "meta to listen on "+p.Meta.Addr, 30*time.Second, func() (bool, error) {
+		return dialable(p.Meta.Addr), nil
+	}); err != nil {
+		return s.interrupted(err)
+	}
+	for _, sp := range p.Storage {
+		if _, err := s.start(sp); err != nil {
+			return err
+		}
+	}
+	for _, sp := range p.Storage {
+		if err := s.waitFor(ctx, sp.Name+" to listen on "+sp.Addr, 30*time.Second, func() (bool, error) {
+			return dialable(sp.Addr), nil
+		}); err != nil {
+			return s.interrupted(err)
+		}
+	}
+	if _, err := s.start(p.Mounter); err != nil {
+		return err
+	}
+	if err := s.waitFor(ctx, "the mount at "+p.Mount, 30*time.Second, func() (bool, error) {
+		return isFuseMount(p.Mount), nil
+	}); err != nil {
+		return s.interrupted(err)
+	}
+	var targets []targetJSON
+	if err := s.waitFor(ctx, fmt.Sprintf("%d storage targets to be up", p.Targets), 60*time.Second, func() (bool, error) {
+		ts, err := getDF(p.Mount)
+		if err != nil {
+			return false, err
+		}
+		targets = ts
+		return summarize(ts).Up >= p.Targets, nil
+	}); err != nil {
+		return s.interrupted(err)
+	}
+
+	printUpReport(out, p)
+	fmt.Fprintln(out)
+	if err := printDF(out, p.Mount, targets); err != nil {
+		return err
+	}
+	fmt.Fprintln(out)
+	msg, err := readWriteCheck(p.Mount)
+	if err != nil {
+		return fmt.Errorf("up: write/read check through %s failed: %w", p.Mount, err)
+	}
+	fmt.Fprintln(out, msg)
+	fmt.Fprintf(out, "\nweft is up. Try: weft getstripe FILE, weft setstripe -c 2 -S 4M DIR, weft df %s\n", p.Mount)
+	fmt.Fprintln(out, "Press Ctrl-C to unmount and stop (the data stays; weft up again brings it back).")
+
+	select {
+	case <-ctx.Done():
+		fmt.Fprintln(out, "\nweft up: stopping")
+		return nil
+	case c := <-s.exited:
+		return s.died(c)
+	}
+}
+
+// prepareDir creates d, cleaning a stale FUSE mount (ENOTCONN) left there
+// by a client that died.
+func prepareDir(d string, out io.Writer) error {
+	_, err := os.Stat(d)
+	if isStaleMount(err) {
+		fmt.Fprintf(out, "weft up: cleaning a stale mount at %s\n", d)
+		if err := unmountFuse(d, false); err != nil {
+			if err := unmountFuse(d, true); err != nil {
+				return fmt.Errorf("up: %s is a stale mount and unmounting failed: %w", d, err)
+			}
+		}
+	}
+	if err := os.MkdirAll(d, 0o755); err != nil {
+		return fmt.Errorf("up: %w", err)
+	}
+	return nil
+}
+
+func checkMountpointFree(mnt string) error {
+	if isFuseMount(mnt) {
+		return fmt.Errorf("up: %s is already a FUSE mount (another weft up?); unmount it first: fusermount3 -u %s", mnt, mnt)
+	}
+	return nil
+}
+
+// fuseSuperMagic is statfs.f_type of every FUSE mount.
+const fuseSuperMagic = 0x65735546
+
+func isFuseMount(path string) bool {
+	var st unix.Statfs_t
+	return unix.Statfs(path, &st) == nil && st.Type == fuseSuperMagic
+}
+
+func dialable(addr string) bool {
+	c, err := net.DialTimeout("tcp", addr, time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
+}
+
+// unmountFuse unmounts a FUSE mount with fusermount3 (or fusermount), or
+// with umount(2) if neither is installed (works as root). lazy detaches it
+// even while busy.
+func unmountFuse(mnt string, lazy bool) error {
+	args := []string{"-u"}
+	flags := 0
+	if lazy {
+		args = append(args, "-z")
+		flags = unix.MNT_DETACH
+	}
+	for _, bin := range []string{"fusermount3", "fusermount"} {
+		path, err := exec.LookPath(bin)
+		if err != nil {
+			continue
+		}
+		if out, err := exec.Command(path, append(args, mnt)...).CombinedOutput(); err != nil {
+			return fmt.Errorf("%s %s %s: %v: %s", bin, strings.Join(args, " "), mnt, err, bytes.TrimSpace(out))
+		}
+		return nil
+	}
+	if err := unix.Unmount(mnt, flags); err != nil {
+		return fmt.Errorf("umount %s: %w (and no fusermount3 installed)", mnt, err)
+	}
+	return nil
+}
+
+func printUpReport(w io.Writer, p upPlan) {
+	fmt.Fprintf(w, "\nweft is running:\n")
+	fmt.Fprintf(w, "  %-10s %-16s %s\n", "meta", p.Meta.Addr, "database "+p.Meta.Dirs[0])
+	for _, s := range p.Storage {
+		names := make([]string, len(s.Dirs))
+		for i, d := range s.Dirs {
+			names[i] = filepath.Base(d)
+		}
+		fmt.Fprintf(w, "  %-10s %-16s %s\n", s.Name, s.Addr, "targets "+strings.Join(names, ", ")+" in "+p.Data)
+	}
+	fmt.Fprintf(w, "  %-10s %-16s %s\n", "mount", p.Mount, "client of meta "+p.MetaAddr)
+	fmt.Fprintf(w, "logs:\n")
+	for _, c := range append(append([]childSpec{p.Meta}, p.Storage...), p.Mounter) {
+		fmt.Fprintf(w, "  %-10s %s\n", c.Name, c.Log)
+	}
+}
+
+// readWriteCheck writes a file that spans several stripes through the mount,
+// closes it, reads it back and compares, then removes it.
+func readWriteCheck(mnt string) (string, error) {
+	const size = 4<<20 + 12345
+	data := make([]byte, size)
+	if _, err := rand.Read(data); err != nil {
+		return "", err
+	}
+	path := filepath.Join(mnt, fmt.Sprintf(".weft-up-check-%d", os.Getpid()))
+	defer os.Remove(path)
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		return "", err
+	}
+	if _, err := f.Write(data); err != nil {
+		f.Close()
+		return "", err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return "", fmt.Errorf("fsync: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return "", fmt.Errorf("close: %w", err)
+	}
+	got, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	if !bytes.Equal(got, data) {
+		return "", fmt.Errorf("read back %d bytes that differ from the %d written", len(got), len(data))
+	}
+	where := ""
+	if l, err := getLayout(path); err == nil {
+		where = fmt.Sprintf(", striped %d x %s over targets %v", l.StripeCount, units.FormatSize(l.StripeSize), l.Targets)
+	}
+	return fmt.Sprintf("write/read check: wrote %s through %s%s, read it back: OK", units.FormatSize(size), mnt, where), nil
+}
+
+// supervisor runs the children and notices when one exits.
+type supervisor struct {
+	exe      string
+	out      io.Writer
+	children []*child // in start order
+	exited   chan *child
+}
+
+type child struct {
+	spec     childSpec
+	cmd      *exec.Cmd
+	done     chan struct{} // closed when the process has exited
+	err      error         // its exit status, valid after done
+	stopping atomic.Bool   // set before we stop it: its exit is expected
+}
+
+// newSupervisor makes a supervisor for at most n children.
+func newSupervisor(exe string, out io.Writer, n int) *supervisor {
+	return &supervisor{exe: exe, out: out, exited: make(chan *child, n)}
+}
+
+// start runs spec with output appended to its log file. The child gets its
+// own process group, so a Ctrl-C in the terminal reaches only weft up, which
+// stops the children in order (mount first); and it gets SIGTERM if weft up
+// dies.
+func (s *supervisor) start(spec childSpec) (*child, error) {
+	logf, err := os.OpenFile(spec.Log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	defer logf.Close() // the child has its own copy
+	fmt.Fprintf(logf, "=== weft up: %s: %s %s\n", time.Now().Format(time.RFC3339), s.exe, strings.Join(spec.Args, " "))
+	cmd := exec.Command(s.exe, spec.Args...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("up: start %s: %w", spec.Name, err)
+	}
+	c := &child{spec: spec, cmd: cmd, done: make(chan struct{})}
+	s.children = append(s.children, c)
+	go func() {
+		c.err = cmd.Wait()
+		close(c.done)
+		s.exited <- c
+	}()
+	fmt.Fprintf(s.out, "  started %-10s pid %-7d log %s\n", spec.Name, cmd.Process.Pid, spec.Log)
+	return c, nil
+}
+
+// errInterrupted is returned by waitFor when ctx is cancelled (Ctrl-C
+// during startup).
+var errInterrupted = errors.New("up: interrupted")
+
+// waitFor polls cond every 100ms until it holds, a child exits, ctx is
+// cancelled or the timeout passes.
+func (s *supervisor) waitFor(ctx context.Context, what string, timeout time.Duration, cond func() (bool, error)) error {
+	deadline := time.NewTimer(timeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	var lastErr error
+	for {
+		ok, err := cond()
+		if ok {
+			return nil
+		}
+		lastErr = err
+		select {
+		case <-ctx.Done():
+			return errInterrupted
+		case c := <-s.exited:
+			return s.died(c)
+		case <-deadline.C:
+			msg := fmt.Sprintf("up: gave up waiting %v for %s", timeout, what)
+			if lastErr != nil {
+				msg += fmt.Sprintf(" (last error: %v)", lastErr)
+			}
+			return fmt.Errorf("%s; the logs may say why:\n%s", msg, s.tails())
+		case <-tick.C:
+		}
+	}
+}
+
+// interrupted turns a Ctrl-C during startup into a clean exit.
+func (s *supervisor) interrupted(err error) error {
+	if errors.Is(err, errInterrupted) {
+		fmt.Fprintln(s.out, "weft up: interrupted, stopping")
+		return nil
+	}
+	return err
+}
+
+// died describes a child's unexpected exit with the end of its log.
+func (s *supervisor) died(c *child) error {
+	return fmt.Errorf("up: %s exited unexpectedly (%v); the end of %s:\n%s", c.spec.Name, exitStatus(c.err), c.spec.Log, indent(logTail(c.spec.Log, 20)))
+}
+
+func exitStatus(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+// tails shows the end of every child's log, for a startup timeout.
+func (s *supervisor) tails() string {
+	var b strings.Builder
+	for _, c := range s.children {
+		fmt.Fprintf(&b, "--- %s:\n%s", c.spec.Log, indent(logTail(c.spec.Log, 5)))
+	}
+	return b.String()
+}
+
+// stopAll stops the children in reverse start order: the mount first (so
+// nothing is left mounted over a dead server), then storage, then meta.
+func (s *supervisor) stopAll(mnt string) {
+	for i := len(s.children) - 1; i >= 0; i-- {
+		c := s.children[i]
+		if c.spec.Name == "mount" {
+			s.stopMount(c, mnt)
+		} else {
+			s.stop(c, 10*time.Second)
+		}
+	}
+	if isFuseMount(mnt) || isStaleMountPath(mnt) {
+		if err := unmountFuse(mnt, true); err != nil {
+			fmt.Fprintln(s.out, "weft up:", err)
+		}
+	}
+}
+
+// stop sends SIGTERM and waits up to grace for a clean exit, then kills.
+func (s *supervisor) stop(c *child, grace time.Duration) {
+	c.stopping.Store(true)
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(grace)
+	defer t.Stop()
+	select {
+	case <-c.done:
+	case <-t.C:
+		fmt.Fprintf(s.out, "weft up: %s did not stop within %v; killing it\n", c.spec.Name, grace)
+		_ = c.cmd.Process.Kill()
+		<-c.done
+	}
+}
+
+// stopMount asks the mount process to unmount and exit; if it cannot (files
+// still open), the mount is detached lazily and the process stopped.
+func (s *supervisor) stopMount(c *child, mnt string) {
+	c.stopping.Store(true)
+	select {
+	case <-c.done:
+		return
+	default:
+	}
+	_ = c.cmd.Process.Signal(syscall.SIGTERM)
+	t := time.NewTimer(10 * time.Second)
+	defer t.Stop()
+	select {
+	case <-c.done:
+		return
+	case <-t.C:
+	}
+	fmt.Fprintf(s.out, "weft up: the mount did not unmount within 10s (files open?); detaching it\n")
+	if err := unmountFuse(mnt, true); err != nil {
+		fmt.Fprintln(s.out, "weft up:", err)
+	}
+	s.stop(c, 5*time.Second)
+}
+
+func isStaleMountPath(p string) bool {
+	_, err := os.Stat(p)
+	return isStaleMount(err)
+}
+
+// logTail returns the last n lines of the file at path.
+func logTail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return fmt.Sprintf("(cannot read the log: %v)\n", err)
+	}
+	defer f.Close()
+	const maxRead = 64 << 10
+	fi, err := f.Stat()
+	if err != nil {
+		return fmt.Sprintf("(cannot read the log: %v)\n", err)
+	}
+	off := max(fi.Size()-maxRead, 0)
+	buf := make([]byte, fi.Size()-off)
+	if _, err := f.ReadAt(buf, off); err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Sprintf("(cannot read the log: %v)\n", err)
+	}
+	lines := strings.Split(strings.TrimRight(string(buf), "\n"), "\n")
+	if off > 0 && len(lines) > 1 {
+		lines = lines[1:] // probably cut in the middle
+	}
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	if len(lines) == 1 && lines[0] == "" {
+		return "(empty)\n"
+	}
+	return strings.Join(lines, "\n") + "\n"
+}
+
+func indent(s string) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	return "    " + strings.Join(lines, "\n    ") + "\n"
 }

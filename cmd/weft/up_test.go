@@ -1,0 +1,240 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestUpResolve(t *testing.T) {
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	o := upOptions{Targets: 4, Servers: 2, BasePort: 7400, LogLevel: "info"}
+	if err := o.resolve(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Data != filepath.Join(home, "weft", "data") || o.Mount != filepath.Join(home, "weft", "mnt") {
+		t.Fatalf("defaults: data %s mount %s", o.Data, o.Mount)
+	}
+	if _, err := os.Stat(o.Data); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("resolve created %s: %v", o.Data, err)
+	}
+	for _, tc := range []struct {
+		name string
+		o    upOptions
+		err  string
+	}{
+		{"no targets", upOptions{Targets: 0, Servers: 1, BasePort: 7400, LogLevel: "info"}, "--targets 0"},
+		{"more servers than targets", upOptions{Targets: 2, Servers: 3, BasePort: 7400, LogLevel: "info"}, "--servers 3: want 1..2"},
+		{"no servers", upOptions{Targets: 2, Servers: 0, BasePort: 7400, LogLevel: "info"}, "--servers 0"},
+		{"port too high", upOptions{Targets: 4, Servers: 2, BasePort: 65530, LogLevel: "info"}, "--base-port 65530"},
+		{"port zero", upOptions{Targets: 4, Servers: 2, BasePort: 0, LogLevel: "info"}, "--base-port 0"},
+		{"mount inside data", upOptions{Data: "/x/d", Mount: "/x/d/mnt", Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info"}, "must not contain each other"},
+		{"data inside mount", upOptions{Data: "/x/m/d", Mount: "/x/m", Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info"}, "must not contain each other"},
+		{"same dir", upOptions{Data: "/x", Mount: "/x/", Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info"}, "must not contain each other"},
+		{"bad log level", upOptions{Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "chatty"}, "--log-level"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			o := tc.o
+			wantErr(t, o.resolve(), tc.err)
+		})
+	}
+}
+
+func TestUpFlags(t *testing.T) {
+	wantErr(t, execute(newUpCmd(), "--targets", "x"), "invalid argument")
+	wantErr(t, execute(newUpCmd(), "--servers", "5", "--targets", "4"), "--servers 5")
+	wantErr(t, execute(newUpCmd(), "extra"), "unknown command")
+}
+
+func TestPlanUp(t *testing.T) {
+	p := planUp(upOptions{Data: "/d", Mount: "/m", Targets: 5, Servers: 3, BasePort: 7400, LogLevel: "info"})
+	if p.MetaAddr != "127.0.0.1:7400" || p.Meta.Addr != p.MetaAddr || p.Meta.Log != "/d/logs/meta.log" {
+		t.Fatalf("meta: %+v", p.Meta)
+	}
+	if want := []string{"meta", "--listen", "127.0.0.1:7400", "--data", "/d/meta", "--log-level", "info"}; !slices.Equal(p.Meta.Args, want) {
+		t.Fatalf("meta args %q, want %q", p.Meta.Args, want)
+	}
+	wantTargets := [][]string{{"/d/target-0", "/d/target-3"}, {"/d/target-1", "/d/target-4"}, {"/d/target-2"}}
+	if len(p.Storage) != 3 {
+		t.Fatalf("%d storage servers", len(p.Storage))
+	}
+	for i, s := range p.Storage {
+		addr := fmt.Sprintf("127.0.0.1:%d", 7410+i)
+		if s.Name != fmt.Sprintf("storage-%d", i) || s.Addr != addr || s.Log != fmt.Sprintf("/d/logs/storage-%d.log", i) {
+			t.Fatalf("storage %d: %+v", i, s)
+		}
+		if !slices.Equal(s.Dirs, wantTargets[i]) {
+			t.Fatalf("storage %d targets %q, want %q", i, s.Dirs, wantTargets[i])
+		}
+		want := []string{"storage", "--listen", addr, "--meta", "127.0.0.1:7400"}
+		for _, d := range wantTargets[i] {
+			want = append(want, "--target", d)
+		}
+		want = append(want, "--log-level", "info")
+		if !slices.Equal(s.Args, want) {
+			t.Fatalf("storage %d args %q, want %q", i, s.Args, want)
+		}
+	}
+	m := p.Mounter
+	if m.Name != "mount" || m.Args[0] != "mount" || m.Args[len(m.Args)-1] != "/m" || !slices.Contains(m.Args, "127.0.0.1:7400") || m.Log != "/d/logs/mount.log" {
+		t.Fatalf("mount: %+v", m)
+	}
+}
+
+// The children's command lines parse and validate with the real commands.
+func TestPlanUpArgsValidate(t *testing.T) {
+	dir := t.TempDir()
+	p := planUp(upOptions{Data: dir + "/data", Mount: dir + "/mnt", Targets: 3, Servers: 2, BasePort: 7400, LogLevel: "debug"})
+	for _, c := range append(append([]childSpec{p.Meta}, p.Storage...), p.Mounter) {
+		for _, d := range c.Dirs {
+			if err := mkdir(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	ran := 0
+	check := func(c childSpec, err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatalf("%s %q: %v", c.Name, c.Args, err)
+		}
+	}
+	check(p.Meta, execute(metaCommand(func(context.Context, *metaOptions) error { ran++; return nil }), p.Meta.Args[1:]...))
+	for _, s := range p.Storage {
+		check(s, execute(storageCommand(func(context.Context, *storageOptions) error { ran++; return nil }), s.Args[1:]...))
+	}
+	check(p.Mounter, execute(mountCommand(func(context.Context, *mountOptions) error { ran++; return nil }), p.Mounter.Args[1:]...))
+	if ran != 4 {
+		t.Fatalf("%d of 4 commands ran", ran)
+	}
+}
+
+func TestCheckPortsFree(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	busy := l.Addr().String()
+	wantErr(t, checkPortsFree([]string{busy}), busy, "already in use", "--base-port")
+
+	l2, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	free := l2.Addr().String()
+	l2.Close()
+	if err := checkPortsFree([]string{free}); err != nil {
+		t.Fatalf("free port %s: %v", free, err)
+	}
+}
+
+func TestLogTail(t *testing.T) {
+	dir := t.TempDir()
+	var b strings.Builder
+	for i := range 30 {
+		fmt.Fprintf(&b, "line %d\n", i)
+	}
+	p := writeFile(t, dir, "log", b.String())
+	got := logTail(p, 3)
+	if got != "line 27\nline 28\nline 29\n" {
+		t.Fatalf("tail: %q", got)
+	}
+	if got := logTail(writeFile(t, dir, "empty", ""), 3); got != "(empty)\n" {
+		t.Fatalf("empty: %q", got)
+	}
+	if got := logTail(dir+"/missing", 3); !strings.Contains(got, "cannot read the log") {
+		t.Fatalf("missing: %q", got)
+	}
+	// Only the end of a big log is read; the first, partial line is dropped.
+	big := writeFile(t, dir, "big", strings.Repeat("x", 100<<10)+"\nlast\n")
+	if got := logTail(big, 5); got != "last\n" {
+		t.Fatalf("big: %q", got)
+	}
+}
+
+func shSpec(dir, name, script string) childSpec {
+	return childSpec{Name: name, Args: []string{"-c", script}, Log: filepath.Join(dir, name+".log")}
+}
+
+func TestSupervisorReportsDeadChild(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	s := newSupervisor("/bin/sh", &out, 2)
+	defer s.stopAll(dir)
+	if _, err := s.start(shSpec(dir, "storage-1", "exec sleep 30")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.start(shSpec(dir, "storage-0", "echo 'storage: target dir is gone' >&2; exit 3")); err != nil {
+		t.Fatal(err)
+	}
+	err := s.waitFor(context.Background(), "nothing", 20*time.Second, func() (bool, error) { return false, nil })
+	wantErr(t, err, "storage-0 exited unexpectedly", "exit status 3", "storage: target dir is gone", filepath.Join(dir, "storage-0.log"))
+	if !strings.Contains(out.String(), "started storage-0") {
+		t.Fatalf("output: %s", out.String())
+	}
+}
+
+func TestSupervisorStopsChildrenInReverseOrder(t *testing.T) {
+	dir := t.TempDir()
+	s := newSupervisor("/bin/sh", &bytes.Buffer{}, 2)
+	order := filepath.Join(dir, "order")
+	// Each child notes when it gets SIGTERM; the second must hear it first.
+	for _, name := range []string{"first", "second"} {
+		script := fmt.Sprintf("trap 'echo %s >> %s; exit 0' TERM; while :; do sleep 0.05; done", name, order)
+		if _, err := s.start(shSpec(dir, name, script)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(300 * time.Millisecond) // let the shells install their traps
+	start := time.Now()
+	s.stopAll(dir)
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("stopAll took %v", d)
+	}
+	for _, c := range s.children {
+		select {
+		case <-c.done:
+		default:
+			t.Fatalf("%s still running", c.spec.Name)
+		}
+	}
+	b, err := os.ReadFile(order)
+	if err != nil || string(b) != "second\nfirst\n" {
+		t.Fatalf("stop order %q, %v", b, err)
+	}
+}
+
+func TestSupervisorWaitFor(t *testing.T) {
+	dir := t.TempDir()
+	s := newSupervisor("/bin/sh", &bytes.Buffer{}, 1)
+	defer s.stopAll(dir)
+	if _, err := s.start(shSpec(dir, "meta", "echo hello from meta; exec sleep 30")); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	if err := s.waitFor(context.Background(), "three polls", 10*time.Second, func() (bool, error) { n++; return n == 3, nil }); err != nil || n != 3 {
+		t.Fatalf("waitFor = %v after %d polls", err, n)
+	}
+	time.Sleep(100 * time.Millisecond) // let the shell write its log line
+	err := s.waitFor(context.Background(), "godot", 300*time.Millisecond, func() (bool, error) { return false, errors.New("not yet") })
+	wantErr(t, err, "gave up waiting 300ms for godot", "last error: not yet", "hello from meta")
+
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := s.waitFor(ctx, "x", time.Minute, func() (bool, error) { return false, nil }); !errors.Is(err, errInterrupted) {
+		t.Fatalf("cancelled: %v", err)
+	}
+	if err := s.interrupted(errInterrupted); err != nil {
+		t.Fatalf("interrupted = %v", err)
+	}
+}
