@@ -1,0 +1,219 @@
+package meta
+
+import (
+	"fmt"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
+)
+
+// Op says what a Command does.
+type Op uint8
+
+// Command ops. The numbers are part of the log format: never renumber.
+const (
+	OpInit           Op = 1  // format an empty store: root directory, counters
+	OpCreate         Op = 2  // regular file, fifo, socket, device
+	OpMkdir          Op = 3  //
+	OpSymlink        Op = 4  //
+	OpLink           Op = 5  //
+	OpUnlink         Op = 6  //
+	OpRmdir          Op = 7  //
+	OpRename         Op = 8  //
+	OpSetAttr        Op = 9  //
+	OpSetXattr       Op = 10 //
+	OpRemoveXattr    Op = 11 //
+	OpWriteDone      Op = 12 //
+	OpSetLayout      Op = 13 //
+	OpRegisterTarget Op = 14 //
+	OpReclaim        Op = 15 // delete an orphan with no opens, queue its objects
+	OpGCDone         Op = 16 // drop removed objects from the GC queue
+	opMax            Op = 17
+)
+
+var opNames = [...]string{
+	OpInit: "init", OpCreate: "create", OpMkdir: "mkdir", OpSymlink: "symlink", OpLink: "link",
+	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpSetAttr: "setattr",
+	OpSetXattr: "setxattr", OpRemoveXattr: "removexattr", OpWriteDone: "writedone",
+	OpSetLayout: "setlayout", OpRegisterTarget: "register-target", OpReclaim: "reclaim",
+	OpGCDone: "gc-done",
+}
+
+func (o Op) String() string {
+	if o > 0 && o < opMax {
+		return opNames[o]
+	}
+	return fmt.Sprintf("op(%d)", uint8(o))
+}
+
+// GCObject is one entry of the object-GC queue.
+type GCObject struct {
+	Target proto.TargetID
+	Obj    proto.ObjectID
+}
+
+// Command is one deterministic metadata mutation. Everything that is not a
+// function of the current state (new inode numbers, the clock, the caller's
+// credentials, the ranked placement candidates) is decided by the proposer
+// and carried here, so that applying the same command to the same state on
+// any replica gives the same result. Fields an op does not use are zero.
+type Command struct {
+	Op  Op
+	Now int64 // proposer's clock, ns since the epoch
+
+	Ino       proto.Ino // the inode acted on, or the number for a new inode
+	Parent    proto.Ino
+	Name      string
+	NewParent proto.Ino // rename, link
+	NewName   string
+
+	Mode, Rdev, Uid, Gid uint32
+	Flags                uint32 // rename / xattr flags; create: 1 = exclusive
+	Size                 uint64 // writedone end
+	Text                 string // symlink target; target uuid; target address in Addr
+	Addr                 string
+	Value                []byte // xattr value
+	SetAttr              proto.SetAttrIn
+	Layout               *layout.Layout // explicit layout (create, setlayout)
+
+	// Candidates are the up, non-full targets ranked best first at proposal
+	// time. A new file's layout takes its first StripeCount entries. When
+	// empty, PlaceErr (EIO: no target up, ENOSPC: all full) is what a
+	// placement fails with.
+	Candidates []proto.TargetID
+	PlaceErr   uint32
+
+	TargetID proto.TargetID // register-target: the id the target claims (0 = new)
+	Objects  []GCObject     // gc-done
+	Inos     []proto.Ino    // reclaim
+}
+
+// Command encoding limits: bounds for the decoder, not policy.
+const (
+	maxCmdString = 64 << 10
+	maxCmdValue  = 1 << 20
+	maxCmdList   = 1 << 16
+	cmdVersion   = 1
+)
+
+// Encode returns the command's binary form (the raft log entry format).
+func (c *Command) Encode() []byte {
+	e := wire.NewEncoder(64 + len(c.Name) + len(c.NewName) + len(c.Text) + len(c.Value))
+	e.U8(cmdVersion)
+	e.U8(uint8(c.Op))
+	e.I64(c.Now)
+	e.U64(uint64(c.Ino))
+	e.U64(uint64(c.Parent))
+	e.String(c.Name)
+	e.U64(uint64(c.NewParent))
+	e.String(c.NewName)
+	e.U32(c.Mode)
+	e.U32(c.Rdev)
+	e.U32(c.Uid)
+	e.U32(c.Gid)
+	e.U32(c.Flags)
+	e.U64(c.Size)
+	e.String(c.Text)
+	e.String(c.Addr)
+	e.Bytes(c.Value)
+	s := c.SetAttr
+	e.U32(s.Valid)
+	e.U32(s.Mode)
+	e.U32(s.Uid)
+	e.U32(s.Gid)
+	e.U64(s.Size)
+	e.I64(s.Atime)
+	e.I64(s.Mtime)
+	e.I64(s.Ctime)
+	e.Bool(c.Layout != nil)
+	if c.Layout != nil {
+		c.Layout.Encode(e)
+	}
+	e.U32(uint32(len(c.Candidates)))
+	for _, t := range c.Candidates {
+		e.U32(uint32(t))
+	}
+	e.U32(c.PlaceErr)
+	e.U32(uint32(c.TargetID))
+	e.U32(uint32(len(c.Objects)))
+	for _, o := range c.Objects {
+		e.U32(uint32(o.Target))
+		e.U64(uint64(o.Obj.Ino))
+		e.U32(o.Obj.Stripe)
+	}
+	e.U32(uint32(len(c.Inos)))
+	for _, i := range c.Inos {
+		e.U64(uint64(i))
+	}
+	return e.B
+}
+
+// DecodeCommand parses a command written by Encode. It never panics; any
+// malformed input is an error.
+func DecodeCommand(b []byte) (*Command, error) {
+	d := wire.NewDecoder(b)
+	if v := d.U8(); d.Err() == nil && v != cmdVersion {
+		return nil, fmt.Errorf("meta: command version %d not supported", v)
+	}
+	c := &Command{}
+	c.Op = Op(d.U8())
+	c.Now = d.I64()
+	c.Ino = proto.Ino(d.U64())
+	c.Parent = proto.Ino(d.U64())
+	c.Name = d.StringMax(maxCmdString)
+	c.NewParent = proto.Ino(d.U64())
+	c.NewName = d.StringMax(maxCmdString)
+	c.Mode = d.U32()
+	c.Rdev = d.U32()
+	c.Uid = d.U32()
+	c.Gid = d.U32()
+	c.Flags = d.U32()
+	c.Size = d.U64()
+	c.Text = d.StringMax(maxCmdString)
+	c.Addr = d.StringMax(maxCmdString)
+	if v := d.BytesMax(maxCmdValue); len(v) > 0 {
+		c.Value = append([]byte(nil), v...)
+	}
+	c.SetAttr.Valid = d.U32()
+	c.SetAttr.Mode = d.U32()
+	c.SetAttr.Uid = d.U32()
+	c.SetAttr.Gid = d.U32()
+	c.SetAttr.Size = d.U64()
+	c.SetAttr.Atime = d.I64()
+	c.SetAttr.Mtime = d.I64()
+	c.SetAttr.Ctime = d.I64()
+	if d.Bool() {
+		l := layout.Decode(d)
+		c.Layout = &l
+	}
+	if n := d.Count(maxCmdList, 4); n > 0 {
+		c.Candidates = make([]proto.TargetID, n)
+		for i := range c.Candidates {
+			c.Candidates[i] = proto.TargetID(d.U32())
+		}
+	}
+	c.PlaceErr = d.U32()
+	c.TargetID = proto.TargetID(d.U32())
+	if n := d.Count(maxCmdList, 16); n > 0 {
+		c.Objects = make([]GCObject, n)
+		for i := range c.Objects {
+			c.Objects[i].Target = proto.TargetID(d.U32())
+			c.Objects[i].Obj.Ino = proto.Ino(d.U64())
+			c.Objects[i].Obj.Stripe = d.U32()
+		}
+	}
+	if n := d.Count(maxCmdList, 8); n > 0 {
+		c.Inos = make([]proto.Ino, n)
+		for i := range c.Inos {
+			c.Inos[i] = proto.Ino(d.U64())
+		}
+	}
+	if err := d.Done(); err != nil {
+		return nil, fmt.Errorf("meta: decode command: %w", err)
+	}
+	if c.Op == 0 || c.Op >= opMax {
+		return nil, fmt.Errorf("meta: decode command: unknown op %d", c.Op)
+	}
+	return c, nil
+}

@@ -1,0 +1,99 @@
+package meta
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
+)
+
+// inode is the stored record of one inode: the attributes the client sees
+// plus what only the server needs.
+type inode struct {
+	proto.Attr
+	Parent  proto.Ino // directories: the one parent (for the rename subtree check); root: itself
+	Written bool      // regular files: data was ever written (setstripe is refused after)
+	Symlink string    // symlinks: the target
+}
+
+const inodeVersion = 1
+
+func (n *inode) encode() []byte {
+	e := wire.NewEncoder(96 + len(n.Symlink) + 4*len(n.Layout.Targets))
+	e.U8(inodeVersion)
+	encodeAttr(e, &n.Attr)
+	e.U64(uint64(n.Parent))
+	e.Bool(n.Written)
+	e.String(n.Symlink)
+	return e.B
+}
+
+func decodeInode(b []byte) (*inode, error) {
+	d := wire.NewDecoder(b)
+	if v := d.U8(); d.Err() == nil && v != inodeVersion {
+		return nil, fmt.Errorf("meta: inode record version %d not supported", v)
+	}
+	n := &inode{}
+	decodeAttr(d, &n.Attr)
+	n.Parent = proto.Ino(d.U64())
+	n.Written = d.Bool()
+	n.Symlink = d.String()
+	if err := d.Done(); err != nil {
+		return nil, fmt.Errorf("meta: decode inode: %w", err)
+	}
+	return n, nil
+}
+
+func encodeAttr(e *wire.Encoder, a *proto.Attr) {
+	e.U64(uint64(a.Ino))
+	e.U32(a.Mode)
+	e.U32(a.Nlink)
+	e.U32(a.Uid)
+	e.U32(a.Gid)
+	e.U32(a.Rdev)
+	e.U64(a.Size)
+	e.I64(a.Atime)
+	e.I64(a.Mtime)
+	e.I64(a.Ctime)
+	a.Layout.Encode(e)
+}
+
+func decodeAttr(d *wire.Decoder, a *proto.Attr) {
+	a.Ino = proto.Ino(d.U64())
+	a.Mode = d.U32()
+	a.Nlink = d.U32()
+	a.Uid = d.U32()
+	a.Gid = d.U32()
+	a.Rdev = d.U32()
+	a.Size = d.U64()
+	a.Atime = d.I64()
+	a.Mtime = d.I64()
+	a.Ctime = d.I64()
+	a.Layout = layout.Decode(d)
+}
+
+// dirent is the value of a directory entry: the child and its file type.
+type dirent struct {
+	Ino  proto.Ino
+	Type uint32 // S_IFMT bits
+}
+
+func (de dirent) encode() []byte {
+	e := wire.NewEncoder(12)
+	e.U64(uint64(de.Ino))
+	e.U32(de.Type)
+	return e.B
+}
+
+func decodeDirent(b []byte) (dirent, error) {
+	d := wire.NewDecoder(b)
+	de := dirent{Ino: proto.Ino(d.U64()), Type: d.U32()}
+	if err := d.Done(); err != nil {
+		return dirent{}, fmt.Errorf("meta: decode dirent: %w", err)
+	}
+	return de, nil
+}
+
+func isDirMode(m uint32) bool { return m&syscall.S_IFMT == syscall.S_IFDIR }

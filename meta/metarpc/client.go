@@ -1,0 +1,158 @@
+package metarpc
+
+import (
+	"context"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
+)
+
+// Client implements proto.MetaService and proto.TargetRegistry over the
+// transport. It is safe for concurrent use. Errors are the server's errno,
+// or the transport's (ETIMEDOUT, EIO); a response that does not decode is
+// EIO.
+type Client struct {
+	call func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error)
+}
+
+var (
+	_ proto.MetaService    = (*Client)(nil)
+	_ proto.TargetRegistry = (*Client)(nil)
+)
+
+// NewClient returns a client that calls the metadata server at addr
+// through pool.
+func NewClient(pool *transport.Pool, addr string) *Client {
+	return &Client{call: func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error) {
+		return pool.Call(ctx, addr, op, parts...)
+	}}
+}
+
+// NewConnClient returns a client over one connection.
+func NewConnClient(c transport.Conn) *Client {
+	return &Client{call: c.Call}
+}
+
+func (c *Client) do(ctx context.Context, op uint16, req, resp message) error {
+	b, err := c.call(ctx, op, marshal(req))
+	if err != nil {
+		return err
+	}
+	if err := unmarshal(b, resp); err != nil {
+		return errIO(err)
+	}
+	return nil
+}
+
+func (c *Client) attr(ctx context.Context, op uint16, req message) (proto.Attr, error) {
+	var r attrResp
+	err := c.do(ctx, op, req, &r)
+	return r.Attr, err
+}
+
+func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	return c.attr(ctx, OpLookup, &nameReq{parent, name})
+}
+
+func (c *Client) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+	return c.attr(ctx, OpGetAttr, &inoReq{ino})
+}
+
+func (c *Client) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
+	return c.attr(ctx, OpSetAttr, &setAttrReq{ino, in})
+}
+
+func (c *Client) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, error) {
+	return c.attr(ctx, OpCreate, &createReq{in})
+}
+
+func (c *Client) Mkdir(ctx context.Context, parent proto.Ino, name string, mode, uid, gid uint32) (proto.Attr, error) {
+	return c.attr(ctx, OpMkdir, &mkdirReq{parent, name, mode, uid, gid})
+}
+
+func (c *Client) Symlink(ctx context.Context, parent proto.Ino, name, target string, uid, gid uint32) (proto.Attr, error) {
+	return c.attr(ctx, OpSymlink, &symlinkReq{parent, name, target, uid, gid})
+}
+
+func (c *Client) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
+	var r stringResp
+	err := c.do(ctx, OpReadlink, &inoReq{ino}, &r)
+	return r.S, err
+}
+
+func (c *Client) Link(ctx context.Context, ino, newParent proto.Ino, newName string) (proto.Attr, error) {
+	return c.attr(ctx, OpLink, &linkReq{ino, newParent, newName})
+}
+
+func (c *Client) Unlink(ctx context.Context, parent proto.Ino, name string) error {
+	return c.do(ctx, OpUnlink, &nameReq{parent, name}, &emptyMsg{})
+}
+
+func (c *Client) Rmdir(ctx context.Context, parent proto.Ino, name string) error {
+	return c.do(ctx, OpRmdir, &nameReq{parent, name}, &emptyMsg{})
+}
+
+func (c *Client) Rename(ctx context.Context, oldParent proto.Ino, oldName string, newParent proto.Ino, newName string, flags uint32) error {
+	return c.do(ctx, OpRename, &renameReq{oldParent, oldName, newParent, newName, flags}, &emptyMsg{})
+}
+
+func (c *Client) ReadDir(ctx context.Context, dir proto.Ino, after string, max int) ([]proto.DirEntry, error) {
+	var r dirResp
+	err := c.do(ctx, OpReadDir, &readDirReq{dir, after, uint32(max)}, &r)
+	return r.Entries, err
+}
+
+func (c *Client) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]byte, error) {
+	var r bytesResp
+	err := c.do(ctx, OpGetXattr, &nameReq{ino, name}, &r)
+	return r.B, err
+}
+
+func (c *Client) SetXattr(ctx context.Context, ino proto.Ino, name string, value []byte, flags uint32) error {
+	return c.do(ctx, OpSetXattr, &setXattrReq{ino, name, value, flags}, &emptyMsg{})
+}
+
+func (c *Client) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error) {
+	var r stringsResp
+	err := c.do(ctx, OpListXattr, &inoReq{ino}, &r)
+	return r.S, err
+}
+
+func (c *Client) RemoveXattr(ctx context.Context, ino proto.Ino, name string) error {
+	return c.do(ctx, OpRemoveXattr, &nameReq{ino, name}, &emptyMsg{})
+}
+
+func (c *Client) Open(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+	return c.attr(ctx, OpOpen, &inoReq{ino})
+}
+
+func (c *Client) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
+	return c.attr(ctx, OpWriteDone, &writeDoneReq{ino, end})
+}
+
+func (c *Client) Release(ctx context.Context, ino proto.Ino) error {
+	return c.do(ctx, OpRelease, &inoReq{ino}, &emptyMsg{})
+}
+
+func (c *Client) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {
+	return c.attr(ctx, OpSetLayout, &setLayoutReq{ino, l})
+}
+
+func (c *Client) StatFS(ctx context.Context) (proto.StatFS, error) {
+	var r statfsResp
+	err := c.do(ctx, OpStatFS, &emptyMsg{}, &r)
+	return r.S, err
+}
+
+func (c *Client) Targets(ctx context.Context) ([]proto.TargetInfo, error) {
+	var r targetsResp
+	err := c.do(ctx, OpTargets, &emptyMsg{}, &r)
+	return r.T, err
+}
+
+func (c *Client) RegisterTarget(ctx context.Context, uuid string, info proto.TargetInfo) (proto.TargetID, error) {
+	var r targetIDResp
+	err := c.do(ctx, OpRegisterTarget, &registerReq{uuid, info}, &r)
+	return r.ID, err
+}

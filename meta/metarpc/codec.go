@@ -1,0 +1,489 @@
+package metarpc
+
+import (
+	"fmt"
+	"syscall"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
+)
+
+// Op codes of the metadata RPCs (1..99). They are part of the wire
+// protocol: never renumber.
+const (
+	OpLookup         uint16 = 1
+	OpGetAttr        uint16 = 2
+	OpSetAttr        uint16 = 3
+	OpCreate         uint16 = 4
+	OpMkdir          uint16 = 5
+	OpSymlink        uint16 = 6
+	OpReadlink       uint16 = 7
+	OpLink           uint16 = 8
+	OpUnlink         uint16 = 9
+	OpRmdir          uint16 = 10
+	OpRename         uint16 = 11
+	OpReadDir        uint16 = 12
+	OpGetXattr       uint16 = 13
+	OpSetXattr       uint16 = 14
+	OpListXattr      uint16 = 15
+	OpRemoveXattr    uint16 = 16
+	OpOpen           uint16 = 17
+	OpWriteDone      uint16 = 18
+	OpRelease        uint16 = 19
+	OpSetLayout      uint16 = 20
+	OpStatFS         uint16 = 21
+	OpTargets        uint16 = 22
+	OpRegisterTarget uint16 = 30
+)
+
+// Decoder bounds (shape only; the server enforces the real limits).
+const (
+	maxList   = 1 << 20
+	maxValue  = 1 << 20 // an xattr value (the server allows 64 KiB)
+	attrBytes = 8 + 5*4 + 8 + 3*8 + 8 + 4 + 4
+)
+
+// message is a request or response body.
+type message interface {
+	encode(e *wire.Encoder)
+	decode(d *wire.Decoder)
+}
+
+func marshal(m message) []byte {
+	e := wire.NewEncoder(64)
+	m.encode(e)
+	return e.B
+}
+
+// unmarshal decodes b into m; it never panics and rejects trailing bytes.
+func unmarshal(b []byte, m message) error {
+	d := wire.NewDecoder(b)
+	m.decode(d)
+	if err := d.Done(); err != nil {
+		return fmt.Errorf("metarpc: decode %T: %w", m, err)
+	}
+	return nil
+}
+
+func encodeAttr(e *wire.Encoder, a *proto.Attr) {
+	e.U64(uint64(a.Ino))
+	e.U32(a.Mode)
+	e.U32(a.Nlink)
+	e.U32(a.Uid)
+	e.U32(a.Gid)
+	e.U32(a.Rdev)
+	e.U64(a.Size)
+	e.I64(a.Atime)
+	e.I64(a.Mtime)
+	e.I64(a.Ctime)
+	a.Layout.Encode(e)
+}
+
+func decodeAttr(d *wire.Decoder, a *proto.Attr) {
+	a.Ino = proto.Ino(d.U64())
+	a.Mode = d.U32()
+	a.Nlink = d.U32()
+	a.Uid = d.U32()
+	a.Gid = d.U32()
+	a.Rdev = d.U32()
+	a.Size = d.U64()
+	a.Atime = d.I64()
+	a.Mtime = d.I64()
+	a.Ctime = d.I64()
+	a.Layout = layout.Decode(d)
+}
+
+// --- requests ---
+
+type inoReq struct{ Ino proto.Ino } // getattr, readlink, listxattr, open, release
+
+func (m *inoReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)) }
+func (m *inoReq) decode(d *wire.Decoder) { m.Ino = proto.Ino(d.U64()) }
+
+type nameReq struct { // lookup, unlink, rmdir, getxattr, removexattr
+	Ino  proto.Ino
+	Name string
+}
+
+func (m *nameReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); e.String(m.Name) }
+func (m *nameReq) decode(d *wire.Decoder) { m.Ino = proto.Ino(d.U64()); m.Name = d.String() }
+
+type setAttrReq struct {
+	Ino proto.Ino
+	In  proto.SetAttrIn
+}
+
+func (m *setAttrReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Ino))
+	e.U32(m.In.Valid)
+	e.U32(m.In.Mode)
+	e.U32(m.In.Uid)
+	e.U32(m.In.Gid)
+	e.U64(m.In.Size)
+	e.I64(m.In.Atime)
+	e.I64(m.In.Mtime)
+	e.I64(m.In.Ctime)
+}
+
+func (m *setAttrReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	m.In.Valid = d.U32()
+	m.In.Mode = d.U32()
+	m.In.Uid = d.U32()
+	m.In.Gid = d.U32()
+	m.In.Size = d.U64()
+	m.In.Atime = d.I64()
+	m.In.Mtime = d.I64()
+	m.In.Ctime = d.I64()
+}
+
+type createReq struct{ In proto.CreateIn }
+
+func (m *createReq) encode(e *wire.Encoder) {
+	in := &m.In
+	e.U64(uint64(in.Parent))
+	e.String(in.Name)
+	e.U32(in.Mode)
+	e.U32(in.Rdev)
+	e.U32(in.Uid)
+	e.U32(in.Gid)
+	e.Bool(in.Exclusive)
+	e.Bool(in.Layout != nil)
+	if in.Layout != nil {
+		in.Layout.Encode(e)
+	}
+}
+
+func (m *createReq) decode(d *wire.Decoder) {
+	in := &m.In
+	in.Parent = proto.Ino(d.U64())
+	in.Name = d.String()
+	in.Mode = d.U32()
+	in.Rdev = d.U32()
+	in.Uid = d.U32()
+	in.Gid = d.U32()
+	in.Exclusive = d.Bool()
+	if d.Bool() {
+		l := layout.Decode(d)
+		in.Layout = &l
+	}
+}
+
+type mkdirReq struct {
+	Parent         proto.Ino
+	Name           string
+	Mode, Uid, Gid uint32
+}
+
+func (m *mkdirReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Parent))
+	e.String(m.Name)
+	e.U32(m.Mode)
+	e.U32(m.Uid)
+	e.U32(m.Gid)
+}
+
+func (m *mkdirReq) decode(d *wire.Decoder) {
+	m.Parent = proto.Ino(d.U64())
+	m.Name = d.String()
+	m.Mode = d.U32()
+	m.Uid = d.U32()
+	m.Gid = d.U32()
+}
+
+type symlinkReq struct {
+	Parent       proto.Ino
+	Name, Target string
+	Uid, Gid     uint32
+}
+
+func (m *symlinkReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Parent))
+	e.String(m.Name)
+	e.String(m.Target)
+	e.U32(m.Uid)
+	e.U32(m.Gid)
+}
+
+func (m *symlinkReq) decode(d *wire.Decoder) {
+	m.Parent = proto.Ino(d.U64())
+	m.Name = d.String()
+	m.Target = d.String()
+	m.Uid = d.U32()
+	m.Gid = d.U32()
+}
+
+type linkReq struct {
+	Ino, NewParent proto.Ino
+	NewName        string
+}
+
+func (m *linkReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Ino))
+	e.U64(uint64(m.NewParent))
+	e.String(m.NewName)
+}
+
+func (m *linkReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	m.NewParent = proto.Ino(d.U64())
+	m.NewName = d.String()
+}
+
+type renameReq struct {
+	OldParent proto.Ino
+	OldName   string
+	NewParent proto.Ino
+	NewName   string
+	Flags     uint32
+}
+
+func (m *renameReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.OldParent))
+	e.String(m.OldName)
+	e.U64(uint64(m.NewParent))
+	e.String(m.NewName)
+	e.U32(m.Flags)
+}
+
+func (m *renameReq) decode(d *wire.Decoder) {
+	m.OldParent = proto.Ino(d.U64())
+	m.OldName = d.String()
+	m.NewParent = proto.Ino(d.U64())
+	m.NewName = d.String()
+	m.Flags = d.U32()
+}
+
+type readDirReq struct {
+	Dir   proto.Ino
+	After string
+	Max   uint32
+}
+
+func (m *readDirReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Dir))
+	e.String(m.After)
+	e.U32(m.Max)
+}
+
+func (m *readDirReq) decode(d *wire.Decoder) {
+	m.Dir = proto.Ino(d.U64())
+	m.After = d.String()
+	m.Max = d.U32()
+}
+
+type setXattrReq struct {
+	Ino   proto.Ino
+	Name  string
+	Value []byte
+	Flags uint32
+}
+
+func (m *setXattrReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Ino))
+	e.String(m.Name)
+	e.Bytes(m.Value)
+	e.U32(m.Flags)
+}
+
+func (m *setXattrReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	m.Name = d.String()
+	m.Value = d.BytesMax(maxValue)
+	m.Flags = d.U32()
+}
+
+type writeDoneReq struct {
+	Ino proto.Ino
+	End uint64
+}
+
+func (m *writeDoneReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); e.U64(m.End) }
+func (m *writeDoneReq) decode(d *wire.Decoder) { m.Ino = proto.Ino(d.U64()); m.End = d.U64() }
+
+type setLayoutReq struct {
+	Ino    proto.Ino
+	Layout layout.Layout
+}
+
+func (m *setLayoutReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); m.Layout.Encode(e) }
+func (m *setLayoutReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	m.Layout = layout.Decode(d)
+}
+
+type registerReq struct {
+	UUID string
+	Info proto.TargetInfo
+}
+
+func (m *registerReq) encode(e *wire.Encoder) { e.String(m.UUID); encodeTarget(e, &m.Info) }
+func (m *registerReq) decode(d *wire.Decoder) { m.UUID = d.String(); decodeTarget(d, &m.Info) }
+
+func encodeTarget(e *wire.Encoder, t *proto.TargetInfo) {
+	e.U32(uint32(t.ID))
+	e.String(t.Addr)
+	e.U64(t.Total)
+	e.U64(t.Used)
+	e.U64(t.Free)
+	e.Bool(t.Up)
+}
+
+func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
+	t.ID = proto.TargetID(d.U32())
+	t.Addr = d.String()
+	t.Total = d.U64()
+	t.Used = d.U64()
+	t.Free = d.U64()
+	t.Up = d.Bool()
+}
+
+type emptyMsg struct{} // statfs, targets requests; responses without a body
+
+func (*emptyMsg) encode(*wire.Encoder) {}
+func (*emptyMsg) decode(*wire.Decoder) {}
+
+// --- responses ---
+
+type attrResp struct{ Attr proto.Attr }
+
+func (m *attrResp) encode(e *wire.Encoder) { encodeAttr(e, &m.Attr) }
+func (m *attrResp) decode(d *wire.Decoder) { decodeAttr(d, &m.Attr) }
+
+type stringResp struct{ S string }
+
+func (m *stringResp) encode(e *wire.Encoder) { e.String(m.S) }
+func (m *stringResp) decode(d *wire.Decoder) { m.S = d.String() }
+
+type bytesResp struct{ B []byte }
+
+func (m *bytesResp) encode(e *wire.Encoder) { e.Bytes(m.B) }
+func (m *bytesResp) decode(d *wire.Decoder) { m.B = append([]byte{}, d.BytesMax(maxValue)...) }
+
+type dirResp struct{ Entries []proto.DirEntry }
+
+func (m *dirResp) encode(e *wire.Encoder) {
+	e.U32(uint32(len(m.Entries)))
+	for i := range m.Entries {
+		e.String(m.Entries[i].Name)
+		encodeAttr(e, &m.Entries[i].Attr)
+	}
+}
+
+func (m *dirResp) decode(d *wire.Decoder) {
+	n := d.Count(maxList, 4+attrBytes)
+	m.Entries = make([]proto.DirEntry, n)
+	for i := range m.Entries {
+		m.Entries[i].Name = d.String()
+		decodeAttr(d, &m.Entries[i].Attr)
+	}
+}
+
+type stringsResp struct{ S []string }
+
+func (m *stringsResp) encode(e *wire.Encoder) {
+	e.U32(uint32(len(m.S)))
+	for _, s := range m.S {
+		e.String(s)
+	}
+}
+
+func (m *stringsResp) decode(d *wire.Decoder) {
+	n := d.Count(maxList, 4)
+	m.S = make([]string, n)
+	for i := range m.S {
+		m.S[i] = d.String()
+	}
+}
+
+type statfsResp struct{ S proto.StatFS }
+
+func (m *statfsResp) encode(e *wire.Encoder) {
+	e.U64(m.S.Total)
+	e.U64(m.S.Used)
+	e.U64(m.S.Free)
+	e.U64(m.S.Files)
+	e.U64(m.S.FilesFree)
+}
+
+func (m *statfsResp) decode(d *wire.Decoder) {
+	m.S.Total = d.U64()
+	m.S.Used = d.U64()
+	m.S.Free = d.U64()
+	m.S.Files = d.U64()
+	m.S.FilesFree = d.U64()
+}
+
+type targetsResp struct{ T []proto.TargetInfo }
+
+func (m *targetsResp) encode(e *wire.Encoder) {
+	e.U32(uint32(len(m.T)))
+	for i := range m.T {
+		encodeTarget(e, &m.T[i])
+	}
+}
+
+func (m *targetsResp) decode(d *wire.Decoder) {
+	n := d.Count(maxList, 4+4+3*8+1)
+	m.T = make([]proto.TargetInfo, n)
+	for i := range m.T {
+		decodeTarget(d, &m.T[i])
+	}
+}
+
+type targetIDResp struct{ ID proto.TargetID }
+
+func (m *targetIDResp) encode(e *wire.Encoder) { e.U32(uint32(m.ID)) }
+func (m *targetIDResp) decode(d *wire.Decoder) { m.ID = proto.TargetID(d.U32()) }
+
+// messages returns fresh request and response values for op, or false for
+// an unknown op. It is the single table the handler, the client tests and
+// the fuzz test agree on.
+func messages(op uint16) (req, resp message, ok bool) {
+	switch op {
+	case OpLookup:
+		return &nameReq{}, &attrResp{}, true
+	case OpGetAttr, OpOpen:
+		return &inoReq{}, &attrResp{}, true
+	case OpSetAttr:
+		return &setAttrReq{}, &attrResp{}, true
+	case OpCreate:
+		return &createReq{}, &attrResp{}, true
+	case OpMkdir:
+		return &mkdirReq{}, &attrResp{}, true
+	case OpSymlink:
+		return &symlinkReq{}, &attrResp{}, true
+	case OpReadlink:
+		return &inoReq{}, &stringResp{}, true
+	case OpLink:
+		return &linkReq{}, &attrResp{}, true
+	case OpUnlink, OpRmdir, OpRemoveXattr:
+		return &nameReq{}, &emptyMsg{}, true
+	case OpRename:
+		return &renameReq{}, &emptyMsg{}, true
+	case OpReadDir:
+		return &readDirReq{}, &dirResp{}, true
+	case OpGetXattr:
+		return &nameReq{}, &bytesResp{}, true
+	case OpSetXattr:
+		return &setXattrReq{}, &emptyMsg{}, true
+	case OpListXattr:
+		return &inoReq{}, &stringsResp{}, true
+	case OpRelease:
+		return &inoReq{}, &emptyMsg{}, true
+	case OpWriteDone:
+		return &writeDoneReq{}, &attrResp{}, true
+	case OpSetLayout:
+		return &setLayoutReq{}, &attrResp{}, true
+	case OpStatFS:
+		return &emptyMsg{}, &statfsResp{}, true
+	case OpTargets:
+		return &emptyMsg{}, &targetsResp{}, true
+	case OpRegisterTarget:
+		return &registerReq{}, &targetIDResp{}, true
+	}
+	return nil, nil, false
+}
+
+func errIO(err error) error { return fmt.Errorf("%w: %w", err, syscall.EIO) }

@@ -1,0 +1,119 @@
+package metarpc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"syscall"
+
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
+)
+
+// NewHandler serves svc and reg over the transport. A request that does not
+// decode is answered with EINVAL and logged; it never crashes the server.
+// reg may be nil, in which case RegisterTarget answers ENOSYS.
+func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logger) transport.Handler {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	h := &handler{svc: svc, reg: reg, log: log}
+	return h.serve
+}
+
+type handler struct {
+	svc proto.MetaService
+	reg proto.TargetRegistry
+	log *slog.Logger
+}
+
+func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, error) {
+	req, _, ok := messages(op)
+	if !ok {
+		h.log.Warn("metarpc: unknown op", "op", op)
+		return nil, fmt.Errorf("metarpc: unknown op %d: %w", op, syscall.ENOSYS)
+	}
+	if err := unmarshal(body, req); err != nil {
+		h.log.Warn("metarpc: malformed request", "op", op, "len", len(body), "err", err)
+		return nil, fmt.Errorf("%v: %w", err, syscall.EINVAL)
+	}
+	resp, err := h.call(ctx, op, req)
+	if err != nil {
+		return nil, err
+	}
+	return marshal(resp), nil
+}
+
+func attrOut(a proto.Attr, err error) (message, error) { return &attrResp{a}, err }
+
+func (h *handler) call(ctx context.Context, op uint16, req message) (message, error) {
+	s := h.svc
+	switch r := req.(type) {
+	case *nameReq:
+		switch op {
+		case OpLookup:
+			return attrOut(s.Lookup(ctx, r.Ino, r.Name))
+		case OpUnlink:
+			return &emptyMsg{}, s.Unlink(ctx, r.Ino, r.Name)
+		case OpRmdir:
+			return &emptyMsg{}, s.Rmdir(ctx, r.Ino, r.Name)
+		case OpRemoveXattr:
+			return &emptyMsg{}, s.RemoveXattr(ctx, r.Ino, r.Name)
+		case OpGetXattr:
+			v, err := s.GetXattr(ctx, r.Ino, r.Name)
+			return &bytesResp{v}, err
+		}
+	case *inoReq:
+		switch op {
+		case OpGetAttr:
+			return attrOut(s.GetAttr(ctx, r.Ino))
+		case OpOpen:
+			return attrOut(s.Open(ctx, r.Ino))
+		case OpRelease:
+			return &emptyMsg{}, s.Release(ctx, r.Ino)
+		case OpReadlink:
+			t, err := s.Readlink(ctx, r.Ino)
+			return &stringResp{t}, err
+		case OpListXattr:
+			n, err := s.ListXattr(ctx, r.Ino)
+			return &stringsResp{n}, err
+		}
+	case *setAttrReq:
+		return attrOut(s.SetAttr(ctx, r.Ino, r.In))
+	case *createReq:
+		return attrOut(s.Create(ctx, r.In))
+	case *mkdirReq:
+		return attrOut(s.Mkdir(ctx, r.Parent, r.Name, r.Mode, r.Uid, r.Gid))
+	case *symlinkReq:
+		return attrOut(s.Symlink(ctx, r.Parent, r.Name, r.Target, r.Uid, r.Gid))
+	case *linkReq:
+		return attrOut(s.Link(ctx, r.Ino, r.NewParent, r.NewName))
+	case *renameReq:
+		return &emptyMsg{}, s.Rename(ctx, r.OldParent, r.OldName, r.NewParent, r.NewName, r.Flags)
+	case *readDirReq:
+		ents, err := s.ReadDir(ctx, r.Dir, r.After, int(min(r.Max, 1<<20)))
+		return &dirResp{ents}, err
+	case *setXattrReq:
+		return &emptyMsg{}, s.SetXattr(ctx, r.Ino, r.Name, r.Value, r.Flags)
+	case *writeDoneReq:
+		return attrOut(s.WriteDone(ctx, r.Ino, r.End))
+	case *setLayoutReq:
+		return attrOut(s.SetLayout(ctx, r.Ino, r.Layout))
+	case *emptyMsg:
+		switch op {
+		case OpStatFS:
+			st, err := s.StatFS(ctx)
+			return &statfsResp{st}, err
+		case OpTargets:
+			ts, err := s.Targets(ctx)
+			return &targetsResp{ts}, err
+		}
+	case *registerReq:
+		if h.reg == nil {
+			return nil, fmt.Errorf("metarpc: no target registry here: %w", syscall.ENOSYS)
+		}
+		id, err := h.reg.RegisterTarget(ctx, r.UUID, r.Info)
+		return &targetIDResp{id}, err
+	}
+	return nil, fmt.Errorf("metarpc: op %d has no handler: %w", op, syscall.ENOSYS)
+}

@@ -1,0 +1,253 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+)
+
+// Open implements proto.MetaService: it counts an open handle, so that an
+// unlinked file is kept until its last Release, and returns fresh attributes.
+func (s *Server) Open(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+	s.mu.Lock()
+	if s.reclaiming[ino] {
+		s.mu.Unlock()
+		return proto.Attr{}, errnof(syscall.ENOENT, "inode %d is being removed", ino)
+	}
+	s.opens[ino]++
+	s.mu.Unlock()
+	n, err := s.readInode(ino)
+	if err != nil {
+		s.release(ino)
+		return proto.Attr{}, err
+	}
+	return n.Attr, nil
+}
+
+// Release implements proto.MetaService. Releasing a handle the server does
+// not know (opened before a restart) is not an error.
+func (s *Server) Release(ctx context.Context, ino proto.Ino) error {
+	if s.release(ino) {
+		n, err := s.readInode(ino)
+		if err == nil && n.Nlink == 0 {
+			s.enqueueReclaim(ino)
+		}
+	}
+	return nil
+}
+
+// release drops one open count and reports whether it was the last.
+func (s *Server) release(ino proto.Ino) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c, ok := s.opens[ino]
+	if !ok {
+		return false
+	}
+	if c <= 1 {
+		delete(s.opens, ino)
+		return true
+	}
+	s.opens[ino] = c - 1
+	return false
+}
+
+// OpenCount returns the number of open handles on ino (for tests).
+func (s *Server) OpenCount(ino proto.Ino) int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.opens[ino]
+}
+
+// enqueueReclaim schedules orphans without open handles for reclaim. From
+// here until the reclaim is applied, Open of them fails with ENOENT, so no
+// handle can appear on an inode being deleted.
+func (s *Server) enqueueReclaim(inos ...proto.Ino) {
+	s.mu.Lock()
+	added := false
+	for _, ino := range inos {
+		if s.opens[ino] > 0 || s.reclaiming[ino] {
+			continue
+		}
+		s.reclaiming[ino] = true
+		s.pending = append(s.pending, ino)
+		added = true
+	}
+	s.mu.Unlock()
+	if added {
+		kick(s.kickReclaim)
+	}
+}
+
+const maxReclaimBatch = 1024
+
+// reclaimLoop turns pending orphans into Reclaim commands, many inodes per
+// command, so that a burst of unlinks costs a few commands.
+func (s *Server) reclaimLoop() {
+	defer s.bg.Done()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-s.kickReclaim:
+		}
+		for {
+			s.mu.Lock()
+			n := min(len(s.pending), maxReclaimBatch)
+			batch := append([]proto.Ino(nil), s.pending[:n]...)
+			s.pending = s.pending[n:]
+			s.mu.Unlock()
+			if len(batch) == 0 {
+				break
+			}
+			_, err := s.propose(s.ctx, &Command{Op: OpReclaim, Now: s.now(), Inos: batch})
+			s.mu.Lock()
+			for _, ino := range batch {
+				delete(s.reclaiming, ino)
+			}
+			s.mu.Unlock()
+			if err != nil {
+				// Left as orphans: the next startup reclaims them.
+				s.log.Warn("meta: reclaim failed", "inodes", len(batch), "err", err)
+				break
+			}
+		}
+	}
+}
+
+// orphanLoop reclaims, after the grace period, the orphans that a previous
+// run left behind (open counts are not persisted) and that nobody reopened.
+func (s *Server) orphanLoop() {
+	defer s.bg.Done()
+	t := time.NewTimer(s.opts.OrphanGrace)
+	defer t.Stop()
+	select {
+	case <-s.ctx.Done():
+		return
+	case <-t.C:
+	}
+	var inos []proto.Ino
+	err := s.st.Scan([]byte{store.PrefixOrphan}, []byte{store.PrefixOrphan + 1}, func(k, _ []byte) bool {
+		if ino, ok := store.ParseU64Suffix(k); ok {
+			inos = append(inos, proto.Ino(ino))
+		}
+		return true
+	})
+	if err != nil {
+		s.log.Error("meta: scan orphans", "err", err)
+		return
+	}
+	if len(inos) > 0 {
+		s.log.Info("meta: reclaiming orphans from before the restart", "count", len(inos))
+		s.enqueueReclaim(inos...)
+	}
+}
+
+// gcLoop removes queued objects from the storage targets and drops them
+// from the queue once removed; objects on unreachable targets stay queued
+// and are retried every GCInterval.
+func (s *Server) gcLoop() {
+	defer s.bg.Done()
+	if s.opts.Storage == nil {
+		return
+	}
+	t := time.NewTicker(s.opts.GCInterval)
+	defer t.Stop()
+	for {
+		for s.gcOnce(s.ctx) {
+		}
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+		case <-s.kickGC:
+		}
+	}
+}
+
+const gcBatch = 512
+
+// gcOnce removes up to gcBatch queued objects and reports whether it made
+// progress on a full batch (so the caller goes on at once).
+func (s *Server) gcOnce(ctx context.Context) bool {
+	var objs []GCObject
+	err := s.st.Scan([]byte{store.PrefixGC}, []byte{store.PrefixGC + 1}, func(k, _ []byte) bool {
+		tg, ino, stripe, ok := store.ParseGCKey(k)
+		if ok {
+			objs = append(objs, GCObject{Target: proto.TargetID(tg), Obj: proto.ObjectID{Ino: proto.Ino(ino), Stripe: stripe}})
+		}
+		return len(objs) < gcBatch
+	})
+	if err != nil || len(objs) == 0 {
+		return false
+	}
+	var (
+		mu   sync.Mutex
+		done []GCObject
+		wg   sync.WaitGroup
+		sem  = make(chan struct{}, 16)
+		down = map[proto.TargetID]bool{}
+	)
+	for _, o := range objs {
+		mu.Lock()
+		skip := down[o.Target]
+		mu.Unlock()
+		if skip || ctx.Err() != nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			err := s.opts.Storage.Remove(cctx, o.Target, o.Obj)
+			cancel()
+			mu.Lock()
+			defer mu.Unlock()
+			if err == nil || errors.Is(err, syscall.ENOENT) {
+				done = append(done, o)
+			} else {
+				down[o.Target] = true
+				s.log.Debug("meta: object removal failed; will retry", "target", o.Target, "ino", o.Obj.Ino, "err", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(done) == 0 {
+		return false
+	}
+	if _, err := s.propose(ctx, &Command{Op: OpGCDone, Now: s.now(), Objects: done}); err != nil {
+		return false
+	}
+	return len(done) == gcBatch
+}
+
+// GCQueue returns the objects waiting for removal (for tests and tools).
+func (s *Server) GCQueue() ([]GCObject, error) {
+	var objs []GCObject
+	err := s.st.Scan([]byte{store.PrefixGC}, []byte{store.PrefixGC + 1}, func(k, _ []byte) bool {
+		if tg, ino, stripe, ok := store.ParseGCKey(k); ok {
+			objs = append(objs, GCObject{Target: proto.TargetID(tg), Obj: proto.ObjectID{Ino: proto.Ino(ino), Stripe: stripe}})
+		}
+		return true
+	})
+	return objs, err
+}
+
+// Orphans returns the inodes with nlink 0 that are still kept.
+func (s *Server) Orphans() ([]proto.Ino, error) {
+	var inos []proto.Ino
+	err := s.st.Scan([]byte{store.PrefixOrphan}, []byte{store.PrefixOrphan + 1}, func(k, _ []byte) bool {
+		if ino, ok := store.ParseU64Suffix(k); ok {
+			inos = append(inos, proto.Ino(ino))
+		}
+		return true
+	})
+	return inos, err
+}

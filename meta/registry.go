@@ -1,0 +1,240 @@
+package meta
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
+)
+
+// minFree is the free space under which a target counts as full for
+// placement.
+const minFree = 64 << 10
+
+func encodeTargetRecord(uuid, addr string) []byte {
+	e := wire.NewEncoder(8 + len(uuid) + len(addr))
+	e.U8(1)
+	e.String(uuid)
+	e.String(addr)
+	return e.B
+}
+
+func decodeTargetRecord(b []byte) (uuid, addr string, err error) {
+	d := wire.NewDecoder(b)
+	if v := d.U8(); d.Err() == nil && v != 1 {
+		return "", "", fmt.Errorf("meta: target record version %d not supported", v)
+	}
+	uuid, addr = d.String(), d.String()
+	if err := d.Done(); err != nil {
+		return "", "", fmt.Errorf("meta: decode target record: %w", err)
+	}
+	return uuid, addr, nil
+}
+
+// targetState is what the server knows about a target: the persisted id,
+// uuid and address, plus the volatile usage and liveness from heartbeats.
+type targetState struct {
+	info     proto.TargetInfo
+	uuid     string
+	lastSeen time.Time
+	placed   uint64 // stripes placed on it since its last heartbeat
+}
+
+// registry is the in-memory view of the storage targets, used for
+// placement, Targets and StatFS. The persisted part is rebuilt from the
+// store at startup; usage and liveness come from heartbeats only.
+type registry struct {
+	mu      sync.Mutex
+	timeout time.Duration
+	now     func() time.Time
+	rnd     *rand.Rand
+	byID    map[proto.TargetID]*targetState
+	byUUID  map[string]proto.TargetID
+}
+
+func newRegistry(timeout time.Duration, now func() time.Time, seed uint64) *registry {
+	return &registry{
+		timeout: timeout, now: now,
+		rnd:    rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15)),
+		byID:   map[proto.TargetID]*targetState{},
+		byUUID: map[string]proto.TargetID{},
+	}
+}
+
+func (r *registry) load(st store.Reader) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var bad error
+	err := st.Scan([]byte{store.PrefixTargetID}, []byte{store.PrefixTargetID + 1}, func(k, v []byte) bool {
+		if len(k) != 5 {
+			bad = fmt.Errorf("meta: bad target key %q", k)
+			return false
+		}
+		uuid, addr, err := decodeTargetRecord(v)
+		if err != nil {
+			bad = err
+			return false
+		}
+		id := proto.TargetID(binary.BigEndian.Uint32(k[1:]))
+		r.byID[id] = &targetState{info: proto.TargetInfo{ID: id, Addr: addr}, uuid: uuid}
+		r.byUUID[uuid] = id
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	return bad
+}
+
+// heartbeat returns the target's id if the registration changes nothing
+// persisted (known uuid, same address, no conflicting id), and then records
+// usage and liveness. Otherwise the caller proposes a command.
+func (r *registry) heartbeat(uuid string, info proto.TargetInfo) (proto.TargetID, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.byUUID[uuid]
+	if !ok || (info.ID != 0 && info.ID != id) {
+		return 0, false
+	}
+	t := r.byID[id]
+	if t.info.Addr != info.Addr {
+		return 0, false
+	}
+	r.refresh(t, info)
+	return id, true
+}
+
+func (r *registry) refresh(t *targetState, info proto.TargetInfo) {
+	t.info.Total, t.info.Used, t.info.Free = info.Total, info.Used, info.Free
+	t.lastSeen = r.now()
+	t.placed = 0
+}
+
+// registered records the outcome of a register-target command.
+func (r *registry) registered(id proto.TargetID, uuid string, info proto.TargetInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t := r.byID[id]
+	if t == nil {
+		t = &targetState{uuid: uuid}
+		r.byID[id] = t
+	}
+	t.info.ID = id
+	t.info.Addr = info.Addr
+	r.byUUID[uuid] = id
+	r.refresh(t, info)
+}
+
+func (r *registry) up(t *targetState, now time.Time) bool {
+	return !t.lastSeen.IsZero() && now.Sub(t.lastSeen) < r.timeout
+}
+
+// list returns every registered target in id order.
+func (r *registry) list() []proto.TargetInfo {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	out := make([]proto.TargetInfo, 0, len(r.byID))
+	for _, t := range r.byID {
+		i := t.info
+		i.Up = r.up(t, now)
+		out = append(out, i)
+	}
+	slices.SortFunc(out, func(a, b proto.TargetInfo) int { return int(a.ID) - int(b.ID) })
+	return out
+}
+
+func (r *registry) addr(id proto.TargetID) (string, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	t, ok := r.byID[id]
+	if !ok {
+		return "", false
+	}
+	return t.info.Addr, true
+}
+
+// candidates ranks the up, non-full targets for a new file: a weighted
+// random order where the weight is the free space divided by how many
+// stripes were placed there since its last heartbeat, so that both free
+// space and recent load are balanced. It returns the errno a placement
+// fails with when the list is empty: EIO (no target up) or ENOSPC (all up
+// targets full).
+func (r *registry) candidates() ([]proto.TargetID, syscall.Errno) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	type cand struct {
+		id proto.TargetID
+		w  float64
+	}
+	var cs []cand
+	anyUp := false
+	for _, t := range r.byID {
+		if !r.up(t, now) {
+			continue
+		}
+		anyUp = true
+		if t.info.Free < minFree {
+			continue
+		}
+		cs = append(cs, cand{t.info.ID, float64(t.info.Free) / float64(1+t.placed)})
+	}
+	if !anyUp {
+		return nil, syscall.EIO
+	}
+	if len(cs) == 0 {
+		return nil, syscall.ENOSPC
+	}
+	// Map iteration order is random; sort first so a seeded rand gives a
+	// reproducible order in tests.
+	slices.SortFunc(cs, func(a, b cand) int { return int(a.id) - int(b.id) })
+	out := make([]proto.TargetID, 0, len(cs))
+	for len(cs) > 0 {
+		var sum float64
+		for _, c := range cs {
+			sum += c.w
+		}
+		x := r.rnd.Float64() * sum
+		i := 0
+		for ; i < len(cs)-1; i++ {
+			x -= cs[i].w
+			if x < 0 {
+				break
+			}
+		}
+		out = append(out, cs[i].id)
+		cs = append(cs[:i], cs[i+1:]...)
+	}
+	return out, 0
+}
+
+// notePlaced counts stripes placed on targets, so the next placements
+// prefer other targets until the next heartbeat reports real usage.
+func (r *registry) notePlaced(ids []proto.TargetID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, id := range ids {
+		if t, ok := r.byID[id]; ok {
+			t.placed++
+		}
+	}
+}
+
+func (r *registry) statfs() (total, used, free uint64) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, t := range r.byID {
+		total += t.info.Total
+		used += t.info.Used
+		free += t.info.Free
+	}
+	return
+}

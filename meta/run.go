@@ -1,0 +1,107 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
+)
+
+// Config configures Run.
+type Config struct {
+	DataDir          string        // required: an existing directory; the pebble database lives here
+	ListenAddr       string        // required: host:port (port 0 picks a free one; see Ready)
+	HeartbeatTimeout time.Duration // a target not heard from for this long is down; default 10s
+	Logger           *slog.Logger  // default: discard
+
+	// Storage removes the objects of deleted files. Nil: the object-GC
+	// queue is kept (and drained by a later run that has one).
+	Storage proto.StorageService
+	// NewStorage, used when Storage is nil, builds the storage client from
+	// the server's resolver of target addresses, e.g.
+	//	func(r) proto.StorageService { return storagerpc.NewClient(pool, r) }
+	NewStorage func(resolve func(ctx context.Context, t proto.TargetID) (string, error)) proto.StorageService
+	// OrphanGrace: see Options.OrphanGrace (default 30s).
+	OrphanGrace time.Duration
+	// Transport to listen on; default transport.NewTCP().
+	Transport transport.Transport
+	// Ready, if set, is called with the bound address once serving.
+	Ready func(addr string)
+}
+
+// Validate checks the configuration and reports the first problem.
+func (c *Config) Validate() error {
+	if c.DataDir == "" {
+		return errors.New("meta: Config.DataDir is required")
+	}
+	fi, err := os.Stat(c.DataDir)
+	if err != nil {
+		return fmt.Errorf("meta: data directory: %w", err)
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("meta: data directory %s is not a directory", c.DataDir)
+	}
+	if c.ListenAddr == "" {
+		return errors.New("meta: Config.ListenAddr is required")
+	}
+	if c.HeartbeatTimeout < 0 {
+		return fmt.Errorf("meta: HeartbeatTimeout %v is negative", c.HeartbeatTimeout)
+	}
+	if c.OrphanGrace < 0 {
+		return fmt.Errorf("meta: OrphanGrace %v is negative", c.OrphanGrace)
+	}
+	return nil
+}
+
+// Run opens the metadata database in cfg.DataDir, serves the metadata RPCs
+// on cfg.ListenAddr until ctx is cancelled, then shuts down cleanly: stop
+// accepting, finish the requests in flight, close the database.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	st, err := store.OpenPebble(cfg.DataDir, store.PebbleOptions{})
+	if err != nil {
+		return fmt.Errorf("meta: %w", err)
+	}
+	if cfg.Storage == nil && cfg.NewStorage == nil {
+		log.Warn("meta: no storage client: objects of deleted files stay queued")
+	}
+	srv, err := New(Options{
+		Store: st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
+		OrphanGrace: cfg.OrphanGrace, Logger: log,
+	})
+	if err != nil {
+		st.Close()
+		return err
+	}
+	tr := cfg.Transport
+	if tr == nil {
+		tr = transport.NewTCP()
+	}
+	ln, err := tr.Listen(cfg.ListenAddr, metarpc.NewHandler(srv, srv, log))
+	if err != nil {
+		srv.Close()
+		st.Close()
+		return fmt.Errorf("meta: %w", err)
+	}
+	log.Info("meta: serving", "addr", ln.Addr(), "data", cfg.DataDir)
+	if cfg.Ready != nil {
+		cfg.Ready(ln.Addr())
+	}
+	<-ctx.Done()
+	log.Info("meta: shutting down")
+	errs := []error{ln.Close(), srv.Close(), st.Close()}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,571 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+)
+
+// Options configure a Server. Store is required; the rest have defaults.
+type Options struct {
+	Store store.Store
+	// Storage removes the objects of reclaimed files. Nil: the GC queue is
+	// kept until a server with storage access drains it.
+	Storage proto.StorageService
+	// NewStorage, used when Storage is nil, builds the storage client from
+	// a resolver of target addresses (the server's registry).
+	NewStorage       func(resolve func(ctx context.Context, t proto.TargetID) (string, error)) proto.StorageService
+	HeartbeatTimeout time.Duration // default 10s
+	// OrphanGrace is how long after startup orphans (unlinked inodes left
+	// from before a restart) are reclaimed, giving clients time to reopen
+	// their handles. Default 30s.
+	OrphanGrace time.Duration
+	GCInterval  time.Duration // how often to retry the object-GC queue; default 5s
+	MaxGroup    int           // most commands per group commit; default 256
+	Logger      *slog.Logger
+	Now         func() time.Time // the proposer's clock; default time.Now
+	Seed        uint64           // placement randomness; 0 = from the clock
+	RootUid     uint32
+	RootGid     uint32
+}
+
+// Server is the metadata service: it implements proto.MetaService and
+// proto.TargetRegistry over a store. Mutations are proposed as commands to
+// one applier goroutine (see doc.go); reads go to the store directly.
+type Server struct {
+	opts Options
+	st   store.Store
+	sm   *stateMachine
+	reg  *registry
+	log  *slog.Logger
+
+	nextIno atomic.Uint64 // the proposer's inode allocator
+	queue   chan *proposal
+	applied sync.WaitGroup
+
+	mu         sync.Mutex
+	closed     bool
+	inflight   sync.WaitGroup
+	opens      map[proto.Ino]int
+	reclaiming map[proto.Ino]bool
+	pending    []proto.Ino // orphans to reclaim
+
+	kickReclaim chan struct{}
+	kickGC      chan struct{}
+	ctx         context.Context
+	cancel      context.CancelFunc
+	bg          sync.WaitGroup
+
+	groups, commands atomic.Uint64
+}
+
+type proposal struct {
+	cmd  *Command
+	res  applyResult
+	err  error
+	done chan struct{}
+}
+
+// New opens the state machine on opts.Store (formatting an empty store),
+// and starts the applier and the background loops. Close stops them; the
+// caller closes the store after Close.
+func New(opts Options) (*Server, error) {
+	if opts.Store == nil {
+		return nil, errors.New("meta: Options.Store is required")
+	}
+	if opts.HeartbeatTimeout <= 0 {
+		opts.HeartbeatTimeout = 10 * time.Second
+	}
+	if opts.OrphanGrace < 0 {
+		return nil, errors.New("meta: negative OrphanGrace")
+	}
+	if opts.OrphanGrace == 0 {
+		opts.OrphanGrace = 30 * time.Second
+	}
+	if opts.GCInterval <= 0 {
+		opts.GCInterval = 5 * time.Second
+	}
+	if opts.MaxGroup <= 0 {
+		opts.MaxGroup = 256
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	if opts.Now == nil {
+		opts.Now = time.Now
+	}
+	if opts.Seed == 0 {
+		opts.Seed = uint64(time.Now().UnixNano())
+	}
+	sm, err := openStateMachine(opts.Store)
+	if err != nil {
+		return nil, err
+	}
+	s := &Server{
+		opts: opts, st: opts.Store, sm: sm, log: opts.Logger,
+		reg:         newRegistry(opts.HeartbeatTimeout, opts.Now, opts.Seed),
+		queue:       make(chan *proposal, 4096),
+		opens:       map[proto.Ino]int{},
+		reclaiming:  map[proto.Ino]bool{},
+		kickReclaim: make(chan struct{}, 1),
+		kickGC:      make(chan struct{}, 1),
+	}
+	if err := s.reg.load(opts.Store); err != nil {
+		return nil, err
+	}
+	if s.opts.Storage == nil && s.opts.NewStorage != nil {
+		s.opts.Storage = s.opts.NewStorage(s.ResolveTarget)
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.applied.Add(1)
+	go s.applyLoop()
+	if sm.nextIno == 0 {
+		_, err := s.propose(s.ctx, &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: opts.RootUid, Gid: opts.RootGid})
+		if err != nil {
+			s.Close()
+			return nil, fmt.Errorf("meta: format store: %w", err)
+		}
+	}
+	s.nextIno.Store(sm.nextIno)
+	s.bg.Add(3)
+	go s.reclaimLoop()
+	go s.gcLoop()
+	go s.orphanLoop()
+	return s, nil
+}
+
+func (s *Server) now() int64 { return s.opts.Now().UnixNano() }
+
+// allocIno hands out an inode number never used before: the allocator
+// starts at the persisted high-water mark and only grows.
+func (s *Server) allocIno() proto.Ino { return proto.Ino(s.nextIno.Add(1) - 1) }
+
+// Close stops accepting commands, waits for the ones in flight, and stops
+// the background loops. It does not close the store.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	s.mu.Unlock()
+	s.cancel()
+	s.bg.Wait()
+	s.inflight.Wait()
+	close(s.queue)
+	s.applied.Wait()
+	return nil
+}
+
+var errClosed = fmt.Errorf("meta: server shutting down: %w", syscall.EIO)
+
+// propose sends c to the applier and waits until its group is durable.
+func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
+	s.mu.Lock()
+	if s.closed && c.Op != OpInit {
+		s.mu.Unlock()
+		return applyResult{}, errClosed
+	}
+	s.inflight.Add(1)
+	s.mu.Unlock()
+	defer s.inflight.Done()
+	p := &proposal{cmd: c, done: make(chan struct{})}
+	s.queue <- p
+	// Once queued the command will be applied; wait for the outcome even if
+	// ctx ends, so the caller never reports failure for a change that happened.
+	<-p.done
+	if p.err == nil && len(p.res.orphans) > 0 {
+		s.enqueueReclaim(p.res.orphans...)
+	}
+	if p.err == nil && p.res.gcQueued > 0 {
+		kick(s.kickGC)
+	}
+	return p.res, p.err
+}
+
+func kick(c chan struct{}) {
+	select {
+	case c <- struct{}{}:
+	default:
+	}
+}
+
+// applyLoop is the single writer: it drains queued commands into a group,
+// applies each as its own unsynced batch (visible to the next command at
+// once), makes the group durable with one sync, and only then replies.
+func (s *Server) applyLoop() {
+	defer s.applied.Done()
+	group := make([]*proposal, 0, s.opts.MaxGroup)
+	for p := range s.queue {
+		group = append(group[:0], p)
+	fill:
+		for len(group) < s.opts.MaxGroup {
+			select {
+			case q, ok := <-s.queue:
+				if !ok {
+					break fill
+				}
+				group = append(group, q)
+			default:
+				break fill
+			}
+		}
+		wrote := false
+		for _, q := range group {
+			q.res, q.err = s.sm.apply(q.cmd)
+			wrote = wrote || q.res.wrote
+		}
+		if wrote {
+			if err := s.st.Sync(); err != nil {
+				s.log.Error("meta: group sync failed", "err", err)
+				for _, q := range group {
+					if q.err == nil {
+						q.err = fmt.Errorf("meta: sync: %v: %w", err, syscall.EIO)
+					}
+				}
+			}
+		}
+		s.groups.Add(1)
+		s.commands.Add(uint64(len(group)))
+		for _, q := range group {
+			close(q.done)
+		}
+	}
+}
+
+// GroupStats returns how many group commits and commands were applied.
+func (s *Server) GroupStats() (groups, commands uint64) {
+	return s.groups.Load(), s.commands.Load()
+}
+
+// --- reads ---
+
+func (s *Server) readInode(ino proto.Ino) (*inode, error) {
+	if ino == 0 {
+		return nil, errnof(syscall.ENOENT, "no inode 0")
+	}
+	v, err := s.st.Get(store.InodeKey(uint64(ino)))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
+	}
+	if err != nil {
+		return nil, errnof(syscall.EIO, "read inode %d: %v", ino, err)
+	}
+	n, err := decodeInode(v)
+	if err != nil {
+		return nil, errnof(syscall.EIO, "%v", err)
+	}
+	return n, nil
+}
+
+// Lookup implements proto.MetaService.
+func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	if len(name) > MaxNameLen {
+		return proto.Attr{}, errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
+	}
+	p, err := s.readInode(parent)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	if !p.IsDir() {
+		return proto.Attr{}, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
+	}
+	v, err := s.st.Get(store.DirentKey(uint64(parent), name))
+	if errors.Is(err, store.ErrNotFound) {
+		return proto.Attr{}, errnof(syscall.ENOENT, "no entry %q in %d", name, parent)
+	}
+	if err != nil {
+		return proto.Attr{}, errnof(syscall.EIO, "lookup: %v", err)
+	}
+	de, err := decodeDirent(v)
+	if err != nil {
+		return proto.Attr{}, errnof(syscall.EIO, "%v", err)
+	}
+	n, err := s.readInode(de.Ino)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	return n.Attr, nil
+}
+
+// GetAttr implements proto.MetaService.
+func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+	n, err := s.readInode(ino)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	return n.Attr, nil
+}
+
+// Readlink implements proto.MetaService.
+func (s *Server) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
+	n, err := s.readInode(ino)
+	if err != nil {
+		return "", err
+	}
+	if !n.IsSymlink() {
+		return "", errnof(syscall.EINVAL, "inode %d is not a symlink", ino)
+	}
+	return n.Symlink, nil
+}
+
+// MaxReadDir bounds the entries one ReadDir returns.
+const MaxReadDir = 4096
+
+// ReadDir implements proto.MetaService: a prefix scan that starts just
+// after `after`, so each page costs only the entries it returns.
+func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max int) ([]proto.DirEntry, error) {
+	d, err := s.readInode(dir)
+	if err != nil {
+		return nil, err
+	}
+	if !d.IsDir() {
+		return nil, errnof(syscall.ENOTDIR, "inode %d is not a directory", dir)
+	}
+	if max <= 0 || max > MaxReadDir {
+		max = MaxReadDir
+	}
+	prefix := store.DirPrefix(uint64(dir))
+	lower := prefix
+	if after != "" {
+		lower = append(store.DirentKey(uint64(dir), after), 0)
+	}
+	type ent struct {
+		name string
+		de   dirent
+	}
+	ents := make([]ent, 0, min(max, 256))
+	var bad error
+	err = s.st.Scan(lower, store.PrefixEnd(prefix), func(k, v []byte) bool {
+		de, err := decodeDirent(v)
+		if err != nil {
+			bad = err
+			return false
+		}
+		ents = append(ents, ent{string(k[len(prefix):]), de})
+		return len(ents) < max
+	})
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		return nil, errnof(syscall.EIO, "readdir %d: %v", dir, err)
+	}
+	out := make([]proto.DirEntry, 0, len(ents))
+	for _, e := range ents {
+		n, err := s.readInode(e.de.Ino)
+		if errors.Is(err, syscall.ENOENT) {
+			continue // removed since the scan
+		}
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, proto.DirEntry{Name: e.name, Attr: n.Attr})
+	}
+	return out, nil
+}
+
+// GetXattr implements proto.MetaService.
+func (s *Server) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]byte, error) {
+	if _, err := s.readInode(ino); err != nil {
+		return nil, err
+	}
+	v, err := s.st.Get(store.XattrKey(uint64(ino), name))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errnof(syscall.ENODATA, "no xattr %q", name)
+	}
+	if err != nil {
+		return nil, errnof(syscall.EIO, "getxattr: %v", err)
+	}
+	if v == nil {
+		v = []byte{}
+	}
+	return v, nil
+}
+
+// ListXattr implements proto.MetaService.
+func (s *Server) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error) {
+	if _, err := s.readInode(ino); err != nil {
+		return nil, err
+	}
+	p := store.XattrPrefix(uint64(ino))
+	var names []string
+	if err := s.st.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
+		names = append(names, string(k[len(p):]))
+		return true
+	}); err != nil {
+		return nil, errnof(syscall.EIO, "listxattr: %v", err)
+	}
+	return names, nil
+}
+
+// StatFS implements proto.MetaService.
+func (s *Server) StatFS(ctx context.Context) (proto.StatFS, error) {
+	files, err := getCounter(s.st, store.CounterInodes)
+	if err != nil {
+		return proto.StatFS{}, errnof(syscall.EIO, "%v", err)
+	}
+	var out proto.StatFS
+	out.Total, out.Used, out.Free = s.reg.statfs()
+	out.Files = files
+	const nominalInodes = 1 << 32
+	if files < nominalInodes {
+		out.FilesFree = nominalInodes - files
+	}
+	return out, nil
+}
+
+// Targets implements proto.MetaService.
+func (s *Server) Targets(ctx context.Context) ([]proto.TargetInfo, error) {
+	return s.reg.list(), nil
+}
+
+// --- mutations ---
+
+func (s *Server) placement(c *Command) {
+	cands, errno := s.reg.candidates()
+	c.Candidates = cands
+	c.PlaceErr = uint32(errno)
+}
+
+func (s *Server) notePlaced(a proto.Attr) {
+	if a.IsRegular() && len(a.Layout.Targets) > 0 {
+		s.reg.notePlaced(a.Layout.Targets)
+	}
+}
+
+// SetAttr implements proto.MetaService.
+func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
+	r, err := s.propose(ctx, &Command{Op: OpSetAttr, Now: s.now(), Ino: ino, SetAttr: in})
+	return r.attr, err
+}
+
+// Create implements proto.MetaService.
+func (s *Server) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, error) {
+	c := &Command{Op: OpCreate, Now: s.now(), Ino: s.allocIno(), Parent: in.Parent, Name: in.Name,
+		Mode: in.Mode, Rdev: in.Rdev, Uid: in.Uid, Gid: in.Gid}
+	if in.Exclusive {
+		c.Flags = createExclusive
+	}
+	if in.Layout != nil {
+		l := in.Layout.Clone()
+		c.Layout = &l
+	}
+	if typ := in.Mode & syscall.S_IFMT; typ == 0 || typ == syscall.S_IFREG {
+		s.placement(c)
+	}
+	r, err := s.propose(ctx, c)
+	if err == nil {
+		s.notePlaced(r.attr)
+	}
+	return r.attr, err
+}
+
+// Mkdir implements proto.MetaService.
+func (s *Server) Mkdir(ctx context.Context, parent proto.Ino, name string, mode, uid, gid uint32) (proto.Attr, error) {
+	r, err := s.propose(ctx, &Command{Op: OpMkdir, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
+		Mode: mode, Uid: uid, Gid: gid})
+	return r.attr, err
+}
+
+// Symlink implements proto.MetaService.
+func (s *Server) Symlink(ctx context.Context, parent proto.Ino, name, target string, uid, gid uint32) (proto.Attr, error) {
+	r, err := s.propose(ctx, &Command{Op: OpSymlink, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
+		Text: target, Uid: uid, Gid: gid})
+	return r.attr, err
+}
+
+// Link implements proto.MetaService.
+func (s *Server) Link(ctx context.Context, ino, newParent proto.Ino, newName string) (proto.Attr, error) {
+	r, err := s.propose(ctx, &Command{Op: OpLink, Now: s.now(), Ino: ino, NewParent: newParent, NewName: newName})
+	return r.attr, err
+}
+
+// Unlink implements proto.MetaService.
+func (s *Server) Unlink(ctx context.Context, parent proto.Ino, name string) error {
+	_, err := s.propose(ctx, &Command{Op: OpUnlink, Now: s.now(), Parent: parent, Name: name})
+	return err
+}
+
+// Rmdir implements proto.MetaService.
+func (s *Server) Rmdir(ctx context.Context, parent proto.Ino, name string) error {
+	_, err := s.propose(ctx, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name})
+	return err
+}
+
+// Rename implements proto.MetaService.
+func (s *Server) Rename(ctx context.Context, oldParent proto.Ino, oldName string, newParent proto.Ino, newName string, flags uint32) error {
+	_, err := s.propose(ctx, &Command{Op: OpRename, Now: s.now(), Parent: oldParent, Name: oldName,
+		NewParent: newParent, NewName: newName, Flags: flags})
+	return err
+}
+
+// SetXattr implements proto.MetaService.
+func (s *Server) SetXattr(ctx context.Context, ino proto.Ino, name string, value []byte, flags uint32) error {
+	if len(value) > MaxXattrValue {
+		return errnof(syscall.E2BIG, "xattr value of %d bytes", len(value))
+	}
+	_, err := s.propose(ctx, &Command{Op: OpSetXattr, Now: s.now(), Ino: ino, Name: name, Value: value, Flags: flags})
+	return err
+}
+
+// RemoveXattr implements proto.MetaService.
+func (s *Server) RemoveXattr(ctx context.Context, ino proto.Ino, name string) error {
+	_, err := s.propose(ctx, &Command{Op: OpRemoveXattr, Now: s.now(), Ino: ino, Name: name})
+	return err
+}
+
+// WriteDone implements proto.MetaService.
+func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
+	r, err := s.propose(ctx, &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: end})
+	return r.attr, err
+}
+
+// SetLayout implements proto.MetaService.
+func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {
+	l = l.Clone()
+	c := &Command{Op: OpSetLayout, Now: s.now(), Ino: ino, Layout: &l}
+	if len(l.Targets) == 0 {
+		s.placement(c)
+	}
+	r, err := s.propose(ctx, c)
+	if err == nil {
+		s.notePlaced(r.attr)
+	}
+	return r.attr, err
+}
+
+// RegisterTarget implements proto.TargetRegistry. A heartbeat that changes
+// nothing persisted costs no command.
+func (s *Server) RegisterTarget(ctx context.Context, uuid string, info proto.TargetInfo) (proto.TargetID, error) {
+	if id, ok := s.reg.heartbeat(uuid, info); ok {
+		return id, nil
+	}
+	r, err := s.propose(ctx, &Command{Op: OpRegisterTarget, Now: s.now(), Text: uuid, Addr: info.Addr, TargetID: info.ID})
+	if err != nil {
+		return 0, err
+	}
+	s.reg.registered(r.target, uuid, info)
+	s.log.Info("meta: target registered", "id", r.target, "uuid", uuid, "addr", info.Addr)
+	return r.target, nil
+}
+
+// ResolveTarget returns the address of a registered target, for the
+// storage client that removes objects.
+func (s *Server) ResolveTarget(ctx context.Context, id proto.TargetID) (string, error) {
+	addr, ok := s.reg.addr(id)
+	if !ok {
+		return "", errnof(syscall.ENOENT, "target %d is not registered", id)
+	}
+	return addr, nil
+}

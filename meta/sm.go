@@ -1,0 +1,930 @@
+package meta
+
+import (
+	"bytes"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"syscall"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+)
+
+// Limits the state machine enforces.
+const (
+	MaxNameLen      = 255
+	MaxSymlinkLen   = 4095
+	MaxLinks        = 65000
+	MaxXattrName    = 255
+	MaxXattrValue   = 64 << 10
+	formatVersion   = 1
+	createExclusive = 1 // Command.Flags bit of OpCreate
+)
+
+// stateMachine applies commands to the store. It is driven by one goroutine
+// (the applier); its in-memory fields are a cache of counters and registry
+// records that are also in the store, so a replica that opens the same store
+// has the same state machine.
+type stateMachine struct {
+	st         store.Store
+	nextIno    uint64 // every stored inode number is below this
+	inodes     uint64
+	nextTarget uint32
+	uuidToID   map[string]proto.TargetID
+	idToUUID   map[proto.TargetID]string
+}
+
+// applyResult is what a command did, for the proposer's in-memory work.
+type applyResult struct {
+	attr     proto.Attr
+	orphans  []proto.Ino // inodes whose nlink dropped to 0
+	gcQueued int         // objects put on the GC queue
+	target   proto.TargetID
+	wrote    bool
+}
+
+func errnof(errno syscall.Errno, format string, args ...any) error {
+	return fmt.Errorf("meta: "+format+": %w", append(args, errno)...)
+}
+
+func openStateMachine(st store.Store) (*stateMachine, error) {
+	sm := &stateMachine{st: st, uuidToID: map[string]proto.TargetID{}, idToUUID: map[proto.TargetID]string{}}
+	var err error
+	if sm.nextIno, err = getCounter(st, store.CounterNextIno); err != nil {
+		return nil, err
+	}
+	if sm.inodes, err = getCounter(st, store.CounterInodes); err != nil {
+		return nil, err
+	}
+	nt, err := getCounter(st, store.CounterNextTarget)
+	if err != nil {
+		return nil, err
+	}
+	sm.nextTarget = uint32(nt)
+	var bad error
+	err = st.Scan([]byte{store.PrefixTargetUID}, []byte{store.PrefixTargetUID + 1}, func(k, v []byte) bool {
+		if len(v) != 4 {
+			bad = fmt.Errorf("meta: bad target record %q", k)
+			return false
+		}
+		id := proto.TargetID(binary.BigEndian.Uint32(v))
+		sm.uuidToID[string(k[1:])] = id
+		sm.idToUUID[id] = string(k[1:])
+		return true
+	})
+	if err == nil {
+		err = bad
+	}
+	return sm, err
+}
+
+func getCounter(r store.Reader, name string) (uint64, error) {
+	v, err := r.Get(store.CounterKey(name))
+	if errors.Is(err, store.ErrNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	if len(v) != 8 {
+		return 0, fmt.Errorf("meta: counter %s: bad length %d", name, len(v))
+	}
+	return binary.BigEndian.Uint64(v), nil
+}
+
+func u64(v uint64) []byte { return binary.BigEndian.AppendUint64(nil, v) }
+
+// txn collects one command's changes: inodes are read once and written back
+// at commit, so several changes to one inode (a parent that is both the old
+// and new parent of a rename) compose.
+type txn struct {
+	sm      *stateMachine
+	b       store.Batch
+	cache   map[proto.Ino]*inode
+	dirty   map[proto.Ino]bool
+	deleted map[proto.Ino]bool
+	res     applyResult
+
+	nextIno, inodes uint64
+	nextTarget      uint32
+}
+
+func (t *txn) get(ino proto.Ino) (*inode, error) {
+	if n, ok := t.cache[ino]; ok {
+		return n, nil
+	}
+	if t.deleted[ino] || ino == 0 {
+		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
+	}
+	v, err := t.sm.st.Get(store.InodeKey(uint64(ino)))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
+	}
+	if err != nil {
+		return nil, errnof(syscall.EIO, "read inode %d: %v", ino, err)
+	}
+	n, err := decodeInode(v)
+	if err != nil {
+		return nil, errnof(syscall.EIO, "inode %d: %v", ino, err)
+	}
+	t.cache[ino] = n
+	return n, nil
+}
+
+func (t *txn) getDir(ino proto.Ino) (*inode, error) {
+	n, err := t.get(ino)
+	if err != nil {
+		return nil, err
+	}
+	if !n.IsDir() {
+		return nil, errnof(syscall.ENOTDIR, "inode %d is not a directory", ino)
+	}
+	return n, nil
+}
+
+func (t *txn) put(n *inode) {
+	t.cache[n.Ino] = n
+	t.dirty[n.Ino] = true
+	delete(t.deleted, n.Ino)
+}
+
+func (t *txn) lookup(parent proto.Ino, name string) (dirent, bool, error) {
+	v, err := t.sm.st.Get(store.DirentKey(uint64(parent), name))
+	if errors.Is(err, store.ErrNotFound) {
+		return dirent{}, false, nil
+	}
+	if err != nil {
+		return dirent{}, false, errnof(syscall.EIO, "read entry %q: %v", name, err)
+	}
+	de, err := decodeDirent(v)
+	if err != nil {
+		return dirent{}, false, errnof(syscall.EIO, "entry %q: %v", name, err)
+	}
+	return de, true, nil
+}
+
+func (t *txn) setDirent(parent proto.Ino, name string, child *inode) {
+	t.b.Set(store.DirentKey(uint64(parent), name), dirent{Ino: child.Ino, Type: child.Mode & syscall.S_IFMT}.encode())
+}
+
+// dropLink decrements n's link count; at 0 the inode becomes an orphan.
+func (t *txn) dropLink(n *inode, now int64) {
+	if n.IsDir() {
+		n.Nlink = 0
+	} else if n.Nlink > 0 {
+		n.Nlink--
+	}
+	n.Ctime = now
+	t.put(n)
+	if n.Nlink == 0 {
+		t.b.Set(store.OrphanKey(uint64(n.Ino)), u64(uint64(now)))
+		t.res.orphans = append(t.res.orphans, n.Ino)
+	}
+}
+
+func (t *txn) commit() error {
+	for ino := range t.dirty {
+		t.b.Set(store.InodeKey(uint64(ino)), t.cache[ino].encode())
+	}
+	for ino := range t.deleted {
+		t.b.Delete(store.InodeKey(uint64(ino)))
+	}
+	if t.nextIno != t.sm.nextIno {
+		t.b.Set(store.CounterKey(store.CounterNextIno), u64(t.nextIno))
+	}
+	if t.inodes != t.sm.inodes {
+		t.b.Set(store.CounterKey(store.CounterInodes), u64(t.inodes))
+	}
+	if t.nextTarget != t.sm.nextTarget {
+		t.b.Set(store.CounterKey(store.CounterNextTarget), u64(uint64(t.nextTarget)))
+	}
+	if t.b.Len() == 0 {
+		return nil
+	}
+	if err := t.b.Commit(false); err != nil {
+		return errnof(syscall.EIO, "commit: %v", err)
+	}
+	t.sm.nextIno, t.sm.inodes, t.sm.nextTarget = t.nextIno, t.inodes, t.nextTarget
+	t.res.wrote = true
+	return nil
+}
+
+// apply validates c against the current state and either commits all its
+// changes as one batch (unsynced: the applier syncs the group) or returns an
+// error and changes nothing.
+func (sm *stateMachine) apply(c *Command) (applyResult, error) {
+	t := &txn{
+		sm: sm, b: sm.st.NewBatch(),
+		cache: map[proto.Ino]*inode{}, dirty: map[proto.Ino]bool{}, deleted: map[proto.Ino]bool{},
+		nextIno: sm.nextIno, inodes: sm.inodes, nextTarget: sm.nextTarget,
+	}
+	defer t.b.Close()
+	var err error
+	switch c.Op {
+	case OpInit:
+		err = t.init(c)
+	case OpCreate, OpMkdir, OpSymlink:
+		err = t.create(c)
+	case OpLink:
+		err = t.link(c)
+	case OpUnlink, OpRmdir:
+		err = t.remove(c)
+	case OpRename:
+		err = t.rename(c)
+	case OpSetAttr:
+		err = t.setAttr(c)
+	case OpSetXattr, OpRemoveXattr:
+		err = t.xattr(c)
+	case OpWriteDone:
+		err = t.writeDone(c)
+	case OpSetLayout:
+		err = t.setLayout(c)
+	case OpRegisterTarget:
+		err = t.registerTarget(c)
+	case OpReclaim:
+		err = t.reclaim(c)
+	case OpGCDone:
+		for _, o := range c.Objects {
+			t.b.Delete(store.GCKey(uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe))
+		}
+	default:
+		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
+	}
+	if err != nil {
+		return applyResult{}, err
+	}
+	if err := t.commit(); err != nil {
+		return applyResult{}, err
+	}
+	if c.Op == OpRegisterTarget {
+		sm.uuidToID[c.Text] = t.res.target
+		sm.idToUUID[t.res.target] = c.Text
+	}
+	return t.res, nil
+}
+
+func (t *txn) init(c *Command) error {
+	if _, err := t.sm.st.Get(store.CounterKey(store.CounterFormat)); err == nil {
+		return errnof(syscall.EEXIST, "store already formatted")
+	}
+	root := &inode{
+		Attr: proto.Attr{
+			Ino: proto.RootIno, Mode: syscall.S_IFDIR | (c.Mode & 07777), Nlink: 2,
+			Uid: c.Uid, Gid: c.Gid, Atime: c.Now, Mtime: c.Now, Ctime: c.Now,
+			Layout: layout.Default(),
+		},
+		Parent: proto.RootIno,
+	}
+	t.put(root)
+	t.b.Set(store.CounterKey(store.CounterFormat), u64(formatVersion))
+	t.nextIno = uint64(proto.RootIno) + 1
+	t.inodes = 1
+	t.nextTarget = 1
+	t.res.attr = root.Attr
+	return nil
+}
+
+func checkName(name string) error {
+	switch {
+	case name == "" || name == "." || name == "..":
+		return errnof(syscall.EINVAL, "invalid name %q", name)
+	case len(name) > MaxNameLen:
+		return errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
+	case strings.ContainsAny(name, "/\x00"):
+		return errnof(syscall.EINVAL, "invalid name %q", name)
+	}
+	return nil
+}
+
+// newIno checks a proposer-allocated inode number and raises the
+// high-water mark past it.
+func (t *txn) newIno(ino proto.Ino) error {
+	if ino <= proto.RootIno {
+		return errnof(syscall.EINVAL, "bad new inode number %d", ino)
+	}
+	if _, err := t.sm.st.Get(store.InodeKey(uint64(ino))); err == nil {
+		return errnof(syscall.EIO, "inode number %d already in use", ino)
+	}
+	t.nextIno = max(t.nextIno, uint64(ino)+1)
+	t.inodes++
+	return nil
+}
+
+func (t *txn) create(c *Command) error {
+	if err := checkName(c.Name); err != nil {
+		return err
+	}
+	parent, err := t.getDir(c.Parent)
+	if err != nil {
+		return err
+	}
+	if parent.Nlink == 0 {
+		return errnof(syscall.ENOENT, "directory %d was removed", c.Parent)
+	}
+	de, exists, err := t.lookup(c.Parent, c.Name)
+	if err != nil {
+		return err
+	}
+	if exists {
+		if c.Op != OpCreate || c.Flags&createExclusive != 0 {
+			return errnof(syscall.EEXIST, "%q exists", c.Name)
+		}
+		n, err := t.get(de.Ino)
+		if err != nil {
+			return err
+		}
+		if n.IsDir() {
+			return errnof(syscall.EISDIR, "%q is a directory", c.Name)
+		}
+		t.res.attr = n.Attr
+		return nil
+	}
+	n := &inode{Attr: proto.Attr{
+		Ino: c.Ino, Nlink: 1, Uid: c.Uid, Gid: c.Gid,
+		Atime: c.Now, Mtime: c.Now, Ctime: c.Now,
+	}}
+	perm := c.Mode & 07777
+	sgidDir := parent.Mode&syscall.S_ISGID != 0
+	if sgidDir {
+		n.Gid = parent.Gid
+	}
+	switch c.Op {
+	case OpCreate:
+		typ := c.Mode & syscall.S_IFMT
+		switch typ {
+		case 0:
+			typ = syscall.S_IFREG
+		case syscall.S_IFREG, syscall.S_IFIFO, syscall.S_IFSOCK, syscall.S_IFCHR, syscall.S_IFBLK:
+		default:
+			return errnof(syscall.EINVAL, "cannot create file type %#o", typ)
+		}
+		// A caller outside the inherited group may not keep setgid-exec.
+		if sgidDir && c.Uid != 0 && c.Gid != parent.Gid && perm&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
+			perm &^= syscall.S_ISGID
+		}
+		n.Mode = typ | perm
+		if typ == syscall.S_IFCHR || typ == syscall.S_IFBLK {
+			n.Rdev = c.Rdev
+		}
+		if typ == syscall.S_IFREG {
+			pol := parent.Layout
+			if c.Layout != nil {
+				pol = *c.Layout
+			}
+			if n.Layout, err = t.placeFile(pol, c); err != nil {
+				return err
+			}
+		}
+	case OpMkdir:
+		if parent.Nlink >= MaxLinks {
+			return errnof(syscall.EMLINK, "directory %d has too many subdirectories", parent.Ino)
+		}
+		if sgidDir {
+			perm |= syscall.S_ISGID
+		}
+		n.Mode = syscall.S_IFDIR | perm
+		n.Nlink = 2
+		n.Layout = parent.Layout.Clone()
+		n.Parent = parent.Ino
+		parent.Nlink++
+	case OpSymlink:
+		if c.Text == "" {
+			return errnof(syscall.ENOENT, "empty symlink target")
+		}
+		if len(c.Text) > MaxSymlinkLen {
+			return errnof(syscall.ENAMETOOLONG, "symlink target of %d bytes", len(c.Text))
+		}
+		n.Mode = syscall.S_IFLNK | 0777
+		n.Size = uint64(len(c.Text))
+		n.Symlink = c.Text
+	}
+	if err := t.newIno(c.Ino); err != nil {
+		return err
+	}
+	parent.Mtime, parent.Ctime = c.Now, c.Now
+	t.put(parent)
+	t.put(n)
+	t.setDirent(parent.Ino, c.Name, n)
+	t.res.attr = n.Attr
+	return nil
+}
+
+// placeFile resolves a file's layout from a policy (the parent's default or
+// an explicit setstripe) and the proposer's ranked candidates.
+func (t *txn) placeFile(pol layout.Layout, c *Command) (layout.Layout, error) {
+	if err := pol.ValidatePolicy(); err != nil {
+		return layout.Layout{}, errnof(syscall.EINVAL, "%v", err)
+	}
+	l := pol.Clone()
+	if len(l.Targets) > 0 {
+		if l.StripeCount == layout.AllTargets {
+			l.StripeCount = int32(len(l.Targets))
+		}
+		if err := l.ValidateFile(); err != nil {
+			return layout.Layout{}, errnof(syscall.EINVAL, "%v", err)
+		}
+		for _, id := range l.Targets {
+			if _, ok := t.targetUUID(id); !ok {
+				return layout.Layout{}, errnof(syscall.EINVAL, "target %d is not registered", id)
+			}
+		}
+		return l, nil
+	}
+	if len(c.Candidates) == 0 {
+		errno := syscall.Errno(c.PlaceErr)
+		if errno == 0 {
+			errno = syscall.EIO
+		}
+		return layout.Layout{}, errnof(errno, "no storage target available for a new file")
+	}
+	n := int(l.StripeCount)
+	if n == layout.AllTargets || n > len(c.Candidates) {
+		n = len(c.Candidates)
+	}
+	l.StripeCount = int32(n)
+	l.Targets = slices.Clone(c.Candidates[:n])
+	if err := l.ValidateFile(); err != nil {
+		return layout.Layout{}, errnof(syscall.EINVAL, "%v", err)
+	}
+	return l, nil
+}
+
+func (t *txn) targetUUID(id proto.TargetID) (string, bool) {
+	u, ok := t.sm.idToUUID[id]
+	return u, ok
+}
+
+func (t *txn) link(c *Command) error {
+	if err := checkName(c.NewName); err != nil {
+		return err
+	}
+	n, err := t.get(c.Ino)
+	if err != nil {
+		return err
+	}
+	if n.IsDir() {
+		return errnof(syscall.EPERM, "hard link to directory %d", c.Ino)
+	}
+	if n.Nlink == 0 {
+		return errnof(syscall.ENOENT, "inode %d was removed", c.Ino)
+	}
+	if n.Nlink >= MaxLinks {
+		return errnof(syscall.EMLINK, "inode %d has %d links", c.Ino, n.Nlink)
+	}
+	parent, err := t.getDir(c.NewParent)
+	if err != nil {
+		return err
+	}
+	if parent.Nlink == 0 {
+		return errnof(syscall.ENOENT, "directory %d was removed", c.NewParent)
+	}
+	if _, exists, err := t.lookup(c.NewParent, c.NewName); err != nil {
+		return err
+	} else if exists {
+		return errnof(syscall.EEXIST, "%q exists", c.NewName)
+	}
+	n.Nlink++
+	n.Ctime = c.Now
+	parent.Mtime, parent.Ctime = c.Now, c.Now
+	t.put(n)
+	t.put(parent)
+	t.setDirent(parent.Ino, c.NewName, n)
+	t.res.attr = n.Attr
+	return nil
+}
+
+func (t *txn) isEmptyDir(ino proto.Ino) (bool, error) {
+	empty := true
+	p := store.DirPrefix(uint64(ino))
+	err := t.sm.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
+		empty = false
+		return false
+	})
+	if err != nil {
+		return false, errnof(syscall.EIO, "scan directory %d: %v", ino, err)
+	}
+	return empty, nil
+}
+
+func (t *txn) remove(c *Command) error {
+	if c.Op == OpRmdir && c.Name == "." {
+		return errnof(syscall.EINVAL, "rmdir of \".\"")
+	}
+	if c.Op == OpRmdir && c.Name == ".." {
+		return errnof(syscall.ENOTEMPTY, "rmdir of \"..\"")
+	}
+	if err := checkName(c.Name); err != nil {
+		return err
+	}
+	parent, err := t.getDir(c.Parent)
+	if err != nil {
+		return err
+	}
+	de, exists, err := t.lookup(c.Parent, c.Name)
+	if err != nil {
+		return err
+	}
+	if !exists {
+		return errnof(syscall.ENOENT, "no entry %q in %d", c.Name, c.Parent)
+	}
+	n, err := t.get(de.Ino)
+	if err != nil {
+		return err
+	}
+	if c.Op == OpUnlink && n.IsDir() {
+		return errnof(syscall.EISDIR, "unlink of directory %q", c.Name)
+	}
+	if c.Op == OpRmdir {
+		if !n.IsDir() {
+			return errnof(syscall.ENOTDIR, "rmdir of non-directory %q", c.Name)
+		}
+		if empty, err := t.isEmptyDir(n.Ino); err != nil {
+			return err
+		} else if !empty {
+			return errnof(syscall.ENOTEMPTY, "directory %q not empty", c.Name)
+		}
+		parent.Nlink--
+	}
+	t.b.Delete(store.DirentKey(uint64(c.Parent), c.Name))
+	t.dropLink(n, c.Now)
+	parent.Mtime, parent.Ctime = c.Now, c.Now
+	t.put(parent)
+	return nil
+}
+
+// isAncestor reports whether dir a is d or one of d's ancestors.
+func (t *txn) isAncestor(a, d proto.Ino) (bool, error) {
+	for i := 0; i < 1<<20; i++ {
+		if d == a {
+			return true, nil
+		}
+		if d == proto.RootIno {
+			return false, nil
+		}
+		n, err := t.get(d)
+		if err != nil {
+			return false, err
+		}
+		d = n.Parent
+	}
+	return false, errnof(syscall.EIO, "directory parent chain too long")
+}
+
+func (t *txn) rename(c *Command) error {
+	if c.Flags&^(proto.RenameNoReplace|proto.RenameExchange) != 0 ||
+		c.Flags == proto.RenameNoReplace|proto.RenameExchange {
+		return errnof(syscall.EINVAL, "rename flags %#x", c.Flags)
+	}
+	if err := checkName(c.Name); err != nil {
+		return err
+	}
+	if err := checkName(c.NewName); err != nil {
+		return err
+	}
+	op, err := t.getDir(c.Parent)
+	if err != nil {
+		return err
+	}
+	np, err := t.getDir(c.NewParent)
+	if err != nil {
+		return err
+	}
+	sde, ok, err := t.lookup(c.Parent, c.Name)
+	if err != nil {
+		return err
+	}
+	if !ok {
+		return errnof(syscall.ENOENT, "no entry %q in %d", c.Name, c.Parent)
+	}
+	dde, dstExists, err := t.lookup(c.NewParent, c.NewName)
+	if err != nil {
+		return err
+	}
+	exchange := c.Flags&proto.RenameExchange != 0
+	if exchange && !dstExists {
+		return errnof(syscall.ENOENT, "no entry %q in %d", c.NewName, c.NewParent)
+	}
+	if c.Flags&proto.RenameNoReplace != 0 && dstExists {
+		return errnof(syscall.EEXIST, "%q exists", c.NewName)
+	}
+	if np.Nlink == 0 {
+		return errnof(syscall.ENOENT, "directory %d was removed", c.NewParent)
+	}
+	src, err := t.get(sde.Ino)
+	if err != nil {
+		return err
+	}
+	if dstExists && dde.Ino == sde.Ino {
+		return nil // both names are links to one inode: POSIX says do nothing
+	}
+	if src.IsDir() && c.Parent != c.NewParent {
+		if in, err := t.isAncestor(src.Ino, np.Ino); err != nil {
+			return err
+		} else if in {
+			return errnof(syscall.EINVAL, "cannot move directory %q into itself", c.Name)
+		}
+	}
+	var dst *inode
+	if dstExists {
+		if dst, err = t.get(dde.Ino); err != nil {
+			return err
+		}
+	}
+	now := c.Now
+	crossDir := c.Parent != c.NewParent
+	if exchange {
+		if dst.IsDir() && crossDir {
+			if in, err := t.isAncestor(dst.Ino, op.Ino); err != nil {
+				return err
+			} else if in {
+				return errnof(syscall.EINVAL, "cannot move directory %q into itself", c.NewName)
+			}
+		}
+		if crossDir {
+			if src.IsDir() {
+				src.Parent = np.Ino
+				op.Nlink--
+				np.Nlink++
+			}
+			if dst.IsDir() {
+				dst.Parent = op.Ino
+				np.Nlink--
+				op.Nlink++
+			}
+		}
+		t.setDirent(op.Ino, c.Name, dst)
+		t.setDirent(np.Ino, c.NewName, src)
+		src.Ctime, dst.Ctime = now, now
+		t.put(src)
+		t.put(dst)
+	} else {
+		if dst != nil {
+			if src.IsDir() && !dst.IsDir() {
+				return errnof(syscall.ENOTDIR, "%q is not a directory", c.NewName)
+			}
+			if !src.IsDir() && dst.IsDir() {
+				return errnof(syscall.EISDIR, "%q is a directory", c.NewName)
+			}
+			if dst.IsDir() {
+				if empty, err := t.isEmptyDir(dst.Ino); err != nil {
+					return err
+				} else if !empty {
+					return errnof(syscall.ENOTEMPTY, "directory %q not empty", c.NewName)
+				}
+				np.Nlink--
+			}
+			t.dropLink(dst, now)
+		}
+		if src.IsDir() && crossDir {
+			if np.Nlink >= MaxLinks {
+				return errnof(syscall.EMLINK, "directory %d has too many subdirectories", np.Ino)
+			}
+			src.Parent = np.Ino
+			op.Nlink--
+			np.Nlink++
+		}
+		t.b.Delete(store.DirentKey(uint64(op.Ino), c.Name))
+		t.setDirent(np.Ino, c.NewName, src)
+		src.Ctime = now
+		t.put(src)
+	}
+	op.Mtime, op.Ctime = now, now
+	np.Mtime, np.Ctime = now, now
+	t.put(op)
+	t.put(np)
+	return nil
+}
+
+func (t *txn) setAttr(c *Command) error {
+	n, err := t.get(c.Ino)
+	if err != nil {
+		return err
+	}
+	in := c.SetAttr
+	if in.Valid&proto.SetMode != 0 {
+		n.Mode = n.Mode&syscall.S_IFMT | in.Mode&07777
+	}
+	if in.Valid&proto.SetUid != 0 {
+		n.Uid = in.Uid
+	}
+	if in.Valid&proto.SetGid != 0 {
+		n.Gid = in.Gid
+	}
+	if in.Valid&proto.SetSize != 0 {
+		if n.IsDir() {
+			return errnof(syscall.EISDIR, "truncate of directory %d", c.Ino)
+		}
+		if !n.IsRegular() {
+			return errnof(syscall.EINVAL, "truncate of non-regular inode %d", c.Ino)
+		}
+		n.Size = in.Size
+		n.Mtime = c.Now
+	}
+	switch {
+	case in.Valid&proto.SetAtimeNow != 0:
+		n.Atime = c.Now
+	case in.Valid&proto.SetAtime != 0:
+		n.Atime = in.Atime
+	}
+	switch {
+	case in.Valid&proto.SetMtimeNow != 0:
+		n.Mtime = c.Now
+	case in.Valid&proto.SetMtime != 0:
+		n.Mtime = in.Mtime
+	}
+	if in.Valid&proto.SetCtime != 0 {
+		n.Ctime = in.Ctime
+	} else {
+		n.Ctime = c.Now
+	}
+	t.put(n)
+	t.res.attr = n.Attr
+	return nil
+}
+
+func checkXattrName(name string) error {
+	if name == "" {
+		return errnof(syscall.EINVAL, "empty xattr name")
+	}
+	if len(name) > MaxXattrName {
+		return errnof(syscall.ERANGE, "xattr name of %d bytes", len(name))
+	}
+	for _, ns := range []string{"user.", "trusted.", "security."} {
+		if strings.HasPrefix(name, ns) && len(name) > len(ns) {
+			return nil
+		}
+	}
+	return errnof(syscall.EOPNOTSUPP, "xattr namespace of %q", name)
+}
+
+func (t *txn) xattr(c *Command) error {
+	if err := checkXattrName(c.Name); err != nil {
+		return err
+	}
+	n, err := t.get(c.Ino)
+	if err != nil {
+		return err
+	}
+	key := store.XattrKey(uint64(c.Ino), c.Name)
+	_, err = t.sm.st.Get(key)
+	exists := err == nil
+	if err != nil && !errors.Is(err, store.ErrNotFound) {
+		return errnof(syscall.EIO, "read xattr: %v", err)
+	}
+	if c.Op == OpRemoveXattr {
+		if !exists {
+			return errnof(syscall.ENODATA, "no xattr %q", c.Name)
+		}
+		t.b.Delete(key)
+	} else {
+		if len(c.Value) > MaxXattrValue {
+			return errnof(syscall.E2BIG, "xattr value of %d bytes", len(c.Value))
+		}
+		if c.Flags&^(proto.XattrCreate|proto.XattrReplace) != 0 {
+			return errnof(syscall.EINVAL, "xattr flags %#x", c.Flags)
+		}
+		if c.Flags&proto.XattrCreate != 0 && exists {
+			return errnof(syscall.EEXIST, "xattr %q exists", c.Name)
+		}
+		if c.Flags&proto.XattrReplace != 0 && !exists {
+			return errnof(syscall.ENODATA, "no xattr %q", c.Name)
+		}
+		t.b.Set(key, c.Value)
+	}
+	n.Ctime = c.Now
+	t.put(n)
+	t.res.attr = n.Attr
+	return nil
+}
+
+func (t *txn) writeDone(c *Command) error {
+	n, err := t.get(c.Ino)
+	if err != nil {
+		return err
+	}
+	if n.IsDir() {
+		return errnof(syscall.EISDIR, "write to directory %d", c.Ino)
+	}
+	if !n.IsRegular() {
+		return errnof(syscall.EINVAL, "write to non-regular inode %d", c.Ino)
+	}
+	n.Size = max(n.Size, c.Size)
+	n.Mtime, n.Ctime = c.Now, c.Now
+	n.Written = true
+	t.put(n)
+	t.res.attr = n.Attr
+	return nil
+}
+
+func (t *txn) setLayout(c *Command) error {
+	if c.Layout == nil {
+		return errnof(syscall.EINVAL, "setlayout without a layout")
+	}
+	n, err := t.get(c.Ino)
+	if err != nil {
+		return err
+	}
+	l := c.Layout.Clone()
+	if err := l.ValidatePolicy(); err != nil {
+		return errnof(syscall.EINVAL, "%v", err)
+	}
+	switch {
+	case n.IsDir():
+		if len(l.Targets) > 0 {
+			probe := l.Clone()
+			if probe.StripeCount == layout.AllTargets {
+				probe.StripeCount = int32(len(probe.Targets))
+			}
+			if err := probe.ValidateFile(); err != nil {
+				return errnof(syscall.EINVAL, "%v", err)
+			}
+			for _, id := range l.Targets {
+				if _, ok := t.targetUUID(id); !ok {
+					return errnof(syscall.EINVAL, "target %d is not registered", id)
+				}
+			}
+		}
+		n.Layout = l
+	case n.IsRegular():
+		if n.Size > 0 || n.Written {
+			return errnof(syscall.EBUSY, "layout of inode %d cannot change: the file has data", c.Ino)
+		}
+		if n.Layout, err = t.placeFile(l, c); err != nil {
+			return err
+		}
+	default:
+		return errnof(syscall.EINVAL, "inode %d has no layout", c.Ino)
+	}
+	n.Ctime = c.Now
+	t.put(n)
+	t.res.attr = n.Attr
+	return nil
+}
+
+func (t *txn) registerTarget(c *Command) error {
+	uuid := c.Text
+	if uuid == "" || len(uuid) > 256 {
+		return errnof(syscall.EINVAL, "bad target uuid %q", uuid)
+	}
+	id, known := t.sm.uuidToID[uuid]
+	switch {
+	case known && c.TargetID != 0 && c.TargetID != id:
+		return errnof(syscall.EINVAL, "target %s has id %d, not %d", uuid, id, c.TargetID)
+	case known:
+	case c.TargetID != 0:
+		if other, taken := t.sm.idToUUID[c.TargetID]; taken {
+			return errnof(syscall.EINVAL, "target id %d belongs to %s, not %s", c.TargetID, other, uuid)
+		}
+		id = c.TargetID
+		t.nextTarget = max(t.nextTarget, uint32(id)+1)
+	default:
+		id = proto.TargetID(max(t.nextTarget, 1))
+		t.nextTarget = uint32(id) + 1
+	}
+	t.b.Set(store.TargetUUIDKey(uuid), binary.BigEndian.AppendUint32(nil, uint32(id)))
+	t.b.Set(store.TargetIDKey(uint32(id)), encodeTargetRecord(uuid, c.Addr))
+	t.res.target = id
+	return nil
+}
+
+func (t *txn) reclaim(c *Command) error {
+	for _, ino := range c.Inos {
+		n, err := t.get(ino)
+		if errors.Is(err, syscall.ENOENT) {
+			continue // already reclaimed
+		}
+		if err != nil {
+			return err
+		}
+		if n.Nlink != 0 {
+			continue // linked again or never orphaned: not ours to delete
+		}
+		p := store.XattrPrefix(uint64(ino))
+		var keys [][]byte
+		if err := t.sm.st.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
+			keys = append(keys, bytes.Clone(k))
+			return true
+		}); err != nil {
+			return errnof(syscall.EIO, "scan xattrs: %v", err)
+		}
+		for _, k := range keys {
+			t.b.Delete(k)
+		}
+		if n.IsRegular() {
+			for i, tg := range n.Layout.Targets {
+				t.b.Set(store.GCKey(uint32(tg), uint64(ino), uint32(i)), nil)
+				t.res.gcQueued++
+			}
+		}
+		t.b.Delete(store.OrphanKey(uint64(ino)))
+		delete(t.cache, ino)
+		delete(t.dirty, ino)
+		t.deleted[ino] = true
+		t.inodes--
+	}
+	return nil
+}

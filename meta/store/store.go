@@ -1,0 +1,62 @@
+package store
+
+import (
+	"errors"
+)
+
+// ErrNotFound is returned by Get for a key that is not present.
+var ErrNotFound = errors.New("store: not found")
+
+// ErrClosed is returned by every call on a closed store.
+var ErrClosed = errors.New("store: closed")
+
+// Reader is the read side of a store. Reads see every committed batch,
+// synced or not.
+type Reader interface {
+	// Get returns a copy of the value stored under key, or ErrNotFound.
+	Get(key []byte) ([]byte, error)
+	// Scan calls fn for every key in [lower, upper) in ascending byte order
+	// until fn returns false. A nil upper means no upper bound. key and value
+	// are valid only during the call. Scan sees a consistent snapshot.
+	Scan(lower, upper []byte, fn func(key, value []byte) bool) error
+}
+
+// Store is where the metadata state machine keeps its state.
+type Store interface {
+	Reader
+	// NewBatch starts an empty write batch.
+	NewBatch() Batch
+	// Sync makes every batch committed so far durable: one synced write
+	// covers all earlier unsynced commits (group commit).
+	Sync() error
+	Close() error
+}
+
+// Batch collects writes that Commit applies atomically: all or nothing,
+// visible to readers at once when Commit returns. A batch is used by one
+// goroutine and cannot be reused after Commit or Close.
+type Batch interface {
+	Set(key, value []byte)
+	Delete(key []byte)
+	// DeletePrefix deletes every key that starts with prefix.
+	DeletePrefix(prefix []byte)
+	// Len returns the number of operations in the batch.
+	Len() int
+	// Commit applies the batch; with sync it is durable on return.
+	Commit(sync bool) error
+	// Close releases the batch without committing it (a no-op after Commit).
+	Close()
+}
+
+// PrefixEnd returns the smallest key greater than every key that starts
+// with prefix, or nil if there is none (prefix is all 0xff).
+func PrefixEnd(prefix []byte) []byte {
+	end := append([]byte(nil), prefix...)
+	for i := len(end) - 1; i >= 0; i-- {
+		end[i]++
+		if end[i] != 0 {
+			return end[:i+1]
+		}
+	}
+	return nil
+}
