@@ -1,0 +1,118 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage/storagerpc"
+	"github.com/weft-fs/weft/transport"
+)
+
+// New connects a client to the metadata server at cfg.MetaAddr over TCP.
+// Storage targets are found through MetaService.Targets, cached, and looked
+// up again when a target is unknown or a call to it failed. Connections are
+// made lazily, so New succeeds even if the servers are not up yet.
+func New(ctx context.Context, cfg Config) (*Client, error) {
+	if cfg.MetaAddr == "" {
+		return nil, fmt.Errorf("client: no metadata server address: %w", syscall.EINVAL)
+	}
+	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+	meta := metarpc.NewClient(pool, cfg.MetaAddr)
+	r := &resolver{meta: meta}
+	storage := &resolvingStorage{StorageService: storagerpc.NewClient(pool, r.resolve), r: r}
+	c := NewWithServices(meta, storage, cfg)
+	r.timeout = c.cfg.Timeout
+	c.close = append(c.close, pool.Close)
+	return c, nil
+}
+
+// resolver maps target ids to storage server addresses from a cached copy
+// of MetaService.Targets.
+type resolver struct {
+	meta    proto.MetaService
+	timeout time.Duration
+
+	mu        sync.Mutex
+	addrs     map[proto.TargetID]string
+	stale     bool
+	refreshed time.Time
+}
+
+// minRefresh keeps a dead target from turning every failed call into a
+// metadata round trip.
+const minRefresh = 500 * time.Millisecond
+
+func (r *resolver) resolve(ctx context.Context, t proto.TargetID) (string, error) {
+	r.mu.Lock()
+	addr, ok := r.addrs[t]
+	refresh := !ok || (r.stale && time.Since(r.refreshed) >= minRefresh)
+	r.mu.Unlock()
+	if !refresh {
+		return addr, nil
+	}
+	ts, err := r.meta.Targets(ctx)
+	if err != nil {
+		if ok {
+			return addr, nil // keep using what we had
+		}
+		return "", err
+	}
+	m := make(map[proto.TargetID]string, len(ts))
+	for _, ti := range ts {
+		m[ti.ID] = ti.Addr
+	}
+	r.mu.Lock()
+	r.addrs, r.stale, r.refreshed = m, false, time.Now()
+	r.mu.Unlock()
+	addr, ok = m[t]
+	if !ok {
+		return "", fmt.Errorf("client: unknown storage target %d: %w", t, syscall.EIO)
+	}
+	return addr, nil
+}
+
+// invalidate marks the cache stale after a failed call: the target may have
+// moved to another server.
+func (r *resolver) invalidate(err error) {
+	if errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ETIMEDOUT) || errors.Is(err, syscall.ECONNREFUSED) {
+		r.mu.Lock()
+		r.stale = true
+		r.mu.Unlock()
+	}
+}
+
+// resolvingStorage reports transport failures to the resolver.
+type resolvingStorage struct {
+	proto.StorageService
+	r *resolver
+}
+
+func (s *resolvingStorage) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
+	n, err := s.StorageService.Read(ctx, t, obj, off, p)
+	s.r.invalidate(err)
+	return n, err
+}
+
+func (s *resolvingStorage) Write(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (uint64, error) {
+	v, err := s.StorageService.Write(ctx, t, obj, off, data)
+	s.r.invalidate(err)
+	return v, err
+}
+
+func (s *resolvingStorage) Truncate(ctx context.Context, t proto.TargetID, obj proto.ObjectID, size uint64) error {
+	err := s.StorageService.Truncate(ctx, t, obj, size)
+	s.r.invalidate(err)
+	return err
+}
+
+func (s *resolvingStorage) Sync(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+	err := s.StorageService.Sync(ctx, t, obj)
+	s.r.invalidate(err)
+	return err
+}

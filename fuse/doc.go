@@ -1,0 +1,51 @@
+// Package fuse mounts weft through FUSE (hanwen/go-fuse/v2, node API). It is
+// a thin adapter: every operation becomes a call on a client.Client, and
+// client errors (syscall.Errno) go to the kernel unchanged; any other error
+// becomes EIO and is logged.
+//
+// # Mount
+//
+// Requests carry up to 1 MiB (MaxWrite, MaxReadAhead). The kernel checks
+// permissions itself (default_permissions) against the attributes weft
+// returns; new files are owned by the calling uid/gid. There is no writeback
+// cache: every write reaches the daemon with its exact byte range, so
+// several mounts writing disjoint, unaligned ranges of one file never
+// overwrite each other's bytes with stale page contents. go-fuse keys nodes
+// by the weft inode number, so hard links share one kernel inode; an
+// unlinked file stays usable while open (the metadata server keeps it until
+// the last Release). Directory listings stream from the metadata server in
+// batches of 1000 names and answer READDIRPLUS with the attributes that come
+// with each entry. No file descriptor is held per file.
+//
+// # Consistency and caching
+//
+//   - Names and attributes are cached by the kernel for 1 s (entry and attr
+//     timeouts); failed lookups are not cached, so a file created on another
+//     mount can be opened here at once.
+//   - Close-to-open: Open fetches fresh attributes from the metadata server.
+//     If size or mtime differ from what this mount last told the kernel, the
+//     kernel's cached attributes are invalidated, and because Open never
+//     sets FOPEN_KEEP_CACHE the kernel drops the file's page cache on every
+//     open. So after a writer on mount A closes or fsyncs, a reader on mount
+//     B that opens the file afterwards sees all the data and the right size,
+//     even if B had the file cached.
+//   - Data is acknowledged only at close (flush) and fsync: writes are
+//     buffered in the client (write-behind, bounded) and a failed background
+//     write is reported by the next write, close or fsync (see package
+//     client).
+//   - While a file is written here, the size this mount reports includes its
+//     own unreported writes, so O_APPEND writes (placed by the kernel at its
+//     idea of the end of file) land at the end.
+//
+// # Extended attributes
+//
+// user.* names are stored by the metadata server. security.* reads answer
+// ENODATA locally without a round trip (the kernel asks for
+// security.capability before every write); trusted.*, system.* and names
+// outside a namespace are not supported (EOPNOTSUPP). Two virtual
+// attributes, not listed by listxattr: user.weft.layout (get on anything:
+// JSON {"stripe_size","stripe_count","targets"}; set on a directory or an
+// empty file to change its layout) and user.weft.df (get: JSON array of
+// {"id","addr","total","used","free","up"} per storage target). Setting any
+// other user.weft.* name fails with EPERM.
+package fuse

@@ -1,0 +1,137 @@
+package fuse
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weft-fs/weft/client"
+	"github.com/weft-fs/weft/proto"
+)
+
+// Config configures a mount. The first four fields are client.Config's.
+type Config struct {
+	MetaAddr   string
+	Timeout    time.Duration // per RPC; 0 = client.DefaultTimeout
+	CacheLimit uint64        // write-behind memory; 0 = client.DefaultCacheLimit
+	Logger     *slog.Logger  // nil = discard
+
+	Mountpoint string
+	// AllowOther lets other users use the mount (FUSE allow_other). The
+	// `weft mount` command defaults it to true.
+	AllowOther bool
+	// Debug logs every FUSE request.
+	Debug bool
+}
+
+// ClientConfig returns the client part of the configuration.
+func (c Config) ClientConfig() client.Config {
+	return client.Config{MetaAddr: c.MetaAddr, Timeout: c.Timeout, CacheLimit: c.CacheLimit, Logger: c.Logger}
+}
+
+const (
+	// entryTimeout and attrTimeout bound how long the kernel trusts a name
+	// or attributes without asking. Short, because other mounts change
+	// things; close-to-open does not rely on them (Open invalidates).
+	entryTimeout = time.Second
+	attrTimeout  = time.Second
+	maxIO        = 1 << 20
+)
+
+// Run mounts weft at cfg.Mountpoint and serves it until ctx is cancelled
+// (then it unmounts) or the filesystem is unmounted from outside.
+func Run(ctx context.Context, cfg Config) error {
+	cl, err := client.New(ctx, cfg.ClientConfig())
+	if err != nil {
+		return err
+	}
+	srv, err := Mount(cl, cfg)
+	if err != nil {
+		return errors.Join(err, cl.Close())
+	}
+	done := make(chan struct{})
+	go func() {
+		srv.Wait()
+		close(done)
+	}()
+	select {
+	case <-ctx.Done():
+		err = srv.Unmount()
+		<-done
+	case <-done:
+	}
+	return errors.Join(err, cl.Close())
+}
+
+// Server is a mounted weft filesystem.
+type Server struct {
+	srv        *gofuse.Server
+	mountpoint string
+	log        *slog.Logger
+}
+
+// Mount mounts a filesystem served by cl at cfg.Mountpoint (only the
+// mount-related fields of cfg are used) and starts serving it. The caller
+// unmounts with Server.Unmount and closes cl afterwards.
+func Mount(cl *client.Client, cfg Config) (*Server, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	fsys := &filesystem{c: cl, log: log}
+	root := &node{fsys: fsys}
+	et, at := entryTimeout, attrTimeout
+	opts := &fs.Options{
+		MountOptions: gofuse.MountOptions{
+			AllowOther:   cfg.AllowOther,
+			MaxWrite:     maxIO,
+			MaxReadAhead: maxIO,
+			// The kernel checks mode bits against the attributes we return.
+			Options:       []string{"default_permissions"},
+			FsName:        "weft",
+			Name:          "weft",
+			Debug:         cfg.Debug,
+			DirectMount:   true,
+			MaxBackground: 64,
+			// No writeback cache (the default): every write reaches us
+			// with its exact byte range, so unaligned writes from
+			// several mounts to one file do not clobber each other.
+		},
+		EntryTimeout: &et,
+		AttrTimeout:  &at,
+		// No negative caching: a file created on another mount must be
+		// visible to the next open here.
+		NegativeTimeout: nil,
+		NullPermissions: true,
+		RootStableAttr:  &fs.StableAttr{Ino: uint64(proto.RootIno), Mode: syscall.S_IFDIR},
+	}
+	srv, err := fs.Mount(cfg.Mountpoint, root, opts)
+	if err != nil {
+		return nil, fmt.Errorf("fuse: mount %s: %w", cfg.Mountpoint, err)
+	}
+	return &Server{srv: srv, mountpoint: cfg.Mountpoint, log: log}, nil
+}
+
+// Wait blocks until the filesystem is unmounted.
+func (s *Server) Wait() { s.srv.Wait() }
+
+// Unmount unmounts the filesystem and waits for the serving loops to end. If
+// the mount stays busy, it is detached lazily (MNT_DETACH): it disappears
+// from the namespace at once and goes away when its last file is closed.
+func (s *Server) Unmount() error {
+	err := s.srv.Unmount()
+	if err == nil {
+		return nil
+	}
+	s.log.Warn("unmount failed; detaching lazily", "mountpoint", s.mountpoint, "err", err)
+	if derr := syscall.Unmount(s.mountpoint, syscall.MNT_DETACH); derr != nil {
+		return fmt.Errorf("fuse: unmount %s: %w (lazy: %v)", s.mountpoint, err, derr)
+	}
+	return nil
+}

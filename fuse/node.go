@@ -1,0 +1,370 @@
+package fuse
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"syscall"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weft-fs/weft/client"
+	"github.com/weft-fs/weft/proto"
+)
+
+// filesystem is shared by all nodes of one mount.
+type filesystem struct {
+	c   *client.Client
+	log *slog.Logger
+}
+
+// errno converts a client error for the kernel; errors that are not errnos
+// become EIO and are logged.
+func (f *filesystem) errno(op string, err error) syscall.Errno {
+	if err == nil {
+		return 0
+	}
+	e, ok := client.Errno(err)
+	if !ok {
+		f.log.Error("fuse: operation failed", "op", op, "err", err)
+	}
+	return e
+}
+
+// node is one weft inode in go-fuse's tree. go-fuse keys nodes by
+// StableAttr.Ino, which is the weft inode number, so hard links share a node.
+type node struct {
+	fs.Inode
+	fsys *filesystem
+
+	// What the kernel was last told about size and mtime: when Open finds
+	// them changed, the kernel's cached attributes are invalidated
+	// (close-to-open across mounts).
+	mu        sync.Mutex
+	seen      bool
+	seenSize  uint64
+	seenMtime int64
+}
+
+var (
+	_ fs.NodeLookuper       = (*node)(nil)
+	_ fs.NodeGetattrer      = (*node)(nil)
+	_ fs.NodeSetattrer      = (*node)(nil)
+	_ fs.NodeCreater        = (*node)(nil)
+	_ fs.NodeMknoder        = (*node)(nil)
+	_ fs.NodeMkdirer        = (*node)(nil)
+	_ fs.NodeRmdirer        = (*node)(nil)
+	_ fs.NodeUnlinker       = (*node)(nil)
+	_ fs.NodeRenamer        = (*node)(nil)
+	_ fs.NodeLinker         = (*node)(nil)
+	_ fs.NodeSymlinker      = (*node)(nil)
+	_ fs.NodeReadlinker     = (*node)(nil)
+	_ fs.NodeOpener         = (*node)(nil)
+	_ fs.NodeOpendirHandler = (*node)(nil)
+	_ fs.NodeStatfser       = (*node)(nil)
+	_ fs.NodeGetxattrer     = (*node)(nil)
+	_ fs.NodeSetxattrer     = (*node)(nil)
+	_ fs.NodeListxattrer    = (*node)(nil)
+	_ fs.NodeRemovexattrer  = (*node)(nil)
+	_ fs.FileReaddirenter   = (*dirHandle)(nil)
+	_ fs.FileLookuper       = (*dirHandle)(nil)
+	_ fs.FileSeekdirer      = (*dirHandle)(nil)
+	_ fs.FileFsyncdirer     = (*dirHandle)(nil)
+	_ fs.FileReader         = (*handle)(nil)
+	_ fs.FileWriter         = (*handle)(nil)
+	_ fs.FileFlusher        = (*handle)(nil)
+	_ fs.FileFsyncer        = (*handle)(nil)
+	_ fs.FileReleaser       = (*handle)(nil)
+)
+
+func (n *node) ino() proto.Ino { return proto.Ino(n.StableAttr().Ino) }
+
+// note records what the kernel is told about a, for Open's invalidation.
+func (n *node) note(a proto.Attr) {
+	n.mu.Lock()
+	n.seen, n.seenSize, n.seenMtime = true, a.Size, a.Mtime
+	n.mu.Unlock()
+}
+
+func fillAttr(out *gofuse.Attr, a proto.Attr) {
+	out.Ino = uint64(a.Ino)
+	out.Size = a.Size
+	out.Blocks = (a.Size + 511) / 512
+	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
+	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
+	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)
+	out.Mode = a.Mode
+	out.Nlink = a.Nlink
+	out.Uid, out.Gid = a.Uid, a.Gid
+	out.Rdev = a.Rdev
+	out.Blksize = 4096
+	if a.IsRegular() && a.Layout.StripeSize > 0 {
+		// st_blksize is the preferred I/O size: a stripe unit, capped
+		// at what one FUSE request carries.
+		out.Blksize = uint32(min(a.Layout.StripeSize, maxIO))
+	}
+}
+
+// child returns the tree node for a, creating it if the kernel does not
+// know it yet, and fills out.
+func (n *node) child(ctx context.Context, a proto.Attr, out *gofuse.EntryOut) *fs.Inode {
+	fillAttr(&out.Attr, a)
+	ch := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino)})
+	if cn, ok := ch.Operations().(*node); ok {
+		cn.note(a)
+	}
+	return ch
+}
+
+func caller(ctx context.Context) (uid, gid uint32) {
+	if c, ok := gofuse.FromContext(ctx); ok {
+		return c.Uid, c.Gid
+	}
+	return 0, 0
+}
+
+// Lookup implements fs.NodeLookuper.
+func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	a, err := n.fsys.c.Lookup(ctx, n.ino(), name)
+	if err != nil {
+		return nil, n.fsys.errno("lookup", err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+// Getattr implements fs.NodeGetattrer.
+func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	a, err := n.fsys.c.GetAttr(ctx, n.ino())
+	if err != nil {
+		return n.fsys.errno("getattr", err)
+	}
+	fillAttr(&out.Attr, a)
+	n.note(a)
+	return 0
+}
+
+// Setattr implements fs.NodeSetattrer. A size change (truncate or
+// ftruncate) is ordered after this mount's acknowledged writes by the
+// client.
+func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
+	var s proto.SetAttrIn
+	if m, ok := in.GetMode(); ok {
+		s.Valid |= proto.SetMode
+		s.Mode = m & 0o7777
+	}
+	if u, ok := in.GetUID(); ok {
+		s.Valid |= proto.SetUid
+		s.Uid = u
+	}
+	if g, ok := in.GetGID(); ok {
+		s.Valid |= proto.SetGid
+		s.Gid = g
+	}
+	if sz, ok := in.GetSize(); ok {
+		s.Valid |= proto.SetSize
+		s.Size = sz
+	}
+	if in.Valid&gofuse.FATTR_ATIME != 0 {
+		if in.Valid&gofuse.FATTR_ATIME_NOW != 0 {
+			s.Valid |= proto.SetAtimeNow
+		} else {
+			s.Valid |= proto.SetAtime
+			s.Atime = int64(in.Atime)*1e9 + int64(in.Atimensec)
+		}
+	}
+	if in.Valid&gofuse.FATTR_MTIME != 0 {
+		if in.Valid&gofuse.FATTR_MTIME_NOW != 0 {
+			s.Valid |= proto.SetMtimeNow
+		} else {
+			s.Valid |= proto.SetMtime
+			s.Mtime = int64(in.Mtime)*1e9 + int64(in.Mtimensec)
+		}
+	}
+	if in.Valid&gofuse.FATTR_CTIME != 0 {
+		s.Valid |= proto.SetCtime
+		s.Ctime = int64(in.Ctime)*1e9 + int64(in.Ctimensec)
+	}
+	var a proto.Attr
+	var err error
+	if s.Valid == 0 {
+		a, err = n.fsys.c.GetAttr(ctx, n.ino())
+	} else {
+		a, err = n.fsys.c.SetAttr(ctx, n.ino(), s)
+	}
+	if err != nil {
+		return n.fsys.errno("setattr", err)
+	}
+	fillAttr(&out.Attr, a)
+	n.note(a)
+	return 0
+}
+
+// Create implements fs.NodeCreater: create and open in one step.
+func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *gofuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	uid, gid := caller(ctx)
+	if mode&syscall.S_IFMT == 0 {
+		mode |= syscall.S_IFREG
+	}
+	a, err := n.fsys.c.Create(ctx, proto.CreateIn{
+		Parent: n.ino(), Name: name, Mode: mode, Uid: uid, Gid: gid,
+		Exclusive: flags&syscall.O_EXCL != 0,
+	})
+	if err != nil {
+		return nil, nil, 0, n.fsys.errno("create", err)
+	}
+	if a.IsDir() {
+		return nil, nil, 0, syscall.EISDIR
+	}
+	f, oa, err := n.fsys.c.Open(ctx, a.Ino)
+	if err != nil {
+		return nil, nil, 0, n.fsys.errno("create/open", err)
+	}
+	ch := n.child(ctx, oa, out)
+	return ch, &handle{fsys: n.fsys, f: f}, 0, 0
+}
+
+// Mknod implements fs.NodeMknoder (fifos, sockets, device nodes, files).
+func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	uid, gid := caller(ctx)
+	a, err := n.fsys.c.Create(ctx, proto.CreateIn{Parent: n.ino(), Name: name, Mode: mode, Rdev: dev, Uid: uid, Gid: gid, Exclusive: true})
+	if err != nil {
+		return nil, n.fsys.errno("mknod", err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+// Mkdir implements fs.NodeMkdirer.
+func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	uid, gid := caller(ctx)
+	a, err := n.fsys.c.Mkdir(ctx, n.ino(), name, mode&0o7777, uid, gid)
+	if err != nil {
+		return nil, n.fsys.errno("mkdir", err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+// Rmdir implements fs.NodeRmdirer.
+func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	return n.fsys.errno("rmdir", n.fsys.c.Rmdir(ctx, n.ino(), name))
+}
+
+// Unlink implements fs.NodeUnlinker. An open file stays usable: the server
+// keeps it until its last Release, and the kernel keeps the node.
+func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	return n.fsys.errno("unlink", n.fsys.c.Unlink(ctx, n.ino(), name))
+}
+
+// Rename implements fs.NodeRenamer (flags as in renameat2).
+func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	np := proto.Ino(newParent.EmbeddedInode().StableAttr().Ino)
+	return n.fsys.errno("rename", n.fsys.c.Rename(ctx, n.ino(), name, np, newName, flags))
+}
+
+// Link implements fs.NodeLinker.
+func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ino := proto.Ino(target.EmbeddedInode().StableAttr().Ino)
+	a, err := n.fsys.c.Link(ctx, ino, n.ino(), name)
+	if err != nil {
+		return nil, n.fsys.errno("link", err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+// Symlink implements fs.NodeSymlinker.
+func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	uid, gid := caller(ctx)
+	a, err := n.fsys.c.Symlink(ctx, n.ino(), name, target, uid, gid)
+	if err != nil {
+		return nil, n.fsys.errno("symlink", err)
+	}
+	return n.child(ctx, a, out), 0
+}
+
+// Readlink implements fs.NodeReadlinker.
+func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	t, err := n.fsys.c.Readlink(ctx, n.ino())
+	if err != nil {
+		return nil, n.fsys.errno("readlink", err)
+	}
+	return []byte(t), 0
+}
+
+// Open implements fs.NodeOpener. The attributes come fresh from the metadata
+// server; if they differ from what the kernel was last told, its cached
+// attributes are invalidated, and the reply never asks to keep the page
+// cache, so a reader sees what writers closed before this open.
+func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	f, a, err := n.fsys.c.Open(ctx, n.ino())
+	if err != nil {
+		return nil, 0, n.fsys.errno("open", err)
+	}
+	n.mu.Lock()
+	changed := n.seen && (n.seenSize != a.Size || n.seenMtime != a.Mtime)
+	n.mu.Unlock()
+	if changed {
+		// Offset -1: attributes only; the page cache is dropped by the
+		// kernel because FOPEN_KEEP_CACHE is not set.
+		_ = n.NotifyContent(-1, 0)
+		n.note(a)
+	}
+	return &handle{fsys: n.fsys, f: f}, 0, 0
+}
+
+// Statfs implements fs.NodeStatfser: usage summed over the storage targets.
+func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno {
+	s, err := n.fsys.c.StatFS(ctx)
+	if err != nil {
+		return n.fsys.errno("statfs", err)
+	}
+	const bs = 4096
+	out.Bsize, out.Frsize = bs, bs
+	out.Blocks = s.Total / bs
+	out.Bfree = s.Free / bs
+	out.Bavail = s.Free / bs
+	out.Files = s.Files + s.FilesFree
+	out.Ffree = s.FilesFree
+	out.NameLen = 255
+	return 0
+}
+
+// handle is an open regular file.
+type handle struct {
+	fsys *filesystem
+	f    *client.File
+}
+
+// Read implements fs.FileReader.
+func (h *handle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	n, err := h.f.Read(ctx, dest, uint64(off))
+	if err != nil {
+		return nil, h.fsys.errno("read", err)
+	}
+	return gofuse.ReadResultData(dest[:n]), 0
+}
+
+// Write implements fs.FileWriter. Without writeback cache the kernel sends
+// the exact range the application wrote (for O_APPEND at its idea of the
+// end of file, which includes this mount's writes: see client.GetAttr).
+func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	n, err := h.f.Write(ctx, data, uint64(off))
+	if err != nil {
+		return 0, h.fsys.errno("write", err)
+	}
+	return uint32(n), 0
+}
+
+// Flush implements fs.FileFlusher (every close of a descriptor).
+func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	return h.fsys.errno("flush", h.f.Flush(ctx))
+}
+
+// Fsync implements fs.FileFsyncer.
+func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
+	return h.fsys.errno("fsync", h.f.Fsync(ctx))
+}
+
+// Release implements fs.FileReleaser.
+func (h *handle) Release(ctx context.Context) syscall.Errno {
+	return h.fsys.errno("release", h.f.Release(ctx))
+}

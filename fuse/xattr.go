@@ -1,0 +1,182 @@
+package fuse
+
+import (
+	"context"
+	"encoding/json"
+	"strings"
+	"syscall"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+)
+
+// Virtual extended attributes, computed here and never listed.
+const (
+	xattrLayout = "user.weft.layout"
+	xattrDF     = "user.weft.df"
+	weftPrefix  = "user.weft."
+)
+
+// layoutJSON is the value of user.weft.layout.
+type layoutJSON struct {
+	StripeSize  uint64           `json:"stripe_size"`
+	StripeCount int32            `json:"stripe_count"`
+	Targets     []proto.TargetID `json:"targets"`
+}
+
+// targetJSON is one element of user.weft.df.
+type targetJSON struct {
+	ID    proto.TargetID `json:"id"`
+	Addr  string         `json:"addr"`
+	Total uint64         `json:"total"`
+	Used  uint64         `json:"used"`
+	Free  uint64         `json:"free"`
+	Up    bool           `json:"up"`
+}
+
+// xattrNamespace classifies a name: "user", "security", or "other" (trusted,
+// system and names without a namespace, which weft does not support).
+func xattrNamespace(name string) string {
+	switch {
+	case strings.HasPrefix(name, "user."):
+		return "user"
+	case strings.HasPrefix(name, "security."):
+		return "security"
+	}
+	return "other"
+}
+
+// replyXattr follows getxattr(2): size 0 asks for the length.
+func replyXattr(v, dest []byte) (uint32, syscall.Errno) {
+	if len(dest) == 0 {
+		return uint32(len(v)), 0
+	}
+	if len(dest) < len(v) {
+		return uint32(len(v)), syscall.ERANGE
+	}
+	return uint32(copy(dest, v)), 0
+}
+
+// Getxattr implements fs.NodeGetxattrer. security.* is answered here without
+// a round trip: the kernel asks for security.capability before every write.
+func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, syscall.Errno) {
+	switch xattrNamespace(name) {
+	case "security":
+		return 0, syscall.ENODATA
+	case "other":
+		return 0, syscall.EOPNOTSUPP
+	}
+	var v []byte
+	switch name {
+	case xattrLayout:
+		l, err := n.effectiveLayout(ctx)
+		if err != nil {
+			return 0, n.fsys.errno("getxattr", err)
+		}
+		v, _ = json.Marshal(layoutJSON{StripeSize: l.StripeSize, StripeCount: l.StripeCount, Targets: append([]proto.TargetID{}, l.Targets...)})
+	case xattrDF:
+		ts, err := n.fsys.c.Targets(ctx)
+		if err != nil {
+			return 0, n.fsys.errno("getxattr", err)
+		}
+		out := make([]targetJSON, 0, len(ts))
+		for _, t := range ts {
+			out = append(out, targetJSON{ID: t.ID, Addr: t.Addr, Total: t.Total, Used: t.Used, Free: t.Free, Up: t.Up})
+		}
+		v, _ = json.Marshal(out)
+	default:
+		var err error
+		if v, err = n.fsys.c.GetXattr(ctx, n.ino(), name); err != nil {
+			return 0, n.fsys.errno("getxattr", err)
+		}
+	}
+	return replyXattr(v, dest)
+}
+
+// effectiveLayout is the node's layout; for a directory that inherits, the
+// nearest ancestor's default that the kernel tree knows, else the
+// filesystem default.
+func (n *node) effectiveLayout(ctx context.Context) (layout.Layout, error) {
+	a, err := n.fsys.c.GetAttr(ctx, n.ino())
+	if err != nil {
+		return layout.Layout{}, err
+	}
+	if a.Layout.StripeSize != 0 || !a.IsDir() {
+		return a.Layout, nil
+	}
+	for _, p := n.Parent(); p != nil; _, p = p.Parent() {
+		pa, err := n.fsys.c.GetAttr(ctx, proto.Ino(p.StableAttr().Ino))
+		if err != nil {
+			return layout.Layout{}, err
+		}
+		if pa.Layout.StripeSize != 0 {
+			return pa.Layout, nil
+		}
+	}
+	return layout.Default(), nil
+}
+
+// Setxattr implements fs.NodeSetxattrer. Setting user.weft.layout changes a
+// directory's default or an empty file's layout; other user.weft.* names are
+// reserved.
+func (n *node) Setxattr(ctx context.Context, name string, data []byte, flags uint32) syscall.Errno {
+	switch xattrNamespace(name) {
+	case "security", "other":
+		return syscall.EOPNOTSUPP
+	}
+	if name == xattrLayout {
+		var j layoutJSON
+		if err := json.Unmarshal(data, &j); err != nil {
+			return syscall.EINVAL
+		}
+		l := layout.Layout{StripeSize: j.StripeSize, StripeCount: j.StripeCount, Targets: j.Targets}
+		if l.StripeSize == 0 {
+			l.StripeSize = layout.DefaultStripeSize
+		}
+		if l.StripeCount == 0 {
+			l.StripeCount = layout.DefaultStripeCount
+			if len(l.Targets) > 0 {
+				l.StripeCount = int32(len(l.Targets))
+			}
+		}
+		if err := l.ValidatePolicy(); err != nil {
+			return syscall.EINVAL
+		}
+		_, err := n.fsys.c.SetLayout(ctx, n.ino(), l)
+		return n.fsys.errno("setxattr", err)
+	}
+	if strings.HasPrefix(name, weftPrefix) {
+		return syscall.EPERM
+	}
+	return n.fsys.errno("setxattr", n.fsys.c.SetXattr(ctx, n.ino(), name, data, flags))
+}
+
+// Listxattr implements fs.NodeListxattrer; the virtual names are hidden.
+func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	names, err := n.fsys.c.ListXattr(ctx, n.ino())
+	if err != nil {
+		return 0, n.fsys.errno("listxattr", err)
+	}
+	var v []byte
+	for _, name := range names {
+		if strings.HasPrefix(name, weftPrefix) {
+			continue
+		}
+		v = append(append(v, name...), 0)
+	}
+	return replyXattr(v, dest)
+}
+
+// Removexattr implements fs.NodeRemovexattrer.
+func (n *node) Removexattr(ctx context.Context, name string) syscall.Errno {
+	switch xattrNamespace(name) {
+	case "security":
+		return syscall.ENODATA
+	case "other":
+		return syscall.EOPNOTSUPP
+	}
+	if strings.HasPrefix(name, weftPrefix) {
+		return syscall.EPERM
+	}
+	return n.fsys.errno("removexattr", n.fsys.c.RemoveXattr(ctx, n.ino(), name))
+}
