@@ -2,13 +2,17 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/weft-fs/weft/internal/units"
+	"github.com/weft-fs/weft/meta"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage/storagerpc"
+	"github.com/weft-fs/weft/transport"
 )
 
 // metaOptions are the settings of `weft meta`; the toml tags are the keys of
@@ -73,8 +77,18 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	return o.logOptions.validate()
 }
 
+// runMeta serves the metadata service. Its storage client removes the
+// objects of deleted files from the targets.
 func runMeta(ctx context.Context, o *metaOptions) error {
-	_ = ctx
-	_ = o
-	return errors.New("meta server: not built yet") // PENDING meta.Run
+	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+	defer pool.Close()
+	return meta.Run(ctx, meta.Config{
+		DataDir:          o.Data,
+		ListenAddr:       o.Listen,
+		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
+		Logger:           o.logger(os.Stderr),
+		NewStorage: func(resolve func(context.Context, proto.TargetID) (string, error)) proto.StorageService {
+			return storagerpc.NewClient(pool, resolve)
+		},
+	})
 }

@@ -4,12 +4,16 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/weft-fs/weft/internal/units"
+	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/storage"
+	"github.com/weft-fs/weft/transport"
 )
 
 // storageOptions are the settings of `weft storage`; the toml tags are the
@@ -107,8 +111,20 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 	return o.logOptions.validate()
 }
 
+// runStorage serves the targets; the metadata server is reached through a
+// pooled connection that redials by itself, so the storage server may start
+// before the metadata server.
 func runStorage(ctx context.Context, o *storageOptions) error {
-	_ = ctx
-	_ = o
-	return errors.New("storage server: not built yet") // PENDING storage.Run
+	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+	defer pool.Close()
+	return storage.Run(ctx, storage.Config{
+		ListenAddr:        o.Listen,
+		AdvertiseAddr:     o.Advertise,
+		MetaAddr:          o.Meta,
+		Targets:           o.Targets,
+		Capacity:          uint64(o.Capacity),
+		HeartbeatInterval: time.Duration(o.HeartbeatInterval),
+		Logger:            o.logger(os.Stderr),
+		Registry:          metarpc.NewClient(pool, o.Meta),
+	})
 }
