@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# THE test command: installs what the tests need, then vets, checks
+# formatting, builds and runs every test. Exits non-zero on any failure.
+#
+#   scripts/test.sh                 everything
+#   scripts/test.sh ./client/...    only these packages (deps, vet, build still run)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+step() { printf '\n=== %s\n' "$*"; }
+
+step "install dependencies"
+scripts/install-deps.sh
+export PATH="$PATH:/usr/local/go/bin:$HOME/.cargo/bin:$(go env GOPATH 2>/dev/null || echo "$HOME/go")/bin"
+
+step "go vet"
+go vet ./...
+
+step "gofmt"
+unformatted=$(gofmt -l .)
+if [ -n "$unformatted" ]; then
+	echo "not gofmt-ed (run gofmt -w on them):"
+	echo "$unformatted"
+	exit 1
+fi
+
+step "go build"
+go build ./...
+mkdir -p bin
+go build -o bin/weft ./cmd/weft
+
+step "go test"
+pkgs=("$@")
+[ "${#pkgs[@]}" -gt 0 ] || pkgs=(./...)
+go test -count=1 -timeout 20m "${pkgs[@]}"
+
+step "all tests passed"
