@@ -1,0 +1,104 @@
+package storage
+
+import (
+	"crypto/rand"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage/vfs"
+)
+
+const identityFile = "target.json"
+
+// identity is what target.json holds.
+type identity struct {
+	UUID string         `json:"uuid"`
+	ID   proto.TargetID `json:"id"`
+}
+
+func newUUID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", err
+	}
+	b[6] = b[6]&0x0f | 0x40 // version 4
+	b[8] = b[8]&0x3f | 0x80 // RFC 4122 variant
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// loadIdentity reads dir/target.json, creating it with a fresh uuid and id 0
+// on the first start.
+func loadIdentity(fs vfs.FS, dir string) (identity, error) {
+	name := filepath.Join(dir, identityFile)
+	f, err := fs.Open(name)
+	if errors.Is(err, os.ErrNotExist) {
+		u, err := newUUID()
+		if err != nil {
+			return identity{}, fmt.Errorf("storage: target %s: uuid: %w", dir, err)
+		}
+		id := identity{UUID: u}
+		return id, storeIdentity(fs, dir, id)
+	}
+	if err != nil {
+		return identity{}, fmt.Errorf("storage: target %s: %w", dir, err)
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.NewSectionReader(f, 0, 1<<20))
+	if err != nil {
+		return identity{}, fmt.Errorf("storage: target %s: %w", dir, err)
+	}
+	var id identity
+	if err := json.Unmarshal(b, &id); err != nil || id.UUID == "" {
+		return identity{}, fmt.Errorf("storage: target %s: bad %s: %v", dir, identityFile, err)
+	}
+	return id, nil
+}
+
+// storeIdentity replaces target.json atomically: write a temporary file,
+// fsync it, rename it over, fsync the directory.
+func storeIdentity(fs vfs.FS, dir string, id identity) error {
+	b, err := json.Marshal(id)
+	if err != nil {
+		return err
+	}
+	name := filepath.Join(dir, identityFile)
+	tmp := name + ".tmp"
+	f, err := fs.Create(tmp)
+	if err != nil {
+		return fmt.Errorf("storage: target %s: %w", dir, err)
+	}
+	_, err = f.WriteAt(append(b, '\n'), 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = fs.Rename(tmp, name)
+	}
+	if err == nil {
+		err = syncDir(fs, dir)
+	}
+	if err != nil {
+		return fmt.Errorf("storage: target %s: store identity: %w", dir, err)
+	}
+	return nil
+}
+
+func syncDir(fs vfs.FS, dir string) error {
+	d, err := fs.OpenDir(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}

@@ -1,0 +1,230 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage/storagerpc"
+	"github.com/weft-fs/weft/storage/vfs"
+	"github.com/weft-fs/weft/transport"
+)
+
+// DefaultHeartbeatInterval is how often a storage server reports usage.
+const DefaultHeartbeatInterval = 2 * time.Second
+
+// Config configures Run.
+type Config struct {
+	ListenAddr    string // host:port to serve on
+	AdvertiseAddr string // address given to the metadata server; "" = the listener's address
+	MetaAddr      string // metadata server
+	Targets       []string
+	// Capacity, if not 0, is a byte limit per target (tests use it to
+	// provoke ENOSPC); 0 means what the disk has.
+	Capacity          uint64
+	HeartbeatInterval time.Duration // 0 = DefaultHeartbeatInterval
+	Logger            *slog.Logger
+
+	// Registry is the metadata server's TargetRegistry. cmd/weft sets it to
+	// a metarpc client for MetaAddr; tests pass a fake. Required.
+	Registry proto.TargetRegistry
+	// FS is where targets live; nil = the real filesystem.
+	FS vfs.FS
+	// Transport serves requests; nil = transport.NewTCP().
+	Transport transport.Transport
+	// MaxOpenObjects per target; 0 = DefaultMaxOpen.
+	MaxOpenObjects int
+}
+
+// validate checks cfg and returns it with defaults filled in and target
+// directories made absolute.
+func (cfg Config) validate() (Config, error) {
+	if cfg.FS == nil {
+		cfg.FS = vfs.Default
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.HeartbeatInterval == 0 {
+		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.HeartbeatInterval < 0 {
+		return cfg, fmt.Errorf("storage: negative heartbeat interval %v", cfg.HeartbeatInterval)
+	}
+	if cfg.ListenAddr == "" {
+		return cfg, errors.New("storage: no listen address")
+	}
+	if cfg.Registry == nil {
+		return cfg, errors.New("storage: no target registry (metadata server client)")
+	}
+	if len(cfg.Targets) == 0 {
+		return cfg, errors.New("storage: no targets configured")
+	}
+	seen := make(map[string]string)
+	dirs := make([]string, len(cfg.Targets))
+	for i, d := range cfg.Targets {
+		if d == "" {
+			return cfg, errors.New("storage: empty target directory")
+		}
+		abs, err := filepath.Abs(d)
+		if err != nil {
+			return cfg, fmt.Errorf("storage: target %s: %w", d, err)
+		}
+		if prev, ok := seen[abs]; ok {
+			return cfg, fmt.Errorf("storage: target directory %s given twice (%s, %s)", abs, prev, d)
+		}
+		seen[abs] = d
+		parent := filepath.Dir(abs)
+		if fi, err := cfg.FS.Stat(parent); err != nil {
+			return cfg, fmt.Errorf("storage: target %s: parent directory %s: %w", d, parent, err)
+		} else if !fi.IsDir() {
+			return cfg, fmt.Errorf("storage: target %s: parent %s is not a directory", d, parent)
+		}
+		if fi, err := cfg.FS.Stat(abs); err == nil && !fi.IsDir() {
+			return cfg, fmt.Errorf("storage: target %s is not a directory", d)
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return cfg, fmt.Errorf("storage: target %s: %w", d, err)
+		}
+		dirs[i] = abs
+	}
+	cfg.Targets = dirs
+	return cfg, nil
+}
+
+// Run serves cfg.Targets on cfg.ListenAddr until ctx is cancelled. It
+// registers every target with the metadata server (retrying with backoff
+// while the server is unreachable: it may start later), serves a target as
+// soon as its id is known (from target.json, or from its first
+// registration), and heartbeats usage every HeartbeatInterval. On cancel it
+// stops serving and closes the targets, and returns nil. It fails at once
+// on a bad config, a target that cannot be opened, or a registry that
+// refuses a target's id (EINVAL).
+func Run(ctx context.Context, cfg Config) error {
+	cfg, err := cfg.validate()
+	if err != nil {
+		return err
+	}
+	tr := cfg.Transport
+	if tr == nil {
+		tr = transport.NewTCP()
+	}
+	log := cfg.Logger
+
+	var targets []*Target
+	defer func() {
+		for _, t := range targets {
+			t.Close()
+		}
+	}()
+	srv := NewServer()
+	for _, dir := range cfg.Targets {
+		t, err := OpenTarget(dir, TargetOptions{FS: cfg.FS, Capacity: cfg.Capacity, MaxOpen: cfg.MaxOpenObjects, Logger: log})
+		if err != nil {
+			return err
+		}
+		targets = append(targets, t)
+		if t.ID() != 0 {
+			if err := srv.Add(t); err != nil {
+				return err
+			}
+		}
+	}
+
+	ln, err := tr.Listen(cfg.ListenAddr, storagerpc.NewHandler(srv, log))
+	if err != nil {
+		return fmt.Errorf("storage: listen on %s: %w", cfg.ListenAddr, err)
+	}
+	defer ln.Close()
+	addr := cfg.AdvertiseAddr
+	if addr == "" {
+		addr = ln.Addr()
+	}
+	log.Info("storage: serving", "addr", ln.Addr(), "advertise", addr, "targets", len(targets))
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	fatal := make(chan error, len(targets))
+	var wg sync.WaitGroup
+	for _, t := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := registerLoop(ctx, cfg, addr, srv, t); err != nil {
+				fatal <- err
+			}
+		}()
+	}
+	select {
+	case <-ctx.Done():
+		err = nil
+	case err = <-fatal:
+	}
+	cancel()
+	wg.Wait()
+	return err
+}
+
+// registerLoop registers t (retrying with backoff), starts serving it, then
+// heartbeats until ctx ends. It returns an error only if the registry
+// refuses the target.
+func registerLoop(ctx context.Context, cfg Config, addr string, srv *Server, t *Target) error {
+	log := cfg.Logger.With("target", t.Dir())
+	backoff := 100 * time.Millisecond
+	registered := false
+	for {
+		err := register(ctx, cfg, addr, srv, t)
+		switch {
+		case err == nil:
+			if !registered {
+				log.Info("storage: target registered", "id", t.ID())
+			}
+			registered = true
+			backoff = cfg.HeartbeatInterval
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EEXIST):
+			return fmt.Errorf("storage: target %s: registration refused: %w", t.Dir(), err)
+		case registered:
+			log.Warn("storage: heartbeat failed", "err", err)
+			backoff = cfg.HeartbeatInterval
+		default:
+			log.Warn("storage: registration failed, retrying", "err", err, "in", backoff)
+		}
+		timer := time.NewTimer(backoff)
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return nil
+		case <-timer.C:
+		}
+		if !registered {
+			backoff = min(backoff*2, 5*time.Second)
+		}
+	}
+}
+
+// register makes one RegisterTarget call (first registration or heartbeat).
+func register(ctx context.Context, cfg Config, addr string, srv *Server, t *Target) error {
+	u, err := t.Usage()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, max(10*time.Second, 2*cfg.HeartbeatInterval))
+	defer cancel()
+	info := proto.TargetInfo{ID: t.ID(), Addr: addr, Total: u.Total, Used: u.Used, Free: u.Free, Up: true}
+	id, err := cfg.Registry.RegisterTarget(ctx, t.UUID(), info)
+	if err != nil {
+		return err
+	}
+	if err := t.SetID(id); err != nil {
+		return err
+	}
+	return srv.Add(t)
+}

@@ -1,0 +1,112 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync"
+	"syscall"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+// ErrUnknownTarget is wrapped (with syscall.ESTALE) by the error for a
+// request naming a target this server does not serve. ESTALE, not ENOENT:
+// a missing object is not an error for Read and Remove, so the client can
+// tell "wrong server or target gone" (refresh the target map) apart.
+var ErrUnknownTarget = errors.New("storage: unknown target")
+
+// Server is the set of targets one storage process serves, addressed by
+// target id. It implements proto.StorageService, so the RPC handler and
+// tests use it the same way.
+type Server struct {
+	mu      sync.RWMutex
+	targets map[proto.TargetID]*Target
+}
+
+var _ proto.StorageService = (*Server)(nil)
+
+// NewServer returns a server with no targets.
+func NewServer() *Server {
+	return &Server{targets: make(map[proto.TargetID]*Target)}
+}
+
+// Add starts serving t under its id, which must be set.
+func (s *Server) Add(t *Target) error {
+	id := t.ID()
+	if id == 0 {
+		return fmt.Errorf("storage: target %s has no id yet: %w", t.Dir(), syscall.EINVAL)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if o, ok := s.targets[id]; ok && o != t {
+		return fmt.Errorf("storage: targets %s and %s both have id %d: %w", o.Dir(), t.Dir(), id, syscall.EEXIST)
+	}
+	s.targets[id] = t
+	return nil
+}
+
+// Target returns the target with id, or an error wrapping ErrUnknownTarget
+// and syscall.ESTALE.
+func (s *Server) Target(id proto.TargetID) (*Target, error) {
+	s.mu.RLock()
+	t := s.targets[id]
+	s.mu.RUnlock()
+	if t == nil {
+		return nil, fmt.Errorf("%w %d: %w", ErrUnknownTarget, id, syscall.ESTALE)
+	}
+	return t, nil
+}
+
+// Targets returns the served targets in id order.
+func (s *Server) Targets() []*Target {
+	s.mu.RLock()
+	out := make([]*Target, 0, len(s.targets))
+	for _, t := range s.targets {
+		out = append(out, t)
+	}
+	s.mu.RUnlock()
+	sort.Slice(out, func(i, j int) bool { return out[i].ID() < out[j].ID() })
+	return out
+}
+
+func (s *Server) Read(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
+	t, err := s.Target(id)
+	if err != nil {
+		return 0, err
+	}
+	return t.Read(ctx, obj, off, p)
+}
+
+func (s *Server) Write(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (uint64, error) {
+	t, err := s.Target(id)
+	if err != nil {
+		return 0, err
+	}
+	return t.Write(ctx, obj, off, data)
+}
+
+func (s *Server) Truncate(ctx context.Context, id proto.TargetID, obj proto.ObjectID, size uint64) error {
+	t, err := s.Target(id)
+	if err != nil {
+		return err
+	}
+	return t.Truncate(ctx, obj, size)
+}
+
+func (s *Server) Sync(ctx context.Context, id proto.TargetID, obj proto.ObjectID) error {
+	t, err := s.Target(id)
+	if err != nil {
+		return err
+	}
+	return t.Sync(ctx, obj)
+}
+
+func (s *Server) Remove(ctx context.Context, id proto.TargetID, obj proto.ObjectID) error {
+	t, err := s.Target(id)
+	if err != nil {
+		return err
+	}
+	return t.Remove(ctx, obj)
+}

@@ -1,0 +1,91 @@
+package storagerpc
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
+)
+
+// Client implements proto.StorageService over the transport. It is safe for
+// concurrent use.
+type Client struct {
+	pool    *transport.Pool
+	resolve func(ctx context.Context, t proto.TargetID) (string, error)
+}
+
+var _ proto.StorageService = (*Client)(nil)
+
+// NewClient returns a client that sends each request to the address resolve
+// gives for its target.
+func NewClient(pool *transport.Pool, resolve func(ctx context.Context, t proto.TargetID) (addr string, err error)) *Client {
+	return &Client{pool: pool, resolve: resolve}
+}
+
+func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ...[]byte) ([]byte, error) {
+	addr, err := c.resolve(ctx, t)
+	if err != nil {
+		return nil, fmt.Errorf("storagerpc: target %d: %w", t, err)
+	}
+	return c.pool.Call(ctx, addr, op, parts...)
+}
+
+// Read reads into p, in requests of at most MaxIO bytes, and stops at the
+// end of the object.
+func (c *Client) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
+	done := 0
+	for done < len(p) {
+		want := min(len(p)-done, MaxIO)
+		req := ReadReq{ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off + uint64(done), Len: uint32(want)}
+		resp, err := c.call(ctx, t, OpRead, req.Encode())
+		if err != nil {
+			return done, err
+		}
+		if len(resp) > want {
+			return done, fmt.Errorf("storagerpc: read answered %d bytes for %d: %w", len(resp), want, syscall.EIO)
+		}
+		done += copy(p[done:], resp)
+		if len(resp) < want {
+			break
+		}
+	}
+	return done, nil
+}
+
+// Write writes data, in requests of at most MaxIO bytes, and returns the
+// version the last of them produced.
+func (c *Client) Write(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (uint64, error) {
+	for done := 0; ; {
+		chunk := data[done:min(len(data), done+MaxIO)]
+		req := WriteReq{ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off + uint64(done), Data: chunk}
+		resp, err := c.call(ctx, t, OpWrite, req.EncodeHeader(), chunk)
+		if err != nil {
+			return 0, err
+		}
+		version, err := DecodeVersion(resp)
+		if err != nil {
+			return 0, fmt.Errorf("%w: %w", err, syscall.EIO)
+		}
+		if done += len(chunk); done >= len(data) {
+			return version, nil
+		}
+	}
+}
+
+func (c *Client) Truncate(ctx context.Context, t proto.TargetID, obj proto.ObjectID, size uint64) error {
+	req := TruncateReq{ObjectReq: ObjectReq{Target: t, Obj: obj}, Size: size}
+	_, err := c.call(ctx, t, OpTruncate, req.Encode())
+	return err
+}
+
+func (c *Client) Sync(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+	_, err := c.call(ctx, t, OpSync, ObjectReq{Target: t, Obj: obj}.Encode())
+	return err
+}
+
+func (c *Client) Remove(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+	_, err := c.call(ctx, t, OpRemove, ObjectReq{Target: t, Obj: obj}.Encode())
+	return err
+}

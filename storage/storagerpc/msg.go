@@ -1,0 +1,157 @@
+package storagerpc
+
+import (
+	"fmt"
+
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
+)
+
+// Operation codes of the storage RPCs (the storage range is 100..199).
+const (
+	OpRead     uint16 = 100
+	OpWrite    uint16 = 101
+	OpTruncate uint16 = 102
+	OpSync     uint16 = 103
+	OpRemove   uint16 = 104
+)
+
+// MaxIO bounds the data of one Read or Write RPC. The Client splits larger
+// requests; the handler refuses larger ones with EINVAL.
+const MaxIO = 16 << 20
+
+// ObjectReq names one object on one target: the whole of Sync and Remove
+// requests, and the start of the others.
+type ObjectReq struct {
+	Target proto.TargetID
+	Obj    proto.ObjectID
+}
+
+func (r ObjectReq) encode(e *wire.Encoder) {
+	e.U32(uint32(r.Target))
+	e.U64(uint64(r.Obj.Ino))
+	e.U32(r.Obj.Stripe)
+}
+
+func decodeObject(d *wire.Decoder) ObjectReq {
+	return ObjectReq{
+		Target: proto.TargetID(d.U32()),
+		Obj:    proto.ObjectID{Ino: proto.Ino(d.U64()), Stripe: d.U32()},
+	}
+}
+
+// ReadReq asks for Len bytes at Off. The response body is the bytes read
+// (shorter than Len at the end of the object).
+type ReadReq struct {
+	ObjectReq
+	Off uint64
+	Len uint32
+}
+
+func (r ReadReq) Encode() []byte {
+	e := wire.NewEncoder(28)
+	r.encode(e)
+	e.U64(r.Off)
+	e.U32(r.Len)
+	return e.B
+}
+
+func DecodeRead(b []byte) (ReadReq, error) {
+	d := wire.NewDecoder(b)
+	r := ReadReq{ObjectReq: decodeObject(d), Off: d.U64(), Len: d.U32()}
+	if err := d.Done(); err != nil {
+		return ReadReq{}, fmt.Errorf("storagerpc: read request: %w", err)
+	}
+	if r.Len > MaxIO {
+		return ReadReq{}, fmt.Errorf("storagerpc: read of %d bytes (max %d)", r.Len, MaxIO)
+	}
+	return r, nil
+}
+
+// WriteReq stores Data at Off. The response body is the object's new
+// version (u64).
+type WriteReq struct {
+	ObjectReq
+	Off  uint64
+	Data []byte
+}
+
+// EncodeHeader returns the request without its data: send it followed by
+// Data as a separate part, so the data is never copied into a buffer.
+func (r WriteReq) EncodeHeader() []byte {
+	e := wire.NewEncoder(28)
+	r.encode(e)
+	e.U64(r.Off)
+	e.U32(uint32(len(r.Data))) // the length prefix of Data
+	return e.B
+}
+
+// DecodeWrite decodes a write request; Data aliases b.
+func DecodeWrite(b []byte) (WriteReq, error) {
+	d := wire.NewDecoder(b)
+	r := WriteReq{ObjectReq: decodeObject(d), Off: d.U64(), Data: d.BytesMax(MaxIO)}
+	if err := d.Done(); err != nil {
+		return WriteReq{}, fmt.Errorf("storagerpc: write request: %w", err)
+	}
+	return r, nil
+}
+
+// EncodeVersion and DecodeVersion are the body of a write response.
+func EncodeVersion(v uint64) []byte {
+	e := wire.NewEncoder(8)
+	e.U64(v)
+	return e.B
+}
+
+func DecodeVersion(b []byte) (uint64, error) {
+	d := wire.NewDecoder(b)
+	v := d.U64()
+	if err := d.Done(); err != nil {
+		return 0, fmt.Errorf("storagerpc: write response: %w", err)
+	}
+	return v, nil
+}
+
+// TruncateReq sets an object's size. The response body is empty.
+type TruncateReq struct {
+	ObjectReq
+	Size uint64
+}
+
+func (r TruncateReq) Encode() []byte {
+	e := wire.NewEncoder(24)
+	r.encode(e)
+	e.U64(r.Size)
+	return e.B
+}
+
+func DecodeTruncate(b []byte) (TruncateReq, error) {
+	d := wire.NewDecoder(b)
+	r := TruncateReq{ObjectReq: decodeObject(d), Size: d.U64()}
+	if err := d.Done(); err != nil {
+		return TruncateReq{}, fmt.Errorf("storagerpc: truncate request: %w", err)
+	}
+	return r, nil
+}
+
+// Encode encodes a Sync or Remove request (they share the format).
+func (r ObjectReq) Encode() []byte {
+	e := wire.NewEncoder(16)
+	r.encode(e)
+	return e.B
+}
+
+func decodeObjectReq(what string, b []byte) (ObjectReq, error) {
+	d := wire.NewDecoder(b)
+	r := decodeObject(d)
+	if err := d.Done(); err != nil {
+		return ObjectReq{}, fmt.Errorf("storagerpc: %s request: %w", what, err)
+	}
+	return r, nil
+}
+
+// DecodeSync decodes a Sync request. The response body is empty.
+func DecodeSync(b []byte) (ObjectReq, error) { return decodeObjectReq("sync", b) }
+
+// DecodeRemove decodes a Remove request. The response body is empty.
+func DecodeRemove(b []byte) (ObjectReq, error) { return decodeObjectReq("remove", b) }
