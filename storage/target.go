@@ -683,7 +683,7 @@ func (t *Target) Truncate(ctx context.Context, obj proto.ObjectID, size uint64) 
 			if _, err := h.crc.WriteAt(encodeEntries(nil, tail), entryOff(tailBlk)); err != nil {
 				return wrap(err)
 			}
-			}
+		}
 		// Data before sidecar: entries past the end are trimmed when the
 		// object is next opened if we stop in between.
 		if err := h.data.Truncate(int64(size)); err != nil {
