@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"path"
 	"slices"
 	"strings"
 	"sync"
@@ -147,7 +146,8 @@ func (e *env) resolve(p string) (proto.Attr, error) {
 
 // parentOf resolves the directory of p and returns it with p's last name.
 func (e *env) parentOf(p string) (proto.Ino, string, error) {
-	dir, name := path.Split(path.Clean(p))
+	i := strings.LastIndex(p, "/")
+	dir, name := p[:i+1], p[i+1:]
 	a, err := e.resolve(dir)
 	return a.Ino, name, err
 }

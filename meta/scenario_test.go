@@ -29,7 +29,7 @@ import (
 //	writedone PATH|ino=N END     setlayout PATH size=KiB count=N [targets=1,2]
 //	target UUID [free=N] [id=N]  targets        down ID     statfs
 //	stat PATH|ino=N              tree [attrs]   tick [S]
-//	orphans                      wait-reclaim   gc-queue    removed
+//	orphans                      gc-queue       removed
 //	restart
 func TestScenarios(t *testing.T) {
 	datadriven.Walk(t, "testdata/scenarios", func(t *testing.T, path string) {
@@ -331,19 +331,14 @@ func (e *env) run(t *testing.T, d *datadriven.TestData) string {
 		e.clock.Advance(time.Duration(s * 1e9))
 		return ""
 	case "orphans":
+		// Orphans without opens are reclaimed asynchronously: let that
+		// settle so the output is deterministic.
+		e.waitReclaim(t)
 		o, err := e.srv.Orphans()
 		if err != nil {
 			t.Fatal(err)
 		}
 		return fmt.Sprint(o)
-	case "wait-reclaim":
-		// Reclaims are asynchronous: wait until nothing is pending.
-		waitFor(t, "reclaim", func() bool {
-			e.srv.mu.Lock()
-			defer e.srv.mu.Unlock()
-			return len(e.srv.pending) == 0 && len(e.srv.reclaiming) == 0
-		})
-		return ""
 	case "gc-queue":
 		q, err := e.srv.GCQueue()
 		if err != nil {
@@ -364,6 +359,15 @@ func (e *env) run(t *testing.T, d *datadriven.TestData) string {
 	}
 	t.Fatalf("unknown command %q", d.Cmd)
 	return ""
+}
+
+// waitReclaim waits until no reclaim is pending or running.
+func (e *env) waitReclaim(t testing.TB) {
+	waitFor(t, "reclaim", func() bool {
+		e.srv.mu.Lock()
+		defer e.srv.mu.Unlock()
+		return len(e.srv.pending) == 0 && len(e.srv.reclaiming) == 0
+	})
 }
 
 func fmtObjs(q []GCObject) string {
