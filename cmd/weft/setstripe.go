@@ -174,7 +174,11 @@ func setLayout(path string, l layoutJSON) error {
 	case err == nil:
 		return nil
 	case errors.Is(err, unix.EINVAL):
-		return fmt.Errorf("%s: layout %s refused (invalid for this file system: is the stripe count larger than the number of targets, or a target id unknown? see weft df)", path, v)
+		return fmt.Errorf("%s: layout %s refused as invalid (is a target id unknown? see weft df)", path, v)
+	case errors.Is(err, unix.EBUSY):
+		return fmt.Errorf("%s: the file has been written, so its layout is fixed (copy it into a directory with the layout you want)", path)
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EIO):
+		return fmt.Errorf("%s: set layout %s: %w (are the storage targets up? see weft df)", path, v, err)
 	case errors.Is(err, unix.ENOTSUP):
 		return fmt.Errorf("%s: %w", path, errNotWeft)
 	}
