@@ -1,0 +1,664 @@
+package testcluster
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options describe the cluster to start. Zero values take the defaults.
+type Options struct {
+	Servers    int           // `weft storage` processes (default 1)
+	Targets    int           // storage targets in total, spread round-robin over the servers (default 4)
+	Capacity   string        // per-target --capacity ("" = what the disk has)
+	Mounts     int           // `weft mount` mounts (default 1; -1 for none)
+	Timeout    string        // mount --timeout (default "3s")
+	CacheLimit string        // mount --cache-limit ("" = weft's default)
+	Ready      time.Duration // how long to wait for processes to come up (default 60s)
+	MountArgs  []string      // extra `weft mount` flags
+}
+
+func (o *Options) fill() {
+	if o.Servers <= 0 {
+		o.Servers = 1
+	}
+	if o.Targets <= 0 {
+		o.Targets = 4
+	}
+	if o.Targets < o.Servers {
+		o.Targets = o.Servers
+	}
+	if o.Mounts == 0 {
+		o.Mounts = 1
+	}
+	if o.Mounts < 0 {
+		o.Mounts = 0
+	}
+	if o.Timeout == "" {
+		o.Timeout = "3s"
+	}
+	if o.Ready <= 0 {
+		o.Ready = 60 * time.Second
+	}
+}
+
+// proc is one weft child process, restartable with the same arguments.
+type proc struct {
+	name string
+	addr string // listen address, "" for mounts
+	args func() []string
+	log  string
+
+	cmd  *exec.Cmd
+	done chan struct{} // closed when cmd has exited
+	err  error         // cmd.Wait's result, valid after done
+}
+
+func (p *proc) running() bool {
+	if p.cmd == nil {
+		return false
+	}
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// Cluster is a running weft cluster. Its methods are meant to be called from
+// the test's goroutine.
+type Cluster struct {
+	t    testing.TB
+	opts Options
+	bin  string
+	dir  string
+
+	mu       sync.Mutex
+	meta     *proc
+	storage  []*proc
+	targets  [][]string // target dirs of each storage server
+	mounts   []*proc
+	mntPaths []string
+}
+
+// Start builds weft if needed, starts a cluster as opts describe and waits
+// until every mount is live and every target is up. Everything is torn down
+// in t.Cleanup.
+func Start(t testing.TB, opts Options) *Cluster {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Fatalf("testcluster: /dev/fuse is missing (%v): weft's integration tests need FUSE; install fuse3 (scripts/install-deps.sh)", err)
+	}
+	if _, err := exec.LookPath("fusermount3"); err != nil {
+		t.Fatalf("testcluster: fusermount3 not found: install fuse3 (scripts/install-deps.sh)")
+	}
+	opts.fill()
+	c := &Cluster{t: t, opts: opts, bin: Binary(t)}
+	dir, err := os.MkdirTemp("", "weft-it-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.dir = dir
+	// Other users (pjdfstest, permission tests) must reach the mountpoints.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, sub := range []string{"logs", "meta"} {
+		if err := os.MkdirAll(filepath.Join(dir, sub), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(c.cleanup)
+
+	c.meta = &proc{name: "meta", addr: freeAddr(t), log: c.logPath("meta")}
+	c.meta.args = func() []string {
+		return []string{"meta", "--listen", c.meta.addr, "--data", filepath.Join(c.dir, "meta")}
+	}
+	c.targets = make([][]string, opts.Servers)
+	for i := 0; i < opts.Targets; i++ {
+		td := filepath.Join(dir, fmt.Sprintf("target-%d", i))
+		if err := os.MkdirAll(td, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		c.targets[i%opts.Servers] = append(c.targets[i%opts.Servers], td)
+	}
+	for i := 0; i < opts.Servers; i++ {
+		i := i
+		p := &proc{name: fmt.Sprintf("storage-%d", i), addr: freeAddr(t), log: c.logPath(fmt.Sprintf("storage-%d", i))}
+		p.args = func() []string {
+			a := []string{"storage", "--listen", p.addr, "--meta", c.meta.addr}
+			for _, td := range c.targets[i] {
+				a = append(a, "--target", td)
+			}
+			if c.opts.Capacity != "" {
+				a = append(a, "--capacity", c.opts.Capacity)
+			}
+			return a
+		}
+		c.storage = append(c.storage, p)
+	}
+
+	c.StartMeta()
+	for i := range c.storage {
+		c.StartStorage(i)
+	}
+	for i := 0; i < opts.Mounts; i++ {
+		c.AddMount()
+	}
+	return c
+}
+
+func (c *Cluster) logPath(name string) string { return filepath.Join(c.dir, "logs", name+".log") }
+
+// Dir is the cluster's temporary directory (meta/, target-*/, mnt-*/, logs/).
+func (c *Cluster) Dir() string { return c.dir }
+
+// Bin is the path of the weft binary.
+func (c *Cluster) Bin() string { return c.bin }
+
+// MetaAddr is the metadata server's address.
+func (c *Cluster) MetaAddr() string { return c.meta.addr }
+
+// StorageAddr is the address of storage server i.
+func (c *Cluster) StorageAddr(i int) string { return c.storage[i].addr }
+
+// NumTargets is the number of storage targets.
+func (c *Cluster) NumTargets() int { return c.opts.Targets }
+
+// TargetDirs returns the target directories of storage server i.
+func (c *Cluster) TargetDirs(i int) []string { return append([]string(nil), c.targets[i]...) }
+
+// AllTargetDirs returns every target directory.
+func (c *Cluster) AllTargetDirs() []string {
+	var all []string
+	for _, ts := range c.targets {
+		all = append(all, ts...)
+	}
+	return all
+}
+
+// Mount returns the path of mount i.
+func (c *Cluster) Mount(i int) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.mntPaths[i]
+}
+
+// NumMounts is the number of mounts started so far.
+func (c *Cluster) NumMounts() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.mounts)
+}
+
+// Log returns the log of a process: "meta", "storage-<i>" or "mount-<i>".
+func (c *Cluster) Log(name string) string {
+	b, _ := os.ReadFile(c.logPath(name))
+	return string(b)
+}
+
+// start launches p and returns without waiting for readiness.
+func (c *Cluster) start(p *proc) error {
+	if p.running() {
+		return fmt.Errorf("testcluster: %s is already running", p.name)
+	}
+	lf, err := os.OpenFile(p.log, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	args := p.args()
+	fmt.Fprintf(lf, "=== %s: weft %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
+	cmd := exec.Command(c.bin, args...)
+	cmd.Stdout = lf
+	cmd.Stderr = lf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		lf.Close()
+		return fmt.Errorf("testcluster: start %s: %w", p.name, err)
+	}
+	p.cmd = cmd
+	p.done = make(chan struct{})
+	done := p.done
+	go func() {
+		p.err = cmd.Wait()
+		lf.Close()
+		close(done)
+	}()
+	return nil
+}
+
+// startListener starts a process that listens on p.addr and waits until
+// the address accepts connections. A port taken by someone else since we
+// picked it is replaced by a fresh one when allowNewPort (first start only).
+func (c *Cluster) startListener(p *proc, allowNewPort bool) {
+	c.t.Helper()
+	for attempt := 0; ; attempt++ {
+		if err := c.start(p); err != nil {
+			c.t.Fatal(err)
+		}
+		err := waitFor(c.opts.Ready, p, func() bool {
+			conn, err := net.DialTimeout("tcp", p.addr, time.Second)
+			if err != nil {
+				return false
+			}
+			conn.Close()
+			return true
+		})
+		if err == nil {
+			return
+		}
+		inUse := strings.Contains(strings.ToLower(tail(p.log, 20)), "address already in use")
+		if inUse && attempt < 5 {
+			c.kill(p)
+			if allowNewPort {
+				p.addr = freeAddr(c.t)
+			} else {
+				time.Sleep(500 * time.Millisecond)
+			}
+			continue
+		}
+		c.t.Fatalf("testcluster: %s did not come up on %s: %v\n%s", p.name, p.addr, err, tail(p.log, 40))
+	}
+}
+
+// waitFor polls ok until it returns true, p exits, or d passes.
+func waitFor(d time.Duration, p *proc, ok func() bool) error {
+	deadline := time.Now().Add(d)
+	for {
+		if ok() {
+			if p != nil && !p.running() {
+				return fmt.Errorf("process exited: %v", p.err)
+			}
+			return nil
+		}
+		if p != nil {
+			select {
+			case <-p.done:
+				return fmt.Errorf("process exited: %v", p.err)
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			return errors.New("timed out")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// StartMeta starts (or restarts) the metadata server on its address.
+func (c *Cluster) StartMeta() {
+	c.t.Helper()
+	c.startListener(c.meta, c.meta.cmd == nil)
+}
+
+// StopMeta SIGKILLs the metadata server.
+func (c *Cluster) StopMeta() { c.kill(c.meta) }
+
+// StartStorage starts (or restarts) storage server i on its address and
+// target directories.
+func (c *Cluster) StartStorage(i int) {
+	c.t.Helper()
+	c.startListener(c.storage[i], c.storage[i].cmd == nil)
+}
+
+// StopStorage SIGKILLs storage server i.
+func (c *Cluster) StopStorage(i int) { c.kill(c.storage[i]) }
+
+// AddMount starts one more `weft mount` on a new mountpoint, waits until it
+// is live and sees every target up, and returns its index.
+func (c *Cluster) AddMount() int {
+	c.t.Helper()
+	c.mu.Lock()
+	i := len(c.mounts)
+	mnt := filepath.Join(c.dir, fmt.Sprintf("mnt-%d", i))
+	p := &proc{name: fmt.Sprintf("mount-%d", i), log: c.logPath(fmt.Sprintf("mount-%d", i))}
+	p.args = func() []string {
+		a := []string{"mount", "--meta", c.meta.addr, "--timeout", c.opts.Timeout, "--allow-other"}
+		if c.opts.CacheLimit != "" {
+			a = append(a, "--cache-limit", c.opts.CacheLimit)
+		}
+		a = append(a, c.opts.MountArgs...)
+		return append(a, mnt)
+	}
+	c.mounts = append(c.mounts, p)
+	c.mntPaths = append(c.mntPaths, mnt)
+	c.mu.Unlock()
+	if err := os.MkdirAll(mnt, 0o755); err != nil {
+		c.t.Fatal(err)
+	}
+	c.startMount(i)
+	return i
+}
+
+func (c *Cluster) startMount(i int) {
+	c.t.Helper()
+	p, mnt := c.mounts[i], c.mntPaths[i]
+	unmount(mnt) // a mount left by a killed daemon answers ENOTCONN
+	if err := c.start(p); err != nil {
+		c.t.Fatal(err)
+	}
+	if err := waitFor(c.opts.Ready, p, func() bool { return isFuseMount(mnt) }); err != nil {
+		c.t.Fatalf("testcluster: %s did not mount %s: %v\n%s", p.name, mnt, err, tail(p.log, 40))
+	}
+	c.WaitTargetsUp(c.opts.Targets)
+}
+
+// StopMount SIGKILLs mount i and lazily unmounts its mountpoint.
+func (c *Cluster) StopMount(i int) {
+	c.kill(c.mounts[i])
+	unmount(c.mntPaths[i])
+}
+
+// StartMount restarts mount i after StopMount or KillAll.
+func (c *Cluster) StartMount(i int) {
+	c.t.Helper()
+	c.startMount(i)
+}
+
+// WaitTargetsUp waits until user.weft.df, read through a live mount,
+// lists n targets that are all up.
+func (c *Cluster) WaitTargetsUp(n int) {
+	c.t.Helper()
+	mnt := ""
+	c.mu.Lock()
+	for i, p := range c.mounts {
+		if p.running() {
+			mnt = c.mntPaths[i]
+			break
+		}
+	}
+	c.mu.Unlock()
+	if mnt == "" {
+		c.t.Fatal("testcluster: WaitTargetsUp needs a live mount")
+	}
+	var last string
+	err := waitFor(c.opts.Ready, nil, func() bool {
+		ts, err := callTimeout(5*time.Second, func() ([]TargetInfo, error) { return DF(mnt) })
+		if err != nil {
+			last = err.Error()
+			return false
+		}
+		up := 0
+		for _, ti := range ts {
+			if ti.Up {
+				up++
+			}
+		}
+		last = fmt.Sprintf("%d targets, %d up", len(ts), up)
+		return len(ts) == n && up == n
+	})
+	if err != nil {
+		c.t.Fatalf("testcluster: waiting for %d targets up on %s: %v (last: %s)", n, mnt, err, last)
+	}
+}
+
+// KillAll SIGKILLs every process of the cluster (meta, storage, mounts) and
+// waits for them, as a power cut would stop them (minus the page cache).
+func (c *Cluster) KillAll() {
+	c.mu.Lock()
+	procs := append([]*proc{c.meta}, c.storage...)
+	procs = append(procs, c.mounts...)
+	c.mu.Unlock()
+	for _, p := range procs {
+		if p.running() {
+			p.cmd.Process.Signal(syscall.SIGKILL)
+		}
+	}
+	for _, p := range procs {
+		c.kill(p)
+	}
+}
+
+// Restart starts every process that is not running, on the same addresses
+// and directories, and remounts every mount; it returns when all are ready.
+func (c *Cluster) Restart() {
+	c.t.Helper()
+	if !c.meta.running() {
+		c.StartMeta()
+	}
+	for i, p := range c.storage {
+		if !p.running() {
+			c.StartStorage(i)
+		}
+	}
+	for i := 0; i < c.NumMounts(); i++ {
+		if !c.mounts[i].running() {
+			c.startMount(i)
+		}
+	}
+}
+
+// kill SIGKILLs p if it runs and waits for it to exit.
+func (c *Cluster) kill(p *proc) {
+	if p == nil || p.cmd == nil {
+		return
+	}
+	if p.running() {
+		p.cmd.Process.Signal(syscall.SIGKILL)
+	}
+	<-p.done
+}
+
+// PIDs returns the process ids of the running processes by name.
+func (c *Cluster) PIDs() map[string]int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m := map[string]int{}
+	for _, p := range append(append([]*proc{c.meta}, c.storage...), c.mounts...) {
+		if p.running() {
+			m[p.name] = p.cmd.Process.Pid
+		}
+	}
+	return m
+}
+
+// Weft runs `weft args...` and returns its combined output.
+func (c *Cluster) Weft(ctx context.Context, args ...string) (string, error) {
+	cmd := exec.CommandContext(ctx, c.bin, args...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("weft %s: %w: %s", strings.Join(args, " "), err, out)
+	}
+	return string(out), nil
+}
+
+func (c *Cluster) cleanup() {
+	c.mu.Lock()
+	mnts := append([]string(nil), c.mntPaths...)
+	procs := append([]*proc{c.meta}, c.storage...)
+	procs = append(procs, c.mounts...)
+	c.mu.Unlock()
+	for _, m := range mnts {
+		unmount(m)
+	}
+	for _, p := range procs {
+		c.kill(p)
+	}
+	if c.t.Failed() {
+		for _, p := range procs {
+			if p != nil {
+				c.t.Logf("---- tail of %s log (%s) ----\n%s", p.name, p.log, tail(p.log, 80))
+			}
+		}
+	}
+	if os.Getenv("WEFT_KEEP") != "" {
+		c.t.Logf("testcluster: keeping %s", c.dir)
+		return
+	}
+	if err := os.RemoveAll(c.dir); err != nil {
+		c.t.Logf("testcluster: removing %s: %v", c.dir, err)
+	}
+}
+
+// unmount lazily unmounts mnt if something is mounted there.
+func unmount(mnt string) {
+	if !isMountpoint(mnt) {
+		return
+	}
+	exec.Command("fusermount3", "-u", "-z", mnt).Run()
+}
+
+// mountinfo returns the filesystem type mounted at path, or "".
+func mountType(path string) string {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	typ := ""
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) < 5 || unescapeMountinfo(fields[4]) != path {
+			continue
+		}
+		for j := 5; j < len(fields); j++ {
+			if fields[j] == "-" && j+1 < len(fields) {
+				typ = fields[j+1] // the last mount on path wins
+			}
+		}
+	}
+	return typ
+}
+
+func unescapeMountinfo(s string) string {
+	if !strings.Contains(s, `\`) {
+		return s
+	}
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+3 < len(s) {
+			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
+				b.WriteByte(byte(n))
+				i += 3
+				continue
+			}
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
+}
+
+func isMountpoint(path string) bool { return mountType(path) != "" }
+func isFuseMount(path string) bool  { return strings.HasPrefix(mountType(path), "fuse") }
+
+// freeAddr picks a loopback port that is free now. Another process may take
+// it before ours binds it; startListener retries with a new one.
+func freeAddr(t testing.TB) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().String()
+}
+
+// tail returns the last n lines of a file.
+func tail(path string, n int) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Sprintf("(%v)", err)
+	}
+	lines := bytes.Split(bytes.TrimRight(b, "\n"), []byte("\n"))
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return string(bytes.Join(lines, []byte("\n")))
+}
+
+// callTimeout runs f and gives up waiting after d: a FUSE call may block
+// until its daemon is killed, and a test must report that, not hang.
+func callTimeout[T any](d time.Duration, f func() (T, error)) (T, error) {
+	type res struct {
+		v   T
+		err error
+	}
+	ch := make(chan res, 1)
+	go func() {
+		v, err := f()
+		ch <- res{v, err}
+	}()
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-time.After(d):
+		var zero T
+		return zero, fmt.Errorf("testcluster: no answer within %v", d)
+	}
+}
+
+// TargetInfo is one entry of user.weft.df.
+type TargetInfo struct {
+	ID    uint32 `json:"id"`
+	Addr  string `json:"addr"`
+	Total uint64 `json:"total"`
+	Used  uint64 `json:"used"`
+	Free  uint64 `json:"free"`
+	Up    bool   `json:"up"`
+}
+
+// Layout is the value of user.weft.layout.
+type Layout struct {
+	StripeSize  uint64   `json:"stripe_size"`
+	StripeCount int32    `json:"stripe_count"`
+	Targets     []uint32 `json:"targets"`
+}
+
+// DF reads user.weft.df on path.
+func DF(path string) ([]TargetInfo, error) {
+	b, err := Getxattr(path, "user.weft.df")
+	if err != nil {
+		return nil, err
+	}
+	var ts []TargetInfo
+	if err := json.Unmarshal(b, &ts); err != nil {
+		return nil, fmt.Errorf("testcluster: user.weft.df %q: %w", b, err)
+	}
+	return ts, nil
+}
+
+// GetLayout reads user.weft.layout on path.
+func GetLayout(path string) (Layout, error) {
+	var l Layout
+	b, err := Getxattr(path, "user.weft.layout")
+	if err != nil {
+		return l, err
+	}
+	if err := json.Unmarshal(b, &l); err != nil {
+		return l, fmt.Errorf("testcluster: user.weft.layout %q: %w", b, err)
+	}
+	return l, nil
+}
+
+// Getxattr returns the whole value of an extended attribute.
+func Getxattr(path, name string) ([]byte, error) {
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Getxattr(path, name, buf)
+		if errors.Is(err, unix.ERANGE) {
+			buf = make([]byte, 2*len(buf))
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		return buf[:n], nil
+	}
+}

@@ -1,0 +1,23 @@
+// Package testcluster starts a real weft cluster for integration tests: one
+// `weft meta`, S `weft storage` processes holding N targets in temporary
+// directories, and M `weft mount` FUSE mounts, all as separate processes
+// talking TCP over loopback, exactly as an operator would run them.
+//
+// The weft binary is built once per test binary (go build into a temporary
+// directory; WEFT_BIN names a prebuilt one instead). Start returns only when
+// every mount is live and every target reports "up" through the user.weft.df
+// virtual xattr, so a test can use the mount at once.
+//
+// Invariants:
+//   - Cleanup always runs, even when the test fails or panics: every
+//     mountpoint is lazily unmounted (fusermount3 -u -z), every process still
+//     running is SIGKILLed and waited for, and the temporary directory is
+//     removed (set WEFT_KEEP=1 to keep it). Children also get SIGKILL through
+//     Pdeathsig if the test binary dies.
+//   - Each process logs to <dir>/logs/<name>.log, appended across restarts;
+//     on failure the tail of every log is written to the test log.
+//   - A restarted process keeps its address and directories, so the rest of
+//     the cluster finds it again by itself; that is what the failure and
+//     crash tests rely on.
+//   - /dev/fuse must exist: Start fails (never skips) without it.
+package testcluster

@@ -1,0 +1,122 @@
+package tests
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/internal/testcluster"
+)
+
+// TestBigDirectory creates 100,000 files in one directory from many
+// goroutines, lists them and stats a few. The open-file limit here is
+// 20,000, so no weft process may keep a descriptor per file; and a create
+// rate too low to finish within the budget is a performance bug reported
+// with the measured rate.
+func TestBigDirectory(t *testing.T) {
+	const (
+		nfiles  = 100_000
+		workers = 32
+		budget  = 100 * time.Second
+	)
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
+	d := filepath.Join(c.Mount(0), "big")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var next, created atomic.Int64
+	var firstErr atomic.Value
+	deadline := time.Now().Add(budget)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(deadline) {
+				i := next.Add(1) - 1
+				if i >= nfiles {
+					return
+				}
+				f, err := os.OpenFile(filepath.Join(d, fmt.Sprintf("file-%06d", i)), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+				if err == nil {
+					err = f.Close()
+				}
+				if err != nil {
+					firstErr.CompareAndSwap(nil, fmt.Errorf("create #%d: %w", i, err))
+					return
+				}
+				created.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	rate := float64(created.Load()) / el.Seconds()
+	t.Logf("created %d files in %v: %.0f creates/s with %d goroutines", created.Load(), el.Round(time.Millisecond), rate, workers)
+	logFDs(t, c)
+	if err := firstErr.Load(); err != nil {
+		t.Fatal(err)
+	}
+	if created.Load() < nfiles {
+		t.Fatalf("created only %d of %d files in %v (%.0f creates/s): too slow", created.Load(), nfiles, budget, rate)
+	}
+
+	start = time.Now()
+	ents, err := os.ReadDir(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("listed %d entries in %v", len(ents), time.Since(start).Round(time.Millisecond))
+	if len(ents) != nfiles {
+		t.Errorf("readdir: %d entries, want %d", len(ents), nfiles)
+	}
+	seen := make(map[string]bool, len(ents))
+	for _, e := range ents {
+		if seen[e.Name()] {
+			t.Errorf("readdir lists %s twice", e.Name())
+			break
+		}
+		seen[e.Name()] = true
+	}
+	for _, i := range []int{0, 1, 4242, 50_000, 99_999} {
+		name := fmt.Sprintf("file-%06d", i)
+		if !seen[name] {
+			t.Errorf("readdir misses %s", name)
+		}
+		fi, err := os.Stat(filepath.Join(d, name))
+		if err != nil || !fi.Mode().IsRegular() || fi.Size() != 0 {
+			t.Errorf("stat %s: %v %v", name, fi, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(d, "file-100000")); !os.IsNotExist(err) {
+		t.Errorf("stat of a name never created: %v", err)
+	}
+	// Remove a few and list again: the directory stays consistent.
+	for i := 0; i < 100; i++ {
+		if err := os.Remove(filepath.Join(d, fmt.Sprintf("file-%06d", i*1000))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ents, err := os.ReadDir(d); err != nil || len(ents) != nfiles-100 {
+		t.Errorf("readdir after 100 unlinks: %d entries, %v", len(ents), err)
+	}
+	logFDs(t, c)
+}
+
+// logFDs logs how many descriptors each weft process holds.
+func logFDs(t *testing.T, c *testcluster.Cluster) {
+	for name, pid := range c.PIDs() {
+		ents, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+		if err == nil {
+			t.Logf("%s (pid %d) holds %d open descriptors", name, pid, len(ents))
+			if len(ents) > 10_000 {
+				t.Errorf("%s holds %d descriptors: it will hit the limit of 20,000", name, len(ents))
+			}
+		}
+	}
+}

@@ -1,0 +1,185 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// helperEnv, when set, turns the test binary into a helper process that runs
+// one command (helperMain) and exits.
+const helperEnv = "WEFT_IT_HELPER"
+
+// helperMain runs a helper command. It prints "ok" or the errno name of the
+// first failure on stdout, and exits 0 unless the command line is wrong, so
+// that tests can assert the exact error another user or process saw.
+func helperMain(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "helper: no command")
+		return 2
+	}
+	var err error
+	switch args[0] {
+	case "open": // open PATH FLAGS: FLAGS is r, w, rw, create
+		if len(args) != 3 {
+			return 2
+		}
+		flags := map[string]int{"r": os.O_RDONLY, "w": os.O_WRONLY, "rw": os.O_RDWR, "create": os.O_WRONLY | os.O_CREATE | os.O_EXCL}[args[2]]
+		var f *os.File
+		f, err = os.OpenFile(args[1], flags, 0o644)
+		if err == nil {
+			err = f.Close()
+		}
+	case "mkdir": // mkdir PATH
+		err = os.Mkdir(args[1], 0o755)
+	case "unlink":
+		err = os.Remove(args[1])
+	case "records": // records PATH NPROC IDX NREC RECSIZE
+		if len(args) != 6 {
+			return 2
+		}
+		n := make([]int, 4)
+		for i := range n {
+			if n[i], err = strconv.Atoi(args[2+i]); err != nil {
+				return 2
+			}
+		}
+		err = writeRecords(args[1], n[0], n[1], n[2], n[3])
+	default:
+		fmt.Fprintln(os.Stderr, "helper: unknown command", args[0])
+		return 2
+	}
+	fmt.Println(errName(err))
+	return 0
+}
+
+// writeRecords writes every record k (k%nproc == idx) of the ior-hard file.
+func writeRecords(path string, nproc, idx, nrec, recsize int) error {
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	buf := make([]byte, recsize)
+	for k := idx; k < nrec; k += nproc {
+		fillRecord(buf, k)
+		if _, err := f.WriteAt(buf, int64(k)*int64(recsize)); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
+
+// fillRecord fills record k with bytes that name k and their position, so
+// that any misplaced byte is detected.
+func fillRecord(buf []byte, k int) {
+	for i := range buf {
+		buf[i] = byte(k*131 + i*7 + i>>8)
+	}
+}
+
+// errName is "ok" for nil and the errno's name (e.g. "EACCES") otherwise.
+func errName(err error) string {
+	if err == nil {
+		return "ok"
+	}
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		if n := unix.ErrnoName(e); n != "" {
+			return n
+		}
+		return fmt.Sprintf("errno%d", int(e))
+	}
+	return "error:" + strings.ReplaceAll(err.Error(), "\n", " ")
+}
+
+// runHelper runs a helper command, as cred's user when cred is not nil, and
+// returns its one-line answer.
+func runHelper(t testing.TB, cred *syscall.Credential, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		// Errorf, not Fatalf: helpers also run from goroutines.
+		t.Errorf("helper %v: %v\n%s", args, err, stderr.String())
+		return "error:helper failed"
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// nobody is the credential of the unprivileged user tests switch to.
+var nobody = &syscall.Credential{Uid: 65534, Gid: 65534, Groups: []uint32{}}
+
+// pattern returns n deterministic pseudo-random bytes for file offset off
+// of a file identified by seed: any byte at the wrong offset or from the
+// wrong file shows.
+func pattern(seed uint32, off int64, n int) []byte {
+	b := make([]byte, n)
+	for i := range b {
+		p := uint64(off) + uint64(i)
+		x := uint32(p>>2)*2654435761 ^ seed*40503
+		x ^= x >> 13
+		b[i] = byte(x >> (8 * (p & 3)))
+	}
+	return b
+}
+
+// firstDiff describes where got and want differ, for failure messages.
+func firstDiff(got, want []byte) string {
+	n := min(len(got), len(want))
+	for i := 0; i < n; i++ {
+		if got[i] != want[i] {
+			j := i
+			for j < n && got[j] != want[j] {
+				j++
+			}
+			return fmt.Sprintf("first difference at byte %d (got %#x, want %#x; %d bytes differ from there), len got %d want %d, crc got %08x want %08x",
+				i, got[i], want[i], j-i, len(got), len(want), crc32.ChecksumIEEE(got), crc32.ChecksumIEEE(want))
+		}
+	}
+	if len(got) != len(want) {
+		return fmt.Sprintf("length got %d want %d (equal prefix)", len(got), len(want))
+	}
+	return "equal"
+}
+
+// within runs f and fails the test if it has not returned after d: a FUSE
+// call that hangs must be reported, not hang the suite. The goroutine stays
+// blocked until the cluster's cleanup kills the daemon.
+func within(t testing.TB, d time.Duration, what string, f func() error) error {
+	t.Helper()
+	ch := make(chan error, 1)
+	go func() { ch <- f() }()
+	select {
+	case err := <-ch:
+		return err
+	case <-time.After(d):
+		t.Fatalf("%s did not return within %v (hangs)", what, d)
+		return nil
+	}
+}
+
+func errnoOf(err error) syscall.Errno {
+	var e syscall.Errno
+	if errors.As(err, &e) {
+		return e
+	}
+	return 0
+}

@@ -1,0 +1,122 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/internal/testcluster"
+)
+
+// TestIntegrity flips one byte of an object file on a target. Reading the
+// range holding it must fail with EIO (never return the bad byte), ranges
+// far from it still read fine, and the storage server's log names the
+// target, the object and the offset.
+func TestIntegrity(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 2})
+	d := filepath.Join(c.Mount(0), "d")
+	os.Mkdir(d, 0o755)
+	weft(t, c, "setstripe", "-c", "1", "-S", "64M", d)
+	p := filepath.Join(d, "f")
+	const size = 8 << 20
+	const badOff = 5<<20 + 12345
+	want := pattern(21, 0, size)
+	marker := []byte("<<weft-integrity-marker-0123456789>>")
+	copy(want[badOff:], marker)
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := testcluster.GetLayout(p)
+	if err != nil || len(l.Targets) != 1 {
+		t.Fatalf("layout: %+v %v", l, err)
+	}
+	var st syscall.Stat_t
+	syscall.Stat(p, &st)
+
+	// Find the marker in an object file and flip the byte after its first
+	// one (the data are not necessarily at the same offset in the object).
+	var objPath string
+	var objOff int64
+	for _, td := range c.AllTargetDirs() {
+		filepath.WalkDir(td, func(path string, de fs.DirEntry, err error) error {
+			if err != nil || !de.Type().IsRegular() || !strings.Contains(path, "objects") || objPath != "" {
+				return nil
+			}
+			b, err := os.ReadFile(path)
+			if err != nil {
+				return nil
+			}
+			if i := bytes.Index(b, marker); i >= 0 {
+				objPath, objOff = path, int64(i)
+			}
+			return nil
+		})
+	}
+	if objPath == "" {
+		t.Fatalf("no object file under %s/target-*/objects holds the data", c.Dir())
+	}
+	t.Logf("file ino %d, target %d: data at offset %d of %s", st.Ino, l.Targets[0], objOff, objPath)
+	of, err := os.OpenFile(objPath, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := []byte{0}
+	of.ReadAt(b, objOff+1)
+	b[0] ^= 0x40
+	of.WriteAt(b, objOff+1)
+	of.Close()
+
+	// Read from a fresh mount: the writer's mount may still cache the data.
+	m := c.AddMount()
+	f, err := os.Open(filepath.Join(c.Mount(m), "d", "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	buf := make([]byte, 4096)
+	err = within(t, 30*time.Second, "read of the corrupt range", func() error {
+		_, err := f.ReadAt(buf, badOff-100)
+		return err
+	})
+	if !errors.Is(err, syscall.EIO) {
+		if err == nil && bytes.Contains(buf, marker) {
+			t.Errorf("read of the corrupt range succeeded and returned the original data (not corrupt?)")
+		} else {
+			t.Errorf("read of the corrupt range: %v, want EIO (returned bytes contain the flipped byte: %v)", err, err == nil)
+		}
+	}
+	for _, off := range []int64{0, 1 << 20, size - 4096} {
+		if _, err := f.ReadAt(buf, off); err != nil {
+			t.Errorf("read at %d, far from the corruption: %v", off, err)
+		} else if !bytes.Equal(buf, want[off:off+4096]) {
+			t.Errorf("read at %d: %s", off, firstDiff(buf, want[off:off+4096]))
+		}
+	}
+
+	// The storage log names target, object and offset.
+	log := c.Log("storage-0")
+	var line string
+	for _, ln := range strings.Split(log, "\n") {
+		low := strings.ToLower(ln)
+		if strings.Contains(low, "checksum") || strings.Contains(low, "corrupt") || strings.Contains(low, "crc") {
+			line = ln
+			break
+		}
+	}
+	if line == "" {
+		t.Fatalf("storage log has no checksum/corruption line")
+	}
+	t.Logf("storage log: %s", line)
+	for _, want := range []string{strconv.Itoa(int(l.Targets[0])), strconv.FormatUint(st.Ino, 10), "off"} {
+		if !strings.Contains(line, want) {
+			t.Errorf("storage log line does not name %q (target %d, ino %d, offset): %s", want, l.Targets[0], st.Ino, line)
+		}
+	}
+}

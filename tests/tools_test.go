@@ -1,0 +1,212 @@
+package tests
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/internal/testcluster"
+)
+
+// requireTool fails (never skips) when an external test tool is missing.
+func requireTool(t *testing.T, name string) string {
+	t.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		t.Fatalf("%s is not installed (not on PATH=%s): run scripts/install-deps.sh", name, os.Getenv("PATH"))
+	}
+	return p
+}
+
+var ansi = regexp.MustCompile("\x1b\\[[0-9;]*m")
+
+// pjdResult is one line of pjdfstest's report.
+type pjdResult struct {
+	name, status, detail string
+}
+
+// parsePjdfstest reads pjdfstest's output: "NAME<spaces>ok|skipped|FAILED|
+// ..." lines, each followed by tab-indented details.
+func parsePjdfstest(out string) []pjdResult {
+	var rs []pjdResult
+	sc := bufio.NewScanner(strings.NewReader(ansi.ReplaceAllString(out, "")))
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	line := regexp.MustCompile(`^(\S+::\S+)\s+(ok|skipped|FAILED|PASSED UNEXPECTEDLY|failed as expected)\s*$`)
+	for sc.Scan() {
+		l := sc.Text()
+		if m := line.FindStringSubmatch(l); m != nil {
+			rs = append(rs, pjdResult{name: m[1], status: m[2]})
+			continue
+		}
+		if strings.HasPrefix(l, "\t") && len(rs) > 0 {
+			r := &rs[len(rs)-1]
+			r.detail += strings.TrimSpace(l) + " "
+		}
+	}
+	return rs
+}
+
+// pjdExceptions reads the tests listed in docs/pjdfstest.md, lines of the
+// form "- `name` — reason".
+func pjdExceptions(t *testing.T) map[string]string {
+	_, file, _, _ := runtime.Caller(0)
+	path := filepath.Join(filepath.Dir(file), "..", "docs", "pjdfstest.md")
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ex := map[string]string{}
+	re := regexp.MustCompile("^- `([^`]+)`\\s*[—:-]+\\s*(.+)$")
+	for _, l := range strings.Split(string(b), "\n") {
+		if m := re.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
+			ex[m[1]] = m[2]
+		}
+	}
+	return ex
+}
+
+// TestPjdfstest runs the POSIX conformance suite pjdfstest as root on a weft
+// mount. Every failure fails the test unless docs/pjdfstest.md lists it
+// with a reason; an exception that passes fails it too, so the list stays
+// as short as the truth.
+func TestPjdfstest(t *testing.T) {
+	bin := requireTool(t, "pjdfstest")
+	for _, name := range []string{"tests", "nobody"} {
+		if _, err := user.Lookup(name); err != nil {
+			t.Fatalf("pjdfstest needs a user %q (%v): run scripts/install-deps.sh", name, err)
+		}
+		if _, err := user.LookupGroup(name); err != nil && name == "tests" {
+			t.Fatalf("pjdfstest needs a group %q (%v): run scripts/install-deps.sh", name, err)
+		}
+	}
+	exceptions := pjdExceptions(t)
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
+	dir := filepath.Join(c.Mount(0), "pjd")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(dir, 0o755)
+	cfg := filepath.Join(c.Dir(), "pjdfstest.toml")
+	// The features Linux has (as for ext4 in pjdfstest's CI). naptime must
+	// exceed the timestamp granularity: weft keeps nanoseconds.
+	os.WriteFile(cfg, []byte(`[features]
+posix_fallocate = {}
+utime_now = {}
+utimensat = {}
+
+[settings]
+naptime = 0.01
+`), 0o644)
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "-c", cfg, "-p", dir)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "NO_COLOR=1", "CLICOLOR=0")
+	start := time.Now()
+	outb, err := cmd.CombinedOutput()
+	out := string(outb)
+	el := time.Since(start)
+	if ctx.Err() != nil {
+		t.Fatalf("pjdfstest did not finish within 8 minutes (hangs?); output so far:\n%s", tailString(out, 60))
+	}
+	rs := parsePjdfstest(out)
+	counts := map[string]int{}
+	var unexpected, expected []string
+	seen := map[string]bool{}
+	for _, r := range rs {
+		counts[r.status]++
+		seen[r.name] = true
+		if r.status != "FAILED" {
+			if _, ok := exceptions[r.name]; ok && r.status == "ok" {
+				t.Errorf("%s passes but docs/pjdfstest.md lists it as an exception: remove it", r.name)
+			}
+			continue
+		}
+		if _, ok := exceptions[r.name]; ok {
+			expected = append(expected, r.name)
+		} else {
+			unexpected = append(unexpected, fmt.Sprintf("%s: %s", r.name, r.detail))
+		}
+	}
+	t.Logf("pjdfstest on weft: %d passed, %d failed (%d listed exceptions), %d skipped, in %v",
+		counts["ok"], counts["FAILED"], len(expected), counts["skipped"], el.Round(time.Second))
+	if len(rs) < 300 {
+		t.Fatalf("pjdfstest reported only %d results (exit %v); output:\n%s", len(rs), err, tailString(out, 60))
+	}
+	sort.Strings(unexpected)
+	for _, u := range unexpected {
+		t.Errorf("pjdfstest FAILED %s", u)
+	}
+	if len(unexpected) == 0 && err != nil && len(expected) == 0 {
+		t.Errorf("pjdfstest exited with %v but no test failed:\n%s", err, tailString(out, 30))
+	}
+	for name := range exceptions {
+		if !seen[name] {
+			t.Logf("exception %s was not run", name)
+		}
+	}
+}
+
+// TestFsx runs fsx for 100,000 operations on a file striped over 4
+// targets in 64 KiB units, with a 1 MiB maximum length so that reads,
+// writes, truncates and mmaps cross stripe and object boundaries.
+func TestFsx(t *testing.T) {
+	bin := requireTool(t, "fsx")
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
+	dir := filepath.Join(c.Mount(0), "fsx")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	weft(t, c, "setstripe", "-c", "4", "-S", "64K", dir)
+	cfg := filepath.Join(c.Dir(), "fsx.toml")
+	os.WriteFile(cfg, []byte(`flen = 1048576
+[opsize]
+max = 131072
+[weights]
+close_open = 2
+read = 10
+write = 10
+mapread = 5
+mapwrite = 5
+invalidate = 1
+truncate = 3
+fsync = 1
+`), 0o644)
+	artifacts := filepath.Join(c.Dir(), "fsx-artifacts")
+	os.Mkdir(artifacts, 0o755)
+	file := filepath.Join(dir, "fsx.bin")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, bin, "-f", cfg, "-N", "100000", "-S", "4242", "-P", artifacts, file)
+	out, err := cmd.CombinedOutput()
+	el := time.Since(start)
+	t.Logf("fsx: 100000 ops in %v (%.0f ops/s)", el.Round(time.Millisecond), 100000/el.Seconds())
+	if ctx.Err() != nil {
+		t.Fatalf("fsx did not finish within 8 minutes:\n%s", tailString(string(out), 40))
+	}
+	if err != nil {
+		t.Fatalf("fsx failed: %v\n%s", err, tailString(string(out), 60))
+	}
+	if l, err := testcluster.GetLayout(file); err != nil || l.StripeCount != 4 || len(l.Targets) != 4 {
+		t.Errorf("fsx file layout: %+v %v (want 4 targets)", l, err)
+	}
+}
+
+func tailString(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
