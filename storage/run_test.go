@@ -1,0 +1,246 @@
+package storage
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage/storagerpc"
+	"github.com/weft-fs/weft/transport"
+)
+
+// fakeRegistry is a TargetRegistry that assigns ids like the metadata
+// server: a known uuid gets its id back, a wrong id is refused.
+type fakeRegistry struct {
+	mu       sync.Mutex
+	failures int // the first calls fail with EIO (server not up yet)
+	calls    int
+	ids      map[string]proto.TargetID
+	infos    map[proto.TargetID]proto.TargetInfo
+	beats    map[proto.TargetID]int
+	next     proto.TargetID
+}
+
+func newFakeRegistry(failures int) *fakeRegistry {
+	return &fakeRegistry{failures: failures, ids: map[string]proto.TargetID{}, infos: map[proto.TargetID]proto.TargetInfo{}, beats: map[proto.TargetID]int{}, next: 100}
+}
+
+func (r *fakeRegistry) RegisterTarget(ctx context.Context, uuid string, info proto.TargetInfo) (proto.TargetID, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls++
+	if r.calls <= r.failures {
+		return 0, fmt.Errorf("fake: meta server down: %w", syscall.EIO)
+	}
+	id, known := r.ids[uuid]
+	if info.ID != 0 && (!known || id != info.ID) {
+		return 0, fmt.Errorf("fake: id %d is not %s's: %w", info.ID, uuid, syscall.EINVAL)
+	}
+	if !known {
+		r.next++
+		id = r.next
+		r.ids[uuid] = id
+	}
+	info.ID = id
+	r.infos[id] = info
+	r.beats[id]++
+	return id, nil
+}
+
+func (r *fakeRegistry) snapshot() (map[proto.TargetID]proto.TargetInfo, map[proto.TargetID]int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	infos := make(map[proto.TargetID]proto.TargetInfo, len(r.infos))
+	beats := make(map[proto.TargetID]int, len(r.beats))
+	for k, v := range r.infos {
+		infos[k] = v
+	}
+	for k, v := range r.beats {
+		beats[k] = v
+	}
+	return infos, beats
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// startRun runs Run in the background and returns a func that stops it and
+// returns its error.
+func startRun(t *testing.T, cfg Config) (stop func() error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- Run(ctx, cfg) }()
+	var once sync.Once
+	var err error
+	stop = func() error {
+		once.Do(func() {
+			cancel()
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				err = errors.New("Run did not return after cancel")
+			}
+		})
+		return err
+	}
+	t.Cleanup(func() { stop() })
+	return stop
+}
+
+func TestRunRegistersServesAndHeartbeats(t *testing.T) {
+	root := t.TempDir()
+	dirs := []string{filepath.Join(root, "t1"), filepath.Join(root, "t2")}
+	reg := newFakeRegistry(3) // the meta server is "down" for the first calls
+	log, logs := newLogger()
+	cfg := Config{ListenAddr: "127.0.0.1:0", Targets: dirs, Registry: reg, HeartbeatInterval: 20 * time.Millisecond, Logger: log, Capacity: 1 << 30}
+	stop := startRun(t, cfg)
+	waitFor(t, "two targets with heartbeats", func() bool {
+		_, beats := reg.snapshot()
+		n := 0
+		for _, b := range beats {
+			if b >= 3 {
+				n++
+			}
+		}
+		return n == 2
+	})
+	if !strings.Contains(logs.String(), "registration failed, retrying") {
+		t.Fatalf("registration failures not logged:\n%s", logs.String())
+	}
+	infos, _ := reg.snapshot()
+
+	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+	defer pool.Close()
+	client := storagerpc.NewClient(pool, func(ctx context.Context, id proto.TargetID) (string, error) {
+		if info, ok := infos[id]; ok {
+			return info.Addr, nil
+		}
+		return "", syscall.ENOENT
+	})
+	obj := proto.ObjectID{Ino: 5}
+	for id, info := range infos {
+		if info.Total != 1<<30 || !info.Up {
+			t.Fatalf("target %d info %+v", id, info)
+		}
+		if _, err := client.Write(ctx, id, obj, 0, []byte(fmt.Sprint("target ", id))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for id := range infos {
+		buf := make([]byte, 100)
+		n, err := client.Read(ctx, id, obj, 0, buf)
+		if err != nil || string(buf[:n]) != fmt.Sprint("target ", id) {
+			t.Fatalf("read from %d: %q, %v", id, buf[:n], err)
+		}
+	}
+	waitFor(t, "usage in a heartbeat", func() bool {
+		infos, _ := reg.snapshot()
+		for _, info := range infos {
+			if info.Used != BlockSize {
+				return false
+			}
+		}
+		return true
+	})
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	// Restart: same ids, served before the registry answers.
+	reg.mu.Lock()
+	reg.failures = reg.calls + 1000
+	reg.mu.Unlock()
+	stop = startRun(t, cfg)
+	var addr string
+	waitFor(t, "a listening server", func() bool {
+		return strings.Contains(logs.String(), "storage: serving") && strings.Count(logs.String(), "storage: serving") == 2
+	})
+	for _, line := range strings.Split(logs.String(), "\n") {
+		if strings.Contains(line, "storage: serving") {
+			_, a, _ := strings.Cut(line, "advertise=")
+			addr, _, _ = strings.Cut(a, " ")
+		}
+	}
+	for id := range infos {
+		buf := make([]byte, 100)
+		n, err := storagerpc.NewClient(pool, func(context.Context, proto.TargetID) (string, error) { return addr, nil }).Read(ctx, id, obj, 0, buf)
+		if err != nil || string(buf[:n]) != fmt.Sprint("target ", id) {
+			t.Fatalf("read from %d after restart: %q, %v", id, buf[:n], err)
+		}
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}
+
+func TestRunRefusedID(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "t1")
+	reg := newFakeRegistry(0)
+	stop := startRun(t, Config{ListenAddr: "127.0.0.1:0", Targets: []string{dir}, Registry: reg, HeartbeatInterval: 10 * time.Millisecond})
+	waitFor(t, "registration", func() bool { _, b := reg.snapshot(); return len(b) == 1 })
+	stop()
+	// A registry that does not know the target (a different metadata
+	// server) refuses its stored id: Run fails.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := Run(ctx, Config{ListenAddr: "127.0.0.1:0", Targets: []string{dir}, Registry: newFakeRegistry(0)})
+	if !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("Run with a refused id: %v", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	root := t.TempDir()
+	file := filepath.Join(root, "file")
+	os.WriteFile(file, nil, 0o644)
+	reg := newFakeRegistry(0)
+	good := Config{ListenAddr: "127.0.0.1:0", Registry: reg, Targets: []string{filepath.Join(root, "a")}}
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		want string
+	}{
+		{"ok", func(*Config) {}, ""},
+		{"no targets", func(c *Config) { c.Targets = nil }, "no targets"},
+		{"missing parent", func(c *Config) { c.Targets = []string{filepath.Join(root, "no", "t")} }, "parent directory"},
+		{"duplicate", func(c *Config) { c.Targets = []string{filepath.Join(root, "a"), root + "/./a"} }, "given twice"},
+		{"target is a file", func(c *Config) { c.Targets = []string{file} }, "not a directory"},
+		{"no listen address", func(c *Config) { c.ListenAddr = "" }, "listen address"},
+		{"no registry", func(c *Config) { c.Registry = nil }, "registry"},
+		{"negative heartbeat", func(c *Config) { c.HeartbeatInterval = -time.Second }, "heartbeat"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := good
+			cfg.Targets = append([]string(nil), good.Targets...)
+			tc.mod(&cfg)
+			got, err := cfg.validate()
+			if tc.want == "" {
+				if err != nil || got.HeartbeatInterval != DefaultHeartbeatInterval {
+					t.Fatalf("validate = %+v, %v", got, err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.HasPrefix(err.Error(), "storage: ") {
+				t.Fatalf("validate error %v, want %q", err, tc.want)
+			}
+		})
+	}
+}
