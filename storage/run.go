@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/storage/storagerpc"
 	"github.com/weft-fs/weft/storage/vfs"
@@ -32,8 +33,8 @@ type Config struct {
 	HeartbeatInterval time.Duration // 0 = DefaultHeartbeatInterval
 	Logger            *slog.Logger
 
-	// Registry is the metadata server's TargetRegistry. cmd/weft sets it to
-	// a metarpc client for MetaAddr; tests pass a fake. Required.
+	// Registry, if set, replaces the metarpc client for MetaAddr that Run
+	// otherwise uses to register targets (tests pass a fake).
 	Registry proto.TargetRegistry
 	// FS is where targets live; nil = the real filesystem.
 	FS vfs.FS
@@ -61,8 +62,8 @@ func (cfg Config) validate() (Config, error) {
 	if cfg.ListenAddr == "" {
 		return cfg, errors.New("storage: no listen address")
 	}
-	if cfg.Registry == nil {
-		return cfg, errors.New("storage: no target registry (metadata server client)")
+	if cfg.Registry == nil && cfg.MetaAddr == "" {
+		return cfg, errors.New("storage: no metadata server address")
 	}
 	if len(cfg.Targets) == 0 {
 		return cfg, errors.New("storage: no targets configured")
@@ -116,6 +117,11 @@ func Run(ctx context.Context, cfg Config) error {
 		tr = transport.NewTCP()
 	}
 	log := cfg.Logger
+	if cfg.Registry == nil {
+		pool := transport.NewPool(tr, transport.PoolOptions{})
+		defer pool.Close()
+		cfg.Registry = metarpc.NewClient(pool, cfg.MetaAddr)
+	}
 
 	var targets []*Target
 	defer func() {

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/storage/storagerpc"
 	"github.com/weft-fs/weft/transport"
@@ -223,7 +224,7 @@ func TestConfigValidate(t *testing.T) {
 		{"duplicate", func(c *Config) { c.Targets = []string{filepath.Join(root, "a"), root + "/./a"} }, "given twice"},
 		{"target is a file", func(c *Config) { c.Targets = []string{file} }, "not a directory"},
 		{"no listen address", func(c *Config) { c.ListenAddr = "" }, "listen address"},
-		{"no registry", func(c *Config) { c.Registry = nil }, "registry"},
+		{"no meta address", func(c *Config) { c.Registry = nil }, "metadata server"},
 		{"negative heartbeat", func(c *Config) { c.HeartbeatInterval = -time.Second }, "heartbeat"},
 	}
 	for _, tc := range tests {
@@ -242,5 +243,31 @@ func TestConfigValidate(t *testing.T) {
 				t.Fatalf("validate error %v, want %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestRunOverMetaRPC registers through the real metarpc client: a fake
+// registry behind metarpc's handler on TCP, and Run given only MetaAddr.
+// The meta server comes up after the storage server.
+func TestRunOverMetaRPC(t *testing.T) {
+	reg := newFakeRegistry(0)
+	tcp := transport.NewTCP()
+	// Reserve an address, then start the meta side late.
+	ln, err := tcp.Listen("127.0.0.1:0", func(context.Context, uint16, []byte) ([]byte, error) { return nil, syscall.EIO })
+	if err != nil {
+		t.Fatal(err)
+	}
+	metaAddr := ln.Addr()
+	ln.Close()
+	stop := startRun(t, Config{ListenAddr: "127.0.0.1:0", MetaAddr: metaAddr, Targets: []string{filepath.Join(t.TempDir(), "t")}, HeartbeatInterval: 20 * time.Millisecond})
+	time.Sleep(150 * time.Millisecond)
+	ln, err = tcp.Listen(metaAddr, metarpc.NewHandler(nil, reg, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	waitFor(t, "registration over metarpc", func() bool { _, b := reg.snapshot(); return len(b) == 1 && b[101] >= 2 })
+	if err := stop(); err != nil {
+		t.Fatal(err)
 	}
 }
