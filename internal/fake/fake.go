@@ -28,6 +28,7 @@ import (
 type inode struct {
 	attr     proto.Attr
 	children map[string]proto.Ino // directories
+	sorted   []string             // children's names in order; nil = rebuild
 	target   string               // symlinks
 	xattrs   map[string][]byte
 	opens    int
@@ -240,6 +241,7 @@ func (m *Meta) Create(_ context.Context, in proto.CreateIn) (proto.Attr, error) 
 		n.attr.Layout = m.resolveLayout(d, in.Layout)
 	}
 	d.children[in.Name] = n.attr.Ino
+	d.sorted = nil
 	m.touch(d)
 	return m.attr(n.attr.Ino), nil
 }
@@ -262,6 +264,7 @@ func (m *Meta) Mkdir(_ context.Context, parent proto.Ino, name string, mode, uid
 	n.attr.Nlink = 2
 	n.children = map[string]proto.Ino{}
 	d.children[name] = n.attr.Ino
+	d.sorted = nil
 	d.attr.Nlink++
 	m.touch(d)
 	return m.attr(n.attr.Ino), nil
@@ -285,6 +288,7 @@ func (m *Meta) Symlink(_ context.Context, parent proto.Ino, name, target string,
 	n.target = target
 	n.attr.Size = uint64(len(target))
 	d.children[name] = n.attr.Ino
+	d.sorted = nil
 	m.touch(d)
 	return m.attr(n.attr.Ino), nil
 }
@@ -325,6 +329,7 @@ func (m *Meta) Link(_ context.Context, ino, newParent proto.Ino, newName string)
 		return proto.Attr{}, syscall.EEXIST
 	}
 	d.children[newName] = ino
+	d.sorted = nil
 	n.attr.Nlink++
 	n.attr.Ctime = time.Now().UnixNano()
 	m.touch(d)
@@ -371,6 +376,7 @@ func (m *Meta) Unlink(_ context.Context, parent proto.Ino, name string) error {
 		return syscall.EISDIR
 	}
 	delete(d.children, name)
+	d.sorted = nil
 	m.touch(d)
 	m.drop(n)
 	return nil
@@ -396,6 +402,7 @@ func (m *Meta) Rmdir(_ context.Context, parent proto.Ino, name string) error {
 		return syscall.ENOTEMPTY
 	}
 	delete(d.children, name)
+	d.sorted = nil
 	d.attr.Nlink--
 	m.touch(d)
 	m.drop(n)
@@ -453,7 +460,9 @@ func (m *Meta) Rename(_ context.Context, oldParent proto.Ino, oldName string, ne
 		m.drop(dn)
 	}
 	delete(od.children, oldName)
+	od.sorted = nil
 	nd.children[newName] = src
+	nd.sorted = nil
 	if m.inodes[src].attr.IsDir() && od != nd {
 		od.attr.Nlink--
 		nd.attr.Nlink++
@@ -471,16 +480,18 @@ func (m *Meta) ReadDir(_ context.Context, dir proto.Ino, after string, max int) 
 	if err != nil {
 		return nil, err
 	}
-	names := make([]string, 0, len(d.children))
-	for name := range d.children {
-		if name > after {
-			names = append(names, name)
+	if d.sorted == nil {
+		d.sorted = make([]string, 0, len(d.children))
+		for name := range d.children {
+			d.sorted = append(d.sorted, name)
 		}
+		sort.Strings(d.sorted)
 	}
-	sort.Strings(names)
-	if len(names) > max {
-		names = names[:max]
+	i := sort.SearchStrings(d.sorted, after)
+	if i < len(d.sorted) && d.sorted[i] == after {
+		i++
 	}
+	names := d.sorted[i:min(len(d.sorted), i+max)]
 	out := make([]proto.DirEntry, len(names))
 	for i, name := range names {
 		out[i] = proto.DirEntry{Name: name, Attr: m.attr(d.children[name])}
