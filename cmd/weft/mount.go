@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/weft-fs/weft/fuse"
 	"github.com/weft-fs/weft/internal/units"
 )
 
@@ -105,8 +106,16 @@ func checkMountpoint(mnt string) error {
 	return nil
 }
 
+// runMount mounts and serves until ctx is cancelled (SIGINT/SIGTERM: it
+// unmounts) or the file system is unmounted from outside.
 func runMount(ctx context.Context, o *mountOptions) error {
-	_ = ctx
-	_ = o
-	return errors.New("mount: FUSE client not built yet") // PENDING fuse.Run
+	return fuse.Run(ctx, fuse.Config{
+		MetaAddr:   o.Meta,
+		Timeout:    time.Duration(o.Timeout),
+		CacheLimit: uint64(o.CacheLimit),
+		Logger:     o.logger(os.Stderr),
+		Mountpoint: o.Mountpoint,
+		AllowOther: o.AllowOther,
+		Debug:      o.Debug,
+	})
 }
