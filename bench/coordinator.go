@@ -10,8 +10,20 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sync"
 	"time"
 )
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
 
 // Limits caps what one process writes in a stonewalled phase, so a fast
 // file system cannot fill a small disk (or tmpfs) before the stonewall time.
@@ -123,6 +135,14 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	if co.prog == nil {
 		co.prog = io.Discard
 	}
+	if co.cfg.WorkerStderr == nil {
+		co.cfg.WorkerStderr = os.Stderr
+	}
+	// Progress and workers' stderr often share one writer, written from
+	// several goroutines (exec copies each child's stderr in its own).
+	mu := new(sync.Mutex)
+	co.prog = &lockedWriter{mu: mu, w: co.prog}
+	co.cfg.WorkerStderr = &lockedWriter{mu: mu, w: co.cfg.WorkerStderr}
 	start := time.Now()
 	runDir := filepath.Join(cfg.Dir, "io500-"+start.Format("20060102-150405.000000"))
 	rep, err := co.run(ctx, runDir, start)
@@ -379,9 +399,6 @@ func (co *coord) open(ctx context.Context, rank int) (*stream, error) {
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stderr = co.cfg.WorkerStderr
-	if cmd.Stderr == nil {
-		cmd.Stderr = os.Stderr
-	}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		return nil, fmt.Errorf("bench: worker %d: %w", rank, err)
