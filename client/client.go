@@ -61,6 +61,7 @@ type Client struct {
 	storage proto.StorageService
 	budget  *budget
 	perFile uint64
+	bufs    bufPool
 
 	// base is the parent context of background writes; cancelled by Close
 	// after they drained.

@@ -228,7 +228,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 		}
 		st.cond.Wait()
 	}
-	buf := make([]byte, n)
+	buf := c.bufs.get(len(p))
 	copy(buf, p)
 	pw := &pendingWrite{off: off, end: end}
 	st.inflight = append(st.inflight, pw)
@@ -278,6 +278,7 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 	}
 	st.cond.Broadcast()
 	st.mu.Unlock()
+	c.bufs.put(buf)
 	c.budget.release(pw.end - pw.off)
 }
 
