@@ -1,0 +1,117 @@
+package storagerpc
+
+import (
+	"bytes"
+	"reflect"
+	"testing"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+var sampleObj = ObjectReq{Target: 7, Obj: proto.ObjectID{Ino: 1 << 40, Stripe: 3}}
+
+func TestRoundTrip(t *testing.T) {
+	tests := []struct {
+		name   string
+		encode func() []byte
+		decode func([]byte) (any, error)
+		want   any
+	}{
+		{"read", ReadReq{sampleObj, 12345, 4096}.Encode, func(b []byte) (any, error) { return DecodeRead(b) }, ReadReq{sampleObj, 12345, 4096}},
+		{"write", func() []byte {
+			r := WriteReq{sampleObj, 99, []byte("data")}
+			return append(r.EncodeHeader(), r.Data...)
+		}, func(b []byte) (any, error) { return DecodeWrite(b) }, WriteReq{sampleObj, 99, []byte("data")}},
+		{"empty write", func() []byte { return WriteReq{sampleObj, 0, []byte{}}.EncodeHeader() },
+			func(b []byte) (any, error) { return DecodeWrite(b) }, WriteReq{sampleObj, 0, []byte{}}},
+		{"truncate", TruncateReq{sampleObj, 1 << 33}.Encode, func(b []byte) (any, error) { return DecodeTruncate(b) }, TruncateReq{sampleObj, 1 << 33}},
+		{"sync", sampleObj.Encode, func(b []byte) (any, error) { return DecodeSync(b) }, sampleObj},
+		{"remove", sampleObj.Encode, func(b []byte) (any, error) { return DecodeRemove(b) }, sampleObj},
+		{"version", func() []byte { return EncodeVersion(42) }, func(b []byte) (any, error) { return DecodeVersion(b) }, uint64(42)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := tc.encode()
+			got, err := tc.decode(b)
+			if err != nil || !reflect.DeepEqual(got, tc.want) {
+				t.Fatalf("decode = %+v, %v; want %+v", got, err, tc.want)
+			}
+			for n := 0; n < len(b); n++ {
+				if _, err := tc.decode(b[:n]); err == nil {
+					t.Fatalf("truncated to %d bytes: accepted", n)
+				}
+			}
+			if _, err := tc.decode(append(bytes.Clone(b), 0)); err == nil {
+				t.Fatal("trailing byte accepted")
+			}
+		})
+	}
+}
+
+func TestLimits(t *testing.T) {
+	if _, err := DecodeRead(ReadReq{sampleObj, 0, MaxIO + 1}.Encode()); err == nil {
+		t.Fatal("read over MaxIO accepted")
+	}
+	if _, err := DecodeRead(ReadReq{sampleObj, 0, MaxIO}.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	big := WriteReq{sampleObj, 0, make([]byte, MaxIO+1)}
+	if _, err := DecodeWrite(append(big.EncodeHeader(), big.Data...)); err == nil {
+		t.Fatal("write over MaxIO accepted")
+	}
+}
+
+func FuzzDecodeRead(f *testing.F) {
+	f.Add(ReadReq{sampleObj, 1, 2}.Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeRead(b); err == nil && !bytes.Equal(r.Encode(), b) {
+			t.Fatalf("%+v does not re-encode to its input", r)
+		}
+	})
+}
+
+func FuzzDecodeWrite(f *testing.F) {
+	r := WriteReq{sampleObj, 5, []byte("abc")}
+	f.Add(append(r.EncodeHeader(), r.Data...))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeWrite(b); err == nil && !bytes.Equal(append(r.EncodeHeader(), r.Data...), b) {
+			t.Fatalf("%+v does not re-encode to its input", r)
+		}
+	})
+}
+
+func FuzzDecodeTruncate(f *testing.F) {
+	f.Add(TruncateReq{sampleObj, 9}.Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeTruncate(b); err == nil && !bytes.Equal(r.Encode(), b) {
+			t.Fatalf("%+v does not re-encode to its input", r)
+		}
+	})
+}
+
+func FuzzDecodeSync(f *testing.F) {
+	f.Add(sampleObj.Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeSync(b); err == nil && !bytes.Equal(r.Encode(), b) {
+			t.Fatalf("%+v does not re-encode to its input", r)
+		}
+	})
+}
+
+func FuzzDecodeRemove(f *testing.F) {
+	f.Add(sampleObj.Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeRemove(b); err == nil && !bytes.Equal(r.Encode(), b) {
+			t.Fatalf("%+v does not re-encode to its input", r)
+		}
+	})
+}
+
+func FuzzDecodeVersion(f *testing.F) {
+	f.Add(EncodeVersion(3))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if v, err := DecodeVersion(b); err == nil && !bytes.Equal(EncodeVersion(v), b) {
+			t.Fatalf("%d does not re-encode to its input", v)
+		}
+	})
+}

@@ -1,0 +1,209 @@
+package storagerpc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+
+	"go.uber.org/goleak"
+
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage"
+	"github.com/weft-fs/weft/storage/storagerpc"
+	"github.com/weft-fs/weft/storage/vfs"
+	"github.com/weft-fs/weft/transport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+var ctx = context.Background()
+
+type logBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// newServer returns a storage server with targets 1 and 2 in memory.
+func newServer(t *testing.T) *storage.Server {
+	srv := storage.NewServer()
+	fs := vfs.NewMem(1 << 30)
+	for _, id := range []proto.TargetID{1, 2} {
+		dir := fmt.Sprintf("/t%d", id)
+		tg, err := storage.OpenTarget(dir, storage.TargetOptions{FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { tg.Close() })
+		if err := tg.SetID(id); err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.Add(tg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return srv
+}
+
+func TestHandlerDirect(t *testing.T) {
+	lb := &logBuf{}
+	h := storagerpc.NewHandler(newServer(t), slog.New(slog.NewTextHandler(lb, nil)))
+	obj := storagerpc.ObjectReq{Target: 1, Obj: proto.ObjectID{Ino: 3}}
+	w := storagerpc.WriteReq{ObjectReq: obj, Off: 10, Data: []byte("hello")}
+	resp, err := h(ctx, storagerpc.OpWrite, append(w.EncodeHeader(), w.Data...))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := storagerpc.DecodeVersion(resp); v != 1 || err != nil {
+		t.Fatalf("version %d, %v", v, err)
+	}
+	resp, err = h(ctx, storagerpc.OpRead, storagerpc.ReadReq{ObjectReq: obj, Off: 8, Len: 100}.Encode())
+	if err != nil || !bytes.Equal(resp, []byte("\x00\x00hello")) {
+		t.Fatalf("read = %q, %v", resp, err)
+	}
+	if _, err := h(ctx, storagerpc.OpTruncate, storagerpc.TruncateReq{ObjectReq: obj, Size: 12}.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h(ctx, storagerpc.OpSync, obj.Encode()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := h(ctx, storagerpc.OpRemove, obj.Encode()); err != nil {
+		t.Fatal(err)
+	}
+
+	tests := []struct {
+		name  string
+		op    uint16
+		req   []byte
+		errno syscall.Errno
+		log   string
+	}{
+		{"unknown target", storagerpc.OpSync, storagerpc.ObjectReq{Target: 9}.Encode(), syscall.ESTALE, ""},
+		{"malformed read", storagerpc.OpRead, []byte{1, 2, 3}, syscall.EINVAL, "malformed request"},
+		{"malformed write", storagerpc.OpWrite, append(w.EncodeHeader(), 'x'), syscall.EINVAL, "malformed request"},
+		{"trailing bytes", storagerpc.OpRemove, append(obj.Encode(), 0), syscall.EINVAL, "malformed request"},
+		{"read too big", storagerpc.OpRead, storagerpc.ReadReq{ObjectReq: obj, Len: storagerpc.MaxIO + 1}.Encode(), syscall.EINVAL, "malformed request"},
+		{"unknown op", 199, nil, syscall.ENOSYS, "unknown op"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := h(ctx, tc.op, tc.req)
+			if !errors.Is(err, tc.errno) {
+				t.Fatalf("err %v, want %v", err, tc.errno)
+			}
+			if tc.log != "" && !strings.Contains(lb.String(), tc.log) {
+				t.Fatalf("log lacks %q: %s", tc.log, lb.String())
+			}
+		})
+	}
+}
+
+// loopback is an in-process transport.Transport: a Conn calls the handler
+// directly and turns its error into an errno, as the TCP transport does.
+type loopback struct{ h transport.Handler }
+
+func (l loopback) Dial(ctx context.Context, addr string) (transport.Conn, error) {
+	return loopConn(l), nil
+}
+
+func (l loopback) Listen(addr string, h transport.Handler) (transport.Listener, error) {
+	return nil, syscall.ENOSYS
+}
+
+type loopConn loopback
+
+func (c loopConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error) {
+	resp, err := c.h(ctx, op, bytes.Join(parts, nil))
+	var errno syscall.Errno
+	if err != nil && !errors.As(err, &errno) {
+		errno = syscall.EIO
+	}
+	if err != nil {
+		return nil, fmt.Errorf("loopback: %s: %w", err, errno)
+	}
+	return resp, nil
+}
+
+func (loopConn) Close() error { return nil }
+
+// exercise runs the client against a server through pool.
+func exercise(t *testing.T, pool *transport.Pool, addr string) {
+	resolve := func(_ context.Context, id proto.TargetID) (string, error) {
+		if id == 404 {
+			return "", fmt.Errorf("no address: %w", syscall.ENOENT)
+		}
+		return addr, nil
+	}
+	var c proto.StorageService = storagerpc.NewClient(pool, resolve)
+	obj := proto.ObjectID{Ino: 77, Stripe: 1}
+	big := bytes.Repeat([]byte("0123456789abcdef"), (storagerpc.MaxIO+5000)/16) // split into two RPCs
+	v, err := c.Write(ctx, 2, obj, 100, big)
+	if err != nil || v != 2 {
+		t.Fatalf("big write: version %d, %v", v, err)
+	}
+	buf := make([]byte, len(big)+1000)
+	n, err := c.Read(ctx, 2, obj, 100, buf)
+	if err != nil || n != len(big) || !bytes.Equal(buf[:n], big) {
+		t.Fatalf("big read: %d, %v", n, err)
+	}
+	if v, err := c.Write(ctx, 2, obj, 0, []byte("x")); err != nil || v != 3 {
+		t.Fatalf("small write: %d, %v", v, err)
+	}
+	if err := c.Truncate(ctx, 2, obj, 50); err != nil {
+		t.Fatal(err)
+	}
+	n, err = c.Read(ctx, 2, obj, 0, buf[:100])
+	if err != nil || n != 50 || buf[0] != 'x' {
+		t.Fatalf("read after truncate: %d, %v", n, err)
+	}
+	if err := c.Sync(ctx, 2, obj); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Remove(ctx, 2, obj); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.Read(ctx, 2, obj, 0, buf[:10]); n != 0 || err != nil {
+		t.Fatalf("read removed: %d, %v", n, err)
+	}
+	if _, err := c.Read(ctx, 3, obj, 0, buf[:10]); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("unknown target: %v", err)
+	}
+	if err := c.Sync(ctx, 404, obj); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("unresolvable target: %v", err)
+	}
+}
+
+func TestClientLoopback(t *testing.T) {
+	pool := transport.NewPool(loopback{storagerpc.NewHandler(newServer(t), nil)}, transport.PoolOptions{})
+	defer pool.Close()
+	exercise(t, pool, "loopback")
+}
+
+func TestClientTCP(t *testing.T) {
+	tcp := transport.NewTCP()
+	ln, err := tcp.Listen("127.0.0.1:0", storagerpc.NewHandler(newServer(t), nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pool := transport.NewPool(tcp, transport.PoolOptions{})
+	defer pool.Close()
+	exercise(t, pool, ln.Addr())
+}
