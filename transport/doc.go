@@ -4,4 +4,73 @@
 //
 // Frames are multiplexed: many calls are in flight on one connection at once,
 // each tagged with a request id, answered in any order.
+//
+// # Frame format
+//
+// Every frame is a 32-byte header followed by a body of the announced
+// length. Integers are little-endian.
+//
+//	offset size field
+//	     0    4 magic    "WEFT"
+//	     4    1 version  1
+//	     5    1 kind     1 = request, 2 = response
+//	     6    2 op       operation (meta 1..99, storage 100..199, bench 200..299)
+//	     8    8 id       request id, chosen by the client; the response echoes it
+//	    16    4 status   responses: 0 = ok, else a syscall.Errno; requests: 0
+//	    20    4 length   body bytes, at most MaxBody (72 MiB)
+//	    24    4 reserved 0
+//	    28    4 crc      CRC32C (Castagnoli) of bytes 0..27
+//
+// A request body is the concatenation of the parts given to Call. An ok
+// response body is what the handler returned; an error response body is the
+// error's message (at most 64 KiB). Bodies carry no checksum here: storage
+// checksums data end to end.
+//
+// # Invariants
+//
+//   - A header is validated (magic, CRC, version, kind, reserved, length)
+//     before anything is allocated for its body, so a hostile or corrupt
+//     length can never make a peer allocate more than MaxBody. Any malformed
+//     or truncated frame is a protocol error: the receiver logs it (remote
+//     address and reason) and closes that connection; other connections are
+//     unaffected. The decoder never panics (FuzzDecodeHeader).
+//   - Each connection has one writer goroutine. Callers queue frames; the
+//     writer sends everything queued with one writev (net.Buffers), so body
+//     parts are never copied and concurrent calls share system calls. Each
+//     connection has one reader goroutine (256 KiB buffered) that dispatches
+//     responses by id on the client and starts one goroutine per request on
+//     the server.
+//   - Call returns only once the connection no longer reads the caller's
+//     parts: a call abandoned while its request is queued is withdrawn
+//     unsent; one abandoned mid-write waits for the write, at most a second,
+//     after which the connection is closed.
+//   - Call errors: the server's errno when the handler failed (a
+//     *RemoteError, errors.Is(err, syscall.ENOENT), message printed);
+//     syscall.ETIMEDOUT (and context.DeadlineExceeded) when ctx expired;
+//     syscall.EINTR (and context.Canceled) when ctx was cancelled;
+//     syscall.EIO, naming the address, when the connection broke or could
+//     not be made; syscall.EMSGSIZE for a request over MaxBody. A broken
+//     connection fails every call in flight on it and stays broken.
+//   - A handler error maps to its syscall.Errno (errors.As), else EIO. A
+//     handler panic is recovered, logged with its stack, and answered with
+//     EIO; the server keeps serving.
+//   - A server connection runs at most TCPOptions.MaxInflight (256) requests
+//     at once, each holding its slot until its response is written; at the
+//     limit the server stops reading that connection, so a client that does
+//     not read its responses cannot make the server queue without bound.
+//   - Handlers get a ctx cancelled when their connection ends or the
+//     listener closes. Abandoning a call on the client does not cancel its
+//     handler; the late response is read and dropped. Listener.Close closes
+//     every connection and waits for all handlers, so handlers must return
+//     once their ctx is done.
+//
+// # Pool
+//
+// Pool is what services use: it dials lazily, keeps ConnsPerAddr
+// connections per address and spreads calls round-robin over them, drops a
+// connection once it is broken and redials on the next call, so clients
+// recover by themselves when a server comes back. Concurrent calls share one
+// dial. A call is retried once on a new connection only if its request was
+// never sent (the connection was found broken first); otherwise the error is
+// returned, as operations need not be idempotent.
 package transport

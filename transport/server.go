@@ -66,10 +66,12 @@ func (l *tcpListener) Close() error {
 		}
 		l.mu.Unlock()
 		l.closeErr = l.ln.Close()
-		l.cancel()
+		// Connections first, so handlers that return on cancellation
+		// cannot get a response out: Close acts like the server dying.
 		for _, sc := range conns {
 			_ = sc.nc.Close()
 		}
+		l.cancel()
 		l.wg.Wait()
 	})
 	return l.closeErr

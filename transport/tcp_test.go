@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"net"
 	"strings"
 	"sync"
 	"syscall"
@@ -423,5 +424,43 @@ func TestListenerCloseWaitsForHandlers(t *testing.T) {
 	defer mu.Unlock()
 	if running != 0 {
 		t.Fatalf("%d handlers still running after Close", running)
+	}
+}
+
+// TestAbandonMidWrite: the server reads nothing, so a big request stalls in
+// the middle of its write. When ctx expires, Call must still return (after
+// the grace period, by closing the connection) and never leave the writer
+// reading the caller's buffer.
+func TestAbandonMidWrite(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err == nil {
+			accepted <- nc
+		}
+	}()
+	tr, _ := newTestTransport(t)
+	c := dial(t, tr, ln.Addr().String())
+	nc := <-accepted
+	defer nc.Close()
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	big := make([]byte, 32<<20)
+	start := time.Now()
+	_, err = c.Call(ctx, 1, big)
+	if !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("got %v, want ETIMEDOUT", err)
+	}
+	if d := time.Since(start); d < writeAbortGrace || d > writeAbortGrace+3*time.Second {
+		t.Fatalf("returned after %v, want about %v", d, writeAbortGrace+100*time.Millisecond)
+	}
+	if _, err := c.Call(context.Background(), 1); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("connection closed by the abandoned write: %v", err)
 	}
 }

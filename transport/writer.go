@@ -8,11 +8,11 @@ import (
 
 // Frame states, guarded by frameWriter.mu.
 const (
-	frameQueued    = iota // waiting in the queue; may still be withdrawn
-	frameWriting          // handed to writev; the writer reads its parts
-	frameWritten          // writev returned success for it
-	frameFailed           // writev failed while writing it (maybe partly sent)
-	frameUnsent           // dropped without any byte sent: withdrawn or writer stopped
+	frameQueued  = iota // waiting in the queue; may still be withdrawn
+	frameWriting        // handed to writev; the writer reads its parts
+	frameWritten        // writev returned success for it
+	frameFailed         // writev failed while writing it (maybe partly sent)
+	frameUnsent         // dropped without any byte sent: withdrawn or writer stopped
 )
 
 // outFrame is one frame waiting to be written: a header and the body parts,

@@ -1,0 +1,252 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// countingTransport counts dials and can make them hang until ctx ends.
+type countingTransport struct {
+	Transport
+	dials atomic.Int32
+	hang  atomic.Bool
+}
+
+func (c *countingTransport) Dial(ctx context.Context, addr string) (Conn, error) {
+	c.dials.Add(1)
+	if c.hang.Load() {
+		<-ctx.Done()
+		return nil, fmt.Errorf("hung dial: %w", ctx.Err())
+	}
+	return c.Transport.Dial(ctx, addr)
+}
+
+func newPool(t *testing.T, tr Transport, opts PoolOptions) *Pool {
+	p := NewPool(tr, opts)
+	t.Cleanup(func() { _ = p.Close() })
+	return p
+}
+
+func TestPoolRoundRobin(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	l := serve(t, tr, echo)
+	ct := &countingTransport{Transport: tr}
+	p := newPool(t, ct, PoolOptions{ConnsPerAddr: 3})
+	for i := range 12 {
+		msg := fmt.Sprint(i)
+		got, err := p.Call(context.Background(), l.Addr(), 1, []byte(msg))
+		if err != nil || string(got) != msg {
+			t.Fatalf("call %d: %q, %v", i, got, err)
+		}
+	}
+	if n := ct.dials.Load(); n != 3 {
+		t.Fatalf("%d dials, want 3 (one per slot)", n)
+	}
+}
+
+func TestPoolConcurrent(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	l1 := serve(t, tr, echo)
+	l2 := serve(t, tr, echo)
+	ct := &countingTransport{Transport: tr}
+	p := newPool(t, ct, PoolOptions{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for g := range 16 {
+		wg.Go(func() {
+			for i := range 50 {
+				addr := l1.Addr()
+				if (g+i)%2 == 0 {
+					addr = l2.Addr()
+				}
+				msg := fmt.Sprintf("%d/%d", g, i)
+				got, err := p.Call(context.Background(), addr, 1, []byte(msg))
+				if err != nil || string(got) != msg {
+					errs <- fmt.Errorf("%s: %q, %v", msg, got, err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	if n := ct.dials.Load(); n != 4 {
+		t.Fatalf("%d dials, want 2 addresses x 2 conns = 4", n)
+	}
+}
+
+// TestPoolRedial stops the server and starts it again on the same address:
+// calls fail with EIO while it is down and succeed again once it is back,
+// without any action from the caller.
+func TestPoolRedial(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	l := serve(t, tr, echo)
+	addr := l.Addr()
+	p := newPool(t, tr, PoolOptions{DialTimeout: time.Second})
+	ctx := context.Background()
+	for range 4 {
+		if _, err := p.Call(ctx, addr, 1, []byte("a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 4 {
+		_, err := p.Call(ctx, addr, 1, []byte("b"))
+		if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), addr) {
+			t.Fatalf("server down: got %v, want EIO naming %s", err, addr)
+		}
+	}
+	l2, err := tr.Listen(addr, func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+		return append([]byte("new:"), req...), nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	for range 4 {
+		got, err := p.Call(ctx, addr, 1, []byte("c"))
+		if err != nil || string(got) != "new:c" {
+			t.Fatalf("after restart: %q, %v", got, err)
+		}
+	}
+}
+
+// TestPoolServerRestartBetweenCalls: the connections break while idle; the
+// next calls must not fail, since the pool sees the broken connections
+// before sending and redials.
+func TestPoolServerRestartBetweenCalls(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	l := serve(t, tr, echo)
+	addr := l.Addr()
+	p := newPool(t, tr, PoolOptions{})
+	ctx := context.Background()
+	for range 4 {
+		if _, err := p.Call(ctx, addr, 1, []byte("a")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	_ = l.Close()
+	l2, err := tr.Listen(addr, echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l2.Close()
+	time.Sleep(20 * time.Millisecond) // let the client see the FINs
+	for i := range 4 {
+		if got, err := p.Call(ctx, addr, 1, []byte("b")); err != nil || string(got) != "b" {
+			t.Fatalf("call %d after restart: %q, %v", i, got, err)
+		}
+	}
+}
+
+func TestPoolDialErrors(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	l := serve(t, tr, echo)
+	addr := l.Addr()
+	_ = l.Close()
+
+	ct := &countingTransport{Transport: tr}
+	p := newPool(t, ct, PoolOptions{DialTimeout: 200 * time.Millisecond})
+	_, err := p.Call(context.Background(), addr, 1)
+	if !errors.Is(err, syscall.EIO) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("refused: got %v, want EIO naming %s", err, addr)
+	}
+
+	// The dial hangs: the caller's ctx expires first -> ETIMEDOUT.
+	ct.hang.Store(true)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
+	defer cancel()
+	_, err = p.Call(ctx, addr, 1)
+	if !errors.Is(err, syscall.ETIMEDOUT) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("ctx expired while dialing: got %v, want ETIMEDOUT naming %s", err, addr)
+	}
+	// The dial timeout expires first -> EIO.
+	_, err = p.Call(context.Background(), addr, 1)
+	if !errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ETIMEDOUT) || !strings.Contains(err.Error(), addr) {
+		t.Fatalf("dial timeout: got %v, want EIO naming %s", err, addr)
+	}
+}
+
+// TestPoolSharedDial: calls waiting for the same slot share one dial.
+func TestPoolSharedDial(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	l := serve(t, tr, echo)
+	ct := &countingTransport{Transport: tr}
+	p := newPool(t, ct, PoolOptions{ConnsPerAddr: 1})
+	var wg sync.WaitGroup
+	for range 20 {
+		wg.Go(func() {
+			if _, err := p.Call(context.Background(), l.Addr(), 1); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	if n := ct.dials.Load(); n != 1 {
+		t.Fatalf("%d dials, want 1", n)
+	}
+}
+
+func TestPoolClose(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	l, release := slowServer(t, tr)
+	defer close(release)
+	p := NewPool(tr, PoolOptions{})
+	if _, err := p.Call(context.Background(), l.Addr(), 2); err != nil {
+		t.Fatal(err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.Call(context.Background(), l.Addr(), 1)
+		errc <- err
+	}()
+	time.Sleep(30 * time.Millisecond)
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; !errors.Is(err, syscall.EIO) {
+		t.Fatalf("call in flight at Close: %v", err)
+	}
+	if _, err := p.Call(context.Background(), l.Addr(), 2); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("call after Close: %v", err)
+	}
+	if err := p.Close(); err != nil {
+		t.Fatal("second close:", err)
+	}
+}
+
+// TestPoolCloseDuringDial: Close does not wait out a hung dial's timeout.
+func TestPoolCloseDuringDial(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	ct := &countingTransport{Transport: tr}
+	ct.hang.Store(true)
+	p := NewPool(ct, PoolOptions{DialTimeout: time.Minute})
+	errc := make(chan error, 1)
+	go func() {
+		_, err := p.Call(context.Background(), "127.0.0.1:1", 1)
+		errc <- err
+	}()
+	for ct.dials.Load() == 0 {
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	_ = p.Close()
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	if err := <-errc; !errors.Is(err, syscall.EIO) {
+		t.Fatalf("call whose dial was cut by Close: %v", err)
+	}
+}
