@@ -8,8 +8,10 @@ import (
 	"hash/crc32"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -110,7 +112,12 @@ func runHelper(t testing.TB, cred *syscall.Credential, args ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, os.Args[0], args...)
+	bin, err := helperBinary()
+	if err != nil {
+		t.Errorf("helper: %v", err)
+		return "error:helper failed"
+	}
+	cmd := exec.CommandContext(ctx, bin, args...)
 	cmd.Env = append(os.Environ(), helperEnv+"=1")
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	var stderr bytes.Buffer
@@ -122,6 +129,46 @@ func runHelper(t testing.TB, cred *syscall.Credential, args ...string) string {
 		return "error:helper failed"
 	}
 	return strings.TrimSpace(string(out))
+}
+
+// helperCopy is a copy of the test binary that other users can execute
+// (go test builds it in a directory only root may enter).
+var helperCopy struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+func helperBinary() (string, error) {
+	helperCopy.once.Do(func() {
+		self, err := os.Executable()
+		if err != nil {
+			helperCopy.err = err
+			return
+		}
+		dir, err := os.MkdirTemp("", "weft-it-helper-")
+		if err != nil {
+			helperCopy.err = err
+			return
+		}
+		helperCopy.dir = dir
+		os.Chmod(dir, 0o755)
+		b, err := os.ReadFile(self)
+		if err != nil {
+			helperCopy.err = err
+			return
+		}
+		helperCopy.path = filepath.Join(dir, "weft-tests-helper")
+		helperCopy.err = os.WriteFile(helperCopy.path, b, 0o755)
+	})
+	return helperCopy.path, helperCopy.err
+}
+
+func removeHelperBinary() {
+	if helperCopy.dir != "" {
+		os.RemoveAll(helperCopy.dir)
+	}
 }
 
 // nobody is the credential of the unprivileged user tests switch to.

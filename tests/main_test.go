@@ -15,6 +15,7 @@ func TestMain(m *testing.M) {
 		os.Exit(helperMain(os.Args[1:]))
 	}
 	code := testcluster.Main(m)
+	removeHelperBinary()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			fmt.Fprintln(os.Stderr, "goleak:", err)

@@ -397,7 +397,7 @@ func TestModel(t *testing.T) {
 				a, b := path.Draw(rt, "from"), path.Draw(rt, "to")
 				what = "rename " + a + " " + b
 				want = m.rename(a, b)
-				err = os.Rename(filepath.Join(root, a), filepath.Join(root, b))
+				err = syscall.Rename(filepath.Join(root, a), filepath.Join(root, b))
 			case "unlink":
 				p := path.Draw(rt, "path")
 				what = "unlink " + p

@@ -138,7 +138,7 @@ func TestPOSIX(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer old.Close()
-		if err := os.Rename(a, b); err != nil {
+		if err := syscall.Rename(a, b); err != nil {
 			t.Fatal(err)
 		}
 		if got, _ := os.ReadFile(b); string(got) != "new" {
@@ -154,7 +154,7 @@ func TestPOSIX(t *testing.T) {
 		os.MkdirAll(filepath.Join(d, "x", "sub"), 0o755)
 		os.WriteFile(filepath.Join(d, "x", "sub", "f"), []byte("deep"), 0o644)
 		os.Mkdir(filepath.Join(d, "y"), 0o755)
-		if err := os.Rename(filepath.Join(d, "x", "sub"), filepath.Join(d, "y", "moved")); err != nil {
+		if err := syscall.Rename(filepath.Join(d, "x", "sub"), filepath.Join(d, "y", "moved")); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := os.ReadFile(filepath.Join(d, "y", "moved", "f")); string(got) != "deep" {
@@ -169,18 +169,18 @@ func TestPOSIX(t *testing.T) {
 		if st.Nlink != 3 {
 			t.Errorf("nlink of the new parent: %d, want 3", st.Nlink)
 		}
-		mustErrno(t, os.Rename(filepath.Join(d, "y"), filepath.Join(d, "y", "moved", "in")), syscall.EINVAL, "rename dir into itself")
-		mustErrno(t, os.Rename(filepath.Join(d, "y"), filepath.Join(d, "y", "moved")), syscall.EINVAL, "rename dir onto its child")
+		mustErrno(t, syscall.Rename(filepath.Join(d, "y"), filepath.Join(d, "y", "moved", "in")), syscall.EINVAL, "rename dir into itself")
+		mustErrno(t, syscall.Rename(filepath.Join(d, "y"), filepath.Join(d, "y", "moved")), syscall.EINVAL, "rename dir onto its child")
 		// Replacing: dir over non-empty dir, dir over file, file over dir.
 		os.MkdirAll(filepath.Join(d, "full", "z"), 0o755)
-		err = os.Rename(filepath.Join(d, "x"), filepath.Join(d, "full"))
+		err = syscall.Rename(filepath.Join(d, "x"), filepath.Join(d, "full"))
 		if !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
 			t.Errorf("dir over non-empty dir: %v, want ENOTEMPTY", err)
 		}
-		mustErrno(t, os.Rename(filepath.Join(d, "x"), b), syscall.ENOTDIR, "dir over file")
-		mustErrno(t, os.Rename(b, filepath.Join(d, "x")), syscall.EISDIR, "file over dir")
+		mustErrno(t, syscall.Rename(filepath.Join(d, "x"), b), syscall.ENOTDIR, "dir over file")
+		mustErrno(t, syscall.Rename(b, filepath.Join(d, "x")), syscall.EISDIR, "file over dir")
 		os.Mkdir(filepath.Join(d, "empty"), 0o755)
-		if err := os.Rename(filepath.Join(d, "x"), filepath.Join(d, "empty")); err != nil {
+		if err := syscall.Rename(filepath.Join(d, "x"), filepath.Join(d, "empty")); err != nil {
 			t.Errorf("dir over empty dir: %v", err)
 		}
 		// renameat2 flags.
@@ -195,7 +195,7 @@ func TestPOSIX(t *testing.T) {
 				t.Errorf("after exchange: a=%q b=%q", ga, gb)
 			}
 		}
-		mustErrno(t, os.Rename(filepath.Join(d, "nope"), a), syscall.ENOENT, "rename missing")
+		mustErrno(t, syscall.Rename(filepath.Join(d, "nope"), a), syscall.ENOENT, "rename missing")
 	})
 
 	t.Run("hardlinks", func(t *testing.T) {
@@ -331,7 +331,7 @@ func TestPOSIX(t *testing.T) {
 			t.Errorf("nobody writing a 0666 file: %s", got)
 		}
 		// Sticky dir: nobody may not remove root's file.
-		os.Chmod(pub, 0o1777)
+		syscall.Chmod(pub, 0o1777)
 		os.WriteFile(filepath.Join(pub, "rootowned"), nil, 0o666)
 		if got := runHelper(t, nobody, "unlink", filepath.Join(pub, "rootowned")); got != "EPERM" && got != "EACCES" {
 			t.Errorf("nobody unlinking root's file in a sticky dir: %s, want EPERM", got)

@@ -89,10 +89,21 @@ func TestStriping(t *testing.T) {
 	}
 	t.Logf("object bytes on all targets: %d (file %d)", sum, len(want))
 
-	var df []testcluster.TargetInfo
+	var dfOut struct {
+		Targets []testcluster.TargetInfo `json:"targets"`
+		Summary struct {
+			Total   uint64 `json:"total"`
+			Targets int    `json:"targets"`
+			Up      int    `json:"up"`
+		} `json:"summary"`
+	}
 	out = weft(t, c, "df", "--json", mnt)
-	if err := json.Unmarshal([]byte(out), &df); err != nil {
+	if err := json.Unmarshal([]byte(out), &dfOut); err != nil {
 		t.Fatalf("df --json: %v: %q", err, out)
+	}
+	df := dfOut.Targets
+	if s := dfOut.Summary; s.Targets != 4 || s.Up != 4 || s.Total == 0 {
+		t.Errorf("df --json summary: %+v", s)
 	}
 	ids := map[uint32]bool{}
 	for _, ti := range df {
