@@ -33,3 +33,14 @@ func (b *budget) release(n uint64) {
 	b.cond.Broadcast()
 	b.mu.Unlock()
 }
+
+// tryAcquire takes n bytes if they are available now.
+func (b *budget) tryAcquire(n uint64) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.used+n > b.limit {
+		return false
+	}
+	b.used += n
+	return true
+}

@@ -428,3 +428,82 @@ func TestBufPool(t *testing.T) {
 		p.put(b)
 	}
 }
+
+// TestReadAhead: sequential reads are served from prefetched chunks, and
+// neither this client's writes nor another client's writes followed by a
+// reopen are hidden by them.
+func TestReadAhead(t *testing.T) {
+	const ss = 64 << 10
+	e := newEnv(t, ss, 4, Config{})
+	ctx := context.Background()
+	f, a := e.create(t, "f")
+	data := make([]byte, 40*ss)
+	for i := range data {
+		data[i] = byte(i*31 + i>>16)
+	}
+	mustWrite(t, f, data, 0)
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.store.SetFault(func(op fake.Op, _ proto.TargetID, _ proto.ObjectID, _ uint64, _ int) error {
+		if op == fake.OpRead {
+			time.Sleep(200 * time.Microsecond)
+		}
+		return nil
+	})
+	const rs = 16 << 10
+	before := e.store.Calls(fake.OpRead)
+	for off := 0; off < 20*ss; off += rs {
+		if got := mustRead(t, f, uint64(off), rs); !bytes.Equal(got, data[off:off+rs]) {
+			t.Fatalf("sequential read at %d differs", off)
+		}
+	}
+	// 16 KiB reads over 20 stripe units: without read-ahead 80 RPCs, with
+	// it about one per unit.
+	if calls := e.store.Calls(fake.OpRead) - before; calls > 40 {
+		t.Fatalf("%d storage reads for 80 sequential reads: no read-ahead?", calls)
+	}
+	// A write by this client ahead of the reader drops what was fetched.
+	patch := bytes.Repeat([]byte{0xEE}, rs)
+	mustWrite(t, f, patch, 20*ss+rs)
+	copy(data[20*ss+rs:], patch)
+	for off := 20 * ss; off < 24*ss; off += rs {
+		if got := mustRead(t, f, uint64(off), rs); !bytes.Equal(got, data[off:off+rs]) {
+			t.Fatalf("read at %d after own write differs", off)
+		}
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// Warm the read-ahead, let another client overwrite ahead, reopen.
+	for off := 24 * ss; off < 26*ss; off += rs {
+		mustRead(t, f, uint64(off), rs)
+	}
+	other := NewWithServices(e.meta, e.store, Config{})
+	g, _, err := other.Open(ctx, a.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch2 := bytes.Repeat([]byte{0x77}, ss)
+	if _, err := g.Write(ctx, patch2, 27*ss); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Close(); err != nil {
+		t.Fatal(err)
+	}
+	copy(data[27*ss:], patch2)
+	f2, _, err := e.c.Open(ctx, a.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for off := 26 * ss; off < 30*ss; off += rs {
+		if got := mustRead(t, f2, uint64(off), rs); !bytes.Equal(got, data[off:off+rs]) {
+			t.Fatalf("read at %d after reopen differs (stale read-ahead)", off)
+		}
+	}
+	_ = f2.Release(ctx)
+	_ = f.Release(ctx)
+}

@@ -43,6 +43,7 @@ type inodeState struct {
 	inflightN  uint64
 	truncating int
 	err        error
+	ra         readAhead
 }
 
 type pendingWrite struct{ off, end uint64 }
@@ -94,6 +95,7 @@ func (st *inodeState) beginTruncate() layout.Layout {
 	defer st.mu.Unlock()
 	st.truncating++
 	st.waitIdleLocked()
+	st.dropRALocked()
 	return st.layout
 }
 
@@ -132,6 +134,9 @@ func (c *Client) acquire(a proto.Attr) *inodeState {
 	st.refs++
 	c.mu.Unlock()
 	st.mergeAttr(&a)
+	st.mu.Lock()
+	st.dropRALocked() // close-to-open: nothing fetched before this open is served after it
+	st.mu.Unlock()
 	return st
 }
 
@@ -235,6 +240,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	st.inflightN += n
 	st.end = max(st.end, end)
 	st.dirty = true
+	st.dropRALocked()
 	st.seq++
 	st.lastWrite = time.Now().UnixNano()
 	l := st.layout
@@ -295,39 +301,48 @@ func (f *File) Read(ctx context.Context, p []byte, off uint64) (int, error) {
 		st.cond.Wait()
 	}
 	size := st.size()
-	l := st.layout
-	st.mu.Unlock()
 	if off >= size || len(p) == 0 {
+		st.mu.Unlock()
 		return 0, nil
 	}
+	if n := f.c.readAheadLocked(st, p, off, size); n >= 0 {
+		st.mu.Unlock()
+		return n, nil
+	}
+	l := st.layout
+	st.mu.Unlock()
 	n := min(uint64(len(p)), size-off)
 	p = p[:n]
 	if len(l.Targets) == 0 || l.StripeSize == 0 {
 		clear(p)
 		return int(n), nil
 	}
-	c := f.c
-	ctx, cancel := c.rpcCtx(ctx)
+	ctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
-	exts := l.Extents(off, n)
-	err := parallel(len(exts), func(i int) error {
+	if err := f.c.readRange(ctx, st.ino, l, off, p); err != nil {
+		return 0, err
+	}
+	return int(n), nil
+}
+
+// readRange fills p with the file bytes at off, fetching stripe units
+// concurrently; holes and short objects read as zeros.
+func (c *Client) readRange(ctx context.Context, ino proto.Ino, l layout.Layout, off uint64, p []byte) error {
+	exts := l.Extents(off, uint64(len(p)))
+	return parallel(len(exts), func(i int) error {
 		e := exts[i]
 		dst := p[e.FileOff-off:][:e.Len]
-		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(e.Stripe)}
+		obj := proto.ObjectID{Ino: ino, Stripe: uint32(e.Stripe)}
 		got, err := c.storage.Read(ctx, l.Targets[e.Stripe], obj, e.ObjOff, dst)
 		if errors.Is(err, syscall.ENOENT) {
 			got, err = 0, nil // an object never written is a hole
 		}
 		if err != nil {
-			return fmt.Errorf("client: read ino %d [%d,+%d) from target %d: %w", st.ino, e.FileOff, e.Len, l.Targets[e.Stripe], err)
+			return fmt.Errorf("client: read ino %d [%d,+%d) from target %d: %w", ino, e.FileOff, e.Len, l.Targets[e.Stripe], err)
 		}
 		clear(dst[got:])
 		return nil
 	})
-	if err != nil {
-		return 0, err
-	}
-	return int(n), nil
 }
 
 // takeErr returns and clears the latched write error: it is reported once,
@@ -349,6 +364,7 @@ func (f *File) Flush(ctx context.Context) error {
 	}
 	st.mu.Lock()
 	st.waitIdleLocked()
+	st.dropRALocked()
 	if err := st.takeErrLocked(); err != nil {
 		st.mu.Unlock()
 		return err
