@@ -1,0 +1,95 @@
+// Package storage is weft's storage service: storage targets that hold the
+// stripe objects of files, the Server that routes requests to the targets of
+// one process, and Run, the storage server's main loop (register targets
+// with the metadata server, serve RPCs, heartbeat usage).
+//
+// # On-disk format
+//
+// A target is a directory:
+//
+//	target.json                {"uuid": "...", "id": N}
+//	objects/00 .. objects/ff   fan-out by the low byte of the inode number
+//	objects/<xx>/<ino>.<stripe>      the object's bytes (a plain, maybe sparse, file)
+//	objects/<xx>/<ino>.<stripe>.crc  the object's sidecar
+//
+// The uuid is made on first start; the id is assigned by the metadata server
+// on the first RegisterTarget and stored, and every later registration must
+// return the same id (Run fails otherwise).
+//
+// The sidecar holds a 32-byte header (magic "WFTC", format version 1, the
+// object's write version, the count of allocated blocks, a CRC32C of the
+// header) followed by one 8-byte entry per 4 KiB block: {cur, prev}, two
+// CRC32C (Castagnoli) values. A block's CRC covers all 4096 bytes, the bytes
+// past the end of the object counted as zeros. The value 0 means "hole":
+// a block never written, which must read as zeros. Entries past the end of
+// the sidecar are holes, so sparse objects cost nothing.
+//
+// # Invariants
+//
+//   - Every block a read returns matches cur or prev of its entry; otherwise
+//     the read fails with syscall.EIO (wrapping ErrCorrupt) and logs, at
+//     level error, the target, object and offset. Wrong data is never
+//     returned (short of a CRC32C collision).
+//   - When no update is in flight, cur == prev for every entry.
+//   - Updates of one object are serialized by a striped lock table (1024
+//     RWMutexes hashed by object id): writes and truncates take the lock
+//     exclusively, reads and syncs share it. So concurrent writers of
+//     neighbouring byte ranges (IO500 ior-hard's interleaved 47,008-byte
+//     records) never lose each other's bytes in a read-modify-write of a
+//     shared edge block.
+//   - No descriptor is held per object: a bounded LRU keeps at most
+//     TargetOptions.MaxOpen objects open (2 descriptors each, 256 by
+//     default); handles in use are closed when released.
+//   - The write version in the header grows by one with every write and every
+//     size-changing truncate; Write returns it.
+//   - Used bytes are allocated blocks times 4 KiB (holes are free), counted
+//     from the sidecar headers at startup and kept in memory after. A write
+//     that would allocate past TargetOptions.Capacity fails with ENOSPC
+//     before anything changes. A real ENOSPC from the disk surfaces as
+//     ENOSPC too (that write may have changed some blocks, which still
+//     check, see below). After I/O errors or crashes the count can be off by
+//     the blocks of the interrupted update; it is an accounting figure, not
+//     an integrity one.
+//
+// # Crash reasoning
+//
+// A write of [off, off+n) goes, under the object's exclusive lock:
+//
+//  1. read the entries of the blocks it touches; read and verify the edge
+//     blocks it covers only partly, and merge the new bytes into them;
+//  2. pwrite the entries as {new CRC, CRC the block on disk matches};
+//  3. pwrite the data;
+//  4. pwrite the entries as {new, new};
+//  5. pwrite the header (version+1, allocated blocks).
+//
+// A process killed with kill -9 loses nothing that a completed pwrite wrote:
+// the page cache belongs to the kernel. So after a kill at any point, each
+// block on disk is either its old content or its new content (the data
+// pwrite may be partly done), and its entry is either the old {c, c} or
+// {new, c}: either way the block matches cur or prev. A kill before step 4
+// leaves cur != prev; the next write that replaces such a block whole reads
+// it first to learn which CRC the disk really matches, so that a second kill
+// cannot leave an entry that matches neither. A truncate down writes the new
+// tail block's entry as {new, old}, truncates the data, truncates the
+// sidecar, and collapses the tail entry; entries left past the end of the
+// data by a kill in between are trimmed when the object is next opened, so
+// that growing the object again exposes holes, not stale CRCs. New objects
+// get their sidecar before their data file, and Remove deletes the data
+// before the sidecar: a data file with bytes never lacks its sidecar.
+//
+// Power loss is different: the page cache is lost and the disk may have
+// persisted any subset of the pages written since the last fsync, in any
+// order. Durability is promised only for what Sync acknowledged: Sync fsyncs
+// the data file and the sidecar (and, once, the fan-out directory of a new
+// object), and the client acknowledges fsync(2) only after Sync. Blocks
+// written after the last Sync may after a power loss read back as EIO (their
+// data and CRC disagree); they never read back as silently wrong data.
+//
+// # Errors
+//
+// Every error matches a syscall.Errno with errors.Is: ENOSPC (full), EIO
+// (corruption, disk errors), EFBIG (offset past MaxObjectSize), ESTALE (a
+// target this server does not serve, wrapping ErrUnknownTarget), ETIMEDOUT
+// or EINTR (ctx ended before the operation started). A missing object is not
+// an error: it reads as empty, and Remove and Sync of it succeed.
+package storage

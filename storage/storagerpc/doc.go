@@ -1,0 +1,26 @@
+// Package storagerpc carries proto.StorageService over the transport: the
+// message codecs, a Client that implements proto.StorageService by calling a
+// storage server, and NewHandler that serves one.
+//
+// Operations (storage RPCs use op codes 100..199) and their bodies, all
+// integers little-endian, built from wire primitives:
+//
+//	OpRead     100  target u32, ino u64, stripe u32, off u64, len u32  -> the bytes read
+//	OpWrite    101  target u32, ino u64, stripe u32, off u64, data (u32 length + bytes) -> version u64
+//	OpTruncate 102  target u32, ino u64, stripe u32, size u64          -> empty
+//	OpSync     103  target u32, ino u64, stripe u32                    -> empty
+//	OpRemove   104  target u32, ino u64, stripe u32                    -> empty
+//
+// Invariants:
+//   - The Client sends a write's header and its data as separate parts of
+//     one frame, so the data is not copied; the handler decodes the data as
+//     a slice of the request (no copy either).
+//   - One RPC moves at most MaxIO bytes; the Client splits larger reads and
+//     writes (a split write returns the version of its last piece).
+//   - Decoders never panic and reject truncated input, trailing bytes and
+//     over-long lengths (each is fuzzed). The handler logs a malformed
+//     request and answers EINVAL, an unknown op ENOSYS, and passes on the
+//     service's errno otherwise: ESTALE for a target the server does not
+//     serve (see storage.ErrUnknownTarget), so a client can tell a wrong
+//     target map from a missing object (which is not an error).
+package storagerpc
