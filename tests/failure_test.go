@@ -196,6 +196,12 @@ func TestMetaFailure(t *testing.T) {
 	if err != nil {
 		t.Fatalf("mount did not recover within 30s after meta came back: %v", err)
 	}
+	// Creating a file needs targets the restarted meta server knows to be
+	// up, which it learns from the storage servers' next heartbeat.
+	firstErr := os.WriteFile(filepath.Join(mnt, "after", "f0"), []byte("data"), 0o644)
+	c.WaitTargetsUp(2)
+	t.Logf("targets up again %v after meta restarted; a create right after mkdir worked gave: %v",
+		time.Since(start).Round(time.Millisecond), firstErr)
 	if err := os.WriteFile(filepath.Join(mnt, "after", "f"), []byte("data"), 0o644); err != nil {
 		t.Errorf("write after meta recovery: %v", err)
 	}
