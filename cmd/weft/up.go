@@ -547,15 +547,18 @@ func (s *supervisor) tails() string {
 // stopAll stops the children in reverse start order: the mount first (so
 // nothing is left mounted over a dead server), then storage, then meta.
 func (s *supervisor) stopAll(mnt string) {
+	mounted := false
 	for i := len(s.children) - 1; i >= 0; i-- {
 		c := s.children[i]
 		if c.spec.Name == "mount" {
+			mounted = true
 			s.stopMount(c, mnt)
 		} else {
 			s.stop(c, 10*time.Second)
 		}
 	}
-	if isFuseMount(mnt) || isStaleMountPath(mnt) {
+	// Only a mount we started is ours to clean up.
+	if mounted && (isFuseMount(mnt) || isStaleMountPath(mnt)) {
 		if err := unmountFuse(mnt, true); err != nil {
 			fmt.Fprintln(s.out, "weft up:", err)
 		}
