@@ -375,16 +375,20 @@ func unmountFuse(mnt string, lazy bool) error {
 }
 
 func printUpReport(w io.Writer, p upPlan) {
+	width := len(p.Mount)
+	for _, s := range append([]childSpec{p.Meta}, p.Storage...) {
+		width = max(width, len(s.Addr))
+	}
 	fmt.Fprintf(w, "\nweft is running:\n")
-	fmt.Fprintf(w, "  %-10s %-16s %s\n", "meta", p.Meta.Addr, "database "+p.Meta.Dirs[0])
+	fmt.Fprintf(w, "  %-10s %-*s  %s\n", "meta", width, p.Meta.Addr, "database "+p.Meta.Dirs[0])
 	for _, s := range p.Storage {
 		names := make([]string, len(s.Dirs))
 		for i, d := range s.Dirs {
 			names[i] = filepath.Base(d)
 		}
-		fmt.Fprintf(w, "  %-10s %-16s %s\n", s.Name, s.Addr, "targets "+strings.Join(names, ", ")+" in "+p.Data)
+		fmt.Fprintf(w, "  %-10s %-*s  %s\n", s.Name, width, s.Addr, "targets "+strings.Join(names, ", ")+" in "+p.Data)
 	}
-	fmt.Fprintf(w, "  %-10s %-16s %s\n", "mount", p.Mount, "client of meta "+p.MetaAddr)
+	fmt.Fprintf(w, "  %-10s %-*s  %s\n", "mount", width, p.Mount, "client of meta "+p.MetaAddr)
 	fmt.Fprintf(w, "logs:\n")
 	for _, c := range append(append([]childSpec{p.Meta}, p.Storage...), p.Mounter) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.Name, c.Log)

@@ -238,3 +238,24 @@ func TestSupervisorWaitFor(t *testing.T) {
 		t.Fatalf("interrupted = %v", err)
 	}
 }
+
+func TestPrintUpReport(t *testing.T) {
+	p := planUp(upOptions{Data: "/d", Mount: "/home/someone/weft/mnt", Targets: 3, Servers: 2, BasePort: 7400, LogLevel: "info"})
+	var b bytes.Buffer
+	printUpReport(&b, p)
+	want := `
+weft is running:
+  meta       127.0.0.1:7400          database /d/meta
+  storage-0  127.0.0.1:7410          targets target-0, target-2 in /d
+  storage-1  127.0.0.1:7411          targets target-1 in /d
+  mount      /home/someone/weft/mnt  client of meta 127.0.0.1:7400
+logs:
+  meta       /d/logs/meta.log
+  storage-0  /d/logs/storage-0.log
+  storage-1  /d/logs/storage-1.log
+  mount      /d/logs/mount.log
+`
+	if b.String() != want {
+		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
+	}
+}
