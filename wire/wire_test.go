@@ -70,7 +70,7 @@ func FuzzDecoder(f *testing.F) {
 			case 2:
 				d.Count(100, 1)
 			default:
-				d.String()
+				_ = d.String()
 			}
 		}
 	})
