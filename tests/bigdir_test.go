@@ -32,6 +32,26 @@ func TestBigDirectory(t *testing.T) {
 	var firstErr atomic.Value
 	deadline := time.Now().Add(budget)
 	start := time.Now()
+	// Log the rate every 10s: a rate that falls as the directory grows is
+	// a different bug from a rate that is low from the start.
+	stopProgress := make(chan struct{})
+	progressDone := make(chan struct{})
+	go func() {
+		defer close(progressDone)
+		last, lastT := int64(0), start
+		tk := time.NewTicker(10 * time.Second)
+		defer tk.Stop()
+		for {
+			select {
+			case <-stopProgress:
+				return
+			case now := <-tk.C:
+				n := created.Load()
+				t.Logf("%6d files, %.0f creates/s over the last %v", n, float64(n-last)/now.Sub(lastT).Seconds(), now.Sub(lastT).Round(time.Second))
+				last, lastT = n, now
+			}
+		}
+	}()
 	var wg sync.WaitGroup
 	for w := 0; w < workers; w++ {
 		wg.Add(1)
@@ -55,6 +75,8 @@ func TestBigDirectory(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	close(stopProgress)
+	<-progressDone
 	el := time.Since(start)
 	rate := float64(created.Load()) / el.Seconds()
 	t.Logf("created %d files in %v: %.0f creates/s with %d goroutines", created.Load(), el.Round(time.Millisecond), rate, workers)

@@ -103,6 +103,9 @@ func (m *fsModel) write(p string, off int, data []byte) syscall.Errno {
 	if e != 0 {
 		return e
 	}
+	if len(data) == 0 {
+		return 0 // a zero-length write does not extend the file
+	}
 	if end := off + len(data); end > len(n.data) {
 		n.data = append(n.data, make([]byte, end-len(n.data))...)
 	}
@@ -189,15 +192,16 @@ func (m *fsModel) link(a, b string) syscall.Errno {
 
 // rename follows the order of checks of Linux's renameat2.
 func (m *fsModel) rename(a, b string) syscall.Errno {
+	// Both parents are walked before the source is looked up.
 	if e := m.resolveParent(a); e != 0 {
+		return e
+	}
+	if e := m.resolveParent(b); e != 0 {
 		return e
 	}
 	src := m.ents[a]
 	if src == nil {
 		return syscall.ENOENT
-	}
-	if e := m.resolveParent(b); e != 0 {
-		return e
 	}
 	if strings.HasPrefix(b, a+"/") {
 		return syscall.EINVAL
@@ -342,7 +346,7 @@ func TestModel(t *testing.T) {
 	// Small stripes, so that small files already cross stripe boundaries.
 	weft(t, c, "setstripe", "-c", "4", "-S", "64K", base)
 	if f := flag.Lookup("rapid.checks"); f != nil && f.Value.String() == "100" {
-		f.Value.Set("40")
+		f.Value.Set("800")
 		defer f.Value.Set("100")
 	}
 	iter := 0
@@ -356,7 +360,7 @@ func TestModel(t *testing.T) {
 		}
 		m := &fsModel{ents: map[string]*minode{}}
 		path := rapid.SampledFrom(modelPaths)
-		n := rapid.IntRange(1, 50).Draw(rt, "steps")
+		n := rapid.IntRange(1, 80).Draw(rt, "steps")
 		for i := 0; i < n; i++ {
 			steps++
 			op := rapid.SampledFrom([]string{"create", "write", "write", "truncate", "rename", "unlink", "mkdir", "rmdir", "link", "read", "stat"}).Draw(rt, "op")
