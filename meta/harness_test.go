@@ -101,6 +101,7 @@ func newEnv(t testing.TB, mod ...func(*Options)) *env {
 	for _, m := range mod {
 		m(&e.opts)
 	}
+	e.st = e.opts.Store
 	e.start()
 	t.Cleanup(func() {
 		e.srv.Close()

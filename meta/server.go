@@ -36,6 +36,10 @@ type Options struct {
 	Seed        uint64           // placement randomness; 0 = from the clock
 	RootUid     uint32
 	RootGid     uint32
+
+	// applyHook, if set, sees every command just before it is applied, in
+	// apply order (tests record the command log with it).
+	applyHook func(*Command)
 }
 
 // Server is the metadata service: it implements proto.MetaService and
@@ -222,6 +226,9 @@ func (s *Server) applyLoop() {
 		}
 		wrote := false
 		for _, q := range group {
+			if s.opts.applyHook != nil {
+				s.opts.applyHook(q.cmd)
+			}
 			q.res, q.err = s.sm.apply(q.cmd)
 			wrote = wrote || q.res.wrote
 		}
