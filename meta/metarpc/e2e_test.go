@@ -1,0 +1,241 @@
+package metarpc_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"syscall"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/meta"
+	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// directConn calls a handler in-process, turning its error into the errno
+// a real transport would deliver.
+type directConn struct{ h transport.Handler }
+
+func (c directConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error) {
+	resp, err := c.h(ctx, op, bytes.Join(parts, nil))
+	if err != nil {
+		var errno syscall.Errno
+		if !errors.As(err, &errno) {
+			errno = syscall.EIO
+		}
+		return nil, fmt.Errorf("remote: %v: %w", err, errno)
+	}
+	return resp, nil
+}
+func (directConn) Close() error { return nil }
+
+func newServer(t *testing.T) *meta.Server {
+	st := store.NewMem()
+	srv, err := meta.New(meta.Options{Store: st, Seed: 1, OrphanGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close(); st.Close() })
+	return srv
+}
+
+type client interface {
+	proto.MetaService
+	proto.TargetRegistry
+}
+
+// exercise runs every method through c and checks results against the
+// server called directly.
+func exercise(t *testing.T, srv *meta.Server, c client) {
+	ctx := context.Background()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, err := c.RegisterTarget(ctx, "uuid-1", proto.TargetInfo{Addr: "h:1", Total: 100 << 20, Free: 100 << 20})
+	must(err)
+	if id != 1 {
+		t.Fatalf("target id %d", id)
+	}
+	d, err := c.Mkdir(ctx, proto.RootIno, "d", 02755, 1, 2)
+	must(err)
+	l := layout.Layout{StripeSize: 64 << 10, StripeCount: 1}
+	f, err := c.Create(ctx, proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0644, Uid: 1, Gid: 1, Exclusive: true, Layout: &l})
+	must(err)
+	if f.Gid != 2 || len(f.Layout.Targets) != 1 || f.Layout.StripeSize != 64<<10 {
+		t.Fatalf("created %+v", f)
+	}
+	if _, err := c.Create(ctx, proto.CreateIn{Parent: d.Ino, Name: "f", Exclusive: true}); !errors.Is(err, syscall.EEXIST) {
+		t.Fatalf("exclusive create: %v", err)
+	}
+	got, err := c.Lookup(ctx, d.Ino, "f")
+	must(err)
+	want, _ := srv.GetAttr(ctx, f.Ino)
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("lookup %+v, want %+v", got, want)
+	}
+	if _, err := c.Lookup(ctx, d.Ino, "nope"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("lookup missing: %v", err)
+	}
+	_, err = c.SetAttr(ctx, f.Ino, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0600})
+	must(err)
+	s, err := c.Symlink(ctx, d.Ino, "s", "f", 0, 0)
+	must(err)
+	if tgt, err := c.Readlink(ctx, s.Ino); err != nil || tgt != "f" {
+		t.Fatalf("readlink %q %v", tgt, err)
+	}
+	_, err = c.Link(ctx, f.Ino, proto.RootIno, "hard")
+	must(err)
+	must(c.Rename(ctx, proto.RootIno, "hard", d.Ino, "hard2", proto.RenameNoReplace))
+	ents, err := c.ReadDir(ctx, d.Ino, "", 0)
+	must(err)
+	direct, _ := srv.ReadDir(ctx, d.Ino, "", 0)
+	if !reflect.DeepEqual(ents, direct) || len(ents) != 3 {
+		t.Fatalf("readdir %+v", ents)
+	}
+	if ents, _ := c.ReadDir(ctx, d.Ino, "hard2", 1); len(ents) != 1 || ents[0].Name != "s" {
+		t.Fatalf("readdir after: %+v", ents)
+	}
+	must(c.SetXattr(ctx, f.Ino, "user.a", []byte("1"), proto.XattrCreate))
+	if v, err := c.GetXattr(ctx, f.Ino, "user.a"); err != nil || string(v) != "1" {
+		t.Fatalf("getxattr %q %v", v, err)
+	}
+	if v, err := c.GetXattr(ctx, f.Ino, "user.b"); !errors.Is(err, syscall.ENODATA) {
+		t.Fatalf("getxattr missing %q %v", v, err)
+	}
+	if n, err := c.ListXattr(ctx, f.Ino); err != nil || len(n) != 1 {
+		t.Fatalf("listxattr %v %v", n, err)
+	}
+	must(c.RemoveXattr(ctx, f.Ino, "user.a"))
+	_, err = c.Open(ctx, f.Ino)
+	must(err)
+	if a, err := c.WriteDone(ctx, f.Ino, 1234); err != nil || a.Size != 1234 {
+		t.Fatalf("writedone %+v %v", a, err)
+	}
+	must(c.Release(ctx, f.Ino))
+	if _, err := c.SetLayout(ctx, d.Ino, layout.Layout{StripeSize: 128 << 10, StripeCount: -1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.SetLayout(ctx, f.Ino, l); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("setlayout on written file: %v", err)
+	}
+	must(c.Unlink(ctx, d.Ino, "hard2"))
+	must(c.Unlink(ctx, d.Ino, "s"))
+	must(c.Unlink(ctx, d.Ino, "f"))
+	if err := c.Rmdir(ctx, proto.RootIno, "d"); err != nil {
+		t.Fatal(err)
+	}
+	sfs, err := c.StatFS(ctx)
+	must(err)
+	if sfs.Total != 100<<20 {
+		t.Fatalf("statfs %+v", sfs)
+	}
+	ts, err := c.Targets(ctx)
+	must(err)
+	if len(ts) != 1 || !ts[0].Up || ts[0].Addr != "h:1" {
+		t.Fatalf("targets %+v", ts)
+	}
+	if _, err := c.GetAttr(ctx, 12345); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("getattr missing: %v", err)
+	}
+}
+
+func TestClientHandlerInProcess(t *testing.T) {
+	srv := newServer(t)
+	c := metarpc.NewConnClient(directConn{metarpc.NewHandler(srv, srv, nil)})
+	exercise(t, srv, c)
+}
+
+func TestClientOverTCP(t *testing.T) {
+	srv := newServer(t)
+	tr := transport.NewTCP()
+	ln, err := tr.Listen("127.0.0.1:0", metarpc.NewHandler(srv, srv, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pool := transport.NewPool(tr, transport.PoolOptions{})
+	defer pool.Close()
+	exercise(t, srv, metarpc.NewClient(pool, ln.Addr()))
+}
+
+// TestRunServes starts meta.Run on a real directory and port, uses it
+// through the client, and checks that cancelling ctx shuts it down.
+func TestRunServes(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ready := make(chan string, 1)
+	done := make(chan error, 1)
+	dir := t.TempDir()
+	go func() {
+		done <- meta.Run(ctx, meta.Config{DataDir: dir, ListenAddr: "127.0.0.1:0", Ready: func(a string) { ready <- a }})
+	}()
+	var addr string
+	select {
+	case addr = <-ready:
+	case err := <-done:
+		t.Fatal(err)
+	}
+	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+	defer pool.Close()
+	c := metarpc.NewClient(pool, addr)
+	if _, err := c.Mkdir(ctx, proto.RootIno, "x", 0755, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	// The data survives: a second run finds the directory.
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	go func() {
+		done <- meta.Run(ctx2, meta.Config{DataDir: dir, ListenAddr: "127.0.0.1:0", Ready: func(a string) { ready <- a }})
+	}()
+	addr = <-ready
+	c = metarpc.NewClient(pool, addr)
+	if _, err := c.Lookup(context.Background(), proto.RootIno, "x"); err != nil {
+		t.Fatal(err)
+	}
+	cancel2()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	dir := t.TempDir()
+	cases := []struct {
+		cfg  meta.Config
+		want string
+	}{
+		{meta.Config{ListenAddr: ":0"}, "DataDir is required"},
+		{meta.Config{DataDir: dir + "/missing", ListenAddr: ":0"}, "data directory"},
+		{meta.Config{DataDir: dir}, "ListenAddr is required"},
+		{meta.Config{DataDir: dir, ListenAddr: ":0", HeartbeatTimeout: -1}, "negative"},
+		{meta.Config{DataDir: dir, ListenAddr: ":0"}, ""},
+	}
+	for _, c := range cases {
+		err := c.cfg.Validate()
+		if c.want == "" {
+			if err != nil {
+				t.Errorf("%+v: %v", c.cfg, err)
+			}
+			continue
+		}
+		if err == nil || !bytes.Contains([]byte(err.Error()), []byte(c.want)) {
+			t.Errorf("%+v: got %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
