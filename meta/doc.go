@@ -1,0 +1,93 @@
+// Package meta is weft's metadata service: the namespace (directories,
+// inodes, symlinks, xattrs, file layouts) and the registry of storage
+// targets, kept in a store (package meta/store, pebble on servers) and
+// served over the transport by package meta/metarpc.
+//
+// # Commands and the state machine
+//
+// Every mutation is a Command applied by a deterministic state machine
+// (sm.go): one command becomes one atomic store batch, or an error and no
+// change. Everything that is not a function of the current state is decided
+// before apply by the proposer and carried in the command:
+//
+//   - new inode numbers, from an allocator that starts at the persisted
+//     high-water mark (counter next_ino, raised by every batch that uses a
+//     number) and only grows, so numbers are never reused, even across
+//     restarts or after failed commands;
+//   - the clock (Command.Now) for every time stamp;
+//   - the caller's uid and gid;
+//   - placement: the proposer ranks the up, non-full targets (weighted by
+//     free space over recent placements) into Command.Candidates, and apply
+//     takes the first StripeCount of them for the layout policy it finds at
+//     apply time (stripe count -1 or more than there are: all). An empty
+//     list fails with Command.PlaceErr: EIO when no target is up, ENOSPC
+//     when all are full.
+//
+// Apply validates against the state (ENOENT, EEXIST, ENOTEMPTY, ENOTDIR,
+// EISDIR, EINVAL for moving a directory into its own subtree, ENAMETOOLONG,
+// EMLINK, EPERM for hard links to directories, EBUSY for restriping a file
+// with data) and only then writes. Commands have a versioned binary encoding
+// (Command.Encode, DecodeCommand; fuzz-tested) that is the future raft log
+// entry format.
+//
+// # Group commit
+//
+// One applier goroutine drains the queue of proposed commands into a group
+// (up to Options.MaxGroup), applies each as its own unsynced batch (so the
+// next command sees it at once), then makes the whole group durable with a
+// single synced write (store.Sync) before replying to any of them. An
+// acknowledged change is therefore durable, yet concurrent clients share
+// one fsync: creates/s scale with callers (see BenchmarkCreate). Read-only
+// calls (Lookup, GetAttr, ReadDir, GetXattr, ListXattr, Readlink, StatFS,
+// Targets) read the store directly, without a command; they may observe a
+// change of the group being synced a moment before it is acknowledged.
+//
+// # Open files, orphans, reclaim and object GC
+//
+// Open and Release keep an in-memory open count per inode. A command that
+// drops an inode's nlink to 0 marks it an orphan in the same batch. When an
+// orphan has no opens (at once, or at its last Release) the server proposes
+// a Reclaim command, which deletes the inode and its xattrs and puts its
+// objects (target, ino, stripe) on the object-GC queue, in one batch; from
+// the moment it is scheduled until it is applied, Open of that inode fails
+// with ENOENT. A background loop removes queued objects through
+// proto.StorageService and drops them from the queue once removed (ENOENT
+// counts as removed); objects on unreachable targets stay queued and are
+// retried every GCInterval.
+//
+// Open counts are volatile. At startup, orphans left by the previous run are
+// kept for Options.OrphanGrace (default 30 s), so that clients that kept
+// files open across a server restart can Open them again; after that, every
+// orphan without an open is reclaimed.
+//
+// # Target registry
+//
+// RegisterTarget gives a storage target (named by the uuid in its
+// directory) a stable id through a command; heartbeats that change nothing
+// persisted only refresh usage and liveness in memory. A target is up if
+// heard from within HeartbeatTimeout (default 10 s).
+//
+// # Invariants
+//
+//   - Every directory entry names an existing inode, and its type matches.
+//   - A directory has exactly one entry naming it (its Parent), and
+//     nlink = 2 + its subdirectories; a file's nlink counts its entries.
+//   - Every inode with nlink 0 is in the orphan set, and no other is.
+//   - Every stored inode number is below next_ino; counter inodes equals
+//     the number of stored inodes.
+//   - The state machine's in-memory fields (counters, uuid↔id maps) are a
+//     function of the store: a replica that opens the same store and applies
+//     the same commands reaches byte-identical state (TestApplyDeterministic).
+//
+// # How raft slots in
+//
+// The next step replicates the command log over three servers with
+// go.etcd.io/raft/v3. The proposer side (Server methods) stays: it still
+// decides inode numbers, time, credentials and candidates, then proposes the
+// encoded Command to raft instead of the local queue. The applier becomes
+// the loop over committed entries; each batch then also records the applied
+// raft index, and durability comes from the raft log, so batches need not
+// be synced. The leader's inode allocator must start above the applied
+// high-water mark plus what it has in flight. Open counts, the reclaim
+// queue, the GC loop and target liveness run on the leader only.
+package meta

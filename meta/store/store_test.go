@@ -1,0 +1,122 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func impls(t *testing.T) map[string]Store {
+	p, err := OpenPebble(t.TempDir(), PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pm, err := OpenPebble("mem", PebbleOptions{InMemory: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return map[string]Store{"mem": NewMem(), "pebble": p, "pebble-inmem": pm}
+}
+
+func TestStores(t *testing.T) {
+	for name, s := range impls(t) {
+		t.Run(name, func(t *testing.T) {
+			defer s.Close()
+			if _, err := s.Get([]byte("a")); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("get missing: %v", err)
+			}
+			b := s.NewBatch()
+			for i := range 10 {
+				b.Set([]byte(fmt.Sprintf("k%d", i)), []byte{byte(i)})
+			}
+			b.Set([]byte("p/1"), nil)
+			b.Set([]byte("p/2"), []byte("x"))
+			b.Set([]byte("q"), []byte("y"))
+			if b.Len() != 13 {
+				t.Fatalf("len %d", b.Len())
+			}
+			// Nothing is visible before commit.
+			if _, err := s.Get([]byte("q")); !errors.Is(err, ErrNotFound) {
+				t.Fatal("uncommitted write visible")
+			}
+			if err := b.Commit(false); err != nil {
+				t.Fatal(err)
+			}
+			if err := b.Commit(false); err == nil {
+				t.Fatal("batch committed twice")
+			}
+			if v, err := s.Get([]byte("k3")); err != nil || len(v) != 1 || v[0] != 3 {
+				t.Fatalf("get: %v %v", v, err)
+			}
+			var keys []string
+			s.Scan([]byte("k2"), []byte("k5"), func(k, v []byte) bool { keys = append(keys, string(k)); return true })
+			if fmt.Sprint(keys) != "[k2 k3 k4]" {
+				t.Fatalf("scan: %v", keys)
+			}
+			keys = nil
+			s.Scan([]byte("k"), nil, func(k, v []byte) bool { keys = append(keys, string(k)); return len(keys) < 2 })
+			if fmt.Sprint(keys) != "[k0 k1]" {
+				t.Fatalf("scan with stop: %v", keys)
+			}
+			b = s.NewBatch()
+			b.DeletePrefix([]byte("p/"))
+			b.Delete([]byte("k0"))
+			b.Set([]byte("k1"), []byte("new"))
+			if err := b.Commit(true); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Sync(); err != nil {
+				t.Fatal(err)
+			}
+			n := 0
+			s.Scan([]byte("p"), PrefixEnd([]byte("p")), func(k, v []byte) bool { n++; return true })
+			if n != 0 {
+				t.Fatalf("%d keys left under prefix", n)
+			}
+			if _, err := s.Get([]byte("k0")); !errors.Is(err, ErrNotFound) {
+				t.Fatal("deleted key present")
+			}
+			if v, _ := s.Get([]byte("k1")); string(v) != "new" {
+				t.Fatalf("overwrite: %q", v)
+			}
+			if v, _ := s.Get([]byte("q")); string(v) != "y" {
+				t.Fatalf("neighbour of prefix: %q", v)
+			}
+			// A closed batch commits nothing.
+			b = s.NewBatch()
+			b.Set([]byte("z"), nil)
+			b.Close()
+			if _, err := s.Get([]byte("z")); !errors.Is(err, ErrNotFound) {
+				t.Fatal("closed batch applied")
+			}
+		})
+	}
+}
+
+func TestPrefixEnd(t *testing.T) {
+	cases := []struct{ in, want []byte }{
+		{[]byte("a"), []byte("b")},
+		{[]byte{1, 0xff}, []byte{2}},
+		{[]byte{0xff, 0xff}, nil},
+		{[]byte{}, nil},
+	}
+	for _, c := range cases {
+		if got := PrefixEnd(c.in); string(got) != string(c.want) || (got == nil) != (c.want == nil) {
+			t.Errorf("PrefixEnd(%x) = %x, want %x", c.in, got, c.want)
+		}
+	}
+}
+
+func TestGCKey(t *testing.T) {
+	tg, ino, stripe, ok := ParseGCKey(GCKey(7, 1<<40, 3))
+	if !ok || tg != 7 || ino != 1<<40 || stripe != 3 {
+		t.Fatalf("%d %d %d %v", tg, ino, stripe, ok)
+	}
+	if _, _, _, ok := ParseGCKey([]byte("g123")); ok {
+		t.Fatal("short key parsed")
+	}
+}
