@@ -159,7 +159,10 @@ func (s *Server) gcLoop() {
 	t := time.NewTicker(s.opts.GCInterval)
 	defer t.Stop()
 	for {
-		for s.gcOnce(s.ctx) {
+		// Targets that failed a removal are skipped for the rest of this
+		// round, so one down target does not hold up the others.
+		down := map[proto.TargetID]bool{}
+		for s.gcOnce(s.ctx, down) {
 		}
 		select {
 		case <-s.ctx.Done():
@@ -172,13 +175,14 @@ func (s *Server) gcLoop() {
 
 const gcBatch = 512
 
-// gcOnce removes up to gcBatch queued objects and reports whether it made
-// progress on a full batch (so the caller goes on at once).
-func (s *Server) gcOnce(ctx context.Context) bool {
+// gcOnce removes up to gcBatch queued objects of targets not in down, adds
+// the targets that fail to down, and reports whether it made progress on a
+// full batch (so the caller goes on at once).
+func (s *Server) gcOnce(ctx context.Context, down map[proto.TargetID]bool) bool {
 	var objs []GCObject
 	err := s.st.Scan([]byte{store.PrefixGC}, []byte{store.PrefixGC + 1}, func(k, _ []byte) bool {
 		tg, ino, stripe, ok := store.ParseGCKey(k)
-		if ok {
+		if ok && !down[proto.TargetID(tg)] {
 			objs = append(objs, GCObject{Target: proto.TargetID(tg), Obj: proto.ObjectID{Ino: proto.Ino(ino), Stripe: stripe}})
 		}
 		return len(objs) < gcBatch
@@ -191,7 +195,6 @@ func (s *Server) gcOnce(ctx context.Context) bool {
 		done []GCObject
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, 16)
-		down = map[proto.TargetID]bool{}
 	)
 	for _, o := range objs {
 		mu.Lock()
@@ -219,13 +222,12 @@ func (s *Server) gcOnce(ctx context.Context) bool {
 		}()
 	}
 	wg.Wait()
-	if len(done) == 0 {
-		return false
+	if len(done) > 0 {
+		if _, err := s.propose(ctx, &Command{Op: OpGCDone, Now: s.now(), Objects: done}); err != nil {
+			return false
+		}
 	}
-	if _, err := s.propose(ctx, &Command{Op: OpGCDone, Now: s.now(), Objects: done}); err != nil {
-		return false
-	}
-	return len(done) == gcBatch
+	return len(objs) == gcBatch && ctx.Err() == nil
 }
 
 // GCQueue returns the objects waiting for removal (for tests and tools).

@@ -11,6 +11,7 @@ import (
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage/storagerpc"
 	"github.com/weft-fs/weft/transport"
 )
 
@@ -21,8 +22,8 @@ type Config struct {
 	HeartbeatTimeout time.Duration // a target not heard from for this long is down; default 10s
 	Logger           *slog.Logger  // default: discard
 
-	// Storage removes the objects of deleted files. Nil: the object-GC
-	// queue is kept (and drained by a later run that has one).
+	// Storage removes the objects of deleted files. Nil (and no
+	// NewStorage): Run builds a storagerpc client over its own pool.
 	Storage proto.StorageService
 	// NewStorage, used when Storage is nil, builds the storage client from
 	// the server's resolver of target addresses, e.g.
@@ -75,14 +76,25 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("meta: %w", err)
 	}
+	var pool *transport.Pool
 	if cfg.Storage == nil && cfg.NewStorage == nil {
-		log.Warn("meta: no storage client: objects of deleted files stay queued")
+		pool = transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+		cfg.NewStorage = func(resolve func(ctx context.Context, t proto.TargetID) (string, error)) proto.StorageService {
+			return storagerpc.NewClient(pool, resolve)
+		}
+	}
+	closePool := func() error {
+		if pool != nil {
+			return pool.Close()
+		}
+		return nil
 	}
 	srv, err := New(Options{
 		Store: st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		OrphanGrace: cfg.OrphanGrace, Logger: log,
 	})
 	if err != nil {
+		closePool()
 		st.Close()
 		return err
 	}
@@ -93,6 +105,7 @@ func Run(ctx context.Context, cfg Config) error {
 	ln, err := tr.Listen(cfg.ListenAddr, metarpc.NewHandler(srv, srv, log))
 	if err != nil {
 		srv.Close()
+		closePool()
 		st.Close()
 		return fmt.Errorf("meta: %w", err)
 	}
@@ -102,6 +115,6 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	<-ctx.Done()
 	log.Info("meta: shutting down")
-	errs := []error{ln.Close(), srv.Close(), st.Close()}
+	errs := []error{ln.Close(), srv.Close(), closePool(), st.Close()}
 	return errors.Join(errs...)
 }

@@ -541,3 +541,42 @@ func dump(m *store.Mem) string {
 	})
 	return b.String()
 }
+
+// TestGCDownTargetDoesNotBlockOthers queues more objects on a down target
+// than one GC batch holds, and checks the other target is still drained.
+func TestGCDownTargetDoesNotBlockOthers(t *testing.T) {
+	e := newEnv(t)
+	t1 := e.addTarget("t1", 1<<30)
+	t2 := e.addTarget("t2", 1<<30)
+	e.storage.setDown(t1, true)
+	mk := func(name string, tg proto.TargetID) {
+		l := layout.Layout{StripeSize: layout.DefaultStripeSize, StripeCount: 1, Targets: []proto.TargetID{tg}}
+		_, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: name, Mode: 0644, Layout: &l})
+		e.must(err)
+	}
+	for i := range gcBatch + 50 {
+		mk(fmt.Sprint("a", i), t1)
+	}
+	mk("b", t2)
+	for i := range gcBatch + 50 {
+		e.must(e.srv.Unlink(ctx, proto.RootIno, fmt.Sprint("a", i)))
+	}
+	e.must(e.srv.Unlink(ctx, proto.RootIno, "b"))
+	waitFor(t, "target 2 drained", func() bool {
+		for _, o := range e.storage.Removed() {
+			if o.Target == t2 {
+				return true
+			}
+		}
+		return false
+	})
+	q, _ := e.srv.GCQueue()
+	if len(q) != gcBatch+50 {
+		t.Fatalf("queue has %d objects, want %d on the down target", len(q), gcBatch+50)
+	}
+	e.storage.setDown(t1, false)
+	waitFor(t, "queue drained", func() bool { q, _ := e.srv.GCQueue(); return len(q) == 0 })
+	if n := len(e.storage.Removed()); n != gcBatch+51 {
+		t.Fatalf("removed %d objects", n)
+	}
+}
