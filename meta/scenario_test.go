@@ -37,6 +37,8 @@ func TestScenarios(t *testing.T) {
 		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 			return e.run(t, d)
 		})
+		e.waitReclaim(t)
+		checkInvariants(t, e.st)
 	})
 }
 
