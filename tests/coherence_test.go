@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/weft-fs/weft/internal/testcluster"
 )
@@ -99,7 +100,15 @@ func TestCloseToOpen(t *testing.T) {
 			if err := os.Rename(tmp, filepath.Join(w, name)); err != nil {
 				t.Fatal(err)
 			}
+			failed := t.Failed()
 			check("rename over", v3)
+			if !failed && t.Failed() {
+				// Say whether the reader is merely stale (a cached
+				// name) or wrong for good.
+				time.Sleep(1500 * time.Millisecond)
+				got, _, err := readAllFstat(filepath.Join(r, name))
+				t.Logf("rename over: 1.5s later the reader sees the new file: %v (%v)", bytes.Equal(got, v3), err)
+			}
 		})
 	}
 
