@@ -16,9 +16,10 @@ import (
 // mountTimeout is the --timeout the failure tests give their mounts.
 const mountTimeout = 3 * time.Second
 
-// failSlack is how much longer than the timeout a failing call may take:
-// the kernel, a retry or two and a loaded 2-core machine.
-const failSlack = 4 * time.Second
+// failSlack is how much longer than the timeout a failing call may take on
+// a loaded 2-core machine. It is less than a second timeout: a call that
+// waits for two timeouts in a row does not fail "within the timeout".
+const failSlack = 2 * time.Second
 
 func isIOFailure(err error) bool {
 	return errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ETIMEDOUT)
@@ -249,5 +250,75 @@ func TestFullTarget(t *testing.T) {
 	}
 	if err != nil {
 		t.Errorf("4 MiB after removing the big file: %v", err)
+	}
+}
+
+// TestFrozenServers freezes (SIGSTOP) a storage server and then the
+// metadata server: nothing refuses connections, nothing answers, and only
+// the mount's --timeout can turn the wait into an error. Operations must
+// fail with ETIMEDOUT or EIO within the timeout, and work again after
+// SIGCONT.
+func TestFrozenServers(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 2, Mounts: 2, Timeout: "3s"})
+	p := filepath.Join(c.Mount(0), "f")
+	want := pattern(31, 0, 3<<20)
+	if err := os.WriteFile(p, want, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fresh := filepath.Join(c.Mount(1), "f") // never read on mount 1
+
+	c.FreezeStorage(0)
+	f, err := os.Open(fresh) // meta answers; the data read will not
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	err, took := timed(t, "read from a frozen storage server", func() error {
+		_, err := f.ReadAt(make([]byte, 4096), 0) // one read(2)
+		return err
+	})
+	t.Logf("read from a frozen storage server: %v after %v", err, took.Round(time.Millisecond))
+	if !isIOFailure(err) {
+		t.Errorf("read from a frozen storage server: %v, want ETIMEDOUT or EIO", err)
+	}
+	if took > mountTimeout+failSlack {
+		t.Errorf("read from a frozen storage server failed after %v, timeout is %v", took, mountTimeout)
+	}
+	c.ThawStorage(0)
+	var got []byte
+	start := time.Now()
+	for {
+		got, err = os.ReadFile(fresh)
+		if err == nil || time.Since(start) > 30*time.Second {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil || !bytes.Equal(got, want) {
+		t.Fatalf("read after SIGCONT: %v %s", err, firstDiff(got, want))
+	}
+
+	c.FreezeMeta()
+	err, took = timed(t, "mkdir with a frozen meta server", func() error {
+		return os.Mkdir(filepath.Join(c.Mount(0), "new"), 0o755)
+	})
+	t.Logf("mkdir with a frozen meta server: %v after %v", err, took.Round(time.Millisecond))
+	if !isIOFailure(err) {
+		t.Errorf("mkdir with a frozen meta server: %v, want ETIMEDOUT or EIO", err)
+	}
+	if took > mountTimeout+failSlack {
+		t.Errorf("mkdir with a frozen meta server failed after %v, timeout is %v", took, mountTimeout)
+	}
+	c.ThawMeta()
+	start = time.Now()
+	for {
+		err = os.Mkdir(filepath.Join(c.Mount(0), "after"), 0o755)
+		if err == nil || time.Since(start) > 30*time.Second {
+			break
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	if err != nil {
+		t.Fatalf("mkdir after SIGCONT: %v", err)
 	}
 }

@@ -320,6 +320,26 @@ func (c *Cluster) StartStorage(i int) {
 // StopStorage SIGKILLs storage server i.
 func (c *Cluster) StopStorage(i int) { c.kill(c.storage[i]) }
 
+// FreezeStorage stops storage server i with SIGSTOP: its connections stay
+// open but nothing answers, the failure only timeouts can detect.
+// ThawStorage (SIGCONT) resumes it.
+func (c *Cluster) FreezeStorage(i int) { c.signal(c.storage[i], syscall.SIGSTOP) }
+
+// ThawStorage resumes a storage server stopped by FreezeStorage.
+func (c *Cluster) ThawStorage(i int) { c.signal(c.storage[i], syscall.SIGCONT) }
+
+// FreezeMeta and ThawMeta do the same to the metadata server.
+func (c *Cluster) FreezeMeta() { c.signal(c.meta, syscall.SIGSTOP) }
+
+// ThawMeta resumes the metadata server stopped by FreezeMeta.
+func (c *Cluster) ThawMeta() { c.signal(c.meta, syscall.SIGCONT) }
+
+func (c *Cluster) signal(p *proc, sig syscall.Signal) {
+	if p.running() {
+		p.cmd.Process.Signal(sig)
+	}
+}
+
 // AddMount starts one more `weft mount` on a new mountpoint, waits until it
 // is live and sees every target up, and returns its index.
 func (c *Cluster) AddMount() int {
