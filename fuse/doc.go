@@ -19,9 +19,13 @@
 //
 // # Consistency and caching
 //
-//   - Names and attributes are cached by the kernel for 1 s (entry and attr
-//     timeouts); failed lookups are not cached, so a file created on another
-//     mount can be opened here at once.
+//   - Attributes and directory names are cached by the kernel for 1 s;
+//     names of files, symlinks and other non-directories are not cached
+//     (every open or stat looks the name up), so a file renamed over a name
+//     on another mount is the one the next open here gets; failed lookups
+//     are not cached, so a file created on another mount can be opened here
+//     at once. A directory renamed on another mount can be seen under its
+//     old name here for up to 1 s.
 //   - Close-to-open: Open fetches fresh attributes from the metadata server.
 //     If size or mtime differ from what this mount last told the kernel, the
 //     kernel's cached attributes are invalidated, and because Open never

@@ -36,12 +36,16 @@ func (c Config) ClientConfig() client.Config {
 }
 
 const (
-	// entryTimeout and attrTimeout bound how long the kernel trusts a name
-	// or attributes without asking. Short, because other mounts change
-	// things; close-to-open does not rely on them (Open invalidates).
-	entryTimeout = time.Second
-	attrTimeout  = time.Second
-	maxIO        = 1 << 20
+	// dirEntryTimeout and attrTimeout bound how long the kernel trusts a
+	// directory's name or any attributes without asking. Short, because
+	// other mounts change things. Names of everything but directories are
+	// not cached at all (entry timeout 0): close-to-open must also hold when
+	// another mount renamed a new file over the name, and only a fresh
+	// LOOKUP on open can see that. Directory names stay cached so a path
+	// walk costs one LOOKUP for the last component, not one per component.
+	dirEntryTimeout = time.Second
+	attrTimeout     = time.Second
+	maxIO           = 1 << 20
 )
 
 // Run mounts weft at cfg.Mountpoint and serves it until ctx is cancelled
@@ -86,7 +90,8 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 	}
 	fsys := &filesystem{c: cl, log: log}
 	root := &node{fsys: fsys}
-	et, at := entryTimeout, attrTimeout
+	var et time.Duration // non-directories; see dirEntryTimeout
+	at := attrTimeout
 	opts := &fs.Options{
 		MountOptions: gofuse.MountOptions{
 			AllowOther:   cfg.AllowOther,

@@ -110,6 +110,9 @@ func fillAttr(out *gofuse.Attr, a proto.Attr) {
 // know it yet, and fills out.
 func (n *node) child(ctx context.Context, a proto.Attr, out *gofuse.EntryOut) *fs.Inode {
 	fillAttr(&out.Attr, a)
+	if a.IsDir() {
+		out.SetEntryTimeout(dirEntryTimeout)
+	}
 	ch := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino)})
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.note(a)
