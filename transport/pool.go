@@ -22,7 +22,15 @@ type PoolOptions struct {
 const (
 	defaultDialTimeout  = 5 * time.Second
 	defaultConnsPerAddr = 2
+	// probeRetry is how long a probe waits before dialing again after its
+	// connection failed or could not be made.
+	probeRetry = 200 * time.Millisecond
 )
+
+// OpProbe is the operation a Pool sends to a suspect address to learn
+// whether it answers again. Handlers need not know it: any answer, even an
+// error such as ENOSYS, shows the server is serving again.
+const OpProbe uint16 = 0
 
 var errPoolClosed = fmt.Errorf("transport: pool closed: %w", syscall.EIO)
 
@@ -32,6 +40,17 @@ var errPoolClosed = fmt.Errorf("transport: pool closed: %w", syscall.EIO)
 // next call redials: a client recovers by itself when a server comes back.
 // It is safe for concurrent use.
 //
+// An address whose server took longer than a caller's deadline to answer a
+// call is suspect: the server may be frozen (SIGSTOP, swapping, a hung
+// disk), which no connection error reveals. Calls to a suspect address fail
+// at once with ETIMEDOUT instead of each waiting out its own deadline, so
+// that a caller that retries (the kernel re-reads a page after a failed
+// read-ahead) still fails within one timeout. Meanwhile one background
+// probe per suspect address sends OpProbe on a connection of its own and
+// waits for any answer, redialing every probeRetry while the connection
+// fails; the first answer clears the suspicion, so calls work again as soon
+// as the server does.
+//
 // A call that failed before its request was written (the connection was
 // found broken) is retried once on a fresh connection; a call that may have
 // reached the server is never retried, since operations need not be
@@ -40,9 +59,9 @@ type Pool struct {
 	t           Transport
 	dialTimeout time.Duration
 	n           int
-	ctx         context.Context // parent of dials; cancelled by Close
+	ctx         context.Context // parent of dials and probes; cancelled by Close
 	cancel      context.CancelFunc
-	dials       sync.WaitGroup
+	dials       sync.WaitGroup // dials and probes in progress
 
 	mu     sync.Mutex
 	addrs  map[string]*addrConns
@@ -52,6 +71,9 @@ type Pool struct {
 type addrConns struct {
 	next  atomic.Uint64
 	slots []slot
+
+	mu      sync.Mutex
+	suspect time.Time // when a call first went unanswered; zero if not suspect
 }
 
 // slot holds one connection to an address, or the dial that will make it.
@@ -90,10 +112,15 @@ func NewPool(t Transport, opts PoolOptions) *Pool {
 // Call sends a request to addr and returns the response; see Conn.Call for
 // the errors. A failure to connect matches syscall.EIO and names addr, or
 // syscall.ETIMEDOUT (EINTR) if ctx expired (was cancelled) first.
+// While addr is suspect (see Pool), Call fails at once with ETIMEDOUT.
 func (p *Pool) Call(ctx context.Context, addr string, op uint16, parts ...[]byte) ([]byte, error) {
-	s, err := p.slot(addr)
+	a, s, err := p.slot(addr)
 	if err != nil {
 		return nil, err
+	}
+	if since := a.suspectSince(); !since.IsZero() {
+		return nil, fmt.Errorf("transport: %s op %d: server has not answered since %s: %w",
+			addr, op, since.Format("15:04:05.000"), syscall.ETIMEDOUT)
 	}
 	for attempt := 0; ; attempt++ {
 		c, err := p.get(ctx, addr, s)
@@ -107,8 +134,79 @@ func (p *Pool) Call(ctx context.Context, addr string, op uint16, parts ...[]byte
 				continue
 			}
 		}
+		if err != nil && unanswered(err) {
+			p.suspect(addr, a)
+		}
 		return resp, err
 	}
+}
+
+// unanswered reports whether err says the server did not answer a call
+// before the caller's deadline (not a handler's ETIMEDOUT, not a cancel).
+func unanswered(err error) bool {
+	var re *RemoteError
+	return !errors.As(err, &re) && errors.Is(err, syscall.ETIMEDOUT) && errors.Is(err, context.DeadlineExceeded)
+}
+
+func (a *addrConns) suspectSince() time.Time {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.suspect
+}
+
+// suspect marks addr suspect and starts its probe, unless it is already.
+func (p *Pool) suspect(addr string, a *addrConns) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if !a.suspect.IsZero() {
+		return
+	}
+	p.mu.Lock()
+	closed := p.closed
+	if !closed {
+		p.dials.Add(1)
+	}
+	p.mu.Unlock()
+	if closed {
+		return
+	}
+	a.suspect = time.Now()
+	go p.probe(addr, a)
+}
+
+// probe waits until addr answers OpProbe, then clears its suspicion. It
+// gives up only when the pool closes.
+func (p *Pool) probe(addr string, a *addrConns) {
+	defer p.dials.Done()
+	for {
+		if p.probeOnce(addr) {
+			a.mu.Lock()
+			a.suspect = time.Time{}
+			a.mu.Unlock()
+			return
+		}
+		select {
+		case <-p.ctx.Done():
+			return
+		case <-time.After(probeRetry):
+		}
+	}
+}
+
+// probeOnce dials addr and waits for an answer to OpProbe on that
+// connection, and reports whether one came. It waits as long as the
+// connection holds: a frozen server's kernel keeps it open.
+func (p *Pool) probeOnce(addr string) bool {
+	ctx, cancel := context.WithTimeout(p.ctx, p.dialTimeout)
+	c, err := p.t.Dial(ctx, addr)
+	cancel()
+	if err != nil {
+		return false
+	}
+	defer c.Close()
+	_, err = c.Call(p.ctx, OpProbe)
+	var re *RemoteError
+	return err == nil || errors.As(err, &re)
 }
 
 // connFailed reports whether err says the connection (not the handler)
@@ -119,11 +217,11 @@ func connFailed(err error) bool {
 }
 
 // slot picks the next slot for addr, round-robin.
-func (p *Pool) slot(addr string) (*slot, error) {
+func (p *Pool) slot(addr string) (*addrConns, *slot, error) {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil, errPoolClosed
+		return nil, nil, errPoolClosed
 	}
 	a := p.addrs[addr]
 	if a == nil {
@@ -131,7 +229,7 @@ func (p *Pool) slot(addr string) (*slot, error) {
 		p.addrs[addr] = a
 	}
 	p.mu.Unlock()
-	return &a.slots[a.next.Add(1)%uint64(len(a.slots))], nil
+	return a, &a.slots[a.next.Add(1)%uint64(len(a.slots))], nil
 }
 
 // get returns the slot's connection, dialing if it has none or a broken one.
@@ -226,7 +324,7 @@ func (s *slot) drop(c Conn) {
 	}
 }
 
-// Close closes every connection and waits for dials in progress. Calls in
+// Close closes every connection and waits for dials and probes in progress. Calls in
 // flight fail with EIO; later calls fail with EIO too.
 func (p *Pool) Close() error {
 	p.mu.Lock()

@@ -250,3 +250,177 @@ func TestPoolCloseDuringDial(t *testing.T) {
 		t.Fatalf("call whose dial was cut by Close: %v", err)
 	}
 }
+
+// freezable is a server that, while frozen, answers nothing (not even
+// OpProbe) until thawed, like a SIGSTOPed process whose kernel still
+// accepts connections.
+type freezable struct {
+	mu     sync.Mutex
+	thawed chan struct{} // closed while not frozen
+	probes atomic.Int32
+}
+
+func newFreezable() *freezable {
+	f := &freezable{thawed: make(chan struct{})}
+	close(f.thawed)
+	return f
+}
+
+func (f *freezable) freeze() { f.mu.Lock(); f.thawed = make(chan struct{}); f.mu.Unlock() }
+func (f *freezable) thaw()   { f.mu.Lock(); close(f.thawed); f.mu.Unlock() }
+
+func (f *freezable) handle(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+	f.mu.Lock()
+	ch := f.thawed
+	f.mu.Unlock()
+	select {
+	case <-ch:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if op == OpProbe {
+		f.probes.Add(1)
+		return nil, fmt.Errorf("no such op: %w", syscall.ENOSYS)
+	}
+	return req, nil
+}
+
+// callTimed calls addr with a deadline of d and returns the error and how
+// long the call took.
+func callTimed(p *Pool, addr string, d time.Duration) (error, time.Duration) {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	start := time.Now()
+	_, err := p.Call(ctx, addr, 1, []byte("x"))
+	return err, time.Since(start)
+}
+
+// TestPoolFrozenServer: once a call to a frozen server timed out, further
+// calls fail at once with ETIMEDOUT instead of waiting out their own
+// deadlines; other addresses are unaffected; after the server thaws, the
+// probe clears the suspicion and calls work again by themselves.
+func TestPoolFrozenServer(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	f := newFreezable()
+	l := serve(t, tr, f.handle)
+	other := serve(t, tr, echo)
+	p := newPool(t, tr, PoolOptions{})
+	if err, _ := callTimed(p, l.Addr(), 5*time.Second); err != nil {
+		t.Fatal(err)
+	}
+
+	f.freeze()
+	err, took := callTimed(p, l.Addr(), 100*time.Millisecond)
+	if !errors.Is(err, syscall.ETIMEDOUT) || took < 100*time.Millisecond {
+		t.Fatalf("first call to a frozen server: %v after %v, want ETIMEDOUT after the 100ms deadline", err, took)
+	}
+	for i := range 3 {
+		err, took := callTimed(p, l.Addr(), 10*time.Second)
+		if !errors.Is(err, syscall.ETIMEDOUT) || !strings.Contains(err.Error(), l.Addr()) || took > time.Second {
+			t.Fatalf("call %d to a suspect server: %v after %v, want ETIMEDOUT naming %s at once", i, err, took, l.Addr())
+		}
+	}
+	if err, _ := callTimed(p, other.Addr(), 5*time.Second); err != nil {
+		t.Fatalf("call to another server while one is suspect: %v", err)
+	}
+
+	f.thaw()
+	thawed := time.Now()
+	for {
+		err, _ := callTimed(p, l.Addr(), 5*time.Second)
+		if err == nil {
+			break
+		}
+		if time.Since(thawed) > 5*time.Second {
+			t.Fatalf("calls still fail 5s after the server thawed: %v", err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Logf("calls work again %v after the thaw", time.Since(thawed).Round(time.Millisecond))
+	if time.Since(thawed) > time.Second {
+		t.Errorf("calls worked again only %v after the thaw, want well under a second", time.Since(thawed))
+	}
+	if n := f.probes.Load(); n != 1 {
+		t.Errorf("%d probes answered, want 1", n)
+	}
+}
+
+// TestPoolSuspectOnlyOnDeadline: handler errors (even ETIMEDOUT) and
+// cancelled calls leave the address trusted; a call that timed out on a
+// slow but live server makes it suspect only until the probe's prompt
+// answer.
+func TestPoolSuspectOnlyOnDeadline(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	l := serve(t, tr, func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+		switch op {
+		case 2:
+			return nil, fmt.Errorf("downstream: %w", syscall.ETIMEDOUT)
+		case 3:
+			select {
+			case <-time.After(300 * time.Millisecond):
+			case <-ctx.Done():
+			}
+		}
+		return req, nil
+	})
+	p := newPool(t, tr, PoolOptions{})
+	ctx := context.Background()
+	fine := func(what string) {
+		t.Helper()
+		if _, err := p.Call(ctx, l.Addr(), 1); err != nil {
+			t.Fatalf("call after %s: %v", what, err)
+		}
+	}
+	if _, err := p.Call(ctx, l.Addr(), 2); !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("handler ETIMEDOUT: %v", err)
+	}
+	fine("a handler's ETIMEDOUT")
+
+	cctx, cancel := context.WithCancel(ctx)
+	time.AfterFunc(20*time.Millisecond, cancel)
+	if _, err := p.Call(cctx, l.Addr(), 3); !errors.Is(err, syscall.EINTR) {
+		t.Fatalf("cancelled call: %v", err)
+	}
+	fine("a cancelled call")
+
+	dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	if _, err := p.Call(dctx, l.Addr(), 3); !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("slow call: %v", err)
+	}
+	start := time.Now()
+	for {
+		_, err := p.Call(ctx, l.Addr(), 1)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.ETIMEDOUT) || time.Since(start) > 2*time.Second {
+			t.Fatalf("after a slow call: %v (%v later)", err, time.Since(start))
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// TestPoolCloseDuringProbe: Close stops a probe that waits on a frozen
+// server (goleak in TestMain checks it is gone).
+func TestPoolCloseDuringProbe(t *testing.T) {
+	tr, _ := newTestTransport(t)
+	f := newFreezable()
+	l := serve(t, tr, f.handle)
+	defer f.thaw()
+	p := NewPool(tr, PoolOptions{})
+	f.freeze()
+	if err, _ := callTimed(p, l.Addr(), 50*time.Millisecond); !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("call to a frozen server: %v", err)
+	}
+	start := time.Now()
+	if err := p.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("Close took %v", d)
+	}
+	if err, _ := callTimed(p, l.Addr(), time.Second); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("call after Close: %v", err)
+	}
+}
