@@ -43,13 +43,21 @@ func decodeTargetRecord(b []byte) (uuid, addr string, err error) {
 type targetState struct {
 	info     proto.TargetInfo
 	uuid     string
-	lastSeen time.Time
-	placed   uint64 // stripes placed on it since its last heartbeat
+	lastSeen time.Time // last heartbeat, or when the registry was loaded
+	heard    bool      // a heartbeat reported usage since the registry was loaded
+	placed   uint64    // stripes placed on it since its last heartbeat
 }
 
 // registry is the in-memory view of the storage targets, used for
 // placement, Targets and StatFS. The persisted part is rebuilt from the
-// store at startup; usage and liveness come from heartbeats only.
+// store at startup; usage and liveness come from heartbeats.
+//
+// A target loaded at startup counts as up for one timeout (a grace period)
+// before any heartbeat, as it was registered and most likely still runs: a
+// restarted server can place new files at once instead of failing creates
+// until the next heartbeats. Its usage is unknown until then; placement
+// treats it as not full. If no heartbeat comes within the grace period it is
+// down like any silent target.
 type registry struct {
 	mu      sync.Mutex
 	timeout time.Duration
@@ -71,6 +79,7 @@ func newRegistry(timeout time.Duration, now func() time.Time, seed uint64) *regi
 func (r *registry) load(st store.Reader) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	now := r.now()
 	var bad error
 	err := st.Scan([]byte{store.PrefixTargetID}, []byte{store.PrefixTargetID + 1}, func(k, v []byte) bool {
 		if len(k) != 5 {
@@ -83,7 +92,7 @@ func (r *registry) load(st store.Reader) error {
 			return false
 		}
 		id := proto.TargetID(binary.BigEndian.Uint32(k[1:]))
-		r.byID[id] = &targetState{info: proto.TargetInfo{ID: id, Addr: addr}, uuid: uuid}
+		r.byID[id] = &targetState{info: proto.TargetInfo{ID: id, Addr: addr}, uuid: uuid, lastSeen: now}
 		r.byUUID[uuid] = id
 		return true
 	})
@@ -114,6 +123,7 @@ func (r *registry) heartbeat(uuid string, info proto.TargetInfo) (proto.TargetID
 func (r *registry) refresh(t *targetState, info proto.TargetInfo) {
 	t.info.Total, t.info.Used, t.info.Free = info.Total, info.Used, info.Free
 	t.lastSeen = r.now()
+	t.heard = true
 	t.placed = 0
 }
 
@@ -177,15 +187,25 @@ func (r *registry) candidates() ([]proto.TargetID, syscall.Errno) {
 	}
 	var cs []cand
 	anyUp := false
+	// A target not heard from since startup weighs as much as the target
+	// with the most free space (1 GiB if none reported any).
+	unheardFree := uint64(1 << 30)
+	if maxFree := r.maxHeardFree(now); maxFree > 0 {
+		unheardFree = maxFree
+	}
 	for _, t := range r.byID {
 		if !r.up(t, now) {
 			continue
 		}
 		anyUp = true
-		if t.info.Free < minFree {
+		free := t.info.Free
+		if !t.heard {
+			free = unheardFree
+		}
+		if free < minFree {
 			continue
 		}
-		cs = append(cs, cand{t.info.ID, float64(t.info.Free) / float64(1+t.placed)})
+		cs = append(cs, cand{t.info.ID, float64(free) / float64(1+t.placed)})
 	}
 	if !anyUp {
 		return nil, syscall.EIO
@@ -214,6 +234,17 @@ func (r *registry) candidates() ([]proto.TargetID, syscall.Errno) {
 		cs = append(cs[:i], cs[i+1:]...)
 	}
 	return out, 0
+}
+
+// maxHeardFree is the most free space an up target reported.
+func (r *registry) maxHeardFree(now time.Time) uint64 {
+	var m uint64
+	for _, t := range r.byID {
+		if t.heard && r.up(t, now) {
+			m = max(m, t.info.Free)
+		}
+	}
+	return m
 }
 
 // notePlaced counts stripes placed on targets, so the next placements
