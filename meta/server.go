@@ -224,15 +224,18 @@ func (s *Server) applyLoop() {
 				break fill
 			}
 		}
-		wrote := false
-		for _, q := range group {
+		wrote, synced := false, false
+		for i, q := range group {
 			if s.opts.applyHook != nil {
 				s.opts.applyHook(q.cmd)
 			}
-			q.res, q.err = s.sm.apply(q.cmd)
+			// The last command's batch is committed synced, which makes the
+			// whole group durable with one WAL sync and no extra record.
+			q.res, q.err = s.sm.applySynced(q.cmd, i == len(group)-1)
 			wrote = wrote || q.res.wrote
+			synced = q.res.synced
 		}
-		if wrote {
+		if wrote && !synced {
 			if err := s.st.Sync(); err != nil {
 				s.log.Error("meta: group sync failed", "err", err)
 				for _, q := range group {

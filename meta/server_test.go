@@ -335,6 +335,22 @@ func (s *slowSync) Sync() error {
 	return s.Mem.Sync()
 }
 
+// NewBatch makes synced commits slow too: the applier commits the last
+// command of a group synced instead of calling Sync.
+func (s *slowSync) NewBatch() store.Batch { return slowBatch{s.Mem.NewBatch(), s.d} }
+
+type slowBatch struct {
+	store.Batch
+	d time.Duration
+}
+
+func (b slowBatch) Commit(sync bool) error {
+	if sync {
+		time.Sleep(b.d)
+	}
+	return b.Batch.Commit(sync)
+}
+
 // TestReadDirLarge lists a directory of 100,000 entries page by page and
 // checks that it is fast and that a page late in the directory costs no
 // more than one at the start.

@@ -45,6 +45,8 @@ type applyResult struct {
 	gcQueued int         // objects put on the GC queue
 	target   proto.TargetID
 	wrote    bool
+	synced   bool       // the batch was committed synced (see applySynced)
+	parent   proto.Attr // the parent directory after the change (create, unlink, rmdir)
 }
 
 func errnof(errno syscall.Errno, format string, args ...any) error {
@@ -111,6 +113,7 @@ type txn struct {
 
 	nextIno, inodes uint64
 	nextTarget      uint32
+	sync            bool // commit the batch synced
 }
 
 func (t *txn) get(ino proto.Ino) (*inode, error) {
@@ -205,11 +208,12 @@ func (t *txn) commit() error {
 	if t.b.Len() == 0 {
 		return nil
 	}
-	if err := t.b.Commit(false); err != nil {
+	if err := t.b.Commit(t.sync); err != nil {
 		return errnof(syscall.EIO, "commit: %v", err)
 	}
 	t.sm.nextIno, t.sm.inodes, t.sm.nextTarget = t.nextIno, t.inodes, t.nextTarget
 	t.res.wrote = true
+	t.res.synced = t.sync
 	return nil
 }
 
@@ -217,8 +221,17 @@ func (t *txn) commit() error {
 // changes as one batch (unsynced: the applier syncs the group) or returns an
 // error and changes nothing.
 func (sm *stateMachine) apply(c *Command) (applyResult, error) {
+	return sm.applySynced(c, false)
+}
+
+// applySynced is apply, committing the batch synced if sync is set: a
+// synced commit also makes every earlier unsynced batch durable, so the
+// applier syncs the last command of a group this way instead of writing a
+// separate sync record (res.synced says whether it happened: not when the
+// command failed or changed nothing).
+func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) {
 	t := &txn{
-		sm: sm, b: sm.st.NewBatch(),
+		sm: sm, b: sm.st.NewBatch(), sync: sync,
 		cache: map[proto.Ino]*inode{}, dirty: map[proto.Ino]bool{}, deleted: map[proto.Ino]bool{},
 		nextIno: sm.nextIno, inodes: sm.inodes, nextTarget: sm.nextTarget,
 	}

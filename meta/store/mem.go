@@ -14,7 +14,8 @@ type Mem struct {
 	mu     sync.Mutex
 	t      *btreemap.BTreeMap[[]byte, []byte]
 	closed bool
-	// Syncs counts Sync calls, so tests can check group commit.
+	// Syncs counts Sync calls and synced commits, so tests can check group
+	// commit.
 	syncs int
 }
 
@@ -23,7 +24,7 @@ func NewMem() *Mem {
 	return &Mem{t: btreemap.New[[]byte, []byte](16, bytes.Compare)}
 }
 
-// Syncs returns how many times Sync was called.
+// Syncs returns how many times Sync or a synced Commit was called.
 func (m *Mem) Syncs() int {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -126,6 +127,9 @@ func (b *memBatch) Commit(sync bool) error {
 	defer m.mu.Unlock()
 	if m.closed {
 		return ErrClosed
+	}
+	if sync {
+		m.syncs++
 	}
 	for _, op := range b.ops {
 		switch op.kind {
