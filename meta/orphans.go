@@ -41,6 +41,17 @@ func (s *Server) Release(ctx context.Context, ino proto.Ino) error {
 	return nil
 }
 
+// ReleaseMany is Release for several handles (a client batches the
+// releases of handles closed at about the same time into one call).
+func (s *Server) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
+	for _, ino := range inos {
+		if err := s.Release(ctx, ino); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // release drops one open count and reports whether it was the last.
 func (s *Server) release(ino proto.Ino) bool {
 	s.mu.Lock()

@@ -462,6 +462,15 @@ func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 
 // Create implements proto.MetaService.
 func (s *Server) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, error) {
+	a, _, err := s.CreateOpen(ctx, in, false)
+	return a, err
+}
+
+// CreateOpen is Create that, with open set and when the result is a
+// regular file, also registers an open handle on it as Open does (one round
+// trip instead of two). It also returns the parent directory's attributes
+// after the change.
+func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error) {
 	c := &Command{Op: OpCreate, Now: s.now(), Ino: s.allocIno(), Parent: in.Parent, Name: in.Name,
 		Mode: in.Mode, Rdev: in.Rdev, Uid: in.Uid, Gid: in.Gid}
 	if in.Exclusive {
@@ -471,14 +480,39 @@ func (s *Server) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, err
 		l := in.Layout.Clone()
 		c.Layout = &l
 	}
-	if typ := in.Mode & syscall.S_IFMT; typ == 0 || typ == syscall.S_IFREG {
+	typ := in.Mode & syscall.S_IFMT
+	if typ == 0 || typ == syscall.S_IFREG {
 		s.placement(c)
+	} else {
+		open = false
+	}
+	if open {
+		// The new inode number is never used before this command, so the
+		// handle can be counted before it exists: it cannot be reclaimed
+		// between the create and the count.
+		s.mu.Lock()
+		s.opens[c.Ino]++
+		s.mu.Unlock()
 	}
 	r, err := s.propose(ctx, c)
 	if err == nil {
 		s.notePlaced(r.attr)
 	}
-	return r.attr, err
+	if !open {
+		return r.attr, r.parent, err
+	}
+	if err != nil || r.attr.Ino != c.Ino {
+		s.release(c.Ino)
+	}
+	if err != nil {
+		return proto.Attr{}, proto.Attr{}, err
+	}
+	if r.attr.Ino != c.Ino {
+		// An existing file (not exclusive): open it as Open does.
+		a, err := s.Open(ctx, r.attr.Ino)
+		return a, r.parent, err
+	}
+	return r.attr, r.parent, nil
 }
 
 // Mkdir implements proto.MetaService.
@@ -503,14 +537,63 @@ func (s *Server) Link(ctx context.Context, ino, newParent proto.Ino, newName str
 
 // Unlink implements proto.MetaService.
 func (s *Server) Unlink(ctx context.Context, parent proto.Ino, name string) error {
-	_, err := s.propose(ctx, &Command{Op: OpUnlink, Now: s.now(), Parent: parent, Name: name})
+	_, err := s.UnlinkAt(ctx, parent, name)
 	return err
+}
+
+// UnlinkAt is Unlink that also returns the parent directory's attributes
+// after the change. When the entry is the file's last link and nobody has
+// it open, the file is reclaimed by the same command (no separate Reclaim
+// command, no second sync): from the check until the command is applied,
+// Open of the inode fails with ENOENT, as for any orphan being reclaimed.
+func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	c := &Command{Op: OpUnlink, Now: s.now(), Parent: parent, Name: name}
+	if ino, ok := s.lastLink(parent, name); ok {
+		s.mu.Lock()
+		if s.opens[ino] == 0 && !s.reclaiming[ino] {
+			s.reclaiming[ino] = true
+			c.Inos = []proto.Ino{ino}
+		}
+		s.mu.Unlock()
+	}
+	r, err := s.propose(ctx, c)
+	if len(c.Inos) > 0 {
+		s.mu.Lock()
+		delete(s.reclaiming, c.Inos[0])
+		s.mu.Unlock()
+	}
+	return r.parent, err
+}
+
+// lastLink reads (without a command) whether name in parent is a
+// non-directory with one link left, and its inode.
+func (s *Server) lastLink(parent proto.Ino, name string) (proto.Ino, bool) {
+	v, err := s.st.Get(store.DirentKey(uint64(parent), name))
+	if err != nil {
+		return 0, false
+	}
+	de, err := decodeDirent(v)
+	if err != nil || de.Type == syscall.S_IFDIR {
+		return 0, false
+	}
+	n, err := s.readInode(de.Ino)
+	if err != nil || n.IsDir() || n.Nlink != 1 {
+		return 0, false
+	}
+	return de.Ino, true
 }
 
 // Rmdir implements proto.MetaService.
 func (s *Server) Rmdir(ctx context.Context, parent proto.Ino, name string) error {
-	_, err := s.propose(ctx, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name})
+	_, err := s.RmdirAt(ctx, parent, name)
 	return err
+}
+
+// RmdirAt is Rmdir that also returns the parent directory's attributes
+// after the change.
+func (s *Server) RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	r, err := s.propose(ctx, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name})
+	return r.parent, err
 }
 
 // Rename implements proto.MetaService.

@@ -354,6 +354,7 @@ func (t *txn) create(c *Command) error {
 			return errnof(syscall.EISDIR, "%q is a directory", c.Name)
 		}
 		t.res.attr = n.Attr
+		t.res.parent = parent.Attr
 		return nil
 	}
 	n := &inode{Attr: proto.Attr{
@@ -423,6 +424,7 @@ func (t *txn) create(c *Command) error {
 	t.put(n)
 	t.setDirent(parent.Ino, c.Name, n)
 	t.res.attr = n.Attr
+	t.res.parent = parent.Attr
 	return nil
 }
 
@@ -564,8 +566,16 @@ func (t *txn) remove(c *Command) error {
 	}
 	t.b.Delete(store.DirentKey(uint64(c.Parent), c.Name))
 	t.dropLink(n, c.Now)
+	if c.Op == OpUnlink && n.Nlink == 0 && slices.Contains(c.Inos, n.Ino) {
+		// The proposer found no open handle and blocks new ones until this
+		// command is applied: reclaim at once instead of by a later command.
+		if err := t.reclaimInode(n); err != nil {
+			return err
+		}
+	}
 	parent.Mtime, parent.Ctime = c.Now, c.Now
 	t.put(parent)
+	t.res.parent = parent.Attr
 	return nil
 }
 
@@ -916,28 +926,39 @@ func (t *txn) reclaim(c *Command) error {
 		if n.Nlink != 0 {
 			continue // linked again or never orphaned: not ours to delete
 		}
-		p := store.XattrPrefix(uint64(ino))
-		var keys [][]byte
-		if err := t.sm.st.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
-			keys = append(keys, bytes.Clone(k))
-			return true
-		}); err != nil {
-			return errnof(syscall.EIO, "scan xattrs: %v", err)
+		if err := t.reclaimInode(n); err != nil {
+			return err
 		}
-		for _, k := range keys {
-			t.b.Delete(k)
-		}
-		if n.IsRegular() {
-			for i, tg := range n.Layout.Targets {
-				t.b.Set(store.GCKey(uint32(tg), uint64(ino), uint32(i)), nil)
-				t.res.gcQueued++
-			}
-		}
-		t.b.Delete(store.OrphanKey(uint64(ino)))
-		delete(t.cache, ino)
-		delete(t.dirty, ino)
-		t.deleted[ino] = true
-		t.inodes--
 	}
+	return nil
+}
+
+// reclaimInode deletes orphan n with its xattrs and queues its objects for
+// GC.
+func (t *txn) reclaimInode(n *inode) error {
+	ino := n.Ino
+	p := store.XattrPrefix(uint64(ino))
+	var keys [][]byte
+	if err := t.sm.st.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
+		keys = append(keys, bytes.Clone(k))
+		return true
+	}); err != nil {
+		return errnof(syscall.EIO, "scan xattrs: %v", err)
+	}
+	for _, k := range keys {
+		t.b.Delete(k)
+	}
+	if n.IsRegular() {
+		for i, tg := range n.Layout.Targets {
+			t.b.Set(store.GCKey(uint32(tg), uint64(ino), uint32(i)), nil)
+			t.res.gcQueued++
+		}
+	}
+	t.b.Delete(store.OrphanKey(uint64(ino)))
+	delete(t.cache, ino)
+	delete(t.dirty, ino)
+	t.deleted[ino] = true
+	t.inodes--
+	t.res.orphans = slices.DeleteFunc(t.res.orphans, func(o proto.Ino) bool { return o == ino })
 	return nil
 }

@@ -19,7 +19,25 @@ type Client struct {
 var (
 	_ proto.MetaService    = (*Client)(nil)
 	_ proto.TargetRegistry = (*Client)(nil)
+	_ Extended             = (*Client)(nil)
 )
+
+// Extended is what a metadata service offers beyond proto.MetaService to
+// save round trips; meta.Server implements it, and so does Client (the
+// client package uses it when its service has it). A handler whose service
+// lacks it answers these ops with ENOSYS.
+type Extended interface {
+	// CreateOpen is Create that, with open set and a regular file as the
+	// result, also registers an open handle as Open does; it returns the
+	// parent directory's attributes after the change too.
+	CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error)
+	// UnlinkAt and RmdirAt are Unlink and Rmdir returning the parent
+	// directory's attributes after the change.
+	UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error)
+	RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error)
+	// ReleaseMany is Release of several handles.
+	ReleaseMany(ctx context.Context, inos []proto.Ino) error
+}
 
 // NewClient returns a client that calls the metadata server at addr
 // through pool.
@@ -133,6 +151,24 @@ func (c *Client) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (prot
 
 func (c *Client) Release(ctx context.Context, ino proto.Ino) error {
 	return c.do(ctx, OpRelease, &inoReq{ino}, &emptyMsg{})
+}
+
+func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error) {
+	var r attr2Resp
+	err = c.do(ctx, OpCreateOpen, &createOpenReq{createReq{in}, open}, &r)
+	return r.Attr, r.Parent, err
+}
+
+func (c *Client) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	return c.attr(ctx, OpUnlinkAt, &nameReq{parent, name})
+}
+
+func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	return c.attr(ctx, OpRmdirAt, &nameReq{parent, name})
+}
+
+func (c *Client) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
+	return c.do(ctx, OpReleaseMany, &inosReq{inos}, &emptyMsg{})
 }
 
 func (c *Client) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {

@@ -35,6 +35,12 @@ const (
 	OpStatFS         uint16 = 21
 	OpTargets        uint16 = 22
 	OpRegisterTarget uint16 = 30
+
+	// Combined operations (Extended): fewer round trips per file.
+	OpCreateOpen  uint16 = 31
+	OpUnlinkAt    uint16 = 32
+	OpRmdirAt     uint16 = 33
+	OpReleaseMany uint16 = 34
 )
 
 // Decoder bounds (shape only; the server enforces the real limits).
@@ -167,6 +173,31 @@ func (m *createReq) decode(d *wire.Decoder) {
 	if d.Bool() {
 		l := layout.Decode(d)
 		in.Layout = &l
+	}
+}
+
+type createOpenReq struct {
+	createReq
+	Open bool
+}
+
+func (m *createOpenReq) encode(e *wire.Encoder) { m.createReq.encode(e); e.Bool(m.Open) }
+func (m *createOpenReq) decode(d *wire.Decoder) { m.createReq.decode(d); m.Open = d.Bool() }
+
+type inosReq struct{ Inos []proto.Ino } // release many
+
+func (m *inosReq) encode(e *wire.Encoder) {
+	e.U32(uint32(len(m.Inos)))
+	for _, i := range m.Inos {
+		e.U64(uint64(i))
+	}
+}
+
+func (m *inosReq) decode(d *wire.Decoder) {
+	n := d.Count(maxList, 8)
+	m.Inos = make([]proto.Ino, n)
+	for i := range m.Inos {
+		m.Inos[i] = proto.Ino(d.U64())
 	}
 }
 
@@ -351,6 +382,12 @@ type attrResp struct{ Attr proto.Attr }
 func (m *attrResp) encode(e *wire.Encoder) { encodeAttr(e, &m.Attr) }
 func (m *attrResp) decode(d *wire.Decoder) { decodeAttr(d, &m.Attr) }
 
+// attr2Resp carries an entry's attributes and its parent directory's.
+type attr2Resp struct{ Attr, Parent proto.Attr }
+
+func (m *attr2Resp) encode(e *wire.Encoder) { encodeAttr(e, &m.Attr); encodeAttr(e, &m.Parent) }
+func (m *attr2Resp) decode(d *wire.Decoder) { decodeAttr(d, &m.Attr); decodeAttr(d, &m.Parent) }
+
 type stringResp struct{ S string }
 
 func (m *stringResp) encode(e *wire.Encoder) { e.String(m.S) }
@@ -482,6 +519,12 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &targetsResp{}, true
 	case OpRegisterTarget:
 		return &registerReq{}, &targetIDResp{}, true
+	case OpCreateOpen:
+		return &createOpenReq{}, &attr2Resp{}, true
+	case OpUnlinkAt, OpRmdirAt:
+		return &nameReq{}, &attrResp{}, true
+	case OpReleaseMany:
+		return &inosReq{}, &emptyMsg{}, true
 	}
 	return nil, nil, false
 }

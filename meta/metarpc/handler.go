@@ -18,11 +18,13 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 		log = slog.New(slog.DiscardHandler)
 	}
 	h := &handler{svc: svc, reg: reg, log: log}
+	h.ext, _ = svc.(Extended)
 	return h.serve
 }
 
 type handler struct {
 	svc proto.MetaService
+	ext Extended // nil if svc does not offer it
 	reg proto.TargetRegistry
 	log *slog.Logger
 }
@@ -46,8 +48,17 @@ func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, er
 
 func attrOut(a proto.Attr, err error) (message, error) { return &attrResp{a}, err }
 
+var errNoExt = fmt.Errorf("metarpc: the service has no combined operations: %w", syscall.ENOSYS)
+
 func (h *handler) call(ctx context.Context, op uint16, req message) (message, error) {
 	s := h.svc
+	switch op {
+	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
+		if h.ext == nil {
+			return nil, errNoExt
+		}
+		return h.callExt(ctx, op, req)
+	}
 	switch r := req.(type) {
 	case *nameReq:
 		switch op {
@@ -114,6 +125,25 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		}
 		id, err := h.reg.RegisterTarget(ctx, r.UUID, r.Info)
 		return &targetIDResp{id}, err
+	}
+	return nil, fmt.Errorf("metarpc: op %d has no handler: %w", op, syscall.ENOSYS)
+}
+
+func (h *handler) callExt(ctx context.Context, op uint16, req message) (message, error) {
+	x := h.ext
+	switch r := req.(type) {
+	case *createOpenReq:
+		a, p, err := x.CreateOpen(ctx, r.In, r.Open)
+		return &attr2Resp{a, p}, err
+	case *nameReq:
+		switch op {
+		case OpUnlinkAt:
+			return attrOut(x.UnlinkAt(ctx, r.Ino, r.Name))
+		case OpRmdirAt:
+			return attrOut(x.RmdirAt(ctx, r.Ino, r.Name))
+		}
+	case *inosReq:
+		return &emptyMsg{}, x.ReleaseMany(ctx, r.Inos)
 	}
 	return nil, fmt.Errorf("metarpc: op %d has no handler: %w", op, syscall.ENOSYS)
 }
