@@ -146,6 +146,9 @@ func (c *Client) unref(st *inodeState) {
 	st.refs--
 	if st.refs == 0 {
 		delete(c.open, st.ino)
+		st.mu.Lock()
+		st.dropRALocked()
+		st.mu.Unlock()
 	}
 }
 
@@ -154,6 +157,7 @@ type File struct {
 	c        *Client
 	st       *inodeState // nil for files that are not regular (no data path)
 	ino      proto.Ino
+	ra       raStream // guarded by st.mu
 	mu       sync.Mutex
 	released bool
 }
@@ -305,10 +309,7 @@ func (f *File) Read(ctx context.Context, p []byte, off uint64) (int, error) {
 		st.mu.Unlock()
 		return 0, nil
 	}
-	if n := f.c.readAheadLocked(st, p, off, size); n >= 0 {
-		st.mu.Unlock()
-		return n, nil
-	}
+	pieces := f.c.readAheadLocked(st, &f.ra, p, off, size)
 	l := st.layout
 	st.mu.Unlock()
 	n := min(uint64(len(p)), size-off)
@@ -319,10 +320,64 @@ func (f *File) Read(ctx context.Context, p []byte, off uint64) (int, error) {
 	}
 	ctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
+	if pieces != nil {
+		return f.readPieces(ctx, st, l, pieces, p, off)
+	}
 	if err := f.c.readRange(ctx, st.ino, l, off, p); err != nil {
 		return 0, err
 	}
 	return int(n), nil
+}
+
+// readPieces serves a read split by readAheadLocked: pieces covered by a
+// chunk are copied from it once it is fetched (and still current), the
+// others are read directly.
+func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, pieces []raPiece, p []byte, off uint64) (int, error) {
+	defer func() {
+		for _, pc := range pieces {
+			if pc.ch != nil {
+				pc.ch.unref()
+			}
+		}
+	}()
+	for i := range pieces {
+		pc := &pieces[i]
+		if pc.ch == nil {
+			continue
+		}
+		select {
+		case <-pc.ch.done:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("client: read ino %d at %d: waiting for read-ahead: %w", st.ino, pc.off, syscall.ETIMEDOUT)
+		}
+	}
+	// A write or truncate accepted while we waited dropped the chunks it
+	// made stale: read those pieces directly.
+	st.mu.Lock()
+	for i := range pieces {
+		pc := &pieces[i]
+		if pc.ch != nil && (pc.ch.err != nil || st.ra.chunks[pc.ch.off] != pc.ch) {
+			pc.ch.unref()
+			pc.ch = nil
+		}
+	}
+	st.mu.Unlock()
+	var direct []int
+	for i, pc := range pieces {
+		if pc.ch != nil {
+			copy(p[pc.off-off:pc.end-off], pc.ch.buf[pc.off-pc.ch.off:])
+		} else {
+			direct = append(direct, i)
+		}
+	}
+	err := parallel(len(direct), func(j int) error {
+		pc := pieces[direct[j]]
+		return f.c.readRange(ctx, st.ino, l, pc.off, p[pc.off-off:pc.end-off])
+	})
+	if err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // readRange fills p with the file bytes at off, fetching stripe units

@@ -2,118 +2,184 @@ package client
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
 )
 
-// Read-ahead: when reads of a file look sequential, the client fetches the
-// next few chunks (one stripe unit each, at most 1 MiB) from their targets
-// concurrently, so a single sequential reader keeps several targets busy
-// even though the kernel sends it one or two reads at a time.
+// Read-ahead: when the reads through one handle look sequential, the client
+// fetches the chunks (one stripe unit each, at most 1 MiB) ahead of the
+// reader from their targets concurrently, so a single sequential reader
+// keeps several targets busy even though the kernel sends it one or two
+// reads at a time.
+//
+// Sequential detection is per handle (File): a read is sequential when it
+// starts at or after the previous read of the handle and at most one chunk
+// past its end (so strided readers such as ior-hard's, which skip the
+// records of the other processes, count), and read-ahead starts at the
+// third read in a row that looks sequential. Fetched chunks are shared per inode: several
+// processes reading one file interleaved (ior-hard) are served from the same
+// chunks, and a reader that is not sequential still uses the chunks that
+// cover it but never drops them.
 //
 // Invariants (under inodeState.mu):
 //   - chunks are only created while no write of this client is in flight on
-//     the file, and every accepted write or truncate drops them all, so a
-//     chunk never holds data older than this client's own writes;
+//     the file and nothing is dirty, and every accepted write or truncate
+//     drops them all, so a chunk never holds data older than this client's
+//     own writes;
 //   - Open drops them too (close-to-open: data cached before an open is
 //     never served after it);
-//   - a fetch takes its memory from the client budget without waiting (when
-//     the budget is exhausted there is simply no read-ahead) and gives it
-//     back when it completes; fetched chunks are bounded per open file by
-//     the window (at most 8 MiB) and dropped on flush and last release.
+//   - every chunk holds its size of the client budget from the moment it is
+//     scheduled (taken without waiting: when the budget is exhausted there
+//     is simply no read-ahead) until it is both dropped and fetched, so the
+//     memory of read-ahead is bounded by the budget; chunks more than one
+//     chunk behind the reader that passes them are dropped, and all of them
+//     on flush and on the last release.
 
 const (
 	raMaxChunk  = 1 << 20
 	raMaxWindow = 8 << 20
+	// raMinChunks keeps several chunks in flight even for files striped
+	// over one or two targets: a target serves concurrent reads of one
+	// object in parallel too.
+	raMinChunks = 4
+	// raMinHits is how many sequential reads in a row start read-ahead.
+	raMinHits = 2
 )
 
 type raChunk struct {
+	c    *Client
 	off  uint64
 	buf  []byte
 	done chan struct{}
 	err  error
+	// refs counts the map entry, the fetch and each reader copying out;
+	// the last one returns the buffer and its budget.
+	refs atomic.Int32
+}
+
+func (ch *raChunk) unref() {
+	if ch.refs.Add(-1) == 0 {
+		n := uint64(len(ch.buf))
+		ch.c.bufs.put(ch.buf)
+		ch.buf = nil
+		ch.c.budget.release(n)
+	}
 }
 
 type readAhead struct {
-	next   uint64 // where the next sequential read is expected
-	chunks []*raChunk
+	chunk  uint64              // chunk size the map is keyed by
+	chunks map[uint64]*raChunk // by offset, a multiple of chunk
+}
+
+// raStream is the sequential-read state of one handle (under
+// inodeState.mu).
+type raStream struct {
+	prev, next uint64 // start and end of the previous read
+	hits       int    // consecutive sequential reads
 }
 
 // raGeometry returns the chunk size and window for layout l.
 func raGeometry(l layout.Layout) (chunk, window uint64) {
 	chunk = min(l.StripeSize, raMaxChunk)
-	window = min(uint64(max(l.StripeCount, 1))*l.StripeSize, raMaxWindow)
-	return chunk, max(window, 2*chunk)
+	window = uint64(max(l.StripeCount, 1)) * l.StripeSize
+	window = min(max(window, raMinChunks*chunk), raMaxWindow)
+	return chunk, window
 }
 
 // dropRALocked forgets all read-ahead chunks. Fetches still running finish
 // into buffers nobody will read and give their memory back.
 func (st *inodeState) dropRALocked() {
+	for _, ch := range st.ra.chunks {
+		ch.unref()
+	}
 	st.ra.chunks = nil
 }
 
-// readAheadLocked serves a sequential read from prefetched chunks when it
-// can, and schedules more prefetching. It returns n >= 0 when p was filled
-// (n bytes, the read having been clamped to size), or -1 to read directly.
-// It may drop and retake st.mu.
-func (c *Client) readAheadLocked(st *inodeState, p []byte, off, size uint64) int {
+// raPiece is a part of a read: served by chunk ch, or read directly (nil).
+type raPiece struct {
+	off, end uint64
+	ch       *raChunk
+}
+
+// readAheadLocked notes the read [off, off+len(p)) of stream s, schedules
+// prefetching when the stream is sequential, and splits the read (clamped
+// to size) into pieces served by fetched chunks and pieces to read directly.
+// It returns nil when no chunk covers any of the read. The chunks of the
+// pieces returned are referenced; the caller unrefs them.
+func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, size uint64) []raPiece {
 	l := st.layout
 	if len(l.Targets) == 0 || l.StripeSize == 0 {
-		return -1
+		return nil
 	}
 	chunk, window := raGeometry(l)
 	end := min(off+uint64(len(p)), size)
-	sequential := off <= st.ra.next+chunk && off+window >= st.ra.next && off > 0
-	st.ra.next = end
-	if !sequential || len(st.inflight) > 0 || st.dirty {
+	// Sequential: near the previous read, allowing a gap of up to a chunk
+	// (strided readers) and a step back of up to a chunk (the kernel's
+	// asynchronous read-ahead requests may arrive slightly out of order).
+	if s.next > 0 && off+chunk >= s.prev && off <= s.next+chunk {
+		s.hits++
+	} else {
+		s.hits = 0
+	}
+	s.prev, s.next = off, end
+	if st.ra.chunk != chunk {
 		st.dropRALocked()
-		return -1
+		st.ra.chunk = chunk
 	}
-	// Forget chunks behind the reader.
-	keep := st.ra.chunks[:0]
-	for _, ch := range st.ra.chunks {
-		if ch.off+uint64(len(ch.buf)) > off {
-			keep = append(keep, ch)
+	// Read-ahead starts at the third read in a row that looks sequential
+	// (a random reader is rarely taken for a sequential one twice in a
+	// row) with one chunk and doubles up to the window.
+	if s.hits >= raMinHits && len(st.inflight) == 0 && !st.dirty {
+		window = min(window, chunk<<min(s.hits-raMinHits, 8))
+		if st.ra.chunks == nil {
+			st.ra.chunks = make(map[uint64]*raChunk)
 		}
-	}
-	clear(st.ra.chunks[len(keep):])
-	st.ra.chunks = keep
-	// Schedule chunks up to off+window, aligned to chunk.
-	from := off - off%chunk
-	if n := len(st.ra.chunks); n > 0 {
-		last := st.ra.chunks[n-1]
-		from = max(from, last.off+uint64(len(last.buf)))
-	}
-	for co := from; co < min(off+window, size); co += chunk {
-		n := min(chunk-co%chunk, size-co)
-		if !c.budget.tryAcquire(n) {
-			break
-		}
-		ch := &raChunk{off: co, buf: make([]byte, n), done: make(chan struct{})}
-		st.ra.chunks = append(st.ra.chunks, ch)
-		c.wg.Add(1)
-		go c.fetch(st.ino, l, ch)
-	}
-	// Serve the read if one chunk covers it.
-	for _, ch := range st.ra.chunks {
-		if ch.off <= off && end <= ch.off+uint64(len(ch.buf)) {
-			st.mu.Unlock()
-			<-ch.done
-			st.mu.Lock()
-			if ch.err != nil {
-				return -1
+		// Forget chunks well behind this reader.
+		for co, ch := range st.ra.chunks {
+			if co+chunk+uint64(len(ch.buf)) <= off {
+				delete(st.ra.chunks, co)
+				ch.unref()
 			}
-			// Still valid? A write or truncate while we waited drops it.
-			for _, cur := range st.ra.chunks {
-				if cur == ch {
-					return copy(p[:end-off], ch.buf[off-ch.off:])
-				}
+		}
+		for co := off - off%chunk; co < min(off+window, size); co += chunk {
+			if st.ra.chunks[co] != nil {
+				continue
 			}
-			return -1
+			n := min(chunk, size-co)
+			if !c.budget.tryAcquire(n) {
+				break
+			}
+			ch := &raChunk{c: c, off: co, buf: c.bufs.get(int(n)), done: make(chan struct{})}
+			ch.refs.Store(2)
+			st.ra.chunks[co] = ch
+			c.wg.Add(1)
+			go c.fetch(st.ino, l, ch)
 		}
 	}
-	return -1
+	if len(st.ra.chunks) == 0 {
+		return nil
+	}
+	var pieces []raPiece
+	hit := false
+	for pos := off; pos < end; {
+		co := pos - pos%chunk
+		pe := min(co+chunk, end)
+		ch := st.ra.chunks[co]
+		if ch != nil && pe <= co+uint64(len(ch.buf)) {
+			ch.refs.Add(1)
+			hit = true
+		} else {
+			ch = nil
+		}
+		pieces = append(pieces, raPiece{off: pos, end: pe, ch: ch})
+		pos = pe
+	}
+	if !hit {
+		return nil
+	}
+	return pieces
 }
 
 func (c *Client) fetch(ino proto.Ino, l layout.Layout, ch *raChunk) {
@@ -122,5 +188,5 @@ func (c *Client) fetch(ino proto.Ino, l layout.Layout, ch *raChunk) {
 	ch.err = c.readRange(ctx, ino, l, ch.off, ch.buf)
 	cancel()
 	close(ch.done)
-	c.budget.release(uint64(len(ch.buf)))
+	ch.unref()
 }
