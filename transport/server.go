@@ -43,6 +43,8 @@ type tcpListener struct {
 	ctx    context.Context // cancelled by Close; parent of every handler's ctx
 	cancel context.CancelFunc
 
+	bodies bodyPool // request bodies handed back with DoneWithRequest
+
 	mu     sync.Mutex
 	conns  map[*serverConn]struct{}
 	closed bool
@@ -191,7 +193,7 @@ func (sc *serverConn) readLoop() error {
 		if err != nil {
 			return &protocolError{err}
 		}
-		body := make([]byte, h.length)
+		body := sc.l.bodies.get(int(h.length))
 		if _, err := io.ReadFull(br, body); err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				return &protocolError{fmt.Errorf("truncated frame: op %d id %d wants %d body bytes: %w", h.op, h.id, h.length, err)}
@@ -215,7 +217,11 @@ func (sc *serverConn) handle(h header, req []byte) {
 	defer sc.handlers.Done()
 	defer func() { <-sc.sem }()
 
-	resp, err := sc.run(h.op, req)
+	rc := &reqCtx{Context: sc.ctx}
+	resp, err := sc.run(rc, h.op, req)
+	if rc.reqDone {
+		sc.l.bodies.put(req)
+	}
 	if err == nil && len(resp) > MaxBody {
 		sc.l.log.Error("transport: handler response too large", "op", h.op, "bytes", len(resp))
 		err = fmt.Errorf("transport: op %d response of %d bytes over %d: %w", h.op, len(resp), MaxBody, errMsgSize)
@@ -236,10 +242,54 @@ func (sc *serverConn) handle(h header, req []byte) {
 	if sc.w.enqueue(f) {
 		<-f.done
 	}
+	for _, fn := range rc.after {
+		fn()
+	}
+}
+
+// reqCtx is the context of one request's handler: the connection's, plus
+// the hooks of AfterResponse and DoneWithRequest.
+type reqCtx struct {
+	context.Context
+	after   []func()
+	reqDone bool
+}
+
+type reqCtxKey struct{}
+
+func (r *reqCtx) Value(k any) any {
+	if k == (reqCtxKey{}) {
+		return r
+	}
+	return r.Context.Value(k)
+}
+
+// AfterResponse registers f to run once the response of the request
+// handled with ctx has been written to the connection (or dropped because
+// the connection ended), so a handler can recycle the memory of the
+// response it returns. It reports false, without registering f, when ctx is
+// not the context of a request served by this transport; the handler must
+// then not reuse the response's memory.
+func AfterResponse(ctx context.Context, f func()) bool {
+	rc, ok := ctx.Value(reqCtxKey{}).(*reqCtx)
+	if !ok {
+		return false
+	}
+	rc.after = append(rc.after, f)
+	return true
+}
+
+// DoneWithRequest tells the transport that the handler running with ctx
+// keeps no reference to its request body after it returns, so the memory
+// can be reused for later requests. Without it the body is the handler's.
+func DoneWithRequest(ctx context.Context) {
+	if rc, ok := ctx.Value(reqCtxKey{}).(*reqCtx); ok {
+		rc.reqDone = true
+	}
 }
 
 // run calls the handler, turning a panic into an EIO error.
-func (sc *serverConn) run(op uint16, req []byte) (resp []byte, err error) {
+func (sc *serverConn) run(ctx context.Context, op uint16, req []byte) (resp []byte, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			sc.l.log.Error("transport: handler panicked", "remote", sc.remote, "op", op,
@@ -247,5 +297,5 @@ func (sc *serverConn) run(op uint16, req []byte) (resp []byte, err error) {
 			resp, err = nil, fmt.Errorf("transport: op %d handler panicked: %v: %w", op, r, syscall.EIO)
 		}
 	}()
-	return sc.l.h(sc.ctx, op, req)
+	return sc.l.h(ctx, op, req)
 }

@@ -110,9 +110,23 @@ type tcpConn struct {
 type call struct {
 	out  outFrame
 	op   uint16
+	dst  []byte // where to read an ok response body that fits (WithResponseBuffer)
 	resp []byte
 	err  error
 	done chan struct{}
+}
+
+type respBufKey struct{}
+
+// WithResponseBuffer returns a context that asks the TCP transport to read
+// the body of a successful response to a call made with it straight into
+// buf, when it fits: the body Call returns then aliases buf (check with
+// &resp[0] == &buf[0]), and no buffer is allocated or copied. Error
+// responses and bodies longer than buf are returned in fresh memory as
+// usual. Call does not return before the transport is done writing into
+// buf, even when ctx ends. Other transports may ignore it.
+func WithResponseBuffer(ctx context.Context, buf []byte) context.Context {
+	return context.WithValue(ctx, respBufKey{}, buf)
 }
 
 func (c *tcpConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error) {
@@ -128,6 +142,7 @@ func (c *tcpConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte,
 	}
 	cl := &call{op: op, done: make(chan struct{})}
 	cl.out.parts = parts
+	cl.dst, _ = ctx.Value(respBufKey{}).([]byte)
 
 	c.mu.Lock()
 	if c.err != nil {
@@ -260,6 +275,35 @@ func (c *tcpConn) readLoop() {
 				c.fail(fmt.Errorf("transport: reading response body: %w", err))
 				return
 			}
+			continue
+		}
+		if h.status == 0 && cl.dst != nil && int(h.length) <= len(cl.dst) {
+			// Claim the call before reading into the caller's buffer, so
+			// that an abandoned Call waits for the read to end (see Call).
+			c.mu.Lock()
+			if c.pending[h.id] == cl {
+				delete(c.pending, h.id)
+			} else {
+				cl = nil
+			}
+			c.mu.Unlock()
+			if cl == nil {
+				if _, err := io.CopyN(io.Discard, br, int64(h.length)); err != nil {
+					c.fail(fmt.Errorf("transport: reading response body: %w", err))
+					return
+				}
+				continue
+			}
+			body := cl.dst[:h.length]
+			if _, err := io.ReadFull(br, body); err != nil {
+				err = fmt.Errorf("transport: reading response body: %w", err)
+				cl.err = brokenError(c.addr, cl.op, err, false)
+				close(cl.done)
+				c.fail(err)
+				return
+			}
+			cl.resp = body
+			close(cl.done)
 			continue
 		}
 		body := make([]byte, h.length)

@@ -39,14 +39,18 @@ func (c *Client) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID,
 	for done < len(p) {
 		want := min(len(p)-done, MaxIO)
 		req := ReadReq{ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off + uint64(done), Len: uint32(want)}
-		resp, err := c.call(ctx, t, OpRead, req.Encode())
+		dst := p[done : done+want]
+		resp, err := c.call(transport.WithResponseBuffer(ctx, dst), t, OpRead, req.Encode())
 		if err != nil {
 			return done, err
 		}
 		if len(resp) > want {
 			return done, fmt.Errorf("storagerpc: read answered %d bytes for %d: %w", len(resp), want, syscall.EIO)
 		}
-		done += copy(p[done:], resp)
+		if len(resp) > 0 && &resp[0] != &dst[0] {
+			copy(dst, resp)
+		}
+		done += len(resp)
 		if len(resp) < want {
 			break
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"math/bits"
+	"sync"
 	"syscall"
 
 	"github.com/weft-fs/weft/proto"
@@ -22,6 +24,7 @@ func NewHandler(svc proto.StorageService, log *slog.Logger) transport.Handler {
 		log.Warn("storagerpc: malformed request", "op", op, "len", len(req), "err", err)
 		return nil, fmt.Errorf("%w: %w", err, syscall.EINVAL)
 	}
+	bufs := &bufPool{}
 	return func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
 		switch op {
 		case OpRead:
@@ -29,11 +32,15 @@ func NewHandler(svc proto.StorageService, log *slog.Logger) transport.Handler {
 			if err != nil {
 				return bad(op, req, err)
 			}
-			buf := make([]byte, r.Len)
+			buf := bufs.get(int(r.Len))
 			n, err := svc.Read(ctx, r.Target, r.Obj, r.Off, buf)
 			if err != nil {
+				bufs.put(buf)
 				return nil, err
 			}
+			// Called directly (not through the transport), the buffer
+			// is simply the caller's.
+			_ = transport.AfterResponse(ctx, func() { bufs.put(buf) })
 			return buf[:n], nil
 		case OpWrite:
 			r, err := DecodeWrite(req)
@@ -41,6 +48,7 @@ func NewHandler(svc proto.StorageService, log *slog.Logger) transport.Handler {
 				return bad(op, req, err)
 			}
 			v, err := svc.Write(ctx, r.Target, r.Obj, r.Off, r.Data)
+			transport.DoneWithRequest(ctx) // the service keeps no reference to the data
 			if err != nil {
 				return nil, err
 			}
@@ -67,4 +75,42 @@ func NewHandler(svc proto.StorageService, log *slog.Logger) transport.Handler {
 		log.Warn("storagerpc: unknown op", "op", op)
 		return nil, fmt.Errorf("storagerpc: unknown op %d: %w", op, syscall.ENOSYS)
 	}
+}
+
+// bufPool recycles read buffers in power-of-two size classes from 4 KiB up
+// to MaxIO, so that serving reads does not allocate (and zero) a fresh
+// buffer per request.
+type bufPool struct {
+	classes [bufClasses]sync.Pool
+}
+
+const (
+	minBufShift = 12
+	bufClasses  = 25 - minBufShift // up to 16 MiB = MaxIO
+)
+
+func bufClass(n int) int {
+	if n <= 1<<minBufShift {
+		return 0
+	}
+	return bits.Len(uint(n-1)) - minBufShift
+}
+
+// get returns a buffer of length n (at most MaxIO) with undefined contents.
+func (p *bufPool) get(n int) []byte {
+	c := bufClass(n)
+	if b, ok := p.classes[c].Get().(*[]byte); ok {
+		return (*b)[:n]
+	}
+	return make([]byte, n, 1<<(c+minBufShift))
+}
+
+// put recycles a buffer returned by get.
+func (p *bufPool) put(b []byte) {
+	n := cap(b)
+	if n < 1<<minBufShift || n&(n-1) != 0 || n > MaxIO {
+		return
+	}
+	b = b[:n]
+	p.classes[bufClass(n)].Put(&b)
 }
