@@ -180,6 +180,12 @@ func (s *Server) gcLoop() {
 			return
 		case <-t.C:
 		case <-s.kickGC:
+			// Let a burst of reclaims collect before removing.
+			select {
+			case <-s.ctx.Done():
+				return
+			case <-time.After(s.opts.GCDelay):
+			}
 		}
 	}
 }

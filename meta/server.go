@@ -30,12 +30,17 @@ type Options struct {
 	// their handles. Default 30s.
 	OrphanGrace time.Duration
 	GCInterval  time.Duration // how often to retry the object-GC queue; default 5s
-	MaxGroup    int           // most commands per group commit; default 256
-	Logger      *slog.Logger
-	Now         func() time.Time // the proposer's clock; default time.Now
-	Seed        uint64           // placement randomness; 0 = from the clock
-	RootUid     uint32
-	RootGid     uint32
+	// GCDelay is how long the GC waits after objects were queued before it
+	// removes them, so that a burst of unlinks is removed in a few batches
+	// (each acknowledged by one command) instead of one round per file.
+	// Default 200ms.
+	GCDelay  time.Duration
+	MaxGroup int // most commands per group commit; default 256
+	Logger   *slog.Logger
+	Now      func() time.Time // the proposer's clock; default time.Now
+	Seed     uint64           // placement randomness; 0 = from the clock
+	RootUid  uint32
+	RootGid  uint32
 
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
@@ -97,6 +102,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = 5 * time.Second
+	}
+	if opts.GCDelay <= 0 {
+		opts.GCDelay = 200 * time.Millisecond
 	}
 	if opts.MaxGroup <= 0 {
 		opts.MaxGroup = 256

@@ -239,3 +239,53 @@ func TestConfigValidate(t *testing.T) {
 		}
 	}
 }
+
+// TestExtended runs the combined operations through the handler, and checks
+// that a service without them answers ENOSYS.
+func TestExtended(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t)
+	c := metarpc.NewConnClient(directConn{metarpc.NewHandler(srv, srv, nil)})
+	if _, err := c.RegisterTarget(ctx, "u", proto.TargetInfo{Addr: "h:1", Total: 1 << 30, Free: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Mkdir(ctx, proto.RootIno, "d", 0755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, p, err := c.CreateOpen(ctx, proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0100644, Exclusive: true}, true)
+	if err != nil || !a.IsRegular() || p.Ino != d.Ino {
+		t.Fatalf("createopen %+v %+v %v", a, p, err)
+	}
+	if n := srv.OpenCount(a.Ino); n != 1 {
+		t.Fatalf("open count %d", n)
+	}
+	if want, _ := srv.GetAttr(ctx, d.Ino); !reflect.DeepEqual(p, want) {
+		t.Fatalf("parent %+v, want %+v", p, want)
+	}
+	if _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: d.Ino, Name: "f", Exclusive: true}, true); !errors.Is(err, syscall.EEXIST) {
+		t.Fatalf("exclusive createopen: %v", err)
+	}
+	if err := c.ReleaseMany(ctx, []proto.Ino{a.Ino}); err != nil || srv.OpenCount(a.Ino) != 0 {
+		t.Fatalf("releasemany: %v, count %d", err, srv.OpenCount(a.Ino))
+	}
+	p, err = c.UnlinkAt(ctx, d.Ino, "f")
+	if want, _ := srv.GetAttr(ctx, d.Ino); err != nil || !reflect.DeepEqual(p, want) {
+		t.Fatalf("unlinkat %+v %v, want %+v", p, err, want)
+	}
+	if _, err := c.UnlinkAt(ctx, d.Ino, "f"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("unlinkat missing: %v", err)
+	}
+	p, err = c.RmdirAt(ctx, proto.RootIno, "d")
+	if err != nil || p.Ino != proto.RootIno {
+		t.Fatalf("rmdirat %+v %v", p, err)
+	}
+
+	plain := metarpc.NewConnClient(directConn{metarpc.NewHandler(struct{ proto.MetaService }{srv}, srv, nil)})
+	if _, _, err := plain.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "g"}, true); !errors.Is(err, syscall.ENOSYS) {
+		t.Fatalf("createopen on a plain service: %v", err)
+	}
+	if err := plain.ReleaseMany(ctx, []proto.Ino{1}); !errors.Is(err, syscall.ENOSYS) {
+		t.Fatalf("releasemany on a plain service: %v", err)
+	}
+}
