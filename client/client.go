@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -72,6 +73,39 @@ type Client struct {
 	mu    sync.Mutex
 	open  map[proto.Ino]*inodeState // inodes with open handles (or an ongoing truncate)
 	close []func() error            // released by Close, in order
+
+	// ext is the metadata service's combined operations, nil if it has
+	// none; noExt is set once the server answered them with ENOSYS.
+	ext   extended
+	noExt atomic.Bool
+	rel   releaser
+}
+
+// extended is what a metadata service may offer beyond proto.MetaService
+// to save round trips (metarpc.Extended; meta.Server has it too).
+type extended interface {
+	CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error)
+	UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error)
+	RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error)
+	ReleaseMany(ctx context.Context, inos []proto.Ino) error
+}
+
+// extOK returns the combined operations if they are usable.
+func (c *Client) extOK() extended {
+	if c.ext == nil || c.noExt.Load() {
+		return nil
+	}
+	return c.ext
+}
+
+// noSys reports whether err says the server lacks the combined operations,
+// and then stops using them.
+func (c *Client) noSys(err error) bool {
+	if errors.Is(err, syscall.ENOSYS) {
+		c.noExt.Store(true)
+		return true
+	}
+	return false
 }
 
 // NewWithServices returns a client over the given services (RPC stubs in
@@ -79,7 +113,7 @@ type Client struct {
 func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg Config) *Client {
 	cfg = cfg.withDefaults()
 	base, cancel := context.WithCancel(context.Background())
-	return &Client{
+	c := &Client{
 		cfg:     cfg,
 		log:     cfg.Logger,
 		meta:    meta,
@@ -90,6 +124,15 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		cancel:  cancel,
 		open:    map[proto.Ino]*inodeState{},
 	}
+	if x, ok := meta.(extended); ok {
+		c.ext = x
+		// Releases go out in the background, batched (see releaser); the
+		// services without ReleaseMany keep synchronous releases.
+		c.rel.c, c.rel.base = c, meta
+		c.rel.idle.L = &c.rel.mu
+		c.meta = releasingMeta{meta, &c.rel}
+	}
+	return c
 }
 
 // Close waits for background writes to finish (each is bounded by the RPC
@@ -97,6 +140,7 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 // caller closes them first.
 func (c *Client) Close() error {
 	c.wg.Wait()
+	c.rel.drain()
 	c.cancel()
 	var errs []error
 	for _, f := range c.close {
@@ -252,6 +296,44 @@ func (c *Client) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, err
 	return a, err
 }
 
+// CreateOpen creates a regular file (or returns the existing one if
+// in.Exclusive is not set) and opens it, in one round trip when the server
+// offers it. It also returns the parent directory's attributes after the
+// change, or a zero Attr if the server did not say.
+func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn) (*File, proto.Attr, proto.Attr, error) {
+	if x := c.extOK(); x != nil {
+		rctx, cancel := c.rpcCtx(ctx)
+		a, p, err := x.CreateOpen(rctx, in, true)
+		cancel()
+		if err == nil {
+			if a.IsDir() {
+				return nil, proto.Attr{}, proto.Attr{}, syscall.EISDIR
+			}
+			f := &File{c: c, ino: a.Ino}
+			if a.IsRegular() {
+				f.st = c.acquire(a)
+				f.st.mergeAttr(&a)
+			}
+			return f, a, p, nil
+		}
+		if !c.noSys(err) {
+			return nil, proto.Attr{}, proto.Attr{}, err
+		}
+	}
+	a, err := c.Create(ctx, in)
+	if err != nil {
+		return nil, proto.Attr{}, proto.Attr{}, err
+	}
+	if a.IsDir() {
+		return nil, proto.Attr{}, proto.Attr{}, syscall.EISDIR
+	}
+	f, oa, err := c.Open(ctx, a.Ino)
+	if err != nil {
+		return nil, proto.Attr{}, proto.Attr{}, err
+	}
+	return f, oa, proto.Attr{}, nil
+}
+
 // Mkdir makes a directory.
 func (c *Client) Mkdir(ctx context.Context, parent proto.Ino, name string, mode, uid, gid uint32) (proto.Attr, error) {
 	ctx, cancel := c.rpcCtx(ctx)
@@ -286,16 +368,42 @@ func (c *Client) Link(ctx context.Context, ino, newParent proto.Ino, newName str
 
 // Unlink removes a non-directory entry. Open handles keep the file alive.
 func (c *Client) Unlink(ctx context.Context, parent proto.Ino, name string) error {
+	_, err := c.UnlinkAt(ctx, parent, name)
+	return err
+}
+
+// UnlinkAt is Unlink that also returns the parent directory's attributes
+// after the change (a zero Attr if the server did not say).
+func (c *Client) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	return c.meta.Unlink(ctx, parent, name)
+	if x := c.extOK(); x != nil {
+		p, err := x.UnlinkAt(ctx, parent, name)
+		if !c.noSys(err) {
+			return p, err
+		}
+	}
+	return proto.Attr{}, c.meta.Unlink(ctx, parent, name)
 }
 
 // Rmdir removes an empty directory.
 func (c *Client) Rmdir(ctx context.Context, parent proto.Ino, name string) error {
+	_, err := c.RmdirAt(ctx, parent, name)
+	return err
+}
+
+// RmdirAt is Rmdir that also returns the parent directory's attributes
+// after the change (a zero Attr if the server did not say).
+func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	return c.meta.Rmdir(ctx, parent, name)
+	if x := c.extOK(); x != nil {
+		p, err := x.RmdirAt(ctx, parent, name)
+		if !c.noSys(err) {
+			return p, err
+		}
+	}
+	return proto.Attr{}, c.meta.Rmdir(ctx, parent, name)
 }
 
 // Rename renames an entry; flags as in renameat2(2).
@@ -398,4 +506,100 @@ func parallel(n int, f func(i int) error) error {
 		}
 	}
 	return nil
+}
+
+// releasingMeta is the metadata service with Release made asynchronous:
+// the handle is queued and the releaser sends it, batched with others, in
+// the background. The server therefore drops an open count a moment after
+// the close, never before it, so a file unlinked while open here is still
+// kept until its last handle is closed.
+type releasingMeta struct {
+	proto.MetaService
+	rel *releaser
+}
+
+func (m releasingMeta) Release(_ context.Context, ino proto.Ino) error {
+	m.rel.add(ino)
+	return nil
+}
+
+// maxReleaseBatch bounds the handles one ReleaseMany carries.
+const maxReleaseBatch = 1024
+
+// releaser sends queued releases with ReleaseMany from one goroutine at a
+// time: while one batch is on the wire, the next one collects, so a burst
+// of closes costs a few round trips and a lone close one, without delay.
+type releaser struct {
+	c       *Client
+	base    proto.MetaService // the service without releasingMeta
+	mu      sync.Mutex
+	queue   []proto.Ino
+	running bool
+	idle    sync.Cond // signalled when running goes false
+}
+
+func (r *releaser) add(ino proto.Ino) {
+	r.mu.Lock()
+	r.queue = append(r.queue, ino)
+	if r.running {
+		r.mu.Unlock()
+		return
+	}
+	r.running = true
+	r.mu.Unlock()
+	go r.run()
+}
+
+func (r *releaser) run() {
+	for {
+		r.mu.Lock()
+		n := min(len(r.queue), maxReleaseBatch)
+		if n == 0 {
+			r.running = false
+			r.idle.Broadcast()
+			r.mu.Unlock()
+			return
+		}
+		batch := append([]proto.Ino(nil), r.queue[:n]...)
+		r.queue = r.queue[n:]
+		r.mu.Unlock()
+		r.send(batch)
+	}
+}
+
+func (r *releaser) send(inos []proto.Ino) {
+	c := r.c
+	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
+	defer cancel()
+	var err error
+	if x := c.extOK(); x != nil {
+		err = x.ReleaseMany(ctx, inos)
+		if !c.noSys(err) {
+			if err != nil {
+				c.log.Warn("release failed", "handles", len(inos), "err", err)
+			}
+			return
+		}
+	}
+	for _, ino := range inos {
+		if err := r.base.Release(ctx, ino); err != nil {
+			c.log.Warn("release failed", "ino", ino, "err", err)
+		}
+	}
+}
+
+// drain waits until every queued release has been sent.
+func (r *releaser) drain() {
+	if r.c == nil {
+		return
+	}
+	r.mu.Lock()
+	for r.running || len(r.queue) > 0 {
+		if !r.running {
+			r.running = true
+			go r.run()
+		}
+		r.idle.Wait()
+	}
+	r.mu.Unlock()
 }

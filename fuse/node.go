@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
@@ -45,6 +46,55 @@ type node struct {
 	seen      bool
 	seenSize  uint64
 	seenMtime int64
+
+	// A directory's attributes as this mount's last create or remove in it
+	// returned them. The kernel drops a directory's cached attributes after
+	// every change in it and asks again (GETATTR) at the next path walk;
+	// that question is answered from here for up to attrTimeout, as the
+	// kernel itself would have answered from its cache. Any other change
+	// made here to the directory clears it (stale).
+	fresh      proto.Attr
+	freshUntil time.Time
+}
+
+// setFresh records a directory's attributes just returned by a change in
+// it; a zero Attr (the server did not say) clears them.
+func (n *node) setFresh(a proto.Attr) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if a.Ino != n.ino() || !a.IsDir() {
+		n.fresh, n.freshUntil = proto.Attr{}, time.Time{}
+		return
+	}
+	if n.freshUntil.IsZero() || a.Ctime >= n.fresh.Ctime {
+		n.fresh, n.freshUntil = a, time.Now().Add(attrTimeout)
+	}
+}
+
+// stale forgets the recorded attributes: this mount changed the directory
+// in a way whose reply did not carry them.
+func (n *node) stale() {
+	n.mu.Lock()
+	n.fresh, n.freshUntil = proto.Attr{}, time.Time{}
+	n.mu.Unlock()
+}
+
+// freshAttr returns the recorded attributes if still valid.
+func (n *node) freshAttr() (proto.Attr, bool) {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	if n.freshUntil.IsZero() || time.Now().After(n.freshUntil) {
+		return proto.Attr{}, false
+	}
+	return n.fresh, true
+}
+
+// staleNode clears the recorded attributes of an fs.InodeEmbedder that is
+// one of ours.
+func staleNode(e fs.InodeEmbedder) {
+	if nn, ok := e.(*node); ok {
+		nn.stale()
+	}
 }
 
 var (
@@ -138,6 +188,11 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 
 // Getattr implements fs.NodeGetattrer.
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	if a, ok := n.freshAttr(); ok {
+		fillAttr(&out.Attr, a)
+		n.note(a)
+		return 0
+	}
 	a, err := n.fsys.c.GetAttr(ctx, n.ino())
 	if err != nil {
 		return n.fsys.errno("getattr", err)
@@ -188,6 +243,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *gofuse.SetAttrI
 		s.Valid |= proto.SetCtime
 		s.Ctime = int64(in.Ctime)*1e9 + int64(in.Ctimensec)
 	}
+	n.stale()
 	var a proto.Attr
 	var err error
 	if s.Valid == 0 {
@@ -209,27 +265,22 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	if mode&syscall.S_IFMT == 0 {
 		mode |= syscall.S_IFREG
 	}
-	a, err := n.fsys.c.Create(ctx, proto.CreateIn{
+	f, a, pa, err := n.fsys.c.CreateOpen(ctx, proto.CreateIn{
 		Parent: n.ino(), Name: name, Mode: mode, Uid: uid, Gid: gid,
 		Exclusive: flags&syscall.O_EXCL != 0,
 	})
+	n.setFresh(pa)
 	if err != nil {
 		return nil, nil, 0, n.fsys.errno("create", err)
 	}
-	if a.IsDir() {
-		return nil, nil, 0, syscall.EISDIR
-	}
-	f, oa, err := n.fsys.c.Open(ctx, a.Ino)
-	if err != nil {
-		return nil, nil, 0, n.fsys.errno("create/open", err)
-	}
-	ch := n.child(ctx, oa, out)
+	ch := n.child(ctx, a, out)
 	return ch, &handle{fsys: n.fsys, f: f}, 0, 0
 }
 
 // Mknod implements fs.NodeMknoder (fifos, sockets, device nodes, files).
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	uid, gid := caller(ctx)
+	n.stale()
 	a, err := n.fsys.c.Create(ctx, proto.CreateIn{Parent: n.ino(), Name: name, Mode: mode, Rdev: dev, Uid: uid, Gid: gid, Exclusive: true})
 	if err != nil {
 		return nil, n.fsys.errno("mknod", err)
@@ -240,6 +291,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 // Mkdir implements fs.NodeMkdirer.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	uid, gid := caller(ctx)
+	n.stale()
 	a, err := n.fsys.c.Mkdir(ctx, n.ino(), name, mode&0o7777, uid, gid)
 	if err != nil {
 		return nil, n.fsys.errno("mkdir", err)
@@ -249,24 +301,37 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 
 // Rmdir implements fs.NodeRmdirer.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
-	return n.fsys.errno("rmdir", n.fsys.c.Rmdir(ctx, n.ino(), name))
+	pa, err := n.fsys.c.RmdirAt(ctx, n.ino(), name)
+	n.setFresh(pa)
+	return n.fsys.errno("rmdir", err)
 }
 
 // Unlink implements fs.NodeUnlinker. An open file stays usable: the server
 // keeps it until its last Release, and the kernel keeps the node.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
-	return n.fsys.errno("unlink", n.fsys.c.Unlink(ctx, n.ino(), name))
+	pa, err := n.fsys.c.UnlinkAt(ctx, n.ino(), name)
+	n.setFresh(pa)
+	return n.fsys.errno("unlink", err)
 }
 
 // Rename implements fs.NodeRenamer (flags as in renameat2).
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
 	np := proto.Ino(newParent.EmbeddedInode().StableAttr().Ino)
+	n.stale()
+	staleNode(newParent)
+	if ch := n.GetChild(name); ch != nil {
+		staleNode(ch.Operations()) // a moved directory's ".." and ctime change
+	}
+	if ch := newParent.EmbeddedInode().GetChild(newName); ch != nil {
+		staleNode(ch.Operations())
+	}
 	return n.fsys.errno("rename", n.fsys.c.Rename(ctx, n.ino(), name, np, newName, flags))
 }
 
 // Link implements fs.NodeLinker.
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	ino := proto.Ino(target.EmbeddedInode().StableAttr().Ino)
+	n.stale()
 	a, err := n.fsys.c.Link(ctx, ino, n.ino(), name)
 	if err != nil {
 		return nil, n.fsys.errno("link", err)
@@ -277,6 +342,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 // Symlink implements fs.NodeSymlinker.
 func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
 	uid, gid := caller(ctx)
+	n.stale()
 	a, err := n.fsys.c.Symlink(ctx, n.ino(), name, target, uid, gid)
 	if err != nil {
 		return nil, n.fsys.errno("symlink", err)

@@ -120,6 +120,7 @@ func (n *node) effectiveLayout(ctx context.Context) (layout.Layout, error) {
 // directory's default or an empty file's layout; other user.weft.* names are
 // reserved.
 func (n *node) Setxattr(ctx context.Context, name string, data []byte, flags uint32) syscall.Errno {
+	n.stale() // ctime changes
 	switch xattrNamespace(name) {
 	case "security", "other":
 		return syscall.EOPNOTSUPP
@@ -169,6 +170,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 // Removexattr implements fs.NodeRemovexattrer.
 func (n *node) Removexattr(ctx context.Context, name string) syscall.Errno {
+	n.stale() // ctime changes
 	switch xattrNamespace(name) {
 	case "security":
 		return syscall.ENODATA
