@@ -33,9 +33,10 @@ import (
 //   - every chunk holds its size of the client budget from the moment it is
 //     scheduled (taken without waiting: when the budget is exhausted there
 //     is simply no read-ahead) until it is both dropped and fetched, so the
-//     memory of read-ahead is bounded by the budget; chunks more than one
-//     chunk behind the reader that passes them are dropped, and all of them
-//     on flush and on the last release.
+//     memory of read-ahead is bounded by the budget; an inode keeps at most
+//     a window plus raSlack chunks (the lowest one, once a reader is past
+//     it, makes room for the next), and drops them all on flush and on the
+//     last release.
 
 const (
 	raMaxChunk  = 1 << 20
@@ -46,6 +47,9 @@ const (
 	raMinChunks = 4
 	// raMinHits is how many sequential reads in a row start read-ahead.
 	raMinHits = 2
+	// raSlack is how many chunks an inode keeps beyond one window, for
+	// readers lagging behind the one furthest ahead.
+	raSlack = 4
 )
 
 type raChunk struct {
@@ -97,6 +101,26 @@ func (st *inodeState) dropRALocked() {
 	st.ra.chunks = nil
 }
 
+// evictBehindLocked drops the chunk with the lowest offset if it lies
+// wholly before off, and reports whether it did. Evicting only the lowest
+// chunk, and only behind the reader asking for room, means a chunk that was
+// evicted is not fetched again while the set is full: several processes
+// reading one file interleaved (ior-hard) never make each other refetch.
+func (st *inodeState) evictBehindLocked(off uint64) bool {
+	var low *raChunk
+	for _, ch := range st.ra.chunks {
+		if low == nil || ch.off < low.off {
+			low = ch
+		}
+	}
+	if low == nil || low.off+uint64(len(low.buf)) > off {
+		return false
+	}
+	delete(st.ra.chunks, low.off)
+	low.unref()
+	return true
+}
+
 // raPiece is a part of a read: served by chunk ch, or read directly (nil).
 type raPiece struct {
 	off, end uint64
@@ -132,20 +156,18 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 	// (a random reader is rarely taken for a sequential one twice in a
 	// row) with one chunk and doubles up to the window.
 	if s.hits >= raMinHits && len(st.inflight) == 0 && !st.dirty {
+		full := window
 		window = min(window, chunk<<min(s.hits-raMinHits, 8))
 		if st.ra.chunks == nil {
 			st.ra.chunks = make(map[uint64]*raChunk)
 		}
-		// Forget chunks well behind this reader.
-		for co, ch := range st.ra.chunks {
-			if co+chunk+uint64(len(ch.buf)) <= off {
-				delete(st.ra.chunks, co)
-				ch.unref()
-			}
-		}
+		maxChunks := int(full/chunk) + raSlack
 		for co := off - off%chunk; co < min(off+window, size); co += chunk {
 			if st.ra.chunks[co] != nil {
 				continue
+			}
+			if len(st.ra.chunks) >= maxChunks && !st.evictBehindLocked(off) {
+				break
 			}
 			n := min(chunk, size-co)
 			if !c.budget.tryAcquire(n) {
