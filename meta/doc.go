@@ -32,20 +32,38 @@
 //
 // # Group commit
 //
-// One applier goroutine drains the queue of proposed commands into a group
-// (up to Options.MaxGroup), applies each as its own unsynced batch (so the
-// next command sees it at once), then makes the whole group durable with a
-// single synced write (store.Sync) before replying to any of them. An
-// acknowledged change is therefore durable, yet concurrent clients share
-// one fsync: creates/s scale with callers (see BenchmarkCreate). Read-only
-// calls (Lookup, GetAttr, ReadDir, GetXattr, ListXattr, Readlink, StatFS,
-// Targets) read the store directly, without a command; they may observe a
-// change of the group being synced a moment before it is acknowledged.
+// Proposed commands wait in one ordered list; one proposer at a time is
+// the leader. It takes the waiting commands (up to Options.MaxGroup, its
+// own first) as a group, applies each as its own unsynced batch (so the
+// next command sees it at once) except the last, which is committed synced
+// and thereby makes the whole group durable with one WAL sync (a separate
+// store.Sync follows only if the last command wrote nothing). Only then
+// does any of them get its reply; the leader then hands the lead to the
+// first command that arrived meanwhile. An acknowledged change is
+// therefore durable, yet concurrent clients share one fsync: creates/s
+// scale with callers (see BenchmarkCreate), and a lone caller applies and
+// syncs on its own goroutine without a hand-off. Read-only calls (Lookup,
+// GetAttr, ReadDir, GetXattr, ListXattr, Readlink, StatFS, Targets) read
+// the store directly, without a command; they may observe a change of the
+// group being synced a moment before it is acknowledged.
+//
+// # Combined operations
+//
+// Besides proto.MetaService, Server offers operations that save round
+// trips (metarpc.Extended): CreateOpen creates a file and counts an open
+// handle on it in one call (the new inode number is counted before the
+// command is applied, so the file cannot be reclaimed in between);
+// CreateOpen, UnlinkAt and RmdirAt return the parent directory's attributes
+// after the change, which a client uses to answer the GETATTR the kernel
+// sends after every change in a directory; ReleaseMany drops many handles.
 //
 // # Open files, orphans, reclaim and object GC
 //
 // Open and Release keep an in-memory open count per inode. A command that
-// drops an inode's nlink to 0 marks it an orphan in the same batch. When an
+// drops an inode's nlink to 0 marks it an orphan in the same batch. An
+// Unlink of a file's last link that nobody has open reclaims it in the same
+// command: the proposer checks the open count and, until the command is
+// applied, makes Open of that inode fail with ENOENT. Otherwise, when an
 // orphan has no opens (at once, or at its last Release) the server proposes
 // a Reclaim command, which deletes the inode and its xattrs and puts its
 // objects (target, ino, stripe) on the object-GC queue, in one batch; from
@@ -53,7 +71,9 @@
 // with ENOENT. A background loop removes queued objects through
 // proto.StorageService and drops them from the queue once removed (ENOENT
 // counts as removed); objects on unreachable targets stay queued and are
-// retried every GCInterval.
+// retried every GCInterval. The loop starts GCDelay (default 200 ms) after
+// objects were queued, so that a burst of unlinks is removed in a few
+// large batches.
 //
 // Open counts are volatile. At startup, orphans left by the previous run are
 // kept for Options.OrphanGrace (default 30 s), so that clients that kept

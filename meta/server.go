@@ -58,8 +58,12 @@ type Server struct {
 	log  *slog.Logger
 
 	nextIno atomic.Uint64 // the proposer's inode allocator
-	queue   chan *proposal
-	applied sync.WaitGroup
+
+	// Proposed commands wait in order; one proposer at a time is the
+	// leader that applies and syncs a group (see propose).
+	qmu     sync.Mutex
+	waiting []*proposal
+	leading bool
 
 	mu         sync.Mutex
 	closed     bool
@@ -78,10 +82,12 @@ type Server struct {
 }
 
 type proposal struct {
-	cmd  *Command
-	res  applyResult
-	err  error
-	done chan struct{}
+	cmd *Command
+	res applyResult
+	err error
+	// wake receives false once the command's group is durable (res and err
+	// are set), or true when its proposer must become the leader.
+	wake chan bool
 }
 
 // New opens the state machine on opts.Store (formatting an empty store),
@@ -125,7 +131,6 @@ func New(opts Options) (*Server, error) {
 	s := &Server{
 		opts: opts, st: opts.Store, sm: sm, log: opts.Logger,
 		reg:         newRegistry(opts.HeartbeatTimeout, opts.Now, opts.Seed),
-		queue:       make(chan *proposal, 4096),
 		opens:       map[proto.Ino]int{},
 		reclaiming:  map[proto.Ino]bool{},
 		kickReclaim: make(chan struct{}, 1),
@@ -138,8 +143,6 @@ func New(opts Options) (*Server, error) {
 		s.opts.Storage = s.opts.NewStorage(s.ResolveTarget)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	s.applied.Add(1)
-	go s.applyLoop()
 	if sm.nextIno == 0 {
 		_, err := s.propose(s.ctx, &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: opts.RootUid, Gid: opts.RootGid})
 		if err != nil {
@@ -174,14 +177,21 @@ func (s *Server) Close() error {
 	s.cancel()
 	s.bg.Wait()
 	s.inflight.Wait()
-	close(s.queue)
-	s.applied.Wait()
 	return nil
 }
 
 var errClosed = fmt.Errorf("meta: server shutting down: %w", syscall.EIO)
 
-// propose sends c to the applier and waits until its group is durable.
+// propose applies c and waits until its group is durable.
+//
+// Group commit without a dedicated goroutine: the proposer that finds no
+// leader becomes it, takes the waiting commands (its own first) as a group,
+// applies each as its own unsynced batch (visible to the next command at
+// once) except the last, which is committed synced and so makes the whole
+// group durable with one WAL sync; only then are the group's proposers
+// woken. Commands proposed meanwhile wait; when the leader is done it hands
+// the lead to the first of them, whose group is all of them. A lone caller
+// therefore applies and syncs on its own goroutine, with no hand-off.
 func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
 	s.mu.Lock()
 	if s.closed && c.Op != OpInit {
@@ -191,11 +201,20 @@ func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
-	p := &proposal{cmd: c, done: make(chan struct{})}
-	s.queue <- p
+	p := &proposal{cmd: c, wake: make(chan bool, 1)}
+	s.qmu.Lock()
+	s.waiting = append(s.waiting, p)
+	lead := !s.leading
+	s.leading = true
+	s.qmu.Unlock()
 	// Once queued the command will be applied; wait for the outcome even if
 	// ctx ends, so the caller never reports failure for a change that happened.
-	<-p.done
+	if !lead {
+		lead = <-p.wake
+	}
+	if lead {
+		s.lead(p)
+	}
 	if p.err == nil && len(p.res.orphans) > 0 {
 		s.enqueueReclaim(p.res.orphans...)
 	}
@@ -212,53 +231,62 @@ func kick(c chan struct{}) {
 	}
 }
 
-// applyLoop is the single writer: it drains queued commands into a group,
-// applies each as its own unsynced batch (visible to the next command at
-// once), makes the group durable with one sync, and only then replies.
-func (s *Server) applyLoop() {
-	defer s.applied.Done()
-	group := make([]*proposal, 0, s.opts.MaxGroup)
-	for p := range s.queue {
-		group = append(group[:0], p)
-	fill:
-		for len(group) < s.opts.MaxGroup {
-			select {
-			case q, ok := <-s.queue:
-				if !ok {
-					break fill
+// lead applies one group, which starts with self (the leader's own
+// proposal is the first waiting one), then wakes its proposers and passes
+// the lead on if more commands wait.
+func (s *Server) lead(self *proposal) {
+	s.qmu.Lock()
+	n := min(len(s.waiting), s.opts.MaxGroup)
+	group := append([]*proposal(nil), s.waiting[:n]...)
+	s.waiting = s.waiting[n:]
+	if len(s.waiting) == 0 {
+		s.waiting = nil // let the backing array go
+	}
+	s.qmu.Unlock()
+	if group[0] != self {
+		panic("meta: group commit leader is not the first waiting proposal")
+	}
+	s.applyGroup(group)
+	for _, q := range group[1:] {
+		q.wake <- false
+	}
+	s.qmu.Lock()
+	if len(s.waiting) == 0 {
+		s.leading = false
+		s.qmu.Unlock()
+		return
+	}
+	next := s.waiting[0]
+	s.qmu.Unlock()
+	next.wake <- true
+}
+
+// applyGroup applies the commands of a group in order and makes them
+// durable with one sync: the last batch is committed synced (which syncs
+// every earlier one too), or, if the last command wrote nothing, a separate
+// sync follows.
+func (s *Server) applyGroup(group []*proposal) {
+	wrote, synced := false, false
+	for i, q := range group {
+		if s.opts.applyHook != nil {
+			s.opts.applyHook(q.cmd)
+		}
+		q.res, q.err = s.sm.applySynced(q.cmd, i == len(group)-1)
+		wrote = wrote || q.res.wrote
+		synced = q.res.synced
+	}
+	if wrote && !synced {
+		if err := s.st.Sync(); err != nil {
+			s.log.Error("meta: group sync failed", "err", err)
+			for _, q := range group {
+				if q.err == nil {
+					q.err = fmt.Errorf("meta: sync: %v: %w", err, syscall.EIO)
 				}
-				group = append(group, q)
-			default:
-				break fill
 			}
-		}
-		wrote, synced := false, false
-		for i, q := range group {
-			if s.opts.applyHook != nil {
-				s.opts.applyHook(q.cmd)
-			}
-			// The last command's batch is committed synced, which makes the
-			// whole group durable with one WAL sync and no extra record.
-			q.res, q.err = s.sm.applySynced(q.cmd, i == len(group)-1)
-			wrote = wrote || q.res.wrote
-			synced = q.res.synced
-		}
-		if wrote && !synced {
-			if err := s.st.Sync(); err != nil {
-				s.log.Error("meta: group sync failed", "err", err)
-				for _, q := range group {
-					if q.err == nil {
-						q.err = fmt.Errorf("meta: sync: %v: %w", err, syscall.EIO)
-					}
-				}
-			}
-		}
-		s.groups.Add(1)
-		s.commands.Add(uint64(len(group)))
-		for _, q := range group {
-			close(q.done)
 		}
 	}
+	s.groups.Add(1)
+	s.commands.Add(uint64(len(group)))
 }
 
 // GroupStats returns how many group commits and commands were applied.
