@@ -39,6 +39,18 @@
 //     then records the size on the metadata server.
 //   - Holes. Bytes within the file size that no object holds read as zeros.
 //
+// # Metadata round trips
+//
+// When the metadata service offers the combined operations
+// (metarpc.Extended; the server does), CreateOpen creates and opens a file
+// in one call, and CreateOpen, UnlinkAt and RmdirAt also return the parent
+// directory's new attributes. Releases of open handles are sent in the
+// background, batched (ReleaseMany): File.Release returns at once and the
+// server drops the open count a moment after the close, never before it,
+// so a file unlinked while open here stays until its last close; Close
+// waits for queued releases. A service without them (ENOSYS) gets the
+// plain calls.
+//
 // # Failures
 //
 // Every RPC runs under Config.Timeout (default 30 s) and is detached from the

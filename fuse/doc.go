@@ -26,6 +26,12 @@
 //     are not cached, so a file created on another mount can be opened here
 //     at once. A directory renamed on another mount can be seen under its
 //     old name here for up to 1 s.
+//   - After every create or remove in a directory the kernel drops the
+//     directory's cached attributes and asks again at the next path walk.
+//     The metadata server returns the directory's new attributes with the
+//     create, unlink or rmdir, and that GETATTR is answered with them (for
+//     up to 1 s, the attribute timeout, and only until another change made
+//     here to the directory), as the kernel would from its own cache.
 //   - Close-to-open: Open fetches fresh attributes from the metadata server.
 //     If size or mtime differ from what this mount last told the kernel, the
 //     kernel's cached attributes are invalidated, and because Open never
