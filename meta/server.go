@@ -319,15 +319,17 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 	if len(name) > MaxNameLen {
 		return proto.Attr{}, errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
 	}
-	p, err := s.readInode(parent)
-	if err != nil {
-		return proto.Attr{}, err
-	}
-	if !p.IsDir() {
-		return proto.Attr{}, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
-	}
+	// Only directories have entries: the parent is read (for ENOENT or
+	// ENOTDIR) only when the name is not found.
 	v, err := s.st.Get(store.DirentKey(uint64(parent), name))
 	if errors.Is(err, store.ErrNotFound) {
+		p, err := s.readInode(parent)
+		if err != nil {
+			return proto.Attr{}, err
+		}
+		if !p.IsDir() {
+			return proto.Attr{}, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
+		}
 		return proto.Attr{}, errnof(syscall.ENOENT, "no entry %q in %d", name, parent)
 	}
 	if err != nil {
