@@ -15,8 +15,8 @@ import (
 // reads at a time.
 //
 // Sequential detection is per handle (File): a read is sequential when it
-// starts at or after the previous read of the handle and at most one chunk
-// past its end (so strided readers such as ior-hard's, which skip the
+// starts at most one chunk before the previous read of the handle and at
+// most one window past its end (so strided readers such as ior-hard's, which skip the
 // records of the other processes, count), and read-ahead starts at the
 // third read in a row that looks sequential. Fetched chunks are shared per inode: several
 // processes reading one file interleaved (ior-hard) are served from the same
@@ -139,10 +139,10 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 	}
 	chunk, window := raGeometry(l)
 	end := min(off+uint64(len(p)), size)
-	// Sequential: near the previous read, allowing a gap of up to a chunk
+	// Sequential: near the previous read, allowing a gap of up to a window
 	// (strided readers) and a step back of up to a chunk (the kernel's
 	// asynchronous read-ahead requests may arrive slightly out of order).
-	if s.next > 0 && off+chunk >= s.prev && off <= s.next+chunk {
+	if s.next > 0 && off+chunk >= s.prev && off <= s.next+window {
 		s.hits++
 	} else {
 		s.hits = 0
