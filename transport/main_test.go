@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"log/slog"
+	"os"
 	"sync"
 	"testing"
 
@@ -11,6 +12,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(benchServerEnv) != "" {
+		os.Exit(benchServerMain())
+	}
 	goleak.VerifyTestMain(m)
 }
 
