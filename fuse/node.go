@@ -47,6 +47,17 @@ type node struct {
 	seenSize  uint64
 	seenMtime int64
 
+	// The attributes the previous Open on this mount got. The kernel's page
+	// cache of the file may be kept (FOPEN_KEEP_CACHE) only when the next
+	// Open finds all three unchanged: every data change made elsewhere moves
+	// ctime (WriteDone, truncate), which no client can set back, unlike
+	// mtime. Changes made here keep the page cache right by themselves
+	// (writes go through it, truncate cuts it), and they move ctime too, so
+	// they only cost a re-read.
+	opened               bool
+	openSize             uint64
+	openMtime, openCtime int64
+
 	// A directory's attributes as this mount's last create or remove in it
 	// returned them. The kernel drops a directory's cached attributes after
 	// every change in it and asks again (GETATTR) at the next path walk;
@@ -370,14 +381,20 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	}
 	n.mu.Lock()
 	changed := n.seen && (n.seenSize != a.Size || n.seenMtime != a.Mtime)
+	keep := n.opened && n.openSize == a.Size && n.openMtime == a.Mtime && n.openCtime == a.Ctime
+	n.opened, n.openSize, n.openMtime, n.openCtime = true, a.Size, a.Mtime, a.Ctime
 	n.mu.Unlock()
 	if changed {
 		// Offset -1: attributes only; the page cache is dropped by the
-		// kernel because FOPEN_KEEP_CACHE is not set.
+		// kernel because FOPEN_KEEP_CACHE is not set (keep is false).
 		_ = n.NotifyContent(-1, 0)
 		n.note(a)
 	}
-	return &handle{fsys: n.fsys, f: f}, 0, 0
+	var fuseFlags uint32
+	if keep && !changed {
+		fuseFlags = gofuse.FOPEN_KEEP_CACHE
+	}
+	return &handle{fsys: n.fsys, f: f}, fuseFlags, 0
 }
 
 // Statfs implements fs.NodeStatfser: usage summed over the storage targets.

@@ -109,6 +109,31 @@ func TestCloseToOpen(t *testing.T) {
 				got, _, err := readAllFstat(filepath.Join(r, name))
 				t.Logf("rename over: 1.5s later the reader sees the new file: %v (%v)", bytes.Equal(got, v3), err)
 			}
+
+			// 5. The reader's page cache is kept across its own opens
+			// while nothing changed; then the writer rewrites bytes in
+			// place (same size) and puts the old mtime back, as rsync
+			// or `touch -r` would: the next open must still see it.
+			check("reopen, unchanged", v3)
+			check("reopen again (cache kept)", v3)
+			fi, err := os.Stat(filepath.Join(w, name))
+			if err != nil {
+				t.Fatal(err)
+			}
+			v4 := append([]byte(nil), v3...)
+			copy(v4[1000:], pattern(15, 1000, 5000))
+			f, err = os.OpenFile(filepath.Join(w, name), os.O_WRONLY, 0)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.WriteAt(v4[1000:6000], 1000)
+			if err := f.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chtimes(filepath.Join(w, name), fi.ModTime(), fi.ModTime()); err != nil {
+				t.Fatal(err)
+			}
+			check("same-size rewrite with the old mtime put back", v4)
 		})
 	}
 
