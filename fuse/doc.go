@@ -34,11 +34,13 @@
 //     here to the directory), as the kernel would from its own cache.
 //   - Close-to-open: Open fetches fresh attributes from the metadata server.
 //     If size or mtime differ from what this mount last told the kernel, the
-//     kernel's cached attributes are invalidated, and because Open never
-//     sets FOPEN_KEEP_CACHE the kernel drops the file's page cache on every
-//     open. So after a writer on mount A closes or fsyncs, a reader on mount
-//     B that opens the file afterwards sees all the data and the right size,
-//     even if B had the file cached.
+//     kernel's cached attributes are invalidated. The kernel keeps the
+//     file's page cache (FOPEN_KEEP_CACHE) only when size, mtime and ctime
+//     are all what the previous open on this mount found; any write or
+//     truncate elsewhere moves ctime, which no client can set back, so the
+//     cache is then dropped. So after a writer on mount A closes or fsyncs,
+//     a reader on mount B that opens the file afterwards sees all the data
+//     and the right size, even if B had the file cached.
 //   - Data is acknowledged only at close (flush) and fsync: writes are
 //     buffered in the client (write-behind, bounded) and a failed background
 //     write is reported by the next write, close or fsync (see package
