@@ -31,6 +31,15 @@ type Options struct {
 	CacheLimit string        // mount --cache-limit ("" = weft's default)
 	Ready      time.Duration // how long to wait for processes to come up (default 60s)
 	MountArgs  []string      // extra `weft mount` flags
+
+	// NetNS runs every storage server in a network namespace of its own,
+	// linked to the host by a veth pair, so that PartitionStorage can cut
+	// it off while it keeps running (see netns.go). The metadata server
+	// then listens on every address (0.0.0.0) to be reachable from the
+	// namespaces; MetaAddr stays a loopback address.
+	NetNS       bool
+	MetaArgs    []string // extra `weft meta` flags
+	StorageArgs []string // extra `weft storage` flags
 }
 
 func (o *Options) fill() {
@@ -59,10 +68,11 @@ func (o *Options) fill() {
 
 // proc is one weft child process, restartable with the same arguments.
 type proc struct {
-	name string
-	addr string // listen address, "" for mounts
-	args func() []string
-	log  string
+	name  string
+	addr  string // listen address, "" for mounts
+	netns string // network namespace to run in ("" = the test's)
+	args  func() []string
+	log   string
 
 	cmd  *exec.Cmd
 	done chan struct{} // closed when cmd has exited
@@ -95,6 +105,7 @@ type Cluster struct {
 	targets  [][]string // target dirs of each storage server
 	mounts   []*proc
 	mntPaths []string
+	nets     *netns // set when opts.NetNS
 }
 
 // Start builds weft if needed, starts a cluster as opts describe and waits
@@ -128,7 +139,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 
 	c.meta = &proc{name: "meta", addr: freeAddr(t), log: c.logPath("meta")}
 	c.meta.args = func() []string {
-		return []string{"meta", "--listen", c.meta.addr, "--data", filepath.Join(c.dir, "meta")}
+		a := []string{"meta", "--listen", c.metaListen(), "--data", filepath.Join(c.dir, "meta")}
+		return append(a, c.opts.MetaArgs...)
 	}
 	c.targets = make([][]string, opts.Servers)
 	for i := 0; i < opts.Targets; i++ {
@@ -138,18 +150,24 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 		c.targets[i%opts.Servers] = append(c.targets[i%opts.Servers], td)
 	}
+	if opts.NetNS {
+		c.setupNetNS()
+	}
 	for i := 0; i < opts.Servers; i++ {
 		i := i
 		p := &proc{name: fmt.Sprintf("storage-%d", i), addr: freeAddr(t), log: c.logPath(fmt.Sprintf("storage-%d", i))}
+		if c.nets != nil {
+			p.addr, p.netns = c.nets.storageAddr(i), c.nets.name(i)
+		}
 		p.args = func() []string {
-			a := []string{"storage", "--listen", p.addr, "--meta", c.meta.addr}
+			a := []string{"storage", "--listen", p.addr, "--meta", c.storageMetaAddr(i)}
 			for _, td := range c.targets[i] {
 				a = append(a, "--target", td)
 			}
 			if c.opts.Capacity != "" {
 				a = append(a, "--capacity", c.opts.Capacity)
 			}
-			return a
+			return append(a, c.opts.StorageArgs...)
 		}
 		c.storage = append(c.storage, p)
 	}
@@ -225,6 +243,9 @@ func (c *Cluster) start(p *proc) error {
 	args := p.args()
 	fmt.Fprintf(lf, "=== %s: weft %s\n", time.Now().Format(time.RFC3339Nano), strings.Join(args, " "))
 	cmd := exec.Command(c.bin, args...)
+	if p.netns != "" {
+		cmd = exec.Command("ip", append([]string{"netns", "exec", p.netns, c.bin}, args...)...)
+	}
 	cmd.Stdout = lf
 	cmd.Stderr = lf
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
@@ -510,6 +531,7 @@ func (c *Cluster) cleanup() {
 	for _, p := range procs {
 		c.kill(p)
 	}
+	c.teardownNetNS()
 	if c.t.Failed() {
 		for _, p := range procs {
 			if p != nil {

@@ -20,4 +20,10 @@
 //     the cluster finds it again by itself; that is what the failure and
 //     crash tests rely on.
 //   - /dev/fuse must exist: Start fails (never skips) without it.
+//   - With Options.NetNS every storage server runs in a network namespace
+//     of its own behind a veth pair (netns.go); PartitionStorage and
+//     HealStorage cut and restore its link while it keeps running. The
+//     namespaces and veths are deleted in cleanup, and those left by a
+//     test binary that died are deleted by the next Start with NetNS.
+//     Without the right to create namespaces Start fails, never skips.
 package testcluster
