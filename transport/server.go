@@ -210,7 +210,8 @@ func (sc *serverConn) readLoop() error {
 	}
 }
 
-// handle runs one request and queues its response. It holds its semaphore
+// handle runs one request and writes its response (OpProbe is answered
+// here, with an empty ok response, without calling the handler). It holds its semaphore
 // slot until the response is written, so a client that does not read its
 // responses stops the server from reading its requests.
 func (sc *serverConn) handle(h header, req []byte) {
@@ -218,7 +219,14 @@ func (sc *serverConn) handle(h header, req []byte) {
 	defer func() { <-sc.sem }()
 
 	rc := &reqCtx{Context: sc.ctx}
-	resp, err := sc.run(rc, h.op, req)
+	var resp []byte
+	var err error
+	if h.op == OpProbe {
+		// Pool's probe of a suspect server: any answer shows it serves.
+		rc.reqDone = true
+	} else {
+		resp, err = sc.run(rc, h.op, req)
+	}
 	if rc.reqDone {
 		sc.l.bodies.put(req)
 	}
@@ -239,7 +247,8 @@ func (sc *serverConn) handle(h header, req []byte) {
 	rh.length = uint32(len(resp))
 	encodeHeader(f.hdr[:], rh)
 	f.parts = [][]byte{resp}
-	if sc.w.enqueue(f) {
+	// Written by this goroutine when the connection is idle, else queued.
+	if sc.w.send(f) {
 		<-f.done
 	}
 	for _, fn := range rc.after {

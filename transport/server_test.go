@@ -5,11 +5,13 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -172,5 +174,37 @@ func TestSlowReaderBackpressure(t *testing.T) {
 	}
 	if err := l.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestProbeAnsweredByTransport: OpProbe gets an empty ok answer from the
+// transport itself; the handler never sees it and nothing is logged.
+func TestProbeAnsweredByTransport(t *testing.T) {
+	tr, lb := newTestTransport(t)
+	var mu sync.Mutex
+	var ops []uint16
+	l := serve(t, tr, func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+		mu.Lock()
+		ops = append(ops, op)
+		mu.Unlock()
+		return nil, fmt.Errorf("no such op %d: %w", op, syscall.ENOSYS)
+	})
+	c := dial(t, tr, l.Addr())
+	for _, body := range [][]byte{nil, []byte("ignored")} {
+		resp, err := c.Call(context.Background(), OpProbe, body)
+		if err != nil || len(resp) != 0 {
+			t.Fatalf("probe with %d body bytes: %q, %v; want an empty ok answer", len(body), resp, err)
+		}
+	}
+	if _, err := c.Call(context.Background(), 1); !errors.Is(err, syscall.ENOSYS) {
+		t.Fatalf("op 1: %v, want the handler's ENOSYS", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(ops) != 1 || ops[0] != 1 {
+		t.Errorf("handler saw ops %v, want [1]", ops)
+	}
+	if s := lb.String(); strings.Contains(s, "WARN") || strings.Contains(s, "ERROR") {
+		t.Errorf("probes logged:\n%s", s)
 	}
 }

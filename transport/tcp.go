@@ -114,6 +114,9 @@ type call struct {
 	resp []byte
 	err  error
 	done chan struct{}
+	// abandoned is set, under tcpConn.mu, when the caller gave up on the
+	// call (ctx ended) and took it out of pending.
+	abandoned bool
 }
 
 type respBufKey struct{}
@@ -156,25 +159,50 @@ func (c *tcpConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte,
 	c.mu.Unlock()
 
 	encodeHeader(cl.out.hdr[:], header{kind: kindRequest, op: op, id: id, length: uint32(n)})
+	// On an idle connection send writes the request from this goroutine
+	// and may block there (backpressure, a frozen server); a watchdog then
+	// abandons the call when ctx ends, exactly as the select below does
+	// for a queued request, closing the connection if the write is still
+	// stuck writeAbortGrace later.
+	var stop func() bool
+	if ctx.Done() != nil {
+		stop = context.AfterFunc(ctx, func() {
+			if c.abandon(id, cl) {
+				c.release(&cl.out)
+			}
+		})
+	}
 	// If the writer has stopped, the connection is failing and fail
 	// completes cl (it was registered before c.err was set).
-	c.w.enqueue(&cl.out)
+	c.w.send(&cl.out)
+	if stop != nil {
+		stop()
+	}
 
 	select {
 	case <-cl.done:
 		return c.finish(cl)
 	case <-ctx.Done():
 	}
-	c.mu.Lock()
-	_, mine := c.pending[id]
-	delete(c.pending, id)
-	c.mu.Unlock()
-	if !mine { // a response or a failure is being delivered right now
+	if !c.abandon(id, cl) { // a response or a failure is being delivered right now
 		<-cl.done
 		return c.finish(cl)
 	}
 	c.release(&cl.out)
 	return nil, ctxError(ctx, c.addr, op)
+}
+
+// abandon takes cl out of pending, so that no response or failure is
+// delivered to it, and reports whether cl is abandoned (by this or an
+// earlier abandon). False means it was completed, or is being completed.
+func (c *tcpConn) abandon(id uint64, cl *call) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !cl.abandoned && c.pending[id] == cl {
+		delete(c.pending, id)
+		cl.abandoned = true
+	}
+	return cl.abandoned
 }
 
 // finish returns the outcome of a completed call. A failed call may have

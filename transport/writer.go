@@ -31,21 +31,31 @@ type outFrame struct {
 const (
 	maxBatchBufs  = 1024
 	maxBatchBytes = 8 << 20
+	// combineBytes bounds what a sender writes for others after its own
+	// frame; larger bodies are left to the writer goroutine.
+	combineBytes = 256 << 10
 )
 
-// frameWriter is the single writer of a connection. Callers queue frames;
-// one goroutine drains the queue and sends everything queued with one
-// writev, so concurrent small calls share system calls and large bodies are
-// never copied.
+// frameWriter serialises the writes of a connection. A sender that finds
+// nobody writing and nothing queued writes its frame itself, at once, with
+// one writev (send): no goroutine hand-off on an idle connection. Otherwise
+// it queues the frame, and the connection's writer goroutine drains the
+// queue, sending everything queued with one writev, so concurrent small
+// calls share system calls. Body parts are never copied either way. At most
+// one goroutine writes at a time (busy).
 type frameWriter struct {
 	nc     net.Conn
-	onFail func(error) // called once, from the writer goroutine, when a write fails
+	onFail func(error) // called once, by whoever saw a write fail
 
-	mu     sync.Mutex
-	queue  []*outFrame
-	spare  []*outFrame
+	mu    sync.Mutex
+	queue []*outFrame
+	spare []*outFrame
+	busy  bool // a sender or the writer goroutine is writing
+	// Scratch of whoever holds busy.
+	one    [1]*outFrame
+	bufs   net.Buffers
 	err    error         // set when stopped; no frame is taken after that
-	wake   chan struct{} // capacity 1: "the queue or err changed"
+	wake   chan struct{} // capacity 1: "the queue, busy or err changed"
 	exited chan struct{} // closed when the goroutine returns
 }
 
@@ -67,19 +77,150 @@ func (w *frameWriter) signal() {
 	}
 }
 
-// enqueue queues f. It returns false, without queueing, if the writer has
-// stopped.
-func (w *frameWriter) enqueue(f *outFrame) bool {
+// send writes f. If nobody is writing and nothing is queued, the calling
+// goroutine writes f itself, at once, with one writev; then, while frames
+// were queued meanwhile (up to combineBytes a batch), it writes those too,
+// so that under contention the writes are still shared without waking the
+// writer goroutine. Otherwise send queues f for whoever is writing and
+// returns at once. It returns false, without sending or queueing f, if the
+// writer has stopped.
+//
+// A direct write blocks while the connection does not take the bytes
+// (backpressure, a frozen peer). f stays frameWriting until send returns,
+// so a withdraw from another goroutine waits for the whole send, as it
+// waits for the writer goroutine's batch.
+func (w *frameWriter) send(f *outFrame) bool {
 	w.mu.Lock()
 	if w.err != nil {
 		w.mu.Unlock()
 		return false
 	}
-	f.state = frameQueued
-	w.queue = append(w.queue, f)
+	if w.busy || len(w.queue) > 0 {
+		f.state = frameQueued
+		w.queue = append(w.queue, f)
+		w.mu.Unlock()
+		w.signal()
+		return true
+	}
+	w.busy = true
+	f.state = frameWriting
 	w.mu.Unlock()
-	w.signal()
+
+	w.one[0] = f
+	err := w.write(w.one[:])
+	w.one[0] = nil
+	handOff := false
+	for err == nil {
+		w.mu.Lock()
+		if w.err != nil || len(w.queue) == 0 {
+			w.mu.Unlock()
+			break
+		}
+		if w.queueBytes(combineBytes) >= combineBytes {
+			// Large frames are the writer goroutine's: this sender
+			// only waits for its response.
+			handOff = true
+			w.mu.Unlock()
+			break
+		}
+		batch := w.take(combineBytes)
+		w.mu.Unlock()
+		err = w.write(batch)
+		w.finish(batch, err)
+	}
+
+	w.mu.Lock()
+	w.busy = false
+	f.state = frameWritten
+	if err != nil {
+		f.state = frameFailed
+	}
+	if f.done != nil {
+		close(f.done)
+	}
+	handOff = handOff || len(w.queue) > 0
+	w.mu.Unlock()
+	if err != nil {
+		w.stop(err)
+		w.onFail(err)
+	} else if handOff {
+		w.signal()
+	}
 	return true
+}
+
+// queueBytes returns the body bytes of the queue's head frames, counting
+// up to at least limit. Called with mu held.
+func (w *frameWriter) queueBytes(limit int) int {
+	n := 0
+	for _, f := range w.queue {
+		for _, p := range f.parts {
+			n += len(p)
+		}
+		if n >= limit {
+			break
+		}
+	}
+	return n
+}
+
+// take removes a batch from the head of the queue, at least one frame and
+// at most maxBatchBufs buffers and about maxBytes, marks its frames
+// frameWriting and returns it (in w.spare). Called with mu held by the
+// holder of busy.
+func (w *frameWriter) take(maxBytes int) []*outFrame {
+	n, nbufs, nbytes := 0, 0, 0
+	for n < len(w.queue) && (n == 0 || (nbufs < maxBatchBufs && nbytes < maxBytes)) {
+		f := w.queue[n]
+		f.state = frameWriting
+		nbufs += 1 + len(f.parts)
+		for _, p := range f.parts {
+			nbytes += len(p)
+		}
+		n++
+	}
+	batch := append(w.spare[:0], w.queue[:n]...)
+	rest := copy(w.queue, w.queue[n:])
+	clear(w.queue[rest:])
+	w.queue = w.queue[:rest]
+	w.spare = batch
+	return batch
+}
+
+// write sends the frames of batch with one writev, without copying their
+// parts. Only the holder of busy calls it.
+func (w *frameWriter) write(batch []*outFrame) error {
+	bufs := w.bufs[:0]
+	for _, f := range batch {
+		bufs = append(bufs, f.hdr[:])
+		for _, p := range f.parts {
+			if len(p) > 0 {
+				bufs = append(bufs, p)
+			}
+		}
+	}
+	b := bufs // WriteTo consumes its receiver
+	_, err := b.WriteTo(w.nc)
+	clear(bufs[:cap(bufs)])
+	w.bufs = bufs[:0]
+	return err
+}
+
+// finish marks the frames of a written batch and lets their waiters go.
+func (w *frameWriter) finish(batch []*outFrame, err error) {
+	state := frameWritten
+	if err != nil {
+		state = frameFailed
+	}
+	w.mu.Lock()
+	for _, f := range batch {
+		f.state = state
+		if f.done != nil {
+			close(f.done)
+		}
+	}
+	w.mu.Unlock()
+	clear(batch)
 }
 
 // withdraw makes sure the writer no longer references f's parts once the
@@ -139,63 +280,26 @@ func (w *frameWriter) stop(err error) {
 
 func (w *frameWriter) loop() {
 	defer close(w.exited)
-	var bufs net.Buffers
 	for {
 		w.mu.Lock()
 		if w.err != nil {
 			w.mu.Unlock()
 			return
 		}
-		if len(w.queue) == 0 {
+		if len(w.queue) == 0 || w.busy {
 			w.mu.Unlock()
 			<-w.wake
 			continue
 		}
-		// Take a bounded batch from the head of the queue.
-		n, nbufs, nbytes := 0, 0, 0
-		for n < len(w.queue) && (n == 0 || (nbufs < maxBatchBufs && nbytes < maxBatchBytes)) {
-			f := w.queue[n]
-			f.state = frameWriting
-			nbufs += 1 + len(f.parts)
-			for _, p := range f.parts {
-				nbytes += len(p)
-			}
-			n++
-		}
-		batch := append(w.spare[:0], w.queue[:n]...)
-		rest := copy(w.queue, w.queue[n:])
-		clear(w.queue[rest:])
-		w.queue = w.queue[:rest]
+		w.busy = true
+		batch := w.take(maxBatchBytes)
 		w.mu.Unlock()
 
-		bufs = bufs[:0]
-		for _, f := range batch {
-			bufs = append(bufs, f.hdr[:])
-			for _, p := range f.parts {
-				if len(p) > 0 {
-					bufs = append(bufs, p)
-				}
-			}
-		}
-		b := bufs // WriteTo consumes its receiver
-		_, err := b.WriteTo(w.nc)
-		clear(bufs[:cap(bufs)])
-
-		state := frameWritten
-		if err != nil {
-			state = frameFailed
-		}
+		err := w.write(batch)
+		w.finish(batch, err)
 		w.mu.Lock()
-		for _, f := range batch {
-			f.state = state
-			if f.done != nil {
-				close(f.done)
-			}
-		}
+		w.busy = false
 		w.mu.Unlock()
-		clear(batch)
-		w.spare = batch[:0]
-
 		if err != nil {
 			w.stop(err)
 			w.onFail(err)
