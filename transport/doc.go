@@ -34,16 +34,26 @@
 //     or truncated frame is a protocol error: the receiver logs it (remote
 //     address and reason) and closes that connection; other connections are
 //     unaffected. The decoder never panics (FuzzDecodeHeader).
-//   - Each connection has one writer goroutine. Callers queue frames; the
-//     writer sends everything queued with one writev (net.Buffers), so body
-//     parts are never copied and concurrent calls share system calls. Each
-//     connection has one reader goroutine (256 KiB buffered) that dispatches
-//     responses by id on the client and starts one goroutine per request on
-//     the server.
+//   - At most one goroutine writes to a connection at a time. A caller (or,
+//     on the server, the handler's goroutine with its response) that finds
+//     the connection idle writes its frame itself at once with one writev,
+//     so an uncontended call costs no goroutine hand-off on the way out;
+//     having written, it also writes the small frames others queued
+//     meanwhile. Under contention frames are queued and the connection's
+//     writer goroutine sends everything queued with one writev (bodies of
+//     256 KiB and more are always left to it). Body parts are never copied
+//     and concurrent calls share system calls. Each connection has one
+//     reader goroutine (256 KiB buffered) that dispatches responses by id
+//     on the client and starts one goroutine per request on the server, so
+//     a slow handler never holds up the others.
 //   - Call returns only once the connection no longer reads the caller's
 //     parts: a call abandoned while its request is queued is withdrawn
-//     unsent; one abandoned mid-write waits for the write, at most a second,
-//     after which the connection is closed.
+//     unsent; one abandoned mid-write (its own or the writer goroutine's)
+//     waits for the write, at most a second, after which the connection is
+//     closed. A caller blocked in its own write is abandoned the same way
+//     when its ctx ends (context.AfterFunc).
+//   - OpProbe (op 0) is answered by the transport server itself with an
+//     empty ok response; handlers never see it.
 //   - Call errors: the server's errno when the handler failed (a
 //     *RemoteError, errors.Is(err, syscall.ENOENT), message printed);
 //     syscall.ETIMEDOUT (and context.DeadlineExceeded) when ctx expired;
@@ -73,4 +83,19 @@
 // dial. A call is retried once on a new connection only if its request was
 // never sent (the connection was found broken first); otherwise the error is
 // returned, as operations need not be idempotent.
+//
+// An address becomes suspect when a call to it went unanswered until the
+// caller's deadline (the call failed with ETIMEDOUT and
+// context.DeadlineExceeded; a handler's own ETIMEDOUT or a cancelled call
+// does not count): the server may be frozen (SIGSTOP, swapping), which no
+// connection error reveals. While an address is suspect every call to it
+// fails at once with ETIMEDOUT naming the address, instead of each waiting
+// out its own deadline. One background probe per suspect address dials a
+// connection of its own and sends OpProbe, which the transport server
+// answers without calling the handler, redialing every 200 ms while that
+// connection fails; the first answer clears the suspicion, so calls work
+// again as soon as the server's process runs again. (A server whose
+// process runs but whose handlers hang answers probes, so its address is
+// trusted again at once and calls wait out their own deadlines.) Close
+// stops the probes.
 package transport

@@ -28,8 +28,9 @@ const (
 )
 
 // OpProbe is the operation a Pool sends to a suspect address to learn
-// whether it answers again. Handlers need not know it: any answer, even an
-// error such as ENOSYS, shows the server is serving again.
+// whether it answers again. The TCP transport's server answers it itself
+// with an empty ok response; handlers never see it. (A Pool still takes any
+// answer, even an error, as a sign of life.)
 const OpProbe uint16 = 0
 
 var errPoolClosed = fmt.Errorf("transport: pool closed: %w", syscall.EIO)
