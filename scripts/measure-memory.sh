@@ -18,7 +18,9 @@
 #
 # Environment: OUT (default /tmp/mm: binaries, data, mountpoint, logs,
 # results), PORT (default 7900), PROCS (4), STONEWALL (10s), FILES
-# (1000000), DIRS (1000), OBJECTS (100000), OBJSIZE (4KiB), WORKERS (64).
+# (1000000), DIRS (1000), OBJECTS (100000), OBJSIZE (4KiB), WORKERS (64);
+# GCTRACE=1 runs the client-small mount with GODEBUG=gctrace=1 (Go heap
+# sizes at every GC, in OUT/d/logs/mount.log).
 # Every process started is stopped on exit, and the mount is checked to be
 # gone (lazily unmounted if not).
 set -euo pipefail
@@ -173,7 +175,7 @@ client_small() {
 	# weft mount fails (EIO, leaving a dead mount behind) if meta is not
 	# listening yet
 	wait_for 30 listening "$PORT"
-	"$BIN/weft" mount --meta "127.0.0.1:$PORT" --cache-limit 64MiB --allow-other=false "$MNT" >"$d/logs/mount.log" 2>&1 &
+	env ${GCTRACE:+GODEBUG=gctrace=1} "$BIN/weft" mount --meta "127.0.0.1:$PORT" --cache-limit 64MiB --allow-other=false "$MNT" >"$d/logs/mount.log" 2>&1 &
 	PIDS+=($!)
 	local pid=$!
 	wait_for 30 mounted
@@ -181,6 +183,9 @@ client_small() {
 	wait_for 30 targets_up 4
 	log "client-small: mount pid $pid (--cache-limit 64MiB)"
 	run_bench client-small "$pid"
+	if [ -n "${GCTRACE:-}" ]; then
+		cp "$d/logs/mount.log" "$OUT/results/client-small/mount.log"
+	fi
 	cleanup
 }
 
