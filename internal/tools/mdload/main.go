@@ -15,7 +15,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/pflag"
@@ -202,7 +201,6 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		})
 	}
 
-	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', tabwriter.AlignRight)
 	header := []string{"files", "seconds", "files/s"}
 	for _, w := range c.Watch {
 		header = append(header, w.Name+".rss(MiB)", w.Name+".hwm(MiB)")
@@ -210,7 +208,16 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	for _, d := range c.Du {
 		header = append(header, d.Name+".du(MiB)")
 	}
-	fmt.Fprintf(tw, "%s\t\n", strings.Join(header, "\t"))
+	// Each row is printed as soon as it is known, so columns are as wide
+	// as their headers (every value fits: they are short numbers).
+	printRow := func(cols []string) {
+		padded := make([]string, len(cols))
+		for i, c := range cols {
+			padded[i] = fmt.Sprintf("%*s", max(len(header[i]), 8), c)
+		}
+		fmt.Fprintln(out, strings.Join(padded, "  "))
+	}
+	printRow(header)
 	start := time.Now()
 	prev, prevT := 0, start
 	for _, n := range checkpoints(c.Files, c.Objects) {
@@ -237,8 +244,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			}
 			row = append(row, mib(sz))
 		}
-		fmt.Fprintf(tw, "%s\t\n", strings.Join(row, "\t"))
-		tw.Flush()
+		printRow(row)
 		prev, prevT = n, now
 	}
 	return nil
