@@ -87,8 +87,9 @@
 // An address becomes suspect when a call to it went unanswered until the
 // caller's deadline (the call failed with ETIMEDOUT and
 // context.DeadlineExceeded; a handler's own ETIMEDOUT or a cancelled call
-// does not count): the server may be frozen (SIGSTOP, swapping), which no
-// connection error reveals. While an address is suspect every call to it
+// does not count), or a dial to it got no answer in time (a partitioned
+// host drops the SYN): the server may be frozen (SIGSTOP, swapping) or cut
+// off, which no connection error reveals. While an address is suspect every call to it
 // fails at once with ETIMEDOUT naming the address, instead of each waiting
 // out its own deadline. One background probe per suspect address dials a
 // connection of its own and sends OpProbe, which the transport server

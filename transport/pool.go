@@ -126,6 +126,13 @@ func (p *Pool) Call(ctx context.Context, addr string, op uint16, parts ...[]byte
 	for attempt := 0; ; attempt++ {
 		c, err := p.get(ctx, addr, s)
 		if err != nil {
+			// A dial that got no answer in time (a partitioned host
+			// drops the SYN) is as telling as an unanswered call:
+			// without this, every retry, such as the kernel's re-read
+			// after a failed read-ahead, would wait out its own timeout.
+			if unanswered(err) || errors.Is(err, errDialTimeout) {
+				p.suspect(addr, a)
+			}
 			return nil, err
 		}
 		resp, err := c.Call(ctx, op, parts...)
@@ -141,6 +148,9 @@ func (p *Pool) Call(ctx context.Context, addr string, op uint16, parts ...[]byte
 		return resp, err
 	}
 }
+
+// errDialTimeout marks a dial that the pool's own DialTimeout cut short.
+var errDialTimeout = errors.New("dial timed out")
 
 // unanswered reports whether err says the server did not answer a call
 // before the caller's deadline (not a handler's ETIMEDOUT, not a cancel).
@@ -283,13 +293,14 @@ func (p *Pool) dial(addr string, s *slot, d *dialing) {
 	defer p.dials.Done()
 	ctx, cancel := context.WithTimeout(p.ctx, p.dialTimeout)
 	c, err := p.t.Dial(ctx, addr)
+	timedOut := errors.Is(ctx.Err(), context.DeadlineExceeded) // before cancel, which sets ctx.Err too
 	cancel()
 	switch {
 	case err == nil:
 	case p.ctx.Err() != nil:
 		err = errPoolClosed
-	case ctx.Err() != nil:
-		err = fmt.Errorf("transport: dial %s: no connection after %v: %w", addr, p.dialTimeout, syscall.EIO)
+	case timedOut:
+		err = fmt.Errorf("transport: dial %s: no connection after %v: %w (%w)", addr, p.dialTimeout, syscall.EIO, errDialTimeout)
 	case !errors.Is(err, syscall.EIO):
 		err = fmt.Errorf("transport: dial %s: %w: %v", addr, syscall.EIO, err)
 	}

@@ -173,10 +173,23 @@ func TestPoolDialErrors(t *testing.T) {
 	if !errors.Is(err, syscall.ETIMEDOUT) || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("ctx expired while dialing: got %v, want ETIMEDOUT naming %s", err, addr)
 	}
-	// The dial timeout expires first -> EIO.
+	// A dial that got no answer marks the address suspect, like an
+	// unanswered call: the next call fails at once, without dialing.
+	start := time.Now()
 	_, err = p.Call(context.Background(), addr, 1)
+	if !errors.Is(err, syscall.ETIMEDOUT) || time.Since(start) > 100*time.Millisecond {
+		t.Fatalf("after an unanswered dial: got %v after %v, want an immediate ETIMEDOUT", err, time.Since(start))
+	}
+
+	// The pool's dial timeout expires first -> EIO (fresh pool).
+	p2 := newPool(t, ct, PoolOptions{DialTimeout: 200 * time.Millisecond})
+	_, err = p2.Call(context.Background(), addr, 1)
 	if !errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ETIMEDOUT) || !strings.Contains(err.Error(), addr) {
 		t.Fatalf("dial timeout: got %v, want EIO naming %s", err, addr)
+	}
+	// ... and it too marks the address suspect.
+	if _, err = p2.Call(context.Background(), addr, 1); !errors.Is(err, syscall.ETIMEDOUT) {
+		t.Fatalf("after a dial timeout: got %v, want ETIMEDOUT (suspect)", err)
 	}
 }
 
