@@ -22,6 +22,7 @@ type mountOptions struct {
 	CacheLimit units.Size     `toml:"cache_limit"`
 	AllowOther bool           `toml:"allow_other"`
 	Debug      bool           `toml:"debug"`
+	Pprof      string         `toml:"pprof"`
 	logOptions
 }
 
@@ -60,6 +61,7 @@ file (key "mountpoint"); the argument wins.`,
 	fs.Var(&o.CacheLimit, "cache-limit", "memory for cached file data")
 	fs.BoolVar(&o.AllowOther, "allow-other", true, "let users other than the one who mounted use the mount (FUSE allow_other)")
 	fs.BoolVar(&o.Debug, "debug", false, "log every FUSE request (very verbose)")
+	addPprofFlag(fs, &o.Pprof)
 	o.logOptions.addFlags(fs)
 	return cmd
 }
@@ -86,6 +88,9 @@ func (o *mountOptions) resolve(cmd *cobra.Command, configPath string, args []str
 	if o.CacheLimit < 1<<20 {
 		return fmt.Errorf("--cache-limit %s is too small (want at least 1MiB)", units.FormatSize(uint64(o.CacheLimit)))
 	}
+	if err := checkPprof(o.Pprof); err != nil {
+		return err
+	}
 	return o.logOptions.validate()
 }
 
@@ -109,11 +114,17 @@ func checkMountpoint(mnt string) error {
 // runMount mounts and serves until ctx is cancelled (SIGINT/SIGTERM: it
 // unmounts) or the file system is unmounted from outside.
 func runMount(ctx context.Context, o *mountOptions) error {
+	log := o.logger(os.Stderr)
+	stopPprof, err := startPprof(o.Pprof, log)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 	return fuse.Run(ctx, fuse.Config{
 		MetaAddr:   o.Meta,
 		Timeout:    time.Duration(o.Timeout),
 		CacheLimit: uint64(o.CacheLimit),
-		Logger:     o.logger(os.Stderr),
+		Logger:     log,
 		Mountpoint: o.Mountpoint,
 		AllowOther: o.AllowOther,
 		Debug:      o.Debug,

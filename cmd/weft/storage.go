@@ -25,6 +25,7 @@ type storageOptions struct {
 	Targets           []string       `toml:"targets" flag:"target"`
 	Capacity          units.Size     `toml:"capacity"`
 	HeartbeatInterval units.Duration `toml:"heartbeat_interval"`
+	Pprof             string         `toml:"pprof"`
 	logOptions
 }
 
@@ -64,6 +65,7 @@ It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.Var(&o.Capacity, "capacity", "per-target byte limit, e.g. 500GiB (default 0: what the disk has)")
 	o.HeartbeatInterval = units.Duration(2 * time.Second)
 	fs.Var(&o.HeartbeatInterval, "heartbeat-interval", "how often to report usage to the metadata server")
+	addPprofFlag(fs, &o.Pprof)
 	o.logOptions.addFlags(fs)
 	return cmd
 }
@@ -108,6 +110,9 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 	if o.HeartbeatInterval <= 0 {
 		return errors.New("--heartbeat-interval must be positive")
 	}
+	if err := checkPprof(o.Pprof); err != nil {
+		return err
+	}
 	return o.logOptions.validate()
 }
 
@@ -115,6 +120,12 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 // pooled connection that redials by itself, so the storage server may start
 // before the metadata server.
 func runStorage(ctx context.Context, o *storageOptions) error {
+	log := o.logger(os.Stderr)
+	stopPprof, err := startPprof(o.Pprof, log)
+	if err != nil {
+		return err
+	}
+	defer stopPprof()
 	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
 	defer pool.Close()
 	return storage.Run(ctx, storage.Config{
@@ -124,7 +135,7 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 		Targets:           o.Targets,
 		Capacity:          uint64(o.Capacity),
 		HeartbeatInterval: time.Duration(o.HeartbeatInterval),
-		Logger:            o.logger(os.Stderr),
+		Logger:            log,
 		Registry:          metarpc.NewClient(pool, o.Meta),
 	})
 }
