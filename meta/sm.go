@@ -319,8 +319,12 @@ func (t *txn) newIno(ino proto.Ino) error {
 	if ino <= proto.RootIno {
 		return errnof(syscall.EINVAL, "bad new inode number %d", ino)
 	}
-	if _, err := t.sm.st.Get(store.InodeKey(uint64(ino))); err == nil {
-		return errnof(syscall.EIO, "inode number %d already in use", ino)
+	// Every stored inode number is below the high-water mark, so only a
+	// number below it can be in use (and needs a read to tell).
+	if uint64(ino) < t.nextIno {
+		if _, err := t.sm.st.Get(store.InodeKey(uint64(ino))); err == nil {
+			return errnof(syscall.EIO, "inode number %d already in use", ino)
+		}
 	}
 	t.nextIno = max(t.nextIno, uint64(ino)+1)
 	t.inodes++

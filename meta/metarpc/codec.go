@@ -529,4 +529,19 @@ func messages(op uint16) (req, resp message, ok bool) {
 	return nil, nil, false
 }
 
+// request returns an empty request message for op (what messages
+// returns, without allocating the response).
+func request(op uint16) (message, bool) {
+	switch op {
+	case OpLookup, OpUnlinkAt, OpRmdirAt:
+		return &nameReq{}, true
+	case OpGetAttr:
+		return &inoReq{}, true
+	case OpCreateOpen:
+		return &createOpenReq{}, true
+	}
+	req, _, ok := messages(op)
+	return req, ok
+}
+
 func errIO(err error) error { return fmt.Errorf("%w: %w", err, syscall.EIO) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cockroachdb/pebble/v2"
+	"github.com/cockroachdb/pebble/v2/bloom"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -31,6 +32,12 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	c := pebble.NewCache(cache)
 	defer c.Unref()
 	opts := &pebble.Options{Cache: c, Logger: quietLogger{}}
+	// Bloom filters on every level (the others inherit L0's): most point
+	// reads of the metadata service miss (the lookup before every create,
+	// the dirent check of every create), and without a filter each miss
+	// searches an index and a data block of every table that may hold the
+	// key. Tables written before keep working without one.
+	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
 	if o.InMemory {
 		opts.FS = vfs.NewMem()
 	}
