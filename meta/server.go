@@ -330,7 +330,7 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 		if !p.IsDir() {
 			return proto.Attr{}, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
 		}
-		return proto.Attr{}, errnof(syscall.ENOENT, "no entry %q in %d", name, parent)
+		return proto.Attr{}, noEntryError{parent, name}
 	}
 	if err != nil {
 		return proto.Attr{}, errnof(syscall.EIO, "lookup: %v", err)
@@ -345,6 +345,19 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 	}
 	return n.Attr, nil
 }
+
+// noEntryError is Lookup's ENOENT, the answer to the lookup before every
+// create: its message is formatted only when someone prints it.
+type noEntryError struct {
+	parent proto.Ino
+	name   string
+}
+
+func (e noEntryError) Error() string {
+	return fmt.Sprintf("meta: no entry %q in %d: %v", e.name, e.parent, syscall.ENOENT)
+}
+
+func (e noEntryError) Unwrap() error { return syscall.ENOENT }
 
 // GetAttr implements proto.MetaService.
 func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
