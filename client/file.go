@@ -296,9 +296,31 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 // that overlap the range, clamps to the file size and fetches the stripe
 // units concurrently; holes and short objects read as zeros.
 func (f *File) Read(ctx context.Context, p []byte, off uint64) (int, error) {
+	bufs, release, err := f.ReadBufs(ctx, p, off)
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, b := range bufs {
+		if len(b) > 0 && &b[0] != &p[n] {
+			copy(p[n:], b)
+		}
+		n += len(b)
+	}
+	release()
+	return n, nil
+}
+
+// ReadBufs is Read without the copy out of read-ahead chunks: it returns
+// the bytes read as consecutive slices, each either into p or into a
+// fetched read-ahead chunk. The chunks stay referenced (their memory is
+// neither reused nor given back to the budget) until release is called,
+// which the caller must do exactly once when it no longer reads the
+// slices. On error there is nothing to release (release is nil).
+func (f *File) ReadBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byte, release func(), err error) {
 	st := f.st
 	if st == nil {
-		return 0, syscall.EINVAL
+		return nil, nil, syscall.EINVAL
 	}
 	st.mu.Lock()
 	for st.truncating > 0 || st.overlaps(off, off+uint64(len(p))) {
@@ -307,7 +329,7 @@ func (f *File) Read(ctx context.Context, p []byte, off uint64) (int, error) {
 	size := st.size()
 	if off >= size || len(p) == 0 {
 		st.mu.Unlock()
-		return 0, nil
+		return nil, noRelease, nil
 	}
 	pieces := f.c.readAheadLocked(st, &f.ra, p, off, size)
 	l := st.layout
@@ -316,7 +338,7 @@ func (f *File) Read(ctx context.Context, p []byte, off uint64) (int, error) {
 	p = p[:n]
 	if len(l.Targets) == 0 || l.StripeSize == 0 {
 		clear(p)
-		return int(n), nil
+		return [][]byte{p}, noRelease, nil
 	}
 	ctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
@@ -324,20 +346,27 @@ func (f *File) Read(ctx context.Context, p []byte, off uint64) (int, error) {
 		return f.readPieces(ctx, st, l, pieces, p, off)
 	}
 	if err := f.c.readRange(ctx, st.ino, l, off, p); err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	return int(n), nil
+	return [][]byte{p}, noRelease, nil
 }
 
+func noRelease() {}
+
 // readPieces serves a read split by readAheadLocked: pieces covered by a
-// chunk are copied from it once it is fetched (and still current), the
-// others are read directly.
-func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, pieces []raPiece, p []byte, off uint64) (int, error) {
-	defer func() {
+// chunk are served from it once it is fetched (and still current), the
+// others are read directly into p.
+func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, pieces []raPiece, p []byte, off uint64) (_ [][]byte, _ func(), err error) {
+	unref := func() {
 		for _, pc := range pieces {
 			if pc.ch != nil {
 				pc.ch.unref()
 			}
+		}
+	}
+	defer func() {
+		if err != nil {
+			unref()
 		}
 	}()
 	for i := range pieces {
@@ -348,7 +377,7 @@ func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, 
 		select {
 		case <-pc.ch.done:
 		case <-ctx.Done():
-			return 0, fmt.Errorf("client: read ino %d at %d: waiting for read-ahead: %w", st.ino, pc.off, syscall.ETIMEDOUT)
+			return nil, nil, fmt.Errorf("client: read ino %d at %d: waiting for read-ahead: %w", st.ino, pc.off, syscall.ETIMEDOUT)
 		}
 	}
 	// A write or truncate accepted while we waited dropped the chunks it
@@ -363,21 +392,23 @@ func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, 
 	}
 	st.mu.Unlock()
 	var direct []int
+	bufs := make([][]byte, len(pieces))
 	for i, pc := range pieces {
 		if pc.ch != nil {
-			copy(p[pc.off-off:pc.end-off], pc.ch.buf[pc.off-pc.ch.off:])
+			bufs[i] = pc.ch.buf[pc.off-pc.ch.off : pc.end-pc.ch.off]
 		} else {
+			bufs[i] = p[pc.off-off : pc.end-off]
 			direct = append(direct, i)
 		}
 	}
-	err := parallel(len(direct), func(j int) error {
+	err = parallel(len(direct), func(j int) error {
 		pc := pieces[direct[j]]
 		return f.c.readRange(ctx, st.ino, l, pc.off, p[pc.off-off:pc.end-off])
 	})
 	if err != nil {
-		return 0, err
+		return nil, nil, err
 	}
-	return len(p), nil
+	return bufs, unref, nil
 }
 
 // readRange fills p with the file bytes at off, fetching stripe units

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"testing"
+	"unsafe"
 
 	"github.com/weft-fs/weft/internal/fake"
 )
@@ -80,4 +81,82 @@ func TestReadAheadInterleaved(t *testing.T) {
 	if calls := e.store.Calls(fake.OpRead) - before; calls != len(offs) {
 		t.Fatalf("%d storage reads for %d random reads", calls, len(offs))
 	}
+}
+
+// TestReadBufsHoldsChunks: ReadBufs serves sequential reads from read-ahead
+// chunks without copying; a chunk's memory stays out of the budget while a
+// caller holds it, even after a write dropped the chunk, and is given back
+// once every holder released it. The bytes held never change.
+func TestReadBufsHoldsChunks(t *testing.T) {
+	const ss = 64 << 10
+	e := newEnv(t, ss, 2, Config{})
+	ctx := context.Background()
+	f, _ := e.create(t, "f")
+	data := make([]byte, 16*ss)
+	for i := range data {
+		data[i] = byte(i*13 + i>>10)
+	}
+	mustWrite(t, f, data, 0)
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var held []func()
+	var heldBufs [][]byte
+	chunkServed := false
+	p := make([]byte, 48<<10)
+	for off := 0; off < len(data); off += len(p) {
+		bufs, release, err := f.ReadBufs(ctx, p, uint64(off))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []byte
+		for _, b := range bufs {
+			if len(b) > 0 && !within(b, p) {
+				chunkServed = true
+			}
+			got = append(got, b...)
+		}
+		if !bytes.Equal(got, data[off:min(off+len(p), len(data))]) {
+			t.Fatalf("ReadBufs at %d: wrong bytes", off)
+		}
+		held = append(held, release)
+		heldBufs = append(heldBufs, bufs...)
+		p = make([]byte, len(p)) // the held slices may point into the old p
+	}
+	if !chunkServed {
+		t.Fatal("no read was served from a read-ahead chunk")
+	}
+	// A write drops every chunk; those held must not be recycled.
+	mustWrite(t, f, make([]byte, len(data)), 0)
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var got []byte
+	for _, b := range heldBufs {
+		got = append(got, b...)
+	}
+	if !bytes.Equal(got, data) {
+		t.Fatal("held slices changed after a write")
+	}
+	e.c.budget.mu.Lock()
+	used := e.c.budget.used
+	e.c.budget.mu.Unlock()
+	if used == 0 {
+		t.Fatal("budget already given back while chunks are held")
+	}
+	for _, r := range held {
+		r()
+	}
+	e.c.budget.mu.Lock()
+	used = e.c.budget.used
+	e.c.budget.mu.Unlock()
+	if used != 0 {
+		t.Fatalf("budget holds %d bytes after every release", used)
+	}
+}
+
+// within reports whether b lies in p's memory.
+func within(b, p []byte) bool {
+	bs, ps := uintptr(unsafe.Pointer(unsafe.SliceData(b))), uintptr(unsafe.Pointer(unsafe.SliceData(p)))
+	return bs >= ps && bs < ps+uintptr(cap(p))
 }

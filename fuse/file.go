@@ -15,13 +15,55 @@ type handle struct {
 	f    *client.File
 }
 
-// Read implements fs.FileReader.
+// Read implements fs.FileReader. The reply is written to the kernel
+// straight from the client's buffers (read-ahead chunks included) with one
+// writev: see bufsResult.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
-	n, err := h.f.Read(ctx, dest, uint64(off))
+	bufs, release, err := h.f.ReadBufs(ctx, dest, uint64(off))
 	if err != nil {
 		return nil, h.fsys.errno("read", err)
 	}
-	return gofuse.ReadResultData(dest[:n]), 0
+	n := 0
+	for _, b := range bufs {
+		n += len(b)
+	}
+	return &bufsResult{bufs: bufs, n: n, release: release}, 0
+}
+
+// bufsResult is a read reply made of slices that may point into
+// read-ahead chunks, held until go-fuse calls Done (after writing the
+// reply, or when it drops a failed one). It has go-fuse's Slices method,
+// so go-fuse writes header and slices with one writev instead of first
+// trying to splice (a pipe round trip that fails for memory buffers) or
+// copying the slices together.
+type bufsResult struct {
+	bufs    [][]byte
+	n       int
+	release func()
+}
+
+func (r *bufsResult) Size() int { return r.n }
+
+func (r *bufsResult) Slices() ([][]byte, gofuse.Status) { return r.bufs, gofuse.OK }
+
+// Bytes concatenates the slices (go-fuse uses it only where it cannot
+// write vectors).
+func (r *bufsResult) Bytes(buf []byte) ([]byte, gofuse.Status) {
+	if len(r.bufs) == 1 {
+		return r.bufs[0], gofuse.OK
+	}
+	buf = buf[:0]
+	for _, b := range r.bufs {
+		buf = append(buf, b...)
+	}
+	return buf, gofuse.OK
+}
+
+func (r *bufsResult) Done() {
+	if r.release != nil {
+		r.release()
+		r.release = nil
+	}
 }
 
 // Write implements fs.FileWriter. Without writeback cache the kernel sends
