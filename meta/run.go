@@ -114,7 +114,8 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Ready(ln.Addr())
 	}
 	<-ctx.Done()
-	log.Info("meta: shutting down")
+	groups, commands := srv.GroupStats()
+	log.Info("meta: shutting down", "group_commits", groups, "commands", commands)
 	errs := []error{ln.Close(), srv.Close(), closePool(), st.Close()}
 	return errors.Join(errs...)
 }
