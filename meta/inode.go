@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"syscall"
 
-	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/wire"
 )
@@ -23,7 +22,7 @@ const inodeVersion = 1
 func (n *inode) encode() []byte {
 	e := wire.NewEncoder(96 + len(n.Symlink) + 4*len(n.Layout.Targets))
 	e.U8(inodeVersion)
-	encodeAttr(e, &n.Attr)
+	n.Attr.Encode(e)
 	e.U64(uint64(n.Parent))
 	e.Bool(n.Written)
 	e.String(n.Symlink)
@@ -36,7 +35,7 @@ func decodeInode(b []byte) (*inode, error) {
 		return nil, fmt.Errorf("meta: inode record version %d not supported", v)
 	}
 	n := &inode{}
-	decodeAttr(d, &n.Attr)
+	n.Attr.Decode(d)
 	n.Parent = proto.Ino(d.U64())
 	n.Written = d.Bool()
 	n.Symlink = d.String()
@@ -44,34 +43,6 @@ func decodeInode(b []byte) (*inode, error) {
 		return nil, fmt.Errorf("meta: decode inode: %w", err)
 	}
 	return n, nil
-}
-
-func encodeAttr(e *wire.Encoder, a *proto.Attr) {
-	e.U64(uint64(a.Ino))
-	e.U32(a.Mode)
-	e.U32(a.Nlink)
-	e.U32(a.Uid)
-	e.U32(a.Gid)
-	e.U32(a.Rdev)
-	e.U64(a.Size)
-	e.I64(a.Atime)
-	e.I64(a.Mtime)
-	e.I64(a.Ctime)
-	a.Layout.Encode(e)
-}
-
-func decodeAttr(d *wire.Decoder, a *proto.Attr) {
-	a.Ino = proto.Ino(d.U64())
-	a.Mode = d.U32()
-	a.Nlink = d.U32()
-	a.Uid = d.U32()
-	a.Gid = d.U32()
-	a.Rdev = d.U32()
-	a.Size = d.U64()
-	a.Atime = d.I64()
-	a.Mtime = d.I64()
-	a.Ctime = d.I64()
-	a.Layout = layout.Decode(d)
 }
 
 // dirent is the value of a directory entry: the child and its file type.

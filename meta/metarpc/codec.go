@@ -72,34 +72,6 @@ func unmarshal(b []byte, m message) error {
 	return nil
 }
 
-func encodeAttr(e *wire.Encoder, a *proto.Attr) {
-	e.U64(uint64(a.Ino))
-	e.U32(a.Mode)
-	e.U32(a.Nlink)
-	e.U32(a.Uid)
-	e.U32(a.Gid)
-	e.U32(a.Rdev)
-	e.U64(a.Size)
-	e.I64(a.Atime)
-	e.I64(a.Mtime)
-	e.I64(a.Ctime)
-	a.Layout.Encode(e)
-}
-
-func decodeAttr(d *wire.Decoder, a *proto.Attr) {
-	a.Ino = proto.Ino(d.U64())
-	a.Mode = d.U32()
-	a.Nlink = d.U32()
-	a.Uid = d.U32()
-	a.Gid = d.U32()
-	a.Rdev = d.U32()
-	a.Size = d.U64()
-	a.Atime = d.I64()
-	a.Mtime = d.I64()
-	a.Ctime = d.I64()
-	a.Layout = layout.Decode(d)
-}
-
 // --- requests ---
 
 type inoReq struct{ Ino proto.Ino } // getattr, readlink, listxattr, open, release
@@ -379,14 +351,14 @@ func (*emptyMsg) decode(*wire.Decoder) {}
 
 type attrResp struct{ Attr proto.Attr }
 
-func (m *attrResp) encode(e *wire.Encoder) { encodeAttr(e, &m.Attr) }
-func (m *attrResp) decode(d *wire.Decoder) { decodeAttr(d, &m.Attr) }
+func (m *attrResp) encode(e *wire.Encoder) { m.Attr.Encode(e) }
+func (m *attrResp) decode(d *wire.Decoder) { m.Attr.Decode(d) }
 
 // attr2Resp carries an entry's attributes and its parent directory's.
 type attr2Resp struct{ Attr, Parent proto.Attr }
 
-func (m *attr2Resp) encode(e *wire.Encoder) { encodeAttr(e, &m.Attr); encodeAttr(e, &m.Parent) }
-func (m *attr2Resp) decode(d *wire.Decoder) { decodeAttr(d, &m.Attr); decodeAttr(d, &m.Parent) }
+func (m *attr2Resp) encode(e *wire.Encoder) { m.Attr.Encode(e); m.Parent.Encode(e) }
+func (m *attr2Resp) decode(d *wire.Decoder) { m.Attr.Decode(d); m.Parent.Decode(d) }
 
 type stringResp struct{ S string }
 
@@ -404,7 +376,7 @@ func (m *dirResp) encode(e *wire.Encoder) {
 	e.U32(uint32(len(m.Entries)))
 	for i := range m.Entries {
 		e.String(m.Entries[i].Name)
-		encodeAttr(e, &m.Entries[i].Attr)
+		m.Entries[i].Attr.Encode(e)
 	}
 }
 
@@ -413,7 +385,7 @@ func (m *dirResp) decode(d *wire.Decoder) {
 	m.Entries = make([]proto.DirEntry, n)
 	for i := range m.Entries {
 		m.Entries[i].Name = d.String()
-		decodeAttr(d, &m.Entries[i].Attr)
+		m.Entries[i].Attr.Decode(d)
 	}
 }
 
