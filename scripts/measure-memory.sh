@@ -9,7 +9,7 @@
 #                 every 0.5 s and the peak of each phase is printed with the
 #                 mount's VmHWM at the end.
 #   client-small  the same with the pieces started by hand and the mount
-#                 given --cache-limit 64MiB (weft up has no flag for it).
+#                 given --cache-limit 256MiB, the smallest allowed (weft up has no flag for it).
 #   servers       meta + 2 storage servers (4 targets), no mount; mdload
 #                 creates FILES files in DIRS directories through the meta
 #                 RPCs and writes one OBJSIZE object for each of the first
@@ -175,13 +175,13 @@ client_small() {
 	# weft mount fails (EIO, leaving a dead mount behind) if meta is not
 	# listening yet
 	wait_for 30 listening "$PORT"
-	env ${GCTRACE:+GODEBUG=gctrace=1} "$BIN/weft" mount --meta "127.0.0.1:$PORT" --cache-limit 64MiB --allow-other=false "$MNT" >"$d/logs/mount.log" 2>&1 &
+	env ${GCTRACE:+GODEBUG=gctrace=1} "$BIN/weft" mount --meta "127.0.0.1:$PORT" --cache-limit 256MiB --allow-other=false "$MNT" >"$d/logs/mount.log" 2>&1 &
 	PIDS+=($!)
 	local pid=$!
 	wait_for 30 mounted
 	# targets register with their first heartbeat
 	wait_for 30 targets_up 4
-	log "client-small: mount pid $pid (--cache-limit 64MiB)"
+	log "client-small: mount pid $pid (--cache-limit 256MiB)"
 	run_bench client-small "$pid"
 	if [ -n "${GCTRACE:-}" ]; then
 		cp "$d/logs/mount.log" "$OUT/results/client-small/mount.log"

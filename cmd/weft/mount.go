@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,7 +59,7 @@ file (key "mountpoint"); the argument wins.`,
 	o.Timeout = units.Duration(30 * time.Second)
 	fs.Var(&o.Timeout, "timeout", "give up on a server request after this long; the operation then fails with ETIMEDOUT")
 	o.CacheLimit = units.Size(1 << 30)
-	fs.Var(&o.CacheLimit, "cache-limit", "memory for cached file data")
+	fs.Var(&o.CacheLimit, "cache-limit", "memory the mount process may use, write-behind and read-ahead buffers included (at least 256MiB)")
 	fs.BoolVar(&o.AllowOther, "allow-other", true, "let users other than the one who mounted use the mount (FUSE allow_other)")
 	fs.BoolVar(&o.Debug, "debug", false, "log every FUSE request (very verbose)")
 	addPprofFlag(fs, &o.Pprof)
@@ -85,8 +86,9 @@ func (o *mountOptions) resolve(cmd *cobra.Command, configPath string, args []str
 	if o.Timeout <= 0 {
 		return errors.New("--timeout must be positive")
 	}
-	if o.CacheLimit < 1<<20 {
-		return fmt.Errorf("--cache-limit %s is too small (want at least 1MiB)", units.FormatSize(uint64(o.CacheLimit)))
+	if o.CacheLimit < minCacheLimit {
+		return fmt.Errorf("--cache-limit %s is too small: the mount needs at least %s (its FUSE request buffers alone take up to %s)",
+			units.FormatSize(uint64(o.CacheLimit)), units.FormatSize(minCacheLimit), units.FormatSize(fixedMemory))
 	}
 	if err := checkPprof(o.Pprof); err != nil {
 		return err
@@ -111,6 +113,20 @@ func checkMountpoint(mnt string) error {
 	return nil
 }
 
+// The cache limit bounds the whole mount process, not only its data
+// buffers: fixedMemory is set aside for what does not scale with cached data
+// (go-fuse's 1 MiB request buffers, the Go runtime, metadata), the rest is
+// the budget of write-behind and read-ahead buffers, and the Go runtime is
+// told the limit (a soft one: the collector works harder near it) so that
+// garbage does not pile up to twice the live heap, as it would by default.
+const (
+	fixedMemory   = 128 << 20
+	minCacheLimit = 2 * fixedMemory
+)
+
+// dataBudget is the part of the cache limit that file data may use.
+func dataBudget(cacheLimit uint64) uint64 { return cacheLimit - fixedMemory }
+
 // runMount mounts and serves until ctx is cancelled (SIGINT/SIGTERM: it
 // unmounts) or the file system is unmounted from outside.
 func runMount(ctx context.Context, o *mountOptions) error {
@@ -120,10 +136,13 @@ func runMount(ctx context.Context, o *mountOptions) error {
 		return err
 	}
 	defer stopPprof()
+	if os.Getenv("GOMEMLIMIT") == "" { // an explicit GOMEMLIMIT wins
+		debug.SetMemoryLimit(int64(o.CacheLimit))
+	}
 	return fuse.Run(ctx, fuse.Config{
 		MetaAddr:   o.Meta,
 		Timeout:    time.Duration(o.Timeout),
-		CacheLimit: uint64(o.CacheLimit),
+		CacheLimit: dataBudget(uint64(o.CacheLimit)),
 		Logger:     log,
 		Mountpoint: o.Mountpoint,
 		AllowOther: o.AllowOther,
