@@ -55,6 +55,11 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return err
 	}
+	// Mount only once the metadata server answers: a mount whose first
+	// requests all fail is a dead mount the user has to clean up by hand.
+	if err := waitForMeta(ctx, cl, cfg); err != nil {
+		return errors.Join(err, cl.Close())
+	}
 	srv, err := Mount(cl, cfg)
 	if err != nil {
 		return errors.Join(err, cl.Close())
@@ -71,6 +76,30 @@ func Run(ctx context.Context, cfg Config) error {
 	case <-done:
 	}
 	return errors.Join(err, cl.Close())
+}
+
+// waitForMeta asks the metadata server for the root until it answers,
+// retrying for up to the RPC timeout, so that a mount started together with
+// its servers (weft up, systemd) does not race them.
+func waitForMeta(ctx context.Context, cl *client.Client, cfg Config) error {
+	timeout := cfg.ClientConfig().Timeout
+	if timeout <= 0 {
+		timeout = client.DefaultTimeout
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		_, err := cl.GetAttr(ctx, proto.RootIno)
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil || time.Now().After(deadline) {
+			return fmt.Errorf("fuse: metadata server %s did not answer within %v, not mounting: %w", cfg.MetaAddr, timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
 
 // Server is a mounted weft filesystem.

@@ -172,8 +172,8 @@ client_small() {
 	cleanup_dirs
 	mkdir -p "$MNT"
 	start_servers "$d"
-	# weft mount fails (EIO, leaving a dead mount behind) if meta is not
-	# listening yet
+	# weft mount waits up to its --timeout for meta; waiting here keeps
+	# that wait out of the measurement
 	wait_for 30 listening "$PORT"
 	env ${GCTRACE:+GODEBUG=gctrace=1} "$BIN/weft" mount --meta "127.0.0.1:$PORT" --cache-limit 256MiB --allow-other=false "$MNT" >"$d/logs/mount.log" 2>&1 &
 	PIDS+=($!)

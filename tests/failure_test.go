@@ -2,10 +2,14 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -338,5 +342,38 @@ func TestFrozenServers(t *testing.T) {
 	t.Logf("mkdir worked again %v after SIGCONT", time.Since(start).Round(time.Millisecond))
 	if d := time.Since(start); d > thawBound {
 		t.Errorf("mkdir worked again only %v after SIGCONT, want within %v", d, thawBound)
+	}
+}
+
+// TestMountWithoutMeta starts a mount whose metadata server is not there:
+// it must fail within its timeout with a message naming the server, and
+// leave no dead FUSE mount behind.
+func TestMountWithoutMeta(t *testing.T) {
+	bin := testcluster.Binary(t)
+	mnt := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close() // nothing listens there now
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	start := time.Now()
+	out, err := exec.CommandContext(ctx, bin, "mount", "--meta", addr, "--timeout", "2s", mnt).CombinedOutput()
+	took := time.Since(start)
+	if err == nil {
+		exec.Command("fusermount3", "-u", "-z", mnt).Run()
+		t.Fatalf("weft mount without a metadata server succeeded: %s", out)
+	}
+	if !strings.Contains(string(out), addr) || !strings.Contains(string(out), "did not answer") {
+		t.Errorf("error does not say which server did not answer: %s", out)
+	}
+	if took > 10*time.Second {
+		t.Errorf("weft mount took %v to give up with --timeout 2s", took)
+	}
+	if mounts, _ := os.ReadFile("/proc/self/mountinfo"); strings.Contains(string(mounts), " "+mnt+" ") {
+		exec.Command("fusermount3", "-u", "-z", mnt).Run()
+		t.Errorf("a dead mount was left at %s", mnt)
 	}
 }
