@@ -45,10 +45,12 @@
 // (metarpc.Extended; the server does), CreateOpen creates and opens a file
 // in one call, and CreateOpen, UnlinkAt and RmdirAt also return the parent
 // directory's new attributes. Releases of open handles are sent in the
-// background, batched (ReleaseMany): File.Release returns at once and the
-// server drops the open count a moment after the close, never before it,
-// so a file unlinked while open here stays until its last close; Close
-// waits for queued releases. A service without them (ENOSYS) gets the
+// background, batched (ReleaseMany, after waiting up to 2 ms for others to
+// join): File.Release returns at once and the server drops the open count a
+// moment after the close, never before it, so a file unlinked while open
+// here stays until its last close. Unlink and Rename first send the queued
+// releases, so a file closed just before is deleted by the unlink itself
+// rather than left as an orphan; Close waits for queued releases. A service without them (ENOSYS) gets the
 // plain calls.
 //
 // # Failures

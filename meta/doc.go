@@ -85,7 +85,11 @@
 // RegisterTarget gives a storage target (named by the uuid in its
 // directory) a stable id through a command; heartbeats that change nothing
 // persisted only refresh usage and liveness in memory. A target is up if
-// heard from within HeartbeatTimeout (default 10 s).
+// heard from within HeartbeatTimeout (default 10 s). After a restart the
+// registered targets count as up for one HeartbeatTimeout before their
+// first heartbeat (their usage unknown, placement treats them as not
+// full), so files can be created at once; one still silent after that is
+// marked down.
 //
 // # Invariants
 //
