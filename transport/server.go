@@ -10,6 +10,7 @@ import (
 	"net"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -124,8 +125,26 @@ type serverConn struct {
 	ctx      context.Context // cancelled when the connection ends
 	cancel   context.CancelFunc
 	sem      chan struct{}
-	handlers sync.WaitGroup
+	handlers sync.WaitGroup // one per handler goroutine (workers)
+
+	// work hands a request to an idle worker: the reader sends only when
+	// a worker is waiting to receive, else it starts a new worker, up to
+	// MaxInflight of them (workers counts them; only the reader starts
+	// workers, and a worker that leaves decrements it).
+	work    chan request
+	workers atomic.Int32
+	idle    atomic.Int32 // workers waiting on work (or about to)
 }
+
+// request is one request read from the connection, waiting for a worker.
+type request struct {
+	h    header
+	body []byte
+}
+
+// maxIdleWorkers bounds the workers a connection keeps waiting for requests
+// once a burst is over; the others exit.
+const maxIdleWorkers = 16
 
 func (l *tcpListener) newServerConn(nc net.Conn) *serverConn {
 	ctx, cancel := context.WithCancel(l.ctx)
@@ -136,6 +155,7 @@ func (l *tcpListener) newServerConn(nc net.Conn) *serverConn {
 		ctx:    ctx,
 		cancel: cancel,
 		sem:    make(chan struct{}, l.t.maxInflight),
+		work:   make(chan request),
 	}
 	sc.w = newFrameWriter(nc, func(err error) {
 		// The reader notices the close and ends the connection.
@@ -205,8 +225,58 @@ func (sc *serverConn) readLoop() error {
 		case <-sc.ctx.Done():
 			return nil
 		}
+		if !sc.dispatch(request{h, body}) {
+			<-sc.sem
+			sc.l.bodies.put(body)
+			return nil
+		}
+	}
+}
+
+// dispatch hands r to an idle worker, or starts a worker for it when none
+// is idle and fewer than MaxInflight exist (the reader holds r's slot, so
+// at the limit some worker is idle or about to be, and the send waits for
+// it). It reports false if the connection ended first.
+func (sc *serverConn) dispatch(r request) bool {
+	select {
+	case sc.work <- r:
+		return true
+	default:
+	}
+	if int(sc.workers.Load()) < cap(sc.sem) {
+		sc.workers.Add(1)
 		sc.handlers.Add(1)
-		go sc.handle(h, body)
+		go sc.worker(r)
+		return true
+	}
+	select {
+	case sc.work <- r:
+		return true
+	case <-sc.ctx.Done():
+		return false
+	}
+}
+
+// worker handles r, then the requests the reader hands it, until the
+// connection ends or enough other workers are idle. A long-lived worker
+// saves a goroutine start per request and keeps the stack its handler
+// grew.
+func (sc *serverConn) worker(r request) {
+	defer sc.handlers.Done()
+	defer sc.workers.Add(-1)
+	for {
+		sc.handle(r.h, r.body)
+		if sc.idle.Add(1) > maxIdleWorkers {
+			sc.idle.Add(-1)
+			return
+		}
+		select {
+		case r = <-sc.work:
+			sc.idle.Add(-1)
+		case <-sc.ctx.Done():
+			sc.idle.Add(-1)
+			return
+		}
 	}
 }
 
@@ -215,7 +285,6 @@ func (sc *serverConn) readLoop() error {
 // slot until the response is written, so a client that does not read its
 // responses stops the server from reading its requests.
 func (sc *serverConn) handle(h header, req []byte) {
-	defer sc.handlers.Done()
 	defer func() { <-sc.sem }()
 
 	rc := &reqCtx{Context: sc.ctx}
