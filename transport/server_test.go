@@ -208,3 +208,81 @@ func TestProbeAnsweredByTransport(t *testing.T) {
 		t.Errorf("probes logged:\n%s", s)
 	}
 }
+
+// TestHandlerWorkers: the server reuses handler goroutines across requests,
+// and handlers that block (up to MaxInflight-1 of them) never hold up
+// others on the same connection, whether or not an idle worker is left.
+func TestHandlerWorkers(t *testing.T) {
+	tr := NewTCPWith(TCPOptions{MaxInflight: 3, Logger: slog.New(slog.DiscardHandler)})
+	var mu sync.Mutex
+	gids := make(map[string]bool)
+	blocked := make(chan struct{}, 10)
+	l, err := tr.Listen("127.0.0.1:0", func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+		var buf [64]byte
+		id, _, _ := strings.Cut(string(buf[:runtime.Stack(buf[:], false)]), " [")
+		mu.Lock()
+		gids[id] = true
+		mu.Unlock()
+		if op == 2 {
+			blocked <- struct{}{}
+			<-ctx.Done()
+			return nil, ctx.Err()
+		}
+		return req, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	defer func() {
+		if !closed {
+			_ = l.Close()
+		}
+	}()
+	c := dial(t, tr, l.Addr())
+	ctx := context.Background()
+	const n = 200
+	for i := range n {
+		want := fmt.Sprint(i)
+		if resp, err := c.Call(ctx, 1, []byte(want)); err != nil || string(resp) != want {
+			t.Fatalf("call %d: %q, %v", i, resp, err)
+		}
+	}
+	mu.Lock()
+	if len(gids) > n/4 {
+		t.Errorf("%d sequential calls ran on %d goroutines, want handler goroutines reused", n, len(gids))
+	}
+	mu.Unlock()
+
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			_, err := c.Call(ctx, 2)
+			errs <- err
+		}()
+	}
+	for range 2 {
+		select {
+		case <-blocked:
+		case <-time.After(5 * time.Second):
+			t.Fatal("blocking handlers did not start")
+		}
+	}
+	for i := range 50 {
+		cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		resp, err := c.Call(cctx, 1, []byte("x"))
+		cancel()
+		if err != nil || string(resp) != "x" {
+			t.Fatalf("call %d beside 2 blocked handlers (MaxInflight 3): %q, %v", i, resp, err)
+		}
+	}
+	closed = true
+	if err := l.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := <-errs; !errors.Is(err, syscall.EIO) {
+			t.Errorf("blocked call after Close: %v, want EIO", err)
+		}
+	}
+}
