@@ -117,15 +117,7 @@ func (c *Command) Encode() []byte {
 	e.String(c.Text)
 	e.String(c.Addr)
 	e.Bytes(c.Value)
-	s := c.SetAttr
-	e.U32(s.Valid)
-	e.U32(s.Mode)
-	e.U32(s.Uid)
-	e.U32(s.Gid)
-	e.U64(s.Size)
-	e.I64(s.Atime)
-	e.I64(s.Mtime)
-	e.I64(s.Ctime)
+	c.SetAttr.Encode(e)
 	e.Bool(c.Layout != nil)
 	if c.Layout != nil {
 		c.Layout.Encode(e)
@@ -175,14 +167,7 @@ func DecodeCommand(b []byte) (*Command, error) {
 	if v := d.BytesMax(maxCmdValue); len(v) > 0 {
 		c.Value = append([]byte(nil), v...)
 	}
-	c.SetAttr.Valid = d.U32()
-	c.SetAttr.Mode = d.U32()
-	c.SetAttr.Uid = d.U32()
-	c.SetAttr.Gid = d.U32()
-	c.SetAttr.Size = d.U64()
-	c.SetAttr.Atime = d.I64()
-	c.SetAttr.Mtime = d.I64()
-	c.SetAttr.Ctime = d.I64()
+	c.SetAttr.Decode(d)
 	if d.Bool() {
 		l := layout.Decode(d)
 		c.Layout = &l

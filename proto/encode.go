@@ -36,3 +36,28 @@ func (a *Attr) Decode(d *wire.Decoder) {
 	a.Ctime = d.I64()
 	a.Layout = layout.Decode(d)
 }
+
+// Encode appends s to e. The metadata server's command log and its RPC
+// both carry setattr requests in this form.
+func (s *SetAttrIn) Encode(e *wire.Encoder) {
+	e.U32(s.Valid)
+	e.U32(s.Mode)
+	e.U32(s.Uid)
+	e.U32(s.Gid)
+	e.U64(s.Size)
+	e.I64(s.Atime)
+	e.I64(s.Mtime)
+	e.I64(s.Ctime)
+}
+
+// Decode reads what Encode wrote into s; errors are left in d.
+func (s *SetAttrIn) Decode(d *wire.Decoder) {
+	s.Valid = d.U32()
+	s.Mode = d.U32()
+	s.Uid = d.U32()
+	s.Gid = d.U32()
+	s.Size = d.U64()
+	s.Atime = d.I64()
+	s.Mtime = d.I64()
+	s.Ctime = d.I64()
+}

@@ -94,26 +94,12 @@ type setAttrReq struct {
 
 func (m *setAttrReq) encode(e *wire.Encoder) {
 	e.U64(uint64(m.Ino))
-	e.U32(m.In.Valid)
-	e.U32(m.In.Mode)
-	e.U32(m.In.Uid)
-	e.U32(m.In.Gid)
-	e.U64(m.In.Size)
-	e.I64(m.In.Atime)
-	e.I64(m.In.Mtime)
-	e.I64(m.In.Ctime)
+	m.In.Encode(e)
 }
 
 func (m *setAttrReq) decode(d *wire.Decoder) {
 	m.Ino = proto.Ino(d.U64())
-	m.In.Valid = d.U32()
-	m.In.Mode = d.U32()
-	m.In.Uid = d.U32()
-	m.In.Gid = d.U32()
-	m.In.Size = d.U64()
-	m.In.Atime = d.I64()
-	m.In.Mtime = d.I64()
-	m.In.Ctime = d.I64()
+	m.In.Decode(d)
 }
 
 type createReq struct{ In proto.CreateIn }
