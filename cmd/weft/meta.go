@@ -2,17 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"log/slog"
-	"net"
-	"net/http"
-	"net/http/pprof"
-	"os"
 	"time"
 
 	"github.com/spf13/cobra"
-	"github.com/spf13/pflag"
 
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta"
@@ -27,8 +20,7 @@ type metaOptions struct {
 	Listen           string         `toml:"listen"`
 	Data             string         `toml:"data"`
 	HeartbeatTimeout units.Duration `toml:"heartbeat_timeout"`
-	Pprof            string         `toml:"pprof"`
-	logOptions
+	daemonOptions
 }
 
 func newMetaCmd() *cobra.Command { return metaCommand(runMeta) }
@@ -62,8 +54,7 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.StringVar(&o.Data, "data", "", "directory holding the metadata database (must exist)")
 	o.HeartbeatTimeout = units.Duration(10 * time.Second)
 	fs.Var(&o.HeartbeatTimeout, "heartbeat-timeout", "a storage target not heard from for this long is reported down")
-	addPprofFlag(fs, &o.Pprof)
-	o.logOptions.addFlags(fs)
+	o.daemonOptions.addFlags(fs)
 	return cmd
 }
 
@@ -82,17 +73,13 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	if o.HeartbeatTimeout <= 0 {
 		return fmt.Errorf("--heartbeat-timeout must be positive")
 	}
-	if err := checkPprof(o.Pprof); err != nil {
-		return err
-	}
-	return o.logOptions.validate()
+	return o.daemonOptions.validate()
 }
 
 // runMeta serves the metadata service. Its storage client removes the
 // objects of deleted files from the targets.
 func runMeta(ctx context.Context, o *metaOptions) error {
-	log := o.logger(os.Stderr)
-	stopPprof, err := startPprof(o.Pprof, log)
+	log, stopPprof, err := o.start()
 	if err != nil {
 		return err
 	}
@@ -108,48 +95,4 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 			return storagerpc.NewClient(pool, resolve)
 		},
 	})
-}
-
-// addPprofFlag adds --pprof, shared by the daemons.
-func addPprofFlag(fs *pflag.FlagSet, addr *string) {
-	fs.StringVar(addr, "pprof", "", "serve Go profiles (net/http/pprof, /debug/pprof/) on this address, e.g. 127.0.0.1:7651 (default off; keep it off untrusted networks)")
-}
-
-func checkPprof(addr string) error {
-	if addr == "" {
-		return nil
-	}
-	return checkAddr("pprof", addr, true)
-}
-
-// startPprof serves net/http/pprof on addr (nothing when addr is empty)
-// until the returned stop is called. It listens before returning, so a busy
-// port is an error at startup.
-func startPprof(addr string, log *slog.Logger) (stop func(), err error) {
-	if addr == "" {
-		return func() {}, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--pprof: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("pprof server stopped", "addr", addr, "err", err)
-		}
-	}()
-	log.Info("serving pprof", "addr", ln.Addr().String())
-	return func() {
-		_ = srv.Close()
-		<-done
-	}, nil
 }

@@ -23,8 +23,7 @@ type mountOptions struct {
 	CacheLimit units.Size     `toml:"cache_limit"`
 	AllowOther bool           `toml:"allow_other"`
 	Debug      bool           `toml:"debug"`
-	Pprof      string         `toml:"pprof"`
-	logOptions
+	daemonOptions
 }
 
 func newMountCmd() *cobra.Command { return mountCommand(runMount) }
@@ -62,8 +61,7 @@ file (key "mountpoint"); the argument wins.`,
 	fs.Var(&o.CacheLimit, "cache-limit", "memory the mount process may use, write-behind and read-ahead buffers included (at least 256MiB)")
 	fs.BoolVar(&o.AllowOther, "allow-other", true, "let users other than the one who mounted use the mount (FUSE allow_other)")
 	fs.BoolVar(&o.Debug, "debug", false, "log every FUSE request (very verbose)")
-	addPprofFlag(fs, &o.Pprof)
-	o.logOptions.addFlags(fs)
+	o.daemonOptions.addFlags(fs)
 	return cmd
 }
 
@@ -90,10 +88,7 @@ func (o *mountOptions) resolve(cmd *cobra.Command, configPath string, args []str
 		return fmt.Errorf("--cache-limit %s is too small: the mount needs at least %s (its FUSE request buffers alone take up to %s)",
 			units.FormatSize(uint64(o.CacheLimit)), units.FormatSize(minCacheLimit), units.FormatSize(fixedMemory))
 	}
-	if err := checkPprof(o.Pprof); err != nil {
-		return err
-	}
-	return o.logOptions.validate()
+	return o.daemonOptions.validate()
 }
 
 // checkMountpoint fails unless mnt is an existing directory; it names the
@@ -130,8 +125,7 @@ func dataBudget(cacheLimit uint64) uint64 { return cacheLimit - fixedMemory }
 // runMount mounts and serves until ctx is cancelled (SIGINT/SIGTERM: it
 // unmounts) or the file system is unmounted from outside.
 func runMount(ctx context.Context, o *mountOptions) error {
-	log := o.logger(os.Stderr)
-	stopPprof, err := startPprof(o.Pprof, log)
+	log, stopPprof, err := o.start()
 	if err != nil {
 		return err
 	}

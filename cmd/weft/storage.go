@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"time"
 
@@ -25,8 +24,7 @@ type storageOptions struct {
 	Targets           []string       `toml:"targets" flag:"target"`
 	Capacity          units.Size     `toml:"capacity"`
 	HeartbeatInterval units.Duration `toml:"heartbeat_interval"`
-	Pprof             string         `toml:"pprof"`
-	logOptions
+	daemonOptions
 }
 
 func newStorageCmd() *cobra.Command { return storageCommand(runStorage) }
@@ -65,8 +63,7 @@ It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.Var(&o.Capacity, "capacity", "per-target byte limit, e.g. 500GiB (default 0: what the disk has)")
 	o.HeartbeatInterval = units.Duration(2 * time.Second)
 	fs.Var(&o.HeartbeatInterval, "heartbeat-interval", "how often to report usage to the metadata server")
-	addPprofFlag(fs, &o.Pprof)
-	o.logOptions.addFlags(fs)
+	o.daemonOptions.addFlags(fs)
 	return cmd
 }
 
@@ -110,18 +107,14 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 	if o.HeartbeatInterval <= 0 {
 		return errors.New("--heartbeat-interval must be positive")
 	}
-	if err := checkPprof(o.Pprof); err != nil {
-		return err
-	}
-	return o.logOptions.validate()
+	return o.daemonOptions.validate()
 }
 
 // runStorage serves the targets; the metadata server is reached through a
 // pooled connection that redials by itself, so the storage server may start
 // before the metadata server.
 func runStorage(ctx context.Context, o *storageOptions) error {
-	log := o.logger(os.Stderr)
-	stopPprof, err := startPprof(o.Pprof, log)
+	log, stopPprof, err := o.start()
 	if err != nil {
 		return err
 	}
