@@ -393,14 +393,20 @@ func (w *worker) iorEasy(write bool) (*job, error) {
 	}
 	src := w.neighbour()
 	p := w.path("ior-easy", easyFile(src))
+	return verifiedReadJob(p, w.openFlags(false, true), buf, src, func(i int64) int64 { return i * EasyTransfer })
+}
+
+// verifiedReadJob reads item i of p at offset(i) into buf and counts the
+// reads whose bytes are not what rank owner wrote there.
+func verifiedReadJob(p string, flags int, buf []byte, owner int, offset func(i int64) int64) (*job, error) {
 	var mism int64
-	j, err := fileJob(p, w.openFlags(false, true), false, EasyTransfer, func(fd int, i int64) error {
-		off := i * EasyTransfer
+	j, err := fileJob(p, flags, false, int64(len(buf)), func(fd int, i int64) error {
+		off := offset(i)
 		n, err := preadFull(fd, buf, off)
 		if err != nil {
 			return fmt.Errorf("bench: read %s at %d: %w", p, off, err)
 		}
-		if n != len(buf) || Check(buf, src, off) >= 0 {
+		if n != len(buf) || Check(buf, owner, off) >= 0 {
 			mism++
 		}
 		return nil
@@ -432,22 +438,7 @@ func (w *worker) iorHard(write bool) (*job, error) {
 			return nil
 		})
 	}
-	var mism int64
-	j, err := fileJob(p, w.openFlags(false, false), false, HardRecord, func(fd int, s int64) error {
-		off := offset(s)
-		n, err := preadFull(fd, buf, off)
-		if err != nil {
-			return fmt.Errorf("bench: read %s at %d: %w", p, off, err)
-		}
-		if n != len(buf) || Check(buf, owner, off) >= 0 {
-			mism++
-		}
-		return nil
-	})
-	if j != nil {
-		j.mism = &mism
-	}
-	return j, err
+	return verifiedReadJob(p, w.openFlags(false, false), buf, owner, offset)
 }
 
 // iorRnd reads random 4 KiB blocks of the neighbour's ior-easy file, which
@@ -461,22 +452,7 @@ func (w *worker) iorRnd(transfers int64) (*job, error) {
 	p := w.path("ior-easy", easyFile(src))
 	buf := alignedBuf(RndBlock)
 	rng := rand.New(rand.NewPCG(uint64(w.rank), uint64(time.Now().UnixNano())))
-	var mism int64
-	j, err := fileJob(p, w.openFlags(false, true), false, RndBlock, func(fd int, _ int64) error {
-		off := rng.Int64N(blocks) * RndBlock
-		n, err := preadFull(fd, buf, off)
-		if err != nil {
-			return fmt.Errorf("bench: read %s at %d: %w", p, off, err)
-		}
-		if n != len(buf) || Check(buf, src, off) >= 0 {
-			mism++
-		}
-		return nil
-	})
-	if j != nil {
-		j.mism = &mism
-	}
-	return j, err
+	return verifiedReadJob(p, w.openFlags(false, true), buf, src, func(int64) int64 { return rng.Int64N(blocks) * RndBlock })
 }
 
 func (w *worker) mdEasy(phase string) (*job, error) {
