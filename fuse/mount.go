@@ -12,6 +12,7 @@ import (
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/weft-fs/weft/client"
+	"github.com/weft-fs/weft/internal/bdi"
 	"github.com/weft-fs/weft/proto"
 )
 
@@ -148,6 +149,13 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 	srv, err := fs.Mount(cfg.Mountpoint, root, opts)
 	if err != nil {
 		return nil, fmt.Errorf("fuse: mount %s: %w", cfg.Mountpoint, err)
+	}
+	// MaxReadAhead can only lower the 128 KiB window the kernel offers in
+	// FUSE_INIT; raising the mount's bdi window lets buffered sequential
+	// reads arrive as 1 MiB requests (8x fewer round trips). Not needed for
+	// correctness, so a failure (not root, no sysfs) only costs speed.
+	if err := bdi.SetReadAhead(cfg.Mountpoint, maxIO); err != nil {
+		log.Info("fuse: keeping the kernel's read-ahead window", "err", err)
 	}
 	return &Server{srv: srv, mountpoint: cfg.Mountpoint, log: log}, nil
 }

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/weft-fs/weft/internal/bdi"
 	"github.com/weft-fs/weft/internal/testcluster"
 )
 
@@ -34,6 +35,18 @@ func TestPOSIX(t *testing.T) {
 			t.Errorf("%s: got %v, want %v", what, err, want)
 		}
 	}
+
+	t.Run("read-ahead window", func(t *testing.T) {
+		// weft mount raises the kernel's 128 KiB default (see internal/bdi)
+		// so that buffered sequential reads arrive as 1 MiB requests.
+		ra, err := bdi.ReadAhead(mnt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ra != 1<<20 {
+			t.Errorf("read-ahead window of the mount = %d bytes, want 1 MiB", ra)
+		}
+	})
 
 	t.Run("files", func(t *testing.T) {
 		d := dir(t)

@@ -10,6 +10,8 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weft-fs/weft/internal/bdi"
 )
 
 // Options of the ceiling mount.
@@ -52,6 +54,9 @@ func New(backing, mountpoint string) (*Mount, error) {
 	if err != nil {
 		return nil, fmt.Errorf("fuseceiling: mount %s: %w", mountpoint, err)
 	}
+	// The same read-ahead window as a weft mount (see internal/bdi), so the
+	// ceiling is not handicapped on buffered reads; best effort there too.
+	_ = bdi.SetReadAhead(mountpoint, MaxReadAhead)
 	return &Mount{Mountpoint: mountpoint, Backing: backing, server: srv}, nil
 }
 
