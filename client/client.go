@@ -12,6 +12,7 @@ import (
 
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
 )
 
 // Config configures a Client.
@@ -25,6 +26,8 @@ type Config struct {
 	CacheLimit uint64
 	// Logger receives warnings (failed background writes); nil means discard.
 	Logger *slog.Logger
+	// Transport carries the RPCs made by New; nil means TCP.
+	Transport transport.Transport
 }
 
 const (

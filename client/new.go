@@ -22,7 +22,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if cfg.MetaAddr == "" {
 		return nil, fmt.Errorf("client: no metadata server address: %w", syscall.EINVAL)
 	}
-	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+	tr := cfg.Transport
+	if tr == nil {
+		tr = transport.NewTCP()
+	}
+	pool := transport.NewPool(tr, transport.PoolOptions{})
 	meta := metarpc.NewClient(pool, cfg.MetaAddr)
 	r := &resolver{meta: meta}
 	storage := &resolvingStorage{StorageService: storagerpc.NewClient(pool, r.resolve), r: r}

@@ -14,14 +14,16 @@ import (
 	"github.com/weft-fs/weft/client"
 	"github.com/weft-fs/weft/internal/bdi"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
 )
 
-// Config configures a mount. The first four fields are client.Config's.
+// Config configures a mount. The first five fields are client.Config's.
 type Config struct {
 	MetaAddr   string
-	Timeout    time.Duration // per RPC; 0 = client.DefaultTimeout
-	CacheLimit uint64        // write-behind memory; 0 = client.DefaultCacheLimit
-	Logger     *slog.Logger  // nil = discard
+	Timeout    time.Duration       // per RPC; 0 = client.DefaultTimeout
+	CacheLimit uint64              // write-behind memory; 0 = client.DefaultCacheLimit
+	Logger     *slog.Logger        // nil = discard
+	Transport  transport.Transport // nil = TCP
 
 	Mountpoint string
 	// AllowOther lets other users use the mount (FUSE allow_other). The
@@ -33,7 +35,7 @@ type Config struct {
 
 // ClientConfig returns the client part of the configuration.
 func (c Config) ClientConfig() client.Config {
-	return client.Config{MetaAddr: c.MetaAddr, Timeout: c.Timeout, CacheLimit: c.CacheLimit, Logger: c.Logger}
+	return client.Config{MetaAddr: c.MetaAddr, Timeout: c.Timeout, CacheLimit: c.CacheLimit, Logger: c.Logger, Transport: c.Transport}
 }
 
 const (

@@ -11,17 +11,25 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
+
+	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/metrics"
+	"github.com/weft-fs/weft/storage/storagerpc"
+	"github.com/weft-fs/weft/transport"
 )
 
 // daemonOptions are the options every long-running server command (meta,
-// storage, mount) shares: logging and the optional profiling endpoint.
+// storage, mount) shares: logging, the optional profiling endpoint and the
+// optional Prometheus endpoint.
 type daemonOptions struct {
-	Pprof string `toml:"pprof"`
+	Pprof   string `toml:"pprof"`
+	Metrics string `toml:"metrics"`
 	logOptions
 }
 
 func (o *daemonOptions) addFlags(fs *pflag.FlagSet) {
 	addPprofFlag(fs, &o.Pprof)
+	fs.StringVar(&o.Metrics, "metrics", "", "serve Prometheus metrics (RPC counts, latencies and bytes per operation, memory, CPU) on http://ADDR/metrics, e.g. 127.0.0.1:9400 (default off)")
 	o.logOptions.addFlags(fs)
 }
 
@@ -29,15 +37,67 @@ func (o *daemonOptions) validate() error {
 	if err := checkPprof(o.Pprof); err != nil {
 		return err
 	}
+	if o.Metrics != "" {
+		if err := checkAddr("metrics", o.Metrics, true); err != nil {
+			return err
+		}
+	}
 	return o.logOptions.validate()
 }
 
-// start makes the daemon's logger and starts its pprof endpoint; the caller
-// defers stop.
-func (o *daemonOptions) start() (log *slog.Logger, stop func(), err error) {
-	log = o.logger(os.Stderr)
-	stop, err = startPprof(o.Pprof, log)
-	return log, stop, err
+// daemon is what a started daemon gets from its options.
+type daemon struct {
+	log *slog.Logger
+	// transport is TCP, observed into the metrics registry when --metrics
+	// is set; every server and client of the process uses it.
+	transport transport.Transport
+	stops     []func()
+}
+
+// stop ends the endpoints start began, the last started first.
+func (d *daemon) stop() {
+	for i := len(d.stops) - 1; i >= 0; i-- {
+		d.stops[i]()
+	}
+}
+
+// start makes the daemon's logger, transport and endpoints; the caller
+// defers d.stop (on an error start has already stopped what it began).
+func (o *daemonOptions) start() (*daemon, error) {
+	d := &daemon{log: o.logger(os.Stderr), transport: transport.NewTCP()}
+	stop, err := startPprof(o.Pprof, d.log)
+	if err != nil {
+		return nil, err
+	}
+	d.stops = append(d.stops, stop)
+	if o.Metrics != "" {
+		reg := metrics.NewRegistry()
+		tr, err := metrics.Transport(d.transport, reg, opName)
+		if err == nil {
+			stop, err = metrics.Serve(o.Metrics, reg, d.log)
+		}
+		if err != nil {
+			d.stop()
+			return nil, err
+		}
+		d.transport = tr
+		d.stops = append(d.stops, stop)
+	}
+	return d, nil
+}
+
+// opName names the RPC op codes of every weft service for the metrics.
+func opName(op uint16) string {
+	if op == transport.OpProbe {
+		return "probe"
+	}
+	if n := metarpc.OpName(op); n != "" {
+		return n
+	}
+	if n := storagerpc.OpName(op); n != "" {
+		return n
+	}
+	return metrics.OpNumber(op)
 }
 
 // addPprofFlag adds --pprof, shared by the daemons.

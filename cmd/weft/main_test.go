@@ -10,6 +10,10 @@ import (
 
 	"github.com/spf13/cobra"
 	"go.uber.org/goleak"
+
+	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/storage/storagerpc"
+	"github.com/weft-fs/weft/transport"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -57,3 +61,18 @@ func TestRootHasEverySubcommand(t *testing.T) {
 }
 
 func mkdir(p string) error { return os.MkdirAll(p, 0o755) }
+
+func TestOpNameCoversEveryService(t *testing.T) {
+	for op, want := range map[uint16]string{
+		transport.OpProbe:    "probe",
+		metarpc.OpCreateOpen: "create_open",
+		metarpc.OpLookup:     "lookup",
+		storagerpc.OpRead:    "read",
+		storagerpc.OpWrite:   "write",
+		999:                  "op_999",
+	} {
+		if got := opName(op); got != want {
+			t.Errorf("opName(%d) = %q, want %q", op, got, want)
+		}
+	}
+}

@@ -79,18 +79,19 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 // runMeta serves the metadata service. Its storage client removes the
 // objects of deleted files from the targets.
 func runMeta(ctx context.Context, o *metaOptions) error {
-	log, stopPprof, err := o.start()
+	d, err := o.start()
 	if err != nil {
 		return err
 	}
-	defer stopPprof()
-	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+	defer d.stop()
+	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
 	return meta.Run(ctx, meta.Config{
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
-		Logger:           log,
+		Logger:           d.log,
+		Transport:        d.transport,
 		NewStorage: func(resolve func(context.Context, proto.TargetID) (string, error)) proto.StorageService {
 			return storagerpc.NewClient(pool, resolve)
 		},

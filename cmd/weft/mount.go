@@ -125,11 +125,11 @@ func dataBudget(cacheLimit uint64) uint64 { return cacheLimit - fixedMemory }
 // runMount mounts and serves until ctx is cancelled (SIGINT/SIGTERM: it
 // unmounts) or the file system is unmounted from outside.
 func runMount(ctx context.Context, o *mountOptions) error {
-	log, stopPprof, err := o.start()
+	d, err := o.start()
 	if err != nil {
 		return err
 	}
-	defer stopPprof()
+	defer d.stop()
 	if os.Getenv("GOMEMLIMIT") == "" { // an explicit GOMEMLIMIT wins
 		debug.SetMemoryLimit(int64(o.CacheLimit))
 	}
@@ -137,7 +137,8 @@ func runMount(ctx context.Context, o *mountOptions) error {
 		MetaAddr:   o.Meta,
 		Timeout:    time.Duration(o.Timeout),
 		CacheLimit: dataBudget(uint64(o.CacheLimit)),
-		Logger:     log,
+		Logger:     d.log,
+		Transport:  d.transport,
 		Mountpoint: o.Mountpoint,
 		AllowOther: o.AllowOther,
 		Debug:      o.Debug,

@@ -114,12 +114,12 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 // pooled connection that redials by itself, so the storage server may start
 // before the metadata server.
 func runStorage(ctx context.Context, o *storageOptions) error {
-	log, stopPprof, err := o.start()
+	d, err := o.start()
 	if err != nil {
 		return err
 	}
-	defer stopPprof()
-	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+	defer d.stop()
+	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
 	return storage.Run(ctx, storage.Config{
 		ListenAddr:        o.Listen,
@@ -128,7 +128,8 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 		Targets:           o.Targets,
 		Capacity:          uint64(o.Capacity),
 		HeartbeatInterval: time.Duration(o.HeartbeatInterval),
-		Logger:            log,
+		Logger:            d.log,
+		Transport:         d.transport,
 		Registry:          metarpc.NewClient(pool, o.Meta),
 	})
 }

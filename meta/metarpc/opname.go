@@ -1,0 +1,17 @@
+package metarpc
+
+// opNames are the names monitoring shows for the op codes (snake_case, like
+// Prometheus label values).
+var opNames = map[uint16]string{
+	OpLookup: "lookup", OpGetAttr: "getattr", OpSetAttr: "setattr", OpCreate: "create",
+	OpMkdir: "mkdir", OpSymlink: "symlink", OpReadlink: "readlink", OpLink: "link",
+	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpReadDir: "readdir",
+	OpGetXattr: "getxattr", OpSetXattr: "setxattr", OpListXattr: "listxattr",
+	OpRemoveXattr: "removexattr", OpOpen: "open", OpWriteDone: "write_done",
+	OpRelease: "release", OpSetLayout: "set_layout", OpStatFS: "statfs",
+	OpTargets: "targets", OpRegisterTarget: "register_target", OpCreateOpen: "create_open",
+	OpUnlinkAt: "unlink_at", OpRmdirAt: "rmdir_at", OpReleaseMany: "release_many",
+}
+
+// OpName returns the name of a metadata op code, or "" if op is not one.
+func OpName(op uint16) string { return opNames[op] }

@@ -1,0 +1,16 @@
+// Package metrics exposes what a weft process is doing in Prometheus'
+// text format, for the dashboards and alerts storage admins already run.
+//
+// It measures at the transport boundary: Transport returns a transport
+// (transport.Observed) whose listeners count, time and size every request
+// they serve (weft_rpc_server_*) and whose connections do the same for every
+// call made (weft_rpc_client_*), labelled by operation name. The servers
+// and the client keep no metrics code of their own. Serve publishes a
+// registry on /metrics with the Go runtime and process collectors
+// (resident memory, CPU, open descriptors, goroutines).
+//
+// Invariants: observing changes no behaviour (transport.Observed passes
+// requests, responses, errors and contexts through); the per-call cost is
+// a map read under a read lock and a few atomic operations on metric
+// handles created once per operation.
+package metrics

@@ -1,0 +1,126 @@
+package metrics
+
+import (
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weft-fs/weft/transport"
+)
+
+// Namer names an operation code for the "op" label.
+type Namer func(op uint16) string
+
+// OpNumber is the Namer of last resort: "op_" and the code.
+func OpNumber(op uint16) string { return "op_" + strconv.Itoa(int(op)) }
+
+// latencyBuckets span a loopback small call (~20 µs) to a stalled disk (>2 s).
+var latencyBuckets = prometheus.ExponentialBuckets(10e-6, 4, 10)
+
+// rpcObserver is a transport.Observer keeping the weft_rpc_<side>_* metrics.
+type rpcObserver struct {
+	requests *prometheus.CounterVec
+	errors   *prometheus.CounterVec
+	seconds  *prometheus.HistogramVec
+	bytesIn  *prometheus.CounterVec
+	bytesOut *prometheus.CounterVec
+	inflight prometheus.Gauge
+	name     Namer
+
+	mu   sync.RWMutex
+	byOp map[uint16]*opMetrics
+}
+
+// opMetrics are one operation's label-resolved handles, so that a call does
+// no label lookup.
+type opMetrics struct {
+	requests, errors, bytesIn, bytesOut prometheus.Counter
+	seconds                             prometheus.Observer
+}
+
+func newRPCObserver(reg prometheus.Registerer, side string, name Namer) (*rpcObserver, error) {
+	if name == nil {
+		name = OpNumber
+	}
+	ns := "weft_rpc_" + side
+	o := &rpcObserver{
+		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "_requests_total",
+			Help: "Requests started, by operation (" + side + " side)."}, []string{"op"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "_errors_total",
+			Help: "Requests that ended in an error, by operation (" + side + " side)."}, []string{"op"}),
+		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: ns + "_seconds",
+			Help: "Time from request to response (" + side + " side).", Buckets: latencyBuckets}, []string{"op"}),
+		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "_request_bytes_total",
+			Help: "Request payload bytes, by operation (" + side + " side)."}, []string{"op"}),
+		bytesOut: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "_response_bytes_total",
+			Help: "Response payload bytes, by operation (" + side + " side)."}, []string{"op"}),
+		inflight: prometheus.NewGauge(prometheus.GaugeOpts{Name: ns + "_inflight",
+			Help: "Requests in progress (" + side + " side)."}),
+		name: name,
+		byOp: make(map[uint16]*opMetrics),
+	}
+	for _, c := range []prometheus.Collector{o.requests, o.errors, o.seconds, o.bytesIn, o.bytesOut, o.inflight} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return o, nil
+}
+
+func (o *rpcObserver) op(op uint16) *opMetrics {
+	o.mu.RLock()
+	m := o.byOp[op]
+	o.mu.RUnlock()
+	if m != nil {
+		return m
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if m = o.byOp[op]; m == nil {
+		l := o.name(op)
+		m = &opMetrics{
+			requests: o.requests.WithLabelValues(l),
+			errors:   o.errors.WithLabelValues(l),
+			seconds:  o.seconds.WithLabelValues(l),
+			bytesIn:  o.bytesIn.WithLabelValues(l),
+			bytesOut: o.bytesOut.WithLabelValues(l),
+		}
+		o.byOp[op] = m
+	}
+	return m
+}
+
+// Begin implements transport.Observer.
+func (o *rpcObserver) Begin(op uint16) {
+	o.op(op).requests.Inc()
+	o.inflight.Inc()
+}
+
+// End implements transport.Observer.
+func (o *rpcObserver) End(op uint16, start time.Time, in, out int, err error) {
+	m := o.op(op)
+	m.seconds.Observe(time.Since(start).Seconds())
+	m.bytesIn.Add(float64(in))
+	m.bytesOut.Add(float64(out))
+	if err != nil {
+		m.errors.Inc()
+	}
+	o.inflight.Dec()
+}
+
+// Transport returns tr observed into reg (see the package comment); name
+// labels operations (nil: by number). It fails if reg already holds
+// weft_rpc_* metrics.
+func Transport(tr transport.Transport, reg prometheus.Registerer, name Namer) (transport.Transport, error) {
+	srv, err := newRPCObserver(reg, "server", name)
+	if err != nil {
+		return nil, err
+	}
+	cl, err := newRPCObserver(reg, "client", name)
+	if err != nil {
+		return nil, err
+	}
+	return transport.Observed(tr, srv, cl), nil
+}

@@ -1,0 +1,82 @@
+package metrics
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/weft-fs/weft/transport"
+)
+
+func TestTransportCountsCallsAndServedRequests(t *testing.T) {
+	reg := NewRegistry()
+	name := func(op uint16) string { return map[uint16]string{1: "echo", 2: "fail"}[op] }
+	tr, err := Transport(transport.NewTCP(), reg, name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tr.Listen("127.0.0.1:0", func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+		if op == 2 {
+			return nil, errors.New("no")
+		}
+		return req, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pool := transport.NewPool(tr, transport.PoolOptions{})
+	defer pool.Close()
+	for range 4 {
+		if _, err := pool.Call(context.Background(), ln.Addr(), 1, make([]byte, 100)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Call(context.Background(), ln.Addr(), 2, nil); err == nil {
+		t.Fatal("op 2 should fail")
+	}
+	want := `
+# HELP weft_rpc_server_requests_total Requests started, by operation (server side).
+# TYPE weft_rpc_server_requests_total counter
+weft_rpc_server_requests_total{op="echo"} 4
+weft_rpc_server_requests_total{op="fail"} 1
+# HELP weft_rpc_client_errors_total Requests that ended in an error, by operation (client side).
+# TYPE weft_rpc_client_errors_total counter
+weft_rpc_client_errors_total{op="echo"} 0
+weft_rpc_client_errors_total{op="fail"} 1
+# HELP weft_rpc_server_response_bytes_total Response payload bytes, by operation (server side).
+# TYPE weft_rpc_server_response_bytes_total counter
+weft_rpc_server_response_bytes_total{op="echo"} 400
+weft_rpc_server_response_bytes_total{op="fail"} 0
+# HELP weft_rpc_client_inflight Requests in progress (client side).
+# TYPE weft_rpc_client_inflight gauge
+weft_rpc_client_inflight 0
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want),
+		"weft_rpc_server_requests_total", "weft_rpc_client_errors_total",
+		"weft_rpc_server_response_bytes_total", "weft_rpc_client_inflight"); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(reg, "weft_rpc_client_seconds"); n != 2 {
+		t.Fatalf("client latency histograms: %d, want one per op (2)", n)
+	}
+}
+
+func TestTransportTwiceInOneRegistryFails(t *testing.T) {
+	reg := NewRegistry()
+	if _, err := Transport(transport.NewTCP(), reg, nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Transport(transport.NewTCP(), reg, nil); err == nil {
+		t.Fatal("a second set of weft_rpc metrics was registered")
+	}
+}
+
+func TestOpNumber(t *testing.T) {
+	if got := OpNumber(123); got != "op_123" {
+		t.Fatalf("OpNumber(123) = %q", got)
+	}
+}

@@ -1,0 +1,19 @@
+package storagerpc
+
+// OpName returns the name monitoring shows for a storage op code, or "" if
+// op is not one.
+func OpName(op uint16) string {
+	switch op {
+	case OpRead:
+		return "read"
+	case OpWrite:
+		return "write"
+	case OpTruncate:
+		return "truncate"
+	case OpSync:
+		return "sync"
+	case OpRemove:
+		return "remove"
+	}
+	return ""
+}

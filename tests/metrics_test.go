@@ -1,0 +1,171 @@
+package tests
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/weft-fs/weft/internal/testcluster"
+)
+
+// freeAddr returns a loopback address nobody listens on right now.
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+	return addr
+}
+
+// scrape reads and parses http://addr/metrics.
+func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := http.Get("http://" + addr + "/metrics")
+	if err != nil {
+		t.Fatalf("scrape %s: %v", addr, err)
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK {
+		t.Fatalf("scrape %s: %s, %v", addr, resp.Status, err)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(body))
+	if err != nil {
+		t.Fatalf("parse metrics of %s: %v", addr, err)
+	}
+	return fams
+}
+
+// value returns the value of the sample of family name whose op label is
+// op (op "" = the unlabelled sample), or -1 if there is none.
+func value(fams map[string]*dto.MetricFamily, name, op string) float64 {
+	f := fams[name]
+	if f == nil {
+		return -1
+	}
+	for _, m := range f.GetMetric() {
+		got := ""
+		for _, l := range m.GetLabel() {
+			if l.GetName() == "op" {
+				got = l.GetValue()
+			}
+		}
+		if got != op {
+			continue
+		}
+		switch {
+		case m.Counter != nil:
+			return m.Counter.GetValue()
+		case m.Gauge != nil:
+			return m.Gauge.GetValue()
+		case m.Histogram != nil:
+			return float64(m.Histogram.GetSampleCount())
+		}
+	}
+	return -1
+}
+
+// TestMetrics runs every daemon with --metrics and checks that what a user
+// did through the mount shows up in each process's counters.
+func TestMetrics(t *testing.T) {
+	metaAddr, storageAddr, mountAddr := freeAddr(t), freeAddr(t), freeAddr(t)
+	c := testcluster.Start(t, testcluster.Options{
+		Servers: 1, Targets: 2,
+		MetaArgs:    []string{"--metrics", metaAddr},
+		StorageArgs: []string{"--metrics", storageAddr},
+		MountArgs:   []string{"--metrics", mountAddr},
+	})
+	mnt := c.Mount(0)
+	const size = 3<<20 + 5
+	data := pattern(7, 0, size)
+	p := filepath.Join(mnt, "f")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got, err := os.ReadFile(p)
+	if err != nil || !bytes.Equal(got, data) {
+		t.Fatalf("read back: %d bytes, %v", len(got), err)
+	}
+	if _, err := os.Stat(filepath.Join(mnt, "missing")); !os.IsNotExist(err) {
+		t.Fatalf("stat of a missing file: %v", err)
+	}
+
+	meta := scrape(t, metaAddr)
+	for _, op := range []string{"create_open", "lookup", "write_done"} {
+		if v := value(meta, "weft_rpc_server_requests_total", op); v < 1 {
+			t.Errorf("meta: weft_rpc_server_requests_total{op=%q} = %v, want >= 1", op, v)
+		}
+	}
+	if v := value(meta, "weft_rpc_server_errors_total", "lookup"); v < 1 {
+		t.Errorf("meta: the failed lookup of a missing file was not counted as an error (%v)", v)
+	}
+	if v := value(meta, "weft_rpc_server_seconds", "create_open"); v < 1 {
+		t.Errorf("meta: no latency samples for create_open (%v)", v)
+	}
+
+	storage := scrape(t, storageAddr)
+	if v := value(storage, "weft_rpc_server_request_bytes_total", "write"); v < size {
+		t.Errorf("storage: write request bytes %v, want >= %d", v, size)
+	}
+	if v := value(storage, "weft_rpc_server_response_bytes_total", "read"); v < size {
+		t.Errorf("storage: read response bytes %v, want >= %d", v, size)
+	}
+	if v := value(storage, "process_resident_memory_bytes", ""); v <= 0 {
+		t.Errorf("storage: process_resident_memory_bytes = %v", v)
+	}
+
+	// The mount's counters are client-side: what it asked of the servers.
+	mount := scrape(t, mountAddr)
+	if v := value(mount, "weft_rpc_client_request_bytes_total", "write"); v < size {
+		t.Errorf("mount: write request bytes %v, want >= %d", v, size)
+	}
+	if v := value(mount, "weft_rpc_client_requests_total", "create_open"); v < 1 {
+		t.Errorf("mount: weft_rpc_client_requests_total{op=create_open} = %v", v)
+	}
+	if v := value(mount, "weft_rpc_client_inflight", ""); v != 0 {
+		t.Errorf("mount: %v calls in flight with the mount idle", v)
+	}
+	if t.Failed() {
+		fmt.Println(c.Log("meta"))
+	}
+}
+
+// TestMetricsBusyPort: a daemon whose --metrics port is taken fails at
+// start with a message naming the flag, instead of running unobserved.
+func TestMetricsBusyPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 1, Mounts: -1})
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, c.Bin(), "storage", "--listen", freeAddr(t), "--meta", c.MetaAddr(),
+		"--target", t.TempDir(), "--metrics", ln.Addr().String()).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("storage with a busy --metrics port still running after 10s:\n%s", out)
+	}
+	if err == nil {
+		t.Fatalf("storage started with a busy --metrics port:\n%s", out)
+	}
+	if !bytes.Contains(out, []byte("--metrics")) {
+		t.Fatalf("error does not name --metrics:\n%s", out)
+	}
+}
