@@ -138,10 +138,19 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 	return c
 }
 
-// Close waits for background writes to finish (each is bounded by the RPC
-// timeout) and releases the connections. Open files are not flushed: the
-// caller closes them first.
+// Close sends the writes still buffered, waits for background writes to
+// finish (each is bounded by the RPC timeout) and releases the connections.
+// Open files are not flushed (no WriteDone, no errors reported): the caller
+// closes them first.
 func (c *Client) Close() error {
+	c.mu.Lock()
+	for _, st := range c.open {
+		st.mu.Lock()
+		st.pushAllLocked(c)
+		st.stopTimerLocked()
+		st.mu.Unlock()
+	}
+	c.mu.Unlock()
 	c.wg.Wait()
 	c.rel.drain()
 	c.cancel()

@@ -17,16 +17,27 @@
 //     After a writer's close (Flush) or fsync returned success, a client
 //     that opens the file afterwards sees all the data and the right size.
 //     Clients that keep a file open while another writes it are not
-//     coherent with each other beyond what the storage targets return: reads
-//     always go to the targets (there is no client data cache besides the
-//     in-flight write buffers), but the size this client clamps reads to is
+//     coherent with each other beyond what the storage targets return
+//     (another client's unsent bytes are not there yet): reads always go to
+//     the targets (there is no client data cache besides the write-behind
+//     buffers and read-ahead), but the size this client clamps reads to is
 //     the one it last heard from the metadata server, plus its own writes.
 //   - Write-behind. Write returns once the bytes are copied into a bounded
-//     in-flight buffer (per file up to 16 MiB, all files together up to
-//     Config.CacheLimit); the storage RPCs are sent at once, in the
-//     background. Overlapping writes are sent in order (a write that
-//     overlaps one in flight waits for it); reads through this client wait
-//     for in-flight writes they overlap, so a client reads its own writes.
+//     buffer (per file up to 16 MiB, all files together up to
+//     Config.CacheLimit, counting both unsent and in-flight bytes). Writes
+//     are coalesced per inode (coalesce.go): bytes contiguous with or
+//     overlapping this client's unsent bytes of the file — from any handle
+//     of the inode on this client — are merged into one extent, sent as one
+//     RPC per chunk (a power of two up to 1 MiB dividing the stripe unit)
+//     when the chunk is complete, when the extent cannot stay open, before
+//     a read, flush, fsync or truncate that must see it, and otherwise at
+//     most a few milliseconds after it was last written (30 ms after it was
+//     opened at the latest). Only bytes this client was given are sent;
+//     gaps are never filled from storage, so disjoint writers on other
+//     mounts are never clobbered. Overlapping writes are sent in order (a
+//     write that overlaps one in flight waits for it); reads through this
+//     client first send the unsent bytes they overlap and wait for
+//     in-flight writes they overlap, so a client reads its own writes.
 //   - Acknowledgement. Data counts as acknowledged only when Flush (close)
 //     or Fsync returns nil. The first failed background write is latched and
 //     returned by the next Write, Flush or Fsync, so close() reports it; it is
@@ -34,8 +45,8 @@
 //     previous fsync durable on its target before recording the size.
 //   - Size. While a file is open here, its size as reported to the caller is
 //     max(size on the metadata server, highest byte written through this
-//     client) — no metadata round trip per write. Truncate waits for the
-//     writes in flight, truncates every object to its share of the new size,
+//     client) — no metadata round trip per write. Truncate sends the unsent
+//     bytes and waits for the writes in flight, truncates every object to its share of the new size,
 //     then records the size on the metadata server.
 //   - Holes. Bytes within the file size that no object holds read as zeros.
 //

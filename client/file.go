@@ -18,15 +18,24 @@ import (
 // kernel is told one consistent size.
 //
 // Invariants (under mu):
-//   - inflight holds every write acknowledged to the caller whose storage
-//     RPCs have not finished; no two of them overlap.
+//   - open holds the accepted bytes not yet sent (see coalesce.go): pairwise
+//     disjoint extents, each within one chunk, none overlapping a write in
+//     flight; inflight holds every send whose storage RPCs have not
+//     finished, no two of them overlapping. A write is accepted only once
+//     it overlaps nothing in flight, so overlapping writes reach storage in
+//     the order they were accepted.
+//   - held is the bytes of open plus inflight: what this inode holds of
+//     the client budget, at most Client.perFile unless a single write is
+//     larger.
 //   - end is the highest byte written through this client since the file
 //     was opened here (reset by truncate); the file's size as this client
 //     reports it is max(metaSize, end).
 //   - dirty says some acknowledged write has not been recorded by WriteDone.
-//   - err is the first failed background write, not yet reported by a flush
-//     or fsync.
+//   - err is the first failed background write, not yet reported by a
+//     write, flush or fsync.
+//   - a timer is armed (timerArmed) whenever open is not empty.
 type inodeState struct {
+	c    *Client
 	ino  proto.Ino
 	refs int // guarded by Client.mu
 
@@ -39,8 +48,11 @@ type inodeState struct {
 	seq        uint64 // counts accepted writes, so a WriteDone knows what it covered
 	lastWrite  int64  // unix ns of the last accepted write (reported as mtime while dirty)
 	unsynced   map[int]bool
+	open       []*extent
 	inflight   []*pendingWrite
-	inflightN  uint64
+	held       uint64
+	timer      *time.Timer
+	timerArmed bool
 	truncating int
 	err        error
 	ra         readAhead
@@ -94,6 +106,7 @@ func (st *inodeState) beginTruncate() layout.Layout {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.truncating++
+	st.pushAllLocked(st.c)
 	st.waitIdleLocked()
 	st.dropRALocked()
 	return st.layout
@@ -122,7 +135,7 @@ func (c *Client) acquire(a proto.Attr) *inodeState {
 	c.mu.Lock()
 	st := c.open[a.Ino]
 	if st == nil {
-		st = &inodeState{ino: a.Ino, unsynced: map[int]bool{}}
+		st = &inodeState{c: c, ino: a.Ino, unsynced: map[int]bool{}}
 		st.cond = sync.NewCond(&st.mu)
 		st.layout = a.Layout.Clone()
 		st.metaSize = a.Size
@@ -147,6 +160,8 @@ func (c *Client) unref(st *inodeState) {
 	if st.refs == 0 {
 		delete(c.open, st.ino)
 		st.mu.Lock()
+		st.pushAllLocked(c) // normally empty: the last handle was flushed
+		st.stopTimerLocked()
 		st.dropRALocked()
 		st.mu.Unlock()
 	}
@@ -194,11 +209,13 @@ func (f *File) Size() uint64 {
 	return f.st.size()
 }
 
-// Write acknowledges p at off once it is copied into the write-behind buffer
-// and sends it to the storage targets in the background, one RPC per stripe
-// unit touched, concurrently. A write overlapping one still in flight waits
-// for it, so overlapping writes reach storage in order. The first
-// background failure is returned by the next Write, Flush or Fsync.
+// Write acknowledges p at off once it is copied into the write-behind
+// buffer. The bytes are merged with this client's other unsent writes to
+// the file that they touch and sent to the storage targets in the
+// background, one RPC per chunk (see coalesce.go). A write overlapping one
+// in flight waits for it, so overlapping writes reach storage in order.
+// The first background failure is returned by the next Write, Flush or
+// Fsync.
 func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	st := f.st
 	if st == nil {
@@ -224,7 +241,13 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	}
 	st.mu.Unlock()
 
-	c.budget.acquire(n)
+	if !c.budget.tryAcquire(n) {
+		// Bytes this file buffers may be what the budget waits for.
+		st.mu.Lock()
+		st.pushAllLocked(c)
+		st.mu.Unlock()
+		c.budget.acquire(n)
+	}
 	st.mu.Lock()
 	for {
 		if err := st.err; err != nil {
@@ -232,33 +255,35 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 			c.budget.release(n)
 			return 0, err
 		}
-		if st.truncating == 0 && !st.overlaps(off, end) && (st.inflightN == 0 || st.inflightN+n <= c.perFile) {
+		fits := st.held == 0 || st.held+n <= c.perFile
+		if st.truncating == 0 && !st.overlaps(off, end) && fits {
 			break
+		}
+		if !fits {
+			st.pushAllLocked(c)
 		}
 		st.cond.Wait()
 	}
-	buf := c.bufs.get(len(p))
-	copy(buf, p)
-	pw := &pendingWrite{off: off, end: end}
-	st.inflight = append(st.inflight, pw)
-	st.inflightN += n
+	now := time.Now().UnixNano()
+	added := st.bufferLocked(c, p, off, now)
+	st.held += added
 	st.end = max(st.end, end)
 	st.dirty = true
 	st.dropRALocked()
 	st.seq++
-	st.lastWrite = time.Now().UnixNano()
-	l := st.layout
-	exts := l.Extents(off, n)
-	for _, e := range exts {
+	st.lastWrite = now
+	for _, e := range st.layout.Extents(off, n) {
 		st.unsynced[e.Stripe] = true
 	}
 	st.mu.Unlock()
-
-	c.wg.Add(1)
-	go c.writeBehind(st, pw, l, exts, buf)
+	if added < n {
+		c.budget.release(n - added) // overwrote bytes already buffered
+	}
 	return len(p), nil
 }
 
+// writeBehind sends one extent (pw, its bytes in buf) and then gives its
+// memory back.
 func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, exts []layout.Extent, buf []byte) {
 	defer c.wg.Done()
 	ctx, cancel := context.WithTimeout(c.base, c.cfg.Timeout)
@@ -282,7 +307,7 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 			break
 		}
 	}
-	st.inflightN -= pw.end - pw.off
+	st.held -= pw.end - pw.off
 	if err != nil && st.err == nil {
 		st.err = err
 	}
@@ -323,7 +348,13 @@ func (f *File) ReadBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byt
 		return nil, nil, syscall.EINVAL
 	}
 	st.mu.Lock()
-	for st.truncating > 0 || st.overlaps(off, off+uint64(len(p))) {
+	for {
+		// Unsent writes of this client in the range go out first, so the
+		// read sees them.
+		st.pushLocked(f.c, off, off+uint64(len(p)))
+		if st.truncating == 0 && !st.overlaps(off, off+uint64(len(p))) {
+			break
+		}
 		st.cond.Wait()
 	}
 	size := st.size()
@@ -439,7 +470,7 @@ func (st *inodeState) takeErrLocked() error {
 	return err
 }
 
-// Flush waits for the writes in flight, reports a failed one, and records the
+// Flush sends the unsent writes, waits for the writes in flight, reports a failed one, and records the
 // written size and mtime on the metadata server (WriteDone). After Flush
 // returns nil, every write acknowledged before it is readable by any client
 // that opens the file afterwards.
@@ -449,6 +480,7 @@ func (f *File) Flush(ctx context.Context) error {
 		return nil
 	}
 	st.mu.Lock()
+	st.pushAllLocked(f.c)
 	st.waitIdleLocked()
 	st.dropRALocked()
 	if err := st.takeErrLocked(); err != nil {
@@ -483,7 +515,7 @@ func (f *File) writeDone(ctx context.Context) error {
 	return nil
 }
 
-// Fsync waits for the writes in flight, makes every object written since
+// Fsync sends the unsent writes, waits for the writes in flight, makes every object written since
 // the last fsync durable (StorageService.Sync, concurrently), then records
 // the size with WriteDone. Data is acknowledged (durable and visible to
 // other clients) once Fsync or Flush returns nil.
@@ -493,6 +525,7 @@ func (f *File) Fsync(ctx context.Context) error {
 		return nil
 	}
 	st.mu.Lock()
+	st.pushAllLocked(f.c)
 	st.waitIdleLocked()
 	if err := st.takeErrLocked(); err != nil {
 		st.mu.Unlock()
