@@ -128,9 +128,6 @@ func (b *memBatch) Commit(sync bool) error {
 	if m.closed {
 		return ErrClosed
 	}
-	if sync {
-		m.syncs++
-	}
 	for _, op := range b.ops {
 		switch op.kind {
 		case 's':

@@ -21,6 +21,9 @@ type PebbleOptions struct {
 	InMemory bool
 	// CacheSize is the block cache size in bytes (0 = 64 MiB).
 	CacheSize int64
+	// FS, if set, is the file system the database lives on instead of the
+	// OS's: tests pass vfs.NewCrashableMem to check what survives a crash.
+	FS vfs.FS
 }
 
 // OpenPebble opens (or creates) the pebble database in dir.
@@ -38,7 +41,10 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	// searches an index and a data block of every table that may hold the
 	// key. Tables written before keep working without one.
 	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
-	if o.InMemory {
+	switch {
+	case o.FS != nil:
+		opts.FS = o.FS
+	case o.InMemory:
 		opts.FS = vfs.NewMem()
 	}
 	db, err := pebble.Open(dir, opts)
