@@ -44,9 +44,18 @@ type fakeStorage struct {
 	mu      sync.Mutex
 	removed []GCObject
 	down    map[proto.TargetID]bool
+	batches map[proto.TargetID]int // RemoveMany calls that succeeded
 }
 
-func newFakeStorage() *fakeStorage { return &fakeStorage{down: map[proto.TargetID]bool{}} }
+func newFakeStorage() *fakeStorage {
+	return &fakeStorage{down: map[proto.TargetID]bool{}, batches: map[proto.TargetID]int{}}
+}
+
+func (f *fakeStorage) Batches(t proto.TargetID) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.batches[t]
+}
 
 func (f *fakeStorage) setDown(t proto.TargetID, down bool) {
 	f.mu.Lock()
@@ -77,6 +86,17 @@ func (f *fakeStorage) Remove(ctx context.Context, t proto.TargetID, o proto.Obje
 		return fmt.Errorf("fake: target %d down: %w", t, syscall.EIO)
 	}
 	f.removed = append(f.removed, GCObject{Target: t, Obj: o})
+	return nil
+}
+func (f *fakeStorage) RemoveMany(ctx context.Context, t proto.TargetID, objs []proto.ObjectID) error {
+	for _, o := range objs {
+		if err := f.Remove(ctx, t, o); err != nil {
+			return err
+		}
+	}
+	f.mu.Lock()
+	f.batches[t]++
+	f.mu.Unlock()
 	return nil
 }
 

@@ -207,18 +207,21 @@ func (s *Server) gcOnce(ctx context.Context, down map[proto.TargetID]bool) bool 
 	if err != nil || len(objs) == 0 {
 		return false
 	}
+	// One RemoveMany per target: a burst of unlinks costs a few round
+	// trips, not one per stripe object.
+	byTarget := map[proto.TargetID][]proto.ObjectID{}
+	for _, o := range objs {
+		byTarget[o.Target] = append(byTarget[o.Target], o.Obj)
+	}
 	var (
 		mu   sync.Mutex
 		done []GCObject
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, 16)
 	)
-	for _, o := range objs {
-		mu.Lock()
-		skip := down[o.Target]
-		mu.Unlock()
-		if skip || ctx.Err() != nil {
-			continue
+	for tg, list := range byTarget {
+		if ctx.Err() != nil {
+			break
 		}
 		sem <- struct{}{}
 		wg.Add(1)
@@ -226,15 +229,17 @@ func (s *Server) gcOnce(ctx context.Context, down map[proto.TargetID]bool) bool 
 			defer wg.Done()
 			defer func() { <-sem }()
 			cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-			err := s.opts.Storage.Remove(cctx, o.Target, o.Obj)
+			err := s.opts.Storage.RemoveMany(cctx, tg, list)
 			cancel()
 			mu.Lock()
 			defer mu.Unlock()
 			if err == nil || errors.Is(err, syscall.ENOENT) {
-				done = append(done, o)
+				for _, o := range list {
+					done = append(done, GCObject{Target: tg, Obj: o})
+				}
 			} else {
-				down[o.Target] = true
-				s.log.Debug("meta: object removal failed; will retry", "target", o.Target, "ino", o.Obj.Ino, "err", err)
+				down[tg] = true
+				s.log.Debug("meta: object removal failed; will retry", "target", tg, "objects", len(list), "err", err)
 			}
 		}()
 	}

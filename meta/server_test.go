@@ -595,4 +595,9 @@ func TestGCDownTargetDoesNotBlockOthers(t *testing.T) {
 	if n := len(e.storage.Removed()); n != gcBatch+51 {
 		t.Fatalf("removed %d objects", n)
 	}
+	// The objects of a target go in one RemoveMany per GC batch, not one
+	// RPC per object.
+	if n := e.storage.Batches(t1); n != 2 {
+		t.Fatalf("%d objects of target 1 removed in %d RemoveMany calls, want 2", gcBatch+50, n)
+	}
 }

@@ -175,6 +175,11 @@ type StorageService interface {
 	// Sync makes every acknowledged write to obj durable on disk.
 	Sync(ctx context.Context, t TargetID, obj ObjectID) error
 	Remove(ctx context.Context, t TargetID, obj ObjectID) error
+	// RemoveMany removes every object of objs from target t, as Remove
+	// does each (a missing object is not an error). On an error some may
+	// have been removed already; removing is idempotent, so the caller
+	// retries the whole list.
+	RemoveMany(ctx context.Context, t TargetID, objs []ObjectID) error
 }
 
 // TargetRegistry is what a storage server asks of the metadata server.

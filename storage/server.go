@@ -110,3 +110,18 @@ func (s *Server) Remove(ctx context.Context, id proto.TargetID, obj proto.Object
 	}
 	return t.Remove(ctx, obj)
 }
+
+// RemoveMany removes the objects one after the other and stops at the first
+// failure (the caller retries the whole list).
+func (s *Server) RemoveMany(ctx context.Context, id proto.TargetID, objs []proto.ObjectID) error {
+	t, err := s.Target(id)
+	if err != nil {
+		return err
+	}
+	for _, obj := range objs {
+		if err := t.Remove(ctx, obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -818,6 +818,16 @@ func (s *Storage) Remove(_ context.Context, t proto.TargetID, obj proto.ObjectID
 	return nil
 }
 
+// RemoveMany implements proto.StorageService.
+func (s *Storage) RemoveMany(ctx context.Context, t proto.TargetID, objs []proto.ObjectID) error {
+	for _, obj := range objs {
+		if err := s.Remove(ctx, t, obj); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 var (
 	_ proto.MetaService    = (*Meta)(nil)
 	_ proto.StorageService = (*Storage)(nil)

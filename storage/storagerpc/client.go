@@ -2,6 +2,7 @@ package storagerpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -92,4 +93,26 @@ func (c *Client) Sync(ctx context.Context, t proto.TargetID, obj proto.ObjectID)
 func (c *Client) Remove(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
 	_, err := c.call(ctx, t, OpRemove, ObjectReq{Target: t, Obj: obj}.Encode())
 	return err
+}
+
+// RemoveMany sends the objects in RPCs of at most MaxRemoveMany. A server
+// that predates OpRemoveMany (ENOSYS) gets one Remove per object instead.
+func (c *Client) RemoveMany(ctx context.Context, t proto.TargetID, objs []proto.ObjectID) error {
+	for len(objs) > 0 {
+		n := min(len(objs), MaxRemoveMany)
+		_, err := c.call(ctx, t, OpRemoveMany, RemoveManyReq{Target: t, Objs: objs[:n]}.Encode())
+		if errors.Is(err, syscall.ENOSYS) {
+			for _, o := range objs {
+				if err := c.Remove(ctx, t, o); err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		objs = objs[n:]
+	}
+	return nil
 }

@@ -10,6 +10,7 @@
 //	OpTruncate 102  target u32, ino u64, stripe u32, size u64          -> empty
 //	OpSync     103  target u32, ino u64, stripe u32                    -> empty
 //	OpRemove   104  target u32, ino u64, stripe u32                    -> empty
+//	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
 //
 // Invariants:
 //   - The Client sends a write's header and its data as separate parts of

@@ -71,6 +71,12 @@ func NewHandler(svc proto.StorageService, log *slog.Logger) transport.Handler {
 				return bad(op, req, err)
 			}
 			return nil, svc.Remove(ctx, r.Target, r.Obj)
+		case OpRemoveMany:
+			r, err := DecodeRemoveMany(req)
+			if err != nil {
+				return bad(op, req, err)
+			}
+			return nil, svc.RemoveMany(ctx, r.Target, r.Objs)
 		}
 		log.Warn("storagerpc: unknown op", "op", op)
 		return nil, fmt.Errorf("storagerpc: unknown op %d: %w", op, syscall.ENOSYS)

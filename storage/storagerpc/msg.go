@@ -14,7 +14,14 @@ const (
 	OpTruncate uint16 = 102
 	OpSync     uint16 = 103
 	OpRemove   uint16 = 104
+	// OpRemoveMany removes a list of objects of one target in one round
+	// trip (the metadata server's object GC).
+	OpRemoveMany uint16 = 105
 )
+
+// MaxRemoveMany bounds the objects of one RemoveMany RPC; the Client splits
+// longer lists and the handler refuses them with EINVAL.
+const MaxRemoveMany = 4096
 
 // MaxIO bounds the data of one Read or Write RPC. The Client splits larger
 // requests; the handler refuses larger ones with EINVAL.
@@ -155,3 +162,44 @@ func DecodeSync(b []byte) (ObjectReq, error) { return decodeObjectReq("sync", b)
 
 // DecodeRemove decodes a Remove request. The response body is empty.
 func DecodeRemove(b []byte) (ObjectReq, error) { return decodeObjectReq("remove", b) }
+
+// RemoveManyReq names objects of one target to remove. The response body
+// is empty.
+type RemoveManyReq struct {
+	Target proto.TargetID
+	Objs   []proto.ObjectID
+}
+
+// Encode encodes the request: target u32, count u32, then ino u64 and
+// stripe u32 per object.
+func (r RemoveManyReq) Encode() []byte {
+	e := wire.NewEncoder(8 + 12*len(r.Objs))
+	e.U32(uint32(r.Target))
+	e.U32(uint32(len(r.Objs)))
+	for _, o := range r.Objs {
+		e.U64(uint64(o.Ino))
+		e.U32(o.Stripe)
+	}
+	return e.B
+}
+
+// DecodeRemoveMany decodes a RemoveMany request.
+func DecodeRemoveMany(b []byte) (RemoveManyReq, error) {
+	d := wire.NewDecoder(b)
+	r := RemoveManyReq{Target: proto.TargetID(d.U32())}
+	n := d.U32()
+	if d.Err() == nil && n > MaxRemoveMany {
+		return RemoveManyReq{}, fmt.Errorf("storagerpc: remove-many request: %d objects, at most %d", n, MaxRemoveMany)
+	}
+	if d.Err() == nil && uint64(len(b)) != 8+12*uint64(n) {
+		return RemoveManyReq{}, fmt.Errorf("storagerpc: remove-many request: %d bytes for %d objects", len(b), n)
+	}
+	r.Objs = make([]proto.ObjectID, 0, n)
+	for range n {
+		r.Objs = append(r.Objs, proto.ObjectID{Ino: proto.Ino(d.U64()), Stripe: d.U32()})
+	}
+	if err := d.Done(); err != nil {
+		return RemoveManyReq{}, fmt.Errorf("storagerpc: remove-many request: %w", err)
+	}
+	return r, nil
+}

@@ -8,7 +8,10 @@ import (
 	"github.com/weft-fs/weft/proto"
 )
 
-var sampleObj = ObjectReq{Target: 7, Obj: proto.ObjectID{Ino: 1 << 40, Stripe: 3}}
+var (
+	sampleObj  = ObjectReq{Target: 7, Obj: proto.ObjectID{Ino: 1 << 40, Stripe: 3}}
+	sampleMany = RemoveManyReq{Target: 9, Objs: []proto.ObjectID{{Ino: 5, Stripe: 0}, {Ino: 1 << 50, Stripe: 7}}}
+)
 
 func TestRoundTrip(t *testing.T) {
 	tests := []struct {
@@ -27,6 +30,9 @@ func TestRoundTrip(t *testing.T) {
 		{"truncate", TruncateReq{sampleObj, 1 << 33}.Encode, func(b []byte) (any, error) { return DecodeTruncate(b) }, TruncateReq{sampleObj, 1 << 33}},
 		{"sync", sampleObj.Encode, func(b []byte) (any, error) { return DecodeSync(b) }, sampleObj},
 		{"remove", sampleObj.Encode, func(b []byte) (any, error) { return DecodeRemove(b) }, sampleObj},
+		{"remove many", sampleMany.Encode, func(b []byte) (any, error) { return DecodeRemoveMany(b) }, sampleMany},
+		{"remove none", RemoveManyReq{Target: 1, Objs: []proto.ObjectID{}}.Encode, func(b []byte) (any, error) { return DecodeRemoveMany(b) },
+			RemoveManyReq{Target: 1, Objs: []proto.ObjectID{}}},
 		{"version", func() []byte { return EncodeVersion(42) }, func(b []byte) (any, error) { return DecodeVersion(b) }, uint64(42)},
 	}
 	for _, tc := range tests {
@@ -54,6 +60,17 @@ func TestLimits(t *testing.T) {
 	}
 	if _, err := DecodeRead(ReadReq{sampleObj, 0, MaxIO}.Encode()); err != nil {
 		t.Fatal(err)
+	}
+	many := RemoveManyReq{Target: 1, Objs: make([]proto.ObjectID, MaxRemoveMany+1)}
+	if _, err := DecodeRemoveMany(many.Encode()); err == nil {
+		t.Fatal("remove-many over MaxRemoveMany accepted")
+	}
+	// A count promising far more objects than the body holds is refused
+	// before anything is allocated for them.
+	lie := RemoveManyReq{Target: 1, Objs: make([]proto.ObjectID, 3)}.Encode()
+	lie[4] = 200
+	if _, err := DecodeRemoveMany(lie); err == nil {
+		t.Fatal("remove-many with a count larger than its body accepted")
 	}
 	big := WriteReq{sampleObj, 0, make([]byte, MaxIO+1)}
 	if _, err := DecodeWrite(append(big.EncodeHeader(), big.Data...)); err == nil {
@@ -102,6 +119,15 @@ func FuzzDecodeRemove(f *testing.F) {
 	f.Add(sampleObj.Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := DecodeRemove(b); err == nil && !bytes.Equal(r.Encode(), b) {
+			t.Fatalf("%+v does not re-encode to its input", r)
+		}
+	})
+}
+
+func FuzzDecodeRemoveMany(f *testing.F) {
+	f.Add(sampleMany.Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeRemoveMany(b); err == nil && !bytes.Equal(r.Encode(), b) {
 			t.Fatalf("%+v does not re-encode to its input", r)
 		}
 	})

@@ -14,6 +14,8 @@ func OpName(op uint16) string {
 		return "sync"
 	case OpRemove:
 		return "remove"
+	case OpRemoveMany:
+		return "remove_many"
 	}
 	return ""
 }

@@ -182,6 +182,27 @@ func exercise(t *testing.T, pool *transport.Pool, addr string) {
 	if n, err := c.Read(ctx, 2, obj, 0, buf[:10]); n != 0 || err != nil {
 		t.Fatalf("read removed: %d, %v", n, err)
 	}
+	// RemoveMany: more objects than one RPC carries, present and missing.
+	var many []proto.ObjectID
+	for i := range storagerpc.MaxRemoveMany + 10 {
+		many = append(many, proto.ObjectID{Ino: proto.Ino(1000 + i)})
+	}
+	for _, o := range []proto.ObjectID{many[0], many[storagerpc.MaxRemoveMany+5]} {
+		if _, err := c.Write(ctx, 2, o, 0, []byte("doomed")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.RemoveMany(ctx, 2, many); err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range []proto.ObjectID{many[0], many[storagerpc.MaxRemoveMany+5]} {
+		if n, err := c.Read(ctx, 2, o, 0, buf[:10]); n != 0 || err != nil {
+			t.Fatalf("read of %v after RemoveMany: %d, %v", o, n, err)
+		}
+	}
+	if err := c.RemoveMany(ctx, 3, many[:2]); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("RemoveMany on an unknown target: %v", err)
+	}
 	if _, err := c.Read(ctx, 3, obj, 0, buf[:10]); !errors.Is(err, syscall.ESTALE) {
 		t.Fatalf("unknown target: %v", err)
 	}
@@ -206,4 +227,42 @@ func TestClientTCP(t *testing.T) {
 	pool := transport.NewPool(tcp, transport.PoolOptions{})
 	defer pool.Close()
 	exercise(t, pool, ln.Addr())
+}
+
+// TestRemoveManyOldServer: a server that predates OpRemoveMany answers
+// ENOSYS, and the client removes the objects one by one instead.
+func TestRemoveManyOldServer(t *testing.T) {
+	h := storagerpc.NewHandler(newServer(t), nil)
+	var manyCalls, removeCalls int
+	old := func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+		switch op {
+		case storagerpc.OpRemoveMany:
+			manyCalls++
+			return nil, syscall.ENOSYS
+		case storagerpc.OpRemove:
+			removeCalls++
+		}
+		return h(ctx, op, req)
+	}
+	pool := transport.NewPool(loopback{old}, transport.PoolOptions{})
+	defer pool.Close()
+	c := storagerpc.NewClient(pool, func(context.Context, proto.TargetID) (string, error) { return "old", nil })
+	objs := []proto.ObjectID{{Ino: 1}, {Ino: 2}, {Ino: 3}}
+	for _, o := range objs {
+		if _, err := c.Write(ctx, 1, o, 0, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := c.RemoveMany(ctx, 1, objs); err != nil {
+		t.Fatal(err)
+	}
+	if manyCalls != 1 || removeCalls != 3 {
+		t.Fatalf("%d RemoveMany and %d Remove calls, want 1 and 3", manyCalls, removeCalls)
+	}
+	buf := make([]byte, 4)
+	for _, o := range objs {
+		if n, err := c.Read(ctx, 1, o, 0, buf); n != 0 || err != nil {
+			t.Fatalf("object %v still there: %d, %v", o, n, err)
+		}
+	}
 }
