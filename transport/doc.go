@@ -51,8 +51,11 @@
 //     and only then runs the handler itself, so the wake-up of the next
 //     reader overlaps the handling and a slow handler (a synced commit)
 //     never stops the connection from being read: many requests of one
-//     connection are in their handlers at once. Workers live on to take
-//     the role again (at most 16 idle per connection), which saves a
+//     connection are in their handlers at once. When more bytes are
+//     already buffered after a request (a burst), the reader hands the
+//     request to an idle worker instead and reads on, so the requests of
+//     a burst are not read one wake-up after another. Workers live on to
+//     take the role again (at most 16 idle per connection), which saves a
 //     goroutine start, and a handler's stack growth, per request. On the
 //     client there is no reader goroutine: a caller waiting for its
 //     response reads the connection itself while nobody else does,

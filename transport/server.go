@@ -121,10 +121,11 @@ func (l *tcpListener) acceptLoop() {
 // goroutines that take turns reading it (leader/follower). The worker that
 // holds the reader role reads one request, hands the role to an idle worker
 // (or starts one), and then handles the request itself; once the response
-// is written it waits, idle, for the role to come back to it. So the
-// goroutine wake-up that a request needs happens in parallel with its
+// is written it waits, idle, for the role or a request to come to it. So
+// the goroutine wake-up that a request needs happens in parallel with its
 // handling, not before it, and a slow handler never stops the connection
-// from being read.
+// from being read. (Within a burst the reader hands requests to workers
+// and reads on; see worker.)
 type serverConn struct {
 	l        *tcpListener
 	nc       net.Conn
@@ -139,14 +140,21 @@ type serverConn struct {
 	br *bufio.Reader
 	hb [HeaderSize]byte
 
-	// lead hands the reader role to an idle worker: the reader sends only
-	// when a worker is waiting to receive, else it starts a new worker, up
-	// to MaxInflight+1 of them (MaxInflight handling, one reading; workers
-	// counts them; only the reader starts workers, and a worker that leaves
-	// decrements it).
+	// lead hands the reader role to an idle worker, work a request: the
+	// reader sends only when a worker is waiting to receive, else it starts
+	// a new worker, up to MaxInflight+1 of them (MaxInflight handling, one
+	// reading; workers counts them; only the reader starts workers, and a
+	// worker that leaves decrements it).
 	lead    chan struct{}
+	work    chan request
 	workers atomic.Int32
 	idle    atomic.Int32 // workers waiting on lead (or about to)
+}
+
+// request is one request read from the connection, handed to a worker.
+type request struct {
+	h    header
+	body []byte
 }
 
 // maxIdleWorkers bounds the workers a connection keeps waiting for requests
@@ -164,6 +172,7 @@ func (l *tcpListener) newServerConn(nc net.Conn) *serverConn {
 		sem:    make(chan struct{}, l.t.maxInflight),
 		br:     bufio.NewReaderSize(nc, bufSize),
 		lead:   make(chan struct{}),
+		work:   make(chan request),
 	}
 	sc.w = newFrameWriter(nc, func(err error) {
 		// The reader notices the close and ends the connection.
@@ -182,7 +191,7 @@ func (e *protocolError) Unwrap() error { return e.err }
 func (sc *serverConn) serve() {
 	sc.workers.Add(1)
 	sc.handlers.Add(1)
-	sc.worker()
+	sc.worker(request{}, true)
 }
 
 // errEnded is why the reader stops at a clean close between frames, or
@@ -214,26 +223,47 @@ func (sc *serverConn) end(err error) {
 	sc.l.mu.Unlock()
 }
 
-// worker is one of the connection's goroutines. It starts holding the
-// reader role; it reads a request, passes the role on, handles the
-// request, and then waits for the role to come back, until the connection
-// ends or enough other workers are idle. A long-lived worker saves a
-// goroutine start per request and keeps the stack its handler grew.
-func (sc *serverConn) worker() {
+// worker is one of the connection's goroutines. It starts as the reader,
+// or with a request r to handle. As the reader it reads a request, passes
+// the role on, and handles the request; then it waits for the role, or a
+// request, to come to it, until the connection ends or enough other
+// workers are idle. A long-lived worker saves a goroutine start per
+// request and keeps the stack its handler grew.
+//
+// When more bytes are already buffered after a request (the client sent a
+// burst), the reader hands the request to a worker and reads on instead:
+// the next request is there to read at once, so its handling need not wait
+// for a new reader to be woken, and the workers wake in parallel. Only the
+// last request of a burst is handled by the goroutine that read it.
+func (sc *serverConn) worker(r request, reader bool) {
 	for {
-		h, body, err := sc.read()
-		if err != nil {
-			sc.end(err)
-			return
+		if reader {
+			var err error
+			r, err = sc.read()
+			if err != nil {
+				sc.end(err)
+				return
+			}
+			burst := sc.br.Buffered() > 0
+			var ok bool
+			if burst {
+				ok = sc.dispatch(r)
+			} else {
+				ok = sc.promote()
+			}
+			if !ok {
+				<-sc.sem
+				sc.l.bodies.put(r.body)
+				sc.end(errEnded)
+				return
+			}
+			if burst {
+				continue
+			}
 		}
-		if !sc.promote() {
-			<-sc.sem
-			sc.l.bodies.put(body)
-			sc.end(errEnded)
-			return
-		}
-		sc.handle(h, body)
-		if !sc.follow() {
+		sc.handle(r.h, r.body)
+		var ok bool
+		if r, reader, ok = sc.follow(); !ok {
 			sc.workers.Add(-1)
 			sc.handlers.Done()
 			return
@@ -245,37 +275,37 @@ func (sc *serverConn) worker() {
 // MaxInflight the reader waits here, so the connection is not read until a
 // response is written. It returns errEnded on a clean close between frames,
 // or when the connection is ending.
-func (sc *serverConn) read() (header, []byte, error) {
+func (sc *serverConn) read() (request, error) {
 	if _, err := io.ReadFull(sc.br, sc.hb[:]); err != nil {
 		if errors.Is(err, io.EOF) {
-			return header{}, nil, errEnded
+			return request{}, errEnded
 		}
 		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return header{}, nil, &protocolError{fmt.Errorf("truncated frame header: %w", err)}
+			return request{}, &protocolError{fmt.Errorf("truncated frame header: %w", err)}
 		}
-		return header{}, nil, err
+		return request{}, err
 	}
 	h, err := decodeHeader(sc.hb[:])
 	if err == nil && h.kind != kindRequest {
 		err = fmt.Errorf("%w: %d, want a request", errBadKind, h.kind)
 	}
 	if err != nil {
-		return header{}, nil, &protocolError{err}
+		return request{}, &protocolError{err}
 	}
 	body := sc.l.bodies.get(int(h.length))
 	if _, err := io.ReadFull(sc.br, body); err != nil {
 		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return header{}, nil, &protocolError{fmt.Errorf("truncated frame: op %d id %d wants %d body bytes: %w", h.op, h.id, h.length, err)}
+			return request{}, &protocolError{fmt.Errorf("truncated frame: op %d id %d wants %d body bytes: %w", h.op, h.id, h.length, err)}
 		}
-		return header{}, nil, err
+		return request{}, err
 	}
 	select {
 	case sc.sem <- struct{}{}:
 	case <-sc.ctx.Done():
 		sc.l.bodies.put(body)
-		return header{}, nil, errEnded
+		return request{}, errEnded
 	}
-	return h, body, nil
+	return request{h, body}, nil
 }
 
 // promote hands the reader role to an idle worker, or starts a worker as
@@ -292,7 +322,7 @@ func (sc *serverConn) promote() bool {
 	if int(sc.workers.Load()) <= cap(sc.sem) {
 		sc.workers.Add(1)
 		sc.handlers.Add(1)
-		go sc.worker()
+		go sc.worker(request{}, true)
 		return true
 	}
 	select {
@@ -303,20 +333,46 @@ func (sc *serverConn) promote() bool {
 	}
 }
 
-// follow waits, idle, until the reader role is handed to this worker. It
-// reports false, and the worker should leave, when enough other workers are
-// idle or the connection ended.
-func (sc *serverConn) follow() bool {
+// dispatch hands r to an idle worker, or starts a worker for it when none
+// is idle and fewer than MaxInflight+1 exist (as in promote, at the limit
+// some worker is idle or about to be). It reports false if the connection
+// ended first.
+func (sc *serverConn) dispatch(r request) bool {
+	select {
+	case sc.work <- r:
+		return true
+	default:
+	}
+	if int(sc.workers.Load()) <= cap(sc.sem) {
+		sc.workers.Add(1)
+		sc.handlers.Add(1)
+		go sc.worker(r, false)
+		return true
+	}
+	select {
+	case sc.work <- r:
+		return true
+	case <-sc.ctx.Done():
+		return false
+	}
+}
+
+// follow waits, idle, until the reader role (reader) or a request (r) is
+// handed to this worker. It reports false, and the worker should leave,
+// when enough other workers are idle or the connection ended.
+func (sc *serverConn) follow() (r request, reader, ok bool) {
 	if sc.idle.Add(1) > maxIdleWorkers {
 		sc.idle.Add(-1)
-		return false
+		return request{}, false, false
 	}
 	defer sc.idle.Add(-1)
 	select {
 	case <-sc.lead:
-		return true
+		return request{}, true, true
+	case r := <-sc.work:
+		return r, false, true
 	case <-sc.ctx.Done():
-		return false
+		return request{}, false, false
 	}
 }
 
