@@ -43,8 +43,8 @@
 //     writer goroutine sends everything queued with one writev (bodies of
 //     256 KiB and more are always left to it). Body parts are never copied
 //     and concurrent calls share system calls.
-//   - Reading (256 KiB buffered) costs no goroutine hand-off before the
-//     work either (leader/follower). On the server, the connection's
+//   - On the server, reading (256 KiB buffered) costs no goroutine
+//     hand-off before the handler (leader/follower): the connection's
 //     worker goroutines take turns reading: the one holding the reader
 //     role reads a request, takes its MaxInflight slot, hands the role to
 //     an idle worker (starting one when none is idle, up to MaxInflight+1)
@@ -57,15 +57,8 @@
 //     a burst are not read one wake-up after another. Workers live on to
 //     take the role again (at most 16 idle per connection), which saves a
 //     goroutine start, and a handler's stack growth, per request. On the
-//     client there is no reader goroutine: a caller waiting for its
-//     response reads the connection itself while nobody else does,
-//     completes the calls whose responses it reads, and once its own is in
-//     hands the role to another waiting caller, if any. A reader whose ctx
-//     ends is woken from its read by a read deadline and hands the role
-//     on, even halfway through a frame (the next reader resumes it; what
-//     remains of the late response is skipped, never delivered). A call
-//     made while nothing is in flight first peeks at the socket, so that
-//     a connection the server closed while idle fails the call unsent.
+//     client each connection has one reader goroutine (256 KiB buffered)
+//     that dispatches responses by id to their callers.
 //   - Call returns only once the connection no longer reads the caller's
 //     parts: a call abandoned while its request is queued is withdrawn
 //     unsent; one abandoned mid-write (its own or the writer goroutine's)
