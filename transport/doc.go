@@ -42,23 +42,14 @@
 //     meanwhile. Under contention frames are queued and the connection's
 //     writer goroutine sends everything queued with one writev (bodies of
 //     256 KiB and more are always left to it). Body parts are never copied
-//     and concurrent calls share system calls.
-//   - On the server, reading (256 KiB buffered) costs no goroutine
-//     hand-off before the handler (leader/follower): the connection's
-//     worker goroutines take turns reading: the one holding the reader
-//     role reads a request, takes its MaxInflight slot, hands the role to
-//     an idle worker (starting one when none is idle, up to MaxInflight+1)
-//     and only then runs the handler itself, so the wake-up of the next
-//     reader overlaps the handling and a slow handler (a synced commit)
-//     never stops the connection from being read: many requests of one
-//     connection are in their handlers at once. When more bytes are
-//     already buffered after a request (a burst), the reader hands the
-//     request to an idle worker instead and reads on, so the requests of
-//     a burst are not read one wake-up after another. Workers live on to
-//     take the role again (at most 16 idle per connection), which saves a
-//     goroutine start, and a handler's stack growth, per request. On the
-//     client each connection has one reader goroutine (256 KiB buffered)
-//     that dispatches responses by id to their callers.
+//     and concurrent calls share system calls. Each connection has one
+//     reader goroutine (256 KiB buffered) that dispatches responses by id
+//     on the client and, on the server, hands each request to an idle
+//     handler goroutine of the connection, starting a new one when none is
+//     idle (up to MaxInflight), so a slow handler never holds up the
+//     others. Handler goroutines live on to take later requests (at most
+//     16 idle per connection), which saves a goroutine start, and a
+//     handler's stack growth, per request.
 //   - Call returns only once the connection no longer reads the caller's
 //     parts: a call abandoned while its request is queued is withdrawn
 //     unsent; one abandoned mid-write (its own or the writer goroutine's)

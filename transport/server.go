@@ -111,21 +111,14 @@ func (l *tcpListener) acceptLoop() {
 			return
 		}
 		l.conns[sc] = struct{}{}
-		l.wg.Add(1) // done by sc.end
+		l.wg.Add(1)
 		l.mu.Unlock()
 		go sc.serve()
 	}
 }
 
-// serverConn is the server end of one connection: a writer, and worker
-// goroutines that take turns reading it (leader/follower). The worker that
-// holds the reader role reads one request, hands the role to an idle worker
-// (or starts one), and then handles the request itself; once the response
-// is written it waits, idle, for the role or a request to come to it. So
-// the goroutine wake-up that a request needs happens in parallel with its
-// handling, not before it, and a slow handler never stops the connection
-// from being read. (Within a burst the reader hands requests to workers
-// and reads on; see worker.)
+// serverConn is the server end of one connection: a reader (serve), a
+// writer, and one goroutine per request in flight.
 type serverConn struct {
 	l        *tcpListener
 	nc       net.Conn
@@ -134,24 +127,18 @@ type serverConn struct {
 	ctx      context.Context // cancelled when the connection ends
 	cancel   context.CancelFunc
 	sem      chan struct{}
-	handlers sync.WaitGroup // one per worker goroutine
+	handlers sync.WaitGroup // one per handler goroutine (workers)
 
-	// Owned by the holder of the reader role.
-	br *bufio.Reader
-	hb [HeaderSize]byte
-
-	// lead hands the reader role to an idle worker, work a request: the
-	// reader sends only when a worker is waiting to receive, else it starts
-	// a new worker, up to MaxInflight+1 of them (MaxInflight handling, one
-	// reading; workers counts them; only the reader starts workers, and a
-	// worker that leaves decrements it).
-	lead    chan struct{}
+	// work hands a request to an idle worker: the reader sends only when
+	// a worker is waiting to receive, else it starts a new worker, up to
+	// MaxInflight of them (workers counts them; only the reader starts
+	// workers, and a worker that leaves decrements it).
 	work    chan request
 	workers atomic.Int32
-	idle    atomic.Int32 // workers waiting on lead (or about to)
+	idle    atomic.Int32 // workers waiting on work (or about to)
 }
 
-// request is one request read from the connection, handed to a worker.
+// request is one request read from the connection, waiting for a worker.
 type request struct {
 	h    header
 	body []byte
@@ -170,8 +157,6 @@ func (l *tcpListener) newServerConn(nc net.Conn) *serverConn {
 		ctx:    ctx,
 		cancel: cancel,
 		sem:    make(chan struct{}, l.t.maxInflight),
-		br:     bufio.NewReaderSize(nc, bufSize),
-		lead:   make(chan struct{}),
 		work:   make(chan request),
 	}
 	sc.w = newFrameWriter(nc, func(err error) {
@@ -187,35 +172,20 @@ type protocolError struct{ err error }
 func (e *protocolError) Error() string { return e.err.Error() }
 func (e *protocolError) Unwrap() error { return e.err }
 
-// serve runs the connection's first worker, which starts as the reader.
 func (sc *serverConn) serve() {
-	sc.workers.Add(1)
-	sc.handlers.Add(1)
-	sc.worker(request{}, true)
-}
-
-// errEnded is why the reader stops at a clean close between frames, or
-// when the connection or the listener is closing.
-var errEnded = errors.New("transport: connection ended")
-
-// end closes the connection after the reader stopped reading it (err is
-// why), waits for the other workers and the writer,
-// and forgets the connection. The calling worker leaves with it.
-func (sc *serverConn) end(err error) {
 	defer sc.l.wg.Done()
+	err := sc.readLoop()
 	var perr *protocolError
 	switch {
 	case errors.As(err, &perr):
 		sc.l.log.Warn("transport: closing connection after protocol error",
 			"remote", sc.remote, "local", sc.l.Addr(), "reason", perr.err)
-	case err != nil && err != errEnded && sc.ctx.Err() == nil:
+	case err != nil && sc.ctx.Err() == nil:
 		sc.l.log.Debug("transport: connection ended", "remote", sc.remote, "err", err)
 	}
 	sc.cancel()
 	sc.w.stop(errClosed)
 	_ = sc.nc.Close()
-	sc.workers.Add(-1)
-	sc.handlers.Done()
 	sc.handlers.Wait()
 	<-sc.w.exited
 	sc.l.mu.Lock()
@@ -223,130 +193,62 @@ func (sc *serverConn) end(err error) {
 	sc.l.mu.Unlock()
 }
 
-// worker is one of the connection's goroutines. It starts as the reader,
-// or with a request r to handle. As the reader it reads a request, passes
-// the role on, and handles the request; then it waits for the role, or a
-// request, to come to it, until the connection ends or enough other
-// workers are idle. A long-lived worker saves a goroutine start per
-// request and keeps the stack its handler grew.
-//
-// When more bytes are already buffered after a request (the client sent a
-// burst), the reader hands the request to a worker and reads on instead:
-// the next request is there to read at once, so its handling need not wait
-// for a new reader to be woken, and the workers wake in parallel. Only the
-// last request of a burst is handled by the goroutine that read it.
-func (sc *serverConn) worker(r request, reader bool) {
+// readLoop reads requests and starts a handler for each until the
+// connection ends. It returns nil on a clean close between frames.
+func (sc *serverConn) readLoop() error {
+	br := bufio.NewReaderSize(sc.nc, bufSize)
+	var hb [HeaderSize]byte
 	for {
-		if reader {
-			var err error
-			r, err = sc.read()
-			if err != nil {
-				sc.end(err)
-				return
+		if _, err := io.ReadFull(br, hb[:]); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
 			}
-			burst := sc.br.Buffered() > 0
-			var ok bool
-			if burst {
-				ok = sc.dispatch(r)
-			} else {
-				ok = sc.promote()
+			if errors.Is(err, io.ErrUnexpectedEOF) {
+				return &protocolError{fmt.Errorf("truncated frame header: %w", err)}
 			}
-			if !ok {
-				<-sc.sem
-				sc.l.bodies.put(r.body)
-				sc.end(errEnded)
-				return
+			return err
+		}
+		h, err := decodeHeader(hb[:])
+		if err == nil && h.kind != kindRequest {
+			err = fmt.Errorf("%w: %d, want a request", errBadKind, h.kind)
+		}
+		if err != nil {
+			return &protocolError{err}
+		}
+		body := sc.l.bodies.get(int(h.length))
+		if _, err := io.ReadFull(br, body); err != nil {
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return &protocolError{fmt.Errorf("truncated frame: op %d id %d wants %d body bytes: %w", h.op, h.id, h.length, err)}
 			}
-			if burst {
-				continue
-			}
+			return err
 		}
-		sc.handle(r.h, r.body)
-		var ok bool
-		if r, reader, ok = sc.follow(); !ok {
-			sc.workers.Add(-1)
-			sc.handlers.Done()
-			return
+		select {
+		case sc.sem <- struct{}{}:
+		case <-sc.ctx.Done():
+			return nil
 		}
-	}
-}
-
-// read reads the next request and takes a semaphore slot for it: at
-// MaxInflight the reader waits here, so the connection is not read until a
-// response is written. It returns errEnded on a clean close between frames,
-// or when the connection is ending.
-func (sc *serverConn) read() (request, error) {
-	if _, err := io.ReadFull(sc.br, sc.hb[:]); err != nil {
-		if errors.Is(err, io.EOF) {
-			return request{}, errEnded
+		if !sc.dispatch(request{h, body}) {
+			<-sc.sem
+			sc.l.bodies.put(body)
+			return nil
 		}
-		if errors.Is(err, io.ErrUnexpectedEOF) {
-			return request{}, &protocolError{fmt.Errorf("truncated frame header: %w", err)}
-		}
-		return request{}, err
-	}
-	h, err := decodeHeader(sc.hb[:])
-	if err == nil && h.kind != kindRequest {
-		err = fmt.Errorf("%w: %d, want a request", errBadKind, h.kind)
-	}
-	if err != nil {
-		return request{}, &protocolError{err}
-	}
-	body := sc.l.bodies.get(int(h.length))
-	if _, err := io.ReadFull(sc.br, body); err != nil {
-		if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-			return request{}, &protocolError{fmt.Errorf("truncated frame: op %d id %d wants %d body bytes: %w", h.op, h.id, h.length, err)}
-		}
-		return request{}, err
-	}
-	select {
-	case sc.sem <- struct{}{}:
-	case <-sc.ctx.Done():
-		sc.l.bodies.put(body)
-		return request{}, errEnded
-	}
-	return request{h, body}, nil
-}
-
-// promote hands the reader role to an idle worker, or starts a worker as
-// the reader when none is idle and fewer than MaxInflight+1 exist (at the
-// limit the caller holds a slot, so fewer than MaxInflight others handle
-// requests: some worker is idle or about to be, and the send waits for
-// it). It reports false if the connection ended first.
-func (sc *serverConn) promote() bool {
-	select {
-	case sc.lead <- struct{}{}:
-		return true
-	default:
-	}
-	if int(sc.workers.Load()) <= cap(sc.sem) {
-		sc.workers.Add(1)
-		sc.handlers.Add(1)
-		go sc.worker(request{}, true)
-		return true
-	}
-	select {
-	case sc.lead <- struct{}{}:
-		return true
-	case <-sc.ctx.Done():
-		return false
 	}
 }
 
 // dispatch hands r to an idle worker, or starts a worker for it when none
-// is idle and fewer than MaxInflight+1 exist (as in promote, at the limit
-// some worker is idle or about to be). It reports false if the connection
-// ended first.
+// is idle and fewer than MaxInflight exist (the reader holds r's slot, so
+// at the limit some worker is idle or about to be, and the send waits for
+// it). It reports false if the connection ended first.
 func (sc *serverConn) dispatch(r request) bool {
 	select {
 	case sc.work <- r:
 		return true
 	default:
 	}
-	if int(sc.workers.Load()) <= cap(sc.sem) {
+	if int(sc.workers.Load()) < cap(sc.sem) {
 		sc.workers.Add(1)
 		sc.handlers.Add(1)
-		go sc.worker(r, false)
+		go sc.worker(r)
 		return true
 	}
 	select {
@@ -357,22 +259,26 @@ func (sc *serverConn) dispatch(r request) bool {
 	}
 }
 
-// follow waits, idle, until the reader role (reader) or a request (r) is
-// handed to this worker. It reports false, and the worker should leave,
-// when enough other workers are idle or the connection ended.
-func (sc *serverConn) follow() (r request, reader, ok bool) {
-	if sc.idle.Add(1) > maxIdleWorkers {
-		sc.idle.Add(-1)
-		return request{}, false, false
-	}
-	defer sc.idle.Add(-1)
-	select {
-	case <-sc.lead:
-		return request{}, true, true
-	case r := <-sc.work:
-		return r, false, true
-	case <-sc.ctx.Done():
-		return request{}, false, false
+// worker handles r, then the requests the reader hands it, until the
+// connection ends or enough other workers are idle. A long-lived worker
+// saves a goroutine start per request and keeps the stack its handler
+// grew.
+func (sc *serverConn) worker(r request) {
+	defer sc.handlers.Done()
+	defer sc.workers.Add(-1)
+	for {
+		sc.handle(r.h, r.body)
+		if sc.idle.Add(1) > maxIdleWorkers {
+			sc.idle.Add(-1)
+			return
+		}
+		select {
+		case r = <-sc.work:
+			sc.idle.Add(-1)
+		case <-sc.ctx.Done():
+			sc.idle.Add(-1)
+			return
+		}
 	}
 }
 
