@@ -96,11 +96,11 @@ func cpuTime(pid int) (self, other time.Duration) {
 }
 
 // BenchmarkRoundTrip measures the latency of small calls (64-byte request
-// and response) to an echo server in another process, with 1 caller and
-// with 16 concurrent callers on one connection, and reports p50 and p99.
+// and response) to an echo server in another process, with 1, 4 and 16
+// concurrent callers on one connection, and reports p50 and p99.
 func BenchmarkRoundTrip(b *testing.B) {
 	msg := make([]byte, 64)
-	for _, callers := range []int{1, 16} {
+	for _, callers := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
 			addr, pid := startBenchServer(b)
 			tr := NewTCPWith(TCPOptions{Logger: slog.New(slog.DiscardHandler)})

@@ -105,7 +105,9 @@ func (l *tcpListener) acceptLoop() {
 		l.mu.Lock()
 		if l.closed {
 			l.mu.Unlock()
+			sc.w.stop(errClosed)
 			_ = nc.Close()
+			<-sc.w.exited
 			return
 		}
 		l.conns[sc] = struct{}{}

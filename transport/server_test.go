@@ -286,3 +286,60 @@ func TestHandlerWorkers(t *testing.T) {
 		}
 	}
 }
+
+// TestHandlersInFlightTogether: a handler that blocks (a synced commit
+// waiting for its group) never stops the server from reading the
+// connection. Every handler waits until N requests of one connection are
+// inside the handler at once, which only happens if the connection is read
+// while the first ones block; with MaxInflight = N all slots are taken.
+func TestHandlersInFlightTogether(t *testing.T) {
+	for _, maxInflight := range []int{8, 256} {
+		t.Run(fmt.Sprint("maxinflight=", maxInflight), func(t *testing.T) {
+			const n = 8
+			tr := NewTCPWith(TCPOptions{MaxInflight: maxInflight, Logger: slog.New(slog.DiscardHandler)})
+			var mu sync.Mutex
+			inside := 0
+			all := make(chan struct{})
+			l := serve(t, tr, func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+				mu.Lock()
+				inside++
+				if inside == n {
+					close(all)
+				}
+				mu.Unlock()
+				select {
+				case <-all:
+					return req, nil
+				case <-ctx.Done():
+					return nil, ctx.Err()
+				}
+			})
+			c := dial(t, tr, l.Addr())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			var wg sync.WaitGroup
+			errs := make(chan error, n)
+			for i := range n {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					want := fmt.Sprint(i)
+					resp, err := c.Call(ctx, 1, []byte(want))
+					if err == nil && string(resp) != want {
+						err = fmt.Errorf("call %d got %q", i, resp)
+					}
+					errs <- err
+				}()
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					mu.Lock()
+					defer mu.Unlock()
+					t.Fatalf("%v (handlers inside at once: %d of %d)", err, inside, n)
+				}
+			}
+		})
+	}
+}

@@ -449,9 +449,10 @@ func TestAbandonMidWrite(t *testing.T) {
 	nc := <-accepted
 	defer nc.Close()
 
+	// Allocated first: on a loaded machine zeroing it may outlast ctx.
+	big := make([]byte, 32<<20)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	big := make([]byte, 32<<20)
 	start := time.Now()
 	_, err = c.Call(ctx, 1, big)
 	if !errors.Is(err, syscall.ETIMEDOUT) {
