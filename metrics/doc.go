@@ -5,9 +5,9 @@
 // (transport.Observed) whose listeners count, time and size every request
 // they serve (weft_rpc_server_*) and whose connections do the same for every
 // call made (weft_rpc_client_*), labelled by operation name. The servers
-// and the client keep no metrics code of their own. Serve publishes a
-// registry on /metrics with the Go runtime and process collectors
-// (resident memory, CPU, open descriptors, goroutines).
+// and the client keep no metrics code of their own. NewRegistry adds the
+// Go runtime and process collectors (resident memory, CPU, open
+// descriptors, goroutines) and Handler serves a registry over HTTP.
 //
 // Invariants: observing changes no behaviour (transport.Observed passes
 // requests, responses, errors and contexts through); the per-call cost is

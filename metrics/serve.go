@@ -1,12 +1,8 @@
 package metrics
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -21,26 +17,8 @@ func NewRegistry() *prometheus.Registry {
 	return reg
 }
 
-// Serve publishes reg on http://addr/metrics until the returned stop is
-// called. It listens before returning, so a busy port is an error at start.
-func Serve(addr string, reg *prometheus.Registry, log *slog.Logger) (stop func(), err error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--metrics: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)}))
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("metrics server stopped", "addr", addr, "err", err)
-		}
-	}()
-	log.Info("serving metrics", "addr", ln.Addr().String())
-	return func() {
-		_ = srv.Close()
-		<-done
-	}, nil
+// Handler serves reg in Prometheus' exposition formats; errors gathering a
+// metric are logged at warn level.
+func Handler(reg *prometheus.Registry, log *slog.Logger) http.Handler {
+	return promhttp.HandlerFor(reg, promhttp.HandlerOpts{ErrorLog: slog.NewLogLogger(log.Handler(), slog.LevelWarn)})
 }

@@ -74,7 +74,9 @@ func (o *daemonOptions) start() (*daemon, error) {
 		reg := metrics.NewRegistry()
 		tr, err := metrics.Transport(d.transport, reg, opName)
 		if err == nil {
-			stop, err = metrics.Serve(o.Metrics, reg, d.log)
+			mux := http.NewServeMux()
+			mux.Handle("/metrics", metrics.Handler(reg, d.log))
+			stop, err = serveHTTP("metrics", o.Metrics, mux, d.log)
 		}
 		if err != nil {
 			d.stop()
@@ -113,15 +115,10 @@ func checkPprof(addr string) error {
 }
 
 // startPprof serves net/http/pprof on addr (nothing when addr is empty)
-// until the returned stop is called. It listens before returning, so a busy
-// port is an error at startup.
+// until the returned stop is called.
 func startPprof(addr string, log *slog.Logger) (stop func(), err error) {
 	if addr == "" {
 		return func() {}, nil
-	}
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("--pprof: %w", err)
 	}
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
@@ -129,15 +126,26 @@ func startPprof(addr string, log *slog.Logger) (stop func(), err error) {
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	return serveHTTP("pprof", addr, mux, log)
+}
+
+// serveHTTP serves h on addr for the endpoint named by flag (pprof,
+// metrics) until the returned stop is called. It listens before returning,
+// so a busy port is an error at startup that names the flag.
+func serveHTTP(flag, addr string, h http.Handler, log *slog.Logger) (stop func(), err error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("--%s: %w", flag, err)
+	}
+	srv := &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second}
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			log.Warn("pprof server stopped", "addr", addr, "err", err)
+			log.Warn(flag+" server stopped", "addr", addr, "err", err)
 		}
 	}()
-	log.Info("serving pprof", "addr", ln.Addr().String())
+	log.Info("serving "+flag, "addr", ln.Addr().String())
 	return func() {
 		_ = srv.Close()
 		<-done
