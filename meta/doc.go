@@ -69,7 +69,7 @@
 // objects (target, ino, stripe) on the object-GC queue, in one batch; from
 // the moment it is scheduled until it is applied, Open of that inode fails
 // with ENOENT. A background loop removes queued objects through
-// proto.StorageService and drops them from the queue once removed (ENOENT
+// proto.StorageService (one RemoveMany per target and batch) and drops them from the queue once removed (ENOENT
 // counts as removed); objects on unreachable targets stay queued and are
 // retried every GCInterval. The loop starts GCDelay (default 200 ms) after
 // objects were queued, so that a burst of unlinks is removed in a few
