@@ -142,13 +142,7 @@ func (s *Server) orphanLoop() {
 		return
 	case <-t.C:
 	}
-	var inos []proto.Ino
-	err := s.st.Scan([]byte{store.PrefixOrphan}, []byte{store.PrefixOrphan + 1}, func(k, _ []byte) bool {
-		if ino, ok := store.ParseU64Suffix(k); ok {
-			inos = append(inos, proto.Ino(ino))
-		}
-		return true
-	})
+	inos, err := s.Orphans()
 	if err != nil {
 		s.log.Error("meta: scan orphans", "err", err)
 		return
@@ -196,14 +190,7 @@ const gcBatch = 512
 // the targets that fail to down, and reports whether it made progress on a
 // full batch (so the caller goes on at once).
 func (s *Server) gcOnce(ctx context.Context, down map[proto.TargetID]bool) bool {
-	var objs []GCObject
-	err := s.st.Scan([]byte{store.PrefixGC}, []byte{store.PrefixGC + 1}, func(k, _ []byte) bool {
-		tg, ino, stripe, ok := store.ParseGCKey(k)
-		if ok && !down[proto.TargetID(tg)] {
-			objs = append(objs, GCObject{Target: proto.TargetID(tg), Obj: proto.ObjectID{Ino: proto.Ino(ino), Stripe: stripe}})
-		}
-		return len(objs) < gcBatch
-	})
+	objs, err := s.scanGC(gcBatch, down)
 	if err != nil || len(objs) == 0 {
 		return false
 	}
@@ -253,13 +240,17 @@ func (s *Server) gcOnce(ctx context.Context, down map[proto.TargetID]bool) bool 
 }
 
 // GCQueue returns the objects waiting for removal (for tests and tools).
-func (s *Server) GCQueue() ([]GCObject, error) {
+func (s *Server) GCQueue() ([]GCObject, error) { return s.scanGC(0, nil) }
+
+// scanGC returns up to limit (0: all) queued objects of targets not in skip.
+func (s *Server) scanGC(limit int, skip map[proto.TargetID]bool) ([]GCObject, error) {
 	var objs []GCObject
 	err := s.st.Scan([]byte{store.PrefixGC}, []byte{store.PrefixGC + 1}, func(k, _ []byte) bool {
-		if tg, ino, stripe, ok := store.ParseGCKey(k); ok {
+		tg, ino, stripe, ok := store.ParseGCKey(k)
+		if ok && !skip[proto.TargetID(tg)] {
 			objs = append(objs, GCObject{Target: proto.TargetID(tg), Obj: proto.ObjectID{Ino: proto.Ino(ino), Stripe: stripe}})
 		}
-		return true
+		return limit == 0 || len(objs) < limit
 	})
 	return objs, err
 }
