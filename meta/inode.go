@@ -1,9 +1,11 @@
 package meta
 
 import (
+	"errors"
 	"fmt"
 	"syscall"
 
+	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/wire"
 )
@@ -41,6 +43,26 @@ func decodeInode(b []byte) (*inode, error) {
 	n.Symlink = d.String()
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode inode: %w", err)
+	}
+	return n, nil
+}
+
+// loadInode reads and decodes inode ino from st: ENOENT if there is none,
+// EIO if it cannot be read or decoded.
+func loadInode(st store.Reader, ino proto.Ino) (*inode, error) {
+	if ino == 0 {
+		return nil, errnof(syscall.ENOENT, "no inode 0")
+	}
+	v, err := st.Get(store.InodeKey(uint64(ino)))
+	if errors.Is(err, store.ErrNotFound) {
+		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
+	}
+	if err != nil {
+		return nil, errnof(syscall.EIO, "read inode %d: %v", ino, err)
+	}
+	n, err := decodeInode(v)
+	if err != nil {
+		return nil, errnof(syscall.EIO, "inode %d: %v", ino, err)
 	}
 	return n, nil
 }

@@ -297,21 +297,7 @@ func (s *Server) GroupStats() (groups, commands uint64) {
 // --- reads ---
 
 func (s *Server) readInode(ino proto.Ino) (*inode, error) {
-	if ino == 0 {
-		return nil, errnof(syscall.ENOENT, "no inode 0")
-	}
-	v, err := s.st.Get(store.InodeKey(uint64(ino)))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
-	}
-	if err != nil {
-		return nil, errnof(syscall.EIO, "read inode %d: %v", ino, err)
-	}
-	n, err := decodeInode(v)
-	if err != nil {
-		return nil, errnof(syscall.EIO, "%v", err)
-	}
-	return n, nil
+	return loadInode(s.st, ino)
 }
 
 // Lookup implements proto.MetaService.

@@ -123,16 +123,9 @@ func (t *txn) get(ino proto.Ino) (*inode, error) {
 	if t.deleted[ino] || ino == 0 {
 		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
 	}
-	v, err := t.sm.st.Get(store.InodeKey(uint64(ino)))
-	if errors.Is(err, store.ErrNotFound) {
-		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
-	}
+	n, err := loadInode(t.sm.st, ino)
 	if err != nil {
-		return nil, errnof(syscall.EIO, "read inode %d: %v", ino, err)
-	}
-	n, err := decodeInode(v)
-	if err != nil {
-		return nil, errnof(syscall.EIO, "inode %d: %v", ino, err)
+		return nil, err
 	}
 	t.cache[ino] = n
 	return n, nil
