@@ -165,6 +165,19 @@ func (a *addrConns) suspectSince() time.Time {
 	return a.suspect
 }
 
+// startBackground counts a dial or probe goroutine about to start, so that
+// Close waits for it, unless the pool is closed (then it reports false and
+// the goroutine must not start).
+func (p *Pool) startBackground() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return false
+	}
+	p.dials.Add(1)
+	return true
+}
+
 // suspect marks addr suspect and starts its probe, unless it is already.
 func (p *Pool) suspect(addr string, a *addrConns) {
 	a.mu.Lock()
@@ -172,13 +185,7 @@ func (p *Pool) suspect(addr string, a *addrConns) {
 	if !a.suspect.IsZero() {
 		return
 	}
-	p.mu.Lock()
-	closed := p.closed
-	if !closed {
-		p.dials.Add(1)
-	}
-	p.mu.Unlock()
-	if closed {
+	if !p.startBackground() {
 		return
 	}
 	a.suspect = time.Now()
@@ -263,13 +270,7 @@ func (p *Pool) get(ctx context.Context, addr string, s *slot) (Conn, error) {
 		return c, nil
 	}
 	if d == nil {
-		p.mu.Lock()
-		closed := p.closed
-		if !closed {
-			p.dials.Add(1)
-		}
-		p.mu.Unlock()
-		if closed {
+		if !p.startBackground() {
 			s.mu.Unlock()
 			return nil, errPoolClosed
 		}
