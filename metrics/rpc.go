@@ -38,6 +38,7 @@ type rpcObserver struct {
 type opMetrics struct {
 	requests, errors, bytesIn, bytesOut prometheus.Counter
 	seconds                             prometheus.Observer
+	inflight                            prometheus.Gauge // the side's, shared by its operations
 }
 
 func newRPCObserver(reg prometheus.Registerer, side string, name Namer) (*rpcObserver, error) {
@@ -86,6 +87,7 @@ func (o *rpcObserver) op(op uint16) *opMetrics {
 			seconds:  o.seconds.WithLabelValues(l),
 			bytesIn:  o.bytesIn.WithLabelValues(l),
 			bytesOut: o.bytesOut.WithLabelValues(l),
+			inflight: o.inflight,
 		}
 		o.byOp[op] = m
 	}
@@ -93,21 +95,22 @@ func (o *rpcObserver) op(op uint16) *opMetrics {
 }
 
 // Begin implements transport.Observer.
-func (o *rpcObserver) Begin(op uint16) {
-	o.op(op).requests.Inc()
-	o.inflight.Inc()
+func (o *rpcObserver) Begin(op uint16) transport.OpEnd {
+	m := o.op(op)
+	m.requests.Inc()
+	m.inflight.Inc()
+	return m
 }
 
-// End implements transport.Observer.
-func (o *rpcObserver) End(op uint16, start time.Time, in, out int, err error) {
-	m := o.op(op)
+// End implements transport.OpEnd.
+func (m *opMetrics) End(start time.Time, in, out int, err error) {
 	m.seconds.Observe(time.Since(start).Seconds())
 	m.bytesIn.Add(float64(in))
 	m.bytesOut.Add(float64(out))
 	if err != nil {
 		m.errors.Inc()
 	}
-	o.inflight.Dec()
+	m.inflight.Dec()
 }
 
 // Transport returns tr observed into reg (see the package comment); name

@@ -6,11 +6,18 @@ import (
 )
 
 // Observer is told about every request a transport serves or every call it
-// makes; the metrics package implements it. Begin and End are called from
-// the goroutine doing the work and must be cheap and safe for concurrent use.
+// makes; the metrics package implements it. Begin is called as a request
+// starts and End, on what Begin returned, as it ends (so that an observer
+// resolves op once per request). Both are called from the goroutine doing
+// the work and must be cheap and safe for concurrent use; Begin may return
+// the same OpEnd for every request of op.
 type Observer interface {
-	Begin(op uint16)
-	End(op uint16, start time.Time, reqBytes, respBytes int, err error)
+	Begin(op uint16) OpEnd
+}
+
+// OpEnd is told how a request that Begin saw ended.
+type OpEnd interface {
+	End(start time.Time, reqBytes, respBytes int, err error)
 }
 
 // Observed returns tr with server reporting to the handler of every
@@ -34,10 +41,10 @@ func (t *observedTransport) Listen(addr string, h Handler) (Listener, error) {
 		return t.inner.Listen(addr, h)
 	}
 	return t.inner.Listen(addr, func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
-		obs.Begin(op)
+		end := obs.Begin(op)
 		start := time.Now()
 		resp, err := h(ctx, op, req)
-		obs.End(op, start, len(req), len(resp), err)
+		end.End(start, len(req), len(resp), err)
 		return resp, err
 	})
 }
@@ -56,14 +63,14 @@ type observedConn struct {
 }
 
 func (c *observedConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error) {
-	c.obs.Begin(op)
+	end := c.obs.Begin(op)
 	start := time.Now()
 	resp, err := c.Conn.Call(ctx, op, parts...)
 	n := 0
 	for _, p := range parts {
 		n += len(p)
 	}
-	c.obs.End(op, start, n, len(resp), err)
+	end.End(start, n, len(resp), err)
 	return resp, err
 }
 

@@ -17,16 +17,23 @@ type recordingObserver struct {
 	errs  int
 }
 
-func (o *recordingObserver) Begin(op uint16) {
+func (o *recordingObserver) Begin(op uint16) OpEnd {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.begun == nil {
 		o.begun = map[uint16]int{}
 	}
 	o.begun[op]++
+	return recordingEnd{o, op}
 }
 
-func (o *recordingObserver) End(op uint16, start time.Time, in, out int, err error) {
+type recordingEnd struct {
+	o  *recordingObserver
+	op uint16
+}
+
+func (e recordingEnd) End(start time.Time, in, out int, err error) {
+	o, op := e.o, e.op
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.ended == nil {
