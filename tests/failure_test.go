@@ -49,18 +49,7 @@ func TestStorageFailure(t *testing.T) {
 	os.Mkdir(d, 0o755)
 	weft(t, c, "setstripe", "-c", "1", "-S", "1M", d)
 
-	df, err := testcluster.DF(mnt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := map[uint32]int{}
-	for _, ti := range df {
-		for i := 0; i < 2; i++ {
-			if ti.Addr == c.StorageAddr(i) {
-				server[ti.ID] = i
-			}
-		}
-	}
+	df, server := targetServers(t, c, mnt)
 	// One file on a target of server 0 (victim) and one on server 1.
 	var victim, survivor string
 	for i := 0; i < 40 && (victim == "" || survivor == ""); i++ {

@@ -17,6 +17,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/weft-fs/weft/internal/testcluster"
 )
 
 // helperEnv, when set, turns the test binary into a helper process that runs
@@ -221,6 +223,25 @@ func within(t testing.TB, d time.Duration, what string, f func() error) error {
 		t.Fatalf("%s did not return within %v (hangs)", what, d)
 		return nil
 	}
+}
+
+// targetServers returns `weft df` through mnt and which of the cluster's
+// first two storage servers holds each target (by target ID).
+func targetServers(t testing.TB, c *testcluster.Cluster, mnt string) ([]testcluster.TargetInfo, map[uint32]int) {
+	t.Helper()
+	df, err := testcluster.DF(mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	server := map[uint32]int{}
+	for _, ti := range df {
+		for i := 0; i < 2; i++ {
+			if ti.Addr == c.StorageAddr(i) {
+				server[ti.ID] = i
+			}
+		}
+	}
+	return df, server
 }
 
 func errnoOf(err error) syscall.Errno {

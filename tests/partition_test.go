@@ -59,18 +59,7 @@ func TestPartition(t *testing.T) {
 	}
 	weft(t, c, "setstripe", "-c", "4", "-S", "1M", d)
 
-	df, err := testcluster.DF(wmnt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	server := map[uint32]int{}
-	for _, ti := range df {
-		for i := 0; i < 2; i++ {
-			if ti.Addr == c.StorageAddr(i) {
-				server[ti.ID] = i
-			}
-		}
-	}
+	df, server := targetServers(t, c, wmnt)
 	if len(server) != 4 {
 		t.Fatalf("df %+v: want 4 targets on %s and %s", df, c.StorageAddr(0), c.StorageAddr(1))
 	}
