@@ -67,6 +67,23 @@ func loadInode(st store.Reader, ino proto.Ino) (*inode, error) {
 	return n, nil
 }
 
+// loadDirent reads and decodes the entry name of parent from st; ok is
+// false if there is none. It does not check that parent exists.
+func loadDirent(st store.Reader, parent proto.Ino, name string) (de dirent, ok bool, err error) {
+	v, err := st.Get(store.DirentKey(uint64(parent), name))
+	if errors.Is(err, store.ErrNotFound) {
+		return dirent{}, false, nil
+	}
+	if err != nil {
+		return dirent{}, false, errnof(syscall.EIO, "read entry %q: %v", name, err)
+	}
+	de, err = decodeDirent(v)
+	if err != nil {
+		return dirent{}, false, errnof(syscall.EIO, "entry %q: %v", name, err)
+	}
+	return de, true, nil
+}
+
 // dirent is the value of a directory entry: the child and its file type.
 type dirent struct {
 	Ino  proto.Ino

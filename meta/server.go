@@ -307,8 +307,11 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 	}
 	// Only directories have entries: the parent is read (for ENOENT or
 	// ENOTDIR) only when the name is not found.
-	v, err := s.st.Get(store.DirentKey(uint64(parent), name))
-	if errors.Is(err, store.ErrNotFound) {
+	de, ok, err := loadDirent(s.st, parent, name)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	if !ok {
 		p, err := s.readInode(parent)
 		if err != nil {
 			return proto.Attr{}, err
@@ -317,13 +320,6 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 			return proto.Attr{}, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
 		}
 		return proto.Attr{}, noEntryError{parent, name}
-	}
-	if err != nil {
-		return proto.Attr{}, errnof(syscall.EIO, "lookup: %v", err)
-	}
-	de, err := decodeDirent(v)
-	if err != nil {
-		return proto.Attr{}, errnof(syscall.EIO, "%v", err)
 	}
 	n, err := s.readInode(de.Ino)
 	if err != nil {
@@ -605,12 +601,8 @@ func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (p
 // lastLink reads (without a command) whether name in parent is a
 // non-directory with one link left, and its inode.
 func (s *Server) lastLink(parent proto.Ino, name string) (proto.Ino, bool) {
-	v, err := s.st.Get(store.DirentKey(uint64(parent), name))
-	if err != nil {
-		return 0, false
-	}
-	de, err := decodeDirent(v)
-	if err != nil || de.Type == syscall.S_IFDIR {
+	de, ok, err := loadDirent(s.st, parent, name)
+	if err != nil || !ok || de.Type == syscall.S_IFDIR {
 		return 0, false
 	}
 	n, err := s.readInode(de.Ino)

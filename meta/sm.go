@@ -149,18 +149,7 @@ func (t *txn) put(n *inode) {
 }
 
 func (t *txn) lookup(parent proto.Ino, name string) (dirent, bool, error) {
-	v, err := t.sm.st.Get(store.DirentKey(uint64(parent), name))
-	if errors.Is(err, store.ErrNotFound) {
-		return dirent{}, false, nil
-	}
-	if err != nil {
-		return dirent{}, false, errnof(syscall.EIO, "read entry %q: %v", name, err)
-	}
-	de, err := decodeDirent(v)
-	if err != nil {
-		return dirent{}, false, errnof(syscall.EIO, "entry %q: %v", name, err)
-	}
-	return de, true, nil
+	return loadDirent(t.sm.st, parent, name)
 }
 
 func (t *txn) setDirent(parent proto.Ino, name string, child *inode) {
