@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
-	"math/bits"
-	"sync"
+
+	"github.com/weft-fs/weft/internal/bufpool"
 )
 
 // Frame header layout; see doc.go for the format and its invariants.
@@ -111,38 +111,9 @@ func decodeHeader(b []byte) (header, error) {
 	return h, nil
 }
 
-// bodyPool recycles large frame bodies in power-of-two size classes from
-// minPooledBody up to MaxBody; smaller bodies are plain allocations.
-type bodyPool struct {
-	classes [bodyClasses]sync.Pool
-}
+// Request bodies of at least minPooledBody bytes are recycled (in
+// power-of-two classes up to 128 MiB, above MaxBody); smaller ones are
+// plain allocations.
+const minPooledBody = 64 << 10
 
-const (
-	minPooledShift = 16 // 64 KiB
-	minPooledBody  = 1 << minPooledShift
-	bodyClasses    = 28 - minPooledShift // up to 128 MiB > MaxBody
-)
-
-func bodyClass(n int) int { return bits.Len(uint(n-1)) - minPooledShift }
-
-// get returns a buffer of length n with undefined contents.
-func (p *bodyPool) get(n int) []byte {
-	if n < minPooledBody {
-		return make([]byte, n)
-	}
-	c := bodyClass(n)
-	if b, ok := p.classes[c].Get().(*[]byte); ok {
-		return (*b)[:n]
-	}
-	return make([]byte, n, 1<<(c+minPooledShift))
-}
-
-// put recycles a buffer returned by get; others are ignored.
-func (p *bodyPool) put(b []byte) {
-	n := cap(b)
-	if n < minPooledBody || n&(n-1) != 0 {
-		return
-	}
-	b = b[:n]
-	p.classes[bodyClass(n)].Put(&b)
-}
+func newBodyPool() *bufpool.Pool { return bufpool.New(minPooledBody, 128<<20) }

@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/weft-fs/weft/internal/bufpool"
 )
 
 // Listen serves h on addr until the listener is closed.
@@ -23,6 +25,7 @@ func (t *tcpTransport) Listen(addr string, h Handler) (Listener, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &tcpListener{
+		bodies: newBodyPool(),
 		t:      t,
 		ln:     ln,
 		h:      h,
@@ -44,7 +47,7 @@ type tcpListener struct {
 	ctx    context.Context // cancelled by Close; parent of every handler's ctx
 	cancel context.CancelFunc
 
-	bodies bodyPool // request bodies handed back with DoneWithRequest
+	bodies *bufpool.Pool // request bodies handed back with DoneWithRequest
 
 	mu     sync.Mutex
 	conns  map[*serverConn]struct{}
@@ -215,7 +218,7 @@ func (sc *serverConn) readLoop() error {
 		if err != nil {
 			return &protocolError{err}
 		}
-		body := sc.l.bodies.get(int(h.length))
+		body := sc.l.bodies.Get(int(h.length))
 		if _, err := io.ReadFull(br, body); err != nil {
 			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
 				return &protocolError{fmt.Errorf("truncated frame: op %d id %d wants %d body bytes: %w", h.op, h.id, h.length, err)}
@@ -229,7 +232,7 @@ func (sc *serverConn) readLoop() error {
 		}
 		if !sc.dispatch(request{h, body}) {
 			<-sc.sem
-			sc.l.bodies.put(body)
+			sc.l.bodies.Put(body)
 			return nil
 		}
 	}
@@ -299,7 +302,7 @@ func (sc *serverConn) handle(h header, req []byte) {
 		resp, err = sc.run(rc, h.op, req)
 	}
 	if rc.reqDone {
-		sc.l.bodies.put(req)
+		sc.l.bodies.Put(req)
 	}
 	if err == nil && len(resp) > MaxBody {
 		sc.l.log.Error("transport: handler response too large", "op", h.op, "bytes", len(resp))

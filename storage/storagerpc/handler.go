@@ -4,10 +4,9 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math/bits"
-	"sync"
 	"syscall"
 
+	"github.com/weft-fs/weft/internal/bufpool"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
@@ -24,7 +23,9 @@ func NewHandler(svc proto.StorageService, log *slog.Logger) transport.Handler {
 		log.Warn("storagerpc: malformed request", "op", op, "len", len(req), "err", err)
 		return nil, fmt.Errorf("%w: %w", err, syscall.EINVAL)
 	}
-	bufs := &bufPool{}
+	// Read buffers are recycled, so serving reads does not allocate (and
+	// zero) a fresh buffer per request.
+	bufs := bufpool.New(4<<10, MaxIO)
 	return func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
 		switch op {
 		case OpRead:
@@ -32,15 +33,15 @@ func NewHandler(svc proto.StorageService, log *slog.Logger) transport.Handler {
 			if err != nil {
 				return bad(op, req, err)
 			}
-			buf := bufs.get(int(r.Len))
+			buf := bufs.Get(int(r.Len))
 			n, err := svc.Read(ctx, r.Target, r.Obj, r.Off, buf)
 			if err != nil {
-				bufs.put(buf)
+				bufs.Put(buf)
 				return nil, err
 			}
 			// Called directly (not through the transport), the buffer
 			// is simply the caller's.
-			_ = transport.AfterResponse(ctx, func() { bufs.put(buf) })
+			_ = transport.AfterResponse(ctx, func() { bufs.Put(buf) })
 			return buf[:n], nil
 		case OpWrite:
 			r, err := DecodeWrite(req)
@@ -81,42 +82,4 @@ func NewHandler(svc proto.StorageService, log *slog.Logger) transport.Handler {
 		log.Warn("storagerpc: unknown op", "op", op)
 		return nil, fmt.Errorf("storagerpc: unknown op %d: %w", op, syscall.ENOSYS)
 	}
-}
-
-// bufPool recycles read buffers in power-of-two size classes from 4 KiB up
-// to MaxIO, so that serving reads does not allocate (and zero) a fresh
-// buffer per request.
-type bufPool struct {
-	classes [bufClasses]sync.Pool
-}
-
-const (
-	minBufShift = 12
-	bufClasses  = 25 - minBufShift // up to 16 MiB = MaxIO
-)
-
-func bufClass(n int) int {
-	if n <= 1<<minBufShift {
-		return 0
-	}
-	return bits.Len(uint(n-1)) - minBufShift
-}
-
-// get returns a buffer of length n (at most MaxIO) with undefined contents.
-func (p *bufPool) get(n int) []byte {
-	c := bufClass(n)
-	if b, ok := p.classes[c].Get().(*[]byte); ok {
-		return (*b)[:n]
-	}
-	return make([]byte, n, 1<<(c+minBufShift))
-}
-
-// put recycles a buffer returned by get.
-func (p *bufPool) put(b []byte) {
-	n := cap(b)
-	if n < 1<<minBufShift || n&(n-1) != 0 || n > MaxIO {
-		return
-	}
-	b = b[:n]
-	p.classes[bufClass(n)].Put(&b)
 }
