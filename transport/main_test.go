@@ -1,14 +1,13 @@
 package transport
 
 import (
-	"bytes"
 	"context"
-	"log/slog"
 	"os"
-	"sync"
 	"testing"
 
 	"go.uber.org/goleak"
+
+	"github.com/weft-fs/weft/internal/testutil"
 )
 
 func TestMain(m *testing.M) {
@@ -18,29 +17,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// logBuf collects log output for tests that check what the server logs.
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // newTestTransport returns a TCP transport whose log is kept and printed if
 // the test fails.
-func newTestTransport(t testing.TB) (Transport, *logBuf) {
-	lb := &logBuf{}
-	log := slog.New(slog.NewTextHandler(lb, &slog.HandlerOptions{Level: slog.LevelDebug}))
+func newTestTransport(t testing.TB) (Transport, *testutil.LogBuffer) {
+	log, lb := testutil.NewLogger()
 	t.Cleanup(func() {
 		if t.Failed() {
 			t.Logf("transport log:\n%s", lb.String())

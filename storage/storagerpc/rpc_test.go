@@ -5,14 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 
 	"go.uber.org/goleak"
 
+	"github.com/weft-fs/weft/internal/testutil"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/storage"
 	"github.com/weft-fs/weft/storage/storagerpc"
@@ -23,23 +22,6 @@ import (
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 var ctx = context.Background()
-
-type logBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // newServer returns a storage server with targets 1 and 2 in memory.
 func newServer(t *testing.T) *storage.Server {
@@ -63,8 +45,8 @@ func newServer(t *testing.T) *storage.Server {
 }
 
 func TestHandlerDirect(t *testing.T) {
-	lb := &logBuf{}
-	h := storagerpc.NewHandler(newServer(t), slog.New(slog.NewTextHandler(lb, nil)))
+	log, lb := testutil.NewLogger()
+	h := storagerpc.NewHandler(newServer(t), log)
 	obj := storagerpc.ObjectReq{Target: 1, Obj: proto.ObjectID{Ino: 3}}
 	w := storagerpc.WriteReq{ObjectReq: obj, Off: 10, Data: []byte("hello")}
 	resp, err := h(ctx, storagerpc.OpWrite, append(w.EncodeHeader(), w.Data...))

@@ -1,0 +1,3 @@
+// Package testutil holds small helpers shared by the unit tests of several
+// packages. Nothing outside tests imports it.
+package testutil
