@@ -166,8 +166,15 @@ func (st *inodeState) sendLocked(c *Client, e *extent) {
 	pw := &pendingWrite{off: e.off, end: e.end()}
 	st.inflight = append(st.inflight, pw)
 	l := st.layout
+	exts := l.Extents(pw.off, pw.end-pw.off)
+	// Fsync syncs the stripes written since the last one; it pushes every
+	// open extent first, so marking them here, once per send rather than
+	// once per write, marks every stripe an acknowledged write touched.
+	for _, x := range exts {
+		st.unsynced[x.Stripe] = true
+	}
 	c.wg.Add(1)
-	go c.writeBehind(st, pw, l, l.Extents(pw.off, pw.end-pw.off), e.buf)
+	go c.writeBehind(st, pw, l, exts, e.buf)
 }
 
 // pushLocked sends every open extent overlapping [off, end).

@@ -272,9 +272,6 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	st.dropRALocked()
 	st.seq++
 	st.lastWrite = now
-	for _, e := range st.layout.Extents(off, n) {
-		st.unsynced[e.Stripe] = true
-	}
 	st.mu.Unlock()
 	if added < n {
 		c.budget.release(n - added) // overwrote bytes already buffered
