@@ -129,9 +129,20 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 	}
 }
 
+// newFile makes the handle for an inode the metadata server just opened,
+// with a its fresh attributes; for a regular file it takes a reference on
+// the shared state and overlays this client's unreported writes on a.
+func (c *Client) newFile(a *proto.Attr) *File {
+	f := &File{c: c, ino: a.Ino}
+	if a.IsRegular() {
+		f.st = c.acquire(a)
+	}
+	return f
+}
+
 // acquire returns the shared state of ino, creating it from attrs fresh from
-// Open, and takes a reference.
-func (c *Client) acquire(a proto.Attr) *inodeState {
+// Open (or merging them into the existing one), and takes a reference.
+func (c *Client) acquire(a *proto.Attr) *inodeState {
 	c.mu.Lock()
 	st := c.open[a.Ino]
 	if st == nil {
@@ -146,7 +157,7 @@ func (c *Client) acquire(a proto.Attr) *inodeState {
 	}
 	st.refs++
 	c.mu.Unlock()
-	st.mergeAttr(&a)
+	st.mergeAttr(a)
 	st.mu.Lock()
 	st.dropRALocked() // close-to-open: nothing fetched before this open is served after it
 	st.mu.Unlock()
@@ -188,12 +199,7 @@ func (c *Client) Open(ctx context.Context, ino proto.Ino) (*File, proto.Attr, er
 	if err != nil {
 		return nil, proto.Attr{}, err
 	}
-	f := &File{c: c, ino: ino}
-	if a.IsRegular() {
-		f.st = c.acquire(a)
-		f.st.mergeAttr(&a)
-	}
-	return f, a, nil
+	return c.newFile(&a), a, nil
 }
 
 // Ino returns the file's inode number.
