@@ -146,7 +146,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	for _, st := range c.open {
 		st.mu.Lock()
-		st.pushAllLocked(c)
+		st.pushAllLocked()
 		st.stopTimerLocked()
 		st.mu.Unlock()
 	}

@@ -106,7 +106,7 @@ func (st *inodeState) beginTruncate() layout.Layout {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.truncating++
-	st.pushAllLocked(st.c)
+	st.pushAllLocked()
 	st.waitIdleLocked()
 	st.dropRALocked()
 	return st.layout
@@ -171,7 +171,7 @@ func (c *Client) unref(st *inodeState) {
 	if st.refs == 0 {
 		delete(c.open, st.ino)
 		st.mu.Lock()
-		st.pushAllLocked(c) // normally empty: the last handle was flushed
+		st.pushAllLocked() // normally empty: the last handle was flushed
 		st.stopTimerLocked()
 		st.dropRALocked()
 		st.mu.Unlock()
@@ -250,7 +250,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	if !c.budget.tryAcquire(n) {
 		// Bytes this file buffers may be what the budget waits for.
 		st.mu.Lock()
-		st.pushAllLocked(c)
+		st.pushAllLocked()
 		st.mu.Unlock()
 		c.budget.acquire(n)
 	}
@@ -266,12 +266,12 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 			break
 		}
 		if !fits {
-			st.pushAllLocked(c)
+			st.pushAllLocked()
 		}
 		st.cond.Wait()
 	}
 	now := time.Now().UnixNano()
-	added := st.bufferLocked(c, p, off, now)
+	added := st.bufferLocked(p, off, now)
 	st.held += added
 	st.end = max(st.end, end)
 	st.dirty = true
@@ -354,7 +354,7 @@ func (f *File) ReadBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byt
 	for {
 		// Unsent writes of this client in the range go out first, so the
 		// read sees them.
-		st.pushLocked(f.c, off, off+uint64(len(p)))
+		st.pushLocked(off, off+uint64(len(p)))
 		if st.truncating == 0 && !st.overlaps(off, off+uint64(len(p))) {
 			break
 		}
@@ -483,7 +483,7 @@ func (f *File) Flush(ctx context.Context) error {
 		return nil
 	}
 	st.mu.Lock()
-	st.pushAllLocked(f.c)
+	st.pushAllLocked()
 	st.waitIdleLocked()
 	st.dropRALocked()
 	if err := st.takeErrLocked(); err != nil {
@@ -528,7 +528,7 @@ func (f *File) Fsync(ctx context.Context) error {
 		return nil
 	}
 	st.mu.Lock()
-	st.pushAllLocked(f.c)
+	st.pushAllLocked()
 	st.waitIdleLocked()
 	if err := st.takeErrLocked(); err != nil {
 		st.mu.Unlock()
