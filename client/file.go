@@ -69,8 +69,10 @@ func (st *inodeState) overlaps(off, end uint64) bool {
 	return false
 }
 
-// waitIdleLocked waits until no write is in flight.
-func (st *inodeState) waitIdleLocked() {
+// drainLocked sends the open extents and waits until no write is in
+// flight: everything accepted so far has reached storage (or failed).
+func (st *inodeState) drainLocked() {
+	st.pushAllLocked()
 	for len(st.inflight) > 0 {
 		st.cond.Wait()
 	}
@@ -106,8 +108,7 @@ func (st *inodeState) beginTruncate() layout.Layout {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.truncating++
-	st.pushAllLocked()
-	st.waitIdleLocked()
+	st.drainLocked()
 	st.dropRALocked()
 	return st.layout
 }
@@ -483,8 +484,7 @@ func (f *File) Flush(ctx context.Context) error {
 		return nil
 	}
 	st.mu.Lock()
-	st.pushAllLocked()
-	st.waitIdleLocked()
+	st.drainLocked()
 	st.dropRALocked()
 	if err := st.takeErrLocked(); err != nil {
 		st.mu.Unlock()
@@ -528,8 +528,7 @@ func (f *File) Fsync(ctx context.Context) error {
 		return nil
 	}
 	st.mu.Lock()
-	st.pushAllLocked()
-	st.waitIdleLocked()
+	st.drainLocked()
 	if err := st.takeErrLocked(); err != nil {
 		st.mu.Unlock()
 		return err
