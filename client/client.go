@@ -146,7 +146,7 @@ func (c *Client) Close() error {
 	c.mu.Lock()
 	for _, st := range c.open {
 		st.mu.Lock()
-		st.pushAllLocked(c)
+		st.pushAllLocked()
 		st.stopTimerLocked()
 		st.mu.Unlock()
 	}
@@ -321,12 +321,7 @@ func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn) (*File, prot
 			if a.IsDir() {
 				return nil, proto.Attr{}, proto.Attr{}, syscall.EISDIR
 			}
-			f := &File{c: c, ino: a.Ino}
-			if a.IsRegular() {
-				f.st = c.acquire(a)
-				f.st.mergeAttr(&a)
-			}
-			return f, a, p, nil
+			return c.newFile(&a), a, p, nil
 		}
 		if !c.noSys(err) {
 			return nil, proto.Attr{}, proto.Attr{}, err

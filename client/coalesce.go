@@ -74,14 +74,14 @@ func chunkSize(l layout.Layout) uint64 {
 // new bytes are buffered (p's bytes minus those that overwrote buffered
 // ones). The caller made sure [off, off+len(p)) overlaps no write in
 // flight.
-func (st *inodeState) bufferLocked(c *Client, p []byte, off uint64, now int64) (added uint64) {
+func (st *inodeState) bufferLocked(p []byte, off uint64, now int64) (added uint64) {
 	chunk := chunkSize(st.layout)
 	for len(p) > 0 {
 		cend := (off/chunk + 1) * chunk
 		n := min(uint64(len(p)), cend-off)
-		e, grew := st.mergeLocked(c, p[:n], off, chunk, now)
+		e, grew := st.mergeLocked(p[:n], off, chunk, now)
 		added += grew
-		st.maybeSendLocked(c, e, chunk)
+		st.maybeSendLocked(e, chunk)
 		p, off = p[n:], off+n
 	}
 	for len(st.open) > maxOpenExtents {
@@ -91,15 +91,15 @@ func (st *inodeState) bufferLocked(c *Client, p []byte, off uint64, now int64) (
 				oldest = i
 			}
 		}
-		st.sendLocked(c, st.open[oldest])
+		st.sendLocked(st.open[oldest])
 	}
-	st.armTimerLocked(c)
+	st.armTimerLocked()
 	return added
 }
 
 // mergeLocked puts p (within one chunk) at off into the open extent it
 // touches or overlaps, joining the extents it bridges, or opens a new one.
-func (st *inodeState) mergeLocked(c *Client, p []byte, off, chunk uint64, now int64) (*extent, uint64) {
+func (st *inodeState) mergeLocked(p []byte, off, chunk uint64, now int64) (*extent, uint64) {
 	end := off + uint64(len(p))
 	lo, hi := off, end
 	var hits []*extent
@@ -122,11 +122,11 @@ func (st *inodeState) mergeLocked(c *Client, p []byte, off, chunk uint64, now in
 		e.touched = now
 		return e, hi - lo - old
 	}
-	e := &extent{off: lo, buf: c.bufs.get(int(hi - lo)), born: now, touched: now}
+	e := &extent{off: lo, buf: st.c.bufs.get(int(hi - lo)), born: now, touched: now}
 	for _, h := range hits {
 		copy(e.buf[h.off-lo:], h.buf)
 		e.born = min(e.born, h.born)
-		c.bufs.put(h.buf)
+		st.c.bufs.put(h.buf)
 		st.removeOpenLocked(h)
 	}
 	copy(e.buf[off-lo:], p)
@@ -145,7 +145,7 @@ func (st *inodeState) removeOpenLocked(e *extent) {
 
 // maybeSendLocked sends e if it filled its chunk, or reached the chunk's
 // end with no other extent of the chunk open (nothing left to wait for).
-func (st *inodeState) maybeSendLocked(c *Client, e *extent, chunk uint64) {
+func (st *inodeState) maybeSendLocked(e *extent, chunk uint64) {
 	if e.end()%chunk != 0 && uint64(len(e.buf)) < chunk {
 		return
 	}
@@ -156,25 +156,32 @@ func (st *inodeState) maybeSendLocked(c *Client, e *extent, chunk uint64) {
 			}
 		}
 	}
-	st.sendLocked(c, e)
+	st.sendLocked(e)
 }
 
 // sendLocked moves e from the open extents to the writes in flight and
 // sends it in the background.
-func (st *inodeState) sendLocked(c *Client, e *extent) {
+func (st *inodeState) sendLocked(e *extent) {
 	st.removeOpenLocked(e)
 	pw := &pendingWrite{off: e.off, end: e.end()}
 	st.inflight = append(st.inflight, pw)
 	l := st.layout
-	c.wg.Add(1)
-	go c.writeBehind(st, pw, l, l.Extents(pw.off, pw.end-pw.off), e.buf)
+	exts := l.Extents(pw.off, pw.end-pw.off)
+	// Fsync syncs the stripes written since the last one; it pushes every
+	// open extent first, so marking them here, once per send rather than
+	// once per write, marks every stripe an acknowledged write touched.
+	for _, x := range exts {
+		st.unsynced[x.Stripe] = true
+	}
+	st.c.wg.Add(1)
+	go st.c.writeBehind(st, pw, l, exts, e.buf)
 }
 
 // pushLocked sends every open extent overlapping [off, end).
-func (st *inodeState) pushLocked(c *Client, off, end uint64) {
+func (st *inodeState) pushLocked(off, end uint64) {
 	for i := 0; i < len(st.open); {
 		if e := st.open[i]; e.off < end && off < e.end() {
-			st.sendLocked(c, e)
+			st.sendLocked(e)
 			continue
 		}
 		i++
@@ -182,20 +189,20 @@ func (st *inodeState) pushLocked(c *Client, off, end uint64) {
 }
 
 // pushAllLocked sends every open extent.
-func (st *inodeState) pushAllLocked(c *Client) {
+func (st *inodeState) pushAllLocked() {
 	for len(st.open) > 0 {
-		st.sendLocked(c, st.open[0])
+		st.sendLocked(st.open[0])
 	}
 }
 
 // armTimerLocked makes sure a timer will look at the open extents.
-func (st *inodeState) armTimerLocked(c *Client) {
+func (st *inodeState) armTimerLocked() {
 	if len(st.open) == 0 || st.timerArmed {
 		return
 	}
 	st.timerArmed = true
 	if st.timer == nil {
-		st.timer = time.AfterFunc(idleFlush, func() { st.onTimer(c) })
+		st.timer = time.AfterFunc(idleFlush, st.onTimer)
 	} else {
 		st.timer.Reset(idleFlush)
 	}
@@ -203,7 +210,7 @@ func (st *inodeState) armTimerLocked(c *Client) {
 
 // onTimer sends the extents idle for idleFlush or open for maxExtentAge and
 // re-arms for the others.
-func (st *inodeState) onTimer(c *Client) {
+func (st *inodeState) onTimer() {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.timerArmed = false
@@ -213,7 +220,7 @@ func (st *inodeState) onTimer(c *Client) {
 		e := st.open[i]
 		due := min(e.touched+int64(idleFlush), e.born+int64(maxExtentAge))
 		if due <= now {
-			st.sendLocked(c, e)
+			st.sendLocked(e)
 			continue
 		}
 		if next < 0 || due < next {

@@ -69,8 +69,10 @@ func (st *inodeState) overlaps(off, end uint64) bool {
 	return false
 }
 
-// waitIdleLocked waits until no write is in flight.
-func (st *inodeState) waitIdleLocked() {
+// drainLocked sends the open extents and waits until no write is in
+// flight: everything accepted so far has reached storage (or failed).
+func (st *inodeState) drainLocked() {
+	st.pushAllLocked()
 	for len(st.inflight) > 0 {
 		st.cond.Wait()
 	}
@@ -106,8 +108,7 @@ func (st *inodeState) beginTruncate() layout.Layout {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.truncating++
-	st.pushAllLocked(st.c)
-	st.waitIdleLocked()
+	st.drainLocked()
 	st.dropRALocked()
 	return st.layout
 }
@@ -129,9 +130,20 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 	}
 }
 
+// newFile makes the handle for an inode the metadata server just opened,
+// with a its fresh attributes; for a regular file it takes a reference on
+// the shared state and overlays this client's unreported writes on a.
+func (c *Client) newFile(a *proto.Attr) *File {
+	f := &File{c: c, ino: a.Ino}
+	if a.IsRegular() {
+		f.st = c.acquire(a)
+	}
+	return f
+}
+
 // acquire returns the shared state of ino, creating it from attrs fresh from
-// Open, and takes a reference.
-func (c *Client) acquire(a proto.Attr) *inodeState {
+// Open (or merging them into the existing one), and takes a reference.
+func (c *Client) acquire(a *proto.Attr) *inodeState {
 	c.mu.Lock()
 	st := c.open[a.Ino]
 	if st == nil {
@@ -146,7 +158,7 @@ func (c *Client) acquire(a proto.Attr) *inodeState {
 	}
 	st.refs++
 	c.mu.Unlock()
-	st.mergeAttr(&a)
+	st.mergeAttr(a)
 	st.mu.Lock()
 	st.dropRALocked() // close-to-open: nothing fetched before this open is served after it
 	st.mu.Unlock()
@@ -160,7 +172,7 @@ func (c *Client) unref(st *inodeState) {
 	if st.refs == 0 {
 		delete(c.open, st.ino)
 		st.mu.Lock()
-		st.pushAllLocked(c) // normally empty: the last handle was flushed
+		st.pushAllLocked() // normally empty: the last handle was flushed
 		st.stopTimerLocked()
 		st.dropRALocked()
 		st.mu.Unlock()
@@ -188,12 +200,7 @@ func (c *Client) Open(ctx context.Context, ino proto.Ino) (*File, proto.Attr, er
 	if err != nil {
 		return nil, proto.Attr{}, err
 	}
-	f := &File{c: c, ino: ino}
-	if a.IsRegular() {
-		f.st = c.acquire(a)
-		f.st.mergeAttr(&a)
-	}
-	return f, a, nil
+	return c.newFile(&a), a, nil
 }
 
 // Ino returns the file's inode number.
@@ -244,7 +251,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	if !c.budget.tryAcquire(n) {
 		// Bytes this file buffers may be what the budget waits for.
 		st.mu.Lock()
-		st.pushAllLocked(c)
+		st.pushAllLocked()
 		st.mu.Unlock()
 		c.budget.acquire(n)
 	}
@@ -260,21 +267,18 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 			break
 		}
 		if !fits {
-			st.pushAllLocked(c)
+			st.pushAllLocked()
 		}
 		st.cond.Wait()
 	}
 	now := time.Now().UnixNano()
-	added := st.bufferLocked(c, p, off, now)
+	added := st.bufferLocked(p, off, now)
 	st.held += added
 	st.end = max(st.end, end)
 	st.dirty = true
 	st.dropRALocked()
 	st.seq++
 	st.lastWrite = now
-	for _, e := range st.layout.Extents(off, n) {
-		st.unsynced[e.Stripe] = true
-	}
 	st.mu.Unlock()
 	if added < n {
 		c.budget.release(n - added) // overwrote bytes already buffered
@@ -351,7 +355,7 @@ func (f *File) ReadBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byt
 	for {
 		// Unsent writes of this client in the range go out first, so the
 		// read sees them.
-		st.pushLocked(f.c, off, off+uint64(len(p)))
+		st.pushLocked(off, off+uint64(len(p)))
 		if st.truncating == 0 && !st.overlaps(off, off+uint64(len(p))) {
 			break
 		}
@@ -480,8 +484,7 @@ func (f *File) Flush(ctx context.Context) error {
 		return nil
 	}
 	st.mu.Lock()
-	st.pushAllLocked(f.c)
-	st.waitIdleLocked()
+	st.drainLocked()
 	st.dropRALocked()
 	if err := st.takeErrLocked(); err != nil {
 		st.mu.Unlock()
@@ -525,8 +528,7 @@ func (f *File) Fsync(ctx context.Context) error {
 		return nil
 	}
 	st.mu.Lock()
-	st.pushAllLocked(f.c)
-	st.waitIdleLocked()
+	st.drainLocked()
 	if err := st.takeErrLocked(); err != nil {
 		st.mu.Unlock()
 		return err

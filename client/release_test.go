@@ -13,16 +13,19 @@ import (
 	"github.com/weft-fs/weft/proto"
 )
 
-// countingMeta counts the ReleaseMany calls that reach the server.
+// countingMeta counts the ReleaseMany calls that reach the server. It
+// counts once the server has applied them, so a test that sees a count can
+// check the server's state.
 type countingMeta struct {
 	*meta.Server
 	calls, handles atomic.Int64
 }
 
 func (m *countingMeta) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
+	err := m.Server.ReleaseMany(ctx, inos)
 	m.calls.Add(1)
 	m.handles.Add(int64(len(inos)))
-	return m.Server.ReleaseMany(ctx, inos)
+	return err
 }
 
 // TestReleaseBatching: closes one after another share ReleaseMany calls

@@ -28,14 +28,16 @@ type daemonOptions struct {
 }
 
 func (o *daemonOptions) addFlags(fs *pflag.FlagSet) {
-	addPprofFlag(fs, &o.Pprof)
+	fs.StringVar(&o.Pprof, "pprof", "", "serve Go profiles (net/http/pprof, /debug/pprof/) on this address, e.g. 127.0.0.1:7651 (default off; keep it off untrusted networks)")
 	fs.StringVar(&o.Metrics, "metrics", "", "serve Prometheus metrics (RPC counts, latencies and bytes per operation, memory, CPU) on http://ADDR/metrics, e.g. 127.0.0.1:9400 (default off)")
 	o.logOptions.addFlags(fs)
 }
 
 func (o *daemonOptions) validate() error {
-	if err := checkPprof(o.Pprof); err != nil {
-		return err
+	if o.Pprof != "" {
+		if err := checkAddr("pprof", o.Pprof, true); err != nil {
+			return err
+		}
 	}
 	if o.Metrics != "" {
 		if err := checkAddr("metrics", o.Metrics, true); err != nil {
@@ -65,14 +67,17 @@ func (d *daemon) stop() {
 // defers d.stop (on an error start has already stopped what it began).
 func (o *daemonOptions) start() (*daemon, error) {
 	d := &daemon{log: o.logger(os.Stderr), transport: transport.NewTCP()}
-	stop, err := startPprof(o.Pprof, d.log)
-	if err != nil {
-		return nil, err
+	if o.Pprof != "" {
+		stop, err := serveHTTP("pprof", o.Pprof, pprofMux(), d.log)
+		if err != nil {
+			return nil, err
+		}
+		d.stops = append(d.stops, stop)
 	}
-	d.stops = append(d.stops, stop)
 	if o.Metrics != "" {
 		reg := metrics.NewRegistry()
 		tr, err := metrics.Transport(d.transport, reg, opName)
+		var stop func()
 		if err == nil {
 			mux := http.NewServeMux()
 			mux.Handle("/metrics", metrics.Handler(reg, d.log))
@@ -102,31 +107,15 @@ func opName(op uint16) string {
 	return metrics.OpNumber(op)
 }
 
-// addPprofFlag adds --pprof, shared by the daemons.
-func addPprofFlag(fs *pflag.FlagSet, addr *string) {
-	fs.StringVar(addr, "pprof", "", "serve Go profiles (net/http/pprof, /debug/pprof/) on this address, e.g. 127.0.0.1:7651 (default off; keep it off untrusted networks)")
-}
-
-func checkPprof(addr string) error {
-	if addr == "" {
-		return nil
-	}
-	return checkAddr("pprof", addr, true)
-}
-
-// startPprof serves net/http/pprof on addr (nothing when addr is empty)
-// until the returned stop is called.
-func startPprof(addr string, log *slog.Logger) (stop func(), err error) {
-	if addr == "" {
-		return func() {}, nil
-	}
+// pprofMux serves net/http/pprof under /debug/pprof/.
+func pprofMux() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	return serveHTTP("pprof", addr, mux, log)
+	return mux
 }
 
 // serveHTTP serves h on addr for the endpoint named by flag (pprof,

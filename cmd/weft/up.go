@@ -571,10 +571,34 @@ func (s *supervisor) stopAll(mnt string) {
 
 // stop sends SIGTERM and waits up to grace for a clean exit, then kills.
 func (s *supervisor) stop(c *child, grace time.Duration) {
+	if s.terminate(c, grace) {
+		return
+	}
+	fmt.Fprintf(s.out, "weft up: %s did not stop within %v; killing it\n", c.spec.Name, grace)
+	_ = c.cmd.Process.Kill()
+	<-c.done
+}
+
+// stopMount asks the mount process to unmount and exit; if it cannot (files
+// still open), the mount is detached lazily and the process stopped.
+func (s *supervisor) stopMount(c *child, mnt string) {
+	if s.terminate(c, 10*time.Second) {
+		return
+	}
+	fmt.Fprintf(s.out, "weft up: the mount did not unmount within 10s (files open?); detaching it\n")
+	if err := unmountFuse(mnt, true); err != nil {
+		fmt.Fprintln(s.out, "weft up:", err)
+	}
+	s.stop(c, 5*time.Second)
+}
+
+// terminate sends SIGTERM (unless c has exited) and reports whether c
+// exited within grace.
+func (s *supervisor) terminate(c *child, grace time.Duration) bool {
 	c.stopping.Store(true)
 	select {
 	case <-c.done:
-		return
+		return true
 	default:
 	}
 	_ = c.cmd.Process.Signal(syscall.SIGTERM)
@@ -582,35 +606,10 @@ func (s *supervisor) stop(c *child, grace time.Duration) {
 	defer t.Stop()
 	select {
 	case <-c.done:
+		return true
 	case <-t.C:
-		fmt.Fprintf(s.out, "weft up: %s did not stop within %v; killing it\n", c.spec.Name, grace)
-		_ = c.cmd.Process.Kill()
-		<-c.done
+		return false
 	}
-}
-
-// stopMount asks the mount process to unmount and exit; if it cannot (files
-// still open), the mount is detached lazily and the process stopped.
-func (s *supervisor) stopMount(c *child, mnt string) {
-	c.stopping.Store(true)
-	select {
-	case <-c.done:
-		return
-	default:
-	}
-	_ = c.cmd.Process.Signal(syscall.SIGTERM)
-	t := time.NewTimer(10 * time.Second)
-	defer t.Stop()
-	select {
-	case <-c.done:
-		return
-	case <-t.C:
-	}
-	fmt.Fprintf(s.out, "weft up: the mount did not unmount within 10s (files open?); detaching it\n")
-	if err := unmountFuse(mnt, true); err != nil {
-		fmt.Fprintln(s.out, "weft up:", err)
-	}
-	s.stop(c, 5*time.Second)
 }
 
 func isStaleMountPath(p string) bool {
