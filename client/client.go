@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/internal/bufpool"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
@@ -65,7 +66,7 @@ type Client struct {
 	storage proto.StorageService
 	budget  *budget
 	perFile uint64
-	bufs    bufPool
+	bufs    *bufpool.Pool
 
 	// base is the parent context of background writes; cancelled by Close
 	// after they drained.
@@ -117,6 +118,7 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 	cfg = cfg.withDefaults()
 	base, cancel := context.WithCancel(context.Background())
 	c := &Client{
+		bufs:    newBufPool(),
 		cfg:     cfg,
 		log:     cfg.Logger,
 		meta:    meta,

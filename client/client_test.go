@@ -416,16 +416,16 @@ func TestErrno(t *testing.T) {
 }
 
 func TestBufPool(t *testing.T) {
-	var p bufPool
+	p := newBufPool()
 	for _, n := range []int{1, 4096, 4097, 47008, 1 << 20, 4 << 20, 4<<20 + 1} {
-		b := p.get(n)
+		b := p.Get(n)
 		if len(b) != n {
 			t.Fatalf("get(%d) has len %d", n, len(b))
 		}
 		if n <= 4<<20 && cap(b)&(cap(b)-1) != 0 {
 			t.Fatalf("get(%d) cap %d not a power of two", n, cap(b))
 		}
-		p.put(b)
+		p.Put(b)
 	}
 }
 

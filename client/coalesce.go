@@ -122,11 +122,11 @@ func (st *inodeState) mergeLocked(p []byte, off, chunk uint64, now int64) (*exte
 		e.touched = now
 		return e, hi - lo - old
 	}
-	e := &extent{off: lo, buf: st.c.bufs.get(int(hi - lo)), born: now, touched: now}
+	e := &extent{off: lo, buf: st.c.bufs.Get(int(hi - lo)), born: now, touched: now}
 	for _, h := range hits {
 		copy(e.buf[h.off-lo:], h.buf)
 		e.born = min(e.born, h.born)
-		st.c.bufs.put(h.buf)
+		st.c.bufs.Put(h.buf)
 		st.removeOpenLocked(h)
 	}
 	copy(e.buf[off-lo:], p)

@@ -317,7 +317,7 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 	}
 	st.cond.Broadcast()
 	st.mu.Unlock()
-	c.bufs.put(buf)
+	c.bufs.Put(buf)
 	c.budget.release(pw.end - pw.off)
 }
 

@@ -66,7 +66,7 @@ type raChunk struct {
 func (ch *raChunk) unref() {
 	if ch.refs.Add(-1) == 0 {
 		n := uint64(len(ch.buf))
-		ch.c.bufs.put(ch.buf)
+		ch.c.bufs.Put(ch.buf)
 		ch.buf = nil
 		ch.c.budget.release(n)
 	}
@@ -173,7 +173,7 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 			if !c.budget.tryAcquire(n) {
 				break
 			}
-			ch := &raChunk{c: c, off: co, buf: c.bufs.get(int(n)), done: make(chan struct{})}
+			ch := &raChunk{c: c, off: co, buf: c.bufs.Get(int(n)), done: make(chan struct{})}
 			ch.refs.Store(2)
 			st.ra.chunks[co] = ch
 			c.wg.Add(1)
