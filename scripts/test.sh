@@ -34,4 +34,9 @@ pkgs=("$@")
 [ "${#pkgs[@]}" -gt 0 ] || pkgs=(./...)
 go test -count=1 -timeout 20m "${pkgs[@]}"
 
+if [ "$#" -eq 0 ]; then
+	step "fuzz (short runs)"
+	scripts/fuzz.sh
+fi
+
 step "all tests passed"
