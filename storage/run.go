@@ -106,7 +106,10 @@ func (cfg Config) validate() (Config, error) {
 // registration), and heartbeats usage every HeartbeatInterval. On cancel it
 // stops serving and closes the targets, and returns nil. It fails at once
 // on a bad config, a target that cannot be opened, or a registry that
-// refuses a target's id (EINVAL).
+// refuses a target (EINVAL: wrong id or implausible usage; EPERM: its uuid
+// belongs to another storage server; EACCES: this server may not
+// register). An address the registry could not probe (EHOSTUNREACH) is
+// retried like an unreachable registry.
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.validate()
 	if err != nil {
@@ -195,7 +198,11 @@ func registerLoop(ctx context.Context, cfg Config, addr string, srv *Server, t *
 			backoff = cfg.HeartbeatInterval
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EEXIST):
+		case errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EEXIST),
+			errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+			// Refusals that retrying does not change: a wrong id, usage
+			// the registry finds implausible, a uuid registered by
+			// another storage server, credentials that may not register.
 			return fmt.Errorf("storage: target %s: registration refused: %w", t.Dir(), err)
 		case registered:
 			log.Warn("storage: heartbeat failed", "err", err)
