@@ -42,6 +42,11 @@ type Config struct {
 	Transport transport.Transport
 	// MaxOpenObjects per target; 0 = DefaultMaxOpen.
 	MaxOpenObjects int
+	// ReadBytesPerConn and ReadBytesPerServer bound the read buffers held
+	// for one connection and for all (see storagerpc.HandlerOptions);
+	// 0 = storagerpc.DefaultReadBytesPerConn (64 MiB) and
+	// DefaultReadBytesPerServer (512 MiB).
+	ReadBytesPerConn, ReadBytesPerServer int64
 }
 
 // validate checks cfg and returns it with defaults filled in and target
@@ -55,6 +60,9 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.ReadBytesPerConn < 0 || cfg.ReadBytesPerServer < 0 {
+		return cfg, fmt.Errorf("storage: negative read buffer budget (%d per connection, %d per server)", cfg.ReadBytesPerConn, cfg.ReadBytesPerServer)
 	}
 	if cfg.HeartbeatInterval < 0 {
 		return cfg, fmt.Errorf("storage: negative heartbeat interval %v", cfg.HeartbeatInterval)
@@ -146,7 +154,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	ln, err := tr.Listen(cfg.ListenAddr, storagerpc.NewHandler(srv, log))
+	h := storagerpc.NewHandlerWith(srv, storagerpc.HandlerOptions{
+		Logger: log, ReadBytesPerConn: cfg.ReadBytesPerConn, ReadBytesPerServer: cfg.ReadBytesPerServer,
+	})
+	ln, err := tr.Listen(cfg.ListenAddr, h.Serve)
 	if err != nil {
 		return fmt.Errorf("storage: listen on %s: %w", cfg.ListenAddr, err)
 	}
