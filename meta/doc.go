@@ -91,6 +91,20 @@
 // full), so files can be created at once; one still silent after that is
 // marked down.
 //
+// Registration is validated (docs/security.md, "Target registration"):
+// only a peer with role storage may register or heartbeat (EACCES
+// otherwise; an unauthenticated peer only with Options.AllowUnauthenticated;
+// an in-process caller with no peer in its ctx is trusted). A uuid belongs
+// to the certificate name (Peer.Name) that first registered it, stored in
+// the target record (format version 2; version 1 records, which have no
+// owner, are still read and are adopted by the next named registrant);
+// another name gets EPERM. A new target, or a known one at a new address,
+// is accepted only after the address answered a transport probe within
+// ProbeTimeout (EHOSTUNREACH otherwise); heartbeats of a known target at
+// its known address are never probed. Usage no real target reports (Total
+// over MaxTargetBytes, Free over Total, Used+Free over Total plus slack)
+// is refused with EINVAL and never ranked.
+//
 // # Invariants
 //
 //   - Every directory entry names an existing inode, and its type matches.

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
 	"github.com/weft-fs/weft/wire"
 )
 
@@ -18,24 +20,80 @@ import (
 // placement.
 const minFree = 64 << 10
 
-func encodeTargetRecord(uuid, addr string) []byte {
-	e := wire.NewEncoder(8 + len(uuid) + len(addr))
-	e.U8(1)
-	e.String(uuid)
-	e.String(addr)
+// MaxTargetBytes is the largest Total a target may report (4 PiB): larger
+// than any one storage target (a big ZFS pool), small enough that a target
+// advertising absurd space (to draw every new file) is refused.
+const MaxTargetBytes = 4 << 50
+
+// usageSlack is how far Used+Free may exceed Total: the target's used count
+// is an accounting figure that a crash can leave off by an update, and Free
+// comes from statfs at another instant.
+func usageSlack(total uint64) uint64 { return total/16 + 1<<30 }
+
+// checkUsage refuses usage figures no real target reports, so that the
+// registry never ranks a target by them: Total and Used at most
+// MaxTargetBytes, Free at most Total, and Used+Free at most Total (plus
+// usageSlack) unless the target is full.
+func checkUsage(info proto.TargetInfo) error {
+	switch {
+	case info.Total > MaxTargetBytes:
+		return errnof(syscall.EINVAL, "target reports %d bytes, over the %d-byte limit per target", info.Total, uint64(MaxTargetBytes))
+	case info.Free > info.Total:
+		return errnof(syscall.EINVAL, "target reports %d bytes free of %d total", info.Free, info.Total)
+	case info.Used > MaxTargetBytes:
+		return errnof(syscall.EINVAL, "target reports %d bytes used, over the %d-byte limit per target", info.Used, uint64(MaxTargetBytes))
+	case info.Free > 0 && info.Used+info.Free > info.Total+usageSlack(info.Total):
+		// A full target (Free 0) may count more used bytes than its
+		// total: its capacity was lowered below what it holds.
+		return errnof(syscall.EINVAL, "target reports %d bytes used and %d free of %d total", info.Used, info.Free, info.Total)
+	}
+	return nil
+}
+
+// Target records (the value under store.TargetIDKey). Version 1 held uuid
+// and address; version 2 adds the certificate name of the storage server
+// that registered the target ("" when it registered without one, and for
+// every version 1 record), to which the uuid then belongs.
+const targetRecordVersion = 2
+
+// targetRecord is the persisted part of a target.
+type targetRecord struct {
+	uuid, addr string
+	owner      string // Peer.Name of the registering server; "" = none yet
+}
+
+func encodeTargetRecord(r targetRecord) []byte {
+	e := wire.NewEncoder(16 + len(r.uuid) + len(r.addr) + len(r.owner))
+	e.U8(targetRecordVersion)
+	e.String(r.uuid)
+	e.String(r.addr)
+	e.String(r.owner)
 	return e.B
 }
 
-func decodeTargetRecord(b []byte) (uuid, addr string, err error) {
+func decodeTargetRecord(b []byte) (targetRecord, error) {
 	d := wire.NewDecoder(b)
-	if v := d.U8(); d.Err() == nil && v != 1 {
-		return "", "", fmt.Errorf("meta: target record version %d not supported", v)
+	v := d.U8()
+	if d.Err() == nil && v != 1 && v != 2 {
+		return targetRecord{}, fmt.Errorf("meta: target record version %d not supported", v)
 	}
-	uuid, addr = d.String(), d.String()
+	var r targetRecord
+	r.uuid, r.addr = d.String(), d.String()
+	if v >= 2 {
+		r.owner = d.String()
+	}
 	if err := d.Done(); err != nil {
-		return "", "", fmt.Errorf("meta: decode target record: %w", err)
+		return targetRecord{}, fmt.Errorf("meta: decode target record: %w", err)
 	}
-	return uuid, addr, nil
+	return r, nil
+}
+
+// registrant is who asks to register a target: the certificate name of the
+// storage server's connection, or trusted for an in-process caller (no peer
+// in its ctx), which may register any uuid and never changes its owner.
+type registrant struct {
+	name    string
+	trusted bool
 }
 
 // targetState is what the server knows about a target: the persisted id,
@@ -43,6 +101,7 @@ func decodeTargetRecord(b []byte) (uuid, addr string, err error) {
 type targetState struct {
 	info     proto.TargetInfo
 	uuid     string
+	owner    string    // certificate name of the server the uuid belongs to
 	lastSeen time.Time // last heartbeat, or when the registry was loaded
 	heard    bool      // a heartbeat reported usage since the registry was loaded
 	placed   uint64    // stripes placed on it since its last heartbeat
@@ -86,14 +145,14 @@ func (r *registry) load(st store.Reader) error {
 			bad = fmt.Errorf("meta: bad target key %q", k)
 			return false
 		}
-		uuid, addr, err := decodeTargetRecord(v)
+		rec, err := decodeTargetRecord(v)
 		if err != nil {
 			bad = err
 			return false
 		}
 		id := proto.TargetID(binary.BigEndian.Uint32(k[1:]))
-		r.byID[id] = &targetState{info: proto.TargetInfo{ID: id, Addr: addr}, uuid: uuid, lastSeen: now}
-		r.byUUID[uuid] = id
+		r.byID[id] = &targetState{info: proto.TargetInfo{ID: id, Addr: rec.addr}, uuid: rec.uuid, owner: rec.owner, lastSeen: now}
+		r.byUUID[rec.uuid] = id
 		return true
 	})
 	if err != nil {
@@ -103,9 +162,9 @@ func (r *registry) load(st store.Reader) error {
 }
 
 // heartbeat returns the target's id if the registration changes nothing
-// persisted (known uuid, same address, no conflicting id), and then records
-// usage and liveness. Otherwise the caller proposes a command.
-func (r *registry) heartbeat(uuid string, info proto.TargetInfo) (proto.TargetID, bool) {
+// persisted (known uuid, same address, same owner, no conflicting id), and
+// then records usage and liveness. Otherwise the caller proposes a command.
+func (r *registry) heartbeat(uuid string, who registrant, info proto.TargetInfo) (proto.TargetID, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	id, ok := r.byUUID[uuid]
@@ -113,7 +172,7 @@ func (r *registry) heartbeat(uuid string, info proto.TargetInfo) (proto.TargetID
 		return 0, false
 	}
 	t := r.byID[id]
-	if t.info.Addr != info.Addr {
+	if t.info.Addr != info.Addr || (!who.trusted && t.owner != who.name) {
 		return 0, false
 	}
 	r.refresh(t, info)
@@ -127,10 +186,23 @@ func (r *registry) refresh(t *targetState, info proto.TargetInfo) {
 	t.placed = 0
 }
 
-// registered records the outcome of a register-target command.
-func (r *registry) registered(id proto.TargetID, uuid string, info proto.TargetInfo) {
+// known returns the address and owner of a registered uuid.
+func (r *registry) known(uuid string) (addr, owner string, ok bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	id, ok := r.byUUID[uuid]
+	if !ok {
+		return "", "", false
+	}
+	t := r.byID[id]
+	return t.info.Addr, t.owner, true
+}
+
+// registered records the outcome of a register-target command.
+func (r *registry) registered(id proto.TargetID, rec targetRecord, info proto.TargetInfo) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	uuid := rec.uuid
 	t := r.byID[id]
 	if t == nil {
 		t = &targetState{uuid: uuid}
@@ -138,6 +210,7 @@ func (r *registry) registered(id proto.TargetID, uuid string, info proto.TargetI
 	}
 	t.info.ID = id
 	t.info.Addr = info.Addr
+	t.owner = rec.owner
 	r.byUUID[uuid] = id
 	r.refresh(t, info)
 }
@@ -199,6 +272,9 @@ func (r *registry) candidates() ([]proto.TargetID, syscall.Errno) {
 		}
 		anyUp = true
 		free := t.info.Free
+		if checkUsage(t.info) != nil {
+			continue // never stored (RegisterTarget refuses it); defensive
+		}
 		if !t.heard {
 			free = unheardFree
 		}
@@ -268,4 +344,53 @@ func (r *registry) statfs() (total, used, free uint64) {
 		free += t.info.Free
 	}
 	return
+}
+
+// DefaultProbeTimeout bounds the probe of a registering target's address.
+const DefaultProbeTimeout = 3 * time.Second
+
+// ProbeAddr dials addr with tr and waits for an answer to transport.OpProbe
+// (which the transport's server answers itself), then closes the
+// connection. It is the Probe of a server started by Run: a connection of
+// its own rather than the pool's, so that a refused address leaves no
+// pooled connection and no background prober behind. With an
+// authenticating transport the dial also checks the server's certificate.
+func ProbeAddr(tr transport.Transport) func(ctx context.Context, addr string) error {
+	return func(ctx context.Context, addr string) error {
+		c, err := tr.Dial(ctx, addr)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_, err = c.Call(ctx, transport.OpProbe)
+		return err
+	}
+}
+
+// logLimiter passes at most logBurst events per second and counts the rest.
+type logLimiter struct {
+	mu      sync.Mutex
+	window  time.Time
+	n       int
+	dropped int
+}
+
+const logBurst = 10
+
+// allow reports whether an event at now may be logged, and how many were
+// dropped since the last one that was.
+func (l *logLimiter) allow(now time.Time) (bool, int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if now.Sub(l.window) >= time.Second || now.Before(l.window) {
+		l.window, l.n = now, 0
+	}
+	if l.n >= logBurst {
+		l.dropped++
+		return false, 0
+	}
+	l.n++
+	d := l.dropped
+	l.dropped = 0
+	return true, d
 }

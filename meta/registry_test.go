@@ -42,7 +42,7 @@ func TestRegistryGraceAfterRestart(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			for _, u := range []string{"a", "b"} {
-				if _, err := e.srv.RegisterTarget(ctx, u, proto.TargetInfo{Addr: "host:" + u, Free: 1 << 30}); err != nil {
+				if _, err := e.srv.RegisterTarget(ctx, u, proto.TargetInfo{Addr: "host:" + u, Total: 1 << 30, Free: 1 << 30}); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -98,7 +98,7 @@ func TestRegistryGraceAfterRestart(t *testing.T) {
 func TestRegistryGraceSpreads(t *testing.T) {
 	e := newEnv(t)
 	for _, u := range []string{"a", "b", "c"} {
-		if _, err := e.srv.RegisterTarget(ctx, u, proto.TargetInfo{Addr: "host:" + u, Free: 1 << 30}); err != nil {
+		if _, err := e.srv.RegisterTarget(ctx, u, proto.TargetInfo{Addr: "host:" + u, Total: 1 << 30, Free: 1 << 30}); err != nil {
 			t.Fatal(err)
 		}
 	}

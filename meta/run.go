@@ -35,6 +35,10 @@ type Config struct {
 	Transport transport.Transport
 	// Ready, if set, is called with the bound address once serving.
 	Ready func(addr string)
+	// AllowUnauthenticated: see Options.AllowUnauthenticated.
+	AllowUnauthenticated bool
+	// ProbeTimeout: see Options.ProbeTimeout (default DefaultProbeTimeout).
+	ProbeTimeout time.Duration
 }
 
 // Validate checks the configuration and reports the first problem.
@@ -54,6 +58,9 @@ func (c *Config) Validate() error {
 	}
 	if c.HeartbeatTimeout < 0 {
 		return fmt.Errorf("meta: HeartbeatTimeout %v is negative", c.HeartbeatTimeout)
+	}
+	if c.ProbeTimeout < 0 {
+		return fmt.Errorf("meta: ProbeTimeout %v is negative", c.ProbeTimeout)
 	}
 	if c.OrphanGrace < 0 {
 		return fmt.Errorf("meta: OrphanGrace %v is negative", c.OrphanGrace)
@@ -89,18 +96,20 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	}
+	tr := cfg.Transport
+	if tr == nil {
+		tr = transport.NewTCP()
+	}
 	srv, err := New(Options{
 		Store: st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		OrphanGrace: cfg.OrphanGrace, Logger: log,
+		AllowUnauthenticated: cfg.AllowUnauthenticated,
+		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
 	})
 	if err != nil {
 		closePool()
 		st.Close()
 		return err
-	}
-	tr := cfg.Transport
-	if tr == nil {
-		tr = transport.NewTCP()
 	}
 	ln, err := tr.Listen(cfg.ListenAddr, metarpc.NewHandler(srv, srv, log))
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
 )
 
 // Options configure a Server. Store is required; the rest have defaults.
@@ -42,6 +43,20 @@ type Options struct {
 	RootUid  uint32
 	RootGid  uint32
 
+	// AllowUnauthenticated serves peers whose connection did not
+	// authenticate (transport.RoleNone: a transport built without
+	// security). Only tests set it; without it such peers get EACCES.
+	// Requests with no peer in their ctx (in-process calls) are trusted
+	// either way.
+	AllowUnauthenticated bool
+	// Probe checks that a storage server answers at addr; RegisterTarget
+	// calls it before it accepts a new target or a new address of a known
+	// one, with a ctx bounded by ProbeTimeout. Run dials with the
+	// server's own transport (see ProbeAddr). Nil: addresses are not
+	// probed (unit tests with made-up addresses).
+	Probe        func(ctx context.Context, addr string) error
+	ProbeTimeout time.Duration // default DefaultProbeTimeout
+
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
 	applyHook func(*Command)
@@ -56,6 +71,9 @@ type Server struct {
 	sm   *stateMachine
 	reg  *registry
 	log  *slog.Logger
+	// refusals rate-limits the warnings about refused registrations, which
+	// a misconfigured or hostile peer can send in a flood.
+	refusals logLimiter
 
 	nextIno atomic.Uint64 // the proposer's inode allocator
 
@@ -111,6 +129,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.GCDelay <= 0 {
 		opts.GCDelay = 200 * time.Millisecond
+	}
+	if opts.ProbeTimeout <= 0 {
+		opts.ProbeTimeout = DefaultProbeTimeout
 	}
 	if opts.MaxGroup <= 0 {
 		opts.MaxGroup = 256
@@ -668,18 +689,81 @@ func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) 
 }
 
 // RegisterTarget implements proto.TargetRegistry. A heartbeat that changes
-// nothing persisted costs no command.
+// nothing persisted costs no command (and no probe).
+//
+// Only a storage server may register: a peer with another role gets EACCES
+// (an unauthenticated one too, unless AllowUnauthenticated). A uuid belongs
+// to the certificate name that first registered it; another name gets
+// EPERM. Usage figures no real target reports get EINVAL. A new target, or
+// a known one at a new address, is accepted only once the address answered
+// a probe (EHOSTUNREACH otherwise). Every refusal is logged at warn with
+// the peer's address, rate-limited.
 func (s *Server) RegisterTarget(ctx context.Context, uuid string, info proto.TargetInfo) (proto.TargetID, error) {
-	if id, ok := s.reg.heartbeat(uuid, info); ok {
+	who, err := s.registrant(ctx)
+	if err == nil {
+		err = checkUsage(info)
+	}
+	if err != nil {
+		return 0, s.refuse(ctx, uuid, info, err)
+	}
+	if id, ok := s.reg.heartbeat(uuid, who, info); ok {
 		return id, nil
 	}
-	r, err := s.propose(ctx, &Command{Op: OpRegisterTarget, Now: s.now(), Text: uuid, Addr: info.Addr, TargetID: info.ID})
+	addr, owner, known := s.reg.known(uuid)
+	if known && !who.trusted && owner != "" && owner != who.name {
+		// The state machine refuses it too; no need to probe first.
+		return 0, s.refuse(ctx, uuid, info, errnof(syscall.EPERM, "target %s belongs to %q, not %q", uuid, owner, who.name))
+	}
+	if (!known || addr != info.Addr) && s.opts.Probe != nil {
+		pctx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
+		perr := s.opts.Probe(pctx, info.Addr)
+		cancel()
+		if perr != nil {
+			return 0, s.refuse(ctx, uuid, info, errnof(syscall.EHOSTUNREACH,
+				"target %s: address %q did not answer a probe within %v (%v)", uuid, info.Addr, s.opts.ProbeTimeout, perr))
+		}
+	}
+	c := &Command{Op: OpRegisterTarget, Now: s.now(), Text: uuid, Addr: info.Addr, TargetID: info.ID, Name: who.name}
+	if who.trusted {
+		c.Flags |= registerTrusted
+	}
+	r, err := s.propose(ctx, c)
 	if err != nil {
+		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
+			s.refuse(ctx, uuid, info, err)
+		}
 		return 0, err
 	}
-	s.reg.registered(r.target, uuid, info)
-	s.log.Info("meta: target registered", "id", r.target, "uuid", uuid, "addr", info.Addr)
+	s.reg.registered(r.target, r.targetRec, info)
+	s.log.Info("meta: target registered", "id", r.target, "uuid", uuid, "addr", info.Addr, "owner", r.targetRec.owner)
 	return r.target, nil
+}
+
+// registrant authorizes the caller of RegisterTarget: a storage server, an
+// unauthenticated peer if allowed, or an in-process caller.
+func (s *Server) registrant(ctx context.Context) (registrant, error) {
+	p, ok := transport.PeerFrom(ctx)
+	switch {
+	case !ok:
+		return registrant{trusted: true}, nil
+	case p.Role == transport.RoleStorage:
+		return registrant{name: p.Name}, nil
+	case p.Role == transport.RoleNone && s.opts.AllowUnauthenticated:
+		return registrant{name: p.Name}, nil
+	case p.Role == transport.RoleNone:
+		return registrant{}, errnof(syscall.EACCES, "register target: the connection is not authenticated")
+	}
+	return registrant{}, errnof(syscall.EACCES, "register target: peer %q has role %q, not %q", p.Name, p.Role, transport.RoleStorage)
+}
+
+// refuse logs a refused registration (rate-limited) and returns err.
+func (s *Server) refuse(ctx context.Context, uuid string, info proto.TargetInfo, err error) error {
+	if ok, dropped := s.refusals.allow(s.opts.Now()); ok {
+		p, _ := transport.PeerFrom(ctx)
+		s.log.Warn("meta: target registration refused", "peer", p.Addr, "role", p.Role, "name", p.Name,
+			"uuid", uuid, "addr", info.Addr, "err", err, "suppressed", dropped)
+	}
+	return err
 }
 
 // ResolveTarget returns the address of a registered target, for the

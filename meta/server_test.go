@@ -30,7 +30,7 @@ func TestRestartPebble(t *testing.T) {
 		return st, srv
 	}
 	st, srv := open()
-	if _, err := srv.RegisterTarget(ctx, "u1", proto.TargetInfo{Addr: "a:1", Free: 1 << 30}); err != nil {
+	if _, err := srv.RegisterTarget(ctx, "u1", proto.TargetInfo{Addr: "a:1", Total: 1 << 30, Free: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
 	d, err := srv.Mkdir(ctx, proto.RootIno, "d", 0755, 1, 2)
@@ -77,7 +77,7 @@ func TestRestartPebble(t *testing.T) {
 		t.Fatalf("targets after restart: %+v", ts)
 	}
 	// Re-registering keeps the id; the new file gets a fresh number.
-	if id, err := srv.RegisterTarget(ctx, "u1", proto.TargetInfo{ID: 1, Addr: "a:1", Free: 1 << 30}); err != nil || id != 1 {
+	if id, err := srv.RegisterTarget(ctx, "u1", proto.TargetInfo{ID: 1, Addr: "a:1", Total: 1 << 30, Free: 1 << 30}); err != nil || id != 1 {
 		t.Fatalf("re-register: %d %v", id, err)
 	}
 	a, err := srv.Create(ctx, proto.CreateIn{Parent: d.Ino, Name: "new", Mode: 0644})

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -23,6 +24,11 @@ const (
 	MaxXattrValue   = 64 << 10
 	formatVersion   = 1
 	createExclusive = 1 // Command.Flags bit of OpCreate
+	// registerTrusted is the Command.Flags bit of OpRegisterTarget for an
+	// in-process registrant: it may register any uuid and does not change
+	// its owner. Otherwise Command.Name is the registrant's certificate
+	// name, which must be the uuid's owner (if it has one).
+	registerTrusted = 1
 )
 
 // stateMachine applies commands to the store. It is driven by one goroutine
@@ -40,13 +46,14 @@ type stateMachine struct {
 
 // applyResult is what a command did, for the proposer's in-memory work.
 type applyResult struct {
-	attr     proto.Attr
-	orphans  []proto.Ino // inodes whose nlink dropped to 0
-	gcQueued int         // objects put on the GC queue
-	target   proto.TargetID
-	wrote    bool
-	synced   bool       // the batch was committed synced (see applySynced)
-	parent   proto.Attr // the parent directory after the change (create, unlink, rmdir)
+	attr      proto.Attr
+	orphans   []proto.Ino // inodes whose nlink dropped to 0
+	gcQueued  int         // objects put on the GC queue
+	target    proto.TargetID
+	targetRec targetRecord // register-target: what was stored
+	wrote     bool
+	synced    bool       // the batch was committed synced (see applySynced)
+	parent    proto.Attr // the parent directory after the change (create, unlink, rmdir)
 }
 
 func errnof(errno syscall.Errno, format string, args ...any) error {
@@ -880,6 +887,27 @@ func (t *txn) registerTarget(c *Command) error {
 		return errnof(syscall.EINVAL, "bad target uuid %q", uuid)
 	}
 	id, known := t.sm.uuidToID[uuid]
+	rec := targetRecord{uuid: uuid, addr: c.Addr}
+	if c.Flags&registerTrusted == 0 {
+		rec.owner = c.Name
+	}
+	if known {
+		v, err := t.sm.st.Get(store.TargetIDKey(uint32(id)))
+		if err != nil {
+			return errnof(syscall.EIO, "target %s: read record: %v", uuid, err)
+		}
+		old, err := decodeTargetRecord(v)
+		if err != nil {
+			return errnof(syscall.EIO, "target %s: %v", uuid, err)
+		}
+		switch {
+		case c.Flags&registerTrusted != 0 || old.owner == "":
+			// keep the owner, or the first named registrant takes it
+			rec.owner = cmp.Or(old.owner, rec.owner)
+		case old.owner != c.Name:
+			return errnof(syscall.EPERM, "target %s belongs to %q, not %q", uuid, old.owner, c.Name)
+		}
+	}
 	switch {
 	case known && c.TargetID != 0 && c.TargetID != id:
 		return errnof(syscall.EINVAL, "target %s has id %d, not %d", uuid, id, c.TargetID)
@@ -895,8 +923,9 @@ func (t *txn) registerTarget(c *Command) error {
 		t.nextTarget = uint32(id) + 1
 	}
 	t.b.Set(store.TargetUUIDKey(uuid), binary.BigEndian.AppendUint32(nil, uint32(id)))
-	t.b.Set(store.TargetIDKey(uint32(id)), encodeTargetRecord(uuid, c.Addr))
+	t.b.Set(store.TargetIDKey(uint32(id)), encodeTargetRecord(rec))
 	t.res.target = id
+	t.res.targetRec = rec
 	return nil
 }
 

@@ -14,7 +14,16 @@
 //
 // The uuid is made on first start; the id is assigned by the metadata server
 // on the first RegisterTarget and stored, and every later registration must
-// return the same id (Run fails otherwise).
+// return the same id (Run fails otherwise, as it does when the metadata
+// server refuses the target: EINVAL, EPERM for a uuid another storage
+// server registered, EACCES). target.json does not yet say which file
+// system the target belongs to: a storage server pointed at another file
+// system's metadata server registers its targets there under their stored
+// ids unless those ids are taken (issue 9 adds a file-system uuid).
+//
+// Read buffers are bounded per connection and per server (Config
+// ReadBytesPerConn, 64 MiB, and ReadBytesPerServer, 512 MiB; see package
+// storagerpc), so clients that never read their responses cannot pin more.
 //
 // The sidecar holds a 32-byte header (magic "WFTC", format version 1, the
 // object's write version, the count of allocated blocks, a CRC32C of the
@@ -42,6 +51,13 @@
 //     default); handles in use are closed when released.
 //   - The write version in the header grows by one with every write and every
 //     size-changing truncate; Write returns it.
+//   - A truncate costs time in proportion to the data the object has, not
+//     to its sizes: it reads only the sidecar's data extents
+//     (vfs.NextData, lseek SEEK_DATA on a real disk), and none at all
+//     when truncating to 0 (the header counts the allocated blocks). So a
+//     truncate of a 1 TiB sparse object holds its lock for a few reads,
+//     not for a scan of 2 GiB of entries. Object sizes and offsets are
+//     bounded by MaxObjectSize (16 TiB - 4 KiB, ext4's limit) with EFBIG.
 //   - Used bytes are allocated blocks times 4 KiB (holes are free), counted
 //     from the sidecar headers at startup and kept in memory after. A write
 //     that would allocate past TargetOptions.Capacity fails with ENOSPC

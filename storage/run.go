@@ -42,6 +42,11 @@ type Config struct {
 	Transport transport.Transport
 	// MaxOpenObjects per target; 0 = DefaultMaxOpen.
 	MaxOpenObjects int
+	// ReadBytesPerConn and ReadBytesPerServer bound the read buffers held
+	// for one connection and for all (see storagerpc.HandlerOptions);
+	// 0 = storagerpc.DefaultReadBytesPerConn (64 MiB) and
+	// DefaultReadBytesPerServer (512 MiB).
+	ReadBytesPerConn, ReadBytesPerServer int64
 }
 
 // validate checks cfg and returns it with defaults filled in and target
@@ -55,6 +60,9 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.ReadBytesPerConn < 0 || cfg.ReadBytesPerServer < 0 {
+		return cfg, fmt.Errorf("storage: negative read buffer budget (%d per connection, %d per server)", cfg.ReadBytesPerConn, cfg.ReadBytesPerServer)
 	}
 	if cfg.HeartbeatInterval < 0 {
 		return cfg, fmt.Errorf("storage: negative heartbeat interval %v", cfg.HeartbeatInterval)
@@ -106,7 +114,10 @@ func (cfg Config) validate() (Config, error) {
 // registration), and heartbeats usage every HeartbeatInterval. On cancel it
 // stops serving and closes the targets, and returns nil. It fails at once
 // on a bad config, a target that cannot be opened, or a registry that
-// refuses a target's id (EINVAL).
+// refuses a target (EINVAL: wrong id or implausible usage; EPERM: its uuid
+// belongs to another storage server; EACCES: this server may not
+// register). An address the registry could not probe (EHOSTUNREACH) is
+// retried like an unreachable registry.
 func Run(ctx context.Context, cfg Config) error {
 	cfg, err := cfg.validate()
 	if err != nil {
@@ -143,7 +154,10 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	ln, err := tr.Listen(cfg.ListenAddr, storagerpc.NewHandler(srv, log))
+	h := storagerpc.NewHandlerWith(srv, storagerpc.HandlerOptions{
+		Logger: log, ReadBytesPerConn: cfg.ReadBytesPerConn, ReadBytesPerServer: cfg.ReadBytesPerServer,
+	})
+	ln, err := tr.Listen(cfg.ListenAddr, h.Serve)
 	if err != nil {
 		return fmt.Errorf("storage: listen on %s: %w", cfg.ListenAddr, err)
 	}
@@ -195,7 +209,11 @@ func registerLoop(ctx context.Context, cfg Config, addr string, srv *Server, t *
 			backoff = cfg.HeartbeatInterval
 		case ctx.Err() != nil:
 			return nil
-		case errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EEXIST):
+		case errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EEXIST),
+			errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
+			// Refusals that retrying does not change: a wrong id, usage
+			// the registry finds implausible, a uuid registered by
+			// another storage server, credentials that may not register.
 			return fmt.Errorf("storage: target %s: registration refused: %w", t.Dir(), err)
 		case registered:
 			log.Warn("storage: heartbeat failed", "err", err)

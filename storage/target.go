@@ -18,9 +18,12 @@ import (
 	"github.com/weft-fs/weft/storage/vfs"
 )
 
-// MaxObjectSize bounds object offsets (1 PiB): far beyond any real object,
-// and small enough that offset arithmetic never overflows.
-const MaxObjectSize = 1 << 50
+// MaxObjectSize bounds object sizes and offsets (16 TiB - 4 KiB): the
+// largest file ext4 holds with 4 KiB blocks (2^32-1 blocks), so the limit is
+// the same on every disk (XFS would allow more) and is ours, not the
+// kernel's; a file striped over N targets can still grow to N times that.
+// Past it Write and Truncate fail with EFBIG.
+const MaxObjectSize = 16<<40 - BlockSize
 
 // DefaultMaxOpen is how many objects a target keeps open (two descriptors
 // each) when TargetOptions.MaxOpen is 0.
@@ -650,17 +653,15 @@ func (t *Target) Truncate(ctx context.Context, obj proto.ObjectID, size uint64) 
 			return wrap(err)
 		}
 	} else {
-		nbNew, nbOld := blocksFor(size), blocksFor(h.size)
-		var freed uint64
-		for b := nbNew; b < nbOld; b += 64 << 10 {
-			es, err := t.readEntries(h, b, min(b+64<<10, nbOld))
+		nbNew := blocksFor(size)
+		// Cut-off blocks that hold data give back their space. Counting
+		// them reads only the sidecar's data extents, so a truncate costs
+		// time in proportion to the data there is, not to the sizes.
+		freed := h.hdr.Blocks // every allocated block, by the header's invariant
+		if nbNew > 0 {
+			freed, err = t.countAllocated(h, nbNew)
 			if err != nil {
 				return wrap(err)
-			}
-			for _, e := range es {
-				if e.allocated() {
-					freed++
-				}
 			}
 		}
 		// A new partial tail block: its bytes past size become zeros.
@@ -707,6 +708,42 @@ func (t *Target) Truncate(ctx context.Context, obj proto.ObjectID, size uint64) 
 	}
 	h.hdr = nh
 	return nil
+}
+
+// countAllocated counts the allocated entries of blocks from b0 on. It
+// reads only the ranges of the sidecar that hold data (vfs.NextData):
+// entries in its holes, and past its end, are holes of the object.
+func (t *Target) countAllocated(h *handle, b0 uint64) (uint64, error) {
+	const chunk = 64 << 10 // entries read at once
+	var n uint64
+	off := entryOff(b0)
+	for {
+		start, end, err := vfs.NextData(h.crc, off)
+		if err == io.EOF {
+			return n, nil
+		}
+		if err != nil {
+			return 0, fmt.Errorf("read checksums: %w", err)
+		}
+		// The entries overlapping [start, end), from b0 on.
+		first := b0
+		if start > entryOff(b0) {
+			first = uint64(start-headerSize) / entrySize
+		}
+		last := (uint64(end-headerSize) + entrySize - 1) / entrySize
+		for b := first; b < last; b += chunk {
+			es, err := t.readEntries(h, b, min(b+chunk, last))
+			if err != nil {
+				return 0, err
+			}
+			for _, e := range es {
+				if e.allocated() {
+					n++
+				}
+			}
+		}
+		off = max(end, entryOff(last))
+	}
 }
 
 // Sync makes every acknowledged write to obj durable: it fsyncs the data

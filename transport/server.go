@@ -153,10 +153,14 @@ const maxIdleWorkers = 16
 
 func (l *tcpListener) newServerConn(nc net.Conn) *serverConn {
 	ctx, cancel := context.WithCancel(l.ctx)
+	remote := nc.RemoteAddr().String()
+	// Every request of the connection carries its peer; unauthenticated
+	// (RoleNone) until the transport authenticates connections.
+	ctx = WithPeer(ctx, Peer{Addr: remote})
 	sc := &serverConn{
 		l:      l,
 		nc:     nc,
-		remote: nc.RemoteAddr().String(),
+		remote: remote,
 		ctx:    ctx,
 		cancel: cancel,
 		sem:    make(chan struct{}, l.t.maxInflight),

@@ -12,6 +12,7 @@ import (
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/storage"
+	"github.com/weft-fs/weft/storage/storagerpc"
 	"github.com/weft-fs/weft/transport"
 )
 
@@ -24,6 +25,8 @@ type storageOptions struct {
 	Targets           []string       `toml:"targets" flag:"target"`
 	Capacity          units.Size     `toml:"capacity"`
 	HeartbeatInterval units.Duration `toml:"heartbeat_interval"`
+	ReadBufferPerConn units.Size     `toml:"read_buffer_per_conn"`
+	ReadBufferTotal   units.Size     `toml:"read_buffer_total"`
 	daemonOptions
 }
 
@@ -63,6 +66,10 @@ It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.Var(&o.Capacity, "capacity", "per-target byte limit, e.g. 500GiB (default 0: what the disk has)")
 	o.HeartbeatInterval = units.Duration(2 * time.Second)
 	fs.Var(&o.HeartbeatInterval, "heartbeat-interval", "how often to report usage to the metadata server")
+	o.ReadBufferPerConn = storagerpc.DefaultReadBytesPerConn
+	fs.Var(&o.ReadBufferPerConn, "read-buffer-per-conn", "most bytes of read buffers held for one client connection (responses not yet sent)")
+	o.ReadBufferTotal = storagerpc.DefaultReadBytesPerServer
+	fs.Var(&o.ReadBufferTotal, "read-buffer-total", "most bytes of read buffers held for all connections")
 	o.daemonOptions.addFlags(fs)
 	return cmd
 }
@@ -107,6 +114,12 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 	if o.HeartbeatInterval <= 0 {
 		return errors.New("--heartbeat-interval must be positive")
 	}
+	if o.ReadBufferPerConn < storagerpc.MaxIO {
+		return fmt.Errorf("--read-buffer-per-conn %v: at least %v (one read)", &o.ReadBufferPerConn, units.FormatSize(storagerpc.MaxIO))
+	}
+	if o.ReadBufferTotal < o.ReadBufferPerConn {
+		return fmt.Errorf("--read-buffer-total %v is below --read-buffer-per-conn %v", &o.ReadBufferTotal, &o.ReadBufferPerConn)
+	}
 	return o.daemonOptions.validate()
 }
 
@@ -122,14 +135,16 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
 	return storage.Run(ctx, storage.Config{
-		ListenAddr:        o.Listen,
-		AdvertiseAddr:     o.Advertise,
-		MetaAddr:          o.Meta,
-		Targets:           o.Targets,
-		Capacity:          uint64(o.Capacity),
-		HeartbeatInterval: time.Duration(o.HeartbeatInterval),
-		Logger:            d.log,
-		Transport:         d.transport,
-		Registry:          metarpc.NewClient(pool, o.Meta),
+		ListenAddr:         o.Listen,
+		AdvertiseAddr:      o.Advertise,
+		MetaAddr:           o.Meta,
+		Targets:            o.Targets,
+		Capacity:           uint64(o.Capacity),
+		HeartbeatInterval:  time.Duration(o.HeartbeatInterval),
+		ReadBytesPerConn:   int64(o.ReadBufferPerConn),
+		ReadBytesPerServer: int64(o.ReadBufferTotal),
+		Logger:             d.log,
+		Transport:          d.transport,
+		Registry:           metarpc.NewClient(pool, o.Meta),
 	})
 }

@@ -32,6 +32,8 @@ func TestStorageFlags(t *testing.T) {
 		{"bad capacity", append(slices.Clone(base), "--capacity", "lots"), []string{"cannot parse size"}},
 		{"bad heartbeat", append(slices.Clone(base), "--heartbeat-interval", "0s"), []string{"must be positive"}},
 		{"bad log level", append(slices.Clone(base), "--log-level", "trace"), []string{"--log-level"}},
+		{"read buffer below one read", append(slices.Clone(base), "--read-buffer-per-conn", "1MiB"), []string{"--read-buffer-per-conn", "at least 16MiB"}},
+		{"read buffer total below per conn", append(slices.Clone(base), "--read-buffer-total", "32MiB"), []string{"--read-buffer-total", "below"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
@@ -59,6 +61,7 @@ meta = "10.0.0.1:7400"
 targets = ["`+t0+`", "`+t1+`"]
 capacity = "10GiB"
 heartbeat_interval = "5s"
+read_buffer_per_conn = "32MiB"
 log_level = "debug"
 log_format = "text"
 `)
@@ -69,7 +72,8 @@ log_format = "text"
 	}
 	if got.Listen != "0.0.0.0:7410" || got.Advertise != "10.0.0.5:7410" || got.Meta != "10.0.0.1:7400" ||
 		!slices.Equal(got.Targets, []string{t0, t1}) || got.Capacity != 10<<30 ||
-		got.HeartbeatInterval != units.Duration(5*time.Second) || got.LogLevel != "debug" {
+		got.HeartbeatInterval != units.Duration(5*time.Second) || got.LogLevel != "debug" ||
+		got.ReadBufferPerConn != 32<<20 || got.ReadBufferTotal != 512<<20 {
 		t.Fatalf("from file: %+v", got)
 	}
 

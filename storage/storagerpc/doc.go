@@ -18,6 +18,18 @@
 //     a slice of the request (no copy either).
 //   - One RPC moves at most MaxIO bytes; the Client splits larger reads and
 //     writes (a split write returns the version of its last piece).
+//   - Read buffers are bounded: a read takes its buffer's size (a power of
+//     two, 4 KiB to MaxIO) from its connection's budget
+//     (HandlerOptions.ReadBytesPerConn, default 64 MiB; the connection is
+//     the transport.Peer's Addr) and then from the server's
+//     (ReadBytesPerServer, default 512 MiB) before the buffer is taken, and
+//     gives it back once the response is written or dropped with the
+//     connection (transport.AfterResponse), or at once on an error or an
+//     in-process call. A read over budget waits, and fails with EINTR or
+//     ETIMEDOUT when its ctx ends (its connection closed). So a client that
+//     pipelines reads and never reads the responses pins at most its
+//     connection's budget. Write bodies are never held past the handler
+//     (DoneWithRequest); the transport bounds request bodies.
 //   - Decoders never panic and reject truncated input, trailing bytes and
 //     over-long lengths (each is fuzzed). The handler logs a malformed
 //     request and answers EINVAL, an unknown op ENOSYS, and passes on the

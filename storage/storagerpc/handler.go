@@ -2,84 +2,239 @@ package storagerpc
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"math/bits"
+	"sync"
+	"sync/atomic"
 	"syscall"
+
+	"golang.org/x/sync/semaphore"
 
 	"github.com/weft-fs/weft/internal/bufpool"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
 
-// NewHandler serves the storage RPCs from svc (normally a *storage.Server,
-// which routes by target id and answers ESTALE for a target it does not
-// serve). A request that does not decode is logged and answered with
+// Defaults of HandlerOptions.
+const (
+	// DefaultReadBytesPerConn bounds the read buffers one connection holds:
+	// four MaxIO reads in flight, enough to keep a client's pipe full.
+	DefaultReadBytesPerConn = 64 << 20
+	// DefaultReadBytesPerServer bounds the read buffers of all connections.
+	DefaultReadBytesPerServer = 512 << 20
+)
+
+// minReadBuf is the smallest read buffer (the pool's smallest class).
+const minReadBuf = 4 << 10
+
+// HandlerOptions configure a Handler.
+type HandlerOptions struct {
+	Logger *slog.Logger
+	// ReadBytesPerConn bounds the bytes of read buffers held for the
+	// requests of one connection, from before the buffer is taken until its
+	// response has been written (or dropped with the connection). A read
+	// over the budget waits until earlier responses are written or its
+	// connection ends. Default DefaultReadBytesPerConn; raised to MaxIO if
+	// smaller.
+	ReadBytesPerConn int64
+	// ReadBytesPerServer bounds the same over all connections. Default
+	// DefaultReadBytesPerServer; raised to ReadBytesPerConn if smaller.
+	ReadBytesPerServer int64
+}
+
+// Handler serves the storage RPCs. Its Serve method is the
+// transport.Handler.
+type Handler struct {
+	svc  proto.StorageService
+	log  *slog.Logger
+	bufs *bufpool.Pool
+
+	perConn int64
+	server  *semaphore.Weighted
+
+	mu    sync.Mutex
+	conns map[string]*connBudget // by Peer.Addr, while a request uses it
+
+	held atomic.Int64 // read-buffer bytes taken from the budgets
+}
+
+// connBudget is one connection's read budget; refs counts the requests
+// holding or waiting for it, so the entry lives exactly as long as needed.
+type connBudget struct {
+	sem  *semaphore.Weighted
+	refs int
+}
+
+// NewHandler serves svc (normally a *storage.Server, which routes by target
+// id and answers ESTALE for a target it does not serve) with the default
+// read budgets. A request that does not decode is logged and answered with
 // EINVAL; an unknown op with ENOSYS. Errors of svc go back as their errno.
 func NewHandler(svc proto.StorageService, log *slog.Logger) transport.Handler {
-	if log == nil {
-		log = slog.New(slog.DiscardHandler)
+	return NewHandlerWith(svc, HandlerOptions{Logger: log}).Serve
+}
+
+// NewHandlerWith is NewHandler with options.
+func NewHandlerWith(svc proto.StorageService, opts HandlerOptions) *Handler {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	bad := func(op uint16, req []byte, err error) ([]byte, error) {
-		log.Warn("storagerpc: malformed request", "op", op, "len", len(req), "err", err)
-		return nil, fmt.Errorf("%w: %w", err, syscall.EINVAL)
+	if opts.ReadBytesPerConn <= 0 {
+		opts.ReadBytesPerConn = DefaultReadBytesPerConn
 	}
-	// Read buffers are recycled, so serving reads does not allocate (and
-	// zero) a fresh buffer per request.
-	bufs := bufpool.New(4<<10, MaxIO)
-	return func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
-		switch op {
-		case OpRead:
-			r, err := DecodeRead(req)
-			if err != nil {
-				return bad(op, req, err)
-			}
-			buf := bufs.Get(int(r.Len))
-			n, err := svc.Read(ctx, r.Target, r.Obj, r.Off, buf)
-			if err != nil {
-				bufs.Put(buf)
-				return nil, err
-			}
-			// Called directly (not through the transport), the buffer
-			// is simply the caller's.
-			_ = transport.AfterResponse(ctx, func() { bufs.Put(buf) })
-			return buf[:n], nil
-		case OpWrite:
-			r, err := DecodeWrite(req)
-			if err != nil {
-				return bad(op, req, err)
-			}
-			v, err := svc.Write(ctx, r.Target, r.Obj, r.Off, r.Data)
-			transport.DoneWithRequest(ctx) // the service keeps no reference to the data
-			if err != nil {
-				return nil, err
-			}
-			return EncodeVersion(v), nil
-		case OpTruncate:
-			r, err := DecodeTruncate(req)
-			if err != nil {
-				return bad(op, req, err)
-			}
-			return nil, svc.Truncate(ctx, r.Target, r.Obj, r.Size)
-		case OpSync:
-			r, err := DecodeSync(req)
-			if err != nil {
-				return bad(op, req, err)
-			}
-			return nil, svc.Sync(ctx, r.Target, r.Obj)
-		case OpRemove:
-			r, err := DecodeRemove(req)
-			if err != nil {
-				return bad(op, req, err)
-			}
-			return nil, svc.Remove(ctx, r.Target, r.Obj)
-		case OpRemoveMany:
-			r, err := DecodeRemoveMany(req)
-			if err != nil {
-				return bad(op, req, err)
-			}
-			return nil, svc.RemoveMany(ctx, r.Target, r.Objs)
+	if opts.ReadBytesPerServer <= 0 {
+		opts.ReadBytesPerServer = DefaultReadBytesPerServer
+	}
+	opts.ReadBytesPerConn = max(opts.ReadBytesPerConn, MaxIO)
+	opts.ReadBytesPerServer = max(opts.ReadBytesPerServer, opts.ReadBytesPerConn)
+	return &Handler{
+		svc: svc, log: opts.Logger,
+		// Read buffers are recycled, so serving reads does not allocate
+		// (and zero) a fresh buffer per request.
+		bufs:    bufpool.New(minReadBuf, MaxIO),
+		perConn: opts.ReadBytesPerConn,
+		server:  semaphore.NewWeighted(opts.ReadBytesPerServer),
+		conns:   map[string]*connBudget{},
+	}
+}
+
+// ReadBytesHeld returns the read-buffer bytes currently taken from the
+// budgets (by reads being served or whose responses are not yet written).
+func (h *Handler) ReadBytesHeld() int64 { return h.held.Load() }
+
+// readCost is what a read of n bytes takes from the budgets: the capacity
+// of the pool buffer it gets.
+func readCost(n uint32) int64 {
+	if n <= minReadBuf {
+		return minReadBuf
+	}
+	return 1 << bits.Len32(n-1)
+}
+
+// acquire takes n bytes of the connection's and the server's read budgets,
+// waiting while they are exhausted, and returns the func that gives them
+// back. It fails when ctx ends first (the connection closed).
+func (h *Handler) acquire(ctx context.Context, n int64) (release func(), err error) {
+	p, _ := transport.PeerFrom(ctx) // in-process calls share the key ""
+	h.mu.Lock()
+	cb := h.conns[p.Addr]
+	if cb == nil {
+		cb = &connBudget{sem: semaphore.NewWeighted(h.perConn)}
+		h.conns[p.Addr] = cb
+	}
+	cb.refs++
+	h.mu.Unlock()
+	unref := func() {
+		h.mu.Lock()
+		if cb.refs--; cb.refs == 0 {
+			delete(h.conns, p.Addr)
 		}
-		log.Warn("storagerpc: unknown op", "op", op)
-		return nil, fmt.Errorf("storagerpc: unknown op %d: %w", op, syscall.ENOSYS)
+		h.mu.Unlock()
 	}
+	// Connection first: a connection waiting on its own budget never
+	// holds server budget meanwhile.
+	if err := cb.sem.Acquire(ctx, n); err != nil {
+		unref()
+		return nil, ctxErr(err)
+	}
+	if err := h.server.Acquire(ctx, n); err != nil {
+		cb.sem.Release(n)
+		unref()
+		return nil, ctxErr(err)
+	}
+	h.held.Add(n)
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			h.held.Add(-n)
+			h.server.Release(n)
+			cb.sem.Release(n)
+			unref()
+		})
+	}, nil
+}
+
+func ctxErr(err error) error {
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("storagerpc: waiting for read buffer space: %w (%w)", err, syscall.ETIMEDOUT)
+	}
+	return fmt.Errorf("storagerpc: waiting for read buffer space: %w (%w)", err, syscall.EINTR)
+}
+
+func (h *Handler) bad(op uint16, req []byte, err error) ([]byte, error) {
+	h.log.Warn("storagerpc: malformed request", "op", op, "len", len(req), "err", err)
+	return nil, fmt.Errorf("%w: %w", err, syscall.EINVAL)
+}
+
+// Serve is the transport.Handler.
+func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+	svc := h.svc
+	switch op {
+	case OpRead:
+		r, err := DecodeRead(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		release := func() {}
+		if r.Len > 0 {
+			if release, err = h.acquire(ctx, readCost(r.Len)); err != nil {
+				return nil, err
+			}
+		}
+		buf := h.bufs.Get(int(r.Len))
+		n, err := svc.Read(ctx, r.Target, r.Obj, r.Off, buf)
+		if err != nil {
+			h.bufs.Put(buf)
+			release()
+			return nil, err
+		}
+		// The buffer and its budget are held until the response is
+		// written (or dropped with the connection). Called directly (not
+		// through the transport), the buffer is simply the caller's and
+		// the budget goes back now.
+		if !transport.AfterResponse(ctx, func() { h.bufs.Put(buf); release() }) {
+			release()
+		}
+		return buf[:n], nil
+	case OpWrite:
+		r, err := DecodeWrite(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		v, err := svc.Write(ctx, r.Target, r.Obj, r.Off, r.Data)
+		// The service keeps no reference to the data, so the body is
+		// never held past the handler (the transport bounds bodies).
+		transport.DoneWithRequest(ctx)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeVersion(v), nil
+	case OpTruncate:
+		r, err := DecodeTruncate(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		return nil, svc.Truncate(ctx, r.Target, r.Obj, r.Size)
+	case OpSync:
+		r, err := DecodeSync(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		return nil, svc.Sync(ctx, r.Target, r.Obj)
+	case OpRemove:
+		r, err := DecodeRemove(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		return nil, svc.Remove(ctx, r.Target, r.Obj)
+	case OpRemoveMany:
+		r, err := DecodeRemoveMany(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		return nil, svc.RemoveMany(ctx, r.Target, r.Objs)
+	}
+	h.log.Warn("storagerpc: unknown op", "op", op)
+	return nil, fmt.Errorf("storagerpc: unknown op %d: %w", op, syscall.ENOSYS)
 }

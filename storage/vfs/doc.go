@@ -18,5 +18,8 @@
 //   - The in-memory FS behaves like a page cache that never loses anything:
 //     Sync is a no-op. It models a process kill (the kernel keeps written
 //     data), not power loss.
+//   - NextData skips a file's holes where the implementation can tell (a
+//     real file, through lseek SEEK_DATA/SEEK_HOLE) and otherwise reports
+//     all of the file as data: it may over-report data, never miss any.
 //   - Implementations hold no package-level state.
 package vfs

@@ -253,3 +253,6 @@ func (f *faultyFile) Stat() (os.FileInfo, error) {
 	}
 	return f.File.Stat()
 }
+
+// NextData passes on the wrapped file's knowledge of its holes.
+func (f *faultyFile) NextData(off int64) (int64, int64, error) { return NextData(f.File, off) }
