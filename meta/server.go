@@ -42,6 +42,14 @@ type Options struct {
 	RootUid  uint32
 	RootGid  uint32
 
+	// AllowUnauthenticated admits peers that did not authenticate
+	// (transport.RoleNone: a transport without security) as clients.
+	// Only tests set it; otherwise such requests are refused with EACCES.
+	// Requests with no peer at all (in-process calls) are always trusted.
+	AllowUnauthenticated bool
+	// Access: client allow-list and root squash.
+	Access Access
+
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
 	applyHook func(*Command)
@@ -65,10 +73,14 @@ type Server struct {
 	waiting []*proposal
 	leading bool
 
-	mu         sync.Mutex
-	closed     bool
-	inflight   sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	inflight sync.WaitGroup
+	// opens counts the open handles of each inode over all sessions
+	// (reclaim waits for 0); sessOpens counts them per session, so that a
+	// Release only ever drops a handle its own session took.
 	opens      map[proto.Ino]int
+	sessOpens  map[session]map[proto.Ino]int
 	reclaiming map[proto.Ino]bool
 	pending    []proto.Ino // orphans to reclaim
 
@@ -79,6 +91,8 @@ type Server struct {
 	bg          sync.WaitGroup
 
 	groups, commands atomic.Uint64
+
+	refusals refusalLog
 }
 
 type proposal struct {
@@ -132,6 +146,7 @@ func New(opts Options) (*Server, error) {
 		opts: opts, st: opts.Store, sm: sm, log: opts.Logger,
 		reg:         newRegistry(opts.HeartbeatTimeout, opts.Now, opts.Seed),
 		opens:       map[proto.Ino]int{},
+		sessOpens:   map[session]map[proto.Ino]int{},
 		reclaiming:  map[proto.Ino]bool{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
@@ -302,8 +317,25 @@ func (s *Server) readInode(ino proto.Ino) (*inode, error) {
 
 // Lookup implements proto.MetaService.
 func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
 	if len(name) > MaxNameLen {
 		return proto.Attr{}, errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
+	}
+	if !cl.isRoot() {
+		// Search permission on the parent; root may search any directory.
+		p, err := s.readInode(parent)
+		if err != nil {
+			return proto.Attr{}, err
+		}
+		if !p.IsDir() {
+			return proto.Attr{}, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
+		}
+		if err := maySearch(cl.cred, &p.Attr); err != nil {
+			return proto.Attr{}, err
+		}
 	}
 	// Only directories have entries: the parent is read (for ENOENT or
 	// ENOTDIR) only when the name is not found.
@@ -343,6 +375,9 @@ func (e noEntryError) Unwrap() error { return syscall.ENOENT }
 
 // GetAttr implements proto.MetaService.
 func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return proto.Attr{}, err
+	}
 	n, err := s.readInode(ino)
 	if err != nil {
 		return proto.Attr{}, err
@@ -352,6 +387,9 @@ func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error)
 
 // Readlink implements proto.MetaService.
 func (s *Server) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return "", err
+	}
 	n, err := s.readInode(ino)
 	if err != nil {
 		return "", err
@@ -368,12 +406,19 @@ const MaxReadDir = 4096
 // ReadDir implements proto.MetaService: a prefix scan that starts just
 // after `after`, so each page costs only the entries it returns.
 func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max int) ([]proto.DirEntry, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	d, err := s.readInode(dir)
 	if err != nil {
 		return nil, err
 	}
 	if !d.IsDir() {
 		return nil, errnof(syscall.ENOTDIR, "inode %d is not a directory", dir)
+	}
+	if err := may(cl.cred, &d.Attr, accessRead, "list"); err != nil {
+		return nil, err
 	}
 	if max <= 0 || max > MaxReadDir {
 		max = MaxReadDir
@@ -420,7 +465,15 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 
 // GetXattr implements proto.MetaService.
 func (s *Server) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]byte, error) {
-	if _, err := s.readInode(ino); err != nil {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.readInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if err := mayReadXattr(cl.cred, &n.Attr, name); err != nil {
 		return nil, err
 	}
 	v, err := s.st.Get(store.XattrKey(uint64(ino), name))
@@ -438,13 +491,19 @@ func (s *Server) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]by
 
 // ListXattr implements proto.MetaService.
 func (s *Server) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := s.readInode(ino); err != nil {
 		return nil, err
 	}
 	p := store.XattrPrefix(uint64(ino))
 	var names []string
 	if err := s.st.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
-		names = append(names, string(k[len(p):]))
+		if name := string(k[len(p):]); listableXattr(cl.cred, name) {
+			names = append(names, name)
+		}
 		return true
 	}); err != nil {
 		return nil, errnof(syscall.EIO, "listxattr: %v", err)
@@ -454,6 +513,9 @@ func (s *Server) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error)
 
 // StatFS implements proto.MetaService.
 func (s *Server) StatFS(ctx context.Context) (proto.StatFS, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return proto.StatFS{}, err
+	}
 	files, err := getCounter(s.st, store.CounterInodes)
 	if err != nil {
 		return proto.StatFS{}, errnof(syscall.EIO, "%v", err)
@@ -470,6 +532,9 @@ func (s *Server) StatFS(ctx context.Context) (proto.StatFS, error) {
 
 // Targets implements proto.MetaService.
 func (s *Server) Targets(ctx context.Context) ([]proto.TargetInfo, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return nil, err
+	}
 	return s.reg.list(), nil
 }
 
@@ -489,7 +554,16 @@ func (s *Server) notePlaced(a proto.Attr) {
 
 // SetAttr implements proto.MetaService.
 func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpSetAttr, Now: s.now(), Ino: ino, SetAttr: in})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	c := &Command{Op: OpSetAttr, Now: s.now(), Ino: ino, SetAttr: in, Cred: cl.cred}
+	if in.Valid&proto.SetHandle != 0 && s.holdsOpen(cl.sess, ino) {
+		c.Flags |= setAttrViaHandle
+	}
+	c.SetAttr.Valid &^= proto.SetHandle
+	r, err := s.propose(ctx, c)
 	return r.attr, err
 }
 
@@ -504,8 +578,13 @@ func (s *Server) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, err
 // trip instead of two). It also returns the parent directory's attributes
 // after the change.
 func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, proto.Attr{}, err
+	}
 	c := &Command{Op: OpCreate, Now: s.now(), Ino: s.allocIno(), Parent: in.Parent, Name: in.Name,
 		Mode: in.Mode, Rdev: in.Rdev, Uid: in.Uid, Gid: in.Gid}
+	cl.own(c)
 	if in.Exclusive {
 		c.Flags = createExclusive
 	}
@@ -524,7 +603,7 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (
 		// handle can be counted before it exists: it cannot be reclaimed
 		// between the create and the count.
 		s.mu.Lock()
-		s.opens[c.Ino]++
+		s.countOpenLocked(cl.sess, c.Ino)
 		s.mu.Unlock()
 	}
 	r, err := s.propose(ctx, c)
@@ -535,7 +614,7 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (
 		return r.attr, r.parent, err
 	}
 	if err != nil || r.attr.Ino != c.Ino {
-		s.release(c.Ino)
+		s.release(cl.sess, c.Ino)
 	}
 	if err != nil {
 		return proto.Attr{}, proto.Attr{}, err
@@ -550,21 +629,37 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (
 
 // Mkdir implements proto.MetaService.
 func (s *Server) Mkdir(ctx context.Context, parent proto.Ino, name string, mode, uid, gid uint32) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpMkdir, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
-		Mode: mode, Uid: uid, Gid: gid})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	c := &Command{Op: OpMkdir, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
+		Mode: mode, Uid: uid, Gid: gid}
+	cl.own(c)
+	r, err := s.propose(ctx, c)
 	return r.attr, err
 }
 
 // Symlink implements proto.MetaService.
 func (s *Server) Symlink(ctx context.Context, parent proto.Ino, name, target string, uid, gid uint32) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpSymlink, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
-		Text: target, Uid: uid, Gid: gid})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	c := &Command{Op: OpSymlink, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
+		Text: target, Uid: uid, Gid: gid}
+	cl.own(c)
+	r, err := s.propose(ctx, c)
 	return r.attr, err
 }
 
 // Link implements proto.MetaService.
 func (s *Server) Link(ctx context.Context, ino, newParent proto.Ino, newName string) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpLink, Now: s.now(), Ino: ino, NewParent: newParent, NewName: newName})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	r, err := s.propose(ctx, &Command{Op: OpLink, Now: s.now(), Ino: ino, NewParent: newParent, NewName: newName, Cred: cl.cred})
 	return r.attr, err
 }
 
@@ -580,7 +675,11 @@ func (s *Server) Unlink(ctx context.Context, parent proto.Ino, name string) erro
 // command, no second sync): from the check until the command is applied,
 // Open of the inode fails with ENOENT, as for any orphan being reclaimed.
 func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	c := &Command{Op: OpUnlink, Now: s.now(), Parent: parent, Name: name}
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	c := &Command{Op: OpUnlink, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred}
 	if ino, ok := s.lastLink(parent, name); ok {
 		s.mu.Lock()
 		if s.opens[ino] == 0 && !s.reclaiming[ino] {
@@ -621,42 +720,70 @@ func (s *Server) Rmdir(ctx context.Context, parent proto.Ino, name string) error
 // RmdirAt is Rmdir that also returns the parent directory's attributes
 // after the change.
 func (s *Server) RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	r, err := s.propose(ctx, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred})
 	return r.parent, err
 }
 
 // Rename implements proto.MetaService.
 func (s *Server) Rename(ctx context.Context, oldParent proto.Ino, oldName string, newParent proto.Ino, newName string, flags uint32) error {
-	_, err := s.propose(ctx, &Command{Op: OpRename, Now: s.now(), Parent: oldParent, Name: oldName,
-		NewParent: newParent, NewName: newName, Flags: flags})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = s.propose(ctx, &Command{Op: OpRename, Now: s.now(), Parent: oldParent, Name: oldName,
+		NewParent: newParent, NewName: newName, Flags: flags, Cred: cl.cred})
 	return err
 }
 
 // SetXattr implements proto.MetaService.
 func (s *Server) SetXattr(ctx context.Context, ino proto.Ino, name string, value []byte, flags uint32) error {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
 	if len(value) > MaxXattrValue {
 		return errnof(syscall.E2BIG, "xattr value of %d bytes", len(value))
 	}
-	_, err := s.propose(ctx, &Command{Op: OpSetXattr, Now: s.now(), Ino: ino, Name: name, Value: value, Flags: flags})
+	_, err = s.propose(ctx, &Command{Op: OpSetXattr, Now: s.now(), Ino: ino, Name: name, Value: value, Flags: flags, Cred: cl.cred})
 	return err
 }
 
 // RemoveXattr implements proto.MetaService.
 func (s *Server) RemoveXattr(ctx context.Context, ino proto.Ino, name string) error {
-	_, err := s.propose(ctx, &Command{Op: OpRemoveXattr, Now: s.now(), Ino: ino, Name: name})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = s.propose(ctx, &Command{Op: OpRemoveXattr, Now: s.now(), Ino: ino, Name: name, Cred: cl.cred})
 	return err
 }
 
 // WriteDone implements proto.MetaService.
 func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: end})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	c := &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: end, Cred: cl.cred}
+	if s.holdsOpen(cl.sess, ino) {
+		c.Flags |= writeViaHandle
+	}
+	r, err := s.propose(ctx, c)
 	return r.attr, err
 }
 
 // SetLayout implements proto.MetaService.
 func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
 	l = l.Clone()
-	c := &Command{Op: OpSetLayout, Now: s.now(), Ino: ino, Layout: &l}
+	c := &Command{Op: OpSetLayout, Now: s.now(), Ino: ino, Layout: &l, Cred: cl.cred}
 	if len(l.Targets) == 0 {
 		s.placement(c)
 	}
@@ -670,6 +797,9 @@ func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) 
 // RegisterTarget implements proto.TargetRegistry. A heartbeat that changes
 // nothing persisted costs no command.
 func (s *Server) RegisterTarget(ctx context.Context, uuid string, info proto.TargetInfo) (proto.TargetID, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return 0, err
+	}
 	if id, ok := s.reg.heartbeat(uuid, info); ok {
 		return id, nil
 	}
