@@ -35,6 +35,9 @@ type Config struct {
 	Transport transport.Transport
 	// Ready, if set, is called with the bound address once serving.
 	Ready func(addr string)
+	// Access and AllowUnauthenticated: see Options.
+	Access               Access
+	AllowUnauthenticated bool
 }
 
 // Validate checks the configuration and reports the first problem.
@@ -91,7 +94,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv, err := New(Options{
 		Store: st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
-		OrphanGrace: cfg.OrphanGrace, Logger: log,
+		OrphanGrace: cfg.OrphanGrace, Logger: log, Access: cfg.Access, AllowUnauthenticated: cfg.AllowUnauthenticated,
 	})
 	if err != nil {
 		closePool()

@@ -41,7 +41,7 @@ func (directConn) Close() error { return nil }
 
 func newServer(t *testing.T) *meta.Server {
 	st := store.NewMem()
-	srv, err := meta.New(meta.Options{Store: st, Seed: 1, OrphanGrace: time.Hour})
+	srv, err := meta.New(meta.Options{Store: st, Seed: 1, OrphanGrace: time.Hour, AllowUnauthenticated: true})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -185,7 +185,7 @@ func TestRunServes(t *testing.T) {
 	done := make(chan error, 1)
 	dir := t.TempDir()
 	go func() {
-		done <- meta.Run(ctx, meta.Config{DataDir: dir, ListenAddr: "127.0.0.1:0", Ready: func(a string) { ready <- a }})
+		done <- meta.Run(ctx, meta.Config{DataDir: dir, ListenAddr: "127.0.0.1:0", AllowUnauthenticated: true, Ready: func(a string) { ready <- a }})
 	}()
 	var addr string
 	select {
@@ -206,7 +206,7 @@ func TestRunServes(t *testing.T) {
 	// The data survives: a second run finds the directory.
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	go func() {
-		done <- meta.Run(ctx2, meta.Config{DataDir: dir, ListenAddr: "127.0.0.1:0", Ready: func(a string) { ready <- a }})
+		done <- meta.Run(ctx2, meta.Config{DataDir: dir, ListenAddr: "127.0.0.1:0", AllowUnauthenticated: true, Ready: func(a string) { ready <- a }})
 	}()
 	addr = <-ready
 	c = metarpc.NewClient(pool, addr)
