@@ -461,6 +461,7 @@ func TestCommandRoundTrip(t *testing.T) {
 func FuzzDecodeCommand(f *testing.F) {
 	f.Add((&Command{Op: OpCreate, Name: "x", Candidates: []proto.TargetID{1}}).Encode())
 	f.Add((&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1}}}).Encode())
+	f.Add((&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 1, Groups: []uint32{2, 3}}}).Encode())
 	f.Add((&Command{Op: OpSetLayout, Layout: &layout.Layout{StripeSize: 1, Targets: []proto.TargetID{1}}}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)

@@ -392,3 +392,48 @@ func TestForgedCredChecked(t *testing.T) {
 		t.Errorf("client outside client_networks: %v", err)
 	}
 }
+
+// TestSessionsOverRPC: two clients are two sessions; one cannot release
+// the other's handle, so A's unlinked open file stays.
+func TestSessionsOverRPC(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t)
+	h := metarpc.NewHandler(srv, srv, nil)
+	a := metarpc.NewConnClient(directConn{h})
+	b := metarpc.NewConnClient(directConn{h})
+	if a.Session() == b.Session() {
+		t.Fatal("two clients share a session id")
+	}
+	f, err := a.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "p", Mode: syscall.S_IFIFO | 0644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Open(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReleaseMany(ctx, []proto.Ino{f.Ino}); err != nil {
+		t.Fatalf("release of a handle the session does not hold: %v", err)
+	}
+	if err := b.Release(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.OpenCount(f.Ino); n != 1 {
+		t.Fatalf("open count %d after B's releases, want A's 1", n)
+	}
+	if err := b.Unlink(ctx, proto.RootIno, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.GetAttr(ctx, f.Ino); err != nil {
+		t.Fatalf("A's open unlinked file is gone: %v", err)
+	}
+	if err := a.Release(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.OpenCount(f.Ino); n != 0 {
+		t.Fatalf("open count %d after A's release", n)
+	}
+	// A fixed session id is kept.
+	if c := metarpc.NewConnClient(directConn{h}, metarpc.WithSession(proto.SessionID{5})); c.Session() != (proto.SessionID{5}) {
+		t.Fatal("WithSession ignored")
+	}
+}
