@@ -337,8 +337,8 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 			return proto.Attr{}, err
 		}
 	}
-	// Only directories have entries: the parent is read (for ENOENT or
-	// ENOTDIR) only when the name is not found.
+	// Only directories have entries: for root, the parent is read (for
+	// ENOENT or ENOTDIR) only when the name is not found.
 	de, ok, err := loadDirent(s.st, parent, name)
 	if err != nil {
 		return proto.Attr{}, err
