@@ -64,6 +64,19 @@
 // rather than left as an orphan; Close waits for queued releases. A service without them (ENOSYS) gets the
 // plain calls.
 //
+// # Credentials
+//
+// The metadata server checks every call against the credentials in its
+// ctx (proto.WithCred); the caller of a Client method puts the system
+// call's caller there (the FUSE adapter does), and every metadata call made
+// for that method keeps them (rpcCtx keeps ctx's values), including the
+// WriteDone of Flush, Fsync and Release. Work the client does on its own
+// has no caller: the batched background releases go out with the mount
+// process's own credentials (metarpc.Client's default), which the server
+// does not need, since a release only ever drops a handle of the client's
+// own session. Writes and read-ahead go to storage, not to the metadata
+// server.
+//
 // # Failures
 //
 // Every RPC runs under Config.Timeout (default 30 s) and is detached from the

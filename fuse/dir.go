@@ -34,6 +34,7 @@ func (n *node) OpendirHandle(context.Context, uint32) (fs.FileHandle, uint32, sy
 
 // Readdirent implements fs.FileReaddirenter.
 func (d *dirHandle) Readdirent(ctx context.Context) (*gofuse.DirEntry, syscall.Errno) {
+	ctx = d.n.fsys.creds.with(ctx)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	return d.next(ctx)
@@ -78,6 +79,7 @@ func (d *dirHandle) next(ctx context.Context) (*gofuse.DirEntry, syscall.Errno) 
 // Lookup implements fs.FileLookuper: READDIRPLUS asks for the entry just
 // returned, whose attributes came with the listing.
 func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = d.n.fsys.creds.with(ctx)
 	d.mu.Lock()
 	e := d.last
 	d.mu.Unlock()
@@ -90,6 +92,7 @@ func (d *dirHandle) Lookup(ctx context.Context, name string, out *gofuse.EntryOu
 // Seekdir implements fs.FileSeekdirer: offsets count entries, so seeking
 // restarts the listing and skips that many.
 func (d *dirHandle) Seekdir(ctx context.Context, off uint64) syscall.Errno {
+	ctx = d.n.fsys.creds.with(ctx)
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if off == d.off {

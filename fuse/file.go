@@ -79,15 +79,18 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Flush implements fs.FileFlusher (every close of a descriptor).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	ctx = h.fsys.creds.with(ctx)
 	return h.fsys.errno("flush", h.f.Flush(ctx))
 }
 
 // Fsync implements fs.FileFsyncer.
 func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
+	ctx = h.fsys.creds.with(ctx)
 	return h.fsys.errno("fsync", h.f.Fsync(ctx))
 }
 
 // Release implements fs.FileReleaser.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
+	ctx = h.fsys.creds.with(ctx)
 	return h.fsys.errno("release", h.f.Release(ctx))
 }

@@ -16,8 +16,9 @@ import (
 
 // filesystem is shared by all nodes of one mount.
 type filesystem struct {
-	c   *client.Client
-	log *slog.Logger
+	c     *client.Client
+	log   *slog.Logger
+	creds *creds // the calling process's credentials, for every metadata call
 }
 
 // errno converts a client error for the kernel; errors that are not errnos
@@ -181,6 +182,9 @@ func (n *node) child(ctx context.Context, a proto.Attr, out *gofuse.EntryOut) *f
 	return ch
 }
 
+// caller returns the uid and gid of the FUSE request's process. The server
+// takes ownership of new inodes from the credentials in ctx (creds.with);
+// these go in the requests' uid and gid fields, which it ignores.
 func caller(ctx context.Context) (uid, gid uint32) {
 	if c, ok := gofuse.FromContext(ctx); ok {
 		return c.Uid, c.Gid
@@ -190,6 +194,7 @@ func caller(ctx context.Context) (uid, gid uint32) {
 
 // Lookup implements fs.NodeLookuper.
 func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.fsys.creds.with(ctx)
 	a, err := n.fsys.c.Lookup(ctx, n.ino(), name)
 	if err != nil {
 		return nil, n.fsys.errno("lookup", err)
@@ -199,6 +204,7 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 
 // Getattr implements fs.NodeGetattrer.
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
+	ctx = n.fsys.creds.with(ctx)
 	if a, ok := n.freshAttr(); ok {
 		fillAttr(&out.Attr, a)
 		n.note(a)
@@ -216,7 +222,8 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *gofuse.AttrOut
 // Setattr implements fs.NodeSetattrer. A size change (truncate or
 // ftruncate) is ordered after this mount's acknowledged writes by the
 // client.
-func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
+func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *gofuse.SetAttrIn, out *gofuse.AttrOut) syscall.Errno {
+	ctx = n.fsys.creds.with(ctx)
 	var s proto.SetAttrIn
 	if m, ok := in.GetMode(); ok {
 		s.Valid |= proto.SetMode
@@ -257,6 +264,11 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *gofuse.SetAttrI
 	n.stale()
 	var a proto.Attr
 	var err error
+	if s.Valid != 0 && fh != nil {
+		// ftruncate, or open with O_TRUNC: the open handle stands in for
+		// write permission (see proto.SetHandle).
+		s.Valid |= proto.SetHandle
+	}
 	if s.Valid == 0 {
 		a, err = n.fsys.c.GetAttr(ctx, n.ino())
 	} else {
@@ -272,6 +284,7 @@ func (n *node) Setattr(ctx context.Context, _ fs.FileHandle, in *gofuse.SetAttrI
 
 // Create implements fs.NodeCreater: create and open in one step.
 func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint32, out *gofuse.EntryOut) (*fs.Inode, fs.FileHandle, uint32, syscall.Errno) {
+	ctx = n.fsys.creds.with(ctx)
 	uid, gid := caller(ctx)
 	if mode&syscall.S_IFMT == 0 {
 		mode |= syscall.S_IFREG
@@ -290,6 +303,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 
 // Mknod implements fs.NodeMknoder (fifos, sockets, device nodes, files).
 func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.fsys.creds.with(ctx)
 	uid, gid := caller(ctx)
 	n.stale()
 	a, err := n.fsys.c.Create(ctx, proto.CreateIn{Parent: n.ino(), Name: name, Mode: mode, Rdev: dev, Uid: uid, Gid: gid, Exclusive: true})
@@ -301,6 +315,7 @@ func (n *node) Mknod(ctx context.Context, name string, mode uint32, dev uint32, 
 
 // Mkdir implements fs.NodeMkdirer.
 func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.fsys.creds.with(ctx)
 	uid, gid := caller(ctx)
 	n.stale()
 	a, err := n.fsys.c.Mkdir(ctx, n.ino(), name, mode&0o7777, uid, gid)
@@ -312,6 +327,7 @@ func (n *node) Mkdir(ctx context.Context, name string, mode uint32, out *gofuse.
 
 // Rmdir implements fs.NodeRmdirer.
 func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
+	ctx = n.fsys.creds.with(ctx)
 	pa, err := n.fsys.c.RmdirAt(ctx, n.ino(), name)
 	n.setFresh(pa)
 	return n.fsys.errno("rmdir", err)
@@ -320,6 +336,7 @@ func (n *node) Rmdir(ctx context.Context, name string) syscall.Errno {
 // Unlink implements fs.NodeUnlinker. An open file stays usable: the server
 // keeps it until its last Release, and the kernel keeps the node.
 func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
+	ctx = n.fsys.creds.with(ctx)
 	pa, err := n.fsys.c.UnlinkAt(ctx, n.ino(), name)
 	n.setFresh(pa)
 	return n.fsys.errno("unlink", err)
@@ -327,6 +344,7 @@ func (n *node) Unlink(ctx context.Context, name string) syscall.Errno {
 
 // Rename implements fs.NodeRenamer (flags as in renameat2).
 func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedder, newName string, flags uint32) syscall.Errno {
+	ctx = n.fsys.creds.with(ctx)
 	np := proto.Ino(newParent.EmbeddedInode().StableAttr().Ino)
 	n.stale()
 	staleNode(newParent)
@@ -341,6 +359,7 @@ func (n *node) Rename(ctx context.Context, name string, newParent fs.InodeEmbedd
 
 // Link implements fs.NodeLinker.
 func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.fsys.creds.with(ctx)
 	ino := proto.Ino(target.EmbeddedInode().StableAttr().Ino)
 	n.stale()
 	a, err := n.fsys.c.Link(ctx, ino, n.ino(), name)
@@ -352,6 +371,7 @@ func (n *node) Link(ctx context.Context, target fs.InodeEmbedder, name string, o
 
 // Symlink implements fs.NodeSymlinker.
 func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.EntryOut) (*fs.Inode, syscall.Errno) {
+	ctx = n.fsys.creds.with(ctx)
 	uid, gid := caller(ctx)
 	n.stale()
 	a, err := n.fsys.c.Symlink(ctx, n.ino(), name, target, uid, gid)
@@ -363,6 +383,7 @@ func (n *node) Symlink(ctx context.Context, target, name string, out *gofuse.Ent
 
 // Readlink implements fs.NodeReadlinker.
 func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
+	ctx = n.fsys.creds.with(ctx)
 	t, err := n.fsys.c.Readlink(ctx, n.ino())
 	if err != nil {
 		return nil, n.fsys.errno("readlink", err)
@@ -375,6 +396,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 // attributes are invalidated, and the reply never asks to keep the page
 // cache, so a reader sees what writers closed before this open.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	ctx = n.fsys.creds.with(ctx)
 	f, a, err := n.fsys.c.Open(ctx, n.ino())
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", err)
@@ -399,6 +421,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 
 // Statfs implements fs.NodeStatfser: usage summed over the storage targets.
 func (n *node) Statfs(ctx context.Context, out *gofuse.StatfsOut) syscall.Errno {
+	ctx = n.fsys.creds.with(ctx)
 	s, err := n.fsys.c.StatFS(ctx)
 	if err != nil {
 		return n.fsys.errno("statfs", err)

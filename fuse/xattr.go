@@ -60,6 +60,7 @@ func replyXattr(v, dest []byte) (uint32, syscall.Errno) {
 // Getxattr implements fs.NodeGetxattrer. security.* is answered here without
 // a round trip: the kernel asks for security.capability before every write.
 func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, syscall.Errno) {
+	ctx = n.fsys.creds.with(ctx)
 	switch xattrNamespace(name) {
 	case "security":
 		return 0, syscall.ENODATA
@@ -120,6 +121,7 @@ func (n *node) effectiveLayout(ctx context.Context) (layout.Layout, error) {
 // directory's default or an empty file's layout; other user.weft.* names are
 // reserved.
 func (n *node) Setxattr(ctx context.Context, name string, data []byte, flags uint32) syscall.Errno {
+	ctx = n.fsys.creds.with(ctx)
 	n.stale() // ctime changes
 	switch xattrNamespace(name) {
 	case "security", "other":
@@ -154,6 +156,7 @@ func (n *node) Setxattr(ctx context.Context, name string, data []byte, flags uin
 
 // Listxattr implements fs.NodeListxattrer; the virtual names are hidden.
 func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errno) {
+	ctx = n.fsys.creds.with(ctx)
 	names, err := n.fsys.c.ListXattr(ctx, n.ino())
 	if err != nil {
 		return 0, n.fsys.errno("listxattr", err)
@@ -170,6 +173,7 @@ func (n *node) Listxattr(ctx context.Context, dest []byte) (uint32, syscall.Errn
 
 // Removexattr implements fs.NodeRemovexattrer.
 func (n *node) Removexattr(ctx context.Context, name string) syscall.Errno {
+	ctx = n.fsys.creds.with(ctx)
 	n.stale() // ctime changes
 	switch xattrNamespace(name) {
 	case "security":

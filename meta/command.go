@@ -87,6 +87,12 @@ type Command struct {
 	TargetID proto.TargetID // register-target: the id the target claims (0 = new)
 	Objects  []GCObject     // gc-done
 	Inos     []proto.Ino    // reclaim
+
+	// Cred is the caller the command acts for; apply checks permissions
+	// against it (see enforce.go). Nil: a trusted caller (the server
+	// itself, an in-process caller without credentials): nothing is
+	// checked.
+	Cred *proto.Cred
 }
 
 // Command encoding limits: bounds for the decoder, not policy.
@@ -94,7 +100,8 @@ const (
 	maxCmdString = 64 << 10
 	maxCmdValue  = 1 << 20
 	maxCmdList   = 1 << 16
-	cmdVersion   = 1
+	// cmdVersion 2 appended Cred; version 1 commands decode with Cred nil.
+	cmdVersion = 2
 )
 
 // Encode returns the command's binary form (the raft log entry format).
@@ -138,6 +145,15 @@ func (c *Command) Encode() []byte {
 	for _, i := range c.Inos {
 		e.U64(uint64(i))
 	}
+	e.Bool(c.Cred != nil)
+	if c.Cred != nil {
+		e.U32(c.Cred.Uid)
+		e.U32(c.Cred.Gid)
+		e.U32(uint32(len(c.Cred.Groups)))
+		for _, g := range c.Cred.Groups {
+			e.U32(g)
+		}
+	}
 	return e.B
 }
 
@@ -145,7 +161,8 @@ func (c *Command) Encode() []byte {
 // malformed input is an error.
 func DecodeCommand(b []byte) (*Command, error) {
 	d := wire.NewDecoder(b)
-	if v := d.U8(); d.Err() == nil && v != cmdVersion {
+	v := d.U8()
+	if d.Err() == nil && v != 1 && v != cmdVersion {
 		return nil, fmt.Errorf("meta: command version %d not supported", v)
 	}
 	c := &Command{}
@@ -193,6 +210,16 @@ func DecodeCommand(b []byte) (*Command, error) {
 		for i := range c.Inos {
 			c.Inos[i] = proto.Ino(d.U64())
 		}
+	}
+	if v >= 2 && d.Bool() {
+		cr := &proto.Cred{Uid: d.U32(), Gid: d.U32()}
+		if n := d.Count(proto.MaxGroups, 4); n > 0 {
+			cr.Groups = make([]uint32, n)
+			for i := range cr.Groups {
+				cr.Groups[i] = d.U32()
+			}
+		}
+		c.Cred = cr
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode command: %w", err)

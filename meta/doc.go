@@ -15,7 +15,8 @@
 //     number) and only grows, so numbers are never reused, even across
 //     restarts or after failed commands;
 //   - the clock (Command.Now) for every time stamp;
-//   - the caller's uid and gid;
+//   - the caller's credentials (Command.Cred) and, from them, the owner of
+//     new inodes;
 //   - placement: the proposer ranks the up, non-full targets (weighted by
 //     free space over recent placements) into Command.Candidates, and apply
 //     takes the first StripeCount of them for the layout policy it finds at
@@ -47,6 +48,32 @@
 // the store directly, without a command; they may observe a change of the
 // group being synced a moment before it is acknowledged.
 //
+// # Callers and permissions
+//
+// Every Server method first decides who the request acts for (access.go):
+// a request whose ctx has no transport.Peer is in-process and trusted (it
+// acts as the proto.Cred in ctx, or, with none, as root with no checks at
+// all); a peer that did not authenticate (RoleNone) is refused with EACCES
+// unless Options.AllowUnauthenticated; a client peer must come from
+// Options.Access.ClientNetworks (if set) and carry credentials, and its
+// uid 0 becomes SquashUid/SquashGid under RootSquash (unless its network
+// is in RootSquashExempt); server peers (meta, storage) are never squashed.
+// The metarpc handler puts the credentials and the session id from each
+// request's header into ctx (proto.WithCred, proto.WithSession).
+//
+// Permissions are checked as Linux (ext4) checks them (enforce.go; the
+// rules are in docs/security.md, "Permissions"). Checks that depend on
+// state a concurrent command could change run at apply time against
+// Command.Cred (a nil Cred: trusted, nothing checked); read-only calls
+// (Lookup, ReadDir, GetXattr, ListXattr) check at read time. The proposer
+// adds what only it knows: whether the caller's session holds an open
+// handle on the inode (Command.Flags of SetAttr and WriteDone), which
+// stands in for write permission (ftruncate; writes acknowledged after a
+// permitted open). New inodes are owned by the caller's uid and gid; the
+// uid and gid fields of a request are used only from a trusted caller
+// without credentials. The open-mode check of Open and CreateOpen is the
+// capability work's, not done here.
+//
 // # Combined operations
 //
 // Besides proto.MetaService, Server offers operations that save round
@@ -59,7 +86,12 @@
 //
 // # Open files, orphans, reclaim and object GC
 //
-// Open and Release keep an in-memory open count per inode. A command that
+// Open and Release keep an in-memory open count per inode, and per
+// session: a session is the peer's certificate name with the session id
+// of the request header (in-process callers: the id in ctx, if any). A
+// Release, or ReleaseMany, drops only a handle its own session holds; a
+// release of a handle the session does not hold (taken before a server
+// restart, or by another session) is a successful no-op. A command that
 // drops an inode's nlink to 0 marks it an orphan in the same batch. An
 // Unlink of a file's last link that nobody has open reclaims it in the same
 // command: the proposer checks the open count and, until the command is

@@ -11,55 +11,99 @@ import (
 	"github.com/weft-fs/weft/proto"
 )
 
-// Open implements proto.MetaService: it counts an open handle, so that an
-// unlinked file is kept until its last Release, and returns fresh attributes.
+// Open implements proto.MetaService: it counts an open handle of the
+// caller's session, so that an unlinked file is kept until its last
+// Release, and returns fresh attributes.
 func (s *Server) Open(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
 	s.mu.Lock()
 	if s.reclaiming[ino] {
 		s.mu.Unlock()
 		return proto.Attr{}, errnof(syscall.ENOENT, "inode %d is being removed", ino)
 	}
-	s.opens[ino]++
+	s.countOpenLocked(cl.sess, ino)
 	s.mu.Unlock()
 	n, err := s.readInode(ino)
 	if err != nil {
-		s.release(ino)
+		s.release(cl.sess, ino)
 		return proto.Attr{}, err
 	}
 	return n.Attr, nil
 }
 
-// Release implements proto.MetaService. Releasing a handle the server does
-// not know (opened before a restart) is not an error.
+// Release implements proto.MetaService. Releasing a handle the caller's
+// session does not hold (opened before a restart, or by another session)
+// is not an error and changes nothing.
 func (s *Server) Release(ctx context.Context, ino proto.Ino) error {
-	if s.release(ino) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
+	s.releaseOne(cl.sess, ino)
+	return nil
+}
+
+func (s *Server) releaseOne(sess session, ino proto.Ino) {
+	if s.release(sess, ino) {
 		n, err := s.readInode(ino)
 		if err == nil && n.Nlink == 0 {
 			s.enqueueReclaim(ino)
 		}
 	}
-	return nil
 }
 
 // ReleaseMany is Release for several handles (a client batches the
 // releases of handles closed at about the same time into one call).
 func (s *Server) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
 	for _, ino := range inos {
-		if err := s.Release(ctx, ino); err != nil {
-			return err
-		}
+		s.releaseOne(cl.sess, ino)
 	}
 	return nil
 }
 
-// release drops one open count and reports whether it was the last.
-func (s *Server) release(ino proto.Ino) bool {
+// countOpenLocked counts one open handle of sess on ino.
+func (s *Server) countOpenLocked(sess session, ino proto.Ino) {
+	s.opens[ino]++
+	m := s.sessOpens[sess]
+	if m == nil {
+		m = map[proto.Ino]int{}
+		s.sessOpens[sess] = m
+	}
+	m[ino]++
+}
+
+// holdsOpen reports whether sess has a handle open on ino.
+func (s *Server) holdsOpen(sess session, ino proto.Ino) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	c, ok := s.opens[ino]
-	if !ok {
+	return s.sessOpens[sess][ino] > 0
+}
+
+// release drops one open count of sess on ino, if sess has one, and
+// reports whether it was the last of all sessions.
+func (s *Server) release(sess session, ino proto.Ino) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	m := s.sessOpens[sess]
+	if m[ino] == 0 {
 		return false
 	}
+	if m[ino] == 1 {
+		delete(m, ino)
+		if len(m) == 0 {
+			delete(s.sessOpens, sess)
+		}
+	} else {
+		m[ino]--
+	}
+	c := s.opens[ino]
 	if c <= 1 {
 		delete(s.opens, ino)
 		return true

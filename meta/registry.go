@@ -366,31 +366,3 @@ func ProbeAddr(tr transport.Transport) func(ctx context.Context, addr string) er
 		return err
 	}
 }
-
-// logLimiter passes at most logBurst events per second and counts the rest.
-type logLimiter struct {
-	mu      sync.Mutex
-	window  time.Time
-	n       int
-	dropped int
-}
-
-const logBurst = 10
-
-// allow reports whether an event at now may be logged, and how many were
-// dropped since the last one that was.
-func (l *logLimiter) allow(now time.Time) (bool, int) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if now.Sub(l.window) >= time.Second || now.Before(l.window) {
-		l.window, l.n = now, 0
-	}
-	if l.n >= logBurst {
-		l.dropped++
-		return false, 0
-	}
-	l.n++
-	d := l.dropped
-	l.dropped = 0
-	return true, d
-}

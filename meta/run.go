@@ -35,7 +35,8 @@ type Config struct {
 	Transport transport.Transport
 	// Ready, if set, is called with the bound address once serving.
 	Ready func(addr string)
-	// AllowUnauthenticated: see Options.AllowUnauthenticated.
+	// Access and AllowUnauthenticated: see Options.
+	Access               Access
 	AllowUnauthenticated bool
 	// ProbeTimeout: see Options.ProbeTimeout (default DefaultProbeTimeout).
 	ProbeTimeout time.Duration
@@ -102,7 +103,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv, err := New(Options{
 		Store: st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
-		OrphanGrace: cfg.OrphanGrace, Logger: log,
+		OrphanGrace: cfg.OrphanGrace, Logger: log, Access: cfg.Access,
 		AllowUnauthenticated: cfg.AllowUnauthenticated,
 		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
 	})

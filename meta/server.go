@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/internal/ratelog"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
@@ -43,12 +44,13 @@ type Options struct {
 	RootUid  uint32
 	RootGid  uint32
 
-	// AllowUnauthenticated serves peers whose connection did not
-	// authenticate (transport.RoleNone: a transport built without
-	// security). Only tests set it; without it such peers get EACCES.
-	// Requests with no peer in their ctx (in-process calls) are trusted
-	// either way.
+	// AllowUnauthenticated admits peers that did not authenticate
+	// (transport.RoleNone: a transport without security) as clients.
+	// Only tests set it; otherwise such requests are refused with EACCES.
+	// Requests with no peer at all (in-process calls) are always trusted.
 	AllowUnauthenticated bool
+	// Access: client allow-list and root squash.
+	Access Access
 	// Probe checks that a storage server answers at addr; RegisterTarget
 	// calls it before it accepts a new target or a new address of a known
 	// one, with a ctx bounded by ProbeTimeout. Run dials with the
@@ -71,9 +73,10 @@ type Server struct {
 	sm   *stateMachine
 	reg  *registry
 	log  *slog.Logger
-	// refusals rate-limits the warnings about refused registrations, which
-	// a misconfigured or hostile peer can send in a flood.
-	refusals logLimiter
+	// refusals rate-limits the warnings about refused requests and
+	// registrations, which a misconfigured or hostile peer can send in a
+	// flood.
+	refusals ratelog.Limiter
 
 	nextIno atomic.Uint64 // the proposer's inode allocator
 
@@ -83,10 +86,14 @@ type Server struct {
 	waiting []*proposal
 	leading bool
 
-	mu         sync.Mutex
-	closed     bool
-	inflight   sync.WaitGroup
+	mu       sync.Mutex
+	closed   bool
+	inflight sync.WaitGroup
+	// opens counts the open handles of each inode over all sessions
+	// (reclaim waits for 0); sessOpens counts them per session, so that a
+	// Release only ever drops a handle its own session took.
 	opens      map[proto.Ino]int
+	sessOpens  map[session]map[proto.Ino]int
 	reclaiming map[proto.Ino]bool
 	pending    []proto.Ino // orphans to reclaim
 
@@ -153,6 +160,7 @@ func New(opts Options) (*Server, error) {
 		opts: opts, st: opts.Store, sm: sm, log: opts.Logger,
 		reg:         newRegistry(opts.HeartbeatTimeout, opts.Now, opts.Seed),
 		opens:       map[proto.Ino]int{},
+		sessOpens:   map[session]map[proto.Ino]int{},
 		reclaiming:  map[proto.Ino]bool{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
@@ -323,11 +331,28 @@ func (s *Server) readInode(ino proto.Ino) (*inode, error) {
 
 // Lookup implements proto.MetaService.
 func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
 	if len(name) > MaxNameLen {
 		return proto.Attr{}, errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
 	}
-	// Only directories have entries: the parent is read (for ENOENT or
-	// ENOTDIR) only when the name is not found.
+	if !cl.isRoot() {
+		// Search permission on the parent; root may search any directory.
+		p, err := s.readInode(parent)
+		if err != nil {
+			return proto.Attr{}, err
+		}
+		if !p.IsDir() {
+			return proto.Attr{}, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
+		}
+		if err := maySearch(cl.cred, &p.Attr); err != nil {
+			return proto.Attr{}, err
+		}
+	}
+	// Only directories have entries: for root, the parent is read (for
+	// ENOENT or ENOTDIR) only when the name is not found.
 	de, ok, err := loadDirent(s.st, parent, name)
 	if err != nil {
 		return proto.Attr{}, err
@@ -364,6 +389,9 @@ func (e noEntryError) Unwrap() error { return syscall.ENOENT }
 
 // GetAttr implements proto.MetaService.
 func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return proto.Attr{}, err
+	}
 	n, err := s.readInode(ino)
 	if err != nil {
 		return proto.Attr{}, err
@@ -373,6 +401,9 @@ func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error)
 
 // Readlink implements proto.MetaService.
 func (s *Server) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return "", err
+	}
 	n, err := s.readInode(ino)
 	if err != nil {
 		return "", err
@@ -389,12 +420,19 @@ const MaxReadDir = 4096
 // ReadDir implements proto.MetaService: a prefix scan that starts just
 // after `after`, so each page costs only the entries it returns.
 func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max int) ([]proto.DirEntry, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	d, err := s.readInode(dir)
 	if err != nil {
 		return nil, err
 	}
 	if !d.IsDir() {
 		return nil, errnof(syscall.ENOTDIR, "inode %d is not a directory", dir)
+	}
+	if err := may(cl.cred, &d.Attr, accessRead, "list"); err != nil {
+		return nil, err
 	}
 	if max <= 0 || max > MaxReadDir {
 		max = MaxReadDir
@@ -441,7 +479,15 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 
 // GetXattr implements proto.MetaService.
 func (s *Server) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]byte, error) {
-	if _, err := s.readInode(ino); err != nil {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
+	n, err := s.readInode(ino)
+	if err != nil {
+		return nil, err
+	}
+	if err := mayReadXattr(cl.cred, &n.Attr, name); err != nil {
 		return nil, err
 	}
 	v, err := s.st.Get(store.XattrKey(uint64(ino), name))
@@ -459,13 +505,19 @@ func (s *Server) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]by
 
 // ListXattr implements proto.MetaService.
 func (s *Server) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return nil, err
+	}
 	if _, err := s.readInode(ino); err != nil {
 		return nil, err
 	}
 	p := store.XattrPrefix(uint64(ino))
 	var names []string
 	if err := s.st.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
-		names = append(names, string(k[len(p):]))
+		if name := string(k[len(p):]); listableXattr(cl.cred, name) {
+			names = append(names, name)
+		}
 		return true
 	}); err != nil {
 		return nil, errnof(syscall.EIO, "listxattr: %v", err)
@@ -475,6 +527,9 @@ func (s *Server) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error)
 
 // StatFS implements proto.MetaService.
 func (s *Server) StatFS(ctx context.Context) (proto.StatFS, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return proto.StatFS{}, err
+	}
 	files, err := getCounter(s.st, store.CounterInodes)
 	if err != nil {
 		return proto.StatFS{}, errnof(syscall.EIO, "%v", err)
@@ -491,6 +546,9 @@ func (s *Server) StatFS(ctx context.Context) (proto.StatFS, error) {
 
 // Targets implements proto.MetaService.
 func (s *Server) Targets(ctx context.Context) ([]proto.TargetInfo, error) {
+	if _, err := s.caller(ctx); err != nil {
+		return nil, err
+	}
 	return s.reg.list(), nil
 }
 
@@ -510,7 +568,16 @@ func (s *Server) notePlaced(a proto.Attr) {
 
 // SetAttr implements proto.MetaService.
 func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpSetAttr, Now: s.now(), Ino: ino, SetAttr: in})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	c := &Command{Op: OpSetAttr, Now: s.now(), Ino: ino, SetAttr: in, Cred: cl.cred}
+	if in.Valid&proto.SetHandle != 0 && s.holdsOpen(cl.sess, ino) {
+		c.Flags |= setAttrViaHandle
+	}
+	c.SetAttr.Valid &^= proto.SetHandle
+	r, err := s.propose(ctx, c)
 	return r.attr, err
 }
 
@@ -525,8 +592,13 @@ func (s *Server) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, err
 // trip instead of two). It also returns the parent directory's attributes
 // after the change.
 func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, proto.Attr{}, err
+	}
 	c := &Command{Op: OpCreate, Now: s.now(), Ino: s.allocIno(), Parent: in.Parent, Name: in.Name,
 		Mode: in.Mode, Rdev: in.Rdev, Uid: in.Uid, Gid: in.Gid}
+	cl.own(c)
 	if in.Exclusive {
 		c.Flags = createExclusive
 	}
@@ -545,7 +617,7 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (
 		// handle can be counted before it exists: it cannot be reclaimed
 		// between the create and the count.
 		s.mu.Lock()
-		s.opens[c.Ino]++
+		s.countOpenLocked(cl.sess, c.Ino)
 		s.mu.Unlock()
 	}
 	r, err := s.propose(ctx, c)
@@ -556,7 +628,7 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (
 		return r.attr, r.parent, err
 	}
 	if err != nil || r.attr.Ino != c.Ino {
-		s.release(c.Ino)
+		s.release(cl.sess, c.Ino)
 	}
 	if err != nil {
 		return proto.Attr{}, proto.Attr{}, err
@@ -571,21 +643,37 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (
 
 // Mkdir implements proto.MetaService.
 func (s *Server) Mkdir(ctx context.Context, parent proto.Ino, name string, mode, uid, gid uint32) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpMkdir, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
-		Mode: mode, Uid: uid, Gid: gid})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	c := &Command{Op: OpMkdir, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
+		Mode: mode, Uid: uid, Gid: gid}
+	cl.own(c)
+	r, err := s.propose(ctx, c)
 	return r.attr, err
 }
 
 // Symlink implements proto.MetaService.
 func (s *Server) Symlink(ctx context.Context, parent proto.Ino, name, target string, uid, gid uint32) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpSymlink, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
-		Text: target, Uid: uid, Gid: gid})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	c := &Command{Op: OpSymlink, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
+		Text: target, Uid: uid, Gid: gid}
+	cl.own(c)
+	r, err := s.propose(ctx, c)
 	return r.attr, err
 }
 
 // Link implements proto.MetaService.
 func (s *Server) Link(ctx context.Context, ino, newParent proto.Ino, newName string) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpLink, Now: s.now(), Ino: ino, NewParent: newParent, NewName: newName})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	r, err := s.propose(ctx, &Command{Op: OpLink, Now: s.now(), Ino: ino, NewParent: newParent, NewName: newName, Cred: cl.cred})
 	return r.attr, err
 }
 
@@ -601,7 +689,11 @@ func (s *Server) Unlink(ctx context.Context, parent proto.Ino, name string) erro
 // command, no second sync): from the check until the command is applied,
 // Open of the inode fails with ENOENT, as for any orphan being reclaimed.
 func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	c := &Command{Op: OpUnlink, Now: s.now(), Parent: parent, Name: name}
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	c := &Command{Op: OpUnlink, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred}
 	if ino, ok := s.lastLink(parent, name); ok {
 		s.mu.Lock()
 		if s.opens[ino] == 0 && !s.reclaiming[ino] {
@@ -642,42 +734,70 @@ func (s *Server) Rmdir(ctx context.Context, parent proto.Ino, name string) error
 // RmdirAt is Rmdir that also returns the parent directory's attributes
 // after the change.
 func (s *Server) RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	r, err := s.propose(ctx, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred})
 	return r.parent, err
 }
 
 // Rename implements proto.MetaService.
 func (s *Server) Rename(ctx context.Context, oldParent proto.Ino, oldName string, newParent proto.Ino, newName string, flags uint32) error {
-	_, err := s.propose(ctx, &Command{Op: OpRename, Now: s.now(), Parent: oldParent, Name: oldName,
-		NewParent: newParent, NewName: newName, Flags: flags})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = s.propose(ctx, &Command{Op: OpRename, Now: s.now(), Parent: oldParent, Name: oldName,
+		NewParent: newParent, NewName: newName, Flags: flags, Cred: cl.cred})
 	return err
 }
 
 // SetXattr implements proto.MetaService.
 func (s *Server) SetXattr(ctx context.Context, ino proto.Ino, name string, value []byte, flags uint32) error {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
 	if len(value) > MaxXattrValue {
 		return errnof(syscall.E2BIG, "xattr value of %d bytes", len(value))
 	}
-	_, err := s.propose(ctx, &Command{Op: OpSetXattr, Now: s.now(), Ino: ino, Name: name, Value: value, Flags: flags})
+	_, err = s.propose(ctx, &Command{Op: OpSetXattr, Now: s.now(), Ino: ino, Name: name, Value: value, Flags: flags, Cred: cl.cred})
 	return err
 }
 
 // RemoveXattr implements proto.MetaService.
 func (s *Server) RemoveXattr(ctx context.Context, ino proto.Ino, name string) error {
-	_, err := s.propose(ctx, &Command{Op: OpRemoveXattr, Now: s.now(), Ino: ino, Name: name})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return err
+	}
+	_, err = s.propose(ctx, &Command{Op: OpRemoveXattr, Now: s.now(), Ino: ino, Name: name, Cred: cl.cred})
 	return err
 }
 
 // WriteDone implements proto.MetaService.
 func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
-	r, err := s.propose(ctx, &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: end})
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	c := &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: end, Cred: cl.cred}
+	if s.holdsOpen(cl.sess, ino) {
+		c.Flags |= writeViaHandle
+	}
+	r, err := s.propose(ctx, c)
 	return r.attr, err
 }
 
 // SetLayout implements proto.MetaService.
 func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
 	l = l.Clone()
-	c := &Command{Op: OpSetLayout, Now: s.now(), Ino: ino, Layout: &l}
+	c := &Command{Op: OpSetLayout, Now: s.now(), Ino: ino, Layout: &l, Cred: cl.cred}
 	if len(l.Targets) == 0 {
 		s.placement(c)
 	}
@@ -704,7 +824,7 @@ func (s *Server) RegisterTarget(ctx context.Context, uuid string, info proto.Tar
 		err = checkUsage(info)
 	}
 	if err != nil {
-		return 0, s.refuse(ctx, uuid, info, err)
+		return 0, s.refuseRegistration(ctx, uuid, info, err)
 	}
 	if id, ok := s.reg.heartbeat(uuid, who, info); ok {
 		return id, nil
@@ -712,14 +832,14 @@ func (s *Server) RegisterTarget(ctx context.Context, uuid string, info proto.Tar
 	addr, owner, known := s.reg.known(uuid)
 	if known && !who.trusted && owner != "" && owner != who.name {
 		// The state machine refuses it too; no need to probe first.
-		return 0, s.refuse(ctx, uuid, info, errnof(syscall.EPERM, "target %s belongs to %q, not %q", uuid, owner, who.name))
+		return 0, s.refuseRegistration(ctx, uuid, info, errnof(syscall.EPERM, "target %s belongs to %q, not %q", uuid, owner, who.name))
 	}
 	if (!known || addr != info.Addr) && s.opts.Probe != nil {
 		pctx, cancel := context.WithTimeout(ctx, s.opts.ProbeTimeout)
 		perr := s.opts.Probe(pctx, info.Addr)
 		cancel()
 		if perr != nil {
-			return 0, s.refuse(ctx, uuid, info, errnof(syscall.EHOSTUNREACH,
+			return 0, s.refuseRegistration(ctx, uuid, info, errnof(syscall.EHOSTUNREACH,
 				"target %s: address %q did not answer a probe within %v (%v)", uuid, info.Addr, s.opts.ProbeTimeout, perr))
 		}
 	}
@@ -730,7 +850,7 @@ func (s *Server) RegisterTarget(ctx context.Context, uuid string, info proto.Tar
 	r, err := s.propose(ctx, c)
 	if err != nil {
 		if errors.Is(err, syscall.EPERM) || errors.Is(err, syscall.EINVAL) {
-			s.refuse(ctx, uuid, info, err)
+			s.refuseRegistration(ctx, uuid, info, err)
 		}
 		return 0, err
 	}
@@ -757,12 +877,10 @@ func (s *Server) registrant(ctx context.Context) (registrant, error) {
 }
 
 // refuse logs a refused registration (rate-limited) and returns err.
-func (s *Server) refuse(ctx context.Context, uuid string, info proto.TargetInfo, err error) error {
-	if ok, dropped := s.refusals.allow(s.opts.Now()); ok {
-		p, _ := transport.PeerFrom(ctx)
-		s.log.Warn("meta: target registration refused", "peer", p.Addr, "role", p.Role, "name", p.Name,
-			"uuid", uuid, "addr", info.Addr, "err", err, "suppressed", dropped)
-	}
+func (s *Server) refuseRegistration(ctx context.Context, uuid string, info proto.TargetInfo, err error) error {
+	p, _ := transport.PeerFrom(ctx)
+	s.refusals.Warn(s.log, "meta: target registration refused", "peer", p.Addr, "role", p.Role, "name", p.Name,
+		"uuid", uuid, "addr", info.Addr, "err", err)
 	return err
 }
 

@@ -428,6 +428,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: OpRegisterTarget, Text: "uuid", Addr: "h:1", TargetID: 9},
 		{Op: OpReclaim, Inos: []proto.Ino{5, 6}},
 		{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5, Stripe: 2}}}},
+		{Op: OpUnlink, Parent: 1, Name: "x", Cred: &proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 7}}},
+		{Op: OpMkdir, Ino: 9, Parent: 1, Name: "d", Cred: &proto.Cred{}},
 	}
 	for _, c := range cmds {
 		got, err := DecodeCommand(c.Encode())
@@ -437,6 +439,13 @@ func TestCommandRoundTrip(t *testing.T) {
 		if !reflect.DeepEqual(got, c) {
 			t.Fatalf("%v: round trip\n got %+v\nwant %+v", c.Op, got, c)
 		}
+	}
+	// A version-1 command (no Cred) still decodes, as a trusted one.
+	v1 := (&Command{Op: OpUnlink, Name: "x"}).Encode()
+	v1 = v1[:len(v1)-1] // the Cred-present flag
+	v1[0] = 1
+	if got, err := DecodeCommand(v1); err != nil || got.Cred != nil || got.Name != "x" {
+		t.Fatalf("version 1 command: %+v %v", got, err)
 	}
 	bad := [][]byte{nil, {9}, {cmdVersion}, append((&Command{Op: OpUnlink}).Encode(), 0)}
 	for _, b := range bad {
@@ -452,6 +461,7 @@ func TestCommandRoundTrip(t *testing.T) {
 func FuzzDecodeCommand(f *testing.F) {
 	f.Add((&Command{Op: OpCreate, Name: "x", Candidates: []proto.TargetID{1}}).Encode())
 	f.Add((&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1}}}).Encode())
+	f.Add((&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 1, Groups: []uint32{2, 3}}}).Encode())
 	f.Add((&Command{Op: OpSetLayout, Layout: &layout.Layout{StripeSize: 1, Targets: []proto.TargetID{1}}}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)

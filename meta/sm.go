@@ -29,6 +29,12 @@ const (
 	// its owner. Otherwise Command.Name is the registrant's certificate
 	// name, which must be the uuid's owner (if it has one).
 	registerTrusted = 1
+	// setAttrViaHandle (OpSetAttr) and writeViaHandle (OpWriteDone): the
+	// proposer found an open handle of the caller's session on the inode,
+	// which stands in for write permission (ftruncate, O_TRUNC, writes
+	// through a handle opened when writing was permitted).
+	setAttrViaHandle = 1
+	writeViaHandle   = 1
 )
 
 // stateMachine applies commands to the store. It is driven by one goroutine
@@ -328,6 +334,9 @@ func (t *txn) create(c *Command) error {
 	if err != nil {
 		return err
 	}
+	if err := maySearch(c.Cred, &parent.Attr); err != nil {
+		return err
+	}
 	if parent.Nlink == 0 {
 		return errnof(syscall.ENOENT, "directory %d was removed", c.Parent)
 	}
@@ -350,6 +359,9 @@ func (t *txn) create(c *Command) error {
 		t.res.parent = parent.Attr
 		return nil
 	}
+	if err := mayCreate(c.Cred, &parent.Attr); err != nil {
+		return err
+	}
 	n := &inode{Attr: proto.Attr{
 		Ino: c.Ino, Nlink: 1, Uid: c.Uid, Gid: c.Gid,
 		Atime: c.Now, Mtime: c.Now, Ctime: c.Now,
@@ -370,7 +382,7 @@ func (t *txn) create(c *Command) error {
 			return errnof(syscall.EINVAL, "cannot create file type %#o", typ)
 		}
 		// A caller outside the inherited group may not keep setgid-exec.
-		if sgidDir && c.Uid != 0 && c.Gid != parent.Gid && perm&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
+		if sgidDir && !creatorInGroup(c, parent.Gid) && perm&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
 			perm &^= syscall.S_ISGID
 		}
 		n.Mode = typ | perm
@@ -487,6 +499,9 @@ func (t *txn) link(c *Command) error {
 	if err != nil {
 		return err
 	}
+	if err := maySearch(c.Cred, &parent.Attr); err != nil {
+		return err
+	}
 	if parent.Nlink == 0 {
 		return errnof(syscall.ENOENT, "directory %d was removed", c.NewParent)
 	}
@@ -494,6 +509,9 @@ func (t *txn) link(c *Command) error {
 		return err
 	} else if exists {
 		return errnof(syscall.EEXIST, "%q exists", c.NewName)
+	}
+	if err := mayCreate(c.Cred, &parent.Attr); err != nil {
+		return err
 	}
 	n.Nlink++
 	n.Ctime = c.Now
@@ -532,6 +550,9 @@ func (t *txn) remove(c *Command) error {
 	if err != nil {
 		return err
 	}
+	if err := maySearch(c.Cred, &parent.Attr); err != nil {
+		return err
+	}
 	de, exists, err := t.lookup(c.Parent, c.Name)
 	if err != nil {
 		return err
@@ -541,6 +562,9 @@ func (t *txn) remove(c *Command) error {
 	}
 	n, err := t.get(de.Ino)
 	if err != nil {
+		return err
+	}
+	if err := mayDelete(c.Cred, &parent.Attr, &n.Attr); err != nil {
 		return err
 	}
 	if c.Op == OpUnlink && n.IsDir() {
@@ -609,6 +633,12 @@ func (t *txn) rename(c *Command) error {
 	if err != nil {
 		return err
 	}
+	if err := maySearch(c.Cred, &op.Attr); err != nil {
+		return err
+	}
+	if err := maySearch(c.Cred, &np.Attr); err != nil {
+		return err
+	}
 	sde, ok, err := t.lookup(c.Parent, c.Name)
 	if err != nil {
 		return err
@@ -652,6 +682,9 @@ func (t *txn) rename(c *Command) error {
 	}
 	now := c.Now
 	crossDir := c.Parent != c.NewParent
+	if err := mayRename(c.Cred, op, np, src, dst, exchange, crossDir); err != nil {
+		return err
+	}
 	if exchange {
 		if dst.IsDir() && crossDir {
 			if in, err := t.isAncestor(dst.Ino, op.Ino); err != nil {
@@ -721,8 +754,28 @@ func (t *txn) setAttr(c *Command) error {
 		return err
 	}
 	in := c.SetAttr
+	if in.Valid&proto.SetSize != 0 {
+		if n.IsDir() {
+			return errnof(syscall.EISDIR, "truncate of directory %d", c.Ino)
+		}
+		if !n.IsRegular() {
+			return errnof(syscall.EINVAL, "truncate of non-regular inode %d", c.Ino)
+		}
+	}
+	mode, err := checkSetAttr(c.Cred, &n.Attr, &in, c.Flags&setAttrViaHandle != 0)
+	if err != nil {
+		return err
+	}
 	if in.Valid&proto.SetMode != 0 {
-		n.Mode = n.Mode&syscall.S_IFMT | in.Mode&07777
+		n.Mode = n.Mode&syscall.S_IFMT | mode
+	}
+	if in.Valid&(proto.SetUid|proto.SetGid) != 0 && c.Cred != nil && !n.IsDir() {
+		// chown clears setuid, and a real setgid, as Linux's chown does
+		// (for root too).
+		n.Mode &^= syscall.S_ISUID
+		if n.Mode&(syscall.S_ISGID|syscall.S_IXGRP) == syscall.S_ISGID|syscall.S_IXGRP {
+			n.Mode &^= syscall.S_ISGID
+		}
 	}
 	if in.Valid&proto.SetUid != 0 {
 		n.Uid = in.Uid
@@ -731,12 +784,7 @@ func (t *txn) setAttr(c *Command) error {
 		n.Gid = in.Gid
 	}
 	if in.Valid&proto.SetSize != 0 {
-		if n.IsDir() {
-			return errnof(syscall.EISDIR, "truncate of directory %d", c.Ino)
-		}
-		if !n.IsRegular() {
-			return errnof(syscall.EINVAL, "truncate of non-regular inode %d", c.Ino)
-		}
+		killSuid(c.Cred, &n.Attr)
 		n.Size = in.Size
 		n.Mtime = c.Now
 	}
@@ -785,6 +833,9 @@ func (t *txn) xattr(c *Command) error {
 	if err != nil {
 		return err
 	}
+	if err := mayWriteXattr(c.Cred, &n.Attr, c.Name); err != nil {
+		return err
+	}
 	key := store.XattrKey(uint64(c.Ino), c.Name)
 	_, err = t.sm.st.Get(key)
 	exists := err == nil
@@ -828,6 +879,12 @@ func (t *txn) writeDone(c *Command) error {
 	if !n.IsRegular() {
 		return errnof(syscall.EINVAL, "write to non-regular inode %d", c.Ino)
 	}
+	if c.Flags&writeViaHandle == 0 {
+		if err := may(c.Cred, &n.Attr, accessWrite, "write"); err != nil {
+			return err
+		}
+	}
+	killSuid(c.Cred, &n.Attr)
 	n.Size = max(n.Size, c.Size)
 	n.Mtime, n.Ctime = c.Now, c.Now
 	n.Written = true
@@ -843,6 +900,14 @@ func (t *txn) setLayout(c *Command) error {
 	n, err := t.get(c.Ino)
 	if err != nil {
 		return err
+	}
+	if n.IsDir() && !ownerOrRoot(c.Cred, &n.Attr) {
+		return errnof(syscall.EPERM, "only the owner may set the default layout of directory %d", c.Ino)
+	}
+	if !n.IsDir() {
+		if err := may(c.Cred, &n.Attr, accessWrite, "set the layout of"); err != nil {
+			return err
+		}
 	}
 	l := c.Layout.Clone()
 	if err := l.ValidatePolicy(); err != nil {

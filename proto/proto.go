@@ -61,6 +61,11 @@ const (
 	SetAtimeNow // to the server's clock (UTIME_NOW)
 	SetMtimeNow
 	SetCtime
+	// SetHandle says the change is made through an open file handle
+	// (ftruncate, open with O_TRUNC): when the caller's session holds an
+	// open handle on the inode, a size change needs no write permission
+	// (the open was checked). It changes nothing by itself.
+	SetHandle
 )
 
 // SetAttrIn is a setattr request. Valid is a mask of the Set* bits.
@@ -81,7 +86,7 @@ type CreateIn struct {
 	Name      string
 	Mode      uint32 // type bits + permission bits (umask already applied)
 	Rdev      uint32
-	Uid       uint32
+	Uid       uint32 // ignored by the server unless trusted: see MetaService
 	Gid       uint32
 	Exclusive bool           // fail with EEXIST if the name exists; otherwise return the existing file
 	Layout    *layout.Layout // optional explicit layout (setstripe on a new file); nil = inherit
@@ -116,10 +121,14 @@ type StatFS struct {
 	FilesFree         uint64
 }
 
-// MetaService is what the client asks of the metadata server. Methods that
-// create entries take the caller's uid and gid for ownership; permission
-// checks are done by the kernel (default_permissions) against the attributes
-// this service returns.
+// MetaService is what the client asks of the metadata server. Every call
+// acts for the caller whose credentials ctx carries (WithCred; over the
+// network, the request header), and the server checks it by POSIX rules
+// (docs/security.md, "Permissions"), independently of the kernel's own
+// checks (default_permissions). New inodes are owned by the caller's uid
+// and gid; the uid and gid arguments of Create, Mkdir and Symlink are used
+// only by trusted in-process callers that carry no credentials, and
+// ignored otherwise.
 type MetaService interface {
 	Lookup(ctx context.Context, parent Ino, name string) (Attr, error)
 	GetAttr(ctx context.Context, ino Ino) (Attr, error)

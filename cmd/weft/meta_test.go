@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"reflect"
 	"testing"
 	"time"
 
@@ -26,6 +27,9 @@ func TestMetaFlags(t *testing.T) {
 		{"bad heartbeat timeout", []string{"--data", dir, "--heartbeat-timeout", "soon"}, []string{"cannot parse duration"}},
 		{"zero heartbeat timeout", []string{"--data", dir, "--heartbeat-timeout", "0"}, []string{"must be positive"}},
 		{"positional argument", []string{"--data", dir, "extra"}, []string{"unknown command"}},
+		{"bad client network", []string{"--data", dir, "--client-networks", "10.0.0.0/33"}, []string{"--client-networks", "10.0.0.0/33"}},
+		{"bad squash exempt", []string{"--data", dir, "--root-squash-exempt", "nowhere"}, []string{"--root-squash-exempt"}},
+		{"squash to root", []string{"--data", dir, "--squash-uid", "0"}, []string{"must not be 0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
@@ -44,6 +48,9 @@ func TestMetaConfigFile(t *testing.T) {
 listen = "10.1.2.3:7400"
 data = "`+dir+`"
 heartbeat_timeout = "45s"
+root_squash = true
+squash_uid = 99
+root_squash_exempt = ["10.0.0.0/8"]
 log_level = "info"
 log_format = "json"
 `)
@@ -53,8 +60,9 @@ log_format = "json"
 		t.Fatal(err)
 	}
 	want := metaOptions{Listen: "127.0.0.1:9000", Data: dir, HeartbeatTimeout: units.Duration(45 * time.Second),
+		accessOptions: accessOptions{RootSquash: true, SquashUid: 99, SquashGid: 65534, RootSquashExempt: []string{"10.0.0.0/8"}},
 		daemonOptions: daemonOptions{logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
-	if got != want {
+	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("resolved %+v, want %+v", got, want)
 	}
 

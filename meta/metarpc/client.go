@@ -6,6 +6,7 @@ import (
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
+	"github.com/weft-fs/weft/wire"
 )
 
 // Client implements proto.MetaService and proto.TargetRegistry over the
@@ -13,7 +14,10 @@ import (
 // or the transport's (ETIMEDOUT, EIO); a response that does not decode is
 // EIO.
 type Client struct {
-	call func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error)
+	call      func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error)
+	session   proto.SessionID
+	cred      proto.Cred // for calls whose ctx carries no proto.Cred
+	defHeader []byte     // the header for such calls
 }
 
 var (
@@ -40,20 +44,36 @@ type Extended interface {
 }
 
 // NewClient returns a client that calls the metadata server at addr
-// through pool.
-func NewClient(pool *transport.Pool, addr string) *Client {
-	return &Client{call: func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error) {
+// through pool. Every request carries the caller's credentials from its
+// ctx (proto.WithCred), or, if ctx has none, this process's own (see
+// WithCred), and the client's session id (see WithSession).
+func NewClient(pool *transport.Pool, addr string, opts ...Option) *Client {
+	return newClient(func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error) {
 		return pool.Call(ctx, addr, op, parts...)
-	}}
+	}, opts)
 }
 
 // NewConnClient returns a client over one connection.
-func NewConnClient(c transport.Conn) *Client {
-	return &Client{call: c.Call}
+func NewConnClient(c transport.Conn, opts ...Option) *Client {
+	return newClient(c.Call, opts)
 }
 
+func newClient(call func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error), opts []Option) *Client {
+	c := &Client{call: call, session: proto.NewSessionID(), cred: processCred()}
+	for _, o := range opts {
+		o(c)
+	}
+	e := wire.NewEncoder(64)
+	(&header{Cred: c.cred, Session: c.session}).encode(e)
+	c.defHeader = e.B
+	return c
+}
+
+// Session returns the session id the client's requests carry.
+func (c *Client) Session() proto.SessionID { return c.session }
+
 func (c *Client) do(ctx context.Context, op uint16, req, resp message) error {
-	b, err := c.call(ctx, op, marshal(req))
+	b, err := c.call(ctx, op, c.header(ctx), marshal(req))
 	if err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package metarpc
 import (
 	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"reflect"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
 )
 
 func allOps() []uint16 {
@@ -120,7 +122,7 @@ func TestHandlerMalformed(t *testing.T) {
 	if _, err := h(context.Background(), 77, nil); !errors.Is(err, syscall.ENOSYS) {
 		t.Errorf("unknown op: %v", err)
 	}
-	if _, err := h(context.Background(), OpRegisterTarget, marshal(&registerReq{UUID: "u"})); !errors.Is(err, syscall.ENOSYS) {
+	if _, err := h(context.Background(), OpRegisterTarget, withHeader(marshal(&registerReq{UUID: "u"}))); !errors.Is(err, syscall.ENOSYS) {
 		t.Errorf("register without registry: %v", err)
 	}
 }
@@ -153,13 +155,78 @@ func FuzzDecode(f *testing.F) {
 			}
 		}
 		h := NewHandler(nopService{}, nil, nil)
-		func() {
-			defer func() {
-				// nopService panics on a valid request (nil interface): only
-				// the decode path is under test here.
-				recover()
+		for _, body := range [][]byte{b, withHeader(b)} {
+			func() {
+				defer func() {
+					// nopService panics on a valid request (nil interface):
+					// only the decode path is under test here.
+					recover()
+				}()
+				h(context.Background(), op, body)
 			}()
-			h(context.Background(), op, b)
-		}()
+		}
+	})
+}
+
+// withHeader prefixes a request message with a request header.
+func withHeader(msg []byte) []byte {
+	e := wire.NewEncoder(64)
+	(&header{Cred: proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 10}}, Session: proto.SessionID{1, 2, 3}}).encode(e)
+	return append(e.B, msg...)
+}
+
+// TestHeaderVectors pins the header's wire format.
+func TestHeaderVectors(t *testing.T) {
+	for _, tc := range []struct {
+		h    header
+		want string
+	}{
+		{header{}, "01" + "00000000" + "00000000" + "00000000" + "00000000000000000000000000000000"},
+		{header{Cred: proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 65534}}, Session: proto.SessionID{0: 0xaa, 15: 0xbb}},
+			"01" + "e8030000" + "64000000" + "02000000" + "64000000" + "feff0000" + "aa0000000000000000000000000000bb"},
+	} {
+		e := wire.NewEncoder(0)
+		tc.h.encode(e)
+		if got := hex.EncodeToString(e.B); got != tc.want {
+			t.Errorf("encode %+v = %s, want %s", tc.h, got, tc.want)
+		}
+		got, rest, err := decodeHeader(append(e.B, 7))
+		if err != nil || !reflect.DeepEqual(got, tc.h) && !(len(tc.h.Cred.Groups) == 0 && got.Cred.Groups == nil) || !bytes.Equal(rest, []byte{7}) {
+			t.Errorf("decode: %+v %x %v", got, rest, err)
+		}
+		for i := range len(e.B) {
+			if _, _, err := decodeHeader(e.B[:i]); err == nil {
+				t.Errorf("header truncated to %d bytes decoded", i)
+			}
+		}
+	}
+	bad := []byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	if _, _, err := decodeHeader(append(bad, make([]byte, 16)...)); err == nil {
+		t.Error("header version 2 accepted")
+	}
+	huge := []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}
+	if _, _, err := decodeHeader(huge); err == nil {
+		t.Error("2^32-1 groups accepted")
+	}
+}
+
+// FuzzHeader: the header decoder never panics, and what decodes
+// re-encodes to the same bytes.
+func FuzzHeader(f *testing.F) {
+	f.Add(withHeader(nil))
+	f.Add([]byte{1})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		h, rest, err := decodeHeader(b)
+		if err != nil {
+			return
+		}
+		if len(h.Cred.Groups) > proto.MaxGroups {
+			t.Fatalf("%d groups decoded", len(h.Cred.Groups))
+		}
+		e := wire.NewEncoder(0)
+		h.encode(e)
+		if !bytes.Equal(append(e.B, rest...), b) {
+			t.Fatalf("re-encoding differs")
+		}
 	})
 }

@@ -4,14 +4,35 @@
 // serves them.
 //
 // Each message is a flat sequence of wire fields (little-endian integers,
-// length-prefixed strings); a request body is exactly one message, with no
-// trailing bytes. Op codes and field order are the protocol: add new ops,
-// never renumber or reorder.
+// length-prefixed strings). A request body is the request header followed
+// by exactly one message, with no trailing bytes; a response body is one
+// message. Op codes and field order are the protocol: add new ops, never
+// renumber or reorder.
+//
+// # Request header (version 1)
+//
+//	u8      version = 1 (HeaderVersion)
+//	u32     uid
+//	u32     gid
+//	u32     n: supplementary groups, at most proto.MaxGroups
+//	n × u32 the groups
+//	16 B    session id
+//
+// The Client fills it from proto.CredFrom(ctx), or, when ctx has none,
+// from this process's effective uid, gid and groups (WithCred overrides
+// that default: the background work of a mount, admin tools), and from its
+// session id (random per Client; WithSession). The handler decodes it
+// (EINVAL if malformed or of an unknown version) and serves the request
+// with the credentials and session in ctx; the service (meta.Server)
+// authorizes them against the authenticated peer (root squash, client
+// allow-list) and checks every operation. A header is never trusted more
+// than the peer that sent it. A new header layout gets a new version.
 //
 // Invariants:
 //   - Decoding never panics and never allocates more than the input can
 //     justify (wire.Decoder bounds every length and count); FuzzDecode runs
-//     every request and response decoder on arbitrary input.
+//     every request and response decoder on arbitrary input, FuzzHeader the
+//     header decoder.
 //   - The handler answers a request that does not decode with EINVAL (and
 //     logs it), an unknown op with ENOSYS; service errors travel as their
 //     syscall.Errno, so errors.Is works on the client side.

@@ -69,8 +69,13 @@ func exercise(t *testing.T, srv *meta.Server, c client) {
 	if id != 1 {
 		t.Fatalf("target id %d", id)
 	}
-	d, err := c.Mkdir(ctx, proto.RootIno, "d", 02755, 1, 2)
+	// The owner of a new inode is the caller's cred, not the uid and gid
+	// arguments.
+	d, err := c.Mkdir(proto.WithCred(ctx, proto.Cred{Uid: 0, Gid: 2}), proto.RootIno, "d", 02755, 7, 7)
 	must(err)
+	if d.Uid != 0 || d.Gid != 2 {
+		t.Fatalf("mkdir owned by %d:%d, want the cred's 0:2", d.Uid, d.Gid)
+	}
 	l := layout.Layout{StripeSize: 64 << 10, StripeCount: 1}
 	f, err := c.Create(ctx, proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0644, Uid: 1, Gid: 1, Exclusive: true, Layout: &l})
 	must(err)
@@ -287,5 +292,148 @@ func TestExtended(t *testing.T) {
 	}
 	if err := plain.ReleaseMany(ctx, []proto.Ino{1}); !errors.Is(err, syscall.ENOSYS) {
 		t.Fatalf("releasemany on a plain service: %v", err)
+	}
+}
+
+// peerConn calls a handler in-process as a request from peer p.
+type peerConn struct {
+	h transport.Handler
+	p transport.Peer
+}
+
+func (c peerConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error) {
+	return directConn{c.h}.Call(transport.WithPeer(ctx, c.p), op, parts...)
+}
+func (peerConn) Close() error { return nil }
+
+// TestForgedCredChecked: whatever a client puts in the request header, the
+// server checks the operation against it, squashes its root, and refuses
+// clients from outside the allowed networks or without authentication.
+func TestForgedCredChecked(t *testing.T) {
+	ctx := context.Background()
+	mk := func(acc meta.Access, unauth bool) *meta.Server {
+		st := store.NewMem()
+		srv, err := meta.New(meta.Options{Store: st, Seed: 1, OrphanGrace: time.Hour, Access: acc, AllowUnauthenticated: unauth})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close(); st.Close() })
+		// In-process (trusted): a root-only directory with a file.
+		sec, err := srv.Mkdir(ctx, proto.RootIno, "secret", 0700, 0, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := srv.Create(ctx, proto.CreateIn{Parent: sec.Ino, Name: "f", Mode: syscall.S_IFIFO | 0600}); err != nil {
+			t.Fatal(err)
+		}
+		return srv
+	}
+	client := func(srv *meta.Server, p transport.Peer, cr proto.Cred) *metarpc.Client {
+		return metarpc.NewConnClient(peerConn{metarpc.NewHandler(srv, srv, nil), p}, metarpc.WithCred(cr))
+	}
+	cl := transport.Peer{Addr: "10.1.2.3:4000", Role: transport.RoleClient, Name: "node1"}
+	lookup := func(c *metarpc.Client) error {
+		sec, err := c.Lookup(ctx, proto.RootIno, "secret")
+		if err != nil {
+			return err
+		}
+		_, err = c.Lookup(ctx, sec.Ino, "f")
+		return err
+	}
+
+	srv := mk(meta.Access{}, false)
+	if err := lookup(client(srv, cl, proto.Cred{Uid: 1000, Gid: 1000})); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("uid 1000 looked into a 0700 root directory: %v", err)
+	}
+	if err := client(srv, cl, proto.Cred{Uid: 1000, Gid: 1000}).Unlink(ctx, proto.RootIno, "secret"); !errors.Is(err, syscall.EACCES) && !errors.Is(err, syscall.EISDIR) {
+		t.Errorf("uid 1000 unlinked in root's directory: %v", err)
+	}
+	if _, err := client(srv, cl, proto.Cred{Uid: 1000, Gid: 1000}).SetAttr(ctx, proto.RootIno, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0777}); !errors.Is(err, syscall.EPERM) {
+		t.Errorf("uid 1000 chmod of root's directory: %v", err)
+	}
+	if err := lookup(client(srv, cl, proto.Cred{})); err != nil {
+		t.Errorf("root without squash: %v", err)
+	}
+	// Over a transport without authentication: refused unless allowed.
+	none := transport.Peer{Addr: "10.1.2.3:4000"}
+	if _, err := client(srv, none, proto.Cred{}).GetAttr(ctx, proto.RootIno); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("unauthenticated peer: %v", err)
+	}
+	if _, err := client(mk(meta.Access{}, true), none, proto.Cred{}).GetAttr(ctx, proto.RootIno); err != nil {
+		t.Errorf("unauthenticated peer with AllowUnauthenticated: %v", err)
+	}
+
+	nets, _ := meta.ParsePrefixes([]string{"10.1.0.0/16"})
+	srv = mk(meta.Access{RootSquash: true}, false)
+	if err := lookup(client(srv, cl, proto.Cred{})); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("squashed root looked into a 0700 root directory: %v", err)
+	}
+	a, err := client(srv, cl, proto.Cred{}).Mkdir(ctx, proto.RootIno, "x", 0755, 0, 0)
+	if !errors.Is(err, syscall.EACCES) {
+		t.Errorf("squashed root made %+v in root's 0755 directory: %v", a, err)
+	}
+	server := transport.Peer{Addr: "10.9.9.9:1", Role: transport.RoleMeta, Name: "meta2"}
+	if err := lookup(client(srv, server, proto.Cred{})); err != nil {
+		t.Errorf("a server's root was squashed: %v", err)
+	}
+	srv = mk(meta.Access{RootSquash: true, RootSquashExempt: nets}, false)
+	if err := lookup(client(srv, cl, proto.Cred{})); err != nil {
+		t.Errorf("root from an exempt network: %v", err)
+	}
+	if err := lookup(client(srv, transport.Peer{Addr: "10.2.0.1:5", Role: transport.RoleClient}, proto.Cred{})); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("root from outside the exempt network: %v", err)
+	}
+
+	srv = mk(meta.Access{ClientNetworks: nets}, false)
+	if _, err := client(srv, cl, proto.Cred{}).GetAttr(ctx, proto.RootIno); err != nil {
+		t.Errorf("client inside client_networks: %v", err)
+	}
+	if _, err := client(srv, transport.Peer{Addr: "192.168.1.1:5", Role: transport.RoleClient}, proto.Cred{}).GetAttr(ctx, proto.RootIno); !errors.Is(err, syscall.EACCES) {
+		t.Errorf("client outside client_networks: %v", err)
+	}
+}
+
+// TestSessionsOverRPC: two clients are two sessions; one cannot release
+// the other's handle, so A's unlinked open file stays.
+func TestSessionsOverRPC(t *testing.T) {
+	ctx := context.Background()
+	srv := newServer(t)
+	h := metarpc.NewHandler(srv, srv, nil)
+	a := metarpc.NewConnClient(directConn{h})
+	b := metarpc.NewConnClient(directConn{h})
+	if a.Session() == b.Session() {
+		t.Fatal("two clients share a session id")
+	}
+	f, err := a.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "p", Mode: syscall.S_IFIFO | 0644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.Open(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReleaseMany(ctx, []proto.Ino{f.Ino}); err != nil {
+		t.Fatalf("release of a handle the session does not hold: %v", err)
+	}
+	if err := b.Release(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.OpenCount(f.Ino); n != 1 {
+		t.Fatalf("open count %d after B's releases, want A's 1", n)
+	}
+	if err := b.Unlink(ctx, proto.RootIno, "p"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.GetAttr(ctx, f.Ino); err != nil {
+		t.Fatalf("A's open unlinked file is gone: %v", err)
+	}
+	if err := a.Release(ctx, f.Ino); err != nil {
+		t.Fatal(err)
+	}
+	if n := srv.OpenCount(f.Ino); n != 0 {
+		t.Fatalf("open count %d after A's release", n)
+	}
+	// A fixed session id is kept.
+	if c := metarpc.NewConnClient(directConn{h}, metarpc.WithSession(proto.SessionID{5})); c.Session() != (proto.SessionID{5}) {
+		t.Fatal("WithSession ignored")
 	}
 }

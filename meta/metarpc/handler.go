@@ -36,6 +36,15 @@ func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, er
 		h.log.Warn("metarpc: unknown op", "op", op)
 		return nil, fmt.Errorf("metarpc: unknown op %d: %w", op, syscall.ENOSYS)
 	}
+	n := len(body)
+	hdr, body, err := decodeHeader(body)
+	if err != nil {
+		h.log.Warn("metarpc: malformed request header", "op", op, "len", n, "err", err)
+		return nil, fmt.Errorf("%v: %w", err, syscall.EINVAL)
+	}
+	// The service authorizes the credentials against the peer in ctx (root
+	// squash, allow-list) and checks every operation against them.
+	ctx = proto.WithSession(proto.WithCred(ctx, hdr.Cred), hdr.Session)
 	if err := unmarshal(body, req); err != nil {
 		h.log.Warn("metarpc: malformed request", "op", op, "len", len(body), "err", err)
 		return nil, fmt.Errorf("%v: %w", err, syscall.EINVAL)

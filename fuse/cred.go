@@ -1,0 +1,124 @@
+package fuse
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+
+	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+// groupsTTL is how long the supplementary groups of a process are reused
+// before /proc is read again. A process rarely changes its groups (login
+// shells do it once, before any file access), and reading /proc/PID/status
+// per request would cost a syscall round per metadata operation; one read
+// per process and second is noise even for mdtest.
+const groupsTTL = time.Second
+
+// maxCachedProcs bounds the cache; past it, expired entries are dropped.
+const maxCachedProcs = 4096
+
+// creds maps FUSE callers to the credentials the metadata server checks:
+// uid and gid from the request header, supplementary groups from
+// /proc/PID/status, cached per process for groupsTTL.
+type creds struct {
+	mu    sync.Mutex
+	procs map[uint32]procCred
+	now   func() time.Time
+	read  func(pid uint32) ([]uint32, error) // readGroups; tests replace it
+	reads int                                // /proc reads done (for tests)
+}
+
+type procCred struct {
+	uid, gid uint32
+	groups   []uint32
+	until    time.Time
+}
+
+func newCreds() *creds {
+	return &creds{procs: map[uint32]procCred{}, now: time.Now, read: readGroups}
+}
+
+// with returns ctx carrying the credentials of the process that made the
+// FUSE request served with ctx. A ctx without a FUSE caller (the mount's
+// own work) is returned unchanged: the metadata client then sends the
+// mount process's own credentials.
+func (c *creds) with(ctx context.Context) context.Context {
+	caller, ok := gofuse.FromContext(ctx)
+	if !ok {
+		return ctx
+	}
+	return proto.WithCred(ctx, c.cred(caller.Uid, caller.Gid, caller.Pid))
+}
+
+func (c *creds) cred(uid, gid, pid uint32) proto.Cred {
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.procs[pid]
+	c.mu.Unlock()
+	// A pid whose uid or gid changed (setuid, or the pid was reused) is
+	// read again.
+	if ok && e.uid == uid && e.gid == gid && now.Before(e.until) {
+		return proto.Cred{Uid: uid, Gid: gid, Groups: e.groups}
+	}
+	var groups []uint32
+	if pid != 0 {
+		// A process that is gone (or a kernel thread) keeps its primary
+		// group only.
+		groups, _ = c.read(pid)
+	}
+	c.mu.Lock()
+	c.reads++
+	if len(c.procs) >= maxCachedProcs {
+		for p, e := range c.procs {
+			if !now.Before(e.until) {
+				delete(c.procs, p)
+			}
+		}
+		if len(c.procs) >= maxCachedProcs {
+			clear(c.procs)
+		}
+	}
+	c.procs[pid] = procCred{uid: uid, gid: gid, groups: groups, until: now.Add(groupsTTL)}
+	c.mu.Unlock()
+	return proto.Cred{Uid: uid, Gid: gid, Groups: groups}
+}
+
+// readGroups returns the supplementary groups of process pid, from the
+// "Groups:" line of /proc/PID/status.
+func readGroups(pid uint32) ([]uint32, error) {
+	b, err := os.ReadFile("/proc/" + strconv.FormatUint(uint64(pid), 10) + "/status")
+	if err != nil {
+		return nil, err
+	}
+	return parseGroups(b)
+}
+
+func parseGroups(status []byte) ([]uint32, error) {
+	sc := bufio.NewScanner(bytes.NewReader(status))
+	for sc.Scan() {
+		line, ok := bytes.CutPrefix(sc.Bytes(), []byte("Groups:"))
+		if !ok {
+			continue
+		}
+		var gs []uint32
+		for _, f := range bytes.Fields(line) {
+			g, err := strconv.ParseUint(string(f), 10, 32)
+			if err != nil {
+				return nil, fmt.Errorf("fuse: bad group %q in /proc status", f)
+			}
+			if len(gs) < proto.MaxGroups {
+				gs = append(gs, uint32(g))
+			}
+		}
+		return gs, nil
+	}
+	return nil, fmt.Errorf("fuse: no Groups line in /proc status")
+}

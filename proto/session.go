@@ -1,0 +1,35 @@
+package proto
+
+import (
+	"context"
+	"crypto/rand"
+)
+
+// SessionID names one client's session with the metadata server: a client
+// (one mount, one admin tool run) picks a random one at start and sends it
+// in the header of every request. The server keeps open handles per session
+// (the peer's certificate name and this id), so one client can never drop
+// another's handle.
+type SessionID [16]byte
+
+// NewSessionID returns a random session id.
+func NewSessionID() SessionID {
+	var id SessionID
+	rand.Read(id[:]) // never fails (crypto/rand panics instead)
+	return id
+}
+
+type sessionKey struct{}
+
+// WithSession returns ctx carrying the session id a request belongs to
+// (the metadata RPC handler sets it from the request header; in-process
+// callers may set it to act as distinct sessions).
+func WithSession(ctx context.Context, id SessionID) context.Context {
+	return context.WithValue(ctx, sessionKey{}, id)
+}
+
+// SessionFrom returns the session id ctx carries, and false if none.
+func SessionFrom(ctx context.Context) (SessionID, bool) {
+	id, ok := ctx.Value(sessionKey{}).(SessionID)
+	return id, ok
+}
