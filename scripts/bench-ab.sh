@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# A/B comparison of two weft builds on this machine: builds `weft` at two git
+# revisions, then alternates `weft up` + `weft bench io500` on each (A, B, A,
+# B, ...) so both see the same machine, and prints every phase's median and
+# B/A ratio. This is how a change's cost is measured (docs/performance.md):
+# the phases of one build are never compared with a run made at another time.
+#
+#   scripts/bench-ab.sh [--rounds 3] [--procs 4] [--stonewall 10s] [--out DIR] REV_A REV_B
+#
+# REV_B may be "." for the working tree. Each side gets a fresh `weft up`
+# (its own data directory, default settings of that build) per round.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=3
+procs=4
+stonewall=10s
+out=/tmp/weft-bench-ab
+while [ $# -gt 2 ]; do
+	case "$1" in
+	--rounds) rounds=$2; shift 2 ;;
+	--procs) procs=$2; shift 2 ;;
+	--stonewall) stonewall=$2; shift 2 ;;
+	--out) out=$2; shift 2 ;;
+	*) echo "bench-ab: unknown argument $1" >&2; exit 2 ;;
+	esac
+done
+[ $# -eq 2 ] || { echo "usage: bench-ab.sh [options] REV_A REV_B" >&2; exit 2; }
+rev_a=$1 rev_b=$2
+
+rm -rf "$out"
+mkdir -p "$out"
+
+build() { # build REV NAME: bin/weft of REV into $out/NAME
+	if [ "$1" = . ]; then
+		go build -o "$out/$2" ./cmd/weft
+		return
+	fi
+	local src=$out/src-$2
+	git worktree add -q --detach "$src" "$1"
+	(cd "$src" && go build -o "$out/$2" ./cmd/weft)
+	git worktree remove --force "$src"
+}
+build "$rev_a" weft-a
+build "$rev_b" weft-b
+
+up_pid=
+stop_up() {
+	if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
+		kill -TERM "$up_pid"
+		wait "$up_pid" || true
+	fi
+	up_pid=
+}
+trap 'stop_up; fusermount3 -u -z "$out/mnt" 2>/dev/null || true' EXIT
+
+run() { # run SIDE ROUND
+	local bin=$out/weft-$1 data=$out/data-$1 log=$out/up-$1-$2.log
+	rm -rf "$data"
+	mkdir -p "$out/mnt"
+	"$bin" up --data "$data" --mount "$out/mnt" --base-port 7470 --log-level warn >"$log" 2>&1 &
+	up_pid=$!
+	for _ in $(seq 240); do
+		grep -q "weft is up" "$log" && break
+		kill -0 "$up_pid" 2>/dev/null || { cat "$log"; exit 1; }
+		sleep 0.5
+	done
+	grep -q "weft is up" "$log" || { echo "bench-ab: weft up ($1) did not come up"; cat "$log"; exit 1; }
+	echo "== round $2: $1" >&2
+	"$bin" bench io500 --procs "$procs" --stonewall "$stonewall" --max-data 4GiB --max-files 100000 --direct \
+		--json "$out/$1-$2.json" "$out/mnt" >"$out/$1-$2.txt"
+	stop_up
+	rm -rf "$data"
+}
+
+for r in $(seq "$rounds"); do
+	run a "$r"
+	run b "$r"
+done
+
+python3 - "$out" "$rounds" "$rev_a" "$rev_b" <<'PY'
+import json, statistics, sys
+out, rounds, ra, rb = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
+phases = ["ior-easy-write", "ior-easy-read", "ior-hard-write", "ior-hard-read", "ior-rnd4K-easy-read",
+          "mdtest-easy-write", "mdtest-easy-stat", "mdtest-easy-delete", "mdtest-hard-write",
+          "mdtest-hard-stat", "mdtest-hard-read", "mdtest-hard-delete", "find"]
+runs = {s: [json.load(open(f"{out}/{s}-{r}.json")) for r in range(1, rounds + 1)] for s in "ab"}
+print(f"A = {ra}, B = {rb}; medians of {rounds} interleaved runs\n")
+print("| phase | unit | A | B | B / A | A runs | B runs |")
+print("|---|---|---|---|---|---|---|")
+for p in phases:
+    vals = {s: [x["phases"][p]["value"] for x in runs[s] if p in x["phases"]] for s in "ab"}
+    if not vals["a"] or not vals["b"]:
+        continue
+    unit = runs["a"][0]["phases"][p].get("unit", "")
+    ma, mb = statistics.median(vals["a"]), statistics.median(vals["b"])
+    fmt = lambda v: ", ".join(f"{x:.3f}" for x in v)
+    print(f"| {p} | {unit} | {ma:.3f} | {mb:.3f} | {100*mb/ma:.1f} % | {fmt(vals['a'])} | {fmt(vals['b'])} |")
+PY
