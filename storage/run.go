@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/storage/storagerpc"
@@ -42,6 +43,15 @@ type Config struct {
 	Transport transport.Transport
 	// MaxOpenObjects per target; 0 = DefaultMaxOpen.
 	MaxOpenObjects int
+	// CapabilityKey is the key shared with the metadata server that
+	// verifies clients' capabilities (capability.KeySize bytes, from the
+	// key bundle). Nil: clients' data requests are all refused.
+	CapabilityKey []byte
+	// AllowUnauthenticated trusts peers of a transport without security
+	// like servers (see storagerpc.Options). Tests only.
+	AllowUnauthenticated bool
+
+	capKey *capability.Key
 }
 
 // validate checks cfg and returns it with defaults filled in and target
@@ -96,6 +106,13 @@ func (cfg Config) validate() (Config, error) {
 		dirs[i] = abs
 	}
 	cfg.Targets = dirs
+	if cfg.CapabilityKey != nil {
+		k, err := capability.NewKey(0, cfg.CapabilityKey)
+		if err != nil {
+			return cfg, fmt.Errorf("storage: capability key: %w", err)
+		}
+		cfg.capKey = k
+	}
 	return cfg, nil
 }
 
@@ -143,7 +160,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	ln, err := tr.Listen(cfg.ListenAddr, storagerpc.NewHandler(srv, log))
+	ln, err := tr.Listen(cfg.ListenAddr, storagerpc.NewHandler(srv, storagerpc.Options{
+		Logger: log, CapabilityKey: cfg.capKey, AllowUnauthenticated: cfg.AllowUnauthenticated,
+	}))
 	if err != nil {
 		return fmt.Errorf("storage: listen on %s: %w", cfg.ListenAddr, err)
 	}
