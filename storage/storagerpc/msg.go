@@ -203,7 +203,6 @@ func decodeObjectReq(what string, b []byte) (ObjectReq, error) {
 	return r, nil
 }
 
-
 // DecodeRemove decodes a Remove request. The response body is empty.
 func DecodeRemove(b []byte) (ObjectReq, error) { return decodeObjectReq("remove", b) }
 
