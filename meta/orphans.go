@@ -11,22 +11,31 @@ import (
 	"github.com/weft-fs/weft/proto"
 )
 
-// Open implements proto.MetaService: it counts an open handle, so that an
+// Open implements proto.MetaService: it checks that the caller may access
+// the inode as want asks (EACCES if not), returns a capability for it, and
+// counts an open handle, so that an
 // unlinked file is kept until its last Release, and returns fresh attributes.
-func (s *Server) Open(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, error) {
 	s.mu.Lock()
 	if s.reclaiming[ino] {
 		s.mu.Unlock()
-		return proto.Attr{}, errnof(syscall.ENOENT, "inode %d is being removed", ino)
+		return proto.Attr{}, nil, errnof(syscall.ENOENT, "inode %d is being removed", ino)
 	}
 	s.opens[ino]++
 	s.mu.Unlock()
 	n, err := s.readInode(ino)
+	if err == nil {
+		err = checkAccess(ctx, &n.Attr, want)
+	}
+	var cap []byte
+	if err == nil {
+		cap, err = s.issue(ctx, &n.Attr, want)
+	}
 	if err != nil {
 		s.release(ino)
-		return proto.Attr{}, err
+		return proto.Attr{}, nil, err
 	}
-	return n.Attr, nil
+	return n.Attr, cap, nil
 }
 
 // Release implements proto.MetaService. Releasing a handle the server does

@@ -35,6 +35,9 @@ type Config struct {
 	Transport transport.Transport
 	// Ready, if set, is called with the bound address once serving.
 	Ready func(addr string)
+	// CapabilityKey and CapabilityLifetime: see Options.
+	CapabilityKey      []byte
+	CapabilityLifetime time.Duration
 }
 
 // Validate checks the configuration and reports the first problem.
@@ -92,6 +95,7 @@ func Run(ctx context.Context, cfg Config) error {
 	srv, err := New(Options{
 		Store: st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		OrphanGrace: cfg.OrphanGrace, Logger: log,
+		CapabilityKey: cfg.CapabilityKey, CapabilityLifetime: cfg.CapabilityLifetime,
 	})
 	if err != nil {
 		closePool()

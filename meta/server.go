@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
@@ -42,6 +43,15 @@ type Options struct {
 	RootUid  uint32
 	RootGid  uint32
 
+	// CapabilityKey signs the capabilities Open, CreateOpen and Capability
+	// return (capability.KeySize bytes, shared with the storage servers;
+	// from the key bundle's capability.key). Nil: none are issued (they
+	// return nil), and storage servers refuse clients' data requests.
+	CapabilityKey []byte
+	// CapabilityLifetime is how long an issued capability is valid;
+	// default DefaultCapabilityLifetime. Clients renew at 2/3 of it.
+	CapabilityLifetime time.Duration
+
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
 	applyHook func(*Command)
@@ -56,6 +66,8 @@ type Server struct {
 	sm   *stateMachine
 	reg  *registry
 	log  *slog.Logger
+
+	capKey *capability.Key // nil: no capabilities issued
 
 	nextIno atomic.Uint64 // the proposer's inode allocator
 
@@ -124,12 +136,26 @@ func New(opts Options) (*Server, error) {
 	if opts.Seed == 0 {
 		opts.Seed = uint64(time.Now().UnixNano())
 	}
+	if opts.CapabilityLifetime < 0 {
+		return nil, errors.New("meta: negative CapabilityLifetime")
+	}
+	if opts.CapabilityLifetime == 0 {
+		opts.CapabilityLifetime = DefaultCapabilityLifetime
+	}
+	var capKey *capability.Key
+	if opts.CapabilityKey != nil {
+		k, err := capability.NewKey(0, opts.CapabilityKey)
+		if err != nil {
+			return nil, fmt.Errorf("meta: %w", err)
+		}
+		capKey = k
+	}
 	sm, err := openStateMachine(opts.Store)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		opts: opts, st: opts.Store, sm: sm, log: opts.Logger,
+		opts: opts, st: opts.Store, sm: sm, log: opts.Logger, capKey: capKey,
 		reg:         newRegistry(opts.HeartbeatTimeout, opts.Now, opts.Seed),
 		opens:       map[proto.Ino]int{},
 		reclaiming:  map[proto.Ino]bool{},
@@ -495,15 +521,18 @@ func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 
 // Create implements proto.MetaService.
 func (s *Server) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, error) {
-	a, _, err := s.CreateOpen(ctx, in, false)
+	a, _, _, err := s.CreateOpen(ctx, in, 0)
 	return a, err
 }
 
-// CreateOpen is Create that, with open set and when the result is a
-// regular file, also registers an open handle on it as Open does (one round
-// trip instead of two). It also returns the parent directory's attributes
-// after the change.
-func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error) {
+// CreateOpen is Create that, with want not 0 and when the result is a
+// regular file, also opens it for want as Open does (one round trip
+// instead of two), returning its capability. It also returns the parent
+// directory's attributes after the change. A file it creates may be opened
+// whatever its mode bits (as open(2) with O_CREAT); an existing one is
+// checked as by Open.
+func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (attr, parent proto.Attr, cap []byte, err error) {
+	open := want != 0
 	c := &Command{Op: OpCreate, Now: s.now(), Ino: s.allocIno(), Parent: in.Parent, Name: in.Name,
 		Mode: in.Mode, Rdev: in.Rdev, Uid: in.Uid, Gid: in.Gid}
 	if in.Exclusive {
@@ -532,20 +561,24 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (
 		s.notePlaced(r.attr)
 	}
 	if !open {
-		return r.attr, r.parent, err
+		return r.attr, r.parent, nil, err
 	}
 	if err != nil || r.attr.Ino != c.Ino {
 		s.release(c.Ino)
 	}
 	if err != nil {
-		return proto.Attr{}, proto.Attr{}, err
+		return proto.Attr{}, proto.Attr{}, nil, err
 	}
 	if r.attr.Ino != c.Ino {
 		// An existing file (not exclusive): open it as Open does.
-		a, err := s.Open(ctx, r.attr.Ino)
-		return a, r.parent, err
+		a, cap, err := s.Open(ctx, r.attr.Ino, want)
+		return a, r.parent, cap, err
 	}
-	return r.attr, r.parent, nil
+	if cap, err = s.issue(ctx, &r.attr, want); err != nil {
+		s.release(c.Ino)
+		return proto.Attr{}, proto.Attr{}, nil, err
+	}
+	return r.attr, r.parent, cap, nil
 }
 
 // Mkdir implements proto.MetaService.

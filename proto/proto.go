@@ -117,9 +117,9 @@ type StatFS struct {
 }
 
 // MetaService is what the client asks of the metadata server. Methods that
-// create entries take the caller's uid and gid for ownership; permission
-// checks are done by the kernel (default_permissions) against the attributes
-// this service returns.
+// create entries take the caller's uid and gid for ownership. The caller's
+// credentials travel in ctx (proto.WithCred); Open, CreateOpen and
+// Capability check the access they ask for against them.
 type MetaService interface {
 	Lookup(ctx context.Context, parent Ino, name string) (Attr, error)
 	GetAttr(ctx context.Context, ino Ino) (Attr, error)
@@ -143,9 +143,18 @@ type MetaService interface {
 	ListXattr(ctx context.Context, ino Ino) ([]string, error)
 	RemoveXattr(ctx context.Context, ino Ino, name string) error
 
-	// Open registers an open handle on ino (so an unlinked file lives until
-	// its last close) and returns fresh attributes: close-to-open starts here.
-	Open(ctx context.Context, ino Ino) (Attr, error)
+	// Open checks that the caller may access ino as want asks (the open(2)
+	// access mode; O_TRUNC counts as write), failing with EACCES if not;
+	// registers an open handle on ino (so an unlinked file lives until its
+	// last close); and returns fresh attributes (close-to-open starts here)
+	// and, for a regular file, a capability granting want on its objects,
+	// which storage servers require of clients (nil if the server issues
+	// none).
+	Open(ctx context.Context, ino Ino, want Access) (Attr, []byte, error)
+	// Capability returns a fresh capability for the regular file ino,
+	// after the same check as Open, without opening it: to renew the
+	// capability of a file that stays open, and to truncate by path.
+	Capability(ctx context.Context, ino Ino, want Access) ([]byte, error)
 	// WriteDone records that data up to end was written and acknowledged by
 	// the storage targets: size becomes max(size, end), mtime and ctime the
 	// server's now. Called on fsync and on close of a written file.
