@@ -385,13 +385,16 @@ type createOpenResp struct {
 	Cap          []byte
 }
 
-func (m *createOpenResp) encode(e *wire.Encoder) { m.Attr.Encode(e); m.Parent.Encode(e); e.Bytes(m.Cap) }
+func (m *createOpenResp) encode(e *wire.Encoder) {
+	m.Attr.Encode(e)
+	m.Parent.Encode(e)
+	e.Bytes(m.Cap)
+}
 func (m *createOpenResp) decode(d *wire.Decoder) {
 	m.Attr.Decode(d)
 	m.Parent.Decode(d)
 	m.Cap = decodeCap(d)
 }
-
 
 type stringResp struct{ S string }
 
