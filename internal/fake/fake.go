@@ -47,15 +47,17 @@ type Meta struct {
 
 	capKey      *capability.Key // nil: no capabilities issued
 	capLifetime time.Duration
+	capNow      func() time.Time
 	capCalls    int
 }
 
 // IssueCapabilities makes Open and Capability return capabilities signed
-// with key, valid for lifetime. The fake checks no permissions.
-func (m *Meta) IssueCapabilities(key *capability.Key, lifetime time.Duration) {
+// with key, issued at the time now gives and valid for lifetime. The fake
+// checks no permissions.
+func (m *Meta) IssueCapabilities(key *capability.Key, lifetime time.Duration, now func() time.Time) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.capKey, m.capLifetime = key, lifetime
+	m.capKey, m.capLifetime, m.capNow = key, lifetime, now
 }
 
 // CapabilityCalls reports how many times Capability was called.
@@ -69,7 +71,7 @@ func (m *Meta) issue(n *inode, want proto.Access) ([]byte, error) {
 	if m.capKey == nil || !n.attr.IsRegular() || want == 0 {
 		return nil, nil
 	}
-	now := time.Now()
+	now := m.capNow()
 	return m.capKey.Sign(capability.Capability{Ino: n.attr.Ino, Rights: want, Issued: now, Expiry: now.Add(m.capLifetime)})
 }
 
