@@ -79,6 +79,10 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 // runMeta serves the metadata service. Its storage client removes the
 // objects of deleted files from the targets.
 func runMeta(ctx context.Context, o *metaOptions) error {
+	capKey, err := testCapabilityKey()
+	if err != nil {
+		return err
+	}
 	d, err := o.start()
 	if err != nil {
 		return err
@@ -87,6 +91,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
 	return meta.Run(ctx, meta.Config{
+		CapabilityKey:    capKey,
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
