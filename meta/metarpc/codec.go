@@ -28,7 +28,7 @@ const (
 	OpSetXattr       uint16 = 14
 	OpListXattr      uint16 = 15
 	OpRemoveXattr    uint16 = 16
-	OpOpen           uint16 = 17
+	OpOpen           uint16 = 36 // was 17 before it took an access mode and returned a capability
 	OpWriteDone      uint16 = 18
 	OpRelease        uint16 = 19
 	OpSetLayout      uint16 = 20
@@ -37,7 +37,7 @@ const (
 	OpRegisterTarget uint16 = 30
 
 	// Combined operations (Extended): fewer round trips per file.
-	OpCreateOpen  uint16 = 31
+	OpCreateOpen  uint16 = 37 // was 31 before it took an access mode and returned a capability
 	OpUnlinkAt    uint16 = 32
 	OpRmdirAt     uint16 = 33
 	OpReleaseMany uint16 = 34
@@ -45,6 +45,11 @@ const (
 	// OpCapability returns a capability for an inode (renewal, truncate by
 	// path); part of proto.MetaService.
 	OpCapability uint16 = 35
+
+	// Retired op codes, never to be reused: 17 (Open) and 31 (CreateOpen)
+	// before capabilities changed their bodies. They are answered ENOSYS,
+	// so a client and a server of different versions fail plainly (the
+	// client falls back to Create and Open, which fail the same way).
 )
 
 // Decoder bounds (shape only; the server enforces the real limits).

@@ -169,3 +169,16 @@ func FuzzDecode(f *testing.F) {
 		}()
 	})
 }
+
+// The op codes Open and CreateOpen had before capabilities are retired: a
+// server answers them ENOSYS instead of misreading an old client's body.
+func TestRetiredOps(t *testing.T) {
+	for _, op := range []uint16{17, 31} {
+		if _, ok := request(op); ok {
+			t.Fatalf("retired op %d is served", op)
+		}
+		if OpName(op) != "" {
+			t.Fatalf("retired op %d has a name", op)
+		}
+	}
+}
