@@ -24,17 +24,25 @@ func OpenAccess(flags uint32) proto.Access {
 	default:
 		a = proto.AccessReadWrite
 	}
+	if flags&fmodeExec != 0 && a == proto.AccessRead {
+		a = proto.AccessExec // execve: execute permission, not read
+	}
 	if flags&syscall.O_TRUNC != 0 {
 		a |= proto.AccessWrite
 	}
 	return a
 }
 
+// fmodeExec is Linux's __FMODE_EXEC: execve(2) opens the binary with it
+// (O_RDONLY|__FMODE_EXEC), and FUSE passes the flag on.
+const fmodeExec = 0x20
+
 // heldCap is a capability this client holds for an open inode. It is
 // immutable; renewal replaces it.
 type heldCap struct {
-	b        []byte // nil: the metadata server issues none
-	rights   proto.Access
+	b        []byte        // nil: the metadata server issues none
+	mode     proto.Access  // what was asked for (renewals ask the same)
+	rights   proto.Access  // what it grants (mode.Grants())
 	lifetime time.Duration // 0: unknown (never renewed in the background)
 	renewAt  time.Time     // by this client's clock; zero: never
 	cred     proto.Cred
@@ -59,10 +67,10 @@ type caps struct {
 	renewMu     sync.Mutex
 }
 
-// newHeldCap describes capability b granting rights, received now for the
-// caller of ctx.
-func newHeldCap(ctx context.Context, b []byte, rights proto.Access) *heldCap {
-	h := &heldCap{b: b, rights: rights}
+// newHeldCap describes capability b, granted for an open (or renewal)
+// asking for mode, received now for the caller of ctx.
+func newHeldCap(ctx context.Context, b []byte, mode proto.Access) *heldCap {
+	h := &heldCap{b: b, mode: mode, rights: mode.Grants()}
 	h.cred, h.hasCred = proto.CredFrom(ctx)
 	if c, err := capability.Parse(b); err == nil && c.Lifetime() > 0 {
 		// The lifetime is measured on the issuer's clock; counting it
@@ -155,7 +163,7 @@ func (st *inodeState) renewDue() {
 	defer c.wg.Done()
 	for _, h := range due {
 		if _, err := st.renewCap(c.base, h.rights, h); err != nil {
-			c.log.Warn("capability renewal failed", "ino", st.ino, "rights", h.rights.String(), "err", err)
+			c.log.Warn("capability renewal failed", "ino", st.ino, "mode", h.mode.String(), "err", err)
 			retry := *h
 			retry.renewAt = time.Now().Add(max(100*time.Millisecond, h.lifetime/10))
 			st.replaceCap(h, &retry)
@@ -181,8 +189,8 @@ func (st *inodeState) replaceCap(old, h *heldCap) {
 }
 
 // renewCap asks the metadata server for a new capability granting want
-// (the rights of old when there is one, as its caller), unless old was
-// replaced meanwhile; it returns the capability now held for want.
+// (asking as old was asked, by its caller, when there is one), unless old
+// was replaced meanwhile; it returns the capability now held for want.
 func (st *inodeState) renewCap(ctx context.Context, want proto.Access, old *heldCap) (*heldCap, error) {
 	cs := &st.caps
 	cs.renewMu.Lock()
@@ -190,19 +198,20 @@ func (st *inodeState) renewCap(ctx context.Context, want proto.Access, old *held
 	if cur := cs.get(want); cur != nil && (old == nil || !bytes.Equal(cur.b, old.b)) {
 		return cur, nil // renewed by someone else meanwhile
 	}
+	mode := want
 	if old != nil {
-		want = old.rights
+		mode = old.mode
 		if old.hasCred {
 			ctx = proto.WithCred(ctx, old.cred)
 		}
 	}
 	rctx, cancel := st.c.rpcCtx(ctx)
 	defer cancel()
-	b, err := st.c.meta.Capability(rctx, st.ino, want)
+	b, err := st.c.meta.Capability(rctx, st.ino, mode)
 	if err != nil {
 		return nil, err
 	}
-	h := newHeldCap(ctx, b, want)
+	h := newHeldCap(ctx, b, mode)
 	st.setCap(h)
 	return h, nil
 }

@@ -45,6 +45,7 @@ func TestOpenAccess(t *testing.T) {
 		{syscall.O_RDWR, proto.AccessReadWrite},
 		{syscall.O_RDONLY | syscall.O_TRUNC, proto.AccessReadWrite},
 		{syscall.O_WRONLY | syscall.O_APPEND | syscall.O_CREAT, proto.AccessWrite},
+		{syscall.O_RDONLY | fmodeExec, proto.AccessExec},
 	} {
 		if got := OpenAccess(tc.flags); got != tc.want {
 			t.Errorf("OpenAccess(%#o) = %v, want %v", tc.flags, got, tc.want)
@@ -207,4 +208,31 @@ func TestStorageRequiresCapability(t *testing.T) {
 		t.Fatal("storage refused nothing")
 	}
 	f.Release(ctx)
+}
+
+// A file opened for exec holds a read capability, renewed as opened (for
+// exec, which an execute-only file allows, not for read).
+func TestExecHandleReads(t *testing.T) {
+	e, clk := newCapEnv(t, time.Minute)
+	ctx := context.Background()
+	w, a := e.create(t, "bin")
+	mustWrite(t, w, []byte("#!binary"), 0)
+	if err := w.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := e.c.Open(ctx, a.Ino, proto.AccessExec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk.jump(time.Hour) // force a renewal on the next read
+	buf := make([]byte, 8)
+	if n, err := f.Read(ctx, buf, 0); err != nil || string(buf[:n]) != "#!binary" {
+		t.Fatalf("read %q, %v", buf[:n], err)
+	}
+	if got := e.meta.LastCapabilityAccess(); got != proto.AccessExec {
+		t.Fatalf("renewed asking for %v, want exec", got)
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -55,7 +55,7 @@
 // Storage servers serve a client's request only with a capability (package
 // capability) from the metadata server granting it access to the file's
 // objects. Open and CreateOpen take the access mode (OpenAccess: the
-// open(2) mode, O_TRUNC counting as write); the metadata server checks it
+// open(2) mode, O_TRUNC counting as write, execve's open as exec); the metadata server checks it
 // against the caller's credentials and returns a capability with exactly
 // those rights. The inode's shared state keeps one capability for reading
 // and one for writing (the same one after a read-write open): handles of

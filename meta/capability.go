@@ -26,13 +26,16 @@ func accessBits(want proto.Access) uint32 {
 	if want&proto.AccessWrite != 0 {
 		b |= accessWrite
 	}
+	if want&proto.AccessExec != 0 {
+		b |= accessExec
+	}
 	return b
 }
 
 // checkAccess reports EACCES unless the caller (the Cred in ctx; none is
 // an in-process caller, root) may access a as want asks.
 func checkAccess(ctx context.Context, a *proto.Attr, want proto.Access) error {
-	if want&^proto.AccessReadWrite != 0 {
+	if want&^(proto.AccessReadWrite|proto.AccessExec) != 0 {
 		return errnof(syscall.EINVAL, "unknown access mode %#x", uint8(want))
 	}
 	c, ok := proto.CredFrom(ctx)
@@ -45,7 +48,7 @@ func checkAccess(ctx context.Context, a *proto.Attr, want proto.Access) error {
 	return nil
 }
 
-// issue returns a capability granting want on a's objects, bound to the
+// issue returns a capability granting want (want.Grants()) on a's objects, bound to the
 // requesting client's certificate name when it authenticated. Only regular
 // files have objects: for anything else, and on a server without a
 // capability key, it is nil.
@@ -58,7 +61,7 @@ func (s *Server) issue(ctx context.Context, a *proto.Attr, want proto.Access) ([
 		holder = p.Name
 	}
 	now := s.opts.Now()
-	b, err := s.capKey.Sign(capability.Capability{Ino: a.Ino, Rights: want, Issued: now,
+	b, err := s.capKey.Sign(capability.Capability{Ino: a.Ino, Rights: want.Grants(), Issued: now,
 		Expiry: now.Add(s.opts.CapabilityLifetime), Holder: holder})
 	if err != nil {
 		return nil, errnof(syscall.EIO, "capability for inode %d: %v", a.Ino, err)

@@ -85,8 +85,31 @@ func TestOpenChecksAccess(t *testing.T) {
 			e.verifyCap(k, cp, a.Ino, tc.want, "")
 		})
 	}
-	if _, _, err := e.srv.Open(ctx, a.Ino, 4); !errors.Is(err, syscall.EINVAL) {
+	if _, _, err := e.srv.Open(ctx, a.Ino, 8); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("unknown access bits: %v", err)
+	}
+}
+
+// execve opens a binary to read it with execute permission alone: an
+// execute-only file may be opened for exec, which grants read.
+func TestOpenForExec(t *testing.T) {
+	e, k := capEnv(t)
+	a, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "bin", Mode: syscall.S_IFREG | 0o711})
+	e.must(err)
+	user := proto.WithCred(ctx, proto.Cred{Uid: 1000, Gid: 100})
+	if _, _, err := e.srv.Open(user, a.Ino, proto.AccessRead); !errors.Is(err, syscall.EACCES) {
+		t.Fatalf("read of an execute-only file: %v", err)
+	}
+	_, cp, err := e.srv.Open(user, a.Ino, proto.AccessExec)
+	e.must(err)
+	e.verifyCap(k, cp, a.Ino, proto.AccessRead, "")
+	cp, err = e.srv.Capability(user, a.Ino, proto.AccessExec) // its renewal
+	e.must(err)
+	e.verifyCap(k, cp, a.Ino, proto.AccessRead, "")
+	d, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "data", Mode: syscall.S_IFREG | 0o644})
+	e.must(err)
+	if _, _, err := e.srv.Open(ctx, d.Ino, proto.AccessExec); !errors.Is(err, syscall.EACCES) {
+		t.Fatalf("exec of a file nobody may execute, as root: %v", err)
 	}
 }
 

@@ -60,7 +60,8 @@
 // # Access checks and capabilities
 //
 // Open, CreateOpen and Capability take the access the caller wants
-// (proto.Access: read, write or both) and check it with permitted against
+// (proto.Access: read, write or both; or exec, which execve asks for and
+// which needs execute permission and grants read) and check it with permitted against
 // the inode's mode and the caller's credentials (proto.CredFrom; none is
 // an in-process caller, root), failing with EACCES; a file CreateOpen
 // creates is opened whatever its mode, as open(2) with O_CREAT does. For a

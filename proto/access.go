@@ -12,25 +12,42 @@ type Access uint8
 const (
 	AccessRead  Access = 1 << iota // read the file's objects
 	AccessWrite                    // write, truncate and sync them
+	// AccessExec asks to read a file in order to execute it (execve(2)
+	// opens the binary so): it needs execute permission instead of read
+	// permission, and grants read (Grants).
+	AccessExec
 )
 
-// AccessReadWrite is both.
+// AccessReadWrite is both data rights; a capability grants no others.
 const AccessReadWrite = AccessRead | AccessWrite
 
 // Has reports whether a grants every right of want.
 func (a Access) Has(want Access) bool { return a&want == want }
 
-// String is "r", "w", "rw" or "-".
-func (a Access) String() string {
-	switch a & AccessReadWrite {
-	case AccessRead:
-		return "r"
-	case AccessWrite:
-		return "w"
-	case AccessReadWrite:
-		return "rw"
+// Grants is the data rights that asking for a grants: exec becomes read.
+func (a Access) Grants() Access {
+	g := a & AccessReadWrite
+	if a&AccessExec != 0 {
+		g |= AccessRead
 	}
-	return "-"
+	return g
+}
+
+// String is like "r", "w", "rw", "x", "rwx"; "-" for none.
+func (a Access) String() string {
+	var s string
+	for _, b := range []struct {
+		bit Access
+		c   string
+	}{{AccessRead, "r"}, {AccessWrite, "w"}, {AccessExec, "x"}} {
+		if a&b.bit != 0 {
+			s += b.c
+		}
+	}
+	if s == "" {
+		return "-"
+	}
+	return s
 }
 
 type capKey struct{}

@@ -49,6 +49,14 @@ type Meta struct {
 	capLifetime time.Duration
 	capNow      func() time.Time
 	capCalls    int
+	capLast     proto.Access
+}
+
+// LastCapabilityAccess is the access the last Capability call asked for.
+func (m *Meta) LastCapabilityAccess() proto.Access {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.capLast
 }
 
 // IssueCapabilities makes Open and Capability return capabilities signed
@@ -72,7 +80,7 @@ func (m *Meta) issue(n *inode, want proto.Access) ([]byte, error) {
 		return nil, nil
 	}
 	now := m.capNow()
-	return m.capKey.Sign(capability.Capability{Ino: n.attr.Ino, Rights: want, Issued: now, Expiry: now.Add(m.capLifetime)})
+	return m.capKey.Sign(capability.Capability{Ino: n.attr.Ino, Rights: want.Grants(), Issued: now, Expiry: now.Add(m.capLifetime)})
 }
 
 // Capability implements proto.MetaService.
@@ -80,6 +88,7 @@ func (m *Meta) Capability(_ context.Context, ino proto.Ino, want proto.Access) (
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.capCalls++
+	m.capLast = want
 	n, err := m.get(ino)
 	if err != nil {
 		return nil, err
