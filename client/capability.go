@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -56,12 +57,13 @@ type heldCap struct {
 // the inode is accessed with the union. A timer renews them when 2/3 of
 // their lifetime has passed, for files that stay open longer than that.
 //
-// Invariants (under mu): read grants AccessRead and write AccessWrite when
-// set; the timer is armed for the earliest renewAt of the two unless
+// Invariants: read grants AccessRead and write AccessWrite when set; they
+// are stored under mu (readers load them without it: every storage request
+// does); the timer is armed for the earliest renewAt of the two unless
 // closed. renewMu serializes renewals, so a burst of refusals renews once.
 type caps struct {
+	read, write atomic.Pointer[heldCap]
 	mu          sync.Mutex
-	read, write *heldCap
 	timer       *time.Timer
 	closed      bool
 	renewMu     sync.Mutex
@@ -84,12 +86,10 @@ func newHeldCap(ctx context.Context, b []byte, mode proto.Access) *heldCap {
 
 // get returns the capability held for want (nil if none).
 func (cs *caps) get(want proto.Access) *heldCap {
-	cs.mu.Lock()
-	defer cs.mu.Unlock()
 	if want&proto.AccessWrite != 0 {
-		return cs.write
+		return cs.write.Load()
 	}
-	return cs.read
+	return cs.read.Load()
 }
 
 // set stores h for the rights it grants and re-arms the renewal timer.
@@ -101,10 +101,10 @@ func (st *inodeState) setCap(h *heldCap) {
 		return
 	}
 	if h.rights&proto.AccessRead != 0 {
-		cs.read = h
+		cs.read.Store(h)
 	}
 	if h.rights&proto.AccessWrite != 0 {
-		cs.write = h
+		cs.write.Store(h)
 	}
 	st.armCapTimerLocked()
 }
@@ -112,7 +112,7 @@ func (st *inodeState) setCap(h *heldCap) {
 func (st *inodeState) armCapTimerLocked() {
 	cs := &st.caps
 	var next time.Time
-	for _, h := range []*heldCap{cs.read, cs.write} {
+	for _, h := range []*heldCap{cs.read.Load(), cs.write.Load()} {
 		if h != nil && !h.renewAt.IsZero() && (next.IsZero() || h.renewAt.Before(next)) {
 			next = h.renewAt
 		}
@@ -154,7 +154,7 @@ func (st *inodeState) renewDue() {
 	c.wg.Add(1) // Close waits for a renewal under way
 	var due []*heldCap
 	now := time.Now()
-	for _, h := range []*heldCap{cs.read, cs.write} {
+	for _, h := range []*heldCap{cs.read.Load(), cs.write.Load()} {
 		if h != nil && !h.renewAt.IsZero() && !h.renewAt.After(now) && (len(due) == 0 || due[0] != h) {
 			due = append(due, h)
 		}
@@ -179,12 +179,8 @@ func (st *inodeState) replaceCap(old, h *heldCap) {
 	if cs.closed {
 		return
 	}
-	if cs.read == old {
-		cs.read = h
-	}
-	if cs.write == old {
-		cs.write = h
-	}
+	cs.read.CompareAndSwap(old, h)
+	cs.write.CompareAndSwap(old, h)
 	st.armCapTimerLocked()
 }
 
