@@ -54,8 +54,9 @@ type heldCap struct {
 // is one for reading and one for writing (the same one when a handle
 // opened the file read-write): handles opened with different modes, maybe
 // by different users, each contribute the rights they were granted, so
-// the inode is accessed with the union. A timer renews them when 2/3 of
-// their lifetime has passed, for files that stay open longer than that.
+// the inode is accessed with the union (until its last handle here closes:
+// the kernel keeps each handle to its own mode). A timer renews them when
+// 2/3 of their lifetime has passed, for files that stay open longer.
 //
 // Invariants: read grants AccessRead and write AccessWrite when set; they
 // are stored under mu (readers load them without it: every storage request
@@ -92,7 +93,7 @@ func (cs *caps) get(want proto.Access) *heldCap {
 	return cs.read.Load()
 }
 
-// set stores h for the rights it grants and re-arms the renewal timer.
+// setCap stores h for the rights it grants and re-arms the renewal timer.
 func (st *inodeState) setCap(h *heldCap) {
 	cs := &st.caps
 	cs.mu.Lock()

@@ -173,3 +173,28 @@ func TestNoCapabilityKey(t *testing.T) {
 		t.Fatal("a short capability key accepted")
 	}
 }
+
+// A refused open of an orphan leaves its open count as it was: the orphan
+// is reclaimed when its real handle closes.
+func TestRefusedOpenOfOrphan(t *testing.T) {
+	e, _ := capEnv(t)
+	a, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o600})
+	e.must(err)
+	_, _, err = e.srv.Open(ctx, a.Ino, proto.AccessRead)
+	e.must(err)
+	e.must(e.srv.Unlink(ctx, proto.RootIno, "f"))
+	if _, _, err := e.srv.Open(proto.WithCred(ctx, proto.Cred{Uid: 7}), a.Ino, proto.AccessRead); !errors.Is(err, syscall.EACCES) {
+		t.Fatalf("open by another user: %v", err)
+	}
+	e.must(e.srv.Release(ctx, a.Ino))
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := e.srv.GetAttr(ctx, a.Ino); errors.Is(err, syscall.ENOENT) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("orphan not reclaimed")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}

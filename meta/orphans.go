@@ -24,15 +24,19 @@ func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (pr
 	s.opens[ino]++
 	s.mu.Unlock()
 	n, err := s.readInode(ino)
-	if err == nil {
-		err = checkAccess(ctx, &n.Attr, want)
+	if err != nil {
+		s.release(ino)
+		return proto.Attr{}, nil, err
 	}
+	err = checkAccess(ctx, &n.Attr, want)
 	var cap []byte
 	if err == nil {
 		cap, err = s.issue(ctx, &n.Attr, want)
 	}
 	if err != nil {
-		s.release(ino)
+		// As Release: if the count just taken was the last on an
+		// orphan (its other handles closed meanwhile), reclaim it.
+		s.Release(ctx, ino)
 		return proto.Attr{}, nil, err
 	}
 	return n.Attr, cap, nil
