@@ -88,7 +88,7 @@ type Client struct {
 // extended is what a metadata service may offer beyond proto.MetaService
 // to save round trips (metarpc.Extended; meta.Server has it too).
 type extended interface {
-	CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error)
+	CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (attr, parent proto.Attr, cap []byte, err error)
 	UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error)
 	RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error)
 	ReleaseMany(ctx context.Context, inos []proto.Ino) error
@@ -151,6 +151,7 @@ func (c *Client) Close() error {
 		st.pushAllLocked()
 		st.stopTimerLocked()
 		st.mu.Unlock()
+		st.stopCaps()
 	}
 	c.mu.Unlock()
 	c.wg.Wait()
@@ -256,6 +257,7 @@ func (c *Client) truncate(ctx context.Context, ino proto.Ino, in proto.SetAttrIn
 	c.mu.Unlock()
 
 	var l layout.Layout
+	capSt := st // whose capabilities the truncate uses
 	if st != nil {
 		defer c.unref(st)
 		l = st.beginTruncate()
@@ -269,9 +271,18 @@ func (c *Client) truncate(ctx context.Context, ino proto.Ino, in proto.SetAttrIn
 			return proto.Attr{}, syscall.EISDIR
 		}
 		l = a.Layout
+		if len(l.Targets) > 0 {
+			// Truncate by path: no handle, so no capability yet; the
+			// metadata server checks write permission and grants one.
+			capSt = &inodeState{c: c, ino: ino}
+			defer capSt.stopCaps()
+			if _, err := capSt.renewCap(ctx, proto.AccessWrite, nil); err != nil {
+				return proto.Attr{}, err
+			}
+		}
 	}
 	if len(l.Targets) > 0 {
-		if err := c.truncateObjects(ctx, ino, l, in.Size); err != nil {
+		if err := c.truncateObjects(ctx, capSt, l, in.Size); err != nil {
 			return proto.Attr{}, err
 		}
 	}
@@ -287,12 +298,15 @@ func (c *Client) truncate(ctx context.Context, ino proto.Ino, in proto.SetAttrIn
 	return a, nil
 }
 
-func (c *Client) truncateObjects(ctx context.Context, ino proto.Ino, l layout.Layout, size uint64) error {
+func (c *Client) truncateObjects(ctx context.Context, st *inodeState, l layout.Layout, size uint64) error {
+	ino := st.ino
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	return parallel(len(l.Targets), func(i int) error {
 		obj := proto.ObjectID{Ino: ino, Stripe: uint32(i)}
-		if err := c.storage.Truncate(ctx, l.Targets[i], obj, l.ObjectSize(size, i)); err != nil {
+		if err := st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+			return c.storage.Truncate(ctx, l.Targets[i], obj, l.ObjectSize(size, i))
+		}); err != nil {
 			return fmt.Errorf("client: truncate ino %d stripe %d on target %d: %w", ino, i, l.Targets[i], err)
 		}
 		return nil
@@ -311,19 +325,20 @@ func (c *Client) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, err
 }
 
 // CreateOpen creates a regular file (or returns the existing one if
-// in.Exclusive is not set) and opens it, in one round trip when the server
-// offers it. It also returns the parent directory's attributes after the
-// change, or a zero Attr if the server did not say.
-func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn) (*File, proto.Attr, proto.Attr, error) {
+// in.Exclusive is not set) and opens it for want (see OpenAccess), in one
+// round trip when the server offers it. It also returns the parent
+// directory's attributes after the change, or a zero Attr if the server
+// did not say.
+func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (*File, proto.Attr, proto.Attr, error) {
 	if x := c.extOK(); x != nil {
 		rctx, cancel := c.rpcCtx(ctx)
-		a, p, err := x.CreateOpen(rctx, in, true)
+		a, p, cap, err := x.CreateOpen(rctx, in, want)
 		cancel()
 		if err == nil {
 			if a.IsDir() {
 				return nil, proto.Attr{}, proto.Attr{}, syscall.EISDIR
 			}
-			return c.newFile(&a), a, p, nil
+			return c.newFile(ctx, &a, cap, want), a, p, nil
 		}
 		if !c.noSys(err) {
 			return nil, proto.Attr{}, proto.Attr{}, err
@@ -336,7 +351,7 @@ func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn) (*File, prot
 	if a.IsDir() {
 		return nil, proto.Attr{}, proto.Attr{}, syscall.EISDIR
 	}
-	f, oa, err := c.Open(ctx, a.Ino)
+	f, oa, err := c.Open(ctx, a.Ino, want)
 	if err != nil {
 		return nil, proto.Attr{}, proto.Attr{}, err
 	}

@@ -47,7 +47,7 @@ func (e *env) create(t *testing.T, name string) (*File, proto.Attr) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, _, err := e.c.Open(ctx, a.Ino)
+	f, _, err := e.c.Open(ctx, a.Ino, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +480,7 @@ func TestReadAhead(t *testing.T) {
 		mustRead(t, f, uint64(off), rs)
 	}
 	other := NewWithServices(e.meta, e.store, Config{})
-	g, _, err := other.Open(ctx, a.Ino)
+	g, _, err := other.Open(ctx, a.Ino, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -495,7 +495,7 @@ func TestReadAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	copy(data[27*ss:], patch2)
-	f2, _, err := e.c.Open(ctx, a.Ino)
+	f2, _, err := e.c.Open(ctx, a.Ino, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

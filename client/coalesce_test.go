@@ -226,7 +226,7 @@ func TestCoalesceDisjointClients(t *testing.T) {
 	f, a := e.create(t, "f")
 	other := NewWithServices(e.meta, e.store, Config{})
 	defer other.Close()
-	g, _, err := other.Open(ctx, a.Ino)
+	g, _, err := other.Open(ctx, a.Ino, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -255,7 +255,7 @@ func TestCoalesceDisjointClients(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = f.Release(ctx)
-	f2, _, err := e.c.Open(ctx, a.Ino) // close-to-open: sees both
+	f2, _, err := e.c.Open(ctx, a.Ino, proto.AccessReadWrite) // close-to-open: sees both
 	if err != nil {
 		t.Fatal(err)
 	}

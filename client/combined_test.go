@@ -48,7 +48,7 @@ func TestCombinedOps(t *testing.T) {
 	c := NewWithServices(srv, fake.NewStorage(), Config{})
 	defer c.Close()
 
-	f, a, p, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644, Exclusive: true})
+	f, a, p, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestCombinedOps(t *testing.T) {
 	if n := srv.OpenCount(a.Ino); n != 1 {
 		t.Fatalf("open count %d after CreateOpen", n)
 	}
-	if _, _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644, Exclusive: true}); !errors.Is(err, syscall.EEXIST) {
+	if _, _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite); !errors.Is(err, syscall.EEXIST) {
 		t.Fatalf("exclusive CreateOpen of an existing name: %v", err)
 	}
 
@@ -81,7 +81,7 @@ func TestCombinedOps(t *testing.T) {
 	// Many closes at once: all released, and Close waits for them.
 	var files []*File
 	for i := range 50 {
-		f, _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: fmt.Sprint("g", i), Mode: syscall.S_IFREG | 0o644})
+		f, _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: fmt.Sprint("g", i), Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -106,8 +106,8 @@ func TestCombinedOps(t *testing.T) {
 // as an older server would.
 type noExtMeta struct{ *meta.Server }
 
-func (noExtMeta) CreateOpen(context.Context, proto.CreateIn, bool) (proto.Attr, proto.Attr, error) {
-	return proto.Attr{}, proto.Attr{}, syscall.ENOSYS
+func (noExtMeta) CreateOpen(context.Context, proto.CreateIn, proto.Access) (proto.Attr, proto.Attr, []byte, error) {
+	return proto.Attr{}, proto.Attr{}, nil, syscall.ENOSYS
 }
 func (noExtMeta) UnlinkAt(context.Context, proto.Ino, string) (proto.Attr, error) {
 	return proto.Attr{}, syscall.ENOSYS
@@ -124,7 +124,7 @@ func TestCombinedOpsFallback(t *testing.T) {
 	srv := newMetaServer(t)
 	c := NewWithServices(noExtMeta{srv}, fake.NewStorage(), Config{})
 	defer c.Close()
-	f, a, p, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644, Exclusive: true})
+	f, a, p, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
 	if err != nil || p.Ino != 0 || srv.OpenCount(a.Ino) != 1 {
 		t.Fatalf("fallback createopen: %+v %+v %v, count %d", a, p, err, srv.OpenCount(a.Ino))
 	}

@@ -50,6 +50,28 @@
 //     then records the size on the metadata server.
 //   - Holes. Bytes within the file size that no object holds read as zeros.
 //
+// # Capabilities
+//
+// Storage servers serve a client's request only with a capability (package
+// capability) from the metadata server granting it access to the file's
+// objects. Open and CreateOpen take the access mode (OpenAccess: the
+// open(2) mode, O_TRUNC counting as write, execve's open as exec); the metadata server checks it
+// against the caller's credentials and returns a capability with exactly
+// those rights. The inode's shared state keeps one capability for reading
+// and one for writing (the same one after a read-write open): handles of
+// different modes add their rights, so the inode is accessed with the union.
+// Every storage request (reads, read-ahead, write-behind, truncate, sync)
+// carries the one for the right it needs, in its ctx
+// (proto.WithCapability). Capabilities are renewed in the background
+// (MetaService.Capability, as the user who opened) when 2/3 of their
+// lifetime has passed, counted by this client's clock from when they
+// arrived, for as long as a handle stays open; a failed renewal is retried
+// after a tenth of the lifetime. A request that storage refuses with
+// EACCES (a capability that expired while the client was suspended, or a
+// right no handle was granted) renews once and is retried once. A
+// truncate by path (no handle here) first asks for a write capability,
+// which is where its permission check happens.
+//
 // # Metadata round trips
 //
 // When the metadata service offers the combined operations

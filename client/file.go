@@ -56,6 +56,8 @@ type inodeState struct {
 	truncating int
 	err        error
 	ra         readAhead
+
+	caps caps // the capabilities its storage requests carry (capability.go)
 }
 
 type pendingWrite struct{ off, end uint64 }
@@ -130,13 +132,17 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 	}
 }
 
-// newFile makes the handle for an inode the metadata server just opened,
-// with a its fresh attributes; for a regular file it takes a reference on
-// the shared state and overlays this client's unreported writes on a.
-func (c *Client) newFile(a *proto.Attr) *File {
+// newFile makes the handle for an inode the metadata server just opened
+// for want, with a its fresh attributes and cap its capability; for a
+// regular file it takes a reference on the shared state, adds the
+// capability to it and overlays this client's unreported writes on a.
+func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap []byte, want proto.Access) *File {
 	f := &File{c: c, ino: a.Ino}
 	if a.IsRegular() {
 		f.st = c.acquire(a)
+		if want != 0 {
+			f.st.setCap(newHeldCap(ctx, cap, want))
+		}
 	}
 	return f
 }
@@ -176,6 +182,7 @@ func (c *Client) unref(st *inodeState) {
 		st.stopTimerLocked()
 		st.dropRALocked()
 		st.mu.Unlock()
+		st.stopCaps()
 	}
 }
 
@@ -189,18 +196,20 @@ type File struct {
 	released bool
 }
 
-// Open opens ino: the metadata server registers the handle (an unlinked file
+// Open opens ino for want (see OpenAccess): the metadata server checks the
+// caller's permission (EACCES), registers the handle (an unlinked file
 // lives until its last handle is released) and returns fresh attributes,
-// which is where close-to-open consistency starts. The returned attributes
-// include this client's unreported writes.
-func (c *Client) Open(ctx context.Context, ino proto.Ino) (*File, proto.Attr, error) {
+// which is where close-to-open consistency starts, and the capability the
+// file's storage requests carry. The returned attributes include this
+// client's unreported writes.
+func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (*File, proto.Attr, error) {
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	a, err := c.meta.Open(rctx, ino)
+	a, cap, err := c.meta.Open(rctx, ino, want)
 	if err != nil {
 		return nil, proto.Attr{}, err
 	}
-	return c.newFile(&a), a, nil
+	return c.newFile(ctx, &a, cap, want), a, nil
 }
 
 // Ino returns the file's inode number.
@@ -295,7 +304,10 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 		e := exts[i]
 		data := buf[e.FileOff-pw.off:][:e.Len]
 		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(e.Stripe)}
-		if _, err := c.storage.Write(ctx, l.Targets[e.Stripe], obj, e.ObjOff, data); err != nil {
+		if err := st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+			_, err := c.storage.Write(ctx, l.Targets[e.Stripe], obj, e.ObjOff, data)
+			return err
+		}); err != nil {
 			return fmt.Errorf("client: write ino %d [%d,+%d) to target %d: %w", st.ino, e.FileOff, e.Len, l.Targets[e.Stripe], err)
 		}
 		return nil
@@ -380,7 +392,7 @@ func (f *File) ReadBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byt
 	if pieces != nil {
 		return f.readPieces(ctx, st, l, pieces, p, off)
 	}
-	if err := f.c.readRange(ctx, st.ino, l, off, p); err != nil {
+	if err := f.c.readRange(ctx, st, l, off, p); err != nil {
 		return nil, nil, err
 	}
 	return [][]byte{p}, noRelease, nil
@@ -438,7 +450,7 @@ func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, 
 	}
 	err = parallel(len(direct), func(j int) error {
 		pc := pieces[direct[j]]
-		return f.c.readRange(ctx, st.ino, l, pc.off, p[pc.off-off:pc.end-off])
+		return f.c.readRange(ctx, st, l, pc.off, p[pc.off-off:pc.end-off])
 	})
 	if err != nil {
 		return nil, nil, err
@@ -448,13 +460,18 @@ func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, 
 
 // readRange fills p with the file bytes at off, fetching stripe units
 // concurrently; holes and short objects read as zeros.
-func (c *Client) readRange(ctx context.Context, ino proto.Ino, l layout.Layout, off uint64, p []byte) error {
+func (c *Client) readRange(ctx context.Context, st *inodeState, l layout.Layout, off uint64, p []byte) error {
+	ino := st.ino
 	exts := l.Extents(off, uint64(len(p)))
 	return parallel(len(exts), func(i int) error {
 		e := exts[i]
 		dst := p[e.FileOff-off:][:e.Len]
 		obj := proto.ObjectID{Ino: ino, Stripe: uint32(e.Stripe)}
-		got, err := c.storage.Read(ctx, l.Targets[e.Stripe], obj, e.ObjOff, dst)
+		var got int
+		err := st.withCap(ctx, proto.AccessRead, func(ctx context.Context) (err error) {
+			got, err = c.storage.Read(ctx, l.Targets[e.Stripe], obj, e.ObjOff, dst)
+			return err
+		})
 		if errors.Is(err, syscall.ENOENT) {
 			got, err = 0, nil // an object never written is a hole
 		}
@@ -546,7 +563,9 @@ func (f *File) Fsync(ctx context.Context) error {
 		err := parallel(len(stripes), func(i int) error {
 			s := stripes[i]
 			obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(s)}
-			if err := f.c.storage.Sync(rctx, l.Targets[s], obj); err != nil {
+			if err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
+				return f.c.storage.Sync(ctx, l.Targets[s], obj)
+			}); err != nil {
 				return fmt.Errorf("client: sync ino %d stripe %d on target %d: %w", st.ino, s, l.Targets[s], err)
 			}
 			return nil

@@ -5,7 +5,6 @@ import (
 	"sync/atomic"
 
 	"github.com/weft-fs/weft/layout"
-	"github.com/weft-fs/weft/proto"
 )
 
 // Read-ahead: when the reads through one handle look sequential, the client
@@ -177,7 +176,7 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 			ch.refs.Store(2)
 			st.ra.chunks[co] = ch
 			c.wg.Add(1)
-			go c.fetch(st.ino, l, ch)
+			go c.fetch(st, l, ch)
 		}
 	}
 	if len(st.ra.chunks) == 0 {
@@ -204,10 +203,10 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 	return pieces
 }
 
-func (c *Client) fetch(ino proto.Ino, l layout.Layout, ch *raChunk) {
+func (c *Client) fetch(st *inodeState, l layout.Layout, ch *raChunk) {
 	defer c.wg.Done()
 	ctx, cancel := context.WithTimeout(c.base, c.cfg.Timeout)
-	ch.err = c.readRange(ctx, ino, l, ch.off, ch.buf)
+	ch.err = c.readRange(ctx, st, l, ch.off, ch.buf)
 	cancel()
 	close(ch.done)
 	ch.unref()

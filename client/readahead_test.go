@@ -7,6 +7,7 @@ import (
 	"unsafe"
 
 	"github.com/weft-fs/weft/internal/fake"
+	"github.com/weft-fs/weft/proto"
 )
 
 // TestReadAheadInterleaved: several handles reading one file in
@@ -33,7 +34,7 @@ func TestReadAheadInterleaved(t *testing.T) {
 	}
 	hs := make([]*File, readers)
 	for r := range hs {
-		h, _, err := e.c.Open(ctx, a.Ino)
+		h, _, err := e.c.Open(ctx, a.Ino, proto.AccessReadWrite)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -65,7 +66,7 @@ func TestReadAheadInterleaved(t *testing.T) {
 	}
 
 	// A random reader: no read-ahead (one storage read per read).
-	g, _, err := e.c.Open(ctx, a.Ino)
+	g, _, err := e.c.Open(ctx, a.Ino, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

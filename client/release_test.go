@@ -41,7 +41,7 @@ func TestReleaseBatching(t *testing.T) {
 	const n = 20
 	var inos []proto.Ino
 	for i := range n {
-		f, _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: fmt.Sprint("f", i), Mode: syscall.S_IFREG | 0o644})
+		f, _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: fmt.Sprint("f", i), Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -61,7 +61,7 @@ func TestReleaseBatching(t *testing.T) {
 	}
 
 	// Close, then unlink at once: the unlink finds no open handle.
-	f, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "g", Mode: syscall.S_IFREG | 0o644})
+	f, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "g", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestReleaseBatching(t *testing.T) {
 	}
 
 	// Close, then rename over it: likewise.
-	f, a, _, err = c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "h", Mode: syscall.S_IFREG | 0o644})
+	f, a, _, err = c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "h", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -292,7 +292,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 	f, a, pa, err := n.fsys.c.CreateOpen(ctx, proto.CreateIn{
 		Parent: n.ino(), Name: name, Mode: mode, Uid: uid, Gid: gid,
 		Exclusive: flags&syscall.O_EXCL != 0,
-	})
+	}, client.OpenAccess(flags))
 	n.setFresh(pa)
 	if err != nil {
 		return nil, nil, 0, n.fsys.errno("create", err)
@@ -397,7 +397,7 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 // cache, so a reader sees what writers closed before this open.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ctx = n.fsys.creds.with(ctx)
-	f, a, err := n.fsys.c.Open(ctx, n.ino())
+	f, a, err := n.fsys.c.Open(ctx, n.ino(), client.OpenAccess(flags))
 	if err != nil {
 		return nil, 0, n.fsys.errno("open", err)
 	}

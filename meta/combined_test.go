@@ -21,23 +21,24 @@ func TestCreateOpen(t *testing.T) {
 	e.must(err)
 	e.clock.Advance(1)
 
+	const rw = proto.AccessReadWrite
 	tests := []struct {
 		name      string
 		in        proto.CreateIn
-		open      bool
+		open      proto.Access
 		wantErr   error
 		wantOpens int // on the resulting inode
 	}{
-		{"new, open", proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0100644, Exclusive: true}, true, nil, 1},
-		{"existing, exclusive", proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0100644, Exclusive: true}, true, syscall.EEXIST, 1},
-		{"existing, not exclusive", proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0100644}, true, nil, 2},
-		{"new, no open", proto.CreateIn{Parent: d.Ino, Name: "g", Mode: 0100644}, false, nil, 0},
-		{"fifo is never opened", proto.CreateIn{Parent: d.Ino, Name: "p", Mode: syscall.S_IFIFO | 0644}, true, nil, 0},
-		{"bad parent", proto.CreateIn{Parent: 9999, Name: "x", Mode: 0100644}, true, syscall.ENOENT, -1},
+		{"new, open", proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0100644, Exclusive: true}, rw, nil, 1},
+		{"existing, exclusive", proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0100644, Exclusive: true}, rw, syscall.EEXIST, 1},
+		{"existing, not exclusive", proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0100644}, rw, nil, 2},
+		{"new, no open", proto.CreateIn{Parent: d.Ino, Name: "g", Mode: 0100644}, 0, nil, 0},
+		{"fifo is never opened", proto.CreateIn{Parent: d.Ino, Name: "p", Mode: syscall.S_IFIFO | 0644}, rw, nil, 0},
+		{"bad parent", proto.CreateIn{Parent: 9999, Name: "x", Mode: 0100644}, rw, syscall.ENOENT, -1},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a, p, err := e.srv.CreateOpen(ctx, tc.in, tc.open)
+			a, p, _, err := e.srv.CreateOpen(ctx, tc.in, tc.open)
 			if tc.wantErr != nil {
 				if !errors.Is(err, tc.wantErr) {
 					t.Fatalf("err %v, want %v", err, tc.wantErr)
@@ -118,7 +119,7 @@ func TestUnlinkReclaimsInline(t *testing.T) {
 	})
 
 	// Open elsewhere: kept as an orphan, reclaimed at the last release.
-	g, _, err := e.srv.CreateOpen(ctx, proto.CreateIn{Parent: d.Ino, Name: "g", Mode: 0100644}, true)
+	g, _, _, err := e.srv.CreateOpen(ctx, proto.CreateIn{Parent: d.Ino, Name: "g", Mode: 0100644}, proto.AccessReadWrite)
 	e.must(err)
 	e.must(e.srv.Unlink(ctx, d.Ino, "g"))
 	if _, err := e.srv.GetAttr(ctx, g.Ino); err != nil {

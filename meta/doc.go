@@ -84,6 +84,25 @@
 // after the change, which a client uses to answer the GETATTR the kernel
 // sends after every change in a directory; ReleaseMany drops many handles.
 //
+// # Access checks and capabilities
+//
+// Open, CreateOpen and Capability take the access the caller wants
+// (proto.Access: read, write or both; or exec, which execve asks for and
+// which needs execute permission and grants read) and check it with permitted against
+// the inode's mode and the caller's credentials (proto.CredFrom; none is
+// an in-process caller, root), failing with EACCES; a file CreateOpen
+// creates is opened whatever its mode, as open(2) with O_CREAT does. For a
+// regular file they return a capability (package capability) signed with
+// Options.CapabilityKey, the key the storage servers share: it grants
+// exactly the access asked for on all the inode's objects, from the
+// server's now until now + Options.CapabilityLifetime (default 10 min),
+// bound to the client's certificate name when the request came from an
+// authenticated client. Capability (OpCapability) issues one without
+// opening: clients renew long-open files' capabilities with it and take
+// one to truncate by path. Without a key no capabilities are issued (nil).
+// The lifetime bounds how long a client keeps data access after a chmod,
+// and how long a capability that leaked stays useful.
+//
 // # Open files, orphans, reclaim and object GC
 //
 // Open and Release keep an in-memory open count per inode, and per

@@ -133,11 +133,11 @@ func TestReleaseNoSync(t *testing.T) {
 	mem := store.NewMem()
 	e := newEnv(t, func(o *Options) { o.Store = mem })
 	e.addTarget("t1", 1<<30)
-	f, _, err := e.srv.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0644}, true)
+	f, _, _, err := e.srv.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0644}, proto.AccessReadWrite)
 	e.must(err)
 	syncs0, groups0 := mem.Syncs(), e.groups()
 	for range 3 {
-		_, err := e.srv.Open(ctx, f.Ino)
+		_, _, err := e.srv.Open(ctx, f.Ino, proto.AccessRead)
 		e.must(err)
 	}
 	e.must(e.srv.Release(ctx, f.Ino))
@@ -181,7 +181,7 @@ func TestAckedIsDurable(t *testing.T) {
 			defer wg.Done()
 			for i := range each {
 				name := fmt.Sprintf("w%d-%d", w, i)
-				a, _, err := e.srv.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: name, Mode: 0644}, true)
+				a, _, _, err := e.srv.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: name, Mode: 0644}, proto.AccessReadWrite)
 				if err != nil {
 					t.Error(err)
 					return

@@ -185,15 +185,23 @@ func TestPermSetAttr(t *testing.T) {
 	if m := mode(); m != 0755 {
 		t.Errorf("chgrp of a setuid/setgid file: mode %#o, want 0755", m)
 	}
-	// ftruncate through a handle of the caller's own session: allowed even
-	// without write permission now (the open was checked).
-	_, err = set(asRoot, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0600})
+	// ftruncate through a handle of the caller's own session opened for
+	// writing: allowed even without write permission now (the open was
+	// checked). A handle opened only for reading does not allow it.
+	_, err = set(asRoot, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0606})
 	e.must(err)
 	sessV := proto.WithSession(asV, proto.SessionID{2})
-	_, err = s.Open(sessV, f)
+	_, _, err = s.Open(sessV, f, proto.AccessReadWrite)
+	e.must(err)
+	sessR := proto.WithSession(asV, proto.SessionID{4})
+	_, _, err = s.Open(sessR, f, proto.AccessRead)
+	e.must(err)
+	_, err = set(asRoot, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0604})
 	e.must(err)
 	_, err = set(sessV, proto.SetAttrIn{Valid: proto.SetSize | proto.SetHandle, Size: 3})
 	wantErrno(t, "ftruncate through an open handle", err, 0)
+	_, err = set(sessR, proto.SetAttrIn{Valid: proto.SetSize | proto.SetHandle, Size: 3})
+	wantErrno(t, "ftruncate through a read-only handle", err, syscall.EACCES)
 	_, err = set(proto.WithSession(asV, proto.SessionID{3}), proto.SetAttrIn{Valid: proto.SetSize | proto.SetHandle, Size: 3})
 	wantErrno(t, "ftruncate claiming another session's handle", err, syscall.EACCES)
 }
@@ -227,14 +235,22 @@ func TestPermKillSuid(t *testing.T) {
 			t.Errorf("mode %#o after %s (truncate %v): %#o, want %#o", tc.mode, credName(tc.c), tc.truncate, m, tc.want)
 		}
 	}
-	// WriteDone without write permission and without a handle is refused.
-	_, err := s.SetAttr(ctx, f, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0644})
+	// WriteDone without write permission and without a handle opened for
+	// writing is refused.
+	_, err := s.SetAttr(ctx, f, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0666})
+	e.must(err)
+	sess := proto.WithSession(asV, proto.SessionID{9})
+	_, _, err = s.Open(sess, f, proto.AccessWrite)
+	e.must(err)
+	sessR := proto.WithSession(asV, proto.SessionID{10})
+	_, _, err = s.Open(sessR, f, proto.AccessRead)
+	e.must(err)
+	_, err = s.SetAttr(ctx, f, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0644})
 	e.must(err)
 	_, err = s.WriteDone(asV, f, 200)
 	wantErrno(t, "writedone without permission or handle", err, syscall.EACCES)
-	sess := proto.WithSession(asV, proto.SessionID{9})
-	_, err = s.Open(sess, f)
-	e.must(err)
+	_, err = s.WriteDone(sessR, f, 200)
+	wantErrno(t, "writedone through a read-only handle", err, syscall.EACCES)
 	_, err = s.WriteDone(sess, f, 200)
 	wantErrno(t, "writedone through the session's handle", err, 0)
 }
@@ -300,7 +316,7 @@ func TestSessionHandles(t *testing.T) {
 	a := proto.WithSession(asU, proto.SessionID{0xa})
 	b := proto.WithSession(asU, proto.SessionID{0xb})
 	f := e.inoOf("/home/u/f")
-	_, err := s.Open(a, f)
+	_, _, err := s.Open(a, f, proto.AccessRead)
 	e.must(err)
 	wantErrno(t, "release by a session without the handle", s.Release(b, f), 0)
 	wantErrno(t, "release many by it", s.ReleaseMany(b, []proto.Ino{f, f}), 0)
@@ -323,7 +339,7 @@ func TestSessionHandles(t *testing.T) {
 	id := proto.SessionID{7}
 	p1 := proto.WithSession(transport.WithPeer(asU, transport.Peer{Addr: "10.0.0.1:1", Role: transport.RoleClient, Name: "n1"}), id)
 	p2 := proto.WithSession(transport.WithPeer(asU, transport.Peer{Addr: "10.0.0.2:1", Role: transport.RoleClient, Name: "n2"}), id)
-	_, err = e2.srv.Open(p1, g)
+	_, _, err = e2.srv.Open(p1, g, proto.AccessRead)
 	e2.must(err)
 	e2.must(e2.srv.Release(p2, g))
 	if n := e2.srv.OpenCount(g); n != 1 {

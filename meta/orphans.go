@@ -11,27 +11,39 @@ import (
 	"github.com/weft-fs/weft/proto"
 )
 
-// Open implements proto.MetaService: it counts an open handle of the
-// caller's session, so that an unlinked file is kept until its last
-// Release, and returns fresh attributes.
-func (s *Server) Open(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+// Open implements proto.MetaService: it checks that the caller may access
+// the inode as want asks (EACCES if not), returns a capability for it, and
+// counts an open handle of the caller's session, so that an unlinked file
+// is kept until its last Release, and returns fresh attributes.
+func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, error) {
 	cl, err := s.caller(ctx)
 	if err != nil {
-		return proto.Attr{}, err
+		return proto.Attr{}, nil, err
 	}
 	s.mu.Lock()
 	if s.reclaiming[ino] {
 		s.mu.Unlock()
-		return proto.Attr{}, errnof(syscall.ENOENT, "inode %d is being removed", ino)
+		return proto.Attr{}, nil, errnof(syscall.ENOENT, "inode %d is being removed", ino)
 	}
-	s.countOpenLocked(cl.sess, ino)
+	s.countOpenLocked(cl.sess, ino, want.Has(proto.AccessWrite))
 	s.mu.Unlock()
 	n, err := s.readInode(ino)
 	if err != nil {
 		s.release(cl.sess, ino)
-		return proto.Attr{}, err
+		return proto.Attr{}, nil, err
 	}
-	return n.Attr, nil
+	err = checkAccess(cl, &n.Attr, want)
+	var cap []byte
+	if err == nil {
+		cap, err = s.issue(ctx, &n.Attr, want)
+	}
+	if err != nil {
+		// As Release: if the count just taken was the last on an
+		// orphan (its other handles closed meanwhile), reclaim it.
+		s.Release(ctx, ino)
+		return proto.Attr{}, nil, err
+	}
+	return n.Attr, cap, nil
 }
 
 // Release implements proto.MetaService. Releasing a handle the caller's
@@ -68,22 +80,38 @@ func (s *Server) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
 	return nil
 }
 
-// countOpenLocked counts one open handle of sess on ino.
-func (s *Server) countOpenLocked(sess session, ino proto.Ino) {
+// sessionOpens is what one session holds open on one inode: its handle
+// count, and whether any of them was opened for writing while the count
+// stayed above 0 (a handle's mode is not known at Release, so the flag
+// lasts until the session's last handle on the inode is released).
+type sessionOpens struct {
+	n     int
+	write bool
+}
+
+// countOpenLocked counts one open handle of sess on ino, opened for
+// writing if write.
+func (s *Server) countOpenLocked(sess session, ino proto.Ino, write bool) {
 	s.opens[ino]++
 	m := s.sessOpens[sess]
 	if m == nil {
-		m = map[proto.Ino]int{}
+		m = map[proto.Ino]sessionOpens{}
 		s.sessOpens[sess] = m
 	}
-	m[ino]++
+	o := m[ino]
+	o.n++
+	o.write = o.write || write
+	m[ino] = o
 }
 
-// holdsOpen reports whether sess has a handle open on ino.
-func (s *Server) holdsOpen(sess session, ino proto.Ino) bool {
+// holdsWriteOpen reports whether sess has a handle open on ino that was
+// opened for writing: what lets ftruncate and writes through a handle go
+// on after the file's mode stopped allowing them, as POSIX says.
+func (s *Server) holdsWriteOpen(sess session, ino proto.Ino) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.sessOpens[sess][ino] > 0
+	o := s.sessOpens[sess][ino]
+	return o.n > 0 && o.write
 }
 
 // release drops one open count of sess on ino, if sess has one, and
@@ -92,16 +120,18 @@ func (s *Server) release(sess session, ino proto.Ino) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	m := s.sessOpens[sess]
-	if m[ino] == 0 {
+	o := m[ino]
+	if o.n == 0 {
 		return false
 	}
-	if m[ino] == 1 {
+	if o.n == 1 {
 		delete(m, ino)
 		if len(m) == 0 {
 			delete(s.sessOpens, sess)
 		}
 	} else {
-		m[ino]--
+		o.n--
+		m[ino] = o
 	}
 	c := s.opens[ino]
 	if c <= 1 {

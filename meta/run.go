@@ -40,6 +40,9 @@ type Config struct {
 	AllowUnauthenticated bool
 	// ProbeTimeout: see Options.ProbeTimeout (default DefaultProbeTimeout).
 	ProbeTimeout time.Duration
+	// CapabilityKey and CapabilityLifetime: see Options.
+	CapabilityKey      []byte
+	CapabilityLifetime time.Duration
 }
 
 // Validate checks the configuration and reports the first problem.
@@ -106,6 +109,7 @@ func Run(ctx context.Context, cfg Config) error {
 		OrphanGrace: cfg.OrphanGrace, Logger: log, Access: cfg.Access,
 		AllowUnauthenticated: cfg.AllowUnauthenticated,
 		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
+		CapabilityKey: cfg.CapabilityKey, CapabilityLifetime: cfg.CapabilityLifetime,
 	})
 	if err != nil {
 		closePool()

@@ -254,7 +254,8 @@ func (e *env) run(t *testing.T, d *datadriven.TestData) string {
 		if err != nil {
 			return "error: " + errName(err)
 		}
-		return attrOut(e.srv.Open(ctx, ino))
+		a, _, err := e.srv.Open(ctx, ino, proto.AccessReadWrite)
+		return attrOut(a, err)
 	case "release":
 		ino, err := e.ino(t, d, 0)
 		if err != nil {

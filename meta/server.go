@@ -10,6 +10,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/internal/ratelog"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
@@ -58,6 +59,14 @@ type Options struct {
 	// probed (unit tests with made-up addresses).
 	Probe        func(ctx context.Context, addr string) error
 	ProbeTimeout time.Duration // default DefaultProbeTimeout
+	// CapabilityKey signs the capabilities Open, CreateOpen and Capability
+	// return (capability.KeySize bytes, shared with the storage servers;
+	// from the key bundle's capability.key). Nil: none are issued (they
+	// return nil), and storage servers refuse clients' data requests.
+	CapabilityKey []byte
+	// CapabilityLifetime is how long an issued capability is valid;
+	// default DefaultCapabilityLifetime. Clients renew at 2/3 of it.
+	CapabilityLifetime time.Duration
 
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
@@ -78,6 +87,8 @@ type Server struct {
 	// flood.
 	refusals ratelog.Limiter
 
+	capKey *capability.Key // nil: no capabilities issued
+
 	nextIno atomic.Uint64 // the proposer's inode allocator
 
 	// Proposed commands wait in order; one proposer at a time is the
@@ -93,7 +104,7 @@ type Server struct {
 	// (reclaim waits for 0); sessOpens counts them per session, so that a
 	// Release only ever drops a handle its own session took.
 	opens      map[proto.Ino]int
-	sessOpens  map[session]map[proto.Ino]int
+	sessOpens  map[session]map[proto.Ino]sessionOpens
 	reclaiming map[proto.Ino]bool
 	pending    []proto.Ino // orphans to reclaim
 
@@ -152,15 +163,29 @@ func New(opts Options) (*Server, error) {
 	if opts.Seed == 0 {
 		opts.Seed = uint64(time.Now().UnixNano())
 	}
+	if opts.CapabilityLifetime < 0 {
+		return nil, errors.New("meta: negative CapabilityLifetime")
+	}
+	if opts.CapabilityLifetime == 0 {
+		opts.CapabilityLifetime = DefaultCapabilityLifetime
+	}
+	var capKey *capability.Key
+	if opts.CapabilityKey != nil {
+		k, err := capability.NewKey(0, opts.CapabilityKey)
+		if err != nil {
+			return nil, fmt.Errorf("meta: %w", err)
+		}
+		capKey = k
+	}
 	sm, err := openStateMachine(opts.Store)
 	if err != nil {
 		return nil, err
 	}
 	s := &Server{
-		opts: opts, st: opts.Store, sm: sm, log: opts.Logger,
+		opts: opts, st: opts.Store, sm: sm, log: opts.Logger, capKey: capKey,
 		reg:         newRegistry(opts.HeartbeatTimeout, opts.Now, opts.Seed),
 		opens:       map[proto.Ino]int{},
-		sessOpens:   map[session]map[proto.Ino]int{},
+		sessOpens:   map[session]map[proto.Ino]sessionOpens{},
 		reclaiming:  map[proto.Ino]bool{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
@@ -573,7 +598,7 @@ func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 		return proto.Attr{}, err
 	}
 	c := &Command{Op: OpSetAttr, Now: s.now(), Ino: ino, SetAttr: in, Cred: cl.cred}
-	if in.Valid&proto.SetHandle != 0 && s.holdsOpen(cl.sess, ino) {
+	if in.Valid&proto.SetHandle != 0 && s.holdsWriteOpen(cl.sess, ino) {
 		c.Flags |= setAttrViaHandle
 	}
 	c.SetAttr.Valid &^= proto.SetHandle
@@ -583,18 +608,21 @@ func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 
 // Create implements proto.MetaService.
 func (s *Server) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, error) {
-	a, _, err := s.CreateOpen(ctx, in, false)
+	a, _, _, err := s.CreateOpen(ctx, in, 0)
 	return a, err
 }
 
-// CreateOpen is Create that, with open set and when the result is a
-// regular file, also registers an open handle on it as Open does (one round
-// trip instead of two). It also returns the parent directory's attributes
-// after the change.
-func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error) {
+// CreateOpen is Create that, with want not 0 and when the result is a
+// regular file, also opens it for want as Open does (one round trip
+// instead of two), returning its capability. It also returns the parent
+// directory's attributes after the change. A file it creates may be opened
+// whatever its mode bits (as open(2) with O_CREAT); an existing one is
+// checked as by Open.
+func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (attr, parent proto.Attr, cap []byte, err error) {
+	open := want != 0
 	cl, err := s.caller(ctx)
 	if err != nil {
-		return proto.Attr{}, proto.Attr{}, err
+		return proto.Attr{}, proto.Attr{}, nil, err
 	}
 	c := &Command{Op: OpCreate, Now: s.now(), Ino: s.allocIno(), Parent: in.Parent, Name: in.Name,
 		Mode: in.Mode, Rdev: in.Rdev, Uid: in.Uid, Gid: in.Gid}
@@ -617,7 +645,7 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (
 		// handle can be counted before it exists: it cannot be reclaimed
 		// between the create and the count.
 		s.mu.Lock()
-		s.countOpenLocked(cl.sess, c.Ino)
+		s.countOpenLocked(cl.sess, c.Ino, want.Has(proto.AccessWrite))
 		s.mu.Unlock()
 	}
 	r, err := s.propose(ctx, c)
@@ -625,20 +653,24 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (
 		s.notePlaced(r.attr)
 	}
 	if !open {
-		return r.attr, r.parent, err
+		return r.attr, r.parent, nil, err
 	}
 	if err != nil || r.attr.Ino != c.Ino {
 		s.release(cl.sess, c.Ino)
 	}
 	if err != nil {
-		return proto.Attr{}, proto.Attr{}, err
+		return proto.Attr{}, proto.Attr{}, nil, err
 	}
 	if r.attr.Ino != c.Ino {
 		// An existing file (not exclusive): open it as Open does.
-		a, err := s.Open(ctx, r.attr.Ino)
-		return a, r.parent, err
+		a, cap, err := s.Open(ctx, r.attr.Ino, want)
+		return a, r.parent, cap, err
 	}
-	return r.attr, r.parent, nil
+	if cap, err = s.issue(ctx, &r.attr, want); err != nil {
+		s.release(cl.sess, c.Ino)
+		return proto.Attr{}, proto.Attr{}, nil, err
+	}
+	return r.attr, r.parent, cap, nil
 }
 
 // Mkdir implements proto.MetaService.
@@ -783,7 +815,7 @@ func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (prot
 		return proto.Attr{}, err
 	}
 	c := &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: end, Cred: cl.cred}
-	if s.holdsOpen(cl.sess, ino) {
+	if s.holdsWriteOpen(cl.sess, ino) {
 		c.Flags |= writeViaHandle
 	}
 	r, err := s.propose(ctx, c)

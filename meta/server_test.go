@@ -98,7 +98,7 @@ func TestOrphanGraceAfterRestart(t *testing.T) {
 	e.addTarget("t1", 1<<30)
 	a, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0644})
 	e.must(err)
-	_, err = e.srv.Open(ctx, a.Ino)
+	_, _, err = e.srv.Open(ctx, a.Ino, proto.AccessRead)
 	e.must(err)
 	e.must(e.srv.Unlink(ctx, proto.RootIno, "f"))
 	e.opts.OrphanGrace = 50 * time.Millisecond
@@ -148,7 +148,7 @@ func TestInvariants(t *testing.T) {
 		case 0:
 			e.must(s.Rename(ctx, d1.Ino, name, d2.Ino, name, 0))
 		case 1:
-			_, err := s.Open(ctx, a.Ino)
+			_, _, err := s.Open(ctx, a.Ino, proto.AccessRead)
 			e.must(err)
 			e.must(s.Unlink(ctx, d1.Ino, name))
 		case 2:

@@ -129,6 +129,8 @@ type StatFS struct {
 // and gid; the uid and gid arguments of Create, Mkdir and Symlink are used
 // only by trusted in-process callers that carry no credentials, and
 // ignored otherwise.
+// Open, CreateOpen and Capability check the access they ask for and
+// return a capability for the inode's objects.
 type MetaService interface {
 	Lookup(ctx context.Context, parent Ino, name string) (Attr, error)
 	GetAttr(ctx context.Context, ino Ino) (Attr, error)
@@ -152,9 +154,18 @@ type MetaService interface {
 	ListXattr(ctx context.Context, ino Ino) ([]string, error)
 	RemoveXattr(ctx context.Context, ino Ino, name string) error
 
-	// Open registers an open handle on ino (so an unlinked file lives until
-	// its last close) and returns fresh attributes: close-to-open starts here.
-	Open(ctx context.Context, ino Ino) (Attr, error)
+	// Open checks that the caller may access ino as want asks (the open(2)
+	// access mode; O_TRUNC counts as write), failing with EACCES if not;
+	// registers an open handle on ino (so an unlinked file lives until its
+	// last close); and returns fresh attributes (close-to-open starts here)
+	// and, for a regular file, a capability granting want on its objects,
+	// which storage servers require of clients (nil if the server issues
+	// none).
+	Open(ctx context.Context, ino Ino, want Access) (Attr, []byte, error)
+	// Capability returns a fresh capability for the regular file ino,
+	// after the same check as Open, without opening it: to renew the
+	// capability of a file that stays open, and to truncate by path.
+	Capability(ctx context.Context, ino Ino, want Access) ([]byte, error)
 	// WriteDone records that data up to end was written and acknowledged by
 	// the storage targets: size becomes max(size, end), mtime and ctime the
 	// server's now. Called on fsync and on close of a written file.

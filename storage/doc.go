@@ -101,10 +101,21 @@
 // written after the last Sync may after a power loss read back as EIO (their
 // data and CRC disagree); they never read back as silently wrong data.
 //
+// # Access control
+//
+// Storage holds no namespace and no permissions: the metadata server
+// decides who may touch a file's data and says so in a capability (package
+// capability) that clients attach to Read, Write, Truncate and Sync. The
+// RPC handler (storagerpc) checks it, with Config.CapabilityKey, before the
+// Server sees the request; Server's methods themselves trust their caller
+// (in-process calls and requests the handler let through). Servers (meta,
+// storage roles) need no capability; only they may Remove objects.
+//
 // # Errors
 //
 // Every error matches a syscall.Errno with errors.Is: ENOSPC (full), EIO
-// (corruption, disk errors), EFBIG (offset past MaxObjectSize), ESTALE (a
+// (corruption, disk errors), EACCES (refused by the handler: no or bad
+// capability, a client removing objects), EFBIG (offset past MaxObjectSize), ESTALE (a
 // target this server does not serve, wrapping ErrUnknownTarget), ETIMEDOUT
 // or EINTR (ctx ended before the operation started). A missing object is not
 // an error: it reads as empty, and Remove and Sync of it succeed.

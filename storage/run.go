@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/storage/storagerpc"
@@ -47,6 +48,15 @@ type Config struct {
 	// 0 = storagerpc.DefaultReadBytesPerConn (64 MiB) and
 	// DefaultReadBytesPerServer (512 MiB).
 	ReadBytesPerConn, ReadBytesPerServer int64
+	// CapabilityKey is the key shared with the metadata server that
+	// verifies clients' capabilities (capability.KeySize bytes, from the
+	// key bundle). Nil: clients' data requests are all refused.
+	CapabilityKey []byte
+	// AllowUnauthenticated trusts peers of a transport without security
+	// like servers (see storagerpc.Options). Tests only.
+	AllowUnauthenticated bool
+
+	capKey *capability.Key
 }
 
 // validate checks cfg and returns it with defaults filled in and target
@@ -104,6 +114,13 @@ func (cfg Config) validate() (Config, error) {
 		dirs[i] = abs
 	}
 	cfg.Targets = dirs
+	if cfg.CapabilityKey != nil {
+		k, err := capability.NewKey(0, cfg.CapabilityKey)
+		if err != nil {
+			return cfg, fmt.Errorf("storage: capability key: %w", err)
+		}
+		cfg.capKey = k
+	}
 	return cfg, nil
 }
 
@@ -154,8 +171,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	h := storagerpc.NewHandlerWith(srv, storagerpc.HandlerOptions{
-		Logger: log, ReadBytesPerConn: cfg.ReadBytesPerConn, ReadBytesPerServer: cfg.ReadBytesPerServer,
+	h := storagerpc.New(srv, storagerpc.Options{
+		Logger: log, CapabilityKey: cfg.capKey, AllowUnauthenticated: cfg.AllowUnauthenticated,
+		ReadBytesPerConn: cfg.ReadBytesPerConn, ReadBytesPerServer: cfg.ReadBytesPerServer,
 	})
 	ln, err := tr.Listen(cfg.ListenAddr, h.Serve)
 	if err != nil {

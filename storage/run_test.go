@@ -109,7 +109,7 @@ func TestRunRegistersServesAndHeartbeats(t *testing.T) {
 	dirs := []string{filepath.Join(root, "t1"), filepath.Join(root, "t2")}
 	reg := newFakeRegistry(3) // the meta server is "down" for the first calls
 	log, logs := newLogger()
-	cfg := Config{ListenAddr: "127.0.0.1:0", Targets: dirs, Registry: reg, HeartbeatInterval: 20 * time.Millisecond, Logger: log, Capacity: 1 << 30}
+	cfg := Config{ListenAddr: "127.0.0.1:0", Targets: dirs, Registry: reg, HeartbeatInterval: 20 * time.Millisecond, Logger: log, Capacity: 1 << 30, AllowUnauthenticated: true}
 	stop := startRun(t, cfg)
 	waitFor(t, "two targets with heartbeats", func() bool {
 		_, beats := reg.snapshot()

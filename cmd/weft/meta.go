@@ -123,6 +123,10 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 	if err != nil {
 		return err
 	}
+	capKey, err := testCapabilityKey()
+	if err != nil {
+		return err
+	}
 	d, err := o.start()
 	if err != nil {
 		return err
@@ -131,6 +135,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
 	return meta.Run(ctx, meta.Config{
+		CapabilityKey:    capKey,
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),

@@ -21,6 +21,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
 )
@@ -43,6 +44,59 @@ type Meta struct {
 	rr      int
 	store   *Storage // objects removed when a file's last link and handle go
 	def     layout.Layout
+
+	capKey      *capability.Key // nil: no capabilities issued
+	capLifetime time.Duration
+	capNow      func() time.Time
+	capCalls    int
+	capLast     proto.Access
+}
+
+// LastCapabilityAccess is the access the last Capability call asked for.
+func (m *Meta) LastCapabilityAccess() proto.Access {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.capLast
+}
+
+// IssueCapabilities makes Open and Capability return capabilities signed
+// with key, issued at the time now gives and valid for lifetime. The fake
+// checks no permissions.
+func (m *Meta) IssueCapabilities(key *capability.Key, lifetime time.Duration, now func() time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.capKey, m.capLifetime, m.capNow = key, lifetime, now
+}
+
+// CapabilityCalls reports how many times Capability was called.
+func (m *Meta) CapabilityCalls() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.capCalls
+}
+
+func (m *Meta) issue(n *inode, want proto.Access) ([]byte, error) {
+	if m.capKey == nil || !n.attr.IsRegular() || want == 0 {
+		return nil, nil
+	}
+	now := m.capNow()
+	return m.capKey.Sign(capability.Capability{Ino: n.attr.Ino, Rights: want.Grants(), Issued: now, Expiry: now.Add(m.capLifetime)})
+}
+
+// Capability implements proto.MetaService.
+func (m *Meta) Capability(_ context.Context, ino proto.Ino, want proto.Access) ([]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.capCalls++
+	m.capLast = want
+	n, err := m.get(ino)
+	if err != nil {
+		return nil, err
+	}
+	if !n.attr.IsRegular() {
+		return nil, syscall.EINVAL
+	}
+	return m.issue(n, want)
 }
 
 // NewMeta returns a namespace with an empty root directory and the given
@@ -566,15 +620,19 @@ func (m *Meta) RemoveXattr(_ context.Context, ino proto.Ino, name string) error 
 }
 
 // Open implements proto.MetaService.
-func (m *Meta) Open(_ context.Context, ino proto.Ino) (proto.Attr, error) {
+func (m *Meta) Open(_ context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n, err := m.get(ino)
 	if err != nil {
-		return proto.Attr{}, err
+		return proto.Attr{}, nil, err
+	}
+	cap, err := m.issue(n, want)
+	if err != nil {
+		return proto.Attr{}, nil, err
 	}
 	n.opens++
-	return m.attr(ino), nil
+	return m.attr(ino), cap, nil
 }
 
 // WriteDone implements proto.MetaService.
@@ -683,6 +741,27 @@ type Storage struct {
 	// Fault, if set, is called before every operation; a non-nil error is
 	// returned instead of doing it. It may sleep to simulate latency.
 	fault func(op Op, t proto.TargetID, obj proto.ObjectID, off uint64, n int) error
+
+	capKey  *capability.Key // nil: capabilities are not checked
+	capNow  func() time.Time
+	refused int
+}
+
+// RequireCapabilities makes every Read, Write, Truncate and Sync check the
+// capability in its ctx (proto.CapabilityFrom) with key at the time now
+// gives, as a storage server checks a client's: EACCES if it is missing,
+// does not verify, or does not grant the access.
+func (s *Storage) RequireCapabilities(key *capability.Key, now func() time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.capKey, s.capNow = key, now
+}
+
+// Refused reports how many operations were refused for their capability.
+func (s *Storage) Refused() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.refused
 }
 
 // NewStorage returns empty storage.
@@ -706,7 +785,24 @@ func (s *Storage) enter(ctx context.Context, op Op, t proto.TargetID, obj proto.
 	s.mu.Lock()
 	f := s.fault
 	s.calls[op]++
+	key, now := s.capKey, s.capNow
 	s.mu.Unlock()
+	if key != nil {
+		want := proto.AccessWrite
+		if op == OpRead {
+			want = proto.AccessRead
+		}
+		c, err := key.Verify(proto.CapabilityFrom(ctx), now())
+		if err == nil {
+			err = c.Allows(obj.Ino, want, "")
+		}
+		if err != nil {
+			s.mu.Lock()
+			s.refused++
+			s.mu.Unlock()
+			return fmt.Errorf("fake: %s refused: %w: %w", op, err, syscall.EACCES)
+		}
+	}
 	if f != nil {
 		if err := f(op, t, obj, off, n); err != nil {
 			return err

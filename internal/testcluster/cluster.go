@@ -4,6 +4,8 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -106,6 +108,11 @@ type Cluster struct {
 	mounts   []*proc
 	mntPaths []string
 	nets     *netns // set when opts.NetNS
+
+	// capKey (hex) is the capability key shared by the meta and storage
+	// processes. STOPGAP until helper AUTH's keys land: the lead replaces
+	// it with generated key bundles.
+	capKey string
 }
 
 // Start builds weft if needed, starts a cluster as opts describe and waits
@@ -120,7 +127,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		t.Fatalf("testcluster: fusermount3 not found: install fuse3 (scripts/install-deps.sh)")
 	}
 	opts.fill()
-	c := &Cluster{t: t, opts: opts, bin: Binary(t)}
+	c := &Cluster{t: t, opts: opts, bin: Binary(t), capKey: hex.EncodeToString(randomKey())}
 	dir, err := os.MkdirTemp("", "weft-it-")
 	if err != nil {
 		t.Fatal(err)
@@ -248,6 +255,7 @@ func (c *Cluster) start(p *proc) error {
 	}
 	cmd.Stdout = lf
 	cmd.Stderr = lf
+	cmd.Env = append(os.Environ(), "WEFT_TEST_CAPABILITY_KEY="+c.capKey) // STOPGAP, see capKey
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
@@ -703,4 +711,11 @@ func Getxattr(path, name string) ([]byte, error) {
 		}
 		return buf[:n], nil
 	}
+}
+
+// randomKey is a fresh capability key (see Cluster.capKey).
+func randomKey() []byte {
+	b := make([]byte, 32)
+	rand.Read(b)
+	return b
 }

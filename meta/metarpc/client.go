@@ -31,10 +31,12 @@ var (
 // client package uses it when its service has it). A handler whose service
 // lacks it answers these ops with ENOSYS.
 type Extended interface {
-	// CreateOpen is Create that, with open set and a regular file as the
-	// result, also registers an open handle as Open does; it returns the
-	// parent directory's attributes after the change too.
-	CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error)
+	// CreateOpen is Create that, with want not 0 and a regular file as the
+	// result, also opens it for want as Open does (returning its
+	// capability); it returns the parent directory's attributes after the
+	// change too. A file it creates is opened whatever its mode bits; an
+	// existing one is checked as by Open.
+	CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (attr, parent proto.Attr, cap []byte, err error)
 	// UnlinkAt and RmdirAt are Unlink and Rmdir returning the parent
 	// directory's attributes after the change.
 	UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error)
@@ -161,8 +163,16 @@ func (c *Client) RemoveXattr(ctx context.Context, ino proto.Ino, name string) er
 	return c.do(ctx, OpRemoveXattr, &nameReq{ino, name}, &emptyMsg{})
 }
 
-func (c *Client) Open(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
-	return c.attr(ctx, OpOpen, &inoReq{ino})
+func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, error) {
+	var r openResp
+	err := c.do(ctx, OpOpen, &openReq{ino, want}, &r)
+	return r.Attr, r.Cap, err
+}
+
+func (c *Client) Capability(ctx context.Context, ino proto.Ino, want proto.Access) ([]byte, error) {
+	var r capResp
+	err := c.do(ctx, OpCapability, &openReq{ino, want}, &r)
+	return r.Cap, err
 }
 
 func (c *Client) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
@@ -173,10 +183,10 @@ func (c *Client) Release(ctx context.Context, ino proto.Ino) error {
 	return c.do(ctx, OpRelease, &inoReq{ino}, &emptyMsg{})
 }
 
-func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, open bool) (attr, parent proto.Attr, err error) {
-	var r attr2Resp
-	err = c.do(ctx, OpCreateOpen, &createOpenReq{createReq{in}, open}, &r)
-	return r.Attr, r.Parent, err
+func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (attr, parent proto.Attr, cap []byte, err error) {
+	var r createOpenResp
+	err = c.do(ctx, OpCreateOpen, &createOpenReq{createReq{in}, want}, &r)
+	return r.Attr, r.Parent, r.Cap, err
 }
 
 func (c *Client) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {

@@ -28,7 +28,7 @@ const (
 	OpSetXattr       uint16 = 14
 	OpListXattr      uint16 = 15
 	OpRemoveXattr    uint16 = 16
-	OpOpen           uint16 = 17
+	OpOpen           uint16 = 36 // was 17 before it took an access mode and returned a capability
 	OpWriteDone      uint16 = 18
 	OpRelease        uint16 = 19
 	OpSetLayout      uint16 = 20
@@ -37,10 +37,19 @@ const (
 	OpRegisterTarget uint16 = 30
 
 	// Combined operations (Extended): fewer round trips per file.
-	OpCreateOpen  uint16 = 31
+	OpCreateOpen  uint16 = 37 // was 31 before it took an access mode and returned a capability
 	OpUnlinkAt    uint16 = 32
 	OpRmdirAt     uint16 = 33
 	OpReleaseMany uint16 = 34
+
+	// OpCapability returns a capability for an inode (renewal, truncate by
+	// path); part of proto.MetaService.
+	OpCapability uint16 = 35
+
+	// Retired op codes, never to be reused: 17 (Open) and 31 (CreateOpen)
+	// before capabilities changed their bodies. They are answered ENOSYS,
+	// so a client and a server of different versions fail plainly (the
+	// client falls back to Create and Open, which fail the same way).
 )
 
 // Decoder bounds (shape only; the server enforces the real limits).
@@ -48,6 +57,7 @@ const (
 	maxList   = 1 << 20
 	maxValue  = 1 << 20 // an xattr value (the server allows 64 KiB)
 	attrBytes = 8 + 5*4 + 8 + 3*8 + 8 + 4 + 4
+	maxCap    = 1024 // a capability (version 1 is at most 315 bytes)
 )
 
 // message is a request or response body.
@@ -74,7 +84,7 @@ func unmarshal(b []byte, m message) error {
 
 // --- requests ---
 
-type inoReq struct{ Ino proto.Ino } // getattr, readlink, listxattr, open, release
+type inoReq struct{ Ino proto.Ino } // getattr, readlink, listxattr, release
 
 func (m *inoReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)) }
 func (m *inoReq) decode(d *wire.Decoder) { m.Ino = proto.Ino(d.U64()) }
@@ -134,13 +144,24 @@ func (m *createReq) decode(d *wire.Decoder) {
 	}
 }
 
+// createOpenReq: Want 0 creates without opening.
 type createOpenReq struct {
 	createReq
-	Open bool
+	Want proto.Access
 }
 
-func (m *createOpenReq) encode(e *wire.Encoder) { m.createReq.encode(e); e.Bool(m.Open) }
-func (m *createOpenReq) decode(d *wire.Decoder) { m.createReq.decode(d); m.Open = d.Bool() }
+func (m *createOpenReq) encode(e *wire.Encoder) { m.createReq.encode(e); e.U8(uint8(m.Want)) }
+func (m *createOpenReq) decode(d *wire.Decoder) { m.createReq.decode(d); m.Want = proto.Access(d.U8()) }
+
+// openReq asks to open (or for a capability of) an inode with an access
+// mode (proto.Access).
+type openReq struct {
+	Ino  proto.Ino
+	Want proto.Access
+}
+
+func (m *openReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); e.U8(uint8(m.Want)) }
+func (m *openReq) decode(d *wire.Decoder) { m.Ino = proto.Ino(d.U64()); m.Want = proto.Access(d.U8()) }
 
 type inosReq struct{ Inos []proto.Ino } // release many
 
@@ -340,11 +361,45 @@ type attrResp struct{ Attr proto.Attr }
 func (m *attrResp) encode(e *wire.Encoder) { m.Attr.Encode(e) }
 func (m *attrResp) decode(d *wire.Decoder) { m.Attr.Decode(d) }
 
-// attr2Resp carries an entry's attributes and its parent directory's.
-type attr2Resp struct{ Attr, Parent proto.Attr }
+// capResp is a capability (package capability; opaque here). Empty: none.
+type capResp struct{ Cap []byte }
 
-func (m *attr2Resp) encode(e *wire.Encoder) { m.Attr.Encode(e); m.Parent.Encode(e) }
-func (m *attr2Resp) decode(d *wire.Decoder) { m.Attr.Decode(d); m.Parent.Decode(d) }
+func (m *capResp) encode(e *wire.Encoder) { e.Bytes(m.Cap) }
+func (m *capResp) decode(d *wire.Decoder) { m.Cap = decodeCap(d) }
+
+func decodeCap(d *wire.Decoder) []byte {
+	if b := d.BytesMax(maxCap); len(b) > 0 {
+		return append([]byte(nil), b...)
+	}
+	return nil
+}
+
+// openResp is an opened file's attributes and capability.
+type openResp struct {
+	Attr proto.Attr
+	Cap  []byte
+}
+
+func (m *openResp) encode(e *wire.Encoder) { m.Attr.Encode(e); e.Bytes(m.Cap) }
+func (m *openResp) decode(d *wire.Decoder) { m.Attr.Decode(d); m.Cap = decodeCap(d) }
+
+// createOpenResp is the created (or opened) entry's attributes, its parent
+// directory's, and the capability if it was opened.
+type createOpenResp struct {
+	Attr, Parent proto.Attr
+	Cap          []byte
+}
+
+func (m *createOpenResp) encode(e *wire.Encoder) {
+	m.Attr.Encode(e)
+	m.Parent.Encode(e)
+	e.Bytes(m.Cap)
+}
+func (m *createOpenResp) decode(d *wire.Decoder) {
+	m.Attr.Decode(d)
+	m.Parent.Decode(d)
+	m.Cap = decodeCap(d)
+}
 
 type stringResp struct{ S string }
 
@@ -439,8 +494,12 @@ func messages(op uint16) (req, resp message, ok bool) {
 	switch op {
 	case OpLookup:
 		return &nameReq{}, &attrResp{}, true
-	case OpGetAttr, OpOpen:
+	case OpGetAttr:
 		return &inoReq{}, &attrResp{}, true
+	case OpOpen:
+		return &openReq{}, &openResp{}, true
+	case OpCapability:
+		return &openReq{}, &capResp{}, true
 	case OpSetAttr:
 		return &setAttrReq{}, &attrResp{}, true
 	case OpCreate:
@@ -478,7 +537,7 @@ func messages(op uint16) (req, resp message, ok bool) {
 	case OpRegisterTarget:
 		return &registerReq{}, &targetIDResp{}, true
 	case OpCreateOpen:
-		return &createOpenReq{}, &attr2Resp{}, true
+		return &createOpenReq{}, &createOpenResp{}, true
 	case OpUnlinkAt, OpRmdirAt:
 		return &nameReq{}, &attrResp{}, true
 	case OpReleaseMany:

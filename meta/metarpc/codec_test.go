@@ -20,7 +20,7 @@ func allOps() []uint16 {
 		OpLookup, OpGetAttr, OpSetAttr, OpCreate, OpMkdir, OpSymlink, OpReadlink, OpLink,
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
-		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany,
+		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
 	}
 }
 
@@ -36,7 +36,9 @@ func samples() []message {
 		&setAttrReq{5, proto.SetAttrIn{Valid: 3, Mode: 4, Uid: 5, Gid: 6, Size: 7, Atime: 8, Mtime: 9, Ctime: 10}},
 		&createReq{proto.CreateIn{Parent: 1, Name: "f", Mode: 0100600, Rdev: 2, Uid: 3, Gid: 4, Exclusive: true, Layout: &l}},
 		&createReq{proto.CreateIn{Parent: 1, Name: "g"}},
-		&createOpenReq{createReq{proto.CreateIn{Parent: 1, Name: "h", Exclusive: true}}, true},
+		&createOpenReq{createReq{proto.CreateIn{Parent: 1, Name: "h", Exclusive: true}}, proto.AccessReadWrite},
+		&createOpenReq{createReq{proto.CreateIn{Parent: 1, Name: "h"}}, 0},
+		&openReq{5, proto.AccessRead},
 		&inosReq{[]proto.Ino{1, 2, 3}},
 		&mkdirReq{1, "d", 0755, 1, 2},
 		&symlinkReq{1, "s", "target", 1, 2},
@@ -49,7 +51,11 @@ func samples() []message {
 		&registerReq{"uuid", proto.TargetInfo{ID: 1, Addr: "h:1", Total: 3, Used: 2, Free: 1, Up: true}},
 		&emptyMsg{},
 		&attrResp{sampleAttr},
-		&attr2Resp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}},
+		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, []byte("capability")},
+		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, nil},
+		&openResp{sampleAttr, []byte("capability")},
+		&capResp{[]byte("capability")},
+		&capResp{},
 		&stringResp{"link"},
 		&bytesResp{[]byte{0, 1, 2}},
 		&dirResp{[]proto.DirEntry{{Name: "a", Attr: sampleAttr}, {Name: "b"}}},
@@ -229,4 +235,17 @@ func FuzzHeader(f *testing.F) {
 			t.Fatalf("re-encoding differs")
 		}
 	})
+}
+
+// The op codes Open and CreateOpen had before capabilities are retired: a
+// server answers them ENOSYS instead of misreading an old client's body.
+func TestRetiredOps(t *testing.T) {
+	for _, op := range []uint16{17, 31} {
+		if _, ok := request(op); ok {
+			t.Fatalf("retired op %d is served", op)
+		}
+		if OpName(op) != "" {
+			t.Fatalf("retired op %d has a name", op)
+		}
+	}
 }

@@ -28,6 +28,11 @@
 // allow-list) and checks every operation. A header is never trusted more
 // than the peer that sent it. A new header layout gets a new version.
 //
+// Open (36), CreateOpen (37) and Capability (35) carry an access mode
+// (proto.Access, u8) and answer with a capability (u32 length + bytes,
+// empty if none; package capability). Open and CreateOpen had op codes 17
+// and 31 before they did; those are retired.
+//
 // Invariants:
 //   - Decoding never panics and never allocates more than the input can
 //     justify (wire.Decoder bounds every length and count); FuzzDecode runs

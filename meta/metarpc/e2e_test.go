@@ -124,7 +124,7 @@ func exercise(t *testing.T, srv *meta.Server, c client) {
 		t.Fatalf("listxattr %v %v", n, err)
 	}
 	must(c.RemoveXattr(ctx, f.Ino, "user.a"))
-	_, err = c.Open(ctx, f.Ino)
+	_, _, err = c.Open(ctx, f.Ino, proto.AccessRead)
 	must(err)
 	if a, err := c.WriteDone(ctx, f.Ino, 1234); err != nil || a.Size != 1234 {
 		t.Fatalf("writedone %+v %v", a, err)
@@ -258,7 +258,7 @@ func TestExtended(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	a, p, err := c.CreateOpen(ctx, proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0100644, Exclusive: true}, true)
+	a, p, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0100644, Exclusive: true}, proto.AccessReadWrite)
 	if err != nil || !a.IsRegular() || p.Ino != d.Ino {
 		t.Fatalf("createopen %+v %+v %v", a, p, err)
 	}
@@ -268,7 +268,7 @@ func TestExtended(t *testing.T) {
 	if want, _ := srv.GetAttr(ctx, d.Ino); !reflect.DeepEqual(p, want) {
 		t.Fatalf("parent %+v, want %+v", p, want)
 	}
-	if _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: d.Ino, Name: "f", Exclusive: true}, true); !errors.Is(err, syscall.EEXIST) {
+	if _, _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: d.Ino, Name: "f", Exclusive: true}, proto.AccessReadWrite); !errors.Is(err, syscall.EEXIST) {
 		t.Fatalf("exclusive createopen: %v", err)
 	}
 	if err := c.ReleaseMany(ctx, []proto.Ino{a.Ino}); err != nil || srv.OpenCount(a.Ino) != 0 {
@@ -287,7 +287,7 @@ func TestExtended(t *testing.T) {
 	}
 
 	plain := metarpc.NewConnClient(directConn{metarpc.NewHandler(struct{ proto.MetaService }{srv}, srv, nil)})
-	if _, _, err := plain.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "g"}, true); !errors.Is(err, syscall.ENOSYS) {
+	if _, _, _, err := plain.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "g"}, proto.AccessReadWrite); !errors.Is(err, syscall.ENOSYS) {
 		t.Fatalf("createopen on a plain service: %v", err)
 	}
 	if err := plain.ReleaseMany(ctx, []proto.Ino{1}); !errors.Is(err, syscall.ENOSYS) {
@@ -408,7 +408,7 @@ func TestSessionsOverRPC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := a.Open(ctx, f.Ino); err != nil {
+	if _, _, err := a.Open(ctx, f.Ino, proto.AccessRead); err != nil {
 		t.Fatal(err)
 	}
 	if err := b.ReleaseMany(ctx, []proto.Ino{f.Ino}); err != nil {

@@ -88,8 +88,6 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		switch op {
 		case OpGetAttr:
 			return attrOut(s.GetAttr(ctx, r.Ino))
-		case OpOpen:
-			return attrOut(s.Open(ctx, r.Ino))
 		case OpRelease:
 			return &emptyMsg{}, s.Release(ctx, r.Ino)
 		case OpReadlink:
@@ -98,6 +96,15 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		case OpListXattr:
 			n, err := s.ListXattr(ctx, r.Ino)
 			return &stringsResp{n}, err
+		}
+	case *openReq:
+		switch op {
+		case OpOpen:
+			a, cap, err := s.Open(ctx, r.Ino, r.Want)
+			return &openResp{a, cap}, err
+		case OpCapability:
+			cap, err := s.Capability(ctx, r.Ino, r.Want)
+			return &capResp{cap}, err
 		}
 	case *setAttrReq:
 		return attrOut(s.SetAttr(ctx, r.Ino, r.In))
@@ -143,8 +150,8 @@ func (h *handler) callExt(ctx context.Context, op uint16, req message) (message,
 	x := h.ext
 	switch r := req.(type) {
 	case *createOpenReq:
-		a, p, err := x.CreateOpen(ctx, r.In, r.Open)
-		return &attr2Resp{a, p}, err
+		a, p, cap, err := x.CreateOpen(ctx, r.In, r.Want)
+		return &createOpenResp{a, p, cap}, err
 	case *nameReq:
 		switch op {
 		case OpUnlinkAt:

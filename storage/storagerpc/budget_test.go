@@ -54,7 +54,7 @@ func TestReadBudgetPerConnection(t *testing.T) {
 	if _, err := srv.Write(ctx, 1, obj, 0, data); err != nil {
 		t.Fatal(err)
 	}
-	h := storagerpc.NewHandlerWith(srv, storagerpc.HandlerOptions{ReadBytesPerConn: perConn, ReadBytesPerServer: 3 * storagerpc.MaxIO})
+	h := storagerpc.New(srv, storagerpc.Options{AllowUnauthenticated: true, ReadBytesPerConn: perConn, ReadBytesPerServer: 3 * storagerpc.MaxIO})
 	tr := transport.NewTCP()
 	ln, err := tr.Listen("127.0.0.1:0", h.Serve)
 	if err != nil {
@@ -112,7 +112,7 @@ func TestReadBudgetPerConnection(t *testing.T) {
 // TestReadBudgetDirect: called without a transport, a read gives its budget
 // back on return (the buffer is the caller's).
 func TestReadBudgetDirect(t *testing.T) {
-	h := storagerpc.NewHandlerWith(newServer(t), storagerpc.HandlerOptions{})
+	h := storagerpc.New(newServer(t), storagerpc.Options{AllowUnauthenticated: true})
 	for range 100 {
 		req := storagerpc.ReadReq{ObjectReq: storagerpc.ObjectReq{Target: 1, Obj: proto.ObjectID{Ino: 1}}, Len: storagerpc.MaxIO}.Encode()
 		if _, err := h.Serve(ctx, storagerpc.OpRead, req); err != nil {
@@ -134,7 +134,7 @@ func TestReadBudgetDirect(t *testing.T) {
 // up by it.
 func TestReadBudgetCancel(t *testing.T) {
 	started, block := make(chan struct{}, 2), make(chan struct{})
-	h := storagerpc.NewHandlerWith(blockingReader{started, block}, storagerpc.HandlerOptions{ReadBytesPerConn: storagerpc.MaxIO})
+	h := storagerpc.New(blockingReader{started, block}, storagerpc.Options{AllowUnauthenticated: true, ReadBytesPerConn: storagerpc.MaxIO})
 	req := storagerpc.ReadReq{ObjectReq: storagerpc.ObjectReq{Target: 1}, Len: storagerpc.MaxIO}.Encode()
 	conn1 := transport.WithPeer(ctx, transport.Peer{Addr: "10.0.0.1:1"})
 	conn2 := transport.WithPeer(ctx, transport.Peer{Addr: "10.0.0.2:1"})

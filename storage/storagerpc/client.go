@@ -39,7 +39,7 @@ func (c *Client) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID,
 	done := 0
 	for done < len(p) {
 		want := min(len(p)-done, MaxIO)
-		req := ReadReq{ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off + uint64(done), Len: uint32(want)}
+		req := ReadReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off + uint64(done), Len: uint32(want)}
 		dst := p[done : done+want]
 		resp, err := c.call(transport.WithResponseBuffer(ctx, dst), t, OpRead, req.Encode())
 		if err != nil {
@@ -64,7 +64,7 @@ func (c *Client) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID,
 func (c *Client) Write(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (uint64, error) {
 	for done := 0; ; {
 		chunk := data[done:min(len(data), done+MaxIO)]
-		req := WriteReq{ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off + uint64(done), Data: chunk}
+		req := WriteReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off + uint64(done), Data: chunk}
 		resp, err := c.call(ctx, t, OpWrite, req.EncodeHeader(), chunk)
 		if err != nil {
 			return 0, err
@@ -80,13 +80,13 @@ func (c *Client) Write(ctx context.Context, t proto.TargetID, obj proto.ObjectID
 }
 
 func (c *Client) Truncate(ctx context.Context, t proto.TargetID, obj proto.ObjectID, size uint64) error {
-	req := TruncateReq{ObjectReq: ObjectReq{Target: t, Obj: obj}, Size: size}
+	req := TruncateReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}, Size: size}
 	_, err := c.call(ctx, t, OpTruncate, req.Encode())
 	return err
 }
 
 func (c *Client) Sync(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
-	_, err := c.call(ctx, t, OpSync, ObjectReq{Target: t, Obj: obj}.Encode())
+	_, err := c.call(ctx, t, OpSync, SyncReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}}.Encode())
 	return err
 }
 

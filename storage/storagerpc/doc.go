@@ -5,12 +5,40 @@
 // Operations (storage RPCs use op codes 100..199) and their bodies, all
 // integers little-endian, built from wire primitives:
 //
-//	OpRead     100  target u32, ino u64, stripe u32, off u64, len u32  -> the bytes read
-//	OpWrite    101  target u32, ino u64, stripe u32, off u64, data (u32 length + bytes) -> version u64
-//	OpTruncate 102  target u32, ino u64, stripe u32, size u64          -> empty
-//	OpSync     103  target u32, ino u64, stripe u32                    -> empty
-//	OpRemove   104  target u32, ino u64, stripe u32                    -> empty
+//	OpRead     106  cap, target u32, ino u64, stripe u32, off u64, len u32  -> the bytes read
+//	OpWrite    107  cap, target u32, ino u64, stripe u32, off u64, data (u32 length + bytes) -> version u64
+//	OpTruncate 108  cap, target u32, ino u64, stripe u32, size u64          -> empty
+//	OpSync     109  cap, target u32, ino u64, stripe u32                    -> empty
+//	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
+//
+// cap is a capability (package capability) as u32 length + bytes, at most
+// MaxCapability; length 0 is none. The Client takes it from the request's
+// ctx (proto.WithCapability). Ops 100..103 were Read, Write, Truncate and
+// Sync without a capability; they are retired (ENOSYS), so an old peer
+// fails plainly instead of being misread.
+//
+// # Authorization
+//
+// The handler authorizes every request before the service sees it, by the
+// peer the transport put in ctx (transport.PeerFrom):
+//   - no peer (an in-process call): trusted;
+//   - a server (RoleMeta, RoleStorage; object GC, later rebuild): trusted,
+//     no capability needed;
+//   - unauthenticated (RoleNone): refused, unless Options.AllowUnauthenticated
+//     (tests over a transport without security), then trusted;
+//   - a client (RoleClient): Read needs a capability that verifies with
+//     Options.CapabilityKey, is not expired (capability.Skew tolerated),
+//     names the object's inode, grants read and, if bound to a holder,
+//     names the peer's certificate name; Write, Truncate and Sync need one
+//     granting write; Remove and RemoveMany are refused.
+//
+// A refusal is EACCES, logged at warn with the peer's address, role, name,
+// the op and the reason, at most once a second (the count of refusals not
+// logged goes with the next line). Verified capabilities are cached by
+// their exact bytes (up to 16384, then the cache starts over), so a
+// client's stream of requests costs a map lookup, not an HMAC, each; expiry
+// and rights are checked on every request.
 //
 // Invariants:
 //   - The Client sends a write's header and its data as separate parts of
@@ -20,7 +48,7 @@
 //     writes (a split write returns the version of its last piece).
 //   - Read buffers are bounded: a read takes its buffer's size (a power of
 //     two, 4 KiB to MaxIO) from its connection's budget
-//     (HandlerOptions.ReadBytesPerConn, default 64 MiB; the connection is
+//     (Options.ReadBytesPerConn, default 64 MiB; the connection is
 //     the transport.Peer's Addr) and then from the server's
 //     (ReadBytesPerServer, default 512 MiB) before the buffer is taken, and
 //     gives it back once the response is written or dropped with the
@@ -30,6 +58,9 @@
 //     pipelines reads and never reads the responses pins at most its
 //     connection's budget. Write bodies are never held past the handler
 //     (DoneWithRequest); the transport bounds request bodies.
+//   - Every Read, Write, Truncate and Sync from a client carries a
+//     capability that allows it; servers' requests need none; clients never
+//     remove objects (see Authorization).
 //   - Decoders never panic and reject truncated input, trailing bytes and
 //     over-long lengths (each is fuzzed). The handler logs a malformed
 //     request and answers EINVAL, an unknown op ENOSYS, and passes on the

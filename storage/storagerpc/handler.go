@@ -17,7 +17,7 @@ import (
 	"github.com/weft-fs/weft/transport"
 )
 
-// Defaults of HandlerOptions.
+// Defaults of Options.
 const (
 	// DefaultReadBytesPerConn bounds the read buffers one connection holds:
 	// four MaxIO reads in flight, enough to keep a client's pipe full.
@@ -29,27 +29,13 @@ const (
 // minReadBuf is the smallest read buffer (the pool's smallest class).
 const minReadBuf = 4 << 10
 
-// HandlerOptions configure a Handler.
-type HandlerOptions struct {
-	Logger *slog.Logger
-	// ReadBytesPerConn bounds the bytes of read buffers held for the
-	// requests of one connection, from before the buffer is taken until its
-	// response has been written (or dropped with the connection). A read
-	// over the budget waits until earlier responses are written or its
-	// connection ends. Default DefaultReadBytesPerConn; raised to MaxIO if
-	// smaller.
-	ReadBytesPerConn int64
-	// ReadBytesPerServer bounds the same over all connections. Default
-	// DefaultReadBytesPerServer; raised to ReadBytesPerConn if smaller.
-	ReadBytesPerServer int64
-}
-
 // Handler serves the storage RPCs. Its Serve method is the
 // transport.Handler.
 type Handler struct {
-	svc  proto.StorageService
-	log  *slog.Logger
-	bufs *bufpool.Pool
+	svc   proto.StorageService
+	log   *slog.Logger
+	guard *guard
+	bufs  *bufpool.Pool
 
 	perConn int64
 	server  *semaphore.Weighted
@@ -71,30 +57,36 @@ type connBudget struct {
 // id and answers ESTALE for a target it does not serve) with the default
 // read budgets. A request that does not decode is logged and answered with
 // EINVAL; an unknown op with ENOSYS. Errors of svc go back as their errno.
-func NewHandler(svc proto.StorageService, log *slog.Logger) transport.Handler {
-	return NewHandlerWith(svc, HandlerOptions{Logger: log}).Serve
+//
+// Before svc sees a request, the handler authorizes it (see doc.go): a
+// client's Read needs a capability granting read on the object's inode,
+// its Write, Truncate and Sync one granting write, and its Remove and
+// RemoveMany are refused; servers and in-process callers need none. A
+// refusal is EACCES, logged at warn (rate-limited).
+func NewHandler(svc proto.StorageService, o Options) transport.Handler {
+	return New(svc, o).Serve
 }
 
-// NewHandlerWith is NewHandler with options.
-func NewHandlerWith(svc proto.StorageService, opts HandlerOptions) *Handler {
-	if opts.Logger == nil {
-		opts.Logger = slog.New(slog.DiscardHandler)
+// New is NewHandler returning the Handler itself (for its counters).
+func New(svc proto.StorageService, o Options) *Handler {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.ReadBytesPerConn <= 0 {
-		opts.ReadBytesPerConn = DefaultReadBytesPerConn
+	if o.ReadBytesPerConn <= 0 {
+		o.ReadBytesPerConn = DefaultReadBytesPerConn
 	}
-	if opts.ReadBytesPerServer <= 0 {
-		opts.ReadBytesPerServer = DefaultReadBytesPerServer
+	if o.ReadBytesPerServer <= 0 {
+		o.ReadBytesPerServer = DefaultReadBytesPerServer
 	}
-	opts.ReadBytesPerConn = max(opts.ReadBytesPerConn, MaxIO)
-	opts.ReadBytesPerServer = max(opts.ReadBytesPerServer, opts.ReadBytesPerConn)
+	o.ReadBytesPerConn = max(o.ReadBytesPerConn, MaxIO)
+	o.ReadBytesPerServer = max(o.ReadBytesPerServer, o.ReadBytesPerConn)
 	return &Handler{
-		svc: svc, log: opts.Logger,
+		svc: svc, log: o.Logger, guard: newGuard(o),
 		// Read buffers are recycled, so serving reads does not allocate
 		// (and zero) a fresh buffer per request.
 		bufs:    bufpool.New(minReadBuf, MaxIO),
-		perConn: opts.ReadBytesPerConn,
-		server:  semaphore.NewWeighted(opts.ReadBytesPerServer),
+		perConn: o.ReadBytesPerConn,
+		server:  semaphore.NewWeighted(o.ReadBytesPerServer),
 		conns:   map[string]*connBudget{},
 	}
 }
@@ -176,6 +168,9 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		if err != nil {
 			return h.bad(op, req, err)
 		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessRead); err != nil {
+			return nil, err
+		}
 		release := func() {}
 		if r.Len > 0 {
 			if release, err = h.acquire(ctx, readCost(r.Len)); err != nil {
@@ -202,6 +197,10 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		if err != nil {
 			return h.bad(op, req, err)
 		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessWrite); err != nil {
+			transport.DoneWithRequest(ctx)
+			return nil, err
+		}
 		v, err := svc.Write(ctx, r.Target, r.Obj, r.Off, r.Data)
 		// The service keeps no reference to the data, so the body is
 		// never held past the handler (the transport bounds bodies).
@@ -215,11 +214,17 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		if err != nil {
 			return h.bad(op, req, err)
 		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessWrite); err != nil {
+			return nil, err
+		}
 		return nil, svc.Truncate(ctx, r.Target, r.Obj, r.Size)
 	case OpSync:
 		r, err := DecodeSync(req)
 		if err != nil {
 			return h.bad(op, req, err)
+		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessWrite); err != nil {
+			return nil, err
 		}
 		return nil, svc.Sync(ctx, r.Target, r.Obj)
 	case OpRemove:
@@ -227,11 +232,17 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		if err != nil {
 			return h.bad(op, req, err)
 		}
+		if err := h.guard.serverOnly(ctx, op); err != nil {
+			return nil, err
+		}
 		return nil, svc.Remove(ctx, r.Target, r.Obj)
 	case OpRemoveMany:
 		r, err := DecodeRemoveMany(req)
 		if err != nil {
 			return h.bad(op, req, err)
+		}
+		if err := h.guard.serverOnly(ctx, op); err != nil {
+			return nil, err
 		}
 		return nil, svc.RemoveMany(ctx, r.Target, r.Objs)
 	}

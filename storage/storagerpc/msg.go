@@ -8,11 +8,15 @@ import (
 )
 
 // Operation codes of the storage RPCs (the storage range is 100..199).
+// Read, Write, Truncate and Sync carry a capability since 106..109; the
+// codes 100..103 of their earlier, capability-less format are retired and
+// answered with ENOSYS, so an old client and a new server (or the reverse)
+// fail plainly instead of misreading each other's requests.
 const (
-	OpRead     uint16 = 100
-	OpWrite    uint16 = 101
-	OpTruncate uint16 = 102
-	OpSync     uint16 = 103
+	OpRead     uint16 = 106
+	OpWrite    uint16 = 107
+	OpTruncate uint16 = 108
+	OpSync     uint16 = 109
 	OpRemove   uint16 = 104
 	// OpRemoveMany removes a list of objects of one target in one round
 	// trip (the metadata server's object GC).
@@ -23,12 +27,16 @@ const (
 // longer lists and the handler refuses them with EINVAL.
 const MaxRemoveMany = 4096
 
+// MaxCapability bounds the capability a request carries (a version-1
+// capability is 60 bytes plus its holder's name of at most 255).
+const MaxCapability = 512
+
 // MaxIO bounds the data of one Read or Write RPC. The Client splits larger
 // requests; the handler refuses larger ones with EINVAL.
 const MaxIO = 16 << 20
 
-// ObjectReq names one object on one target: the whole of Sync and Remove
-// requests, and the start of the others.
+// ObjectReq names one object on one target: the whole of a Remove request,
+// and part of the others.
 type ObjectReq struct {
 	Target proto.TargetID
 	Obj    proto.ObjectID
@@ -38,6 +46,14 @@ func (r ObjectReq) encode(e *wire.Encoder) {
 	e.U32(uint32(r.Target))
 	e.U64(uint64(r.Obj.Ino))
 	e.U32(r.Obj.Stripe)
+}
+
+// A capability is the first field of the requests that carry one.
+func decodeCap(d *wire.Decoder) []byte {
+	if c := d.BytesMax(MaxCapability); len(c) > 0 {
+		return c
+	}
+	return nil
 }
 
 func decodeObject(d *wire.Decoder) ObjectReq {
@@ -50,13 +66,15 @@ func decodeObject(d *wire.Decoder) ObjectReq {
 // ReadReq asks for Len bytes at Off. The response body is the bytes read
 // (shorter than Len at the end of the object).
 type ReadReq struct {
+	Cap []byte // the capability (nil: none)
 	ObjectReq
 	Off uint64
 	Len uint32
 }
 
 func (r ReadReq) Encode() []byte {
-	e := wire.NewEncoder(28)
+	e := wire.NewEncoder(32 + len(r.Cap))
+	e.Bytes(r.Cap)
 	r.encode(e)
 	e.U64(r.Off)
 	e.U32(r.Len)
@@ -65,7 +83,7 @@ func (r ReadReq) Encode() []byte {
 
 func DecodeRead(b []byte) (ReadReq, error) {
 	d := wire.NewDecoder(b)
-	r := ReadReq{ObjectReq: decodeObject(d), Off: d.U64(), Len: d.U32()}
+	r := ReadReq{Cap: decodeCap(d), ObjectReq: decodeObject(d), Off: d.U64(), Len: d.U32()}
 	if err := d.Done(); err != nil {
 		return ReadReq{}, fmt.Errorf("storagerpc: read request: %w", err)
 	}
@@ -78,6 +96,7 @@ func DecodeRead(b []byte) (ReadReq, error) {
 // WriteReq stores Data at Off. The response body is the object's new
 // version (u64).
 type WriteReq struct {
+	Cap []byte // the capability (nil: none)
 	ObjectReq
 	Off  uint64
 	Data []byte
@@ -86,7 +105,8 @@ type WriteReq struct {
 // EncodeHeader returns the request without its data: send it followed by
 // Data as a separate part, so the data is never copied into a buffer.
 func (r WriteReq) EncodeHeader() []byte {
-	e := wire.NewEncoder(28)
+	e := wire.NewEncoder(32 + len(r.Cap))
+	e.Bytes(r.Cap)
 	r.encode(e)
 	e.U64(r.Off)
 	e.U32(uint32(len(r.Data))) // the length prefix of Data
@@ -96,7 +116,7 @@ func (r WriteReq) EncodeHeader() []byte {
 // DecodeWrite decodes a write request; Data aliases b.
 func DecodeWrite(b []byte) (WriteReq, error) {
 	d := wire.NewDecoder(b)
-	r := WriteReq{ObjectReq: decodeObject(d), Off: d.U64(), Data: d.BytesMax(MaxIO)}
+	r := WriteReq{Cap: decodeCap(d), ObjectReq: decodeObject(d), Off: d.U64(), Data: d.BytesMax(MaxIO)}
 	if err := d.Done(); err != nil {
 		return WriteReq{}, fmt.Errorf("storagerpc: write request: %w", err)
 	}
@@ -121,12 +141,14 @@ func DecodeVersion(b []byte) (uint64, error) {
 
 // TruncateReq sets an object's size. The response body is empty.
 type TruncateReq struct {
+	Cap []byte // the capability (nil: none)
 	ObjectReq
 	Size uint64
 }
 
 func (r TruncateReq) Encode() []byte {
-	e := wire.NewEncoder(24)
+	e := wire.NewEncoder(28 + len(r.Cap))
+	e.Bytes(r.Cap)
 	r.encode(e)
 	e.U64(r.Size)
 	return e.B
@@ -134,14 +156,38 @@ func (r TruncateReq) Encode() []byte {
 
 func DecodeTruncate(b []byte) (TruncateReq, error) {
 	d := wire.NewDecoder(b)
-	r := TruncateReq{ObjectReq: decodeObject(d), Size: d.U64()}
+	r := TruncateReq{Cap: decodeCap(d), ObjectReq: decodeObject(d), Size: d.U64()}
 	if err := d.Done(); err != nil {
 		return TruncateReq{}, fmt.Errorf("storagerpc: truncate request: %w", err)
 	}
 	return r, nil
 }
 
-// Encode encodes a Sync or Remove request (they share the format).
+// SyncReq makes an object's acknowledged writes durable. The response body
+// is empty.
+type SyncReq struct {
+	Cap []byte // the capability (nil: none)
+	ObjectReq
+}
+
+func (r SyncReq) Encode() []byte {
+	e := wire.NewEncoder(20 + len(r.Cap))
+	e.Bytes(r.Cap)
+	r.encode(e)
+	return e.B
+}
+
+// DecodeSync decodes a Sync request.
+func DecodeSync(b []byte) (SyncReq, error) {
+	d := wire.NewDecoder(b)
+	r := SyncReq{Cap: decodeCap(d), ObjectReq: decodeObject(d)}
+	if err := d.Done(); err != nil {
+		return SyncReq{}, fmt.Errorf("storagerpc: sync request: %w", err)
+	}
+	return r, nil
+}
+
+// Encode encodes a Remove request.
 func (r ObjectReq) Encode() []byte {
 	e := wire.NewEncoder(16)
 	r.encode(e)
@@ -156,9 +202,6 @@ func decodeObjectReq(what string, b []byte) (ObjectReq, error) {
 	}
 	return r, nil
 }
-
-// DecodeSync decodes a Sync request. The response body is empty.
-func DecodeSync(b []byte) (ObjectReq, error) { return decodeObjectReq("sync", b) }
 
 // DecodeRemove decodes a Remove request. The response body is empty.
 func DecodeRemove(b []byte) (ObjectReq, error) { return decodeObjectReq("remove", b) }

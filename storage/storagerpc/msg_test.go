@@ -10,6 +10,8 @@ import (
 
 var (
 	sampleObj  = ObjectReq{Target: 7, Obj: proto.ObjectID{Ino: 1 << 40, Stripe: 3}}
+	sampleCap  = []byte("a capability, opaque to this package")
+	sampleSync = SyncReq{sampleCap, sampleObj}
 	sampleMany = RemoveManyReq{Target: 9, Objs: []proto.ObjectID{{Ino: 5, Stripe: 0}, {Ino: 1 << 50, Stripe: 7}}}
 )
 
@@ -20,15 +22,16 @@ func TestRoundTrip(t *testing.T) {
 		decode func([]byte) (any, error)
 		want   any
 	}{
-		{"read", ReadReq{sampleObj, 12345, 4096}.Encode, func(b []byte) (any, error) { return DecodeRead(b) }, ReadReq{sampleObj, 12345, 4096}},
+		{"read", ReadReq{sampleCap, sampleObj, 12345, 4096}.Encode, func(b []byte) (any, error) { return DecodeRead(b) }, ReadReq{sampleCap, sampleObj, 12345, 4096}},
 		{"write", func() []byte {
-			r := WriteReq{sampleObj, 99, []byte("data")}
+			r := WriteReq{sampleCap, sampleObj, 99, []byte("data")}
 			return append(r.EncodeHeader(), r.Data...)
-		}, func(b []byte) (any, error) { return DecodeWrite(b) }, WriteReq{sampleObj, 99, []byte("data")}},
-		{"empty write", func() []byte { return WriteReq{sampleObj, 0, []byte{}}.EncodeHeader() },
-			func(b []byte) (any, error) { return DecodeWrite(b) }, WriteReq{sampleObj, 0, []byte{}}},
-		{"truncate", TruncateReq{sampleObj, 1 << 33}.Encode, func(b []byte) (any, error) { return DecodeTruncate(b) }, TruncateReq{sampleObj, 1 << 33}},
-		{"sync", sampleObj.Encode, func(b []byte) (any, error) { return DecodeSync(b) }, sampleObj},
+		}, func(b []byte) (any, error) { return DecodeWrite(b) }, WriteReq{sampleCap, sampleObj, 99, []byte("data")}},
+		{"empty write", func() []byte { return WriteReq{sampleCap, sampleObj, 0, []byte{}}.EncodeHeader() },
+			func(b []byte) (any, error) { return DecodeWrite(b) }, WriteReq{sampleCap, sampleObj, 0, []byte{}}},
+		{"truncate", TruncateReq{sampleCap, sampleObj, 1 << 33}.Encode, func(b []byte) (any, error) { return DecodeTruncate(b) }, TruncateReq{sampleCap, sampleObj, 1 << 33}},
+		{"sync", sampleSync.Encode, func(b []byte) (any, error) { return DecodeSync(b) }, sampleSync},
+		{"read without capability", ReadReq{nil, sampleObj, 1, 2}.Encode, func(b []byte) (any, error) { return DecodeRead(b) }, ReadReq{nil, sampleObj, 1, 2}},
 		{"remove", sampleObj.Encode, func(b []byte) (any, error) { return DecodeRemove(b) }, sampleObj},
 		{"remove many", sampleMany.Encode, func(b []byte) (any, error) { return DecodeRemoveMany(b) }, sampleMany},
 		{"remove none", RemoveManyReq{Target: 1, Objs: []proto.ObjectID{}}.Encode, func(b []byte) (any, error) { return DecodeRemoveMany(b) },
@@ -55,10 +58,10 @@ func TestRoundTrip(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
-	if _, err := DecodeRead(ReadReq{sampleObj, 0, MaxIO + 1}.Encode()); err == nil {
+	if _, err := DecodeRead(ReadReq{sampleCap, sampleObj, 0, MaxIO + 1}.Encode()); err == nil {
 		t.Fatal("read over MaxIO accepted")
 	}
-	if _, err := DecodeRead(ReadReq{sampleObj, 0, MaxIO}.Encode()); err != nil {
+	if _, err := DecodeRead(ReadReq{sampleCap, sampleObj, 0, MaxIO}.Encode()); err != nil {
 		t.Fatal(err)
 	}
 	many := RemoveManyReq{Target: 1, Objs: make([]proto.ObjectID, MaxRemoveMany+1)}
@@ -72,14 +75,18 @@ func TestLimits(t *testing.T) {
 	if _, err := DecodeRemoveMany(lie); err == nil {
 		t.Fatal("remove-many with a count larger than its body accepted")
 	}
-	big := WriteReq{sampleObj, 0, make([]byte, MaxIO+1)}
+	long := ReadReq{make([]byte, MaxCapability+1), sampleObj, 0, 1}
+	if _, err := DecodeRead(long.Encode()); err == nil {
+		t.Fatal("capability over MaxCapability accepted")
+	}
+	big := WriteReq{sampleCap, sampleObj, 0, make([]byte, MaxIO+1)}
 	if _, err := DecodeWrite(append(big.EncodeHeader(), big.Data...)); err == nil {
 		t.Fatal("write over MaxIO accepted")
 	}
 }
 
 func FuzzDecodeRead(f *testing.F) {
-	f.Add(ReadReq{sampleObj, 1, 2}.Encode())
+	f.Add(ReadReq{sampleCap, sampleObj, 1, 2}.Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := DecodeRead(b); err == nil && !bytes.Equal(r.Encode(), b) {
 			t.Fatalf("%+v does not re-encode to its input", r)
@@ -88,7 +95,7 @@ func FuzzDecodeRead(f *testing.F) {
 }
 
 func FuzzDecodeWrite(f *testing.F) {
-	r := WriteReq{sampleObj, 5, []byte("abc")}
+	r := WriteReq{sampleCap, sampleObj, 5, []byte("abc")}
 	f.Add(append(r.EncodeHeader(), r.Data...))
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := DecodeWrite(b); err == nil && !bytes.Equal(append(r.EncodeHeader(), r.Data...), b) {
@@ -98,7 +105,7 @@ func FuzzDecodeWrite(f *testing.F) {
 }
 
 func FuzzDecodeTruncate(f *testing.F) {
-	f.Add(TruncateReq{sampleObj, 9}.Encode())
+	f.Add(TruncateReq{sampleCap, sampleObj, 9}.Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := DecodeTruncate(b); err == nil && !bytes.Equal(r.Encode(), b) {
 			t.Fatalf("%+v does not re-encode to its input", r)
@@ -107,7 +114,7 @@ func FuzzDecodeTruncate(f *testing.F) {
 }
 
 func FuzzDecodeSync(f *testing.F) {
-	f.Add(sampleObj.Encode())
+	f.Add(sampleSync.Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := DecodeSync(b); err == nil && !bytes.Equal(r.Encode(), b) {
 			t.Fatalf("%+v does not re-encode to its input", r)

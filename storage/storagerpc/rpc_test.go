@@ -24,7 +24,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 var ctx = context.Background()
 
 // newServer returns a storage server with targets 1 and 2 in memory.
-func newServer(t *testing.T) *storage.Server {
+func newServer(t testing.TB) *storage.Server {
 	srv := storage.NewServer()
 	fs := vfs.NewMem(1 << 30)
 	for _, id := range []proto.TargetID{1, 2} {
@@ -46,7 +46,7 @@ func newServer(t *testing.T) *storage.Server {
 
 func TestHandlerDirect(t *testing.T) {
 	log, lb := testutil.NewLogger()
-	h := storagerpc.NewHandler(newServer(t), log)
+	h := storagerpc.NewHandler(newServer(t), storagerpc.Options{Logger: log})
 	obj := storagerpc.ObjectReq{Target: 1, Obj: proto.ObjectID{Ino: 3}}
 	w := storagerpc.WriteReq{ObjectReq: obj, Off: 10, Data: []byte("hello")}
 	resp, err := h(ctx, storagerpc.OpWrite, append(w.EncodeHeader(), w.Data...))
@@ -63,7 +63,7 @@ func TestHandlerDirect(t *testing.T) {
 	if _, err := h(ctx, storagerpc.OpTruncate, storagerpc.TruncateReq{ObjectReq: obj, Size: 12}.Encode()); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h(ctx, storagerpc.OpSync, obj.Encode()); err != nil {
+	if _, err := h(ctx, storagerpc.OpSync, storagerpc.SyncReq{ObjectReq: obj}.Encode()); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := h(ctx, storagerpc.OpRemove, obj.Encode()); err != nil {
@@ -77,7 +77,8 @@ func TestHandlerDirect(t *testing.T) {
 		errno syscall.Errno
 		log   string
 	}{
-		{"unknown target", storagerpc.OpSync, storagerpc.ObjectReq{Target: 9}.Encode(), syscall.ESTALE, ""},
+		{"unknown target", storagerpc.OpSync, storagerpc.SyncReq{ObjectReq: storagerpc.ObjectReq{Target: 9}}.Encode(), syscall.ESTALE, ""},
+		{"retired read without capability", 100, obj.Encode(), syscall.ENOSYS, "unknown op"},
 		{"malformed read", storagerpc.OpRead, []byte{1, 2, 3}, syscall.EINVAL, "malformed request"},
 		{"malformed write", storagerpc.OpWrite, append(w.EncodeHeader(), 'x'), syscall.EINVAL, "malformed request"},
 		{"trailing bytes", storagerpc.OpRemove, append(obj.Encode(), 0), syscall.EINVAL, "malformed request"},
@@ -194,14 +195,15 @@ func exercise(t *testing.T, pool *transport.Pool, addr string) {
 }
 
 func TestClientLoopback(t *testing.T) {
-	pool := transport.NewPool(loopback{storagerpc.NewHandler(newServer(t), nil)}, transport.PoolOptions{})
+	pool := transport.NewPool(loopback{storagerpc.NewHandler(newServer(t), storagerpc.Options{})}, transport.PoolOptions{})
 	defer pool.Close()
 	exercise(t, pool, "loopback")
 }
 
 func TestClientTCP(t *testing.T) {
 	tcp := transport.NewTCP()
-	ln, err := tcp.Listen("127.0.0.1:0", storagerpc.NewHandler(newServer(t), nil))
+	// A transport without security: its peers did not authenticate.
+	ln, err := tcp.Listen("127.0.0.1:0", storagerpc.NewHandler(newServer(t), storagerpc.Options{AllowUnauthenticated: true}))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,7 +216,7 @@ func TestClientTCP(t *testing.T) {
 // TestRemoveManyOldServer: a server that predates OpRemoveMany answers
 // ENOSYS, and the client removes the objects one by one instead.
 func TestRemoveManyOldServer(t *testing.T) {
-	h := storagerpc.NewHandler(newServer(t), nil)
+	h := storagerpc.NewHandler(newServer(t), storagerpc.Options{})
 	var manyCalls, removeCalls int
 	old := func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
 		switch op {

@@ -190,7 +190,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		}
 		obj := proto.ObjectID{Ino: a.Ino}
 		if err := call(func(ctx context.Context) error {
-			_, err := storage.Write(ctx, a.Layout.Targets[0], obj, 0, data)
+			// Storage serves clients only with a capability.
+			cp, err := meta.Capability(ctx, a.Ino, proto.AccessWrite)
+			if err != nil {
+				return err
+			}
+			_, err = storage.Write(proto.WithCapability(ctx, cp), a.Layout.Targets[0], obj, 0, data)
 			return err
 		}); err != nil {
 			return fmt.Errorf("write %s: %w", in.Name, err)

@@ -94,7 +94,7 @@ func TestRun(t *testing.T) {
 	}
 	storageDone := make(chan error, 1)
 	go func() {
-		storageDone <- storage.Run(ctx, storage.Config{ListenAddr: "127.0.0.1:0", MetaAddr: metaAddr, Targets: []string{targetDir}, HeartbeatInterval: 50 * time.Millisecond})
+		storageDone <- storage.Run(ctx, storage.Config{ListenAddr: "127.0.0.1:0", MetaAddr: metaAddr, Targets: []string{targetDir}, HeartbeatInterval: 50 * time.Millisecond, AllowUnauthenticated: true})
 	}()
 	t.Cleanup(func() {
 		cancel()

@@ -1,0 +1,151 @@
+package storagerpc
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/capability"
+	"github.com/weft-fs/weft/internal/ratelog"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
+)
+
+// Options configure a Handler.
+type Options struct {
+	Logger *slog.Logger
+	// CapabilityKey verifies the capabilities clients attach (the key the
+	// metadata server signs them with). Nil: every request that needs a
+	// capability is refused.
+	CapabilityKey *capability.Key
+	// AllowUnauthenticated trusts peers that did not authenticate
+	// (transport.RoleNone) as it trusts servers: no capability needed.
+	// Tests that serve storage over a transport without security set it;
+	// the weft binary never does.
+	AllowUnauthenticated bool
+	// Now is the clock capabilities are checked against; default time.Now.
+	Now func() time.Time
+
+	// ReadBytesPerConn bounds the bytes of read buffers held for the
+	// requests of one connection, from before the buffer is taken until its
+	// response has been written (or dropped with the connection). A read
+	// over the budget waits until earlier responses are written or its
+	// connection ends. Default DefaultReadBytesPerConn; raised to MaxIO if
+	// smaller.
+	ReadBytesPerConn int64
+	// ReadBytesPerServer bounds the same over all connections. Default
+	// DefaultReadBytesPerServer; raised to ReadBytesPerConn if smaller.
+	ReadBytesPerServer int64
+}
+
+// guard decides whether a request may reach the service, by the peer's role
+// and, for clients, the capability the request carries.
+type guard struct {
+	key         *capability.Key
+	allowUnauth bool
+	now         func() time.Time
+	log         *slog.Logger
+	refusals    ratelog.Limiter
+
+	verified sync.Map     // string(capability) -> capability.Capability, see verify
+	cached   atomic.Int64 // entries stored in verified since it was cleared
+}
+
+func newGuard(o Options) *guard {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &guard{key: o.CapabilityKey, allowUnauth: o.AllowUnauthenticated, now: o.Now, log: o.Logger}
+}
+
+// trusted reports whether the request's peer needs no capability: an
+// in-process call (no peer in ctx), a server (meta or storage
+// credentials), or an unauthenticated peer when that is allowed. A
+// refusal (an unauthenticated peer not allowed) is returned as err.
+func (g *guard) trusted(ctx context.Context, op uint16) (transport.Peer, bool, error) {
+	p, ok := transport.PeerFrom(ctx)
+	switch {
+	case !ok, p.Role.IsServer():
+		return p, true, nil
+	case p.Role == transport.RoleNone:
+		if g.allowUnauth {
+			return p, true, nil
+		}
+		return p, false, g.refuse(p, op, "peer did not authenticate")
+	}
+	return p, false, nil
+}
+
+// object authorizes access want to obj with the capability c.
+func (g *guard) object(ctx context.Context, op uint16, c []byte, obj proto.ObjectID, want proto.Access) error {
+	p, ok, err := g.trusted(ctx, op)
+	if ok || err != nil {
+		return err
+	}
+	if g.key == nil {
+		return g.refuse(p, op, "no capability key configured")
+	}
+	cp, err := g.verify(c)
+	if err == nil {
+		err = cp.Allows(obj.Ino, want, p.Name)
+	}
+	if err != nil {
+		return g.refuse(p, op, err.Error())
+	}
+	return nil
+}
+
+// verify verifies c, or finds it verified before: a client sends the same
+// capability with every request of a file for minutes, and a map lookup
+// costs a fraction of an HMAC. The cache key is the whole capability,
+// MAC included, so only the very bytes that verified hit; the expiry is
+// checked on every use.
+func (g *guard) verify(c []byte) (capability.Capability, error) {
+	now := g.now()
+	if v, ok := g.verified.Load(string(c)); ok {
+		cp := v.(capability.Capability)
+		if now.After(cp.Expiry.Add(capability.Skew)) {
+			g.verified.Delete(string(c))
+			return g.key.Verify(c, now) // for its error
+		}
+		return cp, nil
+	}
+	cp, err := g.key.Verify(c, now)
+	if err != nil {
+		return cp, err
+	}
+	if g.cached.Add(1) > maxVerified {
+		// Full (of mostly expired entries, or a client minting many
+		// opens): start over rather than track ages.
+		g.verified.Clear()
+		g.cached.Store(1)
+	}
+	g.verified.Store(string(c), cp)
+	return cp, nil
+}
+
+// maxVerified bounds the cache of verified capabilities (~200 bytes each).
+const maxVerified = 16384
+
+// serverOnly refuses clients: removing objects is for the metadata
+// server's GC (and later rebuild), on server credentials.
+func (g *guard) serverOnly(ctx context.Context, op uint16) error {
+	p, ok, err := g.trusted(ctx, op)
+	if ok || err != nil {
+		return err
+	}
+	return g.refuse(p, op, "only servers may remove objects")
+}
+
+// refuse logs the refusal at warn (rate-limited, with a count of those not
+// logged, so a flood of bad requests cannot fill the log) and returns
+// EACCES.
+func (g *guard) refuse(p transport.Peer, op uint16, why string) error {
+	g.refusals.Warn(g.log, "storagerpc: request refused", "peer", p.Addr, "role", string(p.Role), "name", p.Name,
+		"op", OpName(op), "why", why)
+	return fmt.Errorf("storagerpc: %s refused: %s: %w", OpName(op), why, syscall.EACCES)
+}
