@@ -4,6 +4,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Frame states, guarded by frameWriter.mu.
@@ -46,6 +47,9 @@ const (
 type frameWriter struct {
 	nc     net.Conn
 	onFail func(error) // called once, by whoever saw a write fail
+	// stall, if positive, bounds each write: a peer that takes no bytes
+	// for that long fails the connection (server connections only).
+	stall time.Duration
 
 	mu    sync.Mutex
 	queue []*outFrame
@@ -198,6 +202,9 @@ func (w *frameWriter) write(batch []*outFrame) error {
 				bufs = append(bufs, p)
 			}
 		}
+	}
+	if w.stall > 0 {
+		_ = w.nc.SetWriteDeadline(time.Now().Add(w.stall))
 	}
 	b := bufs // WriteTo consumes its receiver
 	_, err := b.WriteTo(w.nc)

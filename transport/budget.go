@@ -1,0 +1,77 @@
+package transport
+
+import (
+	"sync"
+	"time"
+)
+
+// byteBudget bounds the request-body bytes a transport's listeners hold.
+// Readers take bytes as a body's data arrives and wait, up to a deadline,
+// when the budget is spent; handlers give them back once done.
+type byteBudget struct {
+	total int64 // 0 = no bound
+
+	mu      sync.Mutex
+	used    int64
+	changed chan struct{} // closed and replaced whenever bytes are given back
+}
+
+func newByteBudget(total int64) *byteBudget {
+	return &byteBudget{total: total, changed: make(chan struct{})}
+}
+
+// acquire takes n bytes, waiting until deadline (or done closes) for them;
+// it reports whether it got them. A request for more than the whole
+// budget waits for all of it.
+func (b *byteBudget) acquire(n int64, deadline time.Time, done <-chan struct{}) bool {
+	if b.total <= 0 || n <= 0 {
+		return true
+	}
+	var t *time.Timer
+	for {
+		b.mu.Lock()
+		if b.used == 0 || b.used+n <= b.total {
+			b.used += n
+			b.mu.Unlock()
+			if t != nil {
+				t.Stop()
+			}
+			return true
+		}
+		ch := b.changed
+		b.mu.Unlock()
+		if t == nil {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(DefaultFrameTimeout)
+			}
+			t = time.NewTimer(time.Until(deadline))
+		}
+		select {
+		case <-ch:
+		case <-t.C:
+			return false
+		case <-done:
+			t.Stop()
+			return false
+		}
+	}
+}
+
+// release gives back n bytes.
+func (b *byteBudget) release(n int64) {
+	if b.total <= 0 || n <= 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used -= n
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.mu.Unlock()
+}
+
+// inUse returns the bytes taken now.
+func (b *byteBudget) inUse() int64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.used
+}
