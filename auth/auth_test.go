@@ -1,0 +1,117 @@
+package auth
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/transport"
+)
+
+func TestGenerateClusterLoad(t *testing.T) {
+	dir := t.TempDir()
+	if err := GenerateCluster(dir); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []transport.Role{transport.RoleMeta, transport.RoleStorage, transport.RoleClient} {
+		k, err := Load(filepath.Join(dir, string(r)))
+		if err != nil {
+			t.Fatalf("%s: %v", r, err)
+		}
+		if k.Role() != r || k.Name() != string(r) {
+			t.Errorf("%s: role %q name %q", r, k.Role(), k.Name())
+		}
+		if got := len(k.CapabilityKey()); (r == transport.RoleClient) != (got == 0) || (got != 0 && got != CapabilityKeySize) {
+			t.Errorf("%s: capability key of %d bytes", r, got)
+		}
+	}
+	m, _ := Load(filepath.Join(dir, "meta"))
+	s, _ := Load(filepath.Join(dir, "storage"))
+	if string(m.CapabilityKey()) != string(s.CapabilityKey()) {
+		t.Error("meta and storage bundles have different capability keys")
+	}
+	if _, err := os.Stat(filepath.Join(dir, "meta", CAKeyFile)); err == nil {
+		t.Error("ca.key copied into a bundle")
+	}
+	if err := GenerateCluster(dir); err == nil || !strings.Contains(err.Error(), "refusing to overwrite") {
+		t.Errorf("second GenerateCluster: %v", err)
+	}
+}
+
+func TestLoadRefuses(t *testing.T) {
+	dir := t.TempDir()
+	if err := GenerateCluster(dir); err != nil {
+		t.Fatal(err)
+	}
+	other := t.TempDir()
+	if err := GenerateCluster(other); err != nil {
+		t.Fatal(err)
+	}
+	copyFile := func(src, dst string) {
+		b, err := os.ReadFile(src)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(dst, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cases := []struct {
+		name  string
+		setup func(b string)
+		want  string
+	}{
+		{"loose node.key", func(b string) { os.Chmod(filepath.Join(b, NodeKeyFile), 0o640) }, "chmod 600 " + "BUNDLE/node.key"},
+		{"loose capability.key", func(b string) { os.Chmod(filepath.Join(b, CapabilityKeyFile), 0o604) }, "chmod 600 BUNDLE/capability.key"},
+		{"no node.crt", func(b string) { os.Remove(filepath.Join(b, NodeCertFile)) }, "BUNDLE/node.crt is missing: make a cluster key set with `weft keygen"},
+		{"no capability.key", func(b string) { os.Remove(filepath.Join(b, CapabilityKeyFile)) }, "capability.key is missing"},
+		{"other CA", func(b string) {
+			os.Remove(filepath.Join(b, CACertFile))
+			copyFile(filepath.Join(other, "ca", CACertFile), filepath.Join(b, CACertFile))
+		}, "not a valid certificate of this bundle's cluster CA"},
+		{"key of another node", func(b string) {
+			os.Remove(filepath.Join(b, NodeKeyFile))
+			copyFile(filepath.Join(other, "storage", NodeKeyFile), filepath.Join(b, NodeKeyFile))
+		}, "does not match"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			b := filepath.Join(t.TempDir(), "bundle")
+			if err := Issue(filepath.Join(dir, "ca"), transport.RoleStorage, "s1", b); err != nil {
+				t.Fatal(err)
+			}
+			c.setup(b)
+			_, err := Load(b)
+			want := strings.ReplaceAll(c.want, "BUNDLE", b)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Fatalf("Load: %v, want %q", err, want)
+			}
+		})
+	}
+}
+
+func TestExpiredCertificate(t *testing.T) {
+	dir := t.TempDir()
+	if err := NewCA(filepath.Join(dir, "ca")); err != nil {
+		t.Fatal(err)
+	}
+	b := filepath.Join(dir, "old")
+	if err := issue(filepath.Join(dir, "ca"), transport.RoleClient, "old", b, time.Now().Add(-48*time.Hour), 24*time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Load(b); err == nil || !strings.Contains(err.Error(), "expired") {
+		t.Fatalf("Load of an expired bundle: %v", err)
+	}
+}
+
+func TestIssueBadRole(t *testing.T) {
+	dir := t.TempDir()
+	if err := NewCA(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := Issue(dir, "admin", "x", t.TempDir()); err == nil {
+		t.Fatal("Issue with role admin succeeded")
+	}
+}
