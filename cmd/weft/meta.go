@@ -79,13 +79,15 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 // runMeta serves the metadata service. Its storage client removes the
 // objects of deleted files from the targets.
 func runMeta(ctx context.Context, o *metaOptions) error {
-	d, err := o.start()
+	d, err := o.start("weft meta", transport.RoleMeta)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
+	// TODO(lead, sec-cap): pass d.keys.CapabilityKey() as the metadata
+	// server's CapabilityKey once meta.Config has it.
 	return meta.Run(ctx, meta.Config{
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,

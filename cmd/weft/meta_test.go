@@ -53,7 +53,7 @@ log_format = "json"
 		t.Fatal(err)
 	}
 	want := metaOptions{Listen: "127.0.0.1:9000", Data: dir, HeartbeatTimeout: units.Duration(45 * time.Second),
-		daemonOptions: daemonOptions{logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
+		daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
 	if got != want {
 		t.Fatalf("resolved %+v, want %+v", got, want)
 	}

@@ -114,13 +114,15 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 // pooled connection that redials by itself, so the storage server may start
 // before the metadata server.
 func runStorage(ctx context.Context, o *storageOptions) error {
-	d, err := o.start()
+	d, err := o.start("weft storage", transport.RoleStorage)
 	if err != nil {
 		return err
 	}
 	defer d.stop()
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
+	// TODO(lead, sec-cap): pass d.keys.CapabilityKey() as the storage
+	// server's CapabilityKey once storage.Config has it.
 	return storage.Run(ctx, storage.Config{
 		ListenAddr:        o.Listen,
 		AdvertiseAddr:     o.Advertise,

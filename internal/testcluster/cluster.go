@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weft-fs/weft/auth"
 	"net"
 	"os"
 	"os/exec"
@@ -136,10 +137,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 	}
 	t.Cleanup(c.cleanup)
+	// One key set per cluster; every process gets the bundle of its role.
+	if err := auth.GenerateCluster(filepath.Join(dir, "keys")); err != nil {
+		t.Fatal(err)
+	}
 
 	c.meta = &proc{name: "meta", addr: freeAddr(t), log: c.logPath("meta")}
 	c.meta.args = func() []string {
-		a := []string{"meta", "--listen", c.metaListen(), "--data", filepath.Join(c.dir, "meta")}
+		a := []string{"meta", "--listen", c.metaListen(), "--data", filepath.Join(c.dir, "meta"), "--keys", c.Keys("meta")}
 		return append(a, c.opts.MetaArgs...)
 	}
 	c.targets = make([][]string, opts.Servers)
@@ -160,7 +165,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			p.addr, p.netns = c.nets.storageAddr(i), c.nets.name(i)
 		}
 		p.args = func() []string {
-			a := []string{"storage", "--listen", p.addr, "--meta", c.storageMetaAddr(i)}
+			a := []string{"storage", "--listen", p.addr, "--meta", c.storageMetaAddr(i), "--keys", c.Keys("storage")}
 			for _, td := range c.targets[i] {
 				a = append(a, "--target", td)
 			}
@@ -183,6 +188,22 @@ func Start(t testing.TB, opts Options) *Cluster {
 }
 
 func (c *Cluster) logPath(name string) string { return filepath.Join(c.dir, "logs", name+".log") }
+
+// Keys returns the directory of the cluster's key bundle for role (meta,
+// storage, client; "ca" is the CA), for processes a test starts itself.
+func (c *Cluster) Keys(role string) string { return filepath.Join(c.dir, "keys", role) }
+
+// GenerateKeys makes a cluster key set in a temporary directory removed at
+// cleanup and returns it: bundles in DIR/meta, DIR/storage, DIR/client, the
+// CA in DIR/ca. For tests that start weft processes without a Cluster.
+func GenerateKeys(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "keys")
+	if err := auth.GenerateCluster(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 // Dir is the cluster's temporary directory (meta/, target-*/, mnt-*/, logs/).
 func (c *Cluster) Dir() string { return c.dir }
@@ -370,7 +391,7 @@ func (c *Cluster) AddMount() int {
 	mnt := filepath.Join(c.dir, fmt.Sprintf("mnt-%d", i))
 	p := &proc{name: fmt.Sprintf("mount-%d", i), log: c.logPath(fmt.Sprintf("mount-%d", i))}
 	p.args = func() []string {
-		a := []string{"mount", "--meta", c.meta.addr, "--timeout", c.opts.Timeout, "--allow-other"}
+		a := []string{"mount", "--meta", c.meta.addr, "--timeout", c.opts.Timeout, "--allow-other", "--keys", c.Keys("client")}
 		if c.opts.CacheLimit != "" {
 			a = append(a, "--cache-limit", c.opts.CacheLimit)
 		}
