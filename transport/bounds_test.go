@@ -265,3 +265,18 @@ func TestConnectionLimit(t *testing.T) {
 		return err == nil
 	})
 }
+
+// Without Security every request still carries its Peer, with RoleNone.
+func TestPeerWithoutSecurity(t *testing.T) {
+	l := serve(t, NewTCP(), func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+		p, ok := PeerFrom(ctx)
+		if !ok || p.Role != RoleNone || p.Addr == "" {
+			return nil, syscall.EINVAL
+		}
+		return []byte(p.Addr), nil
+	})
+	c := dial(t, NewTCP(), l.Addr())
+	if _, err := c.Call(context.Background(), 1); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -3,6 +3,7 @@ package transport_test
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"errors"
 	"io"
 	"log/slog"
@@ -268,4 +269,152 @@ func waitFor(t *testing.T, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// sniff is a TCP proxy to target that records what the client sends.
+type sniff struct {
+	ln  net.Listener
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func newSniff(t *testing.T, target string) *sniff {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sniff{ln: ln}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { ln.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			u, err := net.Dial("tcp", target)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			wg.Add(2)
+			go func() {
+				defer wg.Done()
+				defer u.Close()
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := c.Read(buf)
+					if n > 0 {
+						s.mu.Lock()
+						s.buf.Write(buf[:n])
+						s.mu.Unlock()
+						if _, werr := u.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						return
+					}
+				}
+			}()
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				_, _ = io.Copy(c, u)
+			}()
+		}
+	}()
+	return s
+}
+
+func (s *sniff) saw(b []byte) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Contains(s.buf.Bytes(), b)
+}
+
+// Without encryption frames cross the wire in the clear after the
+// handshake; with it (asked by the client or required by the server) they
+// do not.
+func TestEncryptionOnTheWire(t *testing.T) {
+	secret := []byte("weft-secret-payload-0123456789")
+	for _, c := range []struct {
+		name         string
+		srvEnc, cEnc bool
+		clear        bool
+	}{{"off", false, false, true}, {"client asks", false, true, false}, {"server requires", true, false, false}} {
+		t.Run(c.name, func(t *testing.T) {
+			srv, _ := secureTransport(t, keys(t, "storage"), c.srvEnc, transport.TCPOptions{})
+			l := listen(t, srv, peerEcho)
+			sn := newSniff(t, l.Addr())
+			cli, _ := secureTransport(t, keys(t, "client"), c.cEnc, transport.TCPOptions{})
+			conn, err := cli.Dial(context.Background(), sn.ln.Addr().String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			if _, err := conn.Call(context.Background(), 7, secret); err != nil {
+				t.Fatal(err)
+			}
+			if got := sn.saw(secret); got != c.clear {
+				t.Fatalf("payload visible on the wire: %v, want %v", got, c.clear)
+			}
+		})
+	}
+}
+
+// Peers of different hello versions refuse each other, naming both
+// versions; the client's error matches EPROTO.
+func TestHelloVersionMismatch(t *testing.T) {
+	sec := keys(t, "storage").Security(false)
+	ln, err := tls.Listen("tcp", "127.0.0.1:0", sec.ServerTLS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		var b [8]byte
+		if _, err := io.ReadFull(c, b[:]); err != nil {
+			return
+		}
+		copy(b[:], "WFTH")
+		b[4], b[5], b[6], b[7] = 9, 0, 0, 1 // version 9, status: bad version
+		_, _ = c.Write(b[:])
+	}()
+	cli, _ := secureTransport(t, keys(t, "client"), false, transport.TCPOptions{})
+	_, err = cli.Dial(context.Background(), ln.Addr().String())
+	if err == nil || !errors.Is(err, syscall.EPROTO) || !strings.Contains(err.Error(), "server speaks protocol version 9, this client version 1") {
+		t.Fatalf("dial of a version-9 server: %v", err)
+	}
+
+	// A version-9 client against a real server: refused with the server's version.
+	srv, lb := secureTransport(t, keys(t, "storage"), false, transport.TCPOptions{})
+	l := listen(t, srv, peerEcho)
+	ccfg := keys(t, "client").Security(false).ClientTLS
+	tc, err := tls.Dial("tcp", l.Addr(), ccfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tc.Close()
+	hello := []byte("WFTH\x09\x00\x00\x00")
+	if _, err := tc.Write(hello); err != nil {
+		t.Fatal(err)
+	}
+	var b [8]byte
+	if _, err := io.ReadFull(tc, b[:]); err != nil {
+		t.Fatal(err)
+	}
+	if string(b[:4]) != "WFTH" || b[4] != 1 || b[7] != 1 {
+		t.Fatalf("server's answer to a version-9 hello: %q", b)
+	}
+	waitFor(t, func() bool {
+		return strings.Contains(lb.String(), "client speaks protocol version 9, this server version 1")
+	})
 }
