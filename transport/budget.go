@@ -13,7 +13,8 @@ type byteBudget struct {
 
 	mu      sync.Mutex
 	used    int64
-	changed chan struct{} // closed and replaced whenever bytes are given back
+	waiters int           // acquirers waiting on changed
+	changed chan struct{} // closed and replaced when bytes are given back while some wait
 }
 
 func newByteBudget(total int64) *byteBudget {
@@ -39,6 +40,7 @@ func (b *byteBudget) acquire(n int64, deadline time.Time, done <-chan struct{}) 
 			return true
 		}
 		ch := b.changed
+		b.waiters++
 		b.mu.Unlock()
 		if t == nil {
 			if deadline.IsZero() {
@@ -46,12 +48,18 @@ func (b *byteBudget) acquire(n int64, deadline time.Time, done <-chan struct{}) 
 			}
 			t = time.NewTimer(time.Until(deadline))
 		}
+		var ok bool
 		select {
 		case <-ch:
+			ok = true
 		case <-t.C:
-			return false
 		case <-done:
 			t.Stop()
+		}
+		b.mu.Lock()
+		b.waiters--
+		b.mu.Unlock()
+		if !ok {
 			return false
 		}
 	}
@@ -64,8 +72,10 @@ func (b *byteBudget) release(n int64) {
 	}
 	b.mu.Lock()
 	b.used -= n
-	close(b.changed)
-	b.changed = make(chan struct{})
+	if b.waiters > 0 {
+		close(b.changed)
+		b.changed = make(chan struct{})
+	}
 	b.mu.Unlock()
 }
 

@@ -202,6 +202,10 @@ type serverConn struct {
 	// lastActive is when a request last arrived or a response was last
 	// written (UnixNano), for IdleTimeout.
 	lastActive atomic.Int64
+	// The reader's read deadline (zero: none), and whether it is the idle
+	// deadline (else a frame's). Only the reader uses them.
+	readDeadline time.Time
+	idleDeadline bool
 }
 
 // request is one request read from the connection, waiting for a worker.
@@ -277,12 +281,13 @@ func (sc *serverConn) readLoop() error {
 		if err := sc.awaitFrame(br); err != nil {
 			return err
 		}
+		// A frame already in the buffer is read without blocking: no
+		// deadline to set (the common case of small requests).
 		var frameDeadline time.Time
-		if t.frameTimeout > 0 {
+		if t.frameTimeout > 0 && !frameBuffered(br) {
 			frameDeadline = time.Now().Add(t.frameTimeout)
 			_ = sc.nc.SetReadDeadline(frameDeadline)
-		} else if t.idleTimeout > 0 {
-			_ = sc.nc.SetReadDeadline(time.Time{})
+			sc.readDeadline, sc.idleDeadline = frameDeadline, false
 		}
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
 			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
@@ -321,18 +326,25 @@ func (sc *serverConn) readLoop() error {
 
 // awaitFrame waits for the first byte of the next frame, closing the
 // connection (returning an error) once it has been idle for IdleTimeout:
-// no request in flight, none arriving, no response written.
+// no request in flight, none arriving, no response written. The idle
+// deadline is set only when a frame deadline replaced it; when it passes
+// while the connection was in use, it is moved on and the wait goes on.
 func (sc *serverConn) awaitFrame(br *bufio.Reader) error {
-	idle := sc.l.t.idleTimeout
 	if br.Buffered() > 0 {
 		return nil
 	}
-	for {
-		if idle > 0 {
-			_ = sc.nc.SetReadDeadline(time.Unix(0, sc.lastActive.Load()).Add(idle))
-		} else {
+	idle := sc.l.t.idleTimeout
+	if idle <= 0 {
+		if !sc.readDeadline.IsZero() {
 			_ = sc.nc.SetReadDeadline(time.Time{})
+			sc.readDeadline = time.Time{}
 		}
+	} else if !sc.idleDeadline {
+		sc.readDeadline = time.Unix(0, sc.lastActive.Load()).Add(idle)
+		_ = sc.nc.SetReadDeadline(sc.readDeadline)
+		sc.idleDeadline = true
+	}
+	for {
 		_, err := br.Peek(1)
 		if err == nil {
 			return nil
@@ -345,14 +357,27 @@ func (sc *serverConn) awaitFrame(br *bufio.Reader) error {
 		}
 		if len(sc.sem) > 0 {
 			sc.lastActive.Store(time.Now().UnixNano())
-			continue
 		}
-		if time.Since(time.Unix(0, sc.lastActive.Load())) < idle {
+		if last := time.Unix(0, sc.lastActive.Load()); time.Since(last) < idle {
+			sc.readDeadline = last.Add(idle)
+			_ = sc.nc.SetReadDeadline(sc.readDeadline)
 			continue
 		}
 		sc.l.log.Debug("transport: closing idle connection", "remote", sc.remote, "idle_timeout", idle)
 		return errIdleServer
 	}
+}
+
+// frameBuffered reports whether the whole next frame (header and body) is
+// in br's buffer. A malformed header counts as buffered: reading it does
+// not block either.
+func frameBuffered(br *bufio.Reader) bool {
+	if br.Buffered() < HeaderSize {
+		return false
+	}
+	hb, _ := br.Peek(HeaderSize)
+	h, err := decodeHeader(hb)
+	return err != nil || br.Buffered() >= HeaderSize+int(h.length)
 }
 
 var errIdleServer = errors.New("transport: connection idle")

@@ -48,8 +48,12 @@ type frameWriter struct {
 	nc     net.Conn
 	onFail func(error) // called once, by whoever saw a write fail
 	// stall, if positive, bounds each write: a peer that takes no bytes
-	// for that long fails the connection (server connections only).
-	stall time.Duration
+	// for that long fails the connection (server connections only). The
+	// deadline is moved on only when it is more than stall/8 old, so a
+	// write may fail after 7/8 of stall; deadlineSet is when it last was
+	// (used by the holder of busy only).
+	stall       time.Duration
+	deadlineSet time.Time
 
 	mu    sync.Mutex
 	queue []*outFrame
@@ -204,7 +208,10 @@ func (w *frameWriter) write(batch []*outFrame) error {
 		}
 	}
 	if w.stall > 0 {
-		_ = w.nc.SetWriteDeadline(time.Now().Add(w.stall))
+		if now := time.Now(); now.Sub(w.deadlineSet) > w.stall/8 {
+			_ = w.nc.SetWriteDeadline(now.Add(w.stall))
+			w.deadlineSet = now
+		}
 	}
 	b := bufs // WriteTo consumes its receiver
 	_, err := b.WriteTo(w.nc)
