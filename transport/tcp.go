@@ -54,7 +54,9 @@ type TCPOptions struct {
 	MaxBodyBytes int64
 	// WriteTimeout bounds a single write of responses to a connection; a
 	// client that stops reading its responses for longer is disconnected,
-	// freeing what its handlers hold. Default 60s.
+	// freeing what its handlers hold. The deadline is moved on at most
+	// every WriteTimeout/8 (a deadline per write costs), so a stalled
+	// write fails after 7/8 to all of it. Default 60s.
 	WriteTimeout time.Duration
 	// IdleTimeout closes a server connection that has had no request in
 	// flight and none arriving for that long. Default 10 min. A Pool
