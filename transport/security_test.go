@@ -418,3 +418,28 @@ func TestHelloVersionMismatch(t *testing.T) {
 		return strings.Contains(lb.String(), "client speaks protocol version 9, this server version 1")
 	})
 }
+
+// A connection closed before the handshake (a readiness probe) is not
+// logged as a refusal; one that sends garbage is.
+func TestProbeNotLoggedAsRefusal(t *testing.T) {
+	srv, lb := secureTransport(t, keys(t, "meta"), false, transport.TCPOptions{})
+	l := listen(t, srv, peerEcho)
+	nc, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	nc.Close()
+	waitFor(t, func() bool { return strings.Contains(lb.String(), "connection closed before the handshake") })
+	bad, err := net.Dial("tcp", l.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bad.Close()
+	if _, err := bad.Write([]byte("GET / HTTP/1.0\r\n\r\n")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return strings.Contains(lb.String(), "refusing connection") })
+	if n := strings.Count(lb.String(), "refusing connection"); n != 1 {
+		t.Fatalf("%d refusals logged, want 1 (the garbage, not the probe):\n%s", n, lb.String())
+	}
+}

@@ -164,7 +164,11 @@ func (l *tcpListener) serveConn(raw net.Conn, remote, ip string) {
 		}
 		l.mu.Unlock()
 		if err != nil {
-			if l.ctx.Err() == nil {
+			if l.ctx.Err() == nil && errors.Is(err, io.EOF) {
+				// Closed before sending anything: a port probe or a
+				// readiness check (weft up, testcluster), not an attack.
+				l.log.Debug("transport: connection closed before the handshake", "remote", remote, "local", l.Addr())
+			} else if l.ctx.Err() == nil {
 				if errors.Is(err, os.ErrDeadlineExceeded) {
 					err = fmt.Errorf("handshake not finished within %v (TCPOptions.HandshakeTimeout): %w", l.t.handshakeTimeout, err)
 				}
