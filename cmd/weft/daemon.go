@@ -114,18 +114,19 @@ func (o *daemonOptions) start(cmd string, role transport.Role) (*daemon, error) 
 	return d, nil
 }
 
-// loadKeys loads the bundle in dir and checks that it is for role.
+// loadKeys loads the bundle in dir and checks that it is for role; cmd
+// ("weft storage") names the daemon in the error.
 func loadKeys(cmd, dir string, role transport.Role) (*auth.Keys, error) {
 	if dir == "" {
-		return nil, fmt.Errorf("%s: --keys is empty: give the directory of a %s key bundle (weft keygen)", cmd, role)
+		return nil, fmt.Errorf("--keys is empty: %s needs the directory of a %s key bundle (weft keygen)", cmd, role)
 	}
 	k, err := auth.Load(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s: --keys %s: %w", cmd, dir, err)
+		return nil, fmt.Errorf("--keys %s: %w", dir, err)
 	}
 	if k.Role() != role {
-		return nil, fmt.Errorf("%s: keys in %s are for role %s; a %s needs a %s bundle (weft keygen --ca CADIR --role %s --name NAME --out DIR)",
-			cmd, dir, k.Role(), roleNoun(role), role, role)
+		return nil, fmt.Errorf("keys in %s are for role %s; %s (a %s) needs a %s bundle (weft keygen --ca CADIR --role %s --name NAME --out DIR)",
+			dir, k.Role(), cmd, roleNoun(role), role, role)
 	}
 	return k, nil
 }

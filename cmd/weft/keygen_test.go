@@ -46,7 +46,7 @@ func TestDaemonKeys(t *testing.T) {
 	}
 	o := daemonOptions{Keys: filepath.Join(dir, "client"), logOptions: logOptions{LogLevel: "error", LogFormat: "text"}}
 	_, err := o.start("weft storage", transport.RoleStorage)
-	if err == nil || !strings.Contains(err.Error(), "weft storage: keys in "+o.Keys+" are for role client; a storage server needs a storage bundle") {
+	if err == nil || !strings.Contains(err.Error(), "keys in "+o.Keys+" are for role client; weft storage (a storage server) needs a storage bundle") {
 		t.Fatalf("storage with a client bundle: %v", err)
 	}
 	o.Keys = filepath.Join(dir, "storage")
