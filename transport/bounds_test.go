@@ -158,8 +158,11 @@ func TestBodyBudget(t *testing.T) {
 	}()
 	<-held // a's body holds the whole budget while its handler runs
 	b := dial(t, NewTCP(), l.Addr())
-	if _, err := b.Call(context.Background(), 2, []byte("small")); !errors.Is(err, syscall.EIO) {
-		t.Fatalf("call while the budget is spent: %v, want EIO (connection closed)", err)
+	// The wait is bounded by FrameTimeout (300ms), far within this ctx.
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if _, err := b.Call(ctx, 2, []byte("small")); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("call while the budget is spent: %v, want EIO (connection closed after FrameTimeout)", err)
 	}
 	waitUntil(t, "budget refusal logged", func() bool { return strings.Contains(lb.String(), "request body budget") })
 	close(release)

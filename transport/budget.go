@@ -21,14 +21,16 @@ func newByteBudget(total int64) *byteBudget {
 	return &byteBudget{total: total, changed: make(chan struct{})}
 }
 
-// acquire takes n bytes, waiting until deadline (or done closes) for them;
-// it reports whether it got them. A request for more than the whole
-// budget waits for all of it.
-func (b *byteBudget) acquire(n int64, deadline time.Time, done <-chan struct{}) bool {
+// acquire takes n bytes, waiting until deadline (zero: timeout from now,
+// or for ever if timeout is 0 too) or until done closes; it reports
+// whether it got them. A request for more than the whole budget waits for
+// all of it.
+func (b *byteBudget) acquire(n int64, deadline time.Time, timeout time.Duration, done <-chan struct{}) bool {
 	if b.total <= 0 || n <= 0 {
 		return true
 	}
 	var t *time.Timer
+	var expired <-chan time.Time
 	for {
 		b.mu.Lock()
 		if b.used == 0 || b.used+n <= b.total {
@@ -42,18 +44,21 @@ func (b *byteBudget) acquire(n int64, deadline time.Time, done <-chan struct{}) 
 		ch := b.changed
 		b.waiters++
 		b.mu.Unlock()
-		if t == nil {
+		if t == nil && (!deadline.IsZero() || timeout > 0) {
 			if deadline.IsZero() {
-				deadline = time.Now().Add(DefaultFrameTimeout)
+				deadline = time.Now().Add(timeout)
 			}
 			t = time.NewTimer(time.Until(deadline))
+			expired = t.C
 		}
 		var ok bool
 		select {
 		case <-ch:
 			ok = true
-		case <-t.C:
+		case <-expired:
 		case <-done:
+		}
+		if !ok && t != nil {
 			t.Stop()
 		}
 		b.mu.Lock()

@@ -393,7 +393,7 @@ func (sc *serverConn) readBody(br *bufio.Reader, h header, deadline time.Time) (
 	n := int(h.length)
 	budget := sc.l.t.budget
 	size := min(n, bodyChunk)
-	if !budget.acquire(int64(size), deadline, sc.ctx.Done()) {
+	if !budget.acquire(int64(size), deadline, sc.l.t.frameTimeout, sc.ctx.Done()) {
 		return nil, sc.budgetError(h)
 	}
 	body := sc.l.bodies.Get(size)
@@ -416,7 +416,7 @@ func (sc *serverConn) readBody(br *bufio.Reader, h header, deadline time.Time) (
 			return body, nil
 		}
 		next := min(n, 4*len(body))
-		if !budget.acquire(int64(next), deadline, sc.ctx.Done()) {
+		if !budget.acquire(int64(next), deadline, sc.l.t.frameTimeout, sc.ctx.Done()) {
 			sc.releaseBody(body)
 			return nil, sc.budgetError(h)
 		}
