@@ -79,7 +79,10 @@ func (k *Keys) Name() string { return k.name }
 func (k *Keys) CapabilityKey() []byte { return k.capKey }
 
 // Load reads and checks the bundle in dir (see the package documentation).
-func Load(dir string) (*Keys, error) {
+func Load(dir string) (*Keys, error) { return load(dir, time.Now()) }
+
+// load is Load as of now (tests load bundles that have since expired).
+func load(dir string, now time.Time) (*Keys, error) {
 	k := &Keys{dir: dir}
 	var err error
 	if k.ca, _, err = readCert(dir, CACertFile); err != nil {
@@ -95,7 +98,7 @@ func Load(dir string) (*Keys, error) {
 		return nil, fmt.Errorf("auth: %s does not match %s (the two files come from different bundles)",
 			filepath.Join(dir, NodeKeyFile), filepath.Join(dir, NodeCertFile))
 	}
-	if err := verify(k.ca, k.cert, time.Now()); err != nil {
+	if err := verify(k.ca, k.cert, now); err != nil {
 		return nil, fmt.Errorf("auth: %s: %w", filepath.Join(dir, NodeCertFile), err)
 	}
 	if k.role, k.name, err = identity(k.cert); err != nil {

@@ -1,9 +1,13 @@
 package auth
 
 import (
+	"context"
+	"errors"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -113,5 +117,63 @@ func TestIssueBadRole(t *testing.T) {
 	}
 	if err := Issue(dir, "admin", "x", t.TempDir()); err == nil {
 		t.Fatal("Issue with role admin succeeded")
+	}
+}
+
+// A peer whose certificate has expired is refused at the handshake, both
+// as a client and as a server.
+func TestExpiredPeerRefused(t *testing.T) {
+	dir := t.TempDir()
+	if err := GenerateCluster(dir); err != nil {
+		t.Fatal(err)
+	}
+	ca := filepath.Join(dir, "ca")
+	// Valid from 3h to 30min ago; the CA from 1h ago.
+	issuedAt := time.Now().Add(-2 * time.Hour)
+	for _, r := range []transport.Role{transport.RoleClient, transport.RoleStorage} {
+		if err := issue(ca, r, "old-"+string(r), filepath.Join(dir, "old-"+string(r)), issuedAt, 90*time.Minute); err != nil {
+			t.Fatal(err)
+		}
+	}
+	oldKeys := func(r string) *Keys {
+		k, err := load(filepath.Join(dir, "old-"+r), time.Now().Add(-45*time.Minute)) // valid back then
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	good := func(r string) *Keys {
+		k, err := Load(filepath.Join(dir, r))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	quiet := slog.New(slog.DiscardHandler)
+	echo := func(ctx context.Context, op uint16, req []byte) ([]byte, error) { return req, nil }
+	for _, c := range []struct {
+		name        string
+		server, cli *Keys
+	}{
+		{"expired client", good("storage"), oldKeys("client")},
+		{"expired server", oldKeys("storage"), good("client")},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := transport.NewTCPWith(transport.TCPOptions{Logger: quiet, Security: c.server.Security(false)})
+			l, err := srv.Listen("127.0.0.1:0", echo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			cli := transport.NewTCPWith(transport.TCPOptions{Logger: quiet, Security: c.cli.Security(false)})
+			conn, err := cli.Dial(context.Background(), l.Addr())
+			if err == nil {
+				conn.Close()
+				t.Fatal("handshake with an expired certificate succeeded")
+			}
+			if !errors.Is(err, syscall.EACCES) {
+				t.Fatalf("dial: %v, want EACCES", err)
+			}
+		})
 	}
 }
