@@ -196,6 +196,12 @@ func (s *secured) clientHandshake(ctx context.Context, raw net.Conn, addr string
 	case status != helloOK:
 		return nil, Peer{}, fmt.Errorf("transport: %s: hello status %d: %w", addr, status, syscall.EIO)
 	}
+	// Once stop reports the watchdog will not run, no one else touches
+	// the deadline; if it ran (ctx ended just now), it may set a past
+	// deadline after any clearing of ours.
+	if !stop() {
+		return nil, Peer{}, ctxErr(fmt.Errorf("transport: dial %s: %w", addr, syscall.EIO))
+	}
 	_ = raw.SetDeadline(time.Time{})
 	p := Peer{Addr: addr, Role: role, Name: name}
 	if flags&flagEncrypt != 0 {
