@@ -43,8 +43,7 @@ type Security struct {
 	Encrypt bool
 	// ServerRoles are the roles a server this transport dials may have.
 	// Default: RoleStorage and RoleMeta, so a stolen client key can never
-	// impersonate a server. (weft bench's coordinator adds RoleClient for
-	// its workers.)
+	// impersonate a server.
 	ServerRoles []Role
 	// AcceptRoles are the roles listeners serve; a peer with another role
 	// is refused during the hello. Default: every role (servers authorize
