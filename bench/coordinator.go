@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -63,6 +64,9 @@ type Config struct {
 	WorkerCommand []string
 	// WorkerStderr receives local workers' stderr (default os.Stderr).
 	WorkerStderr io.Writer
+	// WorkerTLS, if set, authenticates the connections to Remote workers
+	// (weft bench io500 --workers sets it from --keys); nil = plain TCP.
+	WorkerTLS *tls.Config
 
 	// startLocal replaces spawning a process (tests run workers in-process).
 	startLocal func(ctx context.Context, rank int) (*stream, error)
@@ -384,7 +388,7 @@ func (co *coord) read(p *peer) {
 // open starts (or connects to) the worker of rank.
 func (co *coord) open(ctx context.Context, rank int) (*stream, error) {
 	if rank >= co.cfg.Procs {
-		return dialWorker(ctx, co.cfg.Remote[rank-co.cfg.Procs])
+		return dialWorker(ctx, co.cfg.Remote[rank-co.cfg.Procs], co.cfg.WorkerTLS)
 	}
 	if co.cfg.startLocal != nil {
 		return co.cfg.startLocal(ctx, rank)
@@ -419,7 +423,7 @@ func (co *coord) open(ctx context.Context, rank int) (*stream, error) {
 	}, nil
 }
 
-func dialWorker(ctx context.Context, addr string) (*stream, error) {
+func dialWorker(ctx context.Context, addr string, cfg *tls.Config) (*stream, error) {
 	var d net.Dialer
 	conn, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
@@ -428,6 +432,17 @@ func dialWorker(ctx context.Context, addr string) (*stream, error) {
 	closeWrite := conn.Close
 	if tc, ok := conn.(*net.TCPConn); ok {
 		closeWrite = tc.CloseWrite
+	}
+	if cfg != nil {
+		tc := tls.Client(conn, cfg)
+		hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := tc.HandshakeContext(hctx)
+		cancel()
+		if err != nil {
+			conn.Close()
+			return nil, fmt.Errorf("bench: worker %s: authentication failed: %w", addr, err)
+		}
+		conn, closeWrite = tc, tc.CloseWrite
 	}
 	return &stream{r: conn, w: conn, closeWrite: closeWrite, kill: func() { conn.Close() }, wait: func() error {
 		conn.Close()

@@ -89,7 +89,13 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var pool *transport.Pool
 	if cfg.Storage == nil && cfg.NewStorage == nil {
-		pool = transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+		// The listener's transport, so that these calls authenticate
+		// as this server when it has Security.
+		tr := cfg.Transport
+		if tr == nil {
+			tr = transport.NewTCP()
+		}
+		pool = transport.NewPool(tr, transport.PoolOptions{})
 		cfg.NewStorage = func(resolve func(ctx context.Context, t proto.TargetID) (string, error)) proto.StorageService {
 			return storagerpc.NewClient(pool, resolve)
 		}

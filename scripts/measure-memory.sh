@@ -108,13 +108,14 @@ wait_for() { # wait_for SECONDS CMD...: poll until CMD succeeds
 start_servers() {
 	local d=$1
 	mkdir -p "$d/meta" "$d/logs" "$d"/target-{0,1,2,3}
-	"$BIN/weft" meta --listen "127.0.0.1:$PORT" --data "$d/meta" >"$d/logs/meta.log" 2>&1 &
+	[ -d "$d/keys" ] || "$BIN/weft" keygen --out "$d/keys" >/dev/null
+	"$BIN/weft" meta --listen "127.0.0.1:$PORT" --data "$d/meta" --keys "$d/keys/meta" >"$d/logs/meta.log" 2>&1 &
 	PIDS+=($!)
 	META_PID=$!
 	local s
 	STORAGE_PIDS=()
 	for s in 0 1; do
-		"$BIN/weft" storage --listen "127.0.0.1:$((PORT + 10 + s))" --meta "127.0.0.1:$PORT" \
+		"$BIN/weft" storage --listen "127.0.0.1:$((PORT + 10 + s))" --meta "127.0.0.1:$PORT" --keys "$d/keys/storage" \
 			--target "$d/target-$s" --target "$d/target-$((s + 2))" >"$d/logs/storage-$s.log" 2>&1 &
 		PIDS+=($!)
 		STORAGE_PIDS+=($!)
@@ -175,7 +176,7 @@ client_small() {
 	# weft mount waits up to its --timeout for meta; waiting here keeps
 	# that wait out of the measurement
 	wait_for 30 listening "$PORT"
-	env ${GCTRACE:+GODEBUG=gctrace=1} "$BIN/weft" mount --meta "127.0.0.1:$PORT" --cache-limit 256MiB --allow-other=false "$MNT" >"$d/logs/mount.log" 2>&1 &
+	env ${GCTRACE:+GODEBUG=gctrace=1} "$BIN/weft" mount --meta "127.0.0.1:$PORT" --keys "$d/keys/client" --cache-limit 256MiB --allow-other=false "$MNT" >"$d/logs/mount.log" 2>&1 &
 	PIDS+=($!)
 	local pid=$!
 	wait_for 30 mounted
@@ -195,7 +196,7 @@ servers() {
 	mkdir -p "$res"
 	start_servers "$d"
 	log "servers: meta pid $META_PID, storage pids ${STORAGE_PIDS[*]}"
-	"$BIN/mdload" --meta "127.0.0.1:$PORT" --files "$FILES" --dirs "$DIRS" --workers "$WORKERS" \
+	"$BIN/mdload" --meta "127.0.0.1:$PORT" --keys "$d/keys/client" --files "$FILES" --dirs "$DIRS" --workers "$WORKERS" \
 		--objects "$OBJECTS" --object-size "$OBJSIZE" --targets 4 \
 		--watch "meta=$META_PID,storage-0=${STORAGE_PIDS[0]},storage-1=${STORAGE_PIDS[1]}" \
 		--du "meta=$d/meta,all=$d" | tee "$res/mdload.out"

@@ -349,7 +349,8 @@ func TestMountWithoutMeta(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, bin, "mount", "--meta", addr, "--timeout", "2s", mnt).CombinedOutput()
+	out, err := exec.CommandContext(ctx, bin, "mount", "--meta", addr, "--timeout", "2s",
+		"--keys", filepath.Join(testcluster.GenerateKeys(t), "client"), mnt).CombinedOutput()
 	took := time.Since(start)
 	if err == nil {
 		exec.Command("fusermount3", "-u", "-z", mnt).Run()

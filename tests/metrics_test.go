@@ -157,7 +157,7 @@ func TestMetricsBusyPort(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 1, Mounts: -1})
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, c.Bin(), "storage", "--listen", freeAddr(t), "--meta", c.MetaAddr(),
+	out, err := exec.CommandContext(ctx, c.Bin(), "storage", "--listen", freeAddr(t), "--meta", c.MetaAddr(), "--keys", c.Keys("storage"),
 		"--target", t.TempDir(), "--metrics", ln.Addr().String()).CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("storage with a busy --metrics port still running after 10s:\n%s", out)

@@ -30,7 +30,10 @@
 //
 //   - A header is validated (magic, CRC, version, kind, reserved, length)
 //     before anything is allocated for its body, so a hostile or corrupt
-//     length can never make a peer allocate more than MaxBody. Any malformed
+//     length can never make a peer allocate more than MaxBody. On the
+//     server a body takes memory (and MaxBodyBytes budget) as its bytes
+//     arrive, in a buffer of up to 1 MiB that grows fourfold as it fills,
+//     so a frame that stalls pins about what was sent. Any malformed
 //     or truncated frame is a protocol error: the receiver logs it (remote
 //     address and reason) and closes that connection; other connections are
 //     unaffected. The decoder never panics (FuzzDecodeHeader).
@@ -72,11 +75,60 @@
 //     at once, each holding its slot until its response is written; at the
 //     limit the server stops reading that connection, so a client that does
 //     not read its responses cannot make the server queue without bound.
+//   - Every request's ctx carries the Peer (remote address, and with
+//     Security the role and name of its certificate; RoleNone without).
 //   - Handlers get a ctx cancelled when their connection ends or the
 //     listener closes. Abandoning a call on the client does not cancel its
 //     handler; the late response is read and dropped. Listener.Close closes
 //     every connection and waits for all handlers, so handlers must return
 //     once their ctx is done.
+//
+// # Security
+//
+// With TCPOptions.Security (built by package auth from a key bundle) every
+// connection starts with a mutual TLS 1.3 handshake (no session tickets):
+// the server requires a client certificate of the cluster CA; the client
+// verifies the server's certificate against the CA and requires a server
+// role (Security.ServerRoles, default storage and meta), so a client key
+// can never pose as a server. Then an 8-byte hello each way inside TLS
+// (magic "WFTH", protocol version, flags, status): the client says whether
+// it wants encryption, the server whether frames will be encrypted (asked
+// for, or required by its Security.Encrypt) or refuses (version mismatch,
+// a role it does not accept: Security.AcceptRoles, default all). Without
+// encryption frames then go over the raw TCP connection, in the clear;
+// the client sends nothing after its hello until it has read the answer
+// and the server nothing after its answer until a request arrives, so the
+// tls.Conn holds no frame bytes, and it is never closed (the raw
+// connection is). With encryption frames go through the tls.Conn. A
+// dial whose peer fails authentication fails with EACCES and ErrAuth (the
+// server refused our certificate: a TLS alert while reading its hello; or
+// we refused its); a version mismatch with EPROTO naming both versions.
+// The server logs every refused connection (remote address, reason) at
+// warn, at most 5 lines a second with a count of those suppressed.
+//
+// # Resource bounds
+//
+// Each a TCPOptions field (zero: default, negative: none); see
+// docs/security.md for the table.
+//
+//   - MaxConns (4096) connections per listener; over it, accepted and
+//     closed at once. MaxHandshakesPerIP (32) connections of one remote IP
+//     still in the handshake.
+//   - HandshakeTimeout (10 s) for TLS and hello, both ends.
+//   - FrameTimeout (30 s): once a frame's first byte arrived, its header and
+//     body must arrive within it, else the connection is closed.
+//   - MaxBodyBytes (1 GiB): request-body bytes held by a transport's
+//     listeners, from arrival until the handler returns; a reader that
+//     finds it spent waits, at most until its FrameTimeout.
+//   - WriteTimeout (60 s): a write of responses blocked that long closes
+//     the connection (a client that stopped reading), freeing what its
+//     handlers hold; with MaxInflight this bounds what one peer pins.
+//   - IdleTimeout (10 min): a server connection with no request arriving
+//     or in flight and no response written for that long is closed. A Pool
+//     retires its own connections idle for PoolOptions.IdleTimeout (5 min)
+//     before using them, atomically with respect to calls (a call racing
+//     it finds the connection closed before sending and is retried), so
+//     honest clients never see the server's close.
 //
 // # Pool
 //
@@ -86,7 +138,10 @@
 // recover by themselves when a server comes back. Concurrent calls share one
 // dial. A call is retried once on a new connection only if its request was
 // never sent (the connection was found broken first); otherwise the error is
-// returned, as operations need not be idempotent.
+// returned, as operations need not be idempotent. A dial refused for
+// authentication or protocol version (EACCES, EPROTO) is not retried: calls
+// to that address fail at once with the same error for a second, and the
+// address is not made suspect.
 //
 // An address becomes suspect when a call to it went unanswered until the
 // caller's deadline (the call failed with ETIMEDOUT and

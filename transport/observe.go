@@ -80,3 +80,10 @@ func (c *observedConn) isBroken() bool {
 	b, ok := c.Conn.(interface{ isBroken() bool })
 	return ok && b.isBroken()
 }
+
+// retireIfIdle forwards to the wrapped connection so Pool still retires an
+// idle one.
+func (c *observedConn) retireIfIdle(d time.Duration) bool {
+	r, ok := c.Conn.(interface{ retireIfIdle(time.Duration) bool })
+	return ok && r.retireIfIdle(d)
+}

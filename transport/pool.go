@@ -14,6 +14,11 @@ import (
 type PoolOptions struct {
 	// DialTimeout bounds one connection attempt. Default 5s.
 	DialTimeout time.Duration
+	// IdleTimeout: a pooled connection with no call for this long is
+	// closed and redialled when next needed, so the server's own
+	// IdleTimeout (TCPOptions, default 10 min) never closes one under a
+	// call. Default 5 min (half the server's default); negative = never.
+	IdleTimeout time.Duration
 	// ConnsPerAddr is how many connections the pool keeps to each address
 	// and spreads calls over. Default 2.
 	ConnsPerAddr int
@@ -59,6 +64,7 @@ var errPoolClosed = fmt.Errorf("transport: pool closed: %w", syscall.EIO)
 type Pool struct {
 	t           Transport
 	dialTimeout time.Duration
+	idle        time.Duration
 	n           int
 	ctx         context.Context // parent of dials and probes; cancelled by Close
 	cancel      context.CancelFunc
@@ -75,6 +81,31 @@ type addrConns struct {
 
 	mu      sync.Mutex
 	suspect time.Time // when a call first went unanswered; zero if not suspect
+	// refused is the error of the last dial the server refused
+	// (authentication, protocol version), returned at once by calls until
+	// refusedUntil: redialling in a tight loop would only repeat it.
+	refused      error
+	refusedUntil time.Time
+}
+
+// refuseFor is how long calls to an address whose server refused our
+// handshake fail at once with that refusal before the pool dials again.
+const refuseFor = time.Second
+
+func (a *addrConns) refuse(err error) {
+	a.mu.Lock()
+	a.refused, a.refusedUntil = err, time.Now().Add(refuseFor)
+	a.mu.Unlock()
+}
+
+func (a *addrConns) refusal() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if a.refused != nil && time.Now().Before(a.refusedUntil) {
+		return a.refused
+	}
+	a.refused = nil
+	return nil
 }
 
 // slot holds one connection to an address, or the dial that will make it.
@@ -103,6 +134,7 @@ func NewPool(t Transport, opts PoolOptions) *Pool {
 	return &Pool{
 		t:           t,
 		dialTimeout: opts.DialTimeout,
+		idle:        orDefault(opts.IdleTimeout, DefaultIdleTimeout/2),
 		n:           opts.ConnsPerAddr,
 		ctx:         ctx,
 		cancel:      cancel,
@@ -123,6 +155,9 @@ func (p *Pool) Call(ctx context.Context, addr string, op uint16, parts ...[]byte
 		return nil, fmt.Errorf("transport: %s op %d: server has not answered since %s: %w",
 			addr, op, since.Format("15:04:05.000"), syscall.ETIMEDOUT)
 	}
+	if err := a.refusal(); err != nil {
+		return nil, err
+	}
 	for attempt := 0; ; attempt++ {
 		c, err := p.get(ctx, addr, s)
 		if err != nil {
@@ -132,6 +167,9 @@ func (p *Pool) Call(ctx context.Context, addr string, op uint16, parts ...[]byte
 			// after a failed read-ahead, would wait out its own timeout.
 			if unanswered(err) || errors.Is(err, errDialTimeout) {
 				p.suspect(addr, a)
+			}
+			if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPROTO) {
+				a.refuse(err)
 			}
 			return nil, err
 		}
@@ -253,6 +291,13 @@ func (p *Pool) slot(addr string) (*addrConns, *slot, error) {
 // get returns the slot's connection, dialing if it has none or a broken one.
 func (p *Pool) get(ctx context.Context, addr string, s *slot) (Conn, error) {
 	s.mu.Lock()
+	if c := s.conn; c != nil && p.idle > 0 {
+		// Retire a connection idle for half the server's IdleTimeout
+		// before the server closes it under a call.
+		if r, ok := c.(interface{ retireIfIdle(time.Duration) bool }); ok {
+			r.retireIfIdle(p.idle)
+		}
+	}
 	if c := s.conn; c != nil {
 		if b, ok := c.(interface{ isBroken() bool }); !ok || !b.isBroken() {
 			s.mu.Unlock()
@@ -302,6 +347,9 @@ func (p *Pool) dial(addr string, s *slot, d *dialing) {
 		err = errPoolClosed
 	case timedOut:
 		err = fmt.Errorf("transport: dial %s: no connection after %v: %w (%w)", addr, p.dialTimeout, syscall.EIO, errDialTimeout)
+	case errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPROTO):
+		// Authentication or version: not a sign of a frozen server,
+		// and no use redialling at once (see Call).
 	case !errors.Is(err, syscall.EIO):
 		err = fmt.Errorf("transport: dial %s: %w: %v", addr, syscall.EIO, err)
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"os"
 	"runtime/debug"
 	"sync"
 	"sync/atomic"
@@ -19,20 +20,24 @@ import (
 
 // Listen serves h on addr until the listener is closed.
 func (t *tcpTransport) Listen(addr string, h Handler) (Listener, error) {
+	if t.sec != nil && t.sec.server == nil {
+		return nil, fmt.Errorf("transport: listen %s: Security has no ServerTLS: %w", addr, syscall.EINVAL)
+	}
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("transport: listen %s: %w", addr, err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	l := &tcpListener{
-		bodies: newBodyPool(),
-		t:      t,
-		ln:     ln,
-		h:      h,
-		log:    t.log,
-		ctx:    ctx,
-		cancel: cancel,
-		conns:  make(map[*serverConn]struct{}),
+		bodies:      newBodyPool(),
+		t:           t,
+		ln:          ln,
+		h:           h,
+		log:         t.log,
+		ctx:         ctx,
+		cancel:      cancel,
+		conns:       make(map[net.Conn]struct{}),
+		handshaking: make(map[string]int),
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -49,9 +54,10 @@ type tcpListener struct {
 
 	bodies *bufpool.Pool // request bodies handed back with DoneWithRequest
 
-	mu     sync.Mutex
-	conns  map[*serverConn]struct{}
-	closed bool
+	mu          sync.Mutex
+	conns       map[net.Conn]struct{} // raw TCP connections, in handshake or served
+	handshaking map[string]int        // connections in the handshake per remote IP
+	closed      bool
 
 	wg        sync.WaitGroup // accept loop and connections
 	closeOnce sync.Once
@@ -66,16 +72,16 @@ func (l *tcpListener) Close() error {
 	l.closeOnce.Do(func() {
 		l.mu.Lock()
 		l.closed = true
-		conns := make([]*serverConn, 0, len(l.conns))
-		for sc := range l.conns {
-			conns = append(conns, sc)
+		conns := make([]net.Conn, 0, len(l.conns))
+		for nc := range l.conns {
+			conns = append(conns, nc)
 		}
 		l.mu.Unlock()
 		l.closeErr = l.ln.Close()
 		// Connections first, so handlers that return on cancellation
 		// cannot get a response out: Close acts like the server dying.
-		for _, sc := range conns {
-			_ = sc.nc.Close()
+		for _, nc := range conns {
+			_ = nc.Close()
 		}
 		l.cancel()
 		l.wg.Wait()
@@ -103,31 +109,89 @@ func (l *tcpListener) acceptLoop() {
 			continue
 		}
 		delay = 0
-		setupTCP(nc)
-		sc := l.newServerConn(nc)
+		remote := nc.RemoteAddr().String()
+		ip, _, _ := net.SplitHostPort(remote)
+		secure := l.t.sec != nil
 		l.mu.Lock()
-		if l.closed {
+		var refuse string
+		switch {
+		case l.closed:
 			l.mu.Unlock()
-			sc.w.stop(errClosed)
 			_ = nc.Close()
-			<-sc.w.exited
 			return
+		case l.t.maxConns > 0 && len(l.conns) >= l.t.maxConns:
+			refuse = fmt.Sprintf("at the connection limit (%d, TCPOptions.MaxConns)", l.t.maxConns)
+		case secure && l.t.maxHandshakesPerIP > 0 && l.handshaking[ip] >= l.t.maxHandshakesPerIP:
+			refuse = fmt.Sprintf("%d connections from this address still in the handshake (TCPOptions.MaxHandshakesPerIP)", l.handshaking[ip])
 		}
-		l.conns[sc] = struct{}{}
+		if refuse != "" {
+			l.mu.Unlock()
+			_ = nc.Close()
+			l.t.rlog.Warn("transport: refusing connection", "remote", remote, "local", l.Addr(), "reason", refuse)
+			continue
+		}
+		l.conns[nc] = struct{}{}
+		if secure {
+			l.handshaking[ip]++
+		}
 		l.wg.Add(1)
 		l.mu.Unlock()
-		go sc.serve()
+		setupTCP(nc)
+		go l.serveConn(nc, remote, ip)
 	}
+}
+
+// serveConn authenticates a new connection (with Security) and serves it.
+func (l *tcpListener) serveConn(raw net.Conn, remote, ip string) {
+	defer l.wg.Done()
+	defer func() {
+		l.mu.Lock()
+		delete(l.conns, raw)
+		l.mu.Unlock()
+		_ = raw.Close()
+	}()
+	nc := raw
+	peer := Peer{Addr: remote}
+	if sec := l.t.sec; sec != nil {
+		if l.t.handshakeTimeout > 0 {
+			_ = raw.SetDeadline(time.Now().Add(l.t.handshakeTimeout))
+		}
+		var err error
+		nc, peer.Role, peer.Name, err = sec.serverHandshake(l.ctx, raw)
+		l.mu.Lock()
+		if l.handshaking[ip]--; l.handshaking[ip] <= 0 {
+			delete(l.handshaking, ip)
+		}
+		l.mu.Unlock()
+		if err != nil {
+			if l.ctx.Err() == nil && errors.Is(err, io.EOF) {
+				// Closed before sending anything: a port probe or a
+				// readiness check (weft up, testcluster), not an attack.
+				l.log.Debug("transport: connection closed before the handshake", "remote", remote, "local", l.Addr())
+			} else if l.ctx.Err() == nil {
+				if errors.Is(err, os.ErrDeadlineExceeded) {
+					err = fmt.Errorf("handshake not finished within %v (TCPOptions.HandshakeTimeout): %w", l.t.handshakeTimeout, err)
+				}
+				l.t.rlog.Warn("transport: refusing connection", "remote", remote, "local", l.Addr(),
+					"role", peer.Role, "name", peer.Name, "reason", err)
+			}
+			return
+		}
+		_ = raw.SetDeadline(time.Time{})
+	}
+	sc := l.newServerConn(nc, raw, peer)
+	sc.serve()
 }
 
 // serverConn is the server end of one connection: a reader (serve), a
 // writer, and one goroutine per request in flight.
 type serverConn struct {
 	l        *tcpListener
-	nc       net.Conn
+	nc       net.Conn // frames: raw, or the tls.Conn over it when encrypted
+	raw      net.Conn // the TCP connection; closing it ends the connection
 	remote   string
 	w        *frameWriter
-	ctx      context.Context // cancelled when the connection ends
+	ctx      context.Context // cancelled when the connection ends; carries the Peer
 	cancel   context.CancelFunc
 	sem      chan struct{}
 	handlers sync.WaitGroup // one per handler goroutine (workers)
@@ -139,6 +203,13 @@ type serverConn struct {
 	work    chan request
 	workers atomic.Int32
 	idle    atomic.Int32 // workers waiting on work (or about to)
+	// lastActive is when a request last arrived or a response was last
+	// written (UnixNano), for IdleTimeout.
+	lastActive atomic.Int64
+	// The reader's read deadline (zero: none), and whether it is the idle
+	// deadline (else a frame's). Only the reader uses them.
+	readDeadline time.Time
+	idleDeadline bool
 }
 
 // request is one request read from the connection, waiting for a worker.
@@ -151,25 +222,28 @@ type request struct {
 // once a burst is over; the others exit.
 const maxIdleWorkers = 16
 
-func (l *tcpListener) newServerConn(nc net.Conn) *serverConn {
-	ctx, cancel := context.WithCancel(l.ctx)
-	remote := nc.RemoteAddr().String()
-	// Every request of the connection carries its peer; unauthenticated
-	// (RoleNone) until the transport authenticates connections.
-	ctx = WithPeer(ctx, Peer{Addr: remote})
+func (l *tcpListener) newServerConn(nc, raw net.Conn, peer Peer) *serverConn {
+	ctx, cancel := context.WithCancel(WithPeer(l.ctx, peer))
 	sc := &serverConn{
 		l:      l,
 		nc:     nc,
-		remote: remote,
+		raw:    raw,
+		remote: peer.Addr,
 		ctx:    ctx,
 		cancel: cancel,
 		sem:    make(chan struct{}, l.t.maxInflight),
 		work:   make(chan request),
 	}
+	sc.lastActive.Store(time.Now().UnixNano())
 	sc.w = newFrameWriter(nc, func(err error) {
 		// The reader notices the close and ends the connection.
-		_ = nc.Close()
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			l.t.rlog.Warn("transport: closing connection: the client has not read its responses",
+				"remote", peer.Addr, "local", l.Addr(), "write_timeout", l.t.writeTimeout)
+		}
+		_ = raw.Close()
 	})
+	sc.w.stall = l.t.writeTimeout
 	return sc
 }
 
@@ -180,38 +254,51 @@ func (e *protocolError) Error() string { return e.err.Error() }
 func (e *protocolError) Unwrap() error { return e.err }
 
 func (sc *serverConn) serve() {
-	defer sc.l.wg.Done()
 	err := sc.readLoop()
 	var perr *protocolError
 	switch {
 	case errors.As(err, &perr):
-		sc.l.log.Warn("transport: closing connection after protocol error",
+		sc.l.t.rlog.Warn("transport: closing connection after protocol error",
 			"remote", sc.remote, "local", sc.l.Addr(), "reason", perr.err)
 	case err != nil && sc.ctx.Err() == nil:
 		sc.l.log.Debug("transport: connection ended", "remote", sc.remote, "err", err)
 	}
 	sc.cancel()
 	sc.w.stop(errClosed)
-	_ = sc.nc.Close()
+	_ = sc.raw.Close()
 	sc.handlers.Wait()
 	<-sc.w.exited
-	sc.l.mu.Lock()
-	delete(sc.l.conns, sc)
-	sc.l.mu.Unlock()
 }
+
+// bodyChunk is the most a request body grows by before its bytes arrived:
+// a body takes memory (and MaxBodyBytes budget) as its data comes, so a
+// peer announcing a large frame and stalling pins little.
+const bodyChunk = 1 << 20
 
 // readLoop reads requests and starts a handler for each until the
 // connection ends. It returns nil on a clean close between frames.
 func (sc *serverConn) readLoop() error {
 	br := bufio.NewReaderSize(sc.nc, bufSize)
+	t := sc.l.t
 	var hb [HeaderSize]byte
 	for {
+		if err := sc.awaitFrame(br); err != nil {
+			return err
+		}
+		// A frame already in the buffer is read without blocking: no
+		// deadline to set (the common case of small requests).
+		var frameDeadline time.Time
+		if t.frameTimeout > 0 && !frameBuffered(br) {
+			frameDeadline = time.Now().Add(t.frameTimeout)
+			_ = sc.nc.SetReadDeadline(frameDeadline)
+			sc.readDeadline, sc.idleDeadline = frameDeadline, false
+		}
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
-			if errors.Is(err, io.ErrUnexpectedEOF) {
+			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
 				return &protocolError{fmt.Errorf("truncated frame header: %w", err)}
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return &protocolError{fmt.Errorf("frame header stalled for %v (TCPOptions.FrameTimeout)", t.frameTimeout)}
 			}
 			return err
 		}
@@ -222,24 +309,133 @@ func (sc *serverConn) readLoop() error {
 		if err != nil {
 			return &protocolError{err}
 		}
-		body := sc.l.bodies.Get(int(h.length))
-		if _, err := io.ReadFull(br, body); err != nil {
-			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
-				return &protocolError{fmt.Errorf("truncated frame: op %d id %d wants %d body bytes: %w", h.op, h.id, h.length, err)}
-			}
+		sc.lastActive.Store(time.Now().UnixNano())
+		body, err := sc.readBody(br, h, frameDeadline)
+		if err != nil {
 			return err
 		}
 		select {
 		case sc.sem <- struct{}{}:
 		case <-sc.ctx.Done():
+			sc.releaseBody(body)
 			return nil
 		}
 		if !sc.dispatch(request{h, body}) {
 			<-sc.sem
-			sc.l.bodies.Put(body)
+			sc.releaseBody(body)
 			return nil
 		}
 	}
+}
+
+// awaitFrame waits for the first byte of the next frame, closing the
+// connection (returning an error) once it has been idle for IdleTimeout:
+// no request in flight, none arriving, no response written. The idle
+// deadline is set only when a frame deadline replaced it; when it passes
+// while the connection was in use, it is moved on and the wait goes on.
+func (sc *serverConn) awaitFrame(br *bufio.Reader) error {
+	if br.Buffered() > 0 {
+		return nil
+	}
+	idle := sc.l.t.idleTimeout
+	if idle <= 0 {
+		if !sc.readDeadline.IsZero() {
+			_ = sc.nc.SetReadDeadline(time.Time{})
+			sc.readDeadline = time.Time{}
+		}
+	} else if !sc.idleDeadline {
+		sc.readDeadline = time.Unix(0, sc.lastActive.Load()).Add(idle)
+		_ = sc.nc.SetReadDeadline(sc.readDeadline)
+		sc.idleDeadline = true
+	}
+	for {
+		_, err := br.Peek(1)
+		if err == nil {
+			return nil
+		}
+		if errors.Is(err, io.EOF) {
+			return nil // ReadFull sees it again: a clean close
+		}
+		if !errors.Is(err, os.ErrDeadlineExceeded) {
+			return err
+		}
+		if len(sc.sem) > 0 {
+			sc.lastActive.Store(time.Now().UnixNano())
+		}
+		if last := time.Unix(0, sc.lastActive.Load()); time.Since(last) < idle {
+			sc.readDeadline = last.Add(idle)
+			_ = sc.nc.SetReadDeadline(sc.readDeadline)
+			continue
+		}
+		sc.l.log.Debug("transport: closing idle connection", "remote", sc.remote, "idle_timeout", idle)
+		return errIdleServer
+	}
+}
+
+// frameBuffered reports whether the whole next frame (header and body) is
+// in br's buffer. A malformed header counts as buffered: reading it does
+// not block either.
+func frameBuffered(br *bufio.Reader) bool {
+	if br.Buffered() < HeaderSize {
+		return false
+	}
+	hb, _ := br.Peek(HeaderSize)
+	h, err := decodeHeader(hb)
+	return err != nil || br.Buffered() >= HeaderSize+int(h.length)
+}
+
+var errIdleServer = errors.New("transport: connection idle")
+
+// readBody reads h's body, taking memory and budget as the bytes arrive:
+// the buffer starts at up to bodyChunk and grows fourfold (to at most the
+// announced length) each time it is full.
+func (sc *serverConn) readBody(br *bufio.Reader, h header, deadline time.Time) ([]byte, error) {
+	n := int(h.length)
+	budget := sc.l.t.budget
+	size := min(n, bodyChunk)
+	if !budget.acquire(int64(size), deadline, sc.l.t.frameTimeout, sc.ctx.Done()) {
+		return nil, sc.budgetError(h)
+	}
+	body := sc.l.bodies.Get(size)
+	got := 0
+	for {
+		m, err := io.ReadFull(br, body[got:])
+		got += m
+		if err != nil {
+			sc.releaseBody(body)
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+				return nil, &protocolError{fmt.Errorf("truncated frame: op %d id %d wants %d body bytes: %w", h.op, h.id, h.length, err)}
+			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				return nil, &protocolError{fmt.Errorf("frame stalled: op %d id %d sent %d of %d body bytes within %v (TCPOptions.FrameTimeout)",
+					h.op, h.id, got, h.length, sc.l.t.frameTimeout)}
+			}
+			return nil, err
+		}
+		if got == n {
+			return body, nil
+		}
+		next := min(n, 4*len(body))
+		if !budget.acquire(int64(next), deadline, sc.l.t.frameTimeout, sc.ctx.Done()) {
+			sc.releaseBody(body)
+			return nil, sc.budgetError(h)
+		}
+		nb := sc.l.bodies.Get(next)
+		copy(nb, body[:got])
+		sc.releaseBody(body)
+		body = nb
+	}
+}
+
+func (sc *serverConn) budgetError(h header) error {
+	return &protocolError{fmt.Errorf("request body budget (TCPOptions.MaxBodyBytes %d) spent by other requests for %v: op %d id %d of %d bytes",
+		sc.l.t.budget.total, sc.l.t.frameTimeout, h.op, h.id, h.length)}
+}
+
+// releaseBody gives a body's budget back and its memory to the pool.
+func (sc *serverConn) releaseBody(b []byte) {
+	sc.l.t.budget.release(int64(len(b)))
+	sc.l.bodies.Put(b)
 }
 
 // dispatch hands r to an idle worker, or starts a worker for it when none
@@ -305,6 +501,7 @@ func (sc *serverConn) handle(h header, req []byte) {
 	} else {
 		resp, err = sc.run(rc, h.op, req)
 	}
+	sc.l.t.budget.release(int64(len(req)))
 	if rc.reqDone {
 		sc.l.bodies.Put(req)
 	}
@@ -329,6 +526,7 @@ func (sc *serverConn) handle(h header, req []byte) {
 	if sc.w.send(f) {
 		<-f.done
 	}
+	sc.lastActive.Store(time.Now().UnixNano())
 	for _, fn := range rc.after {
 		fn()
 	}

@@ -22,7 +22,59 @@ type TCPOptions struct {
 	// once; the server stops reading that connection while it is reached.
 	// Default 256.
 	MaxInflight int
+
+	// Security, if set, makes every connection mutually authenticated
+	// (TLS 1.3, see Security) and puts the peer's role and name in each
+	// request's ctx. Nil (unit tests): no authentication, peers have
+	// RoleNone.
+	Security *Security
+
+	// Resource bounds of listeners (see doc.go). Zero = the default,
+	// negative = no bound.
+
+	// MaxConns bounds the connections of one listener, authenticated or
+	// not; a connection over it is accepted and closed at once. Default
+	// 4096.
+	MaxConns int
+	// MaxHandshakesPerIP bounds the connections from one remote IP that
+	// are still in the TLS handshake and hello. Default 32.
+	MaxHandshakesPerIP int
+	// HandshakeTimeout bounds the TLS handshake and hello of a new
+	// connection, on both ends. Default 10s.
+	HandshakeTimeout time.Duration
+	// FrameTimeout bounds how long the rest of a request frame (header
+	// and body) may take once its first byte arrived; a stalled frame
+	// closes the connection. Default 30s (a 72 MiB body at 2.5 MB/s).
+	FrameTimeout time.Duration
+	// MaxBodyBytes bounds the request-body bytes a transport's listeners
+	// hold at once (bodies being read and bodies of requests being
+	// handled). Bodies take memory as their bytes arrive; a reader that
+	// finds the budget spent waits, at most until its FrameTimeout.
+	// Default 1 GiB.
+	MaxBodyBytes int64
+	// WriteTimeout bounds a single write of responses to a connection; a
+	// client that stops reading its responses for longer is disconnected,
+	// freeing what its handlers hold. The deadline is moved on at most
+	// every WriteTimeout/8 (a deadline per write costs), so a stalled
+	// write fails after 7/8 to all of it. Default 60s.
+	WriteTimeout time.Duration
+	// IdleTimeout closes a server connection that has had no request in
+	// flight and none arriving for that long. Default 10 min. A Pool
+	// closes its own idle connections after half of DefaultIdleTimeout
+	// (PoolOptions.IdleTimeout), so honest clients never see it.
+	IdleTimeout time.Duration
 }
+
+// Defaults of TCPOptions' bounds.
+const (
+	DefaultMaxConns           = 4096
+	DefaultMaxHandshakesPerIP = 32
+	DefaultHandshakeTimeout   = 10 * time.Second
+	DefaultFrameTimeout       = 30 * time.Second
+	DefaultMaxBodyBytes       = 1 << 30
+	DefaultWriteTimeout       = 60 * time.Second
+	DefaultIdleTimeout        = 10 * time.Minute
+)
 
 const (
 	bufSize            = 256 << 10
@@ -42,7 +94,16 @@ var errClosed = errors.New("transport: connection closed")
 
 type tcpTransport struct {
 	log         *slog.Logger
+	rlog        *rateLog // refusals and stalls a flood could repeat
 	maxInflight int
+	sec         *secured
+	budget      *byteBudget
+
+	maxConns, maxHandshakesPerIP int
+	handshakeTimeout             time.Duration
+	frameTimeout                 time.Duration
+	writeTimeout                 time.Duration
+	idleTimeout                  time.Duration
 }
 
 // NewTCP returns the TCP transport with default options.
@@ -50,14 +111,33 @@ func NewTCP() Transport { return NewTCPWith(TCPOptions{}) }
 
 // NewTCPWith returns the TCP transport configured by opts.
 func NewTCPWith(opts TCPOptions) Transport {
-	t := &tcpTransport{log: opts.Logger, maxInflight: opts.MaxInflight}
+	t := &tcpTransport{log: opts.Logger, maxInflight: opts.MaxInflight, sec: newSecured(opts.Security)}
 	if t.log == nil {
 		t.log = slog.Default()
 	}
+	t.rlog = &rateLog{log: t.log}
 	if t.maxInflight <= 0 {
 		t.maxInflight = defaultMaxInflight
 	}
+	t.maxConns = orDefault(opts.MaxConns, DefaultMaxConns)
+	t.maxHandshakesPerIP = orDefault(opts.MaxHandshakesPerIP, DefaultMaxHandshakesPerIP)
+	t.handshakeTimeout = orDefault(opts.HandshakeTimeout, DefaultHandshakeTimeout)
+	t.frameTimeout = orDefault(opts.FrameTimeout, DefaultFrameTimeout)
+	t.writeTimeout = orDefault(opts.WriteTimeout, DefaultWriteTimeout)
+	t.idleTimeout = orDefault(opts.IdleTimeout, DefaultIdleTimeout)
+	t.budget = newByteBudget(orDefault(opts.MaxBodyBytes, DefaultMaxBodyBytes))
 	return t
+}
+
+// orDefault is v, def if v is zero, and 0 (no bound) if v is negative.
+func orDefault[T int | int64 | time.Duration](v, def T) T {
+	switch {
+	case v == 0:
+		return def
+	case v < 0:
+		return 0
+	}
+	return v
 }
 
 func setupTCP(nc net.Conn) {
@@ -67,24 +147,45 @@ func setupTCP(nc net.Conn) {
 	}
 }
 
-// Dial connects to addr. Failure matches syscall.ETIMEDOUT if ctx expired
-// (EINTR if it was cancelled) and syscall.EIO otherwise.
+// Dial connects to addr (and, with Security, authenticates both ends).
+// Failure matches syscall.ETIMEDOUT if ctx expired (EINTR if it was
+// cancelled), syscall.EACCES (and ErrAuth) if authentication failed,
+// syscall.EPROTO if the server speaks another protocol version, and
+// syscall.EIO otherwise.
 func (t *tcpTransport) Dial(ctx context.Context, addr string) (Conn, error) {
 	d := net.Dialer{KeepAliveConfig: keepAlive}
-	nc, err := d.DialContext(ctx, "tcp", addr)
+	raw, err := d.DialContext(ctx, "tcp", addr)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("transport: dial %s: %w (%w)", addr, ctxErrno(ctx), ctx.Err())
 		}
 		return nil, fmt.Errorf("transport: dial %s: %w: %w", addr, syscall.EIO, err)
 	}
-	setupTCP(nc)
+	setupTCP(raw)
+	nc := raw
+	if t.sec != nil {
+		if t.sec.client == nil {
+			_ = raw.Close()
+			return nil, fmt.Errorf("transport: dial %s: Security has no ClientTLS: %w", addr, syscall.EINVAL)
+		}
+		timeout := t.handshakeTimeout
+		if timeout <= 0 {
+			timeout = DefaultHandshakeTimeout
+		}
+		nc, _, err = t.sec.clientHandshake(ctx, raw, addr, timeout)
+		if err != nil {
+			_ = raw.Close()
+			return nil, err
+		}
+	}
 	c := &tcpConn{
 		addr:       addr,
 		nc:         nc,
+		raw:        raw,
 		log:        t.log,
 		pending:    make(map[uint64]*call),
 		readerDone: make(chan struct{}),
+		lastUsed:   time.Now(),
 	}
 	c.w = newFrameWriter(nc, c.fail)
 	go c.readLoop()
@@ -94,7 +195,8 @@ func (t *tcpTransport) Dial(ctx context.Context, addr string) (Conn, error) {
 // tcpConn is the client end of a connection.
 type tcpConn struct {
 	addr       string
-	nc         net.Conn
+	nc         net.Conn // frames: raw, or the tls.Conn over it when encrypted
+	raw        net.Conn // the TCP connection; closing it ends the connection
 	w          *frameWriter
 	log        *slog.Logger
 	readerDone chan struct{}
@@ -103,6 +205,8 @@ type tcpConn struct {
 	nextID  uint64
 	pending map[uint64]*call // calls waiting for a response; nil once failed
 	err     error            // why the connection is unusable; set once
+	// lastUsed is when a call last started or ended (see retireIfIdle).
+	lastUsed time.Time
 }
 
 // call is one request in flight. resp and err are written once, by
@@ -156,6 +260,7 @@ func (c *tcpConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte,
 	c.nextID++
 	id := c.nextID
 	c.pending[id] = cl
+	c.lastUsed = time.Now()
 	c.mu.Unlock()
 
 	encodeHeader(cl.out.hdr[:], header{kind: kindRequest, op: op, id: id, length: uint32(n)})
@@ -249,11 +354,32 @@ func (c *tcpConn) fail(cause error) {
 	c.mu.Unlock()
 
 	c.w.stop(cause)
-	_ = c.nc.Close()
+	_ = c.raw.Close()
 	for _, cl := range pending {
 		cl.err = brokenError(c.addr, cl.op, cause, !c.w.wasSent(&cl.out))
 		close(cl.done)
 	}
+}
+
+var errIdle = errors.New("transport: connection closed by the client after being idle")
+
+// retireIfIdle fails the connection and reports true if no call is in
+// flight and none started or ended for d. The check and the failure are
+// one step under mu, so a call either registered before (and the
+// connection stays) or finds it failed before sending anything (and is
+// retried by Pool on a new connection).
+func (c *tcpConn) retireIfIdle(d time.Duration) bool {
+	c.mu.Lock()
+	if c.err != nil || len(c.pending) > 0 || time.Since(c.lastUsed) < d {
+		c.mu.Unlock()
+		return false
+	}
+	c.err = errIdle
+	c.pending = nil
+	c.mu.Unlock()
+	c.w.stop(errIdle)
+	_ = c.raw.Close()
+	return true
 }
 
 func (c *tcpConn) isBroken() bool {
@@ -311,6 +437,7 @@ func (c *tcpConn) readLoop() {
 			c.mu.Lock()
 			if c.pending[h.id] == cl {
 				delete(c.pending, h.id)
+				c.lastUsed = time.Now()
 			} else {
 				cl = nil
 			}
@@ -342,6 +469,7 @@ func (c *tcpConn) readLoop() {
 		c.mu.Lock()
 		if c.pending[h.id] == cl {
 			delete(c.pending, h.id)
+			c.lastUsed = time.Now()
 		} else {
 			cl = nil // abandoned meanwhile
 		}

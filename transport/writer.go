@@ -4,6 +4,7 @@ import (
 	"net"
 	"slices"
 	"sync"
+	"time"
 )
 
 // Frame states, guarded by frameWriter.mu.
@@ -46,6 +47,13 @@ const (
 type frameWriter struct {
 	nc     net.Conn
 	onFail func(error) // called once, by whoever saw a write fail
+	// stall, if positive, bounds each write: a peer that takes no bytes
+	// for that long fails the connection (server connections only). The
+	// deadline is moved on only when it is more than stall/8 old, so a
+	// write may fail after 7/8 of stall; deadlineSet is when it last was
+	// (used by the holder of busy only).
+	stall       time.Duration
+	deadlineSet time.Time
 
 	mu    sync.Mutex
 	queue []*outFrame
@@ -197,6 +205,12 @@ func (w *frameWriter) write(batch []*outFrame) error {
 			if len(p) > 0 {
 				bufs = append(bufs, p)
 			}
+		}
+	}
+	if w.stall > 0 {
+		if now := time.Now(); now.Sub(w.deadlineSet) > w.stall/8 {
+			_ = w.nc.SetWriteDeadline(now.Add(w.stall))
+			w.deadlineSet = now
 		}
 	}
 	b := bufs // WriteTo consumes its receiver

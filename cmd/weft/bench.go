@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/weft-fs/weft/auth"
 	"github.com/weft-fs/weft/bench"
 	"github.com/weft-fs/weft/bench/fuseceiling"
 	"github.com/weft-fs/weft/internal/units"
@@ -38,6 +40,7 @@ type benchOptions struct {
 	workers   []string
 	maxData   units.Size
 	maxFiles  int64
+	keys      string
 	logOptions
 }
 
@@ -50,6 +53,7 @@ func (o *benchOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.jsonPath, "json", "", "also write the results as JSON to this file")
 	fs.BoolVar(&o.direct, "direct", false, "open ior-easy and ior-rnd4K files with O_DIRECT")
 	fs.StringSliceVar(&o.workers, "workers", nil, "host:port of `weft bench worker --listen` processes, one rank each (repeat an address for more ranks there)")
+	fs.StringVar(&o.keys, "keys", defaultKeys, "with --workers: key bundle (any role, usually client) that authenticates this coordinator to the workers and them to it")
 	o.maxData = units.Size(def.Limits.EasyBytes)
 	fs.Var(&o.maxData, "max-data", "per-process cap on ior-easy data (ior-hard gets half); a phase ending on it is marked capped (--quick: 64MiB)")
 	fs.Int64Var(&o.maxFiles, "max-files", def.Limits.EasyFiles, "per-process cap on mdtest files per phase (--quick: 5000 easy, 3000 hard)")
@@ -86,6 +90,13 @@ func (o *benchOptions) config(cmd *cobra.Command, dir string) (bench.Config, err
 		}
 	}
 	cfg.Remote = o.workers
+	if len(cfg.Remote) > 0 {
+		k, err := auth.Load(o.keys)
+		if err != nil {
+			return cfg, fmt.Errorf("--keys %s (needed with --workers): %w", o.keys, err)
+		}
+		_, cfg.WorkerTLS = benchTLS(k)
+	}
 	cfg.Direct = o.direct
 	switch {
 	case cfg.Procs < 0:
@@ -234,6 +245,7 @@ func runFuseCeiling(ctx context.Context, cmd *cobra.Command, o *benchOptions, ar
 func newBenchWorkerCmd() *cobra.Command {
 	var (
 		listen string
+		keys   string
 		lo     logOptions
 	)
 	cmd := &cobra.Command{
@@ -259,17 +271,41 @@ at the same path here as on the coordinator's side.`,
 			if err := checkAddr("listen", listen, true); err != nil {
 				return err
 			}
-			return serveWorkers(ctx, listen, cmd.ErrOrStderr())
+			k, err := auth.Load(keys)
+			if err != nil {
+				return fmt.Errorf("bench worker: --keys %s: %w", keys, err)
+			}
+			srv, _ := benchTLS(k)
+			return serveWorkers(ctx, listen, srv, cmd.ErrOrStderr())
 		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "", "accept coordinators on this address (host:port)")
+	cmd.Flags().StringVar(&keys, "keys", defaultKeys, "with --listen: key bundle (any role, usually client); only coordinators with a certificate of the same cluster CA are served")
 	lo.addFlags(cmd.Flags())
 	return cmd
 }
 
+// benchTLS is the mutual TLS 1.3 of bench coordinators and workers: both
+// ends need a certificate of the cluster CA, of any role. A worker starts
+// processes that run file operations for whoever connects, so it must
+// authenticate its coordinator; the coordinator accepts a worker with a
+// client certificate (workers run on client machines) because a worker
+// gets no authority from it, only benchmark work to do.
+func benchTLS(k *auth.Keys) (server, client *tls.Config) {
+	sec := k.Security(false)
+	server, client = sec.ServerTLS.Clone(), sec.ClientTLS.Clone()
+	for _, c := range []*tls.Config{server, client} {
+		c.MinVersion, c.MaxVersion = tls.VersionTLS13, tls.VersionTLS13
+		c.SessionTicketsDisabled = true
+	}
+	return server, client
+}
+
 // serveWorkers accepts coordinator connections and hands each to a child
-// `weft bench worker` whose stdin and stdout are the connection.
-func serveWorkers(ctx context.Context, addr string, stderr io.Writer) error {
+// `weft bench worker` whose stdin and stdout are the connection: the
+// child's own descriptor without TLS, else pipes this process copies
+// through the TLS connection.
+func serveWorkers(ctx context.Context, addr string, tlsCfg *tls.Config, stderr io.Writer) error {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -293,6 +329,10 @@ func serveWorkers(ctx context.Context, addr string, stderr io.Writer) error {
 			}
 			return fmt.Errorf("bench worker: %w", err)
 		}
+		if tlsCfg != nil {
+			go serveTLSWorker(exe, conn, tlsCfg, stderr)
+			continue
+		}
 		f, err := conn.(*net.TCPConn).File() // a blocking dup for the child
 		conn.Close()
 		if err != nil {
@@ -309,4 +349,26 @@ func serveWorkers(ctx context.Context, addr string, stderr io.Writer) error {
 		go child.Wait()
 		fmt.Fprintf(stderr, "bench worker: pid %d serves %s\n", child.Process.Pid, strings.TrimSpace(conn.RemoteAddr().String()))
 	}
+}
+
+// serveTLSWorker authenticates a coordinator and runs a worker for it.
+func serveTLSWorker(exe string, conn net.Conn, cfg *tls.Config, stderr io.Writer) {
+	defer conn.Close()
+	remote := conn.RemoteAddr().String()
+	_ = conn.SetDeadline(time.Now().Add(10 * time.Second))
+	tc := tls.Server(conn, cfg)
+	if err := tc.Handshake(); err != nil {
+		fmt.Fprintf(stderr, "bench worker: refusing %s: authentication failed: %v\n", remote, err)
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	child := exec.Command(exe, "bench", "worker")
+	child.Stdin, child.Stdout, child.Stderr = tc, tc, stderr
+	child.WaitDelay = 5 * time.Second
+	if err := child.Start(); err != nil {
+		fmt.Fprintf(stderr, "bench worker: start: %v\n", err)
+		return
+	}
+	fmt.Fprintf(stderr, "bench worker: pid %d serves %s\n", child.Process.Pid, remote)
+	_ = child.Wait()
 }

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weft-fs/weft/auth"
 )
 
 // The bench coordinator re-executes its own binary as `weft bench worker`;
@@ -113,11 +115,15 @@ func TestBenchRemoteWorkers(t *testing.T) {
 	}
 	addr := l.Addr().String()
 	l.Close()
+	keys := filepath.Join(t.TempDir(), "keys")
+	if err := auth.GenerateCluster(keys); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
 		cmd := newRootCmd()
-		cmd.SetArgs([]string{"bench", "worker", "--listen", addr})
+		cmd.SetArgs([]string{"bench", "worker", "--listen", addr, "--keys", filepath.Join(keys, "client")})
 		cmd.SetErr(&bytes.Buffer{})
 		done <- cmd.ExecuteContext(ctx)
 	}()
@@ -138,7 +144,7 @@ func TestBenchRemoteWorkers(t *testing.T) {
 	}
 	dir := t.TempDir()
 	out, rep := runBench(t, "bench", "io500", "--quick", "--procs", "1", "--stonewall", "1s",
-		"--max-data", "8MiB", "--max-files", "500", "--workers", addr+","+addr, dir)
+		"--max-data", "8MiB", "--max-files", "500", "--workers", addr+","+addr, "--keys", filepath.Join(keys, "client"), dir)
 	checkBench(t, out, rep)
 }
 

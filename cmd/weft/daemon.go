@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/weft-fs/weft/auth"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/metrics"
 	"github.com/weft-fs/weft/storage/storagerpc"
@@ -24,12 +25,19 @@ import (
 type daemonOptions struct {
 	Pprof   string `toml:"pprof"`
 	Metrics string `toml:"metrics"`
+	Keys    string `toml:"keys"`
+	Encrypt bool   `toml:"encrypt"`
 	logOptions
 }
+
+// defaultKeys is where daemons look for their key bundle by default.
+const defaultKeys = "/etc/weft/keys"
 
 func (o *daemonOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Pprof, "pprof", "", "serve Go profiles (net/http/pprof, /debug/pprof/) on this address, e.g. 127.0.0.1:7651 (default off; keep it off untrusted networks)")
 	fs.StringVar(&o.Metrics, "metrics", "", "serve Prometheus metrics (RPC counts, latencies and bytes per operation, memory, CPU) on http://ADDR/metrics, e.g. 127.0.0.1:9400 (default off)")
+	fs.StringVar(&o.Keys, "keys", defaultKeys, "directory of this process's key bundle (ca.crt, node.crt, node.key; capability.key for servers), made by `weft keygen`")
+	fs.BoolVar(&o.Encrypt, "encrypt", false, "encrypt traffic on the wire (servers: require it of every peer; clients: ask for it); without it connections are authenticated but frames travel in the clear")
 	o.logOptions.addFlags(fs)
 }
 
@@ -50,9 +58,11 @@ func (o *daemonOptions) validate() error {
 // daemon is what a started daemon gets from its options.
 type daemon struct {
 	log *slog.Logger
-	// transport is TCP, observed into the metrics registry when --metrics
-	// is set; every server and client of the process uses it.
+	// transport is TCP, authenticated with keys, observed into the
+	// metrics registry when --metrics is set; every server and client of
+	// the process uses it.
 	transport transport.Transport
+	keys      *auth.Keys
 	stops     []func()
 }
 
@@ -65,8 +75,19 @@ func (d *daemon) stop() {
 
 // start makes the daemon's logger, transport and endpoints; the caller
 // defers d.stop (on an error start has already stopped what it began).
-func (o *daemonOptions) start() (*daemon, error) {
-	d := &daemon{log: o.logger(os.Stderr), transport: transport.NewTCP()}
+// cmd names the daemon (e.g. "weft storage") and role is the key role it
+// must run with.
+func (o *daemonOptions) start(cmd string, role transport.Role) (*daemon, error) {
+	keys, err := loadKeys(cmd, o.Keys, role)
+	if err != nil {
+		return nil, err
+	}
+	log := o.logger(os.Stderr)
+	d := &daemon{log: log, keys: keys, transport: transport.NewTCPWith(transport.TCPOptions{
+		Logger:   log,
+		Security: keys.Security(o.Encrypt),
+	})}
+	log.Info("keys loaded", "dir", o.Keys, "role", keys.Role(), "name", keys.Name(), "encrypt", o.Encrypt)
 	if o.Pprof != "" {
 		stop, err := serveHTTP("pprof", o.Pprof, pprofMux(), d.log)
 		if err != nil {
@@ -91,6 +112,33 @@ func (o *daemonOptions) start() (*daemon, error) {
 		d.stops = append(d.stops, stop)
 	}
 	return d, nil
+}
+
+// loadKeys loads the bundle in dir and checks that it is for role; cmd
+// ("weft storage") names the daemon in the error.
+func loadKeys(cmd, dir string, role transport.Role) (*auth.Keys, error) {
+	if dir == "" {
+		return nil, fmt.Errorf("--keys is empty: %s needs the directory of a %s key bundle (weft keygen)", cmd, role)
+	}
+	k, err := auth.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--keys %s: %w", dir, err)
+	}
+	if k.Role() != role {
+		return nil, fmt.Errorf("keys in %s are for role %s; %s (a %s) needs a %s bundle (weft keygen --ca CADIR --role %s --name NAME --out DIR)",
+			dir, k.Role(), cmd, roleNoun(role), role, role)
+	}
+	return k, nil
+}
+
+func roleNoun(r transport.Role) string {
+	switch r {
+	case transport.RoleStorage:
+		return "storage server"
+	case transport.RoleMeta:
+		return "metadata server"
+	}
+	return "client (mount)"
 }
 
 // opName names the RPC op codes of every weft service for the metrics.

@@ -123,11 +123,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 	if err != nil {
 		return err
 	}
-	capKey, err := testCapabilityKey()
-	if err != nil {
-		return err
-	}
-	d, err := o.start()
+	d, err := o.start("weft meta", transport.RoleMeta)
 	if err != nil {
 		return err
 	}
@@ -135,15 +131,13 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
 	return meta.Run(ctx, meta.Config{
-		CapabilityKey:    capKey,
+		CapabilityKey:    d.keys.CapabilityKey(),
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
 		Logger:           d.log,
 		Transport:        d.transport,
 		Access:           acc,
-		// until helper AUTH's keys land: the transport has no security yet.
-		AllowUnauthenticated: true,
 		NewStorage: func(resolve func(context.Context, proto.TargetID) (string, error)) proto.StorageService {
 			return storagerpc.NewClient(pool, resolve)
 		},

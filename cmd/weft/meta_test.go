@@ -61,7 +61,7 @@ log_format = "json"
 	}
 	want := metaOptions{Listen: "127.0.0.1:9000", Data: dir, HeartbeatTimeout: units.Duration(45 * time.Second),
 		accessOptions: accessOptions{RootSquash: true, SquashUid: 99, SquashGid: 65534, RootSquashExempt: []string{"10.0.0.0/8"}},
-		daemonOptions: daemonOptions{logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
+		daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("resolved %+v, want %+v", got, want)
 	}

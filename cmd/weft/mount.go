@@ -12,6 +12,7 @@ import (
 
 	"github.com/weft-fs/weft/fuse"
 	"github.com/weft-fs/weft/internal/units"
+	"github.com/weft-fs/weft/transport"
 )
 
 // mountOptions are the settings of `weft mount`; the toml tags are the keys
@@ -125,7 +126,7 @@ func dataBudget(cacheLimit uint64) uint64 { return cacheLimit - fixedMemory }
 // runMount mounts and serves until ctx is cancelled (SIGINT/SIGTERM: it
 // unmounts) or the file system is unmounted from outside.
 func runMount(ctx context.Context, o *mountOptions) error {
-	d, err := o.start()
+	d, err := o.start("weft mount", transport.RoleClient)
 	if err != nil {
 		return err
 	}

@@ -127,11 +127,7 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 // pooled connection that redials by itself, so the storage server may start
 // before the metadata server.
 func runStorage(ctx context.Context, o *storageOptions) error {
-	capKey, err := testCapabilityKey()
-	if err != nil {
-		return err
-	}
-	d, err := o.start()
+	d, err := o.start("weft storage", transport.RoleStorage)
 	if err != nil {
 		return err
 	}
@@ -139,18 +135,17 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
 	return storage.Run(ctx, storage.Config{
-		CapabilityKey:        capKey,
-		AllowUnauthenticated: true, // until helper AUTH's keys land
-		ListenAddr:           o.Listen,
-		AdvertiseAddr:        o.Advertise,
-		MetaAddr:             o.Meta,
-		Targets:              o.Targets,
-		Capacity:             uint64(o.Capacity),
-		HeartbeatInterval:    time.Duration(o.HeartbeatInterval),
-		ReadBytesPerConn:     int64(o.ReadBufferPerConn),
-		ReadBytesPerServer:   int64(o.ReadBufferTotal),
-		Logger:               d.log,
-		Transport:            d.transport,
-		Registry:             metarpc.NewClient(pool, o.Meta),
+		CapabilityKey:      d.keys.CapabilityKey(),
+		ListenAddr:         o.Listen,
+		AdvertiseAddr:      o.Advertise,
+		MetaAddr:           o.Meta,
+		Targets:            o.Targets,
+		Capacity:           uint64(o.Capacity),
+		HeartbeatInterval:  time.Duration(o.HeartbeatInterval),
+		ReadBytesPerConn:   int64(o.ReadBufferPerConn),
+		ReadBytesPerServer: int64(o.ReadBufferTotal),
+		Logger:             d.log,
+		Transport:          d.transport,
+		Registry:           metarpc.NewClient(pool, o.Meta),
 	})
 }

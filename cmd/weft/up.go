@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -20,6 +21,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/weft-fs/weft/auth"
 	"github.com/weft-fs/weft/internal/units"
 )
 
@@ -128,6 +130,7 @@ type childSpec struct {
 // upPlan is everything weft up will start, in start order.
 type upPlan struct {
 	Data, Mount, MetaAddr string
+	Keys                  string // DATA/keys: the cluster key set, made on first run
 	Targets               int
 	Meta                  childSpec
 	Storage               []childSpec
@@ -141,11 +144,12 @@ func planUp(o upOptions) upPlan {
 	logs := filepath.Join(o.Data, "logs")
 	metaAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(o.BasePort))
 	logLevel := []string{"--log-level", o.LogLevel}
-	p := upPlan{Data: o.Data, Mount: o.Mount, MetaAddr: metaAddr, Targets: o.Targets}
+	keys := filepath.Join(o.Data, "keys")
+	p := upPlan{Data: o.Data, Mount: o.Mount, MetaAddr: metaAddr, Targets: o.Targets, Keys: keys}
 	metaDir := filepath.Join(o.Data, "meta")
 	p.Meta = childSpec{
 		Name: "meta",
-		Args: append([]string{"meta", "--listen", metaAddr, "--data", metaDir}, logLevel...),
+		Args: append([]string{"meta", "--listen", metaAddr, "--data", metaDir, "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, logLevel...),
 		Addr: metaAddr,
 		Log:  filepath.Join(logs, "meta.log"),
 		Dirs: []string{metaDir},
@@ -154,7 +158,7 @@ func planUp(o upOptions) upPlan {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(o.BasePort+10+s))
 		c := childSpec{
 			Name: fmt.Sprintf("storage-%d", s),
-			Args: []string{"storage", "--listen", addr, "--meta", metaAddr},
+			Args: []string{"storage", "--listen", addr, "--meta", metaAddr, "--keys", filepath.Join(keys, auth.ClusterStorageDir)},
 			Addr: addr,
 			Log:  filepath.Join(logs, fmt.Sprintf("storage-%d.log", s)),
 		}
@@ -168,11 +172,29 @@ func planUp(o upOptions) upPlan {
 	}
 	p.Mounter = childSpec{
 		Name: "mount",
-		Args: append([]string{"mount", "--meta", metaAddr, "--allow-other=" + strconv.FormatBool(allowOtherPossible())}, append(logLevel, o.Mount)...),
+		Args: append([]string{"mount", "--meta", metaAddr, "--keys", filepath.Join(keys, auth.ClusterClientDir),
+			"--allow-other=" + strconv.FormatBool(allowOtherPossible())}, append(logLevel, o.Mount)...),
 		Log:  filepath.Join(logs, "mount.log"),
 		Dirs: []string{o.Mount},
 	}
 	return p
+}
+
+// ensureKeys makes the cluster key set in dir on first run and reuses it
+// afterwards (a half-made set is an error that says what to remove).
+func ensureKeys(dir string, out io.Writer) error {
+	_, err := os.Stat(filepath.Join(dir, auth.ClusterCADir, auth.CACertFile))
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("up: %w", err)
+	}
+	if err := auth.GenerateCluster(dir); err != nil {
+		return fmt.Errorf("up: making the cluster keys: %w (remove %s to start over)", err, dir)
+	}
+	fmt.Fprintf(out, "up: made the cluster's keys in %s\n", dir)
+	return nil
 }
 
 // allowOtherPossible reports whether FUSE will accept allow_other for us:
@@ -231,6 +253,9 @@ func runUp(ctx context.Context, exe string, p upPlan, out io.Writer) (err error)
 		}
 	}
 	if err := checkMountpointFree(p.Mount); err != nil {
+		return err
+	}
+	if err := ensureKeys(p.Keys, out); err != nil {
 		return err
 	}
 

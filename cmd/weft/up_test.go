@@ -60,7 +60,7 @@ func TestPlanUp(t *testing.T) {
 	if p.MetaAddr != "127.0.0.1:7400" || p.Meta.Addr != p.MetaAddr || p.Meta.Log != "/d/logs/meta.log" {
 		t.Fatalf("meta: %+v", p.Meta)
 	}
-	if want := []string{"meta", "--listen", "127.0.0.1:7400", "--data", "/d/meta", "--log-level", "info"}; !slices.Equal(p.Meta.Args, want) {
+	if want := []string{"meta", "--listen", "127.0.0.1:7400", "--data", "/d/meta", "--keys", "/d/keys/meta", "--log-level", "info"}; !slices.Equal(p.Meta.Args, want) {
 		t.Fatalf("meta args %q, want %q", p.Meta.Args, want)
 	}
 	wantTargets := [][]string{{"/d/target-0", "/d/target-3"}, {"/d/target-1", "/d/target-4"}, {"/d/target-2"}}
@@ -75,7 +75,7 @@ func TestPlanUp(t *testing.T) {
 		if !slices.Equal(s.Dirs, wantTargets[i]) {
 			t.Fatalf("storage %d targets %q, want %q", i, s.Dirs, wantTargets[i])
 		}
-		want := []string{"storage", "--listen", addr, "--meta", "127.0.0.1:7400"}
+		want := []string{"storage", "--listen", addr, "--meta", "127.0.0.1:7400", "--keys", "/d/keys/storage"}
 		for _, d := range wantTargets[i] {
 			want = append(want, "--target", d)
 		}
@@ -85,7 +85,7 @@ func TestPlanUp(t *testing.T) {
 		}
 	}
 	m := p.Mounter
-	if m.Name != "mount" || m.Args[0] != "mount" || m.Args[len(m.Args)-1] != "/m" || !slices.Contains(m.Args, "127.0.0.1:7400") || m.Log != "/d/logs/mount.log" {
+	if m.Name != "mount" || m.Args[0] != "mount" || m.Args[len(m.Args)-1] != "/m" || !slices.Contains(m.Args, "127.0.0.1:7400") || !slices.Contains(m.Args, "/d/keys/client") || m.Log != "/d/logs/mount.log" {
 		t.Fatalf("mount: %+v", m)
 	}
 }

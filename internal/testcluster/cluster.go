@@ -4,11 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/weft-fs/weft/auth"
 	"net"
 	"os"
 	"os/exec"
@@ -108,11 +107,6 @@ type Cluster struct {
 	mounts   []*proc
 	mntPaths []string
 	nets     *netns // set when opts.NetNS
-
-	// capKey (hex) is the capability key shared by the meta and storage
-	// processes. STOPGAP until helper AUTH's keys land: the lead replaces
-	// it with generated key bundles.
-	capKey string
 }
 
 // Start builds weft if needed, starts a cluster as opts describe and waits
@@ -127,7 +121,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 		t.Fatalf("testcluster: fusermount3 not found: install fuse3 (scripts/install-deps.sh)")
 	}
 	opts.fill()
-	c := &Cluster{t: t, opts: opts, bin: Binary(t), capKey: hex.EncodeToString(randomKey())}
+	c := &Cluster{t: t, opts: opts, bin: Binary(t)}
 	dir, err := os.MkdirTemp("", "weft-it-")
 	if err != nil {
 		t.Fatal(err)
@@ -143,10 +137,14 @@ func Start(t testing.TB, opts Options) *Cluster {
 		}
 	}
 	t.Cleanup(c.cleanup)
+	// One key set per cluster; every process gets the bundle of its role.
+	if err := auth.GenerateCluster(filepath.Join(dir, "keys")); err != nil {
+		t.Fatal(err)
+	}
 
 	c.meta = &proc{name: "meta", addr: freeAddr(t), log: c.logPath("meta")}
 	c.meta.args = func() []string {
-		a := []string{"meta", "--listen", c.metaListen(), "--data", filepath.Join(c.dir, "meta")}
+		a := []string{"meta", "--listen", c.metaListen(), "--data", filepath.Join(c.dir, "meta"), "--keys", c.Keys("meta")}
 		return append(a, c.opts.MetaArgs...)
 	}
 	c.targets = make([][]string, opts.Servers)
@@ -167,7 +165,7 @@ func Start(t testing.TB, opts Options) *Cluster {
 			p.addr, p.netns = c.nets.storageAddr(i), c.nets.name(i)
 		}
 		p.args = func() []string {
-			a := []string{"storage", "--listen", p.addr, "--meta", c.storageMetaAddr(i)}
+			a := []string{"storage", "--listen", p.addr, "--meta", c.storageMetaAddr(i), "--keys", c.Keys("storage")}
 			for _, td := range c.targets[i] {
 				a = append(a, "--target", td)
 			}
@@ -190,6 +188,22 @@ func Start(t testing.TB, opts Options) *Cluster {
 }
 
 func (c *Cluster) logPath(name string) string { return filepath.Join(c.dir, "logs", name+".log") }
+
+// Keys returns the directory of the cluster's key bundle for role (meta,
+// storage, client; "ca" is the CA), for processes a test starts itself.
+func (c *Cluster) Keys(role string) string { return filepath.Join(c.dir, "keys", role) }
+
+// GenerateKeys makes a cluster key set in a temporary directory removed at
+// cleanup and returns it: bundles in DIR/meta, DIR/storage, DIR/client, the
+// CA in DIR/ca. For tests that start weft processes without a Cluster.
+func GenerateKeys(t testing.TB) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "keys")
+	if err := auth.GenerateCluster(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
 
 // Dir is the cluster's temporary directory (meta/, target-*/, mnt-*/, logs/).
 func (c *Cluster) Dir() string { return c.dir }
@@ -255,7 +269,6 @@ func (c *Cluster) start(p *proc) error {
 	}
 	cmd.Stdout = lf
 	cmd.Stderr = lf
-	cmd.Env = append(os.Environ(), "WEFT_TEST_CAPABILITY_KEY="+c.capKey) // STOPGAP, see capKey
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
 	if err := cmd.Start(); err != nil {
 		lf.Close()
@@ -378,7 +391,7 @@ func (c *Cluster) AddMount() int {
 	mnt := filepath.Join(c.dir, fmt.Sprintf("mnt-%d", i))
 	p := &proc{name: fmt.Sprintf("mount-%d", i), log: c.logPath(fmt.Sprintf("mount-%d", i))}
 	p.args = func() []string {
-		a := []string{"mount", "--meta", c.meta.addr, "--timeout", c.opts.Timeout, "--allow-other"}
+		a := []string{"mount", "--meta", c.meta.addr, "--timeout", c.opts.Timeout, "--allow-other", "--keys", c.Keys("client")}
 		if c.opts.CacheLimit != "" {
 			a = append(a, "--cache-limit", c.opts.CacheLimit)
 		}
@@ -711,11 +724,4 @@ func Getxattr(path, name string) ([]byte, error) {
 		}
 		return buf[:n], nil
 	}
-}
-
-// randomKey is a fresh capability key (see Cluster.capKey).
-func randomKey() []byte {
-	b := make([]byte, 32)
-	rand.Read(b)
-	return b
 }

@@ -19,6 +19,10 @@
 //   - A restarted process keeps its address and directories, so the rest of
 //     the cluster finds it again by itself; that is what the failure and
 //     crash tests rely on.
+//   - Every process authenticates (mutual TLS, package auth) with the
+//     bundle of its role from a key set made once per cluster in
+//     <dir>/keys (Cluster.Keys names them); GenerateKeys makes a key set
+//     for processes a test starts without a Cluster.
 //   - /dev/fuse must exist: Start fails (never skips) without it.
 //   - With Options.NetNS every storage server runs in a network namespace
 //     of its own behind a veth pair (netns.go); PartitionStorage and

@@ -19,6 +19,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/weft-fs/weft/auth"
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
@@ -29,6 +30,7 @@ import (
 // config is what one run does; see doc.go.
 type config struct {
 	Meta       string
+	Keys       string // key bundle (client) that authenticates mdload; "" = none
 	Files      int
 	Dirs       int
 	Workers    int
@@ -52,6 +54,7 @@ func main() {
 		flags      = pflag.NewFlagSet("mdload", pflag.ContinueOnError)
 	)
 	flags.StringVar(&c.Meta, "meta", "", "metadata server address (host:port)")
+	flags.StringVar(&c.Keys, "keys", "/etc/weft/keys", "key bundle (a client bundle, weft keygen) to authenticate with")
 	flags.IntVar(&c.Files, "files", 1_000_000, "files to create")
 	flags.IntVar(&c.Dirs, "dirs", 1000, "directories to spread them over")
 	flags.IntVar(&c.Workers, "workers", 64, "concurrent callers")
@@ -128,7 +131,15 @@ func checkpoints(files, objects int) []int {
 
 // run does the whole load and writes a report to out.
 func run(ctx context.Context, c config, out io.Writer) error {
-	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{ConnsPerAddr: 4})
+	tr := transport.NewTCP() // Keys "": servers without security (tests)
+	if c.Keys != "" {
+		keys, err := auth.Load(c.Keys)
+		if err != nil {
+			return fmt.Errorf("--keys: %w", err)
+		}
+		tr = transport.NewTCPWith(transport.TCPOptions{Security: keys.Security(false)})
+	}
+	pool := transport.NewPool(tr, transport.PoolOptions{ConnsPerAddr: 4})
 	defer pool.Close()
 	meta := metarpc.NewClient(pool, c.Meta)
 
