@@ -5,10 +5,13 @@
 # B/A ratio. This is how a change's cost is measured (docs/performance.md):
 # the phases of one build are never compared with a run made at another time.
 #
-#   scripts/bench-ab.sh [--rounds 3] [--procs 4] [--stonewall 10s] [--out DIR] REV_A REV_B
+#   scripts/bench-ab.sh [--rounds 3] [--procs 4] [--stonewall 10s] [--out DIR]
+#                       [--up-a "ARGS"] [--up-b "ARGS"] REV_A REV_B
 #
-# REV_B may be "." for the working tree. Each side gets a fresh `weft up`
-# (its own data directory, default settings of that build) per round.
+# REV_A or REV_B may be "." for the working tree (both "." with different
+# --up-a/--up-b compares settings, e.g. --up-b --encrypt). Each side gets a
+# fresh `weft up` (its own data directory, that build's defaults plus its
+# --up-* arguments) per round.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,12 +19,16 @@ rounds=3
 procs=4
 stonewall=10s
 out=/tmp/weft-bench-ab
+up_a=
+up_b=
 while [ $# -gt 2 ]; do
 	case "$1" in
 	--rounds) rounds=$2; shift 2 ;;
 	--procs) procs=$2; shift 2 ;;
 	--stonewall) stonewall=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
+	--up-a) up_a=$2; shift 2 ;;
+	--up-b) up_b=$2; shift 2 ;;
 	*) echo "bench-ab: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -55,10 +62,11 @@ stop_up() {
 trap 'stop_up; fusermount3 -u -z "$out/mnt" 2>/dev/null || true' EXIT
 
 run() { # run SIDE ROUND
-	local bin=$out/weft-$1 data=$out/data-$1 log=$out/up-$1-$2.log
+	local bin=$out/weft-$1 data=$out/data-$1 log=$out/up-$1-$2.log extra
+	if [ "$1" = a ]; then extra=$up_a; else extra=$up_b; fi
 	rm -rf "$data"
 	mkdir -p "$out/mnt"
-	"$bin" up --data "$data" --mount "$out/mnt" --base-port 7470 --log-level warn >"$log" 2>&1 &
+	"$bin" up --data "$data" --mount "$out/mnt" --base-port 7470 --log-level warn $extra >"$log" 2>&1 &
 	up_pid=$!
 	for _ in $(seq 240); do
 		grep -q "weft is up" "$log" && break
@@ -78,7 +86,7 @@ for r in $(seq "$rounds"); do
 	run b "$r"
 done
 
-python3 - "$out" "$rounds" "$rev_a" "$rev_b" <<'PY'
+python3 - "$out" "$rounds" "$rev_a $up_a" "$rev_b $up_b" <<'PY'
 import json, statistics, sys
 out, rounds, ra, rb = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 phases = ["ior-easy-write", "ior-easy-read", "ior-hard-write", "ior-hard-read", "ior-rnd4K-easy-read",

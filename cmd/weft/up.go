@@ -33,6 +33,7 @@ type upOptions struct {
 	Servers  int
 	BasePort int
 	LogLevel string // of the children
+	Encrypt  bool   // every child encrypts its connections (--encrypt)
 }
 
 func newUpCmd() *cobra.Command {
@@ -75,6 +76,7 @@ log, stops the others and exits non-zero.`,
 	fs.IntVar(&o.Servers, "servers", 2, "number of storage server processes the targets are spread over")
 	fs.IntVar(&o.BasePort, "base-port", 7400, "meta listens on this port, storage servers on base-port+10 and up")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level of the child processes (their logs are in DIR/logs)")
+	fs.BoolVar(&o.Encrypt, "encrypt", false, "encrypt every connection between the processes (TLS; see docs/security.md for its cost)")
 	return cmd
 }
 
@@ -143,13 +145,16 @@ type upPlan struct {
 func planUp(o upOptions) upPlan {
 	logs := filepath.Join(o.Data, "logs")
 	metaAddr := net.JoinHostPort("127.0.0.1", strconv.Itoa(o.BasePort))
-	logLevel := []string{"--log-level", o.LogLevel}
+	childFlags := []string{"--log-level", o.LogLevel} // flags every child takes
+	if o.Encrypt {
+		childFlags = append(childFlags, "--encrypt")
+	}
 	keys := filepath.Join(o.Data, "keys")
 	p := upPlan{Data: o.Data, Mount: o.Mount, MetaAddr: metaAddr, Targets: o.Targets, Keys: keys}
 	metaDir := filepath.Join(o.Data, "meta")
 	p.Meta = childSpec{
 		Name: "meta",
-		Args: append([]string{"meta", "--listen", metaAddr, "--data", metaDir, "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, logLevel...),
+		Args: append([]string{"meta", "--listen", metaAddr, "--data", metaDir, "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, childFlags...),
 		Addr: metaAddr,
 		Log:  filepath.Join(logs, "meta.log"),
 		Dirs: []string{metaDir},
@@ -167,13 +172,13 @@ func planUp(o upOptions) upPlan {
 			c.Args = append(c.Args, "--target", dir)
 			c.Dirs = append(c.Dirs, dir)
 		}
-		c.Args = append(c.Args, logLevel...)
+		c.Args = append(c.Args, childFlags...)
 		p.Storage = append(p.Storage, c)
 	}
 	p.Mounter = childSpec{
 		Name: "mount",
 		Args: append([]string{"mount", "--meta", metaAddr, "--keys", filepath.Join(keys, auth.ClusterClientDir),
-			"--allow-other=" + strconv.FormatBool(allowOtherPossible())}, append(logLevel, o.Mount)...),
+			"--allow-other=" + strconv.FormatBool(allowOtherPossible())}, append(childFlags, o.Mount)...),
 		Log:  filepath.Join(logs, "mount.log"),
 		Dirs: []string{o.Mount},
 	}

@@ -259,3 +259,15 @@ logs:
 		t.Fatalf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }
+
+// TestPlanUpEncrypt: --encrypt reaches every process weft up starts.
+func TestPlanUpEncrypt(t *testing.T) {
+	for _, enc := range []bool{false, true} {
+		p := planUp(upOptions{Data: "/d", Mount: "/m", Targets: 2, Servers: 2, BasePort: 7400, LogLevel: "info", Encrypt: enc})
+		for _, c := range append([]childSpec{p.Meta, p.Mounter}, p.Storage...) {
+			if got := slices.Contains(c.Args, "--encrypt"); got != enc {
+				t.Errorf("encrypt %v: %s args %q", enc, c.Name, c.Args)
+			}
+		}
+	}
+}
