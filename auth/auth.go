@@ -286,6 +286,34 @@ func serial() (*big.Int, error) {
 	return rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 127))
 }
 
+// newKeyPair makes an ed25519 key pair and a random serial number for the
+// certificate of its public key.
+func newKeyPair() (ed25519.PublicKey, ed25519.PrivateKey, *big.Int, error) {
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("auth: %w", err)
+	}
+	sn, err := serial()
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("auth: %w", err)
+	}
+	return pub, priv, sn, nil
+}
+
+// signAndEncode signs tmpl (for pub, by parent's key signer) and returns
+// the certificate's DER and the PEM of priv.
+func signAndEncode(tmpl, parent *x509.Certificate, pub ed25519.PublicKey, signer, priv ed25519.PrivateKey) (der, keyPEMBytes []byte, err error) {
+	der, err = x509.CreateCertificate(rand.Reader, tmpl, parent, pub, signer)
+	if err != nil {
+		return nil, nil, fmt.Errorf("auth: %w", err)
+	}
+	kp, err := keyPEM(priv)
+	if err != nil {
+		return nil, nil, fmt.Errorf("auth: %w", err)
+	}
+	return der, kp, nil
+}
+
 // NewCA makes a cluster CA in dir (created if needed): ca.key, ca.crt and
 // the cluster's capability.key.
 func NewCA(dir string) error {
@@ -295,13 +323,9 @@ func NewCA(dir string) error {
 	if err := refuseExisting(dir, CAKeyFile, CACertFile, CapabilityKeyFile); err != nil {
 		return err
 	}
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	pub, priv, sn, err := newKeyPair()
 	if err != nil {
-		return fmt.Errorf("auth: %w", err)
-	}
-	sn, err := serial()
-	if err != nil {
-		return fmt.Errorf("auth: %w", err)
+		return err
 	}
 	now := time.Now()
 	tmpl := &x509.Certificate{
@@ -314,13 +338,9 @@ func NewCA(dir string) error {
 		IsCA:                  true,
 		MaxPathLenZero:        true,
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, pub, priv)
+	der, kp, err := signAndEncode(tmpl, tmpl, pub, priv, priv)
 	if err != nil {
-		return fmt.Errorf("auth: %w", err)
-	}
-	kp, err := keyPEM(priv)
-	if err != nil {
-		return fmt.Errorf("auth: %w", err)
+		return err
 	}
 	capKey := make([]byte, CapabilityKeySize)
 	if _, err := rand.Read(capKey); err != nil {
@@ -369,13 +389,9 @@ func issue(caDir string, role transport.Role, name, outDir string, notBefore tim
 	if err := refuseExisting(outDir, CACertFile, NodeCertFile, NodeKeyFile, CapabilityKeyFile, CAKeyFile); err != nil {
 		return err
 	}
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
+	pub, priv, sn, err := newKeyPair()
 	if err != nil {
-		return fmt.Errorf("auth: %w", err)
-	}
-	sn, err := serial()
-	if err != nil {
-		return fmt.Errorf("auth: %w", err)
+		return err
 	}
 	tmpl := &x509.Certificate{
 		SerialNumber: sn,
@@ -389,13 +405,9 @@ func issue(caDir string, role transport.Role, name, outDir string, notBefore tim
 		KeyUsage:    x509.KeyUsageDigitalSignature,
 		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth, x509.ExtKeyUsageClientAuth},
 	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
+	der, kp, err := signAndEncode(tmpl, ca, pub, caKey, priv)
 	if err != nil {
-		return fmt.Errorf("auth: %w", err)
-	}
-	kp, err := keyPEM(priv)
-	if err != nil {
-		return fmt.Errorf("auth: %w", err)
+		return err
 	}
 	if err := writeNew(filepath.Join(outDir, NodeKeyFile), kp, 0o600); err != nil {
 		return err
