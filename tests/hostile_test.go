@@ -97,9 +97,11 @@ type hostile struct {
 	//   private/secret  0600 root, secretData
 	//   private/pub     0644 root, pubData
 	//   private/victim  0644 root (to unlink)
+	//   private/closed/ 0700 root, with closed/inner 0644
 	//   tmp/            01777 root (where the attacker makes its own files)
-	private, secret, pub, victim, tmp proto.Ino
-	secretData, pubData               []byte
+	//   tmp/rootfile    0644 root
+	private, secret, pub, victim, closed, tmp proto.Ino
+	secretData, pubData                       []byte
 
 	honestN int
 }
@@ -136,7 +138,10 @@ func newHostile(t *testing.T, c *testcluster.Cluster) *hostile {
 	h.secret = mk("private/secret", 0o600, h.secretData)
 	h.pub = mk("private/pub", 0o644, h.pubData)
 	h.victim = mk("private/victim", 0o644, []byte("victim\n"))
+	h.closed = mk("private/closed", 0o700, nil)
+	mk("private/closed/inner", 0o644, []byte("inner\n"))
 	h.tmp = mk("tmp", 0o777|os.ModeSticky, nil)
+	mk("tmp/rootfile", 0o644, []byte("rootfile\n"))
 	return h
 }
 
@@ -470,7 +475,7 @@ func (h *hostile) noKey(t *testing.T) {
 func (h *hostile) foreignKeys(t *testing.T) {
 	foreign := testcluster.GenerateKeys(t)
 	_, tgts, objs := h.objects(t, "private/secret")
-	for _, role := range []string{"client", "storage"} {
+	for _, role := range []string{"client", "storage", "meta"} {
 		a := newAttacker(t, h.c, bundle(t, filepath.Join(foreign, role)).Security(false))
 		ctx := proto.WithCred(ctxT(t), proto.RootCred)
 		_, err := a.meta.Lookup(ctx, h.private, "secret")
@@ -580,6 +585,30 @@ func (h *hostile) credentials(t *testing.T) {
 	wantErrno(t, "Mkdir in private", err, syscall.EACCES)
 	_, err = a.meta.Symlink(ctx, h.private, "evil", "/etc/shadow", 0, 0)
 	wantErrno(t, "Symlink in private", err, syscall.EACCES)
+	// Root's 0700 directory: no lookup, no listing.
+	_, err = a.meta.Lookup(ctx, h.closed, "inner")
+	wantErrno(t, "Lookup in root's 0700 directory", err, syscall.EACCES)
+	ents, err := a.meta.ReadDir(ctx, h.closed, "", 100)
+	wantErrno(t, "ReadDir of root's 0700 directory", err, syscall.EACCES)
+	if len(ents) != 0 {
+		t.Errorf("ReadDir of root's 0700 directory listed %d entries", len(ents))
+	}
+	// The sticky 1777 tmp: root's file there cannot be removed, renamed
+	// away or replaced by tests.
+	err = a.meta.Unlink(ctx, h.tmp, "rootfile")
+	wantErrno(t, "Unlink root's file in a sticky directory", err, syscall.EPERM)
+	err = a.meta.Rename(ctx, h.tmp, "rootfile", h.tmp, "taken", 0)
+	wantErrno(t, "Rename root's file in a sticky directory", err, syscall.EPERM)
+	if _, err := a.meta.Create(ctx, proto.CreateIn{Parent: h.tmp, Name: "decoy", Mode: syscall.S_IFREG | 0o644, Exclusive: true}); err != nil {
+		t.Fatalf("tests creating its own file in the 1777 tmp: %v", err)
+	}
+	err = a.meta.Rename(ctx, h.tmp, "decoy", h.tmp, "rootfile", 0)
+	wantErrno(t, "Rename over root's file in a sticky directory", err, syscall.EPERM)
+	err = a.meta.Rename(ctx, h.tmp, "decoy", h.tmp, "rootfile", proto.RenameExchange)
+	wantErrno(t, "exchange with root's file in a sticky directory", err, syscall.EPERM)
+	if got, err := readFresh(filepath.Join(h.mnt, "tmp/rootfile")); err != nil || string(got) != "rootfile\n" {
+		t.Errorf("root's tmp/rootfile after the attacks: %q, %v", got, err)
+	}
 	if _, err := os.Stat(filepath.Join(h.mnt, "private/victim")); err != nil {
 		t.Errorf("root's victim after the attacks: %v", err)
 	}
@@ -997,13 +1026,6 @@ func (h *hostile) rootSquash(t *testing.T) {
 	if _, _, err := cl2.Open(root, f2.Ino, proto.AccessRead); err != nil {
 		t.Errorf("unsquashed client root opening user's 0600 file: %v", err)
 	}
-}
-
-func (h *hostile) newAttackerAt(t testing.TB, c *testcluster.Cluster, sec *transport.Security) *attacker {
-	save := h.c
-	h.c = c
-	defer func() { h.c = save }()
-	return newAttacker(t, h.c, sec)
 }
 
 // ---- resources ----
