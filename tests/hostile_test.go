@@ -46,14 +46,13 @@ import (
 // address (raw connections), so that the servers' logs and per-IP bounds can
 // be told apart from the mount's 127.0.0.1.
 func TestHostile(t *testing.T) {
-	metaMetrics, storageMetrics := freeAddr(t), freeAddr(t)
+	storageMetrics := freeAddr(t)
 	c := testcluster.Start(t, testcluster.Options{
 		Servers: 1, Targets: 2,
-		MetaArgs:    []string{"--metrics", metaMetrics},
 		StorageArgs: []string{"--metrics", storageMetrics},
 	})
 	h := newHostile(t, c)
-	h.metaMetrics, h.storageMetrics = metaMetrics, storageMetrics
+	h.storageMetrics = storageMetrics
 
 	t.Run("KeyFiles", h.keyFiles)
 	h.checkHonest(t)
@@ -87,7 +86,7 @@ type hostile struct {
 	c   *testcluster.Cluster
 	mnt string
 
-	metaMetrics, storageMetrics string
+	storageMetrics string // storage-0's --metrics address
 
 	// The unprivileged user the attacker claims to be (and is, for cat).
 	tests proto.Cred
@@ -409,11 +408,10 @@ func (h *hostile) noKey(t *testing.T) {
 	ctx := ctxT(t)
 	a := newAttacker(t, h.c, nil)
 
-	// A plain metarpc Lookup sent by hand from the attacker's address,
-	// until the meta log shows its refusal with that address (the log is
+	// A request frame sent in the clear from the attacker's address, until
+	// the server's log shows its refusal with that address (the log is
 	// rate-limited: retry if the line was suppressed).
 	for _, srv := range []struct{ name, addr string }{{"meta", h.c.MetaAddr()}, {"storage-0", h.c.StorageAddr(0)}} {
-		seen := ""
 		waitUntil(t, time.Minute, func() string {
 			nc, err := dialFrom(srv.addr)
 			if err != nil {
@@ -427,7 +425,7 @@ func (h *hostile) noKey(t *testing.T) {
 				// A TLS alert (0x15) is all a server may answer.
 				t.Errorf("%s answered a keyless client with %d bytes: %q", srv.name, len(b), b[:min(len(b), 64)])
 			}
-			seen = nc.LocalAddr().String()
+			seen := nc.LocalAddr().String()
 			for _, line := range strings.Split(h.c.Log(srv.name), "\n") {
 				if strings.Contains(line, "refusing connection") && strings.Contains(line, "remote="+seen) {
 					return ""
@@ -438,9 +436,13 @@ func (h *hostile) noKey(t *testing.T) {
 	}
 
 	cr := proto.WithCred(ctx, proto.RootCred)
-	if attr, err := a.meta.Lookup(cr, h.private, "secret"); err == nil || attr.Ino != 0 {
+	// Through weft's own client over transport.NewTCP: the server hangs
+	// up during the TLS handshake, which this client sees as EIO.
+	attr, err := a.meta.Lookup(cr, h.private, "secret")
+	if err == nil || attr.Ino != 0 {
 		t.Errorf("keyless Lookup of root's secret: %+v, %v", attr, err)
 	}
+	t.Logf("keyless Lookup: %v", err)
 	if attr, err := a.meta.GetAttr(cr, h.secret); err == nil || attr.Ino != 0 {
 		t.Errorf("keyless GetAttr of root's secret: %+v, %v", attr, err)
 	}
