@@ -83,7 +83,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	st, err := store.OpenPebble(cfg.DataDir, store.PebbleOptions{})
+	st, err := store.OpenPebble(cfg.DataDir, store.PebbleOptions{Logger: log})
 	if err != nil {
 		return fmt.Errorf("meta: %w", err)
 	}
