@@ -43,6 +43,8 @@ type Config struct {
 	// CapabilityKey and CapabilityLifetime: see Options.
 	CapabilityKey      []byte
 	CapabilityLifetime time.Duration
+	// AcceptRollback: see Options.AcceptRollback.
+	AcceptRollback bool
 }
 
 // Validate checks the configuration and reports the first problem.
@@ -116,6 +118,7 @@ func Run(ctx context.Context, cfg Config) error {
 		AllowUnauthenticated: cfg.AllowUnauthenticated,
 		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
 		CapabilityKey: cfg.CapabilityKey, CapabilityLifetime: cfg.CapabilityLifetime,
+		AcceptRollback: cfg.AcceptRollback,
 	})
 	if err != nil {
 		closePool()

@@ -46,6 +46,7 @@ type stateMachine struct {
 	nextIno    uint64 // every stored inode number is below this
 	inodes     uint64
 	nextTarget uint32
+	applied    uint64 // batches committed (counter applied); see store.Mark
 	uuidToID   map[string]proto.TargetID
 	idToUUID   map[proto.TargetID]string
 }
@@ -73,6 +74,9 @@ func openStateMachine(st store.Store) (*stateMachine, error) {
 		return nil, err
 	}
 	if sm.inodes, err = getCounter(st, store.CounterInodes); err != nil {
+		return nil, err
+	}
+	if sm.applied, err = getCounter(st, store.CounterApplied); err != nil {
 		return nil, err
 	}
 	nt, err := getCounter(st, store.CounterNextTarget)
@@ -203,10 +207,14 @@ func (t *txn) commit() error {
 	if t.b.Len() == 0 {
 		return nil
 	}
+	// Every batch counts itself, so that a store which lost batches at the
+	// end of its log knows less than its durable mark (store.Mark).
+	t.b.Set(store.CounterKey(store.CounterApplied), u64(t.sm.applied+1))
 	if err := t.b.Commit(t.sync); err != nil {
 		return errnof(syscall.EIO, "commit: %v", err)
 	}
 	t.sm.nextIno, t.sm.inodes, t.sm.nextTarget = t.nextIno, t.inodes, t.nextTarget
+	t.sm.applied++
 	t.res.wrote = true
 	t.res.synced = t.sync
 	return nil

@@ -24,6 +24,9 @@ const (
 	CounterInodes     = "inodes"
 	CounterNextTarget = "next_target"
 	CounterFormat     = "format"
+	// CounterApplied counts the batches the state machine committed; every
+	// batch raises it by one (see Mark).
+	CounterApplied = "applied"
 )
 
 // CounterKey is "c" + name.

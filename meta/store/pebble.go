@@ -88,7 +88,8 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 				p.log.Error("store: pebble background error", "dir", dir, "err", err)
 			},
 			DataCorruption: func(info pebble.DataCorruptionInfo) {
-				p.fail(fmt.Errorf("%w: %s", ErrCorrupt, info))
+				// Not info's own format: its %+v details carry a stack.
+				p.fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, info.Path, info.Details))
 			},
 		},
 	}

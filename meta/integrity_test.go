@@ -1,0 +1,253 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/internal/testutil"
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+)
+
+// integrityFill creates n directories through a Server on a pebble store in
+// dir (each an acknowledged, synced change), then stops cleanly.
+func integrityFill(t *testing.T, dir string, n int, flush bool) {
+	t.Helper()
+	st, err := store.OpenPebble(dir, store.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	long := strings.Repeat("x", 200) // entries of a realistic size
+	for i := range n {
+		if _, err := srv.Mkdir(context.Background(), proto.RootIno, fmt.Sprintf("d%04d-%s", i, long), 0o755, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	srv.Close()
+	if flush {
+		// Reopening flushes the WAL's contents into a table (OpenPebble
+		// rotates the WAL after replay).
+		if err := st.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if st, err = store.OpenPebble(dir, store.PebbleOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// integrityOpen starts a Server on the store in dir the way Run does, and
+// returns the error that refused it, or nil after checking it serves all
+// want entries.
+func integrityOpen(t *testing.T, dir string, want int) error {
+	t.Helper()
+	log, logs := testutil.NewLogger()
+	st, err := store.OpenPebble(dir, store.PebbleOptions{Logger: log})
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	srv, err := New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour, Logger: log})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+	ents, err := srv.ReadDir(context.Background(), proto.RootIno, "", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ents) != want {
+		t.Fatalf("served %d of %d acknowledged entries with no error; log:\n%s", len(ents), want, logs.String())
+	}
+	return nil
+}
+
+// largest returns the largest file in dir whose name ends in suffix.
+func largest(t *testing.T, dir, suffix string) (string, int64) {
+	t.Helper()
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	sizes := map[string]int64{}
+	for _, e := range ents {
+		if strings.HasSuffix(e.Name(), suffix) {
+			fi, err := e.Info()
+			if err != nil {
+				t.Fatal(err)
+			}
+			names = append(names, e.Name())
+			sizes[e.Name()] = fi.Size()
+		}
+	}
+	if len(names) == 0 {
+		t.Fatalf("no *%s file in %s", suffix, dir)
+	}
+	sort.Slice(names, func(i, j int) bool { return sizes[names[i]] > sizes[names[j]] })
+	return filepath.Join(dir, names[0]), sizes[names[0]]
+}
+
+func flip(t *testing.T, path string, off int64) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[off] ^= 0x40
+	if err := os.WriteFile(path, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// The measured failures of issue 8, each now a refusal to start with an
+// error wrapping store.ErrCorrupt: 301 acknowledged mkdirs, then the
+// pebble files are damaged while the server is down.
+func TestIntegrityDamagedStoreRefused(t *testing.T) {
+	const n = 301
+	cases := []struct {
+		name   string
+		flush  bool
+		damage func(t *testing.T, dir string)
+		want   error // besides store.ErrCorrupt
+	}{
+		{"wal-byte-in-middle", false, func(t *testing.T, dir string) {
+			p, size := largest(t, dir, ".log")
+			flip(t, p, size/2)
+		}, nil},
+		{"wal-byte-in-last-block", false, func(t *testing.T, dir string) {
+			// pebble cannot tell this from a torn tail: the mark can.
+			p, size := largest(t, dir, ".log")
+			flip(t, p, size-2000)
+		}, ErrRollback},
+		{"wal-truncated", false, func(t *testing.T, dir string) {
+			p, size := largest(t, dir, ".log")
+			if err := os.Truncate(p, size/2); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrRollback},
+		{"wal-removed", false, func(t *testing.T, dir string) {
+			p, _ := largest(t, dir, ".log")
+			if err := os.Remove(p); err != nil {
+				t.Fatal(err)
+			}
+		}, ErrRollback},
+		{"sst-byte", true, func(t *testing.T, dir string) {
+			p, size := largest(t, dir, ".sst")
+			flip(t, p, size/3)
+		}, nil},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			integrityFill(t, dir, n, c.flush)
+			// An undamaged copy serves everything (a copy: opening moves
+			// the WAL's contents into a table).
+			undamaged := filepath.Join(t.TempDir(), "copy")
+			if err := os.CopyFS(undamaged, os.DirFS(dir)); err != nil {
+				t.Fatal(err)
+			}
+			if err := integrityOpen(t, undamaged, n); err != nil {
+				t.Fatalf("undamaged store refused: %v", err)
+			}
+			c.damage(t, dir)
+			err := integrityOpen(t, dir, n)
+			if err == nil {
+				t.Fatal("damaged store served (all entries present: the damage missed?)")
+			}
+			if !errors.Is(err, store.ErrCorrupt) || (c.want != nil && !errors.Is(err, c.want)) {
+				t.Fatalf("refused with %v; want store.ErrCorrupt %v", err, c.want)
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+}
+
+// A crash (no Close) loses nothing the mark claims: the mark only ever
+// records what a synced batch made durable, so a store that kept all its
+// acknowledged changes is never refused.
+func TestIntegrityMarkNeverLeads(t *testing.T) {
+	dir := t.TempDir()
+	st, err := store.OpenPebble(dir, store.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour, MarkInterval: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range 50 {
+		if _, err := srv.Mkdir(context.Background(), proto.RootIno, fmt.Sprint("d", i), 0o755, 0, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	mk, ok, err := st.ReadMark()
+	if err != nil || !ok {
+		t.Fatalf("mark: %v %v", ok, err)
+	}
+	applied, err := getCounter(st, store.CounterApplied)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if mk.Applied > applied {
+		t.Fatalf("mark claims %d applied, the store has %d", mk.Applied, applied)
+	}
+	srv.Close()
+	mk, _, _ = st.ReadMark()
+	if mk.Applied != applied || applied < 51 {
+		t.Fatalf("after Close the mark is %d, the store applied %d (want equal, ≥ 51)", mk.Applied, applied)
+	}
+	st.Close()
+}
+
+// AcceptRollback serves an older store on purpose and rewrites the mark,
+// so the next start needs no flag.
+func TestIntegrityAcceptRollback(t *testing.T) {
+	dir := t.TempDir()
+	integrityFill(t, dir, 301, false)
+	p, size := largest(t, dir, ".log")
+	if err := os.Truncate(p, size/2); err != nil {
+		t.Fatal(err)
+	}
+	if err := integrityOpen(t, dir, 301); !errors.Is(err, ErrRollback) {
+		t.Fatalf("truncated: %v", err)
+	}
+	st, err := store.OpenPebble(dir, store.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv, err := New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour, AcceptRollback: true})
+	if err != nil {
+		t.Fatalf("AcceptRollback: %v", err)
+	}
+	ents, _ := srv.ReadDir(context.Background(), proto.RootIno, "", 0)
+	srv.Close()
+	st.Close()
+	if len(ents) == 0 || len(ents) >= 301 {
+		t.Fatalf("%d entries after the rollback", len(ents))
+	}
+	st, err = store.OpenPebble(dir, store.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	srv, err = New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour})
+	if err != nil {
+		t.Fatalf("restart after an accepted rollback: %v", err)
+	}
+	srv.Close()
+}
