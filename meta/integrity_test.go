@@ -251,3 +251,104 @@ func TestIntegrityAcceptRollback(t *testing.T) {
 	}
 	srv.Close()
 }
+
+// A new store gets a file system id at format; it survives restarts, and
+// the durable mark records it.
+func TestFSID(t *testing.T) {
+	dir := t.TempDir()
+	fsid := func() string {
+		st, err := store.OpenPebble(dir, store.PebbleOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		srv, err := New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv.Close()
+		mk, ok, err := st.ReadMark()
+		if err != nil || !ok || mk.FSID != srv.FSID() {
+			t.Fatalf("mark %+v %v %v; fsid %q", mk, ok, err, srv.FSID())
+		}
+		return srv.FSID()
+	}
+	a := fsid()
+	if len(a) != 36 {
+		t.Fatalf("fsid %q", a)
+	}
+	if b := fsid(); b != a {
+		t.Fatalf("fsid changed across a restart: %s then %s", a, b)
+	}
+}
+
+// Another file system's store put into a directory is refused; so is a
+// pebble database that is not a weft store.
+func TestFSIDForeignStoreRefused(t *testing.T) {
+	a, b := t.TempDir(), t.TempDir()
+	integrityFill(t, a, 3, false)
+	integrityFill(t, b, 3, false)
+	// b's database, a's mark.
+	mark, err := os.ReadFile(filepath.Join(a, store.MarkFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(b, store.MarkFile), mark, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := integrityOpen(t, b, 3); !errors.Is(err, ErrForeignStore) {
+		t.Fatalf("another file system's store: %v, want ErrForeignStore", err)
+	}
+
+	c := t.TempDir()
+	st, err := store.OpenPebble(c, store.PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bt := st.NewBatch()
+	bt.Set([]byte("someone else's key"), []byte("v"))
+	if err := bt.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	st.Close()
+	if err := integrityOpen(t, c, 0); !errors.Is(err, store.ErrNotStore) {
+		t.Fatalf("a pebble database of another program: %v, want store.ErrNotStore", err)
+	}
+}
+
+// A store formatted before file system ids adopts one at its next start,
+// keeping its contents.
+func TestFSIDAdoptedByOldStore(t *testing.T) {
+	st := store.NewMem()
+	srv, err := New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.Mkdir(context.Background(), proto.RootIno, "d", 0o755, 0, 0); err != nil {
+		t.Fatal(err)
+	}
+	srv.Close()
+	b := st.NewBatch() // make it a version 1 store
+	b.Delete(store.CounterKey(store.CounterFSID))
+	b.Set(store.CounterKey(store.CounterFormat), u64(1))
+	if err := b.Commit(true); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.WriteMark(store.Mark{}); err != nil {
+		t.Fatal(err)
+	}
+	srv, err = New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if srv.FSID() == "" {
+		t.Fatal("no fsid adopted")
+	}
+	if _, err := srv.Lookup(context.Background(), proto.RootIno, "d"); err != nil {
+		t.Fatalf("contents lost on upgrade: %v", err)
+	}
+	if v, _ := getCounter(st, store.CounterFormat); v != formatVersion {
+		t.Fatalf("format %d after upgrade", v)
+	}
+}

@@ -132,7 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 		st.Close()
 		return fmt.Errorf("meta: %w", err)
 	}
-	log.Info("meta: serving", "addr", ln.Addr(), "data", cfg.DataDir)
+	log.Info("meta: serving", "addr", ln.Addr(), "data", cfg.DataDir, "fsid", srv.FSID())
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr())
 	}

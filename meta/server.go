@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -141,6 +142,10 @@ type Server struct {
 // put back) and must not be served.
 var ErrRollback = errors.New("meta: store lost acknowledged changes")
 
+// ErrForeignStore is wrapped by the error of New for a store of another
+// file system than the one its directory belonged to.
+var ErrForeignStore = errors.New("meta: store of another file system")
+
 type proposal struct {
 	cmd *Command
 	res applyResult
@@ -232,9 +237,17 @@ func New(opts Options) (*Server, error) {
 		s.opts.Storage = s.opts.NewStorage(s.ResolveTarget)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if sm.nextIno == 0 {
-		_, err := s.propose(s.ctx, &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: opts.RootUid, Gid: opts.RootGid})
+	if sm.nextIno == 0 || sm.fsid == "" {
+		fsid, err := newFSID()
 		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		c := &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: opts.RootUid, Gid: opts.RootGid, Text: fsid}
+		if sm.nextIno != 0 {
+			c.Flags = initAdoptFSID
+		}
+		if _, err := s.propose(s.ctx, c); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("meta: format store: %w", err)
 		}
@@ -246,7 +259,7 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.log.Info("meta: store opened", "applied", sm.applied, "inodes", sm.inodes, "next_ino", sm.nextIno)
+	s.log.Info("meta: store opened", "fsid", sm.fsid, "applied", sm.applied, "inodes", sm.inodes, "next_ino", sm.nextIno)
 	s.bg.Add(4)
 	go s.reclaimLoop()
 	go s.gcLoop()
@@ -255,11 +268,30 @@ func New(opts Options) (*Server, error) {
 	return s, nil
 }
 
-// checkMark refuses a store that knows less than its durable mark.
+// newFSID makes a file system id: a random (version 4) uuid.
+func newFSID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("meta: file system id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// FSID returns the file system's uuid, made when the store was formatted.
+func (s *Server) FSID() string { return s.sm.fsid }
+
+// checkMark refuses a store of another file system than its durable mark
+// names, and one that knows less than the mark.
 func checkMark(m store.Marker, sm *stateMachine, opts Options) error {
 	mk, ok, err := m.ReadMark()
 	if err != nil {
 		return fmt.Errorf("meta: %w (%s)", err, store.RecoverHint)
+	}
+	if ok && mk.FSID != "" && sm.fsid != "" && mk.FSID != sm.fsid {
+		return fmt.Errorf("%w: the store belongs to file system %s, but this directory was file system %s's: "+
+			"another file system's store was put here", ErrForeignStore, sm.fsid, mk.FSID)
 	}
 	if !ok || mk.Applied <= sm.applied {
 		return nil
@@ -284,7 +316,7 @@ func (s *Server) writeMark(force bool) error {
 	if d == s.marked && !force {
 		return nil
 	}
-	if err := s.marker.WriteMark(store.Mark{Applied: d}); err != nil {
+	if err := s.marker.WriteMark(store.Mark{FSID: s.sm.fsid, Applied: d}); err != nil {
 		return fmt.Errorf("meta: %w", err)
 	}
 	s.marked = d

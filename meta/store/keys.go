@@ -27,6 +27,9 @@ const (
 	// CounterApplied counts the batches the state machine committed; every
 	// batch raises it by one (see Mark).
 	CounterApplied = "applied"
+	// CounterFSID ("c fsid") holds the file system's uuid, made at format:
+	// a string, not a counter.
+	CounterFSID = "fsid"
 )
 
 // CounterKey is "c" + name.
