@@ -17,11 +17,11 @@ import (
 
 // Limits the state machine enforces.
 const (
-	MaxNameLen      = 255
-	MaxSymlinkLen   = 4095
-	MaxLinks        = 65000
-	MaxXattrName    = 255
-	MaxXattrValue   = 64 << 10
+	MaxNameLen    = 255
+	MaxSymlinkLen = 4095
+	MaxLinks      = 65000
+	MaxXattrName  = 255
+	MaxXattrValue = 64 << 10
 	// formatVersion 2: the store has an fsid, the applied counter, and
 	// inodes with generations; a version 1 store is upgraded at open (it
 	// adopts an fsid; its inodes keep generation 0).
