@@ -14,6 +14,7 @@ import (
 	"github.com/weft-fs/weft/internal/testutil"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
 )
 
 // integrityFill creates n directories through a Server on a pebble store in
@@ -350,5 +351,73 @@ func TestFSIDAdoptedByOldStore(t *testing.T) {
 	}
 	if v, _ := getCounter(st, store.CounterFormat); v != formatVersion {
 		t.Fatalf("format %d after upgrade", v)
+	}
+}
+
+// Every regular file gets its own non-zero generation, kept across a
+// restart; reclaiming it queues its objects with that generation.
+func TestGenerations(t *testing.T) {
+	ctx := context.Background()
+	st := store.NewMem()
+	srv, err := New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := srv.RegisterTarget(ctx, "u1", proto.TargetInfo{Addr: "h:1", Total: 1 << 30, Free: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	a, err := srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "a", Mode: 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "b", Mode: 0o644})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := srv.Mkdir(ctx, proto.RootIno, "d", 0o755, 0, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Gen == 0 || b.Gen == 0 || a.Gen == b.Gen || d.Gen != 0 {
+		t.Fatalf("generations: files %#x %#x, directory %#x", a.Gen, b.Gen, d.Gen)
+	}
+	srv.Close()
+	srv, err = New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if got, err := srv.GetAttr(ctx, a.Ino); err != nil || got.Gen != a.Gen {
+		t.Fatalf("after restart: %#x %v, want %#x", got.Gen, err, a.Gen)
+	}
+	if err := srv.Unlink(ctx, proto.RootIno, "a"); err != nil {
+		t.Fatal(err)
+	}
+	q, err := srv.GCQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(q) != 1 || q[0].Obj != (proto.ObjectID{Ino: a.Ino, Stripe: 0, Gen: a.Gen}) {
+		t.Fatalf("GC queue %+v, want inode %d's object of generation %#x", q, a.Ino, a.Gen)
+	}
+}
+
+// Inode records of version 1 (before generations) still decode, with
+// generation 0, so files made then keep their objects' old names.
+func TestInodeVersion1(t *testing.T) {
+	n := &inode{Attr: proto.Attr{Ino: 5, Mode: 0o100644, Nlink: 1, Size: 9}, Written: true}
+	v2 := n.encode()
+	// Version 1: the same bytes without the generation after the layout.
+	e := wire.NewEncoder(64)
+	e.U8(1)
+	n.Attr.Encode(e)
+	v1 := append(e.B[:len(e.B)-8], v2[len(e.B):]...)
+	got, err := decodeInode(v1)
+	if err != nil || got.Gen != 0 || got.Size != 9 || !got.Written || got.Ino != 5 {
+		t.Fatalf("version 1: %+v %v", got, err)
+	}
+	n.Gen = 0xabc
+	if got, err := decodeInode(n.encode()); err != nil || got.Gen != 0xabc {
+		t.Fatalf("version 2: %+v %v", got, err)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -277,6 +278,19 @@ func newFSID() (string, error) {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// newGen makes a file's generation: random, so that no state (a counter
+// that a rollback could set back) is needed for it to differ from the
+// generation of any earlier file with the same inode number, and decided
+// by the proposer, so every replica stores the same. Never 0, which
+// names the objects of files made before generations.
+func newGen() uint64 {
+	for {
+		if g := mrand.Uint64(); g != 0 {
+			return g
+		}
+	}
 }
 
 // FSID returns the file system's uuid, made when the store was formatted.
@@ -763,7 +777,7 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 	if err != nil {
 		return proto.Attr{}, proto.Attr{}, nil, err
 	}
-	c := &Command{Op: OpCreate, Now: s.now(), Ino: s.allocIno(), Parent: in.Parent, Name: in.Name,
+	c := &Command{Op: OpCreate, Now: s.now(), Ino: s.allocIno(), Gen: newGen(), Parent: in.Parent, Name: in.Name,
 		Mode: in.Mode, Rdev: in.Rdev, Uid: in.Uid, Gid: in.Gid}
 	cl.own(c)
 	if in.Exclusive {

@@ -288,7 +288,7 @@ func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) 
 		err = t.reclaim(c)
 	case OpGCDone:
 		for _, o := range c.Objects {
-			t.b.Delete(store.GCKey(uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe))
+			t.b.Delete(store.GCKey(uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe, o.Obj.Gen))
 		}
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
@@ -436,6 +436,7 @@ func (t *txn) create(c *Command) error {
 			n.Rdev = c.Rdev
 		}
 		if typ == syscall.S_IFREG {
+			n.Gen = c.Gen
 			pol := parent.Layout
 			if c.Layout != nil {
 				pol = *c.Layout
@@ -1076,7 +1077,7 @@ func (t *txn) reclaimInode(n *inode) error {
 	}
 	if n.IsRegular() {
 		for i, tg := range n.Layout.Targets {
-			t.b.Set(store.GCKey(uint32(tg), uint64(ino), uint32(i)), nil)
+			t.b.Set(store.GCKey(uint32(tg), uint64(ino), uint32(i), n.Gen), nil)
 			t.res.gcQueued++
 		}
 	}

@@ -17,7 +17,9 @@
 //	d <parent:8> <name>             directory entry → child ino + file type
 //	x <ino:8> <name>                extended attribute value
 //	o <ino:8>                       orphan: inode with nlink 0 still kept (value: time)
-//	g <target:4> <ino:8> <stripe:4> object-GC queue: an object to remove from a target
+//	g <target:4> <ino:8> <stripe:4> [<gen:8>]
+//	                                object-GC queue: an object to remove from a target
+//	                                (gen only when not 0)
 //	t <id:4>                        target registry: id → uuid, address
 //	u <uuid>                        target registry: uuid → id
 //
