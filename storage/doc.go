@@ -28,7 +28,9 @@
 // server registered, EACCES). target.json does not yet say which file
 // system the target belongs to: a storage server pointed at another file
 // system's metadata server registers its targets there under their stored
-// ids unless those ids are taken (issue 9 adds a file-system uuid).
+// ids unless those ids are taken (issue 9: the metadata server has a
+// file system id since format version 2, meta.Server.FSID, but neither
+// RegisterTarget's reply nor target.json carries it yet).
 //
 // Read buffers are bounded per connection and per server (Config
 // ReadBytesPerConn, 64 MiB, and ReadBytesPerServer, 512 MiB; see package

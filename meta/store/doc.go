@@ -6,12 +6,16 @@
 //
 // # Key schema
 //
+// Beside the database (not in it) lives the durable mark, the file
+// WEFT-MARK (Mark, MarkFile).
+//
 // Every key starts with a one-byte kind; integers are big-endian so byte
 // order is numeric order. Values are encoded by package meta (each starts
 // with a format version byte).
 //
 //	c <name>                        counters: next_ino (allocator high-water mark),
-//	                                inodes (inodes in use), next_target, format
+//	                                inodes (inodes in use), next_target, format,
+//	                                applied (batches committed); and fsid (a uuid string)
 //	i <ino:8>                       inode record: attributes, layout, symlink target,
 //	                                parent (directories), written flag
 //	d <parent:8> <name>             directory entry → child ino + file type
