@@ -267,3 +267,18 @@ func FuzzDecodeMark(f *testing.F) {
 		}
 	})
 }
+
+// A directory whose database was removed but whose mark is left is
+// corrupt, not a place for a new empty store.
+func TestPebbleMarkWithoutDatabase(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, MarkFile), EncodeMark(Mark{Applied: 9}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if p, err := OpenPebble(dir, PebbleOptions{}); !errors.Is(err, ErrCorrupt) {
+		if err == nil {
+			p.Close()
+		}
+		t.Fatalf("open: %v, want ErrCorrupt", err)
+	}
+}

@@ -152,6 +152,12 @@ func checkIsStore(fs vfs.FS, dir string) error {
 		return nil
 	}
 	for _, n := range names {
+		if n == MarkFile {
+			return fmt.Errorf("store: %s has a durable mark but no database: the database was removed: %w (%s)",
+				dir, ErrCorrupt, RecoverHint)
+		}
+	}
+	for _, n := range names {
 		if n != "lost+found" {
 			return fmt.Errorf("store: %s holds %q but no pebble database: %w", dir, n, ErrNotStore)
 		}
