@@ -261,15 +261,22 @@ func (h *hostile) objects(t testing.TB, rel string) (ino proto.Ino, tgts []proto
 	if len(l.Targets) == 0 {
 		t.Fatalf("%s has no targets in its layout %+v", rel, l)
 	}
+	// The generation that names the objects is not visible through the
+	// mount; a client-key holder asks the metadata server (GetAttr needs
+	// no permission beyond the lookup, which a key holder skips).
+	a, err := h.clientAttacker(t).meta.GetAttr(proto.WithCred(ctxT(t), proto.RootCred), ino)
+	if err != nil {
+		t.Fatalf("GetAttr of %s: %v", rel, err)
+	}
 	for i, tg := range l.Targets {
 		tgts = append(tgts, proto.TargetID(tg))
-		objs = append(objs, proto.ObjectID{Ino: ino, Stripe: uint32(i)})
+		objs = append(objs, proto.ObjectID{Ino: ino, Gen: a.Gen, Stripe: uint32(i)})
 	}
 	return ino, tgts, objs
 }
 
 // objectFiles returns the data files of ino's objects in the target
-// directories (storage's on-disk format: objects/<low byte>/<ino>.<stripe>).
+// directories (storage's on-disk format: objects/<low byte>/<ino>.<gen>.<stripe>).
 func (h *hostile) objectFiles(ino proto.Ino) []string {
 	var out []string
 	for _, td := range h.c.AllTargetDirs() {
@@ -815,7 +822,7 @@ func (h *hostile) capabilities(t *testing.T) {
 		t.Fatalf("its own new file has no targets: %+v", mineAttr)
 	}
 	mineTgt := mineAttr.Layout.Targets[0]
-	mineObj := proto.ObjectID{Ino: mineAttr.Ino}
+	mineObj := proto.ObjectID{Ino: mineAttr.Ino, Gen: mineAttr.Gen}
 	if _, err := a.storage.Write(proto.WithCapability(ctx, mineCap), mineTgt, mineObj, 0, []byte("mine")); err != nil {
 		t.Errorf("Write of its own object with its capability: %v", err)
 	}
