@@ -106,10 +106,10 @@ type tcpTransport struct {
 	budget      *byteBudget
 
 	maxConns, maxConnsPerIP, maxHandshakesPerIP int
-	handshakeTimeout             time.Duration
-	frameTimeout                 time.Duration
-	writeTimeout                 time.Duration
-	idleTimeout                  time.Duration
+	handshakeTimeout                            time.Duration
+	frameTimeout                                time.Duration
+	writeTimeout                                time.Duration
+	idleTimeout                                 time.Duration
 }
 
 // NewTCP returns the TCP transport with default options.
