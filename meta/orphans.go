@@ -21,6 +21,10 @@ func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (pr
 		return proto.Attr{}, nil, err
 	}
 	s.mu.Lock()
+	if err := s.checkSessionLocked(cl.sess); err != nil {
+		s.mu.Unlock()
+		return proto.Attr{}, nil, err
+	}
 	if s.reclaiming[ino] {
 		s.mu.Unlock()
 		return proto.Attr{}, nil, errnof(syscall.ENOENT, "inode %d is being removed", ino)
@@ -47,15 +51,21 @@ func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (pr
 }
 
 // Release implements proto.MetaService. Releasing a handle the caller's
-// session does not hold (opened before a restart, or by another session)
-// is not an error and changes nothing.
+// session does not hold (another session's) is not an error and changes
+// nothing; a release in a session the server does not know (expired, or
+// forgotten in a restart and not re-registered) fails with ESTALE.
 func (s *Server) Release(ctx context.Context, ino proto.Ino) error {
-	cl, err := s.caller(ctx)
-	if err != nil {
-		return err
+	return s.ReleaseMany(ctx, []proto.Ino{ino})
+}
+
+// releaseSession checks that sess may drop handles: ESTALE for a remote
+// session the server does not know; a remote request without a session id
+// holds no handles and drops nothing (ok false).
+func (s *Server) releaseSession(sess session) (ok bool, err error) {
+	if sess.remote && sess.id == (proto.SessionID{}) {
+		return false, nil
 	}
-	s.releaseOne(cl.sess, ino)
-	return nil
+	return true, s.handleSession(sess)
 }
 
 func (s *Server) releaseOne(sess session, ino proto.Ino) {
@@ -72,6 +82,9 @@ func (s *Server) releaseOne(sess session, ino proto.Ino) {
 func (s *Server) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
 	cl, err := s.caller(ctx)
 	if err != nil {
+		return err
+	}
+	if ok, err := s.releaseSession(cl.sess); !ok || err != nil {
 		return err
 	}
 	for _, ino := range inos {
@@ -153,6 +166,17 @@ func (s *Server) OpenCount(ino proto.Ino) int {
 // here until the reclaim is applied, Open of them fails with ENOENT, so no
 // handle can appear on an inode being deleted.
 func (s *Server) enqueueReclaim(inos ...proto.Ino) {
+	if len(inos) == 0 || s.inGrace() {
+		// In the grace period clients may not have re-registered their
+		// handles yet; the orphan loop reclaims what nobody holds at its
+		// end.
+		return
+	}
+	s.reclaimUnopened(inos)
+}
+
+// reclaimUnopened is enqueueReclaim without the grace period check.
+func (s *Server) reclaimUnopened(inos []proto.Ino) {
 	s.mu.Lock()
 	added := false
 	for _, ino := range inos {
@@ -206,7 +230,8 @@ func (s *Server) reclaimLoop() {
 }
 
 // orphanLoop reclaims, after the grace period, the orphans that a previous
-// run left behind (open counts are not persisted) and that nobody reopened.
+// run left behind (open counts are not persisted) or that were left during
+// the grace period, and that no client holds open (re-registered).
 func (s *Server) orphanLoop() {
 	defer s.bg.Done()
 	t := time.NewTimer(s.opts.OrphanGrace)
@@ -222,8 +247,8 @@ func (s *Server) orphanLoop() {
 		return
 	}
 	if len(inos) > 0 {
-		s.log.Info("meta: reclaiming orphans from before the restart", "count", len(inos))
-		s.enqueueReclaim(inos...)
+		s.log.Info("meta: reclaiming orphans from before the restart and the grace period", "count", len(inos))
+		s.reclaimUnopened(inos)
 	}
 }
 

@@ -32,7 +32,12 @@ type Options struct {
 	// from before a restart) are reclaimed, giving clients time to reopen
 	// their handles. Default 30s.
 	OrphanGrace time.Duration
-	GCInterval  time.Duration // how often to retry the object-GC queue; default 5s
+	// SessionLease is how long a client session (and with it its open
+	// handles) lives after its last renewal; default DefaultSessionLease.
+	// When it expires its handles are dropped as if released, so a killed
+	// client's unlinked-but-open files are reclaimed.
+	SessionLease time.Duration
+	GCInterval   time.Duration // how often to retry the object-GC queue; default 5s
 	// GCDelay is how long the GC waits after objects were queued before it
 	// removes them, so that a burst of unlinks is removed in a few batches
 	// (each acknowledged by one command) instead of one round per file.
@@ -105,6 +110,11 @@ type Server struct {
 	// Release only ever drops a handle its own session took.
 	opens      map[proto.Ino]int
 	sessOpens  map[session]map[proto.Ino]sessionOpens
+	sessions   map[session]*sessionState // registered sessions and their leases (session.go)
+	// graceUntil ends the grace period after a restart (zero on a freshly
+	// formatted store): until then clients re-register the sessions the
+	// server forgot, and no orphan is reclaimed.
+	graceUntil time.Time
 	reclaiming map[proto.Ino]bool
 	pending    []proto.Ino // orphans to reclaim
 
@@ -141,6 +151,12 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.OrphanGrace == 0 {
 		opts.OrphanGrace = 30 * time.Second
+	}
+	if opts.SessionLease < 0 {
+		return nil, errors.New("meta: negative SessionLease")
+	}
+	if opts.SessionLease == 0 {
+		opts.SessionLease = DefaultSessionLease
 	}
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = 5 * time.Second
@@ -186,6 +202,7 @@ func New(opts Options) (*Server, error) {
 		reg:         newRegistry(opts.HeartbeatTimeout, opts.Now, opts.Seed),
 		opens:       map[proto.Ino]int{},
 		sessOpens:   map[session]map[proto.Ino]sessionOpens{},
+		sessions:    map[session]*sessionState{},
 		reclaiming:  map[proto.Ino]bool{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
@@ -197,6 +214,10 @@ func New(opts Options) (*Server, error) {
 		s.opts.Storage = s.opts.NewStorage(s.ResolveTarget)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if sm.nextIno != 0 {
+		// A restart: open handles and sessions were in memory only.
+		s.graceUntil = time.Now().Add(opts.OrphanGrace)
+	}
 	if sm.nextIno == 0 {
 		_, err := s.propose(s.ctx, &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: opts.RootUid, Gid: opts.RootGid})
 		if err != nil {
@@ -205,7 +226,8 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.nextIno.Store(sm.nextIno)
-	s.bg.Add(3)
+	s.bg.Add(4)
+	go s.sessionLoop()
 	go s.reclaimLoop()
 	go s.gcLoop()
 	go s.orphanLoop()
@@ -598,6 +620,11 @@ func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 		return proto.Attr{}, err
 	}
 	c := &Command{Op: OpSetAttr, Now: s.now(), Ino: ino, SetAttr: in, Cred: cl.cred}
+	if in.Valid&proto.SetHandle != 0 {
+		if err := s.handleSession(cl.sess); err != nil {
+			return proto.Attr{}, err
+		}
+	}
 	if in.Valid&proto.SetHandle != 0 && s.holdsWriteOpen(cl.sess, ino) {
 		c.Flags |= setAttrViaHandle
 	}
@@ -645,6 +672,10 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 		// handle can be counted before it exists: it cannot be reclaimed
 		// between the create and the count.
 		s.mu.Lock()
+		if err := s.checkSessionLocked(cl.sess); err != nil {
+			s.mu.Unlock()
+			return proto.Attr{}, proto.Attr{}, nil, err
+		}
 		s.countOpenLocked(cl.sess, c.Ino, want.Has(proto.AccessWrite))
 		s.mu.Unlock()
 	}
@@ -726,7 +757,10 @@ func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (p
 		return proto.Attr{}, err
 	}
 	c := &Command{Op: OpUnlink, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred}
-	if ino, ok := s.lastLink(parent, name); ok {
+	// In the grace period after a restart a file may still be open by a
+	// client that has not re-registered its handles yet: it is left an
+	// orphan, reclaimed at the end of the grace period if nobody has it open.
+	if ino, ok := s.lastLink(parent, name); ok && !s.inGrace() {
 		s.mu.Lock()
 		if s.opens[ino] == 0 && !s.reclaiming[ino] {
 			s.reclaiming[ino] = true
@@ -812,6 +846,9 @@ func (s *Server) RemoveXattr(ctx context.Context, ino proto.Ino, name string) er
 func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
 	cl, err := s.caller(ctx)
 	if err != nil {
+		return proto.Attr{}, err
+	}
+	if err := s.handleSession(cl.sess); err != nil {
 		return proto.Attr{}, err
 	}
 	c := &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: end, Cred: cl.cred}

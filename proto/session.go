@@ -33,3 +33,13 @@ func SessionFrom(ctx context.Context) (SessionID, bool) {
 	id, ok := ctx.Value(sessionKey{}).(SessionID)
 	return id, ok
 }
+
+// OpenHandle is what a client holds open on one inode in its session: the
+// number of handles and whether one of them was opened for writing. A
+// client names its handles when it re-registers a session the metadata
+// server forgot in a restart (meta.Server.OpenSession).
+type OpenHandle struct {
+	Ino   Ino
+	Count uint32
+	Write bool
+}
