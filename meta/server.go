@@ -108,9 +108,9 @@ type Server struct {
 	// opens counts the open handles of each inode over all sessions
 	// (reclaim waits for 0); sessOpens counts them per session, so that a
 	// Release only ever drops a handle its own session took.
-	opens      map[proto.Ino]int
-	sessOpens  map[session]map[proto.Ino]sessionOpens
-	sessions   map[session]*sessionState // registered sessions and their leases (session.go)
+	opens     map[proto.Ino]int
+	sessOpens map[session]map[proto.Ino]sessionOpens
+	sessions  map[session]*sessionState // registered sessions and their leases (session.go)
 	// graceUntil ends the grace period after a restart (zero on a freshly
 	// formatted store): until then clients re-register the sessions the
 	// server forgot, and no orphan is reclaimed.

@@ -21,6 +21,7 @@ type metaOptions struct {
 	Listen           string         `toml:"listen"`
 	Data             string         `toml:"data"`
 	HeartbeatTimeout units.Duration `toml:"heartbeat_timeout"`
+	SessionLease     units.Duration `toml:"session_lease"`
 	accessOptions
 	daemonOptions
 }
@@ -90,6 +91,8 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.StringVar(&o.Data, "data", "", "directory holding the metadata database (must exist)")
 	o.HeartbeatTimeout = units.Duration(10 * time.Second)
 	fs.Var(&o.HeartbeatTimeout, "heartbeat-timeout", "a storage target not heard from for this long is reported down")
+	o.SessionLease = units.Duration(meta.DefaultSessionLease)
+	fs.Var(&o.SessionLease, "session-lease", "a client session (a mount) not renewed for this long expires: its open files are closed")
 	o.accessOptions.addFlags(fs)
 	o.daemonOptions.addFlags(fs)
 	return cmd
@@ -109,6 +112,9 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	}
 	if o.HeartbeatTimeout <= 0 {
 		return fmt.Errorf("--heartbeat-timeout must be positive")
+	}
+	if o.SessionLease <= 0 {
+		return fmt.Errorf("--session-lease must be positive")
 	}
 	if _, err := o.access(); err != nil {
 		return err
@@ -135,6 +141,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
+		SessionLease:     time.Duration(o.SessionLease),
 		Logger:           d.log,
 		Transport:        d.transport,
 		Access:           acc,

@@ -2,6 +2,8 @@ package metarpc
 
 import (
 	"context"
+	"sync/atomic"
+	"time"
 
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
@@ -14,16 +16,23 @@ import (
 // or the transport's (ETIMEDOUT, EIO); a response that does not decode is
 // EIO.
 type Client struct {
-	call      func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error)
-	session   proto.SessionID
-	cred      proto.Cred // for calls whose ctx carries no proto.Cred
-	defHeader []byte     // the header for such calls
+	call func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error)
+	cred proto.Cred // for calls whose ctx carries no proto.Cred
+	sess atomic.Pointer[clientSession]
+}
+
+// clientSession is the session requests carry, with the encoded header of
+// calls whose ctx names no credentials.
+type clientSession struct {
+	id        proto.SessionID
+	defHeader []byte
 }
 
 var (
 	_ proto.MetaService    = (*Client)(nil)
 	_ proto.TargetRegistry = (*Client)(nil)
 	_ Extended             = (*Client)(nil)
+	_ SessionService       = (*Client)(nil)
 )
 
 // Extended is what a metadata service offers beyond proto.MetaService to
@@ -45,6 +54,22 @@ type Extended interface {
 	ReleaseMany(ctx context.Context, inos []proto.Ino) error
 }
 
+// SessionService is how a client keeps a session with the metadata
+// server: open handles belong to the session named in each request's
+// header, and live as long as its lease is renewed (see meta.Server's
+// OpenSession, RenewSession and CloseSession). meta.Server implements it,
+// and so does Client.
+type SessionService interface {
+	// OpenSession registers the session (renews it if known) and returns
+	// its lease; reclaim names the handles of a session the server forgot
+	// in a restart (ESTALE if they cannot be taken back).
+	OpenSession(ctx context.Context, reclaim []proto.OpenHandle) (time.Duration, error)
+	// RenewSession extends the lease; ESTALE if the session is unknown.
+	RenewSession(ctx context.Context) (time.Duration, error)
+	// CloseSession ends the session, dropping its handles.
+	CloseSession(ctx context.Context) error
+}
+
 // NewClient returns a client that calls the metadata server at addr
 // through pool. Every request carries the caller's credentials from its
 // ctx (proto.WithCred), or, if ctx has none, this process's own (see
@@ -61,18 +86,24 @@ func NewConnClient(c transport.Conn, opts ...Option) *Client {
 }
 
 func newClient(call func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error), opts []Option) *Client {
-	c := &Client{call: call, session: proto.NewSessionID(), cred: processCred()}
+	c := &Client{call: call, cred: processCred()}
+	c.SetSession(proto.SessionID{})
 	for _, o := range opts {
 		o(c)
 	}
-	e := wire.NewEncoder(64)
-	(&header{Cred: c.cred, Session: c.session}).encode(e)
-	c.defHeader = e.B
 	return c
 }
 
 // Session returns the session id the client's requests carry.
-func (c *Client) Session() proto.SessionID { return c.session }
+func (c *Client) Session() proto.SessionID { return c.sess.Load().id }
+
+// SetSession makes the client's requests from now on carry session id
+// (a client whose session expired starts a new one).
+func (c *Client) SetSession(id proto.SessionID) {
+	e := wire.NewEncoder(64)
+	(&header{Cred: c.cred, Session: id}).encode(e)
+	c.sess.Store(&clientSession{id: id, defHeader: e.B})
+}
 
 func (c *Client) do(ctx context.Context, op uint16, req, resp message) error {
 	b, err := c.call(ctx, op, c.header(ctx), marshal(req))
@@ -199,6 +230,22 @@ func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (pr
 
 func (c *Client) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
 	return c.do(ctx, OpReleaseMany, &inosReq{inos}, &emptyMsg{})
+}
+
+func (c *Client) OpenSession(ctx context.Context, reclaim []proto.OpenHandle) (time.Duration, error) {
+	var r leaseResp
+	err := c.do(ctx, OpSessionOpen, &sessionOpenReq{reclaim}, &r)
+	return r.Lease, err
+}
+
+func (c *Client) RenewSession(ctx context.Context) (time.Duration, error) {
+	var r leaseResp
+	err := c.do(ctx, OpSessionRenew, &emptyMsg{}, &r)
+	return r.Lease, err
+}
+
+func (c *Client) CloseSession(ctx context.Context) error {
+	return c.do(ctx, OpSessionClose, &emptyMsg{}, &emptyMsg{})
 }
 
 func (c *Client) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {

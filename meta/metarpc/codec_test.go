@@ -21,6 +21,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
+		OpSessionOpen, OpSessionRenew, OpSessionClose,
 	}
 }
 
@@ -50,6 +51,8 @@ func samples() []message {
 		&setLayoutReq{1, l},
 		&registerReq{"uuid", proto.TargetInfo{ID: 1, Addr: "h:1", Total: 3, Used: 2, Free: 1, Up: true}},
 		&emptyMsg{},
+		&sessionOpenReq{[]proto.OpenHandle{{Ino: 5, Count: 2, Write: true}, {Ino: 6, Count: 1}}},
+		&leaseResp{30e9},
 		&attrResp{sampleAttr},
 		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, []byte("capability")},
 		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, nil},

@@ -87,24 +87,30 @@ func processCred() proto.Cred {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithSession sets the session id the client's requests carry (default: a
-// random one per Client). The server counts open handles per session.
-func WithSession(id proto.SessionID) Option { return func(c *Client) { c.session = id } }
+// WithSession sets the session id the client's requests carry. The server
+// counts open handles per session, and a remote client may hold handles
+// only in a session it registered (SessionService.OpenSession) and keeps
+// renewing. Default: none (the zero id): such a client cannot open files,
+// which admin tools and storage servers do not need.
+func WithSession(id proto.SessionID) Option { return func(c *Client) { c.SetSession(id) } }
 
 // WithCred sets the credentials of requests whose ctx carries none
 // (default: this process's effective uid, gid and groups).
-func WithCred(cr proto.Cred) Option { return func(c *Client) { c.cred = cr } }
+func WithCred(cr proto.Cred) Option {
+	return func(c *Client) { c.cred = cr; c.SetSession(c.Session()) }
+}
 
 // header returns the encoded request header for a call made with ctx.
 func (c *Client) header(ctx context.Context) []byte {
+	sess := c.sess.Load()
 	cr, ok := proto.CredFrom(ctx)
 	if !ok {
-		return c.defHeader
+		return sess.defHeader
 	}
 	if len(cr.Groups) > proto.MaxGroups {
 		cr.Groups = cr.Groups[:proto.MaxGroups]
 	}
 	e := wire.NewEncoder(29 + 4*len(cr.Groups))
-	(&header{Cred: cr, Session: c.session}).encode(e)
+	(&header{Cred: cr, Session: sess.id}).encode(e)
 	return e.B
 }
