@@ -52,7 +52,7 @@ func (c *remoteConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]by
 		if !errors.As(err, &errno) {
 			errno = syscall.EIO
 		}
-		return nil, fmt.Errorf("remote: %v: %w", err, errno)
+		return nil, &transport.RemoteError{Addr: "remote", Op: op, Errno: errno, Msg: err.Error()}
 	}
 	return resp, nil
 }

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/weft-fs/weft/layout"
@@ -29,7 +30,8 @@ const (
 	OpRegisterTarget Op = 14 //
 	OpReclaim        Op = 15 // delete an orphan with no opens, queue its objects
 	OpGCDone         Op = 16 // drop removed objects from the GC queue
-	opMax            Op = 17
+	OpSessionDrop    Op = 17 // forget the remembered replies of a session that ended
+	opMax            Op = 18
 )
 
 var opNames = [...]string{
@@ -37,7 +39,7 @@ var opNames = [...]string{
 	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpSetAttr: "setattr",
 	OpSetXattr: "setxattr", OpRemoveXattr: "removexattr", OpWriteDone: "writedone",
 	OpSetLayout: "setlayout", OpRegisterTarget: "register-target", OpReclaim: "reclaim",
-	OpGCDone: "gc-done",
+	OpGCDone: "gc-done", OpSessionDrop: "session-drop",
 }
 
 func (o Op) String() string {
@@ -93,6 +95,16 @@ type Command struct {
 	// itself, an in-process caller without credentials): nothing is
 	// checked.
 	Cred *proto.Cred
+
+	// Session, SessionName and Seq identify the client request the
+	// command carries out, for the request dedupe (dedupe.go): the
+	// session id and certificate name of the client and the request's
+	// sequence number in its session (0: no dedupe). Acked: the client
+	// has the replies of the session's requests numbered below it.
+	// OpSessionDrop forgets the replies of Session and SessionName.
+	Session     proto.SessionID
+	SessionName string
+	Seq, Acked  uint64
 }
 
 // Command encoding limits: bounds for the decoder, not policy.
@@ -101,7 +113,11 @@ const (
 	maxCmdValue  = 1 << 20
 	maxCmdList   = 1 << 16
 	// cmdVersion 2 appended Cred; version 1 commands decode with Cred nil.
-	cmdVersion = 2
+	// Version 3 is the object generations' (Gen, and the generation of
+	// each of Objects: another branch). Version 4 appended Session,
+	// SessionName, Seq and Acked; earlier commands decode with Seq 0 (no
+	// dedupe).
+	cmdVersion = 4
 )
 
 // Encode returns the command's binary form (the raft log entry format).
@@ -154,6 +170,11 @@ func (c *Command) Encode() []byte {
 			e.U32(g)
 		}
 	}
+	e.U64(binary.LittleEndian.Uint64(c.Session[:8]))
+	e.U64(binary.LittleEndian.Uint64(c.Session[8:]))
+	e.String(c.SessionName)
+	e.U64(c.Seq)
+	e.U64(c.Acked)
 	return e.B
 }
 
@@ -162,7 +183,7 @@ func (c *Command) Encode() []byte {
 func DecodeCommand(b []byte) (*Command, error) {
 	d := wire.NewDecoder(b)
 	v := d.U8()
-	if d.Err() == nil && v != 1 && v != cmdVersion {
+	if d.Err() == nil && v != 1 && v != 2 && v != cmdVersion {
 		return nil, fmt.Errorf("meta: command version %d not supported", v)
 	}
 	c := &Command{}
@@ -220,6 +241,13 @@ func DecodeCommand(b []byte) (*Command, error) {
 			}
 		}
 		c.Cred = cr
+	}
+	if v >= 4 {
+		binary.LittleEndian.PutUint64(c.Session[:8], d.U64())
+		binary.LittleEndian.PutUint64(c.Session[8:], d.U64())
+		c.SessionName = d.StringMax(maxCmdString)
+		c.Seq = d.U64()
+		c.Acked = d.U64()
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode command: %w", err)

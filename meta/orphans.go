@@ -241,6 +241,7 @@ func (s *Server) orphanLoop() {
 		return
 	case <-t.C:
 	}
+	s.sweepReplies()
 	inos, err := s.Orphans()
 	if err != nil {
 		s.log.Error("meta: scan orphans", "err", err)

@@ -300,6 +300,13 @@ func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
 	return p.res, p.err
 }
 
+// proposeAs is propose of a command made for the request cl: the
+// command carries the request's id for the dedupe (dedupe.go).
+func (s *Server) proposeAs(ctx context.Context, cl caller, c *Command) (applyResult, error) {
+	cl.stamp(c)
+	return s.propose(ctx, c)
+}
+
 func kick(c chan struct{}) {
 	select {
 	case c <- struct{}{}:
@@ -629,7 +636,7 @@ func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 		c.Flags |= setAttrViaHandle
 	}
 	c.SetAttr.Valid &^= proto.SetHandle
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	return r.attr, err
 }
 
@@ -679,7 +686,7 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 		s.countOpenLocked(cl.sess, c.Ino, want.Has(proto.AccessWrite))
 		s.mu.Unlock()
 	}
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	if err == nil {
 		s.notePlaced(r.attr)
 	}
@@ -691,6 +698,12 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 	}
 	if err != nil {
 		return proto.Attr{}, proto.Attr{}, nil, err
+	}
+	if r.dup {
+		// A retry of a request that was applied: its first attempt
+		// counted the handle already.
+		cap, err := s.issue(ctx, &r.attr, want)
+		return r.attr, r.parent, cap, err
 	}
 	if r.attr.Ino != c.Ino {
 		// An existing file (not exclusive): open it as Open does.
@@ -713,7 +726,7 @@ func (s *Server) Mkdir(ctx context.Context, parent proto.Ino, name string, mode,
 	c := &Command{Op: OpMkdir, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
 		Mode: mode, Uid: uid, Gid: gid}
 	cl.own(c)
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	return r.attr, err
 }
 
@@ -726,7 +739,7 @@ func (s *Server) Symlink(ctx context.Context, parent proto.Ino, name, target str
 	c := &Command{Op: OpSymlink, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
 		Text: target, Uid: uid, Gid: gid}
 	cl.own(c)
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	return r.attr, err
 }
 
@@ -736,7 +749,7 @@ func (s *Server) Link(ctx context.Context, ino, newParent proto.Ino, newName str
 	if err != nil {
 		return proto.Attr{}, err
 	}
-	r, err := s.propose(ctx, &Command{Op: OpLink, Now: s.now(), Ino: ino, NewParent: newParent, NewName: newName, Cred: cl.cred})
+	r, err := s.proposeAs(ctx, cl, &Command{Op: OpLink, Now: s.now(), Ino: ino, NewParent: newParent, NewName: newName, Cred: cl.cred})
 	return r.attr, err
 }
 
@@ -768,7 +781,7 @@ func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (p
 		}
 		s.mu.Unlock()
 	}
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	if len(c.Inos) > 0 {
 		s.mu.Lock()
 		delete(s.reclaiming, c.Inos[0])
@@ -804,7 +817,7 @@ func (s *Server) RmdirAt(ctx context.Context, parent proto.Ino, name string) (pr
 	if err != nil {
 		return proto.Attr{}, err
 	}
-	r, err := s.propose(ctx, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred})
+	r, err := s.proposeAs(ctx, cl, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred})
 	return r.parent, err
 }
 
@@ -814,7 +827,7 @@ func (s *Server) Rename(ctx context.Context, oldParent proto.Ino, oldName string
 	if err != nil {
 		return err
 	}
-	_, err = s.propose(ctx, &Command{Op: OpRename, Now: s.now(), Parent: oldParent, Name: oldName,
+	_, err = s.proposeAs(ctx, cl, &Command{Op: OpRename, Now: s.now(), Parent: oldParent, Name: oldName,
 		NewParent: newParent, NewName: newName, Flags: flags, Cred: cl.cred})
 	return err
 }
@@ -828,7 +841,7 @@ func (s *Server) SetXattr(ctx context.Context, ino proto.Ino, name string, value
 	if len(value) > MaxXattrValue {
 		return errnof(syscall.E2BIG, "xattr value of %d bytes", len(value))
 	}
-	_, err = s.propose(ctx, &Command{Op: OpSetXattr, Now: s.now(), Ino: ino, Name: name, Value: value, Flags: flags, Cred: cl.cred})
+	_, err = s.proposeAs(ctx, cl, &Command{Op: OpSetXattr, Now: s.now(), Ino: ino, Name: name, Value: value, Flags: flags, Cred: cl.cred})
 	return err
 }
 
@@ -838,7 +851,7 @@ func (s *Server) RemoveXattr(ctx context.Context, ino proto.Ino, name string) er
 	if err != nil {
 		return err
 	}
-	_, err = s.propose(ctx, &Command{Op: OpRemoveXattr, Now: s.now(), Ino: ino, Name: name, Cred: cl.cred})
+	_, err = s.proposeAs(ctx, cl, &Command{Op: OpRemoveXattr, Now: s.now(), Ino: ino, Name: name, Cred: cl.cred})
 	return err
 }
 
@@ -855,7 +868,7 @@ func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (prot
 	if s.holdsWriteOpen(cl.sess, ino) {
 		c.Flags |= writeViaHandle
 	}
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	return r.attr, err
 }
 
@@ -870,7 +883,7 @@ func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) 
 	if len(l.Targets) == 0 {
 		s.placement(c)
 	}
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	if err == nil {
 		s.notePlaced(r.attr)
 	}

@@ -7,6 +7,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
 )
 
@@ -231,6 +232,47 @@ func (s *Server) finishDrop(sess session, d droppedSession, why string) {
 		}
 	}
 	s.enqueueReclaim(orphans...)
+	s.forgetReplies(sess)
+}
+
+// forgetReplies drops the remembered replies of a session that ended.
+func (s *Server) forgetReplies(sess session) {
+	if _, err := s.propose(s.ctx, &Command{Op: OpSessionDrop, Now: s.now(), Session: sess.id, SessionName: sess.name}); err != nil && !errors.Is(err, errClosed) {
+		s.log.Warn("meta: forget the replies of an ended session", "name", sess.name, "err", err)
+	}
+}
+
+// sweepReplies forgets the remembered replies of every session that is not
+// live: after the grace period of a restart, those of the sessions that
+// did not come back.
+func (s *Server) sweepReplies() {
+	type key struct {
+		id   proto.SessionID
+		name string
+	}
+	seen := map[key]bool{}
+	err := s.st.Scan([]byte{store.PrefixReply}, []byte{store.PrefixReply + 1}, func(k, _ []byte) bool {
+		prefix, _, ok := store.ParseReplyKey(k)
+		if !ok {
+			return true
+		}
+		var id proto.SessionID
+		copy(id[:], prefix[1:17])
+		seen[key{id, string(prefix[19:])}] = true
+		return true
+	})
+	if err != nil {
+		s.log.Warn("meta: scan remembered replies", "err", err)
+		return
+	}
+	s.mu.Lock()
+	for sess := range s.sessions {
+		delete(seen, key{sess.id, sess.name})
+	}
+	s.mu.Unlock()
+	for k := range seen {
+		s.forgetReplies(session{id: k.id, name: k.name})
+	}
 }
 
 // sessionLoop expires sessions whose lease ran out, a few times per lease.

@@ -43,3 +43,26 @@ type OpenHandle struct {
 	Count uint32
 	Write bool
 }
+
+// Request identifies a mutating request within its session for the
+// metadata server's request dedupe (Raft thesis §6.3): Seq numbers the
+// session's mutations from 1 (0: none, no dedupe), and Acked says that
+// the client has the replies of every request of the session numbered
+// below it, so the server may forget them.
+type Request struct {
+	Seq, Acked uint64
+}
+
+type requestKey struct{}
+
+// WithRequest returns ctx carrying the request's sequence numbers (the
+// metadata RPC handler sets it from the request header).
+func WithRequest(ctx context.Context, r Request) context.Context {
+	return context.WithValue(ctx, requestKey{}, r)
+}
+
+// RequestFrom returns the request's sequence numbers in ctx (zero if none).
+func RequestFrom(ctx context.Context) Request {
+	r, _ := ctx.Value(requestKey{}).(Request)
+	return r
+}

@@ -26,6 +26,7 @@ type Client struct {
 type clientSession struct {
 	id        proto.SessionID
 	defHeader []byte
+	seqs      *seqs // numbers the session's mutations
 }
 
 var (
@@ -102,11 +103,11 @@ func (c *Client) Session() proto.SessionID { return c.sess.Load().id }
 func (c *Client) SetSession(id proto.SessionID) {
 	e := wire.NewEncoder(64)
 	(&header{Cred: c.cred, Session: id}).encode(e)
-	c.sess.Store(&clientSession{id: id, defHeader: e.B})
+	c.sess.Store(&clientSession{id: id, defHeader: e.B, seqs: newSeqs()})
 }
 
 func (c *Client) do(ctx context.Context, op uint16, req, resp message) error {
-	b, err := c.call(ctx, op, c.header(ctx), marshal(req))
+	b, err := c.call(ctx, op, c.header(ctx, c.sess.Load(), proto.Request{}), marshal(req))
 	if err != nil {
 		return err
 	}
@@ -122,6 +123,13 @@ func (c *Client) attr(ctx context.Context, op uint16, req message) (proto.Attr, 
 	return r.Attr, err
 }
 
+// mutAttr is attr for a mutation (see mutate).
+func (c *Client) mutAttr(ctx context.Context, op uint16, req message) (proto.Attr, error) {
+	var r attrResp
+	err := c.mutate(ctx, op, req, &r)
+	return r.Attr, err
+}
+
 func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
 	return c.attr(ctx, OpLookup, &nameReq{parent, name})
 }
@@ -131,19 +139,19 @@ func (c *Client) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error)
 }
 
 func (c *Client) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
-	return c.attr(ctx, OpSetAttr, &setAttrReq{ino, in})
+	return c.mutAttr(ctx, OpSetAttr, &setAttrReq{ino, in})
 }
 
 func (c *Client) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, error) {
-	return c.attr(ctx, OpCreate, &createReq{in})
+	return c.mutAttr(ctx, OpCreate, &createReq{in})
 }
 
 func (c *Client) Mkdir(ctx context.Context, parent proto.Ino, name string, mode, uid, gid uint32) (proto.Attr, error) {
-	return c.attr(ctx, OpMkdir, &mkdirReq{parent, name, mode, uid, gid})
+	return c.mutAttr(ctx, OpMkdir, &mkdirReq{parent, name, mode, uid, gid})
 }
 
 func (c *Client) Symlink(ctx context.Context, parent proto.Ino, name, target string, uid, gid uint32) (proto.Attr, error) {
-	return c.attr(ctx, OpSymlink, &symlinkReq{parent, name, target, uid, gid})
+	return c.mutAttr(ctx, OpSymlink, &symlinkReq{parent, name, target, uid, gid})
 }
 
 func (c *Client) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
@@ -153,19 +161,19 @@ func (c *Client) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
 }
 
 func (c *Client) Link(ctx context.Context, ino, newParent proto.Ino, newName string) (proto.Attr, error) {
-	return c.attr(ctx, OpLink, &linkReq{ino, newParent, newName})
+	return c.mutAttr(ctx, OpLink, &linkReq{ino, newParent, newName})
 }
 
 func (c *Client) Unlink(ctx context.Context, parent proto.Ino, name string) error {
-	return c.do(ctx, OpUnlink, &nameReq{parent, name}, &emptyMsg{})
+	return c.mutate(ctx, OpUnlink, &nameReq{parent, name}, &emptyMsg{})
 }
 
 func (c *Client) Rmdir(ctx context.Context, parent proto.Ino, name string) error {
-	return c.do(ctx, OpRmdir, &nameReq{parent, name}, &emptyMsg{})
+	return c.mutate(ctx, OpRmdir, &nameReq{parent, name}, &emptyMsg{})
 }
 
 func (c *Client) Rename(ctx context.Context, oldParent proto.Ino, oldName string, newParent proto.Ino, newName string, flags uint32) error {
-	return c.do(ctx, OpRename, &renameReq{oldParent, oldName, newParent, newName, flags}, &emptyMsg{})
+	return c.mutate(ctx, OpRename, &renameReq{oldParent, oldName, newParent, newName, flags}, &emptyMsg{})
 }
 
 func (c *Client) ReadDir(ctx context.Context, dir proto.Ino, after string, max int) ([]proto.DirEntry, error) {
@@ -181,7 +189,7 @@ func (c *Client) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]by
 }
 
 func (c *Client) SetXattr(ctx context.Context, ino proto.Ino, name string, value []byte, flags uint32) error {
-	return c.do(ctx, OpSetXattr, &setXattrReq{ino, name, value, flags}, &emptyMsg{})
+	return c.mutate(ctx, OpSetXattr, &setXattrReq{ino, name, value, flags}, &emptyMsg{})
 }
 
 func (c *Client) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error) {
@@ -191,7 +199,7 @@ func (c *Client) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error)
 }
 
 func (c *Client) RemoveXattr(ctx context.Context, ino proto.Ino, name string) error {
-	return c.do(ctx, OpRemoveXattr, &nameReq{ino, name}, &emptyMsg{})
+	return c.mutate(ctx, OpRemoveXattr, &nameReq{ino, name}, &emptyMsg{})
 }
 
 func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, error) {
@@ -207,7 +215,7 @@ func (c *Client) Capability(ctx context.Context, ino proto.Ino, want proto.Acces
 }
 
 func (c *Client) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
-	return c.attr(ctx, OpWriteDone, &writeDoneReq{ino, end})
+	return c.mutAttr(ctx, OpWriteDone, &writeDoneReq{ino, end})
 }
 
 func (c *Client) Release(ctx context.Context, ino proto.Ino) error {
@@ -216,16 +224,16 @@ func (c *Client) Release(ctx context.Context, ino proto.Ino) error {
 
 func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (attr, parent proto.Attr, cap []byte, err error) {
 	var r createOpenResp
-	err = c.do(ctx, OpCreateOpen, &createOpenReq{createReq{in}, want}, &r)
+	err = c.mutate(ctx, OpCreateOpen, &createOpenReq{createReq{in}, want}, &r)
 	return r.Attr, r.Parent, r.Cap, err
 }
 
 func (c *Client) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	return c.attr(ctx, OpUnlinkAt, &nameReq{parent, name})
+	return c.mutAttr(ctx, OpUnlinkAt, &nameReq{parent, name})
 }
 
 func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	return c.attr(ctx, OpRmdirAt, &nameReq{parent, name})
+	return c.mutAttr(ctx, OpRmdirAt, &nameReq{parent, name})
 }
 
 func (c *Client) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
@@ -249,7 +257,7 @@ func (c *Client) CloseSession(ctx context.Context) error {
 }
 
 func (c *Client) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {
-	return c.attr(ctx, OpSetLayout, &setLayoutReq{ino, l})
+	return c.mutAttr(ctx, OpSetLayout, &setLayoutReq{ino, l})
 }
 
 func (c *Client) StatFS(ctx context.Context) (proto.StatFS, error) {

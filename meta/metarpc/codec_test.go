@@ -190,9 +190,9 @@ func TestHeaderVectors(t *testing.T) {
 		h    header
 		want string
 	}{
-		{header{}, "01" + "00000000" + "00000000" + "00000000" + "00000000000000000000000000000000"},
-		{header{Cred: proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 65534}}, Session: proto.SessionID{0: 0xaa, 15: 0xbb}},
-			"01" + "e8030000" + "64000000" + "02000000" + "64000000" + "feff0000" + "aa0000000000000000000000000000bb"},
+		{header{}, "02" + "00000000" + "00000000" + "00000000" + "00000000000000000000000000000000" + "0000000000000000" + "0000000000000000"},
+		{header{Cred: proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 65534}}, Session: proto.SessionID{0: 0xaa, 15: 0xbb}, Req: proto.Request{Seq: 0x102, Acked: 3}},
+			"02" + "e8030000" + "64000000" + "02000000" + "64000000" + "feff0000" + "aa0000000000000000000000000000bb" + "0201000000000000" + "0300000000000000"},
 	} {
 		e := wire.NewEncoder(0)
 		tc.h.encode(e)
@@ -209,9 +209,14 @@ func TestHeaderVectors(t *testing.T) {
 			}
 		}
 	}
-	bad := []byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-	if _, _, err := decodeHeader(append(bad, make([]byte, 16)...)); err == nil {
-		t.Error("header version 2 accepted")
+	// Version 1 (no sequence numbers) is still read: no dedupe.
+	v1, _ := hex.DecodeString("01" + "e8030000" + "64000000" + "00000000" + "aa0000000000000000000000000000bb" + "07")
+	if h, rest, err := decodeHeader(v1); err != nil || h.Cred.Uid != 1000 || h.Session[0] != 0xaa || h.Req != (proto.Request{}) || !bytes.Equal(rest, []byte{7}) {
+		t.Errorf("version 1 header: %+v %x %v", h, rest, err)
+	}
+	bad := []byte{3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	if _, _, err := decodeHeader(append(bad, make([]byte, 32)...)); err == nil {
+		t.Error("header version 3 accepted")
 	}
 	huge := []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}
 	if _, _, err := decodeHeader(huge); err == nil {
@@ -224,6 +229,7 @@ func TestHeaderVectors(t *testing.T) {
 func FuzzHeader(f *testing.F) {
 	f.Add(withHeader(nil))
 	f.Add([]byte{1})
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, rest, err := decodeHeader(b)
 		if err != nil {
@@ -234,6 +240,14 @@ func FuzzHeader(f *testing.F) {
 		}
 		e := wire.NewEncoder(0)
 		h.encode(e)
+		if b[0] == 1 {
+			// Version 1 is re-encoded as the current version.
+			h2, _, err := decodeHeader(e.B)
+			if err != nil || h2.Session != h.Session || h2.Cred.Uid != h.Cred.Uid || h2.Req != h.Req {
+				t.Fatalf("version 1 header re-encoded differs: %+v %v", h2, err)
+			}
+			return
+		}
 		if !bytes.Equal(append(e.B, rest...), b) {
 			t.Fatalf("re-encoding differs")
 		}

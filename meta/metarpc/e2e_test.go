@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"syscall"
 	"testing"
@@ -33,7 +32,9 @@ func (c directConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byt
 		if !errors.As(err, &errno) {
 			errno = syscall.EIO
 		}
-		return nil, fmt.Errorf("remote: %v: %w", err, errno)
+		// As a transport delivers a handler's error: a RemoteError,
+		// which a client never mistakes for a broken connection.
+		return nil, &transport.RemoteError{Addr: "direct", Op: op, Errno: errno, Msg: err.Error()}
 	}
 	return resp, nil
 }

@@ -12,7 +12,9 @@ import (
 
 // HeaderVersion is the version of the request header that starts every
 // request body. A server refuses (EINVAL) a version it does not know.
-const HeaderVersion = 1
+// Version 2 appended the request's sequence numbers; version 1 headers
+// are still read (sequence number 0: no dedupe).
+const HeaderVersion = 2
 
 // header is what every request says besides its operation: for whom it is
 // made and in which session.
@@ -23,6 +25,8 @@ const HeaderVersion = 1
 //	u32     n, the number of supplementary groups (at most proto.MaxGroups)
 //	n × u32 supplementary groups
 //	16 B    session id
+//	u64     seq: the request's sequence number in the session (0: none)
+//	u64     acked: the client has the replies of every request below it
 //
 // The server trusts the credentials only as far as it trusts the peer:
 // root squash and the client allow-list apply (meta.Access), and every
@@ -30,6 +34,7 @@ const HeaderVersion = 1
 type header struct {
 	Cred    proto.Cred
 	Session proto.SessionID
+	Req     proto.Request
 }
 
 func (h *header) encode(e *wire.Encoder) {
@@ -42,6 +47,8 @@ func (h *header) encode(e *wire.Encoder) {
 	}
 	e.U64(binary.LittleEndian.Uint64(h.Session[:8]))
 	e.U64(binary.LittleEndian.Uint64(h.Session[8:]))
+	e.U64(h.Req.Seq)
+	e.U64(h.Req.Acked)
 }
 
 // decodeHeader reads the header off the front of a request body and
@@ -50,7 +57,7 @@ func decodeHeader(b []byte) (header, []byte, error) {
 	var h header
 	d := wire.NewDecoder(b)
 	v := d.U8()
-	if d.Err() == nil && v != HeaderVersion {
+	if d.Err() == nil && v != 1 && v != HeaderVersion {
 		return h, nil, fmt.Errorf("metarpc: request header version %d not supported", v)
 	}
 	h.Cred.Uid = d.U32()
@@ -63,6 +70,10 @@ func decodeHeader(b []byte) (header, []byte, error) {
 	}
 	binary.LittleEndian.PutUint64(h.Session[:8], d.U64())
 	binary.LittleEndian.PutUint64(h.Session[8:], d.U64())
+	if v >= 2 {
+		h.Req.Seq = d.U64()
+		h.Req.Acked = d.U64()
+	}
 	if err := d.Err(); err != nil {
 		return h, nil, fmt.Errorf("metarpc: decode request header: %w", err)
 	}
@@ -100,17 +111,20 @@ func WithCred(cr proto.Cred) Option {
 	return func(c *Client) { c.cred = cr; c.SetSession(c.Session()) }
 }
 
-// header returns the encoded request header for a call made with ctx.
-func (c *Client) header(ctx context.Context) []byte {
-	sess := c.sess.Load()
+// header returns the encoded request header for a call made with ctx in
+// session sess as request req (zero: no dedupe).
+func (c *Client) header(ctx context.Context, sess *clientSession, req proto.Request) []byte {
 	cr, ok := proto.CredFrom(ctx)
 	if !ok {
-		return sess.defHeader
+		if req == (proto.Request{}) {
+			return sess.defHeader
+		}
+		cr = c.cred
 	}
 	if len(cr.Groups) > proto.MaxGroups {
 		cr.Groups = cr.Groups[:proto.MaxGroups]
 	}
-	e := wire.NewEncoder(29 + 4*len(cr.Groups))
-	(&header{Cred: cr, Session: sess.id}).encode(e)
+	e := wire.NewEncoder(45 + 4*len(cr.Groups))
+	(&header{Cred: cr, Session: sess.id, Req: req}).encode(e)
 	return e.B
 }
