@@ -77,7 +77,7 @@ type caller struct {
 	// gid fields of its requests name the owner of new inodes.
 	cred *proto.Cred
 	sess session
-	req  proto.Request // the request's sequence numbers (dedupe.go)
+	seq  uint64 // the request's sequence number in its session (dedupe.go)
 }
 
 // isRoot reports whether the caller has root's privileges.
@@ -98,7 +98,7 @@ func (s *Server) caller(ctx context.Context) (caller, error) {
 		c.cred = &cr
 	}
 	c.sess.id, _ = proto.SessionFrom(ctx)
-	c.req = proto.RequestFrom(ctx)
+	c.seq = proto.SeqFrom(ctx)
 	p, ok := transport.PeerFrom(ctx)
 	if !ok {
 		return c, nil

@@ -99,12 +99,11 @@ type Command struct {
 	// Session, SessionName and Seq identify the client request the
 	// command carries out, for the request dedupe (dedupe.go): the
 	// session id and certificate name of the client and the request's
-	// sequence number in its session (0: no dedupe). Acked: the client
-	// has the replies of the session's requests numbered below it.
-	// OpSessionDrop forgets the replies of Session and SessionName.
+	// sequence number in its session (0: no dedupe). OpSessionDrop
+	// forgets the replies of Session and SessionName.
 	Session     proto.SessionID
 	SessionName string
-	Seq, Acked  uint64
+	Seq         uint64
 }
 
 // Command encoding limits: bounds for the decoder, not policy.
@@ -115,7 +114,7 @@ const (
 	// cmdVersion 2 appended Cred; version 1 commands decode with Cred nil.
 	// Version 3 is the object generations' (Gen, and the generation of
 	// each of Objects: another branch). Version 4 appended Session,
-	// SessionName, Seq and Acked; earlier commands decode with Seq 0 (no
+	// SessionName and Seq; earlier commands decode with Seq 0 (no
 	// dedupe).
 	cmdVersion = 4
 )
@@ -174,7 +173,6 @@ func (c *Command) Encode() []byte {
 	e.U64(binary.LittleEndian.Uint64(c.Session[8:]))
 	e.String(c.SessionName)
 	e.U64(c.Seq)
-	e.U64(c.Acked)
 	return e.B
 }
 
@@ -247,7 +245,6 @@ func DecodeCommand(b []byte) (*Command, error) {
 		binary.LittleEndian.PutUint64(c.Session[8:], d.U64())
 		c.SessionName = d.StringMax(maxCmdString)
 		c.Seq = d.U64()
-		c.Acked = d.U64()
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode command: %w", err)

@@ -1,7 +1,6 @@
 package meta
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"syscall"
@@ -14,68 +13,79 @@ import (
 // The request dedupe (Raft thesis §6.3). A client names each mutation with
 // its session and a sequence number (Command.Session, SessionName, Seq).
 // The state machine stores the reply of every such command (its errno, and
-// the attributes it returned) in the same batch as its changes, keyed by
-// session and sequence number; a command whose request already has a reply
-// is not applied again but answered with that reply. A client retrying a
-// request after a broken connection, a timeout or a failover therefore gets
-// the outcome of the first attempt: a retried create neither fails with
-// EEXIST nor creates twice, a retried unlink does not fail with ENOENT.
+// the attributes it returned) in the same batch as its changes; a command
+// whose request already has a reply is not applied again but answered with
+// that reply. A client retrying a request after a broken connection, a
+// timeout or a failover therefore gets the outcome of the first attempt: a
+// retried create neither fails with EEXIST nor creates twice, a retried
+// unlink does not fail with ENOENT.
 //
-// Replies are forgotten when the client says it has them (Command.Acked:
-// every request numbered below it), when they are more than dedupeWindow
-// requests older than the session's newest, and when the session ends
-// (OpSessionDrop, proposed when a session expires or closes, and after the
-// grace period of a restart for sessions that did not come back). A
-// retry of a forgotten request is applied as a new one.
-
-// dedupeWindow bounds the replies kept per session even if the client never
-// acknowledges them: a client has far fewer requests in flight.
-const dedupeWindow = 4096
+// A session's replies live in proto.MaxPendingRequests slots, the reply of
+// request seq in slot seq mod MaxPendingRequests, each naming its request:
+// storing a reply overwrites the one of the request MaxPendingRequests
+// earlier, so nothing is ever deleted request by request (deletes would
+// leave tombstones that every later lookup has to step over). A client
+// never has a request waiting for its reply more than MaxPendingRequests
+// behind its newest (metarpc holds new requests back), so the reply of
+// every request it may still retry is there. OpSessionDrop deletes a
+// session's slots when it expires or closes, and after the grace period
+// of a restart for sessions that did not come back; a retry of a forgotten
+// request is applied as a new one.
 
 // replyVersion is the format of a stored reply:
 //
 //	u8   version
+//	u64  the request's sequence number
 //	u32  errno (0: success)
 //	attr the attributes returned (proto.Attr encoding)
 //	attr the parent directory's attributes returned
 const replyVersion = 1
 
-func encodeReply(errno syscall.Errno, res *applyResult) []byte {
-	e := wire.NewEncoder(160)
+func encodeReply(seq uint64, errno syscall.Errno, res *applyResult) []byte {
+	e := wire.NewEncoder(168)
 	e.U8(replyVersion)
+	e.U64(seq)
 	e.U32(uint32(errno))
 	res.attr.Encode(e)
 	res.parent.Encode(e)
 	return e.B
 }
 
-func decodeReply(b []byte) (errno syscall.Errno, res applyResult, err error) {
+func decodeReply(b []byte) (seq uint64, errno syscall.Errno, res applyResult, err error) {
 	d := wire.NewDecoder(b)
 	if v := d.U8(); d.Err() == nil && v != replyVersion {
-		return 0, res, fmt.Errorf("meta: stored reply version %d not supported", v)
+		return 0, 0, res, fmt.Errorf("meta: stored reply version %d not supported", v)
 	}
+	seq = d.U64()
 	errno = syscall.Errno(d.U32())
 	res.attr.Decode(d)
 	res.parent.Decode(d)
 	if err := d.Done(); err != nil {
-		return 0, res, fmt.Errorf("meta: decode stored reply: %w", err)
+		return 0, 0, res, fmt.Errorf("meta: decode stored reply: %w", err)
 	}
-	return errno, res, nil
+	return seq, errno, res, nil
+}
+
+func replySlot(c *Command) []byte {
+	return store.ReplyKey(store.ReplyPrefix(c.Session, c.SessionName), c.Seq%proto.MaxPendingRequests)
 }
 
 // remembered returns the stored reply of c's request, if there is one
 // (found); err is the reply's error.
 func (sm *stateMachine) remembered(c *Command) (res applyResult, found bool, err error) {
-	v, err := sm.st.Get(store.ReplyKey(store.ReplyPrefix(c.Session, c.SessionName), c.Seq))
+	v, err := sm.st.Get(replySlot(c))
 	if errors.Is(err, store.ErrNotFound) {
 		return applyResult{}, false, nil
 	}
 	if err != nil {
 		return applyResult{}, true, errnof(syscall.EIO, "read stored reply: %v", err)
 	}
-	errno, res, err := decodeReply(v)
+	seq, errno, res, err := decodeReply(v)
 	if err != nil {
 		return applyResult{}, true, fmt.Errorf("%w: %w", err, syscall.EIO)
+	}
+	if seq != c.Seq {
+		return applyResult{}, false, nil // the slot holds another request's
 	}
 	res.dup = true
 	if errno != 0 {
@@ -85,28 +95,9 @@ func (sm *stateMachine) remembered(c *Command) (res applyResult, found bool, err
 }
 
 // remember puts the reply of c's request (errno, and the attributes in
-// t.res) into t's batch, and deletes the session's replies that the client
-// acknowledged or that fell out of the window.
-func (t *txn) remember(c *Command, errno syscall.Errno) error {
-	prefix := store.ReplyPrefix(c.Session, c.SessionName)
-	floor := c.Acked
-	if c.Seq > dedupeWindow {
-		floor = max(floor, c.Seq-dedupeWindow)
-	}
-	if floor > 0 {
-		var old [][]byte
-		if err := t.sm.st.Scan(prefix, store.ReplyKey(prefix, floor), func(k, _ []byte) bool {
-			old = append(old, bytes.Clone(k))
-			return true
-		}); err != nil {
-			return errnof(syscall.EIO, "scan stored replies: %v", err)
-		}
-		for _, k := range old {
-			t.b.Delete(k)
-		}
-	}
-	t.b.Set(store.ReplyKey(prefix, c.Seq), encodeReply(errno, &t.res))
-	return nil
+// t.res) into t's batch.
+func (t *txn) remember(c *Command, errno syscall.Errno) {
+	t.b.Set(replySlot(c), encodeReply(c.Seq, errno, &t.res))
 }
 
 // rememberFailure stores the reply of a command that failed with err (a
@@ -119,9 +110,7 @@ func (sm *stateMachine) rememberFailure(c *Command, err error, sync bool) (apply
 	}
 	t := sm.newTxn(sync)
 	defer t.b.Close()
-	if rerr := t.remember(c, errno); rerr != nil {
-		return applyResult{}, errors.Join(err, rerr)
-	}
+	t.remember(c, errno)
 	if cerr := t.commit(); cerr != nil {
 		return applyResult{}, cerr
 	}
@@ -131,9 +120,8 @@ func (sm *stateMachine) rememberFailure(c *Command, err error, sync bool) (apply
 // stamp sets the request id of cmd from the caller's request: its session
 // and sequence number, if it has one (else cmd is not deduplicated).
 func (c caller) stamp(cmd *Command) {
-	if c.req.Seq == 0 || c.sess.id == (proto.SessionID{}) {
+	if c.seq == 0 || c.sess.id == (proto.SessionID{}) {
 		return
 	}
-	cmd.Session, cmd.SessionName = c.sess.id, c.sess.name
-	cmd.Seq, cmd.Acked = c.req.Seq, c.req.Acked
+	cmd.Session, cmd.SessionName, cmd.Seq = c.sess.id, c.sess.name, c.seq
 }

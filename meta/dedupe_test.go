@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"fmt"
 	"reflect"
 	"syscall"
 	"testing"
@@ -12,10 +13,9 @@ import (
 	"github.com/weft-fs/weft/proto"
 )
 
-// req returns ctx for request seq (acked: the client has every reply
-// below it) of in-process session id.
-func req(id byte, seq, acked uint64) context.Context {
-	return proto.WithRequest(proto.WithSession(ctx, proto.SessionID{id}), proto.Request{Seq: seq, Acked: acked})
+// req returns ctx for request seq of in-process session id.
+func req(id byte, seq uint64) context.Context {
+	return proto.WithSeq(proto.WithSession(ctx, proto.SessionID{id}), seq)
 }
 
 // replies counts the remembered replies of in-process session id.
@@ -33,10 +33,10 @@ func TestDedupeCreate(t *testing.T) {
 	e := newEnv(t)
 	e.addTarget("t1", 1<<30)
 	in := proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0644, Exclusive: true}
-	a1, p1, _, err := e.srv.CreateOpen(req(1, 1, 1), in, 0)
+	a1, p1, _, err := e.srv.CreateOpen(req(1, 1), in, 0)
 	e.must(err)
 	files, _ := e.srv.StatFS(ctx)
-	a2, p2, _, err := e.srv.CreateOpen(req(1, 1, 1), in, 0)
+	a2, p2, _, err := e.srv.CreateOpen(req(1, 1), in, 0)
 	if err != nil {
 		t.Fatalf("retried exclusive create: %v, want the first attempt's success", err)
 	}
@@ -47,18 +47,18 @@ func TestDedupeCreate(t *testing.T) {
 		t.Fatalf("the retry made an inode: %d files, want %d", again.Files, files.Files)
 	}
 	// The same name under a new sequence number is a new request.
-	if _, err := e.srv.Create(req(1, 2, 2), in); !errors.Is(err, syscall.EEXIST) {
+	if _, err := e.srv.Create(req(1, 2), in); !errors.Is(err, syscall.EEXIST) {
 		t.Fatalf("a new exclusive create of the name: %v", err)
 	}
 	// Another session with the same sequence number is another request.
-	if _, err := e.srv.Create(req(2, 1, 1), in); !errors.Is(err, syscall.EEXIST) {
+	if _, err := e.srv.Create(req(2, 1), in); !errors.Is(err, syscall.EEXIST) {
 		t.Fatalf("another session's create: %v", err)
 	}
 
 	g := proto.CreateIn{Parent: proto.RootIno, Name: "g", Mode: 0644, Exclusive: true}
-	o1, _, _, err := e.srv.CreateOpen(req(1, 3, 3), g, proto.AccessReadWrite)
+	o1, _, _, err := e.srv.CreateOpen(req(1, 3), g, proto.AccessReadWrite)
 	e.must(err)
-	o2, _, _, err := e.srv.CreateOpen(req(1, 3, 3), g, proto.AccessReadWrite)
+	o2, _, _, err := e.srv.CreateOpen(req(1, 3), g, proto.AccessReadWrite)
 	if err != nil || o2.Ino != o1.Ino {
 		t.Fatalf("retried CreateOpen: %+v %v, want inode %d", o2, err, o1.Ino)
 	}
@@ -73,25 +73,25 @@ func TestDedupeCreate(t *testing.T) {
 func TestDedupeUnlinkAndFailures(t *testing.T) {
 	e := newEnv(t)
 	e.addTarget("t1", 1<<30)
-	_, err := e.srv.Create(req(1, 1, 1), proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0644})
+	_, err := e.srv.Create(req(1, 1), proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0644})
 	e.must(err)
-	pa, err := e.srv.UnlinkAt(req(1, 2, 2), proto.RootIno, "f")
+	pa, err := e.srv.UnlinkAt(req(1, 2), proto.RootIno, "f")
 	e.must(err)
-	pb, err := e.srv.UnlinkAt(req(1, 2, 2), proto.RootIno, "f")
+	pb, err := e.srv.UnlinkAt(req(1, 2), proto.RootIno, "f")
 	if err != nil || !reflect.DeepEqual(pa, pb) {
 		t.Fatalf("retried unlink: %+v %v, want the first attempt's %+v", pb, err, pa)
 	}
-	if err := e.srv.Unlink(req(1, 3, 3), proto.RootIno, "f"); !errors.Is(err, syscall.ENOENT) {
+	if err := e.srv.Unlink(req(1, 3), proto.RootIno, "f"); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("a new unlink of the name: %v", err)
 	}
 	// Request 4 fails; the name is then made by request 5; request 4's
 	// retry still answers its ENOENT and changes nothing.
-	if _, err := e.srv.RmdirAt(req(1, 4, 4), proto.RootIno, "d"); !errors.Is(err, syscall.ENOENT) {
+	if _, err := e.srv.RmdirAt(req(1, 4), proto.RootIno, "d"); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("rmdir of nothing: %v", err)
 	}
-	_, err = e.srv.Mkdir(req(1, 5, 4), proto.RootIno, "d", 0755, 0, 0)
+	_, err = e.srv.Mkdir(req(1, 5), proto.RootIno, "d", 0755, 0, 0)
 	e.must(err)
-	if _, err := e.srv.RmdirAt(req(1, 4, 4), proto.RootIno, "d"); !errors.Is(err, syscall.ENOENT) {
+	if _, err := e.srv.RmdirAt(req(1, 4), proto.RootIno, "d"); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("retried failed rmdir: %v, want its ENOENT", err)
 	}
 	if _, err := e.srv.Lookup(ctx, proto.RootIno, "d"); err != nil {
@@ -105,24 +105,28 @@ func TestDedupeUnlinkAndFailures(t *testing.T) {
 	}
 }
 
-// TestDedupeForgets: replies the client acknowledged, and those of a
-// session that ended, are deleted.
+// TestDedupeForgets: a session keeps the replies of its last
+// MaxPendingRequests requests (older ones are overwritten, and their retry
+// is applied as new), and loses them all when it ends.
 func TestDedupeForgets(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.SessionLease = 50 * time.Millisecond })
-	for seq := uint64(1); seq <= 5; seq++ {
-		_, err := e.srv.Mkdir(req(1, seq, 1), proto.RootIno, "d"+string(rune('0'+seq)), 0755, 0, 0)
+	_, err := e.srv.Mkdir(req(1, 1), proto.RootIno, "first", 0755, 0, 0)
+	e.must(err)
+	for seq := uint64(2); seq <= proto.MaxPendingRequests+1; seq++ {
+		_, err := e.srv.Mkdir(req(1, seq), proto.RootIno, fmt.Sprint("d", seq), 0755, 0, 0)
 		e.must(err)
 	}
-	if n := e.replies(1); n != 5 {
-		t.Fatalf("%d replies kept, want 5", n)
+	if n := e.replies(1); n != proto.MaxPendingRequests {
+		t.Fatalf("%d replies kept, want %d", n, proto.MaxPendingRequests)
 	}
-	_, err := e.srv.Mkdir(req(1, 6, 5), proto.RootIno, "d6", 0755, 0, 0)
-	e.must(err)
-	if n := e.replies(1); n != 2 {
-		t.Fatalf("%d replies kept after requests below 5 were acknowledged, want 2 (5 and 6)", n)
+	if _, err := e.srv.Mkdir(req(1, 2), proto.RootIno, "d2", 0755, 0, 0); err != nil {
+		t.Fatalf("retry of a request still remembered: %v", err)
+	}
+	if _, err := e.srv.Mkdir(req(1, 1), proto.RootIno, "first", 0755, 0, 0); !errors.Is(err, syscall.EEXIST) {
+		t.Fatalf("retry of a request no longer remembered: %v, want it applied again (EEXIST)", err)
 	}
 	// A session that is opened and then expires loses its replies.
-	_, err = e.srv.OpenSession(req(1, 0, 0), nil)
+	_, err = e.srv.OpenSession(req(1, 0), nil)
 	e.must(err)
 	waitFor(t, "the session to expire and its replies to go", func() bool { return e.replies(1) == 0 })
 }

@@ -430,7 +430,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5, Stripe: 2}}}},
 		{Op: OpUnlink, Parent: 1, Name: "x", Cred: &proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 7}}},
 		{Op: OpMkdir, Ino: 9, Parent: 1, Name: "d", Cred: &proto.Cred{}},
-		{Op: OpCreate, Ino: 11, Parent: 1, Name: "g", Session: proto.SessionID{1, 2, 15: 3}, SessionName: "mount-1", Seq: 7, Acked: 5},
+		{Op: OpCreate, Ino: 11, Parent: 1, Name: "g", Session: proto.SessionID{1, 2, 15: 3}, SessionName: "mount-1", Seq: 7},
 		{Op: OpSessionDrop, Session: proto.SessionID{4}, SessionName: "m"},
 	}
 	for _, c := range cmds {
@@ -442,8 +442,8 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("%v: round trip\n got %+v\nwant %+v", c.Op, got, c)
 		}
 	}
-	// Version 4 appended the request id (session id, name, seq, acked).
-	const v4Tail = 16 + 4 + 8 + 8
+	// Version 4 appended the request id (session id, name, seq).
+	const v4Tail = 16 + 4 + 8
 	// A version-2 command (no request id) decodes without dedupe.
 	v2 := (&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 3}}).Encode()
 	v2 = v2[:len(v2)-v4Tail]
@@ -474,7 +474,7 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add((&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1}}}).Encode())
 	f.Add((&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 1, Groups: []uint32{2, 3}}}).Encode())
 	f.Add((&Command{Op: OpSetLayout, Layout: &layout.Layout{StripeSize: 1, Targets: []proto.TargetID{1}}}).Encode())
-	f.Add((&Command{Op: OpMkdir, Name: "d", Session: proto.SessionID{1}, SessionName: "m", Seq: 2, Acked: 1}).Encode())
+	f.Add((&Command{Op: OpMkdir, Name: "d", Session: proto.SessionID{1}, SessionName: "m", Seq: 2}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)
 		if err != nil {
@@ -532,11 +532,11 @@ func TestApplyDeterministic(t *testing.T) {
 	// failure remembered, acknowledged replies and an ended session's
 	// replies deleted.
 	for seq := uint64(1); seq <= 4; seq++ {
-		e.srv.Mkdir(req(9, seq, 1), d.Ino, fmt.Sprint("r", seq%3), 0755, 0, 0)
+		e.srv.Mkdir(req(9, seq), d.Ino, fmt.Sprint("r", seq%3), 0755, 0, 0)
 	}
-	e.srv.Mkdir(req(9, 2, 1), d.Ino, "r2", 0755, 0, 0)
-	e.srv.Mkdir(req(9, 5, 4), d.Ino, "r5", 0755, 0, 0)
-	e.srv.Mkdir(req(8, 1, 1), d.Ino, "r8", 0755, 0, 0)
+	e.srv.Mkdir(req(9, 2), d.Ino, "r2", 0755, 0, 0)
+	e.srv.Mkdir(req(9, 5), d.Ino, "r5", 0755, 0, 0)
+	e.srv.Mkdir(req(8, 1), d.Ino, "r8", 0755, 0, 0)
 	e.srv.forgetReplies(session{id: proto.SessionID{8}})
 	e.waitReclaim(t)
 	e.srv.Close()

@@ -276,9 +276,7 @@ func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) 
 		return applyResult{}, err
 	}
 	if dedupe {
-		if err := t.remember(c, 0); err != nil {
-			return applyResult{}, err
-		}
+		t.remember(c, 0)
 	}
 	if err := t.commit(); err != nil {
 		return applyResult{}, err

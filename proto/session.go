@@ -44,25 +44,23 @@ type OpenHandle struct {
 	Write bool
 }
 
-// Request identifies a mutating request within its session for the
-// metadata server's request dedupe (Raft thesis §6.3): Seq numbers the
-// session's mutations from 1 (0: none, no dedupe), and Acked says that
-// the client has the replies of every request of the session numbered
-// below it, so the server may forget them.
-type Request struct {
-	Seq, Acked uint64
+// MaxPendingRequests is how many deduplicated requests of one session may
+// wait for their reply at a time: the metadata server remembers the
+// replies of a session's last MaxPendingRequests requests (by sequence
+// number), so a retry of any request still waiting is recognized.
+const MaxPendingRequests = 256
+
+type seqKey struct{}
+
+// WithSeq returns ctx carrying a mutating request's sequence number in its
+// session, for the metadata server's request dedupe (Raft thesis §6.3):
+// the metadata RPC handler sets it from the request header. 0: none.
+func WithSeq(ctx context.Context, seq uint64) context.Context {
+	return context.WithValue(ctx, seqKey{}, seq)
 }
 
-type requestKey struct{}
-
-// WithRequest returns ctx carrying the request's sequence numbers (the
-// metadata RPC handler sets it from the request header).
-func WithRequest(ctx context.Context, r Request) context.Context {
-	return context.WithValue(ctx, requestKey{}, r)
-}
-
-// RequestFrom returns the request's sequence numbers in ctx (zero if none).
-func RequestFrom(ctx context.Context) Request {
-	r, _ := ctx.Value(requestKey{}).(Request)
-	return r
+// SeqFrom returns the request's sequence number in ctx (0 if none).
+func SeqFrom(ctx context.Context) uint64 {
+	seq, _ := ctx.Value(seqKey{}).(uint64)
+	return seq
 }

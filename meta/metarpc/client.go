@@ -107,7 +107,7 @@ func (c *Client) SetSession(id proto.SessionID) {
 }
 
 func (c *Client) do(ctx context.Context, op uint16, req, resp message) error {
-	b, err := c.call(ctx, op, c.header(ctx, c.sess.Load(), proto.Request{}), marshal(req))
+	b, err := c.call(ctx, op, c.header(ctx, c.sess.Load(), 0), marshal(req))
 	if err != nil {
 		return err
 	}

@@ -47,8 +47,8 @@ func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, er
 	// The service authorizes the credentials against the peer in ctx (root
 	// squash, allow-list) and checks every operation against them.
 	ctx = proto.WithSession(proto.WithCred(ctx, hdr.Cred), hdr.Session)
-	if hdr.Req.Seq != 0 {
-		ctx = proto.WithRequest(ctx, hdr.Req)
+	if hdr.Seq != 0 {
+		ctx = proto.WithSeq(ctx, hdr.Seq)
 	}
 	if err := unmarshal(body, req); err != nil {
 		h.log.Warn("metarpc: malformed request", "op", op, "len", len(body), "err", err)

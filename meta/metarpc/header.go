@@ -12,8 +12,8 @@ import (
 
 // HeaderVersion is the version of the request header that starts every
 // request body. A server refuses (EINVAL) a version it does not know.
-// Version 2 appended the request's sequence numbers; version 1 headers
-// are still read (sequence number 0: no dedupe).
+// Version 2 appended the request's sequence number; version 1 headers are
+// still read (sequence number 0: no dedupe).
 const HeaderVersion = 2
 
 // header is what every request says besides its operation: for whom it is
@@ -25,8 +25,7 @@ const HeaderVersion = 2
 //	u32     n, the number of supplementary groups (at most proto.MaxGroups)
 //	n × u32 supplementary groups
 //	16 B    session id
-//	u64     seq: the request's sequence number in the session (0: none)
-//	u64     acked: the client has the replies of every request below it
+//	u64     seq: a mutation's sequence number in the session (0: none)
 //
 // The server trusts the credentials only as far as it trusts the peer:
 // root squash and the client allow-list apply (meta.Access), and every
@@ -34,7 +33,7 @@ const HeaderVersion = 2
 type header struct {
 	Cred    proto.Cred
 	Session proto.SessionID
-	Req     proto.Request
+	Seq     uint64
 }
 
 func (h *header) encode(e *wire.Encoder) {
@@ -47,8 +46,7 @@ func (h *header) encode(e *wire.Encoder) {
 	}
 	e.U64(binary.LittleEndian.Uint64(h.Session[:8]))
 	e.U64(binary.LittleEndian.Uint64(h.Session[8:]))
-	e.U64(h.Req.Seq)
-	e.U64(h.Req.Acked)
+	e.U64(h.Seq)
 }
 
 // decodeHeader reads the header off the front of a request body and
@@ -71,8 +69,7 @@ func decodeHeader(b []byte) (header, []byte, error) {
 	binary.LittleEndian.PutUint64(h.Session[:8], d.U64())
 	binary.LittleEndian.PutUint64(h.Session[8:], d.U64())
 	if v >= 2 {
-		h.Req.Seq = d.U64()
-		h.Req.Acked = d.U64()
+		h.Seq = d.U64()
 	}
 	if err := d.Err(); err != nil {
 		return h, nil, fmt.Errorf("metarpc: decode request header: %w", err)
@@ -112,11 +109,11 @@ func WithCred(cr proto.Cred) Option {
 }
 
 // header returns the encoded request header for a call made with ctx in
-// session sess as request req (zero: no dedupe).
-func (c *Client) header(ctx context.Context, sess *clientSession, req proto.Request) []byte {
+// session sess as request seq (0: no dedupe).
+func (c *Client) header(ctx context.Context, sess *clientSession, seq uint64) []byte {
 	cr, ok := proto.CredFrom(ctx)
 	if !ok {
-		if req == (proto.Request{}) {
+		if seq == 0 {
 			return sess.defHeader
 		}
 		cr = c.cred
@@ -124,7 +121,7 @@ func (c *Client) header(ctx context.Context, sess *clientSession, req proto.Requ
 	if len(cr.Groups) > proto.MaxGroups {
 		cr.Groups = cr.Groups[:proto.MaxGroups]
 	}
-	e := wire.NewEncoder(45 + 4*len(cr.Groups))
-	(&header{Cred: cr, Session: sess.id, Req: req}).encode(e)
+	e := wire.NewEncoder(37 + 4*len(cr.Groups))
+	(&header{Cred: cr, Session: sess.id, Seq: seq}).encode(e)
 	return e.B
 }

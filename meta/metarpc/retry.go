@@ -3,6 +3,7 @@ package metarpc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"syscall"
 	"time"
@@ -11,30 +12,45 @@ import (
 	"github.com/weft-fs/weft/transport"
 )
 
-// seqs hands out the sequence numbers of a session's mutations and tracks
-// which are still waiting for their reply, so that each request can tell
-// the server the lowest of them (acked: the server may forget the replies
-// of every request below it).
+// seqs hands out the sequence numbers of a session's mutations. The
+// server remembers the replies of a session's last proto.MaxPendingRequests
+// requests, so a new number is handed out only while every request still
+// waiting for its reply is within that many of it.
 type seqs struct {
-	mu   sync.Mutex
-	next uint64              // the next sequence number (from 1)
-	out  map[uint64]struct{} // requests without their reply yet
-	low  uint64              // the lowest of out, or next if out is empty
+	mu      sync.Mutex
+	next    uint64              // the next sequence number (from 1)
+	out     map[uint64]struct{} // requests without their reply yet
+	low     uint64              // the lowest of out, or next if out is empty
+	changed chan struct{}       // closed when low moves
 }
 
-func newSeqs() *seqs { return &seqs{next: 1, low: 1, out: map[uint64]struct{}{}} }
+func newSeqs() *seqs {
+	return &seqs{next: 1, low: 1, out: map[uint64]struct{}{}, changed: make(chan struct{})}
+}
 
-// begin numbers a new request.
-func (s *seqs) begin() proto.Request {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	seq := s.next
-	s.next++
-	if len(s.out) == 0 {
-		s.low = seq
+// begin numbers a new request, waiting (until ctx ends) while the oldest
+// request without its reply is too far behind.
+func (s *seqs) begin(ctx context.Context) (uint64, error) {
+	for {
+		s.mu.Lock()
+		if s.next-s.low < proto.MaxPendingRequests {
+			seq := s.next
+			s.next++
+			if len(s.out) == 0 {
+				s.low = seq
+			}
+			s.out[seq] = struct{}{}
+			s.mu.Unlock()
+			return seq, nil
+		}
+		ch := s.changed
+		s.mu.Unlock()
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			return 0, fmt.Errorf("metarpc: waiting for earlier requests' replies: %w (%w)", syscall.ETIMEDOUT, ctx.Err())
+		}
 	}
-	s.out[seq] = struct{}{}
-	return proto.Request{Seq: seq, Acked: s.low}
 }
 
 // end records that request seq has its reply (or was given up).
@@ -42,11 +58,17 @@ func (s *seqs) end(seq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.out, seq)
+	moved := false
 	for s.low < s.next {
 		if _, ok := s.out[s.low]; ok {
 			break
 		}
 		s.low++
+		moved = true
+	}
+	if moved {
+		close(s.changed)
+		s.changed = make(chan struct{})
 	}
 }
 
@@ -78,9 +100,12 @@ func (c *Client) mutate(ctx context.Context, op uint16, req, resp message) error
 	if sess.id == (proto.SessionID{}) {
 		return c.do(ctx, op, req, resp)
 	}
-	r := sess.seqs.begin()
-	defer sess.seqs.end(r.Seq)
-	hdr, body := c.header(ctx, sess, r), marshal(req)
+	seq, err := sess.seqs.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer sess.seqs.end(seq)
+	hdr, body := c.header(ctx, sess, seq), marshal(req)
 	wait := retryFirst
 	for {
 		b, err := c.call(ctx, op, hdr, body)

@@ -20,9 +20,9 @@
 //	g <target:4> <ino:8> <stripe:4> object-GC queue: an object to remove from a target
 //	t <id:4>                        target registry: id → uuid, address
 //	u <uuid>                        target registry: uuid → id
-//	s <session:16> <n:2> <name:n> <seq:8>
+//	s <session:16> <n:2> <name:n> <slot:8>
 //	                                remembered reply of a client request (request
-//	                                dedupe): errno, attributes, parent's attributes
+//	                                dedupe): its seq, errno, attributes, parent's
 //
 // A directory listing is a prefix scan of "d"+parent, continued after a name
 // by starting at "d"+parent+name+"\x00": listing is O(entries returned) at

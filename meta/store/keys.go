@@ -78,14 +78,14 @@ func ReplyPrefix(session [16]byte, name string) []byte {
 	return append(k, name...)
 }
 
-// ReplyKey is ReplyPrefix + seq: the reply of one request.
-func ReplyKey(prefix []byte, seq uint64) []byte {
-	return binary.BigEndian.AppendUint64(append(make([]byte, 0, len(prefix)+8), prefix...), seq)
+// ReplyKey is ReplyPrefix + slot: one of the session's reply slots.
+func ReplyKey(prefix []byte, slot uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(make([]byte, 0, len(prefix)+8), prefix...), slot)
 }
 
-// ParseReplyKey splits a reply key into its session prefix and sequence
-// number; ok is false for a malformed key.
-func ParseReplyKey(k []byte) (prefix []byte, seq uint64, ok bool) {
+// ParseReplyKey splits a reply key into its session prefix and slot; ok is
+// false for a malformed key.
+func ParseReplyKey(k []byte) (prefix []byte, slot uint64, ok bool) {
 	if len(k) < 1+16+2+8 || k[0] != PrefixReply {
 		return nil, 0, false
 	}
