@@ -29,22 +29,28 @@ func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (pr
 		s.mu.Unlock()
 		return proto.Attr{}, nil, errnof(syscall.ENOENT, "inode %d is being removed", ino)
 	}
-	s.countOpenLocked(cl.sess, ino, want.Has(proto.AccessWrite))
+	// A retry of an Open the server saw (its reply was lost) must not
+	// count a second handle: the first attempt counted it, or released it
+	// again when it failed.
+	dup := s.seenLocked(cl.sess, cl.seq)
+	if !dup {
+		s.countOpenLocked(cl.sess, ino, want.Has(proto.AccessWrite))
+	}
 	s.mu.Unlock()
 	n, err := s.readInode(ino)
-	if err != nil {
-		s.release(cl.sess, ino)
-		return proto.Attr{}, nil, err
+	if err == nil {
+		err = checkAccess(cl, &n.Attr, want)
 	}
-	err = checkAccess(cl, &n.Attr, want)
 	var cap []byte
 	if err == nil {
 		cap, err = s.issue(ctx, &n.Attr, want)
 	}
 	if err != nil {
-		// As Release: if the count just taken was the last on an
-		// orphan (its other handles closed meanwhile), reclaim it.
-		s.Release(ctx, ino)
+		if !dup {
+			// As Release: if the count just taken was the last on an
+			// orphan (its other handles closed meanwhile), reclaim it.
+			s.releaseOne(cl.sess, ino)
+		}
 		return proto.Attr{}, nil, err
 	}
 	return n.Attr, cap, nil
@@ -86,6 +92,12 @@ func (s *Server) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
 	}
 	if ok, err := s.releaseSession(cl.sess); !ok || err != nil {
 		return err
+	}
+	s.mu.Lock()
+	dup := s.seenLocked(cl.sess, cl.seq)
+	s.mu.Unlock()
+	if dup {
+		return nil // a retry: the first attempt dropped the handles
 	}
 	for _, ino := range inos {
 		s.releaseOne(cl.sess, ino)

@@ -23,6 +23,27 @@ const maxReclaimCount = 1 << 20
 // open handles (sessOpens).
 type sessionState struct {
 	expires time.Time // monotonic: the lease ends here unless renewed
+	// recent holds the sequence numbers of the session's last Open and
+	// Release requests, in slot seq mod MaxPendingRequests, so that a retry
+	// of one (its reply lost with the connection) neither counts nor drops
+	// a handle twice. Handle counts live in memory, and so does this.
+	recent [proto.MaxPendingRequests]uint64
+}
+
+// seenLocked reports whether request seq of sess, an Open or a Release,
+// was seen before, and records it. Requests without a sequence number, and
+// sessions that are not registered, are never deduplicated.
+func (s *Server) seenLocked(sess session, seq uint64) bool {
+	st := s.sessions[sess]
+	if seq == 0 || st == nil {
+		return false
+	}
+	slot := &st.recent[seq%proto.MaxPendingRequests]
+	if *slot == seq {
+		return true
+	}
+	*slot = seq
+	return false
 }
 
 // errNoSessionID refuses opens from a remote client that named no session:

@@ -172,3 +172,36 @@ func TestSessionOpenErrors(t *testing.T) {
 		t.Fatal("negative lease accepted")
 	}
 }
+
+// TestOpenReleaseRetry: an Open or Release sent again with the same
+// sequence number (its reply was lost) counts or drops its handle once.
+func TestOpenReleaseRetry(t *testing.T) {
+	e := newEnv(t)
+	a := remote("a", 1)
+	_, err := e.srv.OpenSession(a, nil)
+	e.must(err)
+	seq := func(n uint64) context.Context { return proto.WithSeq(a, n) }
+	for range 2 {
+		_, _, err := e.srv.Open(seq(1), proto.RootIno, proto.AccessRead)
+		e.must(err)
+	}
+	_, _, err = e.srv.Open(seq(2), proto.RootIno, proto.AccessRead)
+	e.must(err)
+	if n := e.srv.OpenCount(proto.RootIno); n != 2 {
+		t.Fatalf("%d handles after an open, its retry and another open, want 2", n)
+	}
+	for range 2 {
+		e.must(e.srv.ReleaseMany(seq(3), []proto.Ino{proto.RootIno}))
+	}
+	if n := e.srv.OpenCount(proto.RootIno); n != 1 {
+		t.Fatalf("%d handles after a release and its retry, want 1", n)
+	}
+	// A failed open keeps no handle, and neither does its retry.
+	for range 2 {
+		_, _, err := e.srv.Open(seq(4), 12345, proto.AccessRead)
+		wantErrno(t, "open of nothing", err, syscall.ENOENT)
+	}
+	if n := e.srv.OpenCount(12345); n != 0 {
+		t.Fatalf("%d handles on a missing inode", n)
+	}
+}

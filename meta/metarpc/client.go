@@ -204,7 +204,7 @@ func (c *Client) RemoveXattr(ctx context.Context, ino proto.Ino, name string) er
 
 func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, error) {
 	var r openResp
-	err := c.do(ctx, OpOpen, &openReq{ino, want}, &r)
+	err := c.mutate(ctx, OpOpen, &openReq{ino, want}, &r)
 	return r.Attr, r.Cap, err
 }
 
@@ -219,7 +219,7 @@ func (c *Client) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (prot
 }
 
 func (c *Client) Release(ctx context.Context, ino proto.Ino) error {
-	return c.do(ctx, OpRelease, &inoReq{ino}, &emptyMsg{})
+	return c.mutate(ctx, OpRelease, &inoReq{ino}, &emptyMsg{})
 }
 
 func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (attr, parent proto.Attr, cap []byte, err error) {
@@ -237,7 +237,7 @@ func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (pr
 }
 
 func (c *Client) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
-	return c.do(ctx, OpReleaseMany, &inosReq{inos}, &emptyMsg{})
+	return c.mutate(ctx, OpReleaseMany, &inosReq{inos}, &emptyMsg{})
 }
 
 func (c *Client) OpenSession(ctx context.Context, reclaim []proto.OpenHandle) (time.Duration, error) {

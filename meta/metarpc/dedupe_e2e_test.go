@@ -53,10 +53,11 @@ func (c *lossyConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byt
 	return nil, fmt.Errorf("test: connection broken after op %d was served (%v): %w", op, err, syscall.EIO)
 }
 
-// TestRetryAfterLostReply: the server applies a create, an unlink and a
-// rename whose replies are lost with the connection; the client sends each
-// again with the same sequence number and gets the first attempt's
-// success: one inode, no EEXIST, no ENOENT.
+// TestRetryAfterLostReply: the server applies a create, an unlink, a
+// rename, a CreateOpen, an Open and a ReleaseMany whose replies are lost
+// with the connection; the client sends each again with the same sequence
+// number and gets the first attempt's success: one inode, no EEXIST, no
+// ENOENT, each handle counted and dropped once.
 func TestRetryAfterLostReply(t *testing.T) {
 	srv := newServer(t)
 	tcp := transport.NewTCP()
@@ -67,6 +68,7 @@ func TestRetryAfterLostReply(t *testing.T) {
 	defer ln.Close()
 	lossy := &lossyTransport{Transport: tcp, lose: map[uint16]int{
 		metarpc.OpCreate: 1, metarpc.OpUnlinkAt: 1, metarpc.OpRename: 1, metarpc.OpCreateOpen: 1,
+		metarpc.OpOpen: 1, metarpc.OpReleaseMany: 1,
 	}}
 	pool := transport.NewPool(lossy, transport.PoolOptions{})
 	defer pool.Close()
@@ -106,8 +108,21 @@ func TestRetryAfterLostReply(t *testing.T) {
 	if n := srv.OpenCount(o.Ino); n != 1 {
 		t.Fatalf("a retried CreateOpen left %d handles, want 1", n)
 	}
-	if lossy.lost != 4 {
-		t.Fatalf("%d replies lost, want 4", lossy.lost)
+	// Open and ReleaseMany are retried too, and counted once.
+	if _, _, err := c.Open(ctx, o.Ino, proto.AccessRead); err != nil {
+		t.Fatalf("open whose first reply was lost: %v", err)
+	}
+	if n := srv.OpenCount(o.Ino); n != 2 {
+		t.Fatalf("%d handles after a retried open, want 2", n)
+	}
+	if err := c.ReleaseMany(ctx, []proto.Ino{o.Ino}); err != nil {
+		t.Fatalf("release whose first reply was lost: %v", err)
+	}
+	if n := srv.OpenCount(o.Ino); n != 1 {
+		t.Fatalf("%d handles after a retried release of one, want 1", n)
+	}
+	if lossy.lost != 6 {
+		t.Fatalf("%d replies lost, want 6", lossy.lost)
 	}
 	// Without a session nothing is retried: the broken connection is the
 	// answer.

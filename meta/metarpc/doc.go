@@ -52,9 +52,10 @@
 // (request dedupe, package meta). A new number is handed out only while
 // the oldest mutation still waiting for its reply is less than
 // proto.MaxPendingRequests behind, the replies the server keeps per
-// session. Reads, Open, Release and ReleaseMany are sent once: retrying
-// Open or Release could count or drop a handle twice. Without a session
-// nothing is retried.
+// session. Open, Release and ReleaseMany are numbered and retried the
+// same way (the server remembers their numbers in memory, with the handle
+// counts, so a retry neither counts nor drops a handle twice). Reads are
+// sent once. Without a session nothing is retried.
 //
 // Open (36), CreateOpen (37) and Capability (35) carry an access mode
 // (proto.Access, u8) and answer with a capability (u32 length + bytes,
