@@ -24,6 +24,9 @@ type sessionService interface {
 // minRenewRetry bounds how often a failed renewal is retried.
 const minRenewRetry = 200 * time.Millisecond
 
+// closeTimeout bounds how long Close waits to end the session.
+const closeTimeout = 5 * time.Second
+
 // session keeps this client's session with the metadata server alive: it
 // registers it, renews it every third of its lease, and when the server
 // answers ESTALE (it forgot the session) re-registers it with the handles
@@ -79,11 +82,17 @@ func (s *session) run() {
 
 // tick registers or renews the session once and returns when to do it next.
 func (s *session) tick() time.Duration {
-	ctx, cancel := context.WithTimeout(context.Background(), s.c.cfg.Timeout)
-	defer cancel()
 	s.mu.Lock()
 	registered, lease := s.registered, s.lease
 	s.mu.Unlock()
+	// A renewal that takes longer than a third of the lease is late
+	// anyway: give up and try again rather than wait out the RPC timeout.
+	timeout := s.c.cfg.Timeout
+	if lease > 0 {
+		timeout = min(timeout, max(lease/3, time.Second))
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
 	var err error
 	if !registered {
 		err = s.ensure(ctx)
@@ -221,7 +230,9 @@ func (s *session) close() error {
 	if !registered {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), s.c.cfg.Timeout)
+	// The lease ends the session anyway: an unmount does not wait long
+	// for a server that does not answer.
+	ctx, cancel := context.WithTimeout(context.Background(), min(s.c.cfg.Timeout, closeTimeout))
 	defer cancel()
 	return s.svc.CloseSession(ctx)
 }
