@@ -5,11 +5,12 @@ import (
 	"crypto/rand"
 )
 
-// SessionID names one client's session with the metadata server: a client
-// (one mount, one admin tool run) picks a random one at start and sends it
-// in the header of every request. The server keeps open handles per session
-// (the peer's certificate name and this id), so one client can never drop
-// another's handle.
+// SessionID names one client's session with the metadata server: a mount
+// picks a random one at start, registers it (it then lives as long as the
+// mount renews its lease) and sends it in the header of every request;
+// admin tools and storage servers have none (the zero id). The server
+// keeps open handles per session (the peer's certificate name and this
+// id), so one client can never drop another's handle.
 type SessionID [16]byte
 
 // NewSessionID returns a random session id.
