@@ -101,7 +101,12 @@
 // new session and logs it at error level; every File opened in the old one
 // is stale from then on: reads, writes, flush, fsync and ftruncate through
 // it fail with ESTALE (never reaching a file the server may have reclaimed),
-// and its release sends nothing. New opens work in the new session.
+// and its release sends nothing. New opens work in the new session. A
+// handle is not used at all while the session has gone unconfirmed for
+// longer than its lease (the process was stopped, or cut off from the
+// metadata server): the client renews first, and fails the call with EIO
+// if that does not work either, as an NFSv4 client stops using state
+// whose lease ran out.
 //
 // # Credentials
 //

@@ -226,10 +226,19 @@ func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (*F
 // Stale returns an error matching ESTALE if the handle belongs to a
 // metadata session that expired: the server dropped the handle and may
 // have reclaimed its file, so nothing may go through it.
-func (f *File) Stale() error { return f.stale() }
+func (f *File) Stale() error { return f.stale(context.Background()) }
 
-func (f *File) stale() error {
-	if s := f.c.sess; s != nil && s.gen.Load() != f.gen {
+// stale is Stale, first making sure the session is not older than its
+// lease (session.validate).
+func (f *File) stale(ctx context.Context) error {
+	s := f.c.sess
+	if s == nil {
+		return nil
+	}
+	if err := s.validate(ctx); err != nil {
+		return err
+	}
+	if s.gen.Load() != f.gen {
 		return s.staleErr(f.ino)
 	}
 	return nil
@@ -260,7 +269,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	if st == nil {
 		return 0, syscall.EINVAL
 	}
-	if err := f.stale(); err != nil {
+	if err := f.stale(ctx); err != nil {
 		return 0, err
 	}
 	n := uint64(len(p))
@@ -389,7 +398,7 @@ func (f *File) ReadBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byt
 	if st == nil {
 		return nil, nil, syscall.EINVAL
 	}
-	if err := f.stale(); err != nil {
+	if err := f.stale(ctx); err != nil {
 		return nil, nil, err
 	}
 	st.mu.Lock()
@@ -529,7 +538,7 @@ func (f *File) Flush(ctx context.Context) error {
 	if st == nil {
 		return nil
 	}
-	if err := f.stale(); err != nil {
+	if err := f.stale(ctx); err != nil {
 		return err
 	}
 	st.mu.Lock()
@@ -580,7 +589,7 @@ func (f *File) Fsync(ctx context.Context) error {
 	if st == nil {
 		return nil
 	}
-	if err := f.stale(); err != nil {
+	if err := f.stale(ctx); err != nil {
 		return err
 	}
 	st.mu.Lock()
@@ -652,7 +661,7 @@ func (f *File) Release(ctx context.Context) error {
 // Truncate changes the size through this handle (ftruncate): it is ordered
 // after the writes this client acknowledged before it.
 func (f *File) Truncate(ctx context.Context, size uint64) (proto.Attr, error) {
-	if err := f.stale(); err != nil {
+	if err := f.stale(ctx); err != nil {
 		return proto.Attr{}, err
 	}
 	return f.c.SetAttr(ctx, f.ino, proto.SetAttrIn{Valid: proto.SetSize, Size: size})

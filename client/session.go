@@ -45,7 +45,10 @@ type session struct {
 	mu         sync.Mutex // serializes registration; guards the rest
 	registered bool
 	lease      time.Duration
+	renewed    time.Time // when the server last confirmed the session (monotonic)
 	handles    map[proto.Ino]*proto.OpenHandle // what this session holds open
+
+	renewMu sync.Mutex // one synchronous renewal at a time (validate)
 
 	stop      chan struct{}
 	done      chan struct{}
@@ -103,7 +106,7 @@ func (s *session) tick() time.Duration {
 			err = s.recover(ctx, s.gen.Load())
 		} else if err == nil && l > 0 {
 			s.mu.Lock()
-			s.lease = l
+			s.lease, s.renewed = l, time.Now()
 			s.mu.Unlock()
 		}
 	}
@@ -135,7 +138,7 @@ func (s *session) registerLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.registered, s.lease = true, lease
+	s.registered, s.lease, s.renewed = true, lease, time.Now()
 	return nil
 }
 
@@ -159,7 +162,7 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 	}
 	lease, err := s.svc.OpenSession(ctx, held)
 	if err == nil {
-		s.lease = lease
+		s.lease, s.renewed = lease, time.Now()
 		if len(held) > 0 {
 			s.c.log.Warn("metadata server had forgotten this mount's session (restarted?); re-registered its open files",
 				"files", len(held))
@@ -180,6 +183,47 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 		"its open files are stale and fail with ESTALE until opened again",
 		"session", fmt.Sprintf("%x", old[:4]), "stale_files", len(held), "err", err)
 	return s.registerLocked(ctx)
+}
+
+// validate makes sure, before a handle is used, that the server confirmed
+// the session within the lease. After this process was stopped (SIGSTOP,
+// a suspended VM) or cut off from the metadata server for that long, the
+// server may have dropped the session and reclaimed its files: the session
+// is renewed first (recovered if the server forgot it, which makes the
+// handles of a dropped session stale before any byte goes through them),
+// and if that fails too, the handle may not be used (EIO) until a renewal
+// succeeds, as an NFSv4 client stops using state whose lease ran out.
+func (s *session) validate(ctx context.Context) error {
+	s.mu.Lock()
+	lease, renewed, registered := s.lease, s.renewed, s.registered
+	s.mu.Unlock()
+	if !registered || lease <= 0 || time.Since(renewed) < lease {
+		return nil
+	}
+	s.renewMu.Lock()
+	defer s.renewMu.Unlock()
+	s.mu.Lock()
+	renewed = s.renewed
+	s.mu.Unlock()
+	if time.Since(renewed) < lease {
+		return nil // renewed meanwhile
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.c.cfg.Timeout, max(lease/3, time.Second)))
+	defer cancel()
+	gen := s.gen.Load()
+	l, err := s.svc.RenewSession(ctx)
+	if errors.Is(err, syscall.ESTALE) {
+		err = s.recover(ctx, gen)
+	} else if err == nil {
+		s.mu.Lock()
+		s.lease, s.renewed = l, time.Now()
+		s.mu.Unlock()
+	}
+	if err != nil {
+		return fmt.Errorf("client: the metadata session was not renewed for longer than its lease (%v), so open files cannot be used: %v: %w",
+			lease, err, syscall.EIO)
+	}
+	return nil
 }
 
 // opened records a handle opened in generation gen (if that is still the

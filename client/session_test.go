@@ -137,7 +137,8 @@ func TestSessionKeptAlive(t *testing.T) {
 }
 
 // TestSessionExpiredHandlesStale: a client cut off for longer than its
-// lease loses its session; once back, its old handles fail with ESTALE
+// lease may not use its handles (EIO) and loses its session; once back,
+// its old handles fail with ESTALE
 // (reads, writes, flush, truncate), their release sends nothing, and a new
 // open works in a new session.
 func TestSessionExpiredHandlesStale(t *testing.T) {
@@ -150,6 +151,11 @@ func TestSessionExpiredHandlesStale(t *testing.T) {
 	gen := e.c.sessGen()
 	e.conn.cut.Store(true)
 	waitUntil(t, "the server to expire the session", func() bool { return e.srv.Sessions() == 0 })
+	// Cut off for longer than the lease, the client may not use its
+	// handles: the server may have reclaimed their files.
+	if _, err := f.Write(ctx, []byte("x"), 0); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("write through a handle whose session was not renewed within the lease: %v, want EIO", err)
+	}
 	e.conn.cut.Store(false)
 	waitUntil(t, "the client to start a new session", func() bool { return e.c.sessGen() != gen && e.srv.Sessions() == 1 })
 	if n := e.srv.OpenCount(a.Ino); n != 0 {
