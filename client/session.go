@@ -45,7 +45,7 @@ type session struct {
 	mu         sync.Mutex // serializes registration; guards the rest
 	registered bool
 	lease      time.Duration
-	renewed    time.Time // when the server last confirmed the session (monotonic)
+	renewed    time.Time                       // when the server last confirmed the session (monotonic)
 	handles    map[proto.Ino]*proto.OpenHandle // what this session holds open
 
 	renewMu sync.Mutex // one synchronous renewal at a time (validate)
