@@ -151,7 +151,8 @@
 // every open and release would become a synced command. They are rebuilt
 // from the clients instead, as NFSv4 does. After a restart (a store that
 // was formatted before) the server is in a grace period of
-// Options.OrphanGrace (default 30 s): it knows no sessions, a client's
+// Options.OrphanGrace (DefaultOrphanGrace, 30 s; `weft meta
+// --orphan-grace`): it knows no sessions, a client's
 // next renewal gets ESTALE and the client re-registers its session with
 // the handles it holds (OpenSession with a reclaim list), which are
 // counted again. Nothing is reclaimed during the grace period (an Unlink

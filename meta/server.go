@@ -150,7 +150,7 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("meta: negative OrphanGrace")
 	}
 	if opts.OrphanGrace == 0 {
-		opts.OrphanGrace = 30 * time.Second
+		opts.OrphanGrace = DefaultOrphanGrace
 	}
 	if opts.SessionLease < 0 {
 		return nil, errors.New("meta: negative SessionLease")

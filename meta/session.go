@@ -15,6 +15,10 @@ import (
 // renewal when Options.SessionLease is 0. Clients renew every third of it.
 const DefaultSessionLease = 30 * time.Second
 
+// DefaultOrphanGrace is the grace period after a restart when
+// Options.OrphanGrace is 0.
+const DefaultOrphanGrace = 30 * time.Second
+
 // maxReclaimCount bounds the handle count a client may claim on one inode
 // when it re-registers a session (a sanity bound, not policy).
 const maxReclaimCount = 1 << 20

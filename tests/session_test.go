@@ -169,3 +169,49 @@ func TestStoppedMountHandlesStale(t *testing.T) {
 		t.Errorf("the mount did not log the expired session:\n%s", log)
 	}
 }
+
+// TestMetaRestartKeepsOpenFiles: after kill -9 and restart of the metadata
+// server, which keeps sessions and open counts in memory only, a mount
+// re-registers the files it holds open within the grace period: its open
+// unlinked file survives the end of the grace period, when a file unlinked
+// meanwhile that nobody holds is deleted, and stays readable until closed.
+func TestMetaRestartKeepsOpenFiles(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Targets: 2, MetaArgs: []string{"--session-lease", sessionLease, "--orphan-grace", "3s", "--log-level", "info"}})
+	mnt := c.Mount(0)
+	held := pattern(21, 0, 2<<20)
+	f, heldIno := openUnlinked(t, filepath.Join(mnt, "held"), held)
+	defer f.Close()
+	other := filepath.Join(mnt, "other")
+	if err := os.WriteFile(other, pattern(22, 0, 1<<20), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(other, &st); err != nil {
+		t.Fatal(err)
+	}
+
+	c.StopMeta() // kill -9
+	c.StartMeta()
+	waitUntil(t, "the mount to re-register its open file", func() bool {
+		return strings.Contains(c.Log("meta"), "session re-registered after restart")
+	})
+	if err := os.Remove(other); err != nil {
+		t.Fatal(err)
+	}
+	// The unlinked file nobody holds goes when the grace period ends
+	// (or at once, if it already had).
+	waitUntil(t, "the unheld unlinked file to be removed from the targets", func() bool {
+		return objectsOf(c, st.Ino) == 0
+	})
+	if objectsOf(c, heldIno) == 0 {
+		t.Fatal("the mount's open unlinked file was removed after the restart")
+	}
+	got := make([]byte, len(held))
+	if _, err := f.ReadAt(got, 0); err != nil || !bytes.Equal(got, held) {
+		t.Fatalf("read the open unlinked file after the restart: %v %s", err, firstDiff(got, held))
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitUntil(t, "the file to be removed after its close", func() bool { return objectsOf(c, heldIno) == 0 })
+}

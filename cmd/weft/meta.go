@@ -22,6 +22,7 @@ type metaOptions struct {
 	Data             string         `toml:"data"`
 	HeartbeatTimeout units.Duration `toml:"heartbeat_timeout"`
 	SessionLease     units.Duration `toml:"session_lease"`
+	OrphanGrace      units.Duration `toml:"orphan_grace"`
 	accessOptions
 	daemonOptions
 }
@@ -93,6 +94,8 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.Var(&o.HeartbeatTimeout, "heartbeat-timeout", "a storage target not heard from for this long is reported down")
 	o.SessionLease = units.Duration(meta.DefaultSessionLease)
 	fs.Var(&o.SessionLease, "session-lease", "a client session (a mount) not renewed for this long expires: its open files are closed")
+	o.OrphanGrace = units.Duration(meta.DefaultOrphanGrace)
+	fs.Var(&o.OrphanGrace, "orphan-grace", "after a restart, how long mounts have to re-register their open files before unlinked files nobody holds are deleted")
 	o.accessOptions.addFlags(fs)
 	o.daemonOptions.addFlags(fs)
 	return cmd
@@ -115,6 +118,9 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	}
 	if o.SessionLease <= 0 {
 		return fmt.Errorf("--session-lease must be positive")
+	}
+	if o.OrphanGrace <= 0 {
+		return fmt.Errorf("--orphan-grace must be positive")
 	}
 	if _, err := o.access(); err != nil {
 		return err
@@ -142,6 +148,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		ListenAddr:       o.Listen,
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
 		SessionLease:     time.Duration(o.SessionLease),
+		OrphanGrace:      time.Duration(o.OrphanGrace),
 		Logger:           d.log,
 		Transport:        d.transport,
 		Access:           acc,
