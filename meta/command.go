@@ -65,6 +65,7 @@ type Command struct {
 	Now int64 // proposer's clock, ns since the epoch
 
 	Ino       proto.Ino // the inode acted on, or the number for a new inode
+	Gen       uint64    // create of a regular file: its generation (random, never 0)
 	Parent    proto.Ino
 	Name      string
 	NewParent proto.Ino // rename, link
@@ -112,9 +113,9 @@ const (
 	maxCmdValue  = 1 << 20
 	maxCmdList   = 1 << 16
 	// cmdVersion 2 appended Cred; version 1 commands decode with Cred nil.
-	// Version 3 is the object generations' (Gen, and the generation of
-	// each of Objects: another branch). Version 4 appended Session,
-	// SessionName and Seq; earlier commands decode with Seq 0 (no
+	// Version 3 appended Gen and the generation of each of Objects;
+	// earlier commands decode with generation 0. Version 4 appended
+	// Session, SessionName and Seq; earlier commands decode with Seq 0 (no
 	// dedupe).
 	cmdVersion = 4
 )
@@ -169,6 +170,10 @@ func (c *Command) Encode() []byte {
 			e.U32(g)
 		}
 	}
+	e.U64(c.Gen)
+	for _, o := range c.Objects {
+		e.U64(o.Obj.Gen)
+	}
 	e.U64(binary.LittleEndian.Uint64(c.Session[:8]))
 	e.U64(binary.LittleEndian.Uint64(c.Session[8:]))
 	e.String(c.SessionName)
@@ -181,7 +186,7 @@ func (c *Command) Encode() []byte {
 func DecodeCommand(b []byte) (*Command, error) {
 	d := wire.NewDecoder(b)
 	v := d.U8()
-	if d.Err() == nil && v != 1 && v != 2 && v != cmdVersion {
+	if d.Err() == nil && (v < 1 || v > cmdVersion) {
 		return nil, fmt.Errorf("meta: command version %d not supported", v)
 	}
 	c := &Command{}
@@ -239,6 +244,12 @@ func DecodeCommand(b []byte) (*Command, error) {
 			}
 		}
 		c.Cred = cr
+	}
+	if v >= 3 {
+		c.Gen = d.U64()
+		for i := range c.Objects {
+			c.Objects[i].Obj.Gen = d.U64()
+		}
 	}
 	if v >= 4 {
 		binary.LittleEndian.PutUint64(c.Session[:8], d.U64())

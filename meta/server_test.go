@@ -427,7 +427,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: OpSetXattr, Ino: 3, Name: "user.x", Value: []byte("value"), Flags: 1},
 		{Op: OpRegisterTarget, Text: "uuid", Addr: "h:1", TargetID: 9},
 		{Op: OpReclaim, Inos: []proto.Ino{5, 6}},
-		{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5, Stripe: 2}}}},
+		{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5, Stripe: 2}}, {Target: 2, Obj: proto.ObjectID{Ino: 6, Gen: 1 << 63}}}},
+		{Op: OpCreate, Ino: 7, Gen: 0x9e3779b97f4a7c15, Parent: 1, Name: "f", Mode: 0o644},
 		{Op: OpUnlink, Parent: 1, Name: "x", Cred: &proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 7}}},
 		{Op: OpMkdir, Ino: 9, Parent: 1, Name: "d", Cred: &proto.Cred{}},
 		{Op: OpCreate, Ino: 11, Parent: 1, Name: "g", Session: proto.SessionID{1, 2, 15: 3}, SessionName: "mount-1", Seq: 7},
@@ -442,21 +443,35 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("%v: round trip\n got %+v\nwant %+v", c.Op, got, c)
 		}
 	}
-	// Version 4 appended the request id (session id, name, seq).
-	const v4Tail = 16 + 4 + 8
-	// A version-2 command (no request id) decodes without dedupe.
-	v2 := (&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 3}}).Encode()
-	v2 = v2[:len(v2)-v4Tail]
+	// Version 4 appended the request id (session id, name, seq), version
+	// 3 Gen (8 bytes for a command without Objects).
+	const v4Tail, v3Tail = 16 + 4 + 8, 8
+	// A version-3 command (no request id) decodes without dedupe.
+	v3 := (&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 3}}).Encode()
+	v3 = v3[:len(v3)-v4Tail]
+	v3[0] = 3
+	if got, err := DecodeCommand(v3); err != nil || got.Cred == nil || got.Cred.Uid != 3 || got.Seq != 0 {
+		t.Fatalf("version 3 command: %+v %v", got, err)
+	}
+	// A version-2 command (no Gen) too.
+	v2 := v3[:len(v3)-v3Tail]
 	v2[0] = 2
 	if got, err := DecodeCommand(v2); err != nil || got.Cred == nil || got.Cred.Uid != 3 || got.Seq != 0 {
 		t.Fatalf("version 2 command: %+v %v", got, err)
 	}
-	// A version-1 command (no Cred) still decodes, as a trusted one.
+	// A version-1 command (no Cred, no Gen) still decodes, as a trusted one.
 	v1 := (&Command{Op: OpUnlink, Name: "x"}).Encode()
-	v1 = v1[:len(v1)-v4Tail-1] // the request id, the Cred-present flag
+	v1 = v1[:len(v1)-v4Tail-v3Tail-1] // the request id, Gen, the Cred-present flag
 	v1[0] = 1
 	if got, err := DecodeCommand(v1); err != nil || got.Cred != nil || got.Name != "x" {
 		t.Fatalf("version 1 command: %+v %v", got, err)
+	}
+	// A version-2 command (no Gen) decodes with generation 0.
+	v2 = (&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5}}}}).Encode()
+	v2 = v2[:len(v2)-v4Tail-8-8] // the request id, Gen, the object's gen
+	v2[0] = 2
+	if got, err := DecodeCommand(v2); err != nil || got.Objects[0].Obj != (proto.ObjectID{Ino: 5}) {
+		t.Fatalf("version 2 command: %+v %v", got, err)
 	}
 	bad := [][]byte{nil, {9}, {cmdVersion}, append((&Command{Op: OpUnlink}).Encode(), 0)}
 	for _, b := range bad {

@@ -17,12 +17,16 @@ import (
 
 // Limits the state machine enforces.
 const (
-	MaxNameLen      = 255
-	MaxSymlinkLen   = 4095
-	MaxLinks        = 65000
-	MaxXattrName    = 255
-	MaxXattrValue   = 64 << 10
-	formatVersion   = 1
+	MaxNameLen    = 255
+	MaxSymlinkLen = 4095
+	MaxLinks      = 65000
+	MaxXattrName  = 255
+	MaxXattrValue = 64 << 10
+	// formatVersion 2: the store has an fsid, the applied counter, and
+	// inodes with generations; a version 1 store is upgraded at open (it
+	// adopts an fsid; its inodes keep generation 0).
+	formatVersion   = 2
+	initAdoptFSID   = 1 // Command.Flags bit of OpInit: only give a formatted store its fsid
 	createExclusive = 1 // Command.Flags bit of OpCreate
 	// registerTrusted is the Command.Flags bit of OpRegisterTarget for an
 	// in-process registrant: it may register any uuid and does not change
@@ -46,6 +50,8 @@ type stateMachine struct {
 	nextIno    uint64 // every stored inode number is below this
 	inodes     uint64
 	nextTarget uint32
+	applied    uint64 // batches committed (counter applied); see store.Mark
+	fsid       string // the file system's uuid ("" before format)
 	uuidToID   map[string]proto.TargetID
 	idToUUID   map[proto.TargetID]string
 }
@@ -62,7 +68,8 @@ type applyResult struct {
 	parent    proto.Attr // the parent directory after the change (create, unlink, rmdir)
 	// dup: the command's request was applied before; this is its stored
 	// reply (attr, parent, and the error), and nothing was applied now.
-	dup bool
+	dup  bool
+	fsid string // init: the file system id stored
 }
 
 func errnof(errno syscall.Errno, format string, args ...any) error {
@@ -76,6 +83,26 @@ func openStateMachine(st store.Store) (*stateMachine, error) {
 		return nil, err
 	}
 	if sm.inodes, err = getCounter(st, store.CounterInodes); err != nil {
+		return nil, err
+	}
+	if sm.applied, err = getCounter(st, store.CounterApplied); err != nil {
+		return nil, err
+	}
+	if v, err := st.Get(store.CounterKey(store.CounterFSID)); err == nil {
+		sm.fsid = string(v)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	if _, err := st.Get(store.CounterKey(store.CounterFormat)); errors.Is(err, store.ErrNotFound) {
+		// Unformatted: it must be empty, or it is someone else's data.
+		var first []byte
+		if err := st.Scan(nil, nil, func(k, _ []byte) bool { first = bytes.Clone(k); return false }); err != nil {
+			return nil, err
+		}
+		if first != nil {
+			return nil, fmt.Errorf("meta: the database holds data (key %q) but no weft format record: %w", first, store.ErrNotStore)
+		}
+	} else if err != nil {
 		return nil, err
 	}
 	nt, err := getCounter(st, store.CounterNextTarget)
@@ -206,10 +233,14 @@ func (t *txn) commit() error {
 	if t.b.Len() == 0 {
 		return nil
 	}
+	// Every batch counts itself, so that a store which lost batches at the
+	// end of its log knows less than its durable mark (store.Mark).
+	t.b.Set(store.CounterKey(store.CounterApplied), u64(t.sm.applied+1))
 	if err := t.b.Commit(t.sync); err != nil {
 		return errnof(syscall.EIO, "commit: %v", err)
 	}
 	t.sm.nextIno, t.sm.inodes, t.sm.nextTarget = t.nextIno, t.inodes, t.nextTarget
+	t.sm.applied++
 	t.res.wrote = true
 	t.res.synced = t.sync
 	return nil
@@ -262,7 +293,7 @@ func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) 
 		err = t.reclaim(c)
 	case OpGCDone:
 		for _, o := range c.Objects {
-			t.b.Delete(store.GCKey(uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe))
+			t.b.Delete(store.GCKey(uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe, o.Obj.Gen))
 		}
 	case OpSessionDrop:
 		t.b.DeletePrefix(store.ReplyPrefix(c.Session, c.SessionName))
@@ -281,6 +312,9 @@ func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) 
 	if err := t.commit(); err != nil {
 		return applyResult{}, err
 	}
+	if t.res.fsid != "" {
+		sm.fsid = t.res.fsid
+	}
 	if c.Op == OpRegisterTarget {
 		sm.uuidToID[c.Text] = t.res.target
 		sm.idToUUID[t.res.target] = c.Text
@@ -297,9 +331,21 @@ func (sm *stateMachine) newTxn(sync bool) *txn {
 }
 
 func (t *txn) init(c *Command) error {
-	if _, err := t.sm.st.Get(store.CounterKey(store.CounterFormat)); err == nil {
-		return errnof(syscall.EEXIST, "store already formatted")
+	if c.Text == "" || len(c.Text) > 64 {
+		return errnof(syscall.EINVAL, "bad file system id %q", c.Text)
 	}
+	if _, err := t.sm.st.Get(store.CounterKey(store.CounterFormat)); err == nil {
+		if c.Flags&initAdoptFSID == 0 || t.sm.fsid != "" {
+			return errnof(syscall.EEXIST, "store already formatted")
+		}
+		// A store formatted before file system ids: it adopts one.
+		t.b.Set(store.CounterKey(store.CounterFSID), []byte(c.Text))
+		t.b.Set(store.CounterKey(store.CounterFormat), u64(formatVersion))
+		t.res.fsid = c.Text
+		return nil
+	}
+	t.b.Set(store.CounterKey(store.CounterFSID), []byte(c.Text))
+	t.res.fsid = c.Text
 	root := &inode{
 		Attr: proto.Attr{
 			Ino: proto.RootIno, Mode: syscall.S_IFDIR | (c.Mode & 07777), Nlink: 2,
@@ -411,6 +457,7 @@ func (t *txn) create(c *Command) error {
 			n.Rdev = c.Rdev
 		}
 		if typ == syscall.S_IFREG {
+			n.Gen = c.Gen
 			pol := parent.Layout
 			if c.Layout != nil {
 				pol = *c.Layout
@@ -1051,7 +1098,7 @@ func (t *txn) reclaimInode(n *inode) error {
 	}
 	if n.IsRegular() {
 		for i, tg := range n.Layout.Targets {
-			t.b.Set(store.GCKey(uint32(tg), uint64(ino), uint32(i)), nil)
+			t.b.Set(store.GCKey(uint32(tg), uint64(ino), uint32(i), n.Gen), nil)
 			t.res.gcQueued++
 		}
 	}

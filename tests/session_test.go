@@ -36,9 +36,9 @@ func objectsOf(c *testcluster.Cluster, ino uint64) int {
 	return n
 }
 
-// waitUntil polls cond until it holds, failing after a generous timeout
+// waitFor polls cond until it holds, failing after a generous timeout
 // (a guard against hangs, not a timing assertion).
-func waitUntil(t *testing.T, what string, cond func() bool) {
+func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
 	deadline := time.Now().Add(2 * time.Minute)
 	for !cond() {
@@ -91,7 +91,7 @@ func TestKilledMountFilesReclaimed(t *testing.T) {
 	}
 
 	c.StopMount(0) // kill -9
-	waitUntil(t, "the killed mount's unlinked file to be removed from the targets", func() bool {
+	waitFor(t, "the killed mount's unlinked file to be removed from the targets", func() bool {
 		return objectsOf(c, deadIno) == 0
 	})
 	if !strings.Contains(c.Log("meta"), "session expired") {
@@ -110,7 +110,7 @@ func TestKilledMountFilesReclaimed(t *testing.T) {
 	if err := fl.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the live mount's file to be removed after its close", func() bool {
+	waitFor(t, "the live mount's file to be removed after its close", func() bool {
 		return objectsOf(c, liveIno) == 0
 	})
 }
@@ -136,7 +136,7 @@ func TestStoppedMountHandlesStale(t *testing.T) {
 	}
 
 	c.FreezeMount(0)
-	waitUntil(t, "the metadata server to expire the stopped mount's session", func() bool {
+	waitFor(t, "the metadata server to expire the stopped mount's session", func() bool {
 		return strings.Contains(c.Log("meta"), "session expired")
 	})
 	c.ThawMount(0)
@@ -192,7 +192,7 @@ func TestMetaRestartKeepsOpenFiles(t *testing.T) {
 
 	c.StopMeta() // kill -9
 	c.StartMeta()
-	waitUntil(t, "the mount to re-register its open file", func() bool {
+	waitFor(t, "the mount to re-register its open file", func() bool {
 		return strings.Contains(c.Log("meta"), "session re-registered after restart")
 	})
 	if err := os.Remove(other); err != nil {
@@ -200,7 +200,7 @@ func TestMetaRestartKeepsOpenFiles(t *testing.T) {
 	}
 	// The unlinked file nobody holds goes when the grace period ends
 	// (or at once, if it already had).
-	waitUntil(t, "the unheld unlinked file to be removed from the targets", func() bool {
+	waitFor(t, "the unheld unlinked file to be removed from the targets", func() bool {
 		return objectsOf(c, st.Ino) == 0
 	})
 	if objectsOf(c, heldIno) == 0 {
@@ -213,5 +213,5 @@ func TestMetaRestartKeepsOpenFiles(t *testing.T) {
 	if err := f.Close(); err != nil {
 		t.Fatal(err)
 	}
-	waitUntil(t, "the file to be removed after its close", func() bool { return objectsOf(c, heldIno) == 0 })
+	waitFor(t, "the file to be removed after its close", func() bool { return objectsOf(c, heldIno) == 0 })
 }

@@ -23,6 +23,9 @@ type metaOptions struct {
 	HeartbeatTimeout units.Duration `toml:"heartbeat_timeout"`
 	SessionLease     units.Duration `toml:"session_lease"`
 	OrphanGrace      units.Duration `toml:"orphan_grace"`
+	// AcceptRollback is a flag only: serving an older store is a decision
+	// for one start, not a setting to leave in a file.
+	AcceptRollback bool `toml:"-"`
 	accessOptions
 	daemonOptions
 }
@@ -96,6 +99,8 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.Var(&o.SessionLease, "session-lease", "a client session (a mount) not renewed for this long expires: its open files are closed")
 	o.OrphanGrace = units.Duration(meta.DefaultOrphanGrace)
 	fs.Var(&o.OrphanGrace, "orphan-grace", "after a restart, how long mounts have to re-register their open files before unlinked files nobody holds are deleted")
+	fs.BoolVar(&o.AcceptRollback, "accept-rollback", false,
+		"serve a store that has fewer changes than it had durably applied before (an older backup restored on purpose)")
 	o.accessOptions.addFlags(fs)
 	o.daemonOptions.addFlags(fs)
 	return cmd
@@ -149,6 +154,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
 		SessionLease:     time.Duration(o.SessionLease),
 		OrphanGrace:      time.Duration(o.OrphanGrace),
+		AcceptRollback:   o.AcceptRollback,
 		Logger:           d.log,
 		Transport:        d.transport,
 		Access:           acc,
