@@ -101,9 +101,10 @@ func (s *session) tick() time.Duration {
 		err = s.ensure(ctx)
 	} else {
 		var l time.Duration
+		gen := s.gen.Load()
 		l, err = s.svc.RenewSession(ctx)
 		if errors.Is(err, syscall.ESTALE) {
-			err = s.recover(ctx, s.gen.Load())
+			err = s.recover(ctx, gen)
 		} else if err == nil && l > 0 {
 			s.mu.Lock()
 			s.lease, s.renewed = l, time.Now()
