@@ -24,9 +24,10 @@ import (
 // every call fails as a broken connection would: a stopped or cut-off
 // mount. The handler can be swapped (a server restart).
 type remoteConn struct {
-	mu  sync.Mutex
-	h   transport.Handler
-	cut atomic.Bool
+	mu     sync.Mutex
+	h      transport.Handler
+	cut    atomic.Bool
+	renews atomic.Int64 // renewals the server granted
 }
 
 func (c *remoteConn) handler() transport.Handler {
@@ -53,6 +54,9 @@ func (c *remoteConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]by
 			errno = syscall.EIO
 		}
 		return nil, &transport.RemoteError{Addr: "remote", Op: op, Errno: errno, Msg: err.Error()}
+	}
+	if op == metarpc.OpSessionRenew {
+		c.renews.Add(1)
 	}
 	return resp, nil
 }
@@ -99,7 +103,7 @@ func (e *sessionEnv) start(t *testing.T) {
 // file it holds open outlives many leases; a clean Close ends the session.
 func TestSessionKeptAlive(t *testing.T) {
 	ctx := context.Background()
-	e := newSessionEnv(t, 300*time.Millisecond)
+	e := newSessionEnv(t, time.Second)
 	f, a, _, err := e.c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
@@ -107,15 +111,15 @@ func TestSessionKeptAlive(t *testing.T) {
 	if err := e.c.Unlink(ctx, proto.RootIno, "f"); err != nil {
 		t.Fatal(err)
 	}
-	// Several leases pass: the renewals (every 100 ms) keep the session
-	// and the file.
+	// Six renewals (every third of the lease: two leases) keep the
+	// session and the file.
 	gen := e.c.sessGen()
-	for i := 0; i < 5; i++ {
+	waitUntil(t, "six renewals", func() bool {
 		if n := e.srv.OpenCount(a.Ino); n != 1 {
 			t.Fatalf("open count %d while the client lives", n)
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return e.conn.renews.Load() >= 6
+	})
 	if e.c.sessGen() != gen {
 		t.Fatal("a live client lost its session")
 	}
