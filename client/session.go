@@ -45,8 +45,14 @@ type session struct {
 	mu         sync.Mutex // serializes registration; guards the rest
 	registered bool
 	lease      time.Duration
-	renewed    time.Time                       // when the server last confirmed the session (monotonic)
 	handles    map[proto.Ino]*proto.OpenHandle // what this session holds open
+
+	// base and renewed: when the server last confirmed the session, as
+	// monotonic ns since base; leaseNs is the lease. Atomics, so that the
+	// check on every read and write (validate) takes no lock.
+	base    time.Time
+	renewed atomic.Int64
+	leaseNs atomic.Int64
 
 	renewMu sync.Mutex // one synchronous renewal at a time (validate)
 
@@ -57,7 +63,7 @@ type session struct {
 
 func newSession(c *Client, svc sessionService) *session {
 	s := &session{c: c, svc: svc, handles: map[proto.Ino]*proto.OpenHandle{},
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), base: time.Now()}
 	if svc.Session() == (proto.SessionID{}) {
 		svc.SetSession(proto.NewSessionID())
 	}
@@ -107,7 +113,7 @@ func (s *session) tick() time.Duration {
 			err = s.recover(ctx, gen)
 		} else if err == nil && l > 0 {
 			s.mu.Lock()
-			s.lease, s.renewed = l, time.Now()
+			s.confirmedLocked(l)
 			s.mu.Unlock()
 		}
 	}
@@ -139,7 +145,8 @@ func (s *session) registerLocked(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.registered, s.lease, s.renewed = true, lease, time.Now()
+	s.registered = true
+	s.confirmedLocked(lease)
 	return nil
 }
 
@@ -163,7 +170,7 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 	}
 	lease, err := s.svc.OpenSession(ctx, held)
 	if err == nil {
-		s.lease, s.renewed = lease, time.Now()
+		s.confirmedLocked(lease)
 		if len(held) > 0 {
 			s.c.log.Warn("metadata server had forgotten this mount's session (restarted?); re-registered its open files",
 				"files", len(held))
@@ -195,20 +202,15 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 // and if that fails too, the handle may not be used (EIO) until a renewal
 // succeeds, as an NFSv4 client stops using state whose lease ran out.
 func (s *session) validate(ctx context.Context) error {
-	s.mu.Lock()
-	lease, renewed, registered := s.lease, s.renewed, s.registered
-	s.mu.Unlock()
-	if !registered || lease <= 0 || time.Since(renewed) < lease {
+	if s.fresh() {
 		return nil
 	}
 	s.renewMu.Lock()
 	defer s.renewMu.Unlock()
-	s.mu.Lock()
-	renewed = s.renewed
-	s.mu.Unlock()
-	if time.Since(renewed) < lease {
+	if s.fresh() {
 		return nil // renewed meanwhile
 	}
+	lease := time.Duration(s.leaseNs.Load())
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(s.c.cfg.Timeout, max(lease/3, time.Second)))
 	defer cancel()
 	gen := s.gen.Load()
@@ -217,7 +219,7 @@ func (s *session) validate(ctx context.Context) error {
 		err = s.recover(ctx, gen)
 	} else if err == nil {
 		s.mu.Lock()
-		s.lease, s.renewed = l, time.Now()
+		s.confirmedLocked(l)
 		s.mu.Unlock()
 	}
 	if err != nil {
@@ -225,6 +227,20 @@ func (s *session) validate(ctx context.Context) error {
 			lease, err, syscall.EIO)
 	}
 	return nil
+}
+
+// fresh reports whether the server confirmed the session within the lease
+// (or it was never registered: nothing to check yet).
+func (s *session) fresh() bool {
+	lease := s.leaseNs.Load()
+	return lease <= 0 || int64(time.Since(s.base))-s.renewed.Load() < lease
+}
+
+// confirmedLocked records that the server confirmed the session with lease.
+func (s *session) confirmedLocked(lease time.Duration) {
+	s.lease = lease
+	s.renewed.Store(int64(time.Since(s.base)))
+	s.leaseNs.Store(int64(lease))
 }
 
 // opened records a handle opened in generation gen (if that is still the
