@@ -83,6 +83,9 @@ type Client struct {
 	ext   extended
 	noExt atomic.Bool
 	rel   releaser
+	// sess keeps the metadata session alive (session.go); nil when the
+	// service has no client-chosen sessions (an in-process server).
+	sess *session
 }
 
 // extended is what a metadata service may offer beyond proto.MetaService
@@ -129,6 +132,9 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		cancel:  cancel,
 		open:    map[proto.Ino]*inodeState{},
 	}
+	if svc, ok := meta.(sessionService); ok {
+		c.sess = newSession(c, svc)
+	}
 	if x, ok := meta.(extended); ok {
 		c.ext = x
 		// Releases go out in the background, batched (see releaser); the
@@ -158,6 +164,9 @@ func (c *Client) Close() error {
 	c.rel.drain()
 	c.cancel()
 	var errs []error
+	if c.sess != nil {
+		errs = append(errs, c.sess.close())
+	}
 	for _, f := range c.close {
 		errs = append(errs, f())
 	}
@@ -241,10 +250,25 @@ func (c *Client) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 	}
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	a, err := c.meta.SetAttr(ctx, ino, in)
+	a, err := c.setAttr(ctx, ino, in)
 	if err == nil {
 		c.merge(&a)
 	}
+	return a, err
+}
+
+// setAttr is MetaService.SetAttr; through a handle (proto.SetHandle) it
+// needs the current session: if the server forgot it, the session is
+// recovered, and the call fails with ESTALE if that made a new one (the
+// handle is gone).
+func (c *Client) setAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (a proto.Attr, err error) {
+	if in.Valid&proto.SetHandle == 0 {
+		return c.meta.SetAttr(ctx, ino, in)
+	}
+	err = c.handleCall(ctx, ino, c.sessGen(), func() (err error) {
+		a, err = c.meta.SetAttr(ctx, ino, in)
+		return err
+	})
 	return a, err
 }
 
@@ -288,7 +312,7 @@ func (c *Client) truncate(ctx context.Context, ino proto.Ino, in proto.SetAttrIn
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	a, err := c.meta.SetAttr(rctx, ino, in)
+	a, err := c.setAttr(rctx, ino, in)
 	if err != nil {
 		return proto.Attr{}, err
 	}
@@ -332,13 +356,20 @@ func (c *Client) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, err
 func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (*File, proto.Attr, proto.Attr, error) {
 	if x := c.extOK(); x != nil {
 		rctx, cancel := c.rpcCtx(ctx)
-		a, p, cap, err := x.CreateOpen(rctx, in, want)
+		var (
+			a, p proto.Attr
+			cap  []byte
+		)
+		gen, err := c.withSession(rctx, func() (err error) {
+			a, p, cap, err = x.CreateOpen(rctx, in, want)
+			return err
+		})
 		cancel()
 		if err == nil {
 			if a.IsDir() {
 				return nil, proto.Attr{}, proto.Attr{}, syscall.EISDIR
 			}
-			return c.newFile(ctx, &a, cap, want), a, p, nil
+			return c.newFile(ctx, &a, cap, want, gen), a, p, nil
 		}
 		if !c.noSys(err) {
 			return nil, proto.Attr{}, proto.Attr{}, err
@@ -646,7 +677,11 @@ func (r *releaser) send(inos []proto.Ino) {
 	if x := c.extOK(); x != nil {
 		err = x.ReleaseMany(ctx, inos)
 		if !c.noSys(err) {
-			if err != nil {
+			if errors.Is(err, syscall.ESTALE) && c.sess != nil {
+				// The server dropped the session, and these handles
+				// with it; the renewal loop recovers the session.
+				c.log.Debug("release in a session the server forgot", "handles", len(inos), "err", err)
+			} else if err != nil {
 				c.log.Warn("release failed", "handles", len(inos), "err", err)
 			}
 			return
@@ -657,6 +692,17 @@ func (r *releaser) send(inos []proto.Ino) {
 			c.log.Warn("release failed", "ino", ino, "err", err)
 		}
 	}
+}
+
+// dropQueued forgets the queued releases: handles of a session the server
+// dropped.
+func (r *releaser) dropQueued() {
+	if r.c == nil {
+		return
+	}
+	r.mu.Lock()
+	r.queue = nil
+	r.mu.Unlock()
 }
 
 // drain waits until every queued release has been sent.

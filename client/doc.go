@@ -86,6 +86,28 @@
 // rather than left as an orphan; Close waits for queued releases. A service without them (ENOSYS) gets the
 // plain calls.
 //
+// # Session
+//
+// When the metadata service is a metarpc.Client, the client keeps a session
+// with the server (session.go): it picks a random session id, registers it
+// at start, renews it every third of the lease the server answers, and ends
+// it in Close. Every open handle belongs to the session, and the client
+// keeps the list of what it holds. If the server says it does not know the
+// session (ESTALE, on a renewal or on a handle request), the client
+// re-registers it with that list: after a server restart, within its grace
+// period, the handles are taken back and nothing is lost. If the server
+// refuses (the lease expired: the process was stopped or cut off for longer
+// than the lease, and the server dropped its handles), the client starts a
+// new session and logs it at error level; every File opened in the old one
+// is stale from then on: reads, writes, flush, fsync and ftruncate through
+// it fail with ESTALE (never reaching a file the server may have reclaimed),
+// and its release sends nothing. New opens work in the new session. A
+// handle is not used at all while the session has gone unconfirmed for
+// longer than its lease (the process was stopped, or cut off from the
+// metadata server): the client renews first, and fails the call with EIO
+// if that does not work either, as an NFSv4 client stops using state
+// whose lease ran out.
+//
 // # Credentials
 //
 // The metadata server checks every call against the credentials in its
@@ -103,7 +125,10 @@
 //
 // Every RPC runs under Config.Timeout (default 30 s) and is detached from the
 // caller's cancellation (FUSE interrupts must not leave an operation half
-// done). An unreachable server therefore yields ETIMEDOUT or EIO to the
+// done). A metadata mutation whose connection broke is sent again until the
+// timeout (metarpc; the server recognizes a request it already applied), so
+// a server that comes back or a failover within the timeout is a pause,
+// not an error. An unreachable server therefore yields ETIMEDOUT or EIO to the
 // caller, never a hang; the transport pool reconnects on its own when the
 // server returns. Errors from the services are syscall.Errno values (wrapped
 // with context); Errno maps any error to the errno for the kernel.

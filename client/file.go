@@ -137,8 +137,11 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 // for want, with a its fresh attributes and cap its capability; for a
 // regular file it takes a reference on the shared state, adds the
 // capability to it and overlays this client's unreported writes on a.
-func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap []byte, want proto.Access) *File {
-	f := &File{c: c, ino: a.Ino}
+func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap []byte, want proto.Access, gen uint64) *File {
+	f := &File{c: c, ino: a.Ino, gen: gen}
+	if c.sess != nil {
+		c.sess.opened(a.Ino, gen, want.Has(proto.AccessWrite))
+	}
 	if a.IsRegular() {
 		f.st = c.acquire(a)
 		if want != 0 {
@@ -197,6 +200,7 @@ type File struct {
 	c        *Client
 	st       *inodeState // nil for files that are not regular (no data path)
 	ino      proto.Ino
+	gen      uint64   // the session generation it was opened in (session.go)
 	ra       raStream // guarded by st.mu
 	mu       sync.Mutex
 	released bool
@@ -211,11 +215,39 @@ type File struct {
 func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (*File, proto.Attr, error) {
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	a, cap, err := c.meta.Open(rctx, ino, want)
+	var (
+		a   proto.Attr
+		cap []byte
+	)
+	gen, err := c.withSession(rctx, func() (err error) {
+		a, cap, err = c.meta.Open(rctx, ino, want)
+		return err
+	})
 	if err != nil {
 		return nil, proto.Attr{}, err
 	}
-	return c.newFile(ctx, &a, cap, want), a, nil
+	return c.newFile(ctx, &a, cap, want, gen), a, nil
+}
+
+// Stale returns an error matching ESTALE if the handle belongs to a
+// metadata session that expired: the server dropped the handle and may
+// have reclaimed its file, so nothing may go through it.
+func (f *File) Stale() error { return f.stale(context.Background()) }
+
+// stale is Stale, first making sure the session is not older than its
+// lease (session.validate).
+func (f *File) stale(ctx context.Context) error {
+	s := f.c.sess
+	if s == nil {
+		return nil
+	}
+	if err := s.validate(ctx); err != nil {
+		return err
+	}
+	if s.gen.Load() != f.gen {
+		return s.staleErr(f.ino)
+	}
+	return nil
 }
 
 // Ino returns the file's inode number.
@@ -242,6 +274,9 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	st := f.st
 	if st == nil {
 		return 0, syscall.EINVAL
+	}
+	if err := f.stale(ctx); err != nil {
+		return 0, err
 	}
 	n := uint64(len(p))
 	if n == 0 {
@@ -368,6 +403,9 @@ func (f *File) ReadBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byt
 	st := f.st
 	if st == nil {
 		return nil, nil, syscall.EINVAL
+	}
+	if err := f.stale(ctx); err != nil {
+		return nil, nil, err
 	}
 	st.mu.Lock()
 	for {
@@ -506,6 +544,9 @@ func (f *File) Flush(ctx context.Context) error {
 	if st == nil {
 		return nil
 	}
+	if err := f.stale(ctx); err != nil {
+		return err
+	}
 	st.mu.Lock()
 	st.drainLocked()
 	st.dropRALocked()
@@ -528,7 +569,11 @@ func (f *File) writeDone(ctx context.Context) error {
 	st.mu.Unlock()
 	rctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
-	a, err := f.c.meta.WriteDone(rctx, st.ino, end)
+	var a proto.Attr
+	err := f.c.handleCall(rctx, st.ino, f.gen, func() (err error) {
+		a, err = f.c.meta.WriteDone(rctx, st.ino, end)
+		return err
+	})
 	if err != nil {
 		return err
 	}
@@ -549,6 +594,9 @@ func (f *File) Fsync(ctx context.Context) error {
 	st := f.st
 	if st == nil {
 		return nil
+	}
+	if err := f.stale(ctx); err != nil {
+		return err
 	}
 	st.mu.Lock()
 	st.drainLocked()
@@ -606,6 +654,10 @@ func (f *File) Release(ctx context.Context) error {
 		errs = append(errs, f.Flush(ctx))
 		f.c.unref(f.st)
 	}
+	if f.c.sess != nil && !f.c.sess.released(f.ino, f.gen) {
+		// A stale handle: the server dropped it with its session.
+		return errors.Join(errs...)
+	}
 	rctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
 	errs = append(errs, f.c.meta.Release(rctx, f.ino))
@@ -615,5 +667,8 @@ func (f *File) Release(ctx context.Context) error {
 // Truncate changes the size through this handle (ftruncate): it is ordered
 // after the writes this client acknowledged before it.
 func (f *File) Truncate(ctx context.Context, size uint64) (proto.Attr, error) {
+	if err := f.stale(ctx); err != nil {
+		return proto.Attr{}, err
+	}
 	return f.c.SetAttr(ctx, f.ino, proto.SetAttrIn{Valid: proto.SetSize, Size: size})
 }

@@ -268,6 +268,11 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *gofuse.SetAttr
 		// ftruncate, or open with O_TRUNC: the open handle stands in for
 		// write permission (see proto.SetHandle).
 		s.Valid |= proto.SetHandle
+		if h, ok := fh.(*handle); ok {
+			if err := h.f.Stale(); err != nil {
+				return n.fsys.errno("setattr", err)
+			}
+		}
 	}
 	if s.Valid == 0 {
 		a, err = n.fsys.c.GetAttr(ctx, n.ino())

@@ -77,6 +77,7 @@ type caller struct {
 	// gid fields of its requests name the owner of new inodes.
 	cred *proto.Cred
 	sess session
+	seq  uint64 // the request's sequence number in its session (dedupe.go)
 }
 
 // isRoot reports whether the caller has root's privileges.
@@ -97,6 +98,7 @@ func (s *Server) caller(ctx context.Context) (caller, error) {
 		c.cred = &cr
 	}
 	c.sess.id, _ = proto.SessionFrom(ctx)
+	c.seq = proto.SeqFrom(ctx)
 	p, ok := transport.PeerFrom(ctx)
 	if !ok {
 		return c, nil
@@ -170,6 +172,7 @@ func (s *Server) refuse(p transport.Peer, why string) {
 // credentials names the owner in the request's uid and gid fields; from
 // anyone else those fields are ignored.
 func (c caller) own(cmd *Command) {
+	c.stamp(cmd)
 	cmd.Cred = c.cred
 	if c.cred != nil {
 		cmd.Uid, cmd.Gid = c.cred.Uid, c.cred.Gid

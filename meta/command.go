@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/weft-fs/weft/layout"
@@ -29,7 +30,8 @@ const (
 	OpRegisterTarget Op = 14 //
 	OpReclaim        Op = 15 // delete an orphan with no opens, queue its objects
 	OpGCDone         Op = 16 // drop removed objects from the GC queue
-	opMax            Op = 17
+	OpSessionDrop    Op = 17 // forget the remembered replies of a session that ended
+	opMax            Op = 18
 )
 
 var opNames = [...]string{
@@ -37,7 +39,7 @@ var opNames = [...]string{
 	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpSetAttr: "setattr",
 	OpSetXattr: "setxattr", OpRemoveXattr: "removexattr", OpWriteDone: "writedone",
 	OpSetLayout: "setlayout", OpRegisterTarget: "register-target", OpReclaim: "reclaim",
-	OpGCDone: "gc-done",
+	OpGCDone: "gc-done", OpSessionDrop: "session-drop",
 }
 
 func (o Op) String() string {
@@ -94,6 +96,15 @@ type Command struct {
 	// itself, an in-process caller without credentials): nothing is
 	// checked.
 	Cred *proto.Cred
+
+	// Session, SessionName and Seq identify the client request the
+	// command carries out, for the request dedupe (dedupe.go): the
+	// session id and certificate name of the client and the request's
+	// sequence number in its session (0: no dedupe). OpSessionDrop
+	// forgets the replies of Session and SessionName.
+	Session     proto.SessionID
+	SessionName string
+	Seq         uint64
 }
 
 // Command encoding limits: bounds for the decoder, not policy.
@@ -103,8 +114,10 @@ const (
 	maxCmdList   = 1 << 16
 	// cmdVersion 2 appended Cred; version 1 commands decode with Cred nil.
 	// Version 3 appended Gen and the generation of each of Objects;
-	// earlier commands decode with generation 0.
-	cmdVersion = 3
+	// earlier commands decode with generation 0. Version 4 appended
+	// Session, SessionName and Seq; earlier commands decode with Seq 0 (no
+	// dedupe).
+	cmdVersion = 4
 )
 
 // Encode returns the command's binary form (the raft log entry format).
@@ -161,6 +174,10 @@ func (c *Command) Encode() []byte {
 	for _, o := range c.Objects {
 		e.U64(o.Obj.Gen)
 	}
+	e.U64(binary.LittleEndian.Uint64(c.Session[:8]))
+	e.U64(binary.LittleEndian.Uint64(c.Session[8:]))
+	e.String(c.SessionName)
+	e.U64(c.Seq)
 	return e.B
 }
 
@@ -233,6 +250,12 @@ func DecodeCommand(b []byte) (*Command, error) {
 		for i := range c.Objects {
 			c.Objects[i].Obj.Gen = d.U64()
 		}
+	}
+	if v >= 4 {
+		binary.LittleEndian.PutUint64(c.Session[:8], d.U64())
+		binary.LittleEndian.PutUint64(c.Session[8:], d.U64())
+		c.SessionName = d.StringMax(maxCmdString)
+		c.Seq = d.U64()
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode command: %w", err)

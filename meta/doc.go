@@ -109,8 +109,10 @@
 // session: a session is the peer's certificate name with the session id
 // of the request header (in-process callers: the id in ctx, if any). A
 // Release, or ReleaseMany, drops only a handle its own session holds; a
-// release of a handle the session does not hold (taken before a server
-// restart, or by another session) is a successful no-op. A command that
+// release of a handle the session does not hold (another session's) is a
+// successful no-op (see "Sessions and leases" for unknown sessions). An
+// Unlink in the grace period after a restart never reclaims inline. A
+// command that
 // drops an inode's nlink to 0 marks it an orphan in the same batch. An
 // Unlink of a file's last link that nobody has open reclaims it in the same
 // command: the proposer checks the open count and, until the command is
@@ -126,10 +128,61 @@
 // objects were queued, so that a burst of unlinks is removed in a few
 // large batches.
 //
-// Open counts are volatile. At startup, orphans left by the previous run are
-// kept for Options.OrphanGrace (default 30 s), so that clients that kept
-// files open across a server restart can Open them again; after that, every
-// orphan without an open is reclaimed.
+// # Sessions and leases
+//
+// Open handles belong to client sessions (session.go). A client registers
+// its session (OpenSession: the session id it chose, bound to its
+// certificate name) and renews it (RenewSession) every third of the lease,
+// Options.SessionLease (DefaultSessionLease, 30 s; `weft meta
+// --session-lease`). Only the explicit renewals count: other requests do
+// not touch the session table, so the hot path pays nothing for leases. A
+// session whose lease ran out expires: its handles are dropped as if
+// released, so the unlinked-but-open files of a killed or cut-off client
+// are reclaimed within lease + GCDelay, with no restart; CloseSession (a
+// clean unmount) does the same at once. A remote request that takes, uses
+// or drops a handle (Open, CreateOpen with an access mode, Release,
+// ReleaseMany, WriteDone, SetAttr with SetHandle) in a session the server
+// does not know fails with ESTALE; without a session id (admin tools,
+// storage servers) Open fails with EINVAL and WriteDone is checked as if
+// no handle were held. In-process callers are trusted: their sessions
+// never need registering.
+//
+// Sessions and open counts are not persisted, nor will they be replicated:
+// every open and release would become a synced command. They are rebuilt
+// from the clients instead, as NFSv4 does. After a restart (a store that
+// was formatted before) the server is in a grace period of
+// Options.OrphanGrace (DefaultOrphanGrace, 30 s; `weft meta
+// --orphan-grace`): it knows no sessions, a client's
+// next renewal gets ESTALE and the client re-registers its session with
+// the handles it holds (OpenSession with a reclaim list), which are
+// counted again. Nothing is reclaimed during the grace period (an Unlink
+// leaves an orphan even if nobody has it open yet, Release reclaims
+// nothing); at its end every orphan without a handle is reclaimed, and
+// the remembered replies of sessions that did not come back are dropped.
+// Outside the grace period a reclaim is refused with ESTALE: the client
+// then starts a new session, and its old handles fail with ESTALE.
+//
+// # Request dedupe
+//
+// A mutation from a client with a session carries a sequence number in its
+// request header (metarpc header version 2), which the proposer puts in the
+// command with the session id and certificate name (Command.Session,
+// SessionName, Seq; command version 4). The state machine stores the reply
+// (errno, attributes, parent's attributes) of each such command in the same
+// batch as its changes, and answers a command whose request it already
+// applied with that reply instead of applying it again (dedupe.go; Raft
+// thesis §6.3), so a client may send a mutation again after a broken
+// connection or a failover: a retried create does not fail with EEXIST
+// nor create twice, a retried unlink does not fail with ENOENT. Failed
+// commands store their errno too (in a batch of their own). A session's
+// replies live in proto.MaxPendingRequests slots (seq mod the window),
+// overwritten in turn, so that no reply is ever deleted one by one; the
+// client keeps every request that may still be retried within the window.
+// OpSessionDrop, proposed when a session expires or closes, deletes a
+// session's replies. Unlike sessions, the replies are part of the
+// replicated state: they are written by commands, survive restarts and
+// failovers, and TestApplyDeterministic covers them. A retry after the
+// session expired is applied as a new request.
 //
 // # Target registry
 //
@@ -252,8 +305,14 @@
 // the loop over committed entries; each batch then also records the applied
 // raft index, and durability comes from the raft log, so batches need not
 // be synced. The leader's inode allocator must start above the applied
-// high-water mark plus what it has in flight. Open counts, the reclaim
-// queue, the GC loop and target liveness run on the leader only.
+// high-water mark plus what it has in flight. Open counts, sessions and
+// their expiry, the reclaim queue, the GC loop and target liveness run on
+// the leader only. A new leader starts as a restarted server does: in the
+// grace period, rebuilding sessions and open counts from the clients'
+// re-registrations (which the clients send to whichever server leads),
+// reclaiming nothing until it ends. The dedupe replies are replicated with
+// the commands, so a request retried against the new leader is answered
+// from them.
 //
 // What integrity leaves to raft: with a replicated log the raft log, not
 // the mark, is the record of what was acknowledged. The applied counter

@@ -339,6 +339,15 @@ func TestSessionHandles(t *testing.T) {
 	id := proto.SessionID{7}
 	p1 := proto.WithSession(transport.WithPeer(asU, transport.Peer{Addr: "10.0.0.1:1", Role: transport.RoleClient, Name: "n1"}), id)
 	p2 := proto.WithSession(transport.WithPeer(asU, transport.Peer{Addr: "10.0.0.2:1", Role: transport.RoleClient, Name: "n2"}), id)
+	// A remote session must be registered before it may hold handles.
+	_, _, err = e2.srv.Open(p1, g, proto.AccessRead)
+	wantErrno(t, "open in an unregistered session", err, syscall.ESTALE)
+	_, _, err = e2.srv.Open(transport.WithPeer(asU, transport.Peer{Addr: "10.0.0.1:1", Role: transport.RoleClient, Name: "n1"}), g, proto.AccessRead)
+	wantErrno(t, "open without a session id", err, syscall.EINVAL)
+	for _, p := range []context.Context{p1, p2} {
+		_, err := e2.srv.OpenSession(p, nil)
+		e2.must(err)
+	}
 	_, _, err = e2.srv.Open(p1, g, proto.AccessRead)
 	e2.must(err)
 	e2.must(e2.srv.Release(p2, g))

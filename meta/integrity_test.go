@@ -383,7 +383,9 @@ func TestGenerations(t *testing.T) {
 		t.Fatalf("generations: files %#x %#x, directory %#x", a.Gen, b.Gen, d.Gen)
 	}
 	srv.Close()
-	srv, err = New(Options{Store: st, Seed: 1, OrphanGrace: time.Hour})
+	// A short grace period: an unlink in the grace period after a restart
+	// leaves an orphan, reclaimed when it ends.
+	srv, err = New(Options{Store: st, Seed: 1, OrphanGrace: time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -394,7 +396,11 @@ func TestGenerations(t *testing.T) {
 	if err := srv.Unlink(ctx, proto.RootIno, "a"); err != nil {
 		t.Fatal(err)
 	}
-	q, err := srv.GCQueue()
+	var q []GCObject
+	waitFor(t, "the reclaim of the unlinked file", func() bool {
+		q, err = srv.GCQueue()
+		return err != nil || len(q) > 0
+	})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -21,41 +21,57 @@ func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (pr
 		return proto.Attr{}, nil, err
 	}
 	s.mu.Lock()
+	if err := s.checkSessionLocked(cl.sess); err != nil {
+		s.mu.Unlock()
+		return proto.Attr{}, nil, err
+	}
 	if s.reclaiming[ino] {
 		s.mu.Unlock()
 		return proto.Attr{}, nil, errnof(syscall.ENOENT, "inode %d is being removed", ino)
 	}
-	s.countOpenLocked(cl.sess, ino, want.Has(proto.AccessWrite))
+	// A retry of an Open the server saw (its reply was lost) must not
+	// count a second handle: the first attempt counted it, or released it
+	// again when it failed.
+	dup := s.seenLocked(cl.sess, cl.seq)
+	if !dup {
+		s.countOpenLocked(cl.sess, ino, want.Has(proto.AccessWrite))
+	}
 	s.mu.Unlock()
 	n, err := s.readInode(ino)
-	if err != nil {
-		s.release(cl.sess, ino)
-		return proto.Attr{}, nil, err
+	if err == nil {
+		err = checkAccess(cl, &n.Attr, want)
 	}
-	err = checkAccess(cl, &n.Attr, want)
 	var cap []byte
 	if err == nil {
 		cap, err = s.issue(ctx, &n.Attr, want)
 	}
 	if err != nil {
-		// As Release: if the count just taken was the last on an
-		// orphan (its other handles closed meanwhile), reclaim it.
-		s.Release(ctx, ino)
+		if !dup {
+			// As Release: if the count just taken was the last on an
+			// orphan (its other handles closed meanwhile), reclaim it.
+			s.releaseOne(cl.sess, ino)
+		}
 		return proto.Attr{}, nil, err
 	}
 	return n.Attr, cap, nil
 }
 
 // Release implements proto.MetaService. Releasing a handle the caller's
-// session does not hold (opened before a restart, or by another session)
-// is not an error and changes nothing.
+// session does not hold (another session's) is not an error and changes
+// nothing; a release in a session the server does not know (expired, or
+// forgotten in a restart and not re-registered) fails with ESTALE.
 func (s *Server) Release(ctx context.Context, ino proto.Ino) error {
-	cl, err := s.caller(ctx)
-	if err != nil {
-		return err
+	return s.ReleaseMany(ctx, []proto.Ino{ino})
+}
+
+// releaseSession checks that sess may drop handles: ESTALE for a remote
+// session the server does not know; a remote request without a session id
+// holds no handles and drops nothing (ok false).
+func (s *Server) releaseSession(sess session) (ok bool, err error) {
+	if sess.remote && sess.id == (proto.SessionID{}) {
+		return false, nil
 	}
-	s.releaseOne(cl.sess, ino)
-	return nil
+	return true, s.handleSession(sess)
 }
 
 func (s *Server) releaseOne(sess session, ino proto.Ino) {
@@ -73,6 +89,15 @@ func (s *Server) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
 	cl, err := s.caller(ctx)
 	if err != nil {
 		return err
+	}
+	if ok, err := s.releaseSession(cl.sess); !ok || err != nil {
+		return err
+	}
+	s.mu.Lock()
+	dup := s.seenLocked(cl.sess, cl.seq)
+	s.mu.Unlock()
+	if dup {
+		return nil // a retry: the first attempt dropped the handles
 	}
 	for _, ino := range inos {
 		s.releaseOne(cl.sess, ino)
@@ -153,6 +178,17 @@ func (s *Server) OpenCount(ino proto.Ino) int {
 // here until the reclaim is applied, Open of them fails with ENOENT, so no
 // handle can appear on an inode being deleted.
 func (s *Server) enqueueReclaim(inos ...proto.Ino) {
+	if len(inos) == 0 || s.inGrace() {
+		// In the grace period clients may not have re-registered their
+		// handles yet; the orphan loop reclaims what nobody holds at its
+		// end.
+		return
+	}
+	s.reclaimUnopened(inos)
+}
+
+// reclaimUnopened is enqueueReclaim without the grace period check.
+func (s *Server) reclaimUnopened(inos []proto.Ino) {
 	s.mu.Lock()
 	added := false
 	for _, ino := range inos {
@@ -206,7 +242,8 @@ func (s *Server) reclaimLoop() {
 }
 
 // orphanLoop reclaims, after the grace period, the orphans that a previous
-// run left behind (open counts are not persisted) and that nobody reopened.
+// run left behind (open counts are not persisted) or that were left during
+// the grace period, and that no client holds open (re-registered).
 func (s *Server) orphanLoop() {
 	defer s.bg.Done()
 	t := time.NewTimer(s.opts.OrphanGrace)
@@ -216,14 +253,15 @@ func (s *Server) orphanLoop() {
 		return
 	case <-t.C:
 	}
+	s.sweepReplies()
 	inos, err := s.Orphans()
 	if err != nil {
 		s.log.Error("meta: scan orphans", "err", err)
 		return
 	}
 	if len(inos) > 0 {
-		s.log.Info("meta: reclaiming orphans from before the restart", "count", len(inos))
-		s.enqueueReclaim(inos...)
+		s.log.Info("meta: reclaiming orphans from before the restart and the grace period", "count", len(inos))
+		s.reclaimUnopened(inos)
 	}
 }
 

@@ -31,6 +31,8 @@ type Config struct {
 	NewStorage func(resolve func(ctx context.Context, t proto.TargetID) (string, error)) proto.StorageService
 	// OrphanGrace: see Options.OrphanGrace (default 30s).
 	OrphanGrace time.Duration
+	// SessionLease: see Options.SessionLease (default DefaultSessionLease).
+	SessionLease time.Duration
 	// Transport to listen on; default transport.NewTCP().
 	Transport transport.Transport
 	// Ready, if set, is called with the bound address once serving.
@@ -70,6 +72,9 @@ func (c *Config) Validate() error {
 	}
 	if c.OrphanGrace < 0 {
 		return fmt.Errorf("meta: OrphanGrace %v is negative", c.OrphanGrace)
+	}
+	if c.SessionLease < 0 {
+		return fmt.Errorf("meta: SessionLease %v is negative", c.SessionLease)
 	}
 	return nil
 }
@@ -114,7 +119,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	srv, err := New(Options{
 		Store: st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
-		OrphanGrace: cfg.OrphanGrace, Logger: log, Access: cfg.Access,
+		OrphanGrace: cfg.OrphanGrace, SessionLease: cfg.SessionLease, Logger: log, Access: cfg.Access,
 		AllowUnauthenticated: cfg.AllowUnauthenticated,
 		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
 		CapabilityKey: cfg.CapabilityKey, CapabilityLifetime: cfg.CapabilityLifetime,

@@ -34,7 +34,12 @@ type Options struct {
 	// from before a restart) are reclaimed, giving clients time to reopen
 	// their handles. Default 30s.
 	OrphanGrace time.Duration
-	GCInterval  time.Duration // how often to retry the object-GC queue; default 5s
+	// SessionLease is how long a client session (and with it its open
+	// handles) lives after its last renewal; default DefaultSessionLease.
+	// When it expires its handles are dropped as if released, so a killed
+	// client's unlinked-but-open files are reclaimed.
+	SessionLease time.Duration
+	GCInterval   time.Duration // how often to retry the object-GC queue; default 5s
 	// GCDelay is how long the GC waits after objects were queued before it
 	// removes them, so that a burst of unlinks is removed in a few batches
 	// (each acknowledged by one command) instead of one round per file.
@@ -115,8 +120,13 @@ type Server struct {
 	// opens counts the open handles of each inode over all sessions
 	// (reclaim waits for 0); sessOpens counts them per session, so that a
 	// Release only ever drops a handle its own session took.
-	opens      map[proto.Ino]int
-	sessOpens  map[session]map[proto.Ino]sessionOpens
+	opens     map[proto.Ino]int
+	sessOpens map[session]map[proto.Ino]sessionOpens
+	sessions  map[session]*sessionState // registered sessions and their leases (session.go)
+	// graceUntil ends the grace period after a restart (zero on a freshly
+	// formatted store): until then clients re-register the sessions the
+	// server forgot, and no orphan is reclaimed.
+	graceUntil time.Time
 	reclaiming map[proto.Ino]bool
 	pending    []proto.Ino // orphans to reclaim
 
@@ -170,7 +180,13 @@ func New(opts Options) (*Server, error) {
 		return nil, errors.New("meta: negative OrphanGrace")
 	}
 	if opts.OrphanGrace == 0 {
-		opts.OrphanGrace = 30 * time.Second
+		opts.OrphanGrace = DefaultOrphanGrace
+	}
+	if opts.SessionLease < 0 {
+		return nil, errors.New("meta: negative SessionLease")
+	}
+	if opts.SessionLease == 0 {
+		opts.SessionLease = DefaultSessionLease
 	}
 	if opts.GCInterval <= 0 {
 		opts.GCInterval = 5 * time.Second
@@ -225,6 +241,7 @@ func New(opts Options) (*Server, error) {
 		reg:         newRegistry(opts.HeartbeatTimeout, opts.Now, opts.Seed),
 		opens:       map[proto.Ino]int{},
 		sessOpens:   map[session]map[proto.Ino]sessionOpens{},
+		sessions:    map[session]*sessionState{},
 		reclaiming:  map[proto.Ino]bool{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
@@ -238,6 +255,10 @@ func New(opts Options) (*Server, error) {
 		s.opts.Storage = s.opts.NewStorage(s.ResolveTarget)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
+	if sm.nextIno != 0 {
+		// A restart: open handles and sessions were in memory only.
+		s.graceUntil = time.Now().Add(opts.OrphanGrace)
+	}
 	if sm.nextIno == 0 || sm.fsid == "" {
 		fsid, err := newFSID()
 		if err != nil {
@@ -261,7 +282,8 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.log.Info("meta: store opened", "fsid", sm.fsid, "applied", sm.applied, "inodes", sm.inodes, "next_ino", sm.nextIno)
-	s.bg.Add(4)
+	s.bg.Add(5)
+	go s.sessionLoop()
 	go s.reclaimLoop()
 	go s.gcLoop()
 	go s.orphanLoop()
@@ -424,6 +446,13 @@ func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
 		kick(s.kickGC)
 	}
 	return p.res, p.err
+}
+
+// proposeAs is propose of a command made for the request cl: the
+// command carries the request's id for the dedupe (dedupe.go).
+func (s *Server) proposeAs(ctx context.Context, cl caller, c *Command) (applyResult, error) {
+	cl.stamp(c)
+	return s.propose(ctx, c)
 }
 
 func kick(c chan struct{}) {
@@ -751,11 +780,16 @@ func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 		return proto.Attr{}, err
 	}
 	c := &Command{Op: OpSetAttr, Now: s.now(), Ino: ino, SetAttr: in, Cred: cl.cred}
+	if in.Valid&proto.SetHandle != 0 {
+		if err := s.handleSession(cl.sess); err != nil {
+			return proto.Attr{}, err
+		}
+	}
 	if in.Valid&proto.SetHandle != 0 && s.holdsWriteOpen(cl.sess, ino) {
 		c.Flags |= setAttrViaHandle
 	}
 	c.SetAttr.Valid &^= proto.SetHandle
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	return r.attr, err
 }
 
@@ -798,10 +832,14 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 		// handle can be counted before it exists: it cannot be reclaimed
 		// between the create and the count.
 		s.mu.Lock()
+		if err := s.checkSessionLocked(cl.sess); err != nil {
+			s.mu.Unlock()
+			return proto.Attr{}, proto.Attr{}, nil, err
+		}
 		s.countOpenLocked(cl.sess, c.Ino, want.Has(proto.AccessWrite))
 		s.mu.Unlock()
 	}
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	if err == nil {
 		s.notePlaced(r.attr)
 	}
@@ -813,6 +851,12 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 	}
 	if err != nil {
 		return proto.Attr{}, proto.Attr{}, nil, err
+	}
+	if r.dup {
+		// A retry of a request that was applied: its first attempt
+		// counted the handle already.
+		cap, err := s.issue(ctx, &r.attr, want)
+		return r.attr, r.parent, cap, err
 	}
 	if r.attr.Ino != c.Ino {
 		// An existing file (not exclusive): open it as Open does.
@@ -835,7 +879,7 @@ func (s *Server) Mkdir(ctx context.Context, parent proto.Ino, name string, mode,
 	c := &Command{Op: OpMkdir, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
 		Mode: mode, Uid: uid, Gid: gid}
 	cl.own(c)
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	return r.attr, err
 }
 
@@ -848,7 +892,7 @@ func (s *Server) Symlink(ctx context.Context, parent proto.Ino, name, target str
 	c := &Command{Op: OpSymlink, Now: s.now(), Ino: s.allocIno(), Parent: parent, Name: name,
 		Text: target, Uid: uid, Gid: gid}
 	cl.own(c)
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	return r.attr, err
 }
 
@@ -858,7 +902,7 @@ func (s *Server) Link(ctx context.Context, ino, newParent proto.Ino, newName str
 	if err != nil {
 		return proto.Attr{}, err
 	}
-	r, err := s.propose(ctx, &Command{Op: OpLink, Now: s.now(), Ino: ino, NewParent: newParent, NewName: newName, Cred: cl.cred})
+	r, err := s.proposeAs(ctx, cl, &Command{Op: OpLink, Now: s.now(), Ino: ino, NewParent: newParent, NewName: newName, Cred: cl.cred})
 	return r.attr, err
 }
 
@@ -879,7 +923,10 @@ func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (p
 		return proto.Attr{}, err
 	}
 	c := &Command{Op: OpUnlink, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred}
-	if ino, ok := s.lastLink(parent, name); ok {
+	// In the grace period after a restart a file may still be open by a
+	// client that has not re-registered its handles yet: it is left an
+	// orphan, reclaimed at the end of the grace period if nobody has it open.
+	if ino, ok := s.lastLink(parent, name); ok && !s.inGrace() {
 		s.mu.Lock()
 		if s.opens[ino] == 0 && !s.reclaiming[ino] {
 			s.reclaiming[ino] = true
@@ -887,7 +934,7 @@ func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (p
 		}
 		s.mu.Unlock()
 	}
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	if len(c.Inos) > 0 {
 		s.mu.Lock()
 		delete(s.reclaiming, c.Inos[0])
@@ -923,7 +970,7 @@ func (s *Server) RmdirAt(ctx context.Context, parent proto.Ino, name string) (pr
 	if err != nil {
 		return proto.Attr{}, err
 	}
-	r, err := s.propose(ctx, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred})
+	r, err := s.proposeAs(ctx, cl, &Command{Op: OpRmdir, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred})
 	return r.parent, err
 }
 
@@ -933,7 +980,7 @@ func (s *Server) Rename(ctx context.Context, oldParent proto.Ino, oldName string
 	if err != nil {
 		return err
 	}
-	_, err = s.propose(ctx, &Command{Op: OpRename, Now: s.now(), Parent: oldParent, Name: oldName,
+	_, err = s.proposeAs(ctx, cl, &Command{Op: OpRename, Now: s.now(), Parent: oldParent, Name: oldName,
 		NewParent: newParent, NewName: newName, Flags: flags, Cred: cl.cred})
 	return err
 }
@@ -947,7 +994,7 @@ func (s *Server) SetXattr(ctx context.Context, ino proto.Ino, name string, value
 	if len(value) > MaxXattrValue {
 		return errnof(syscall.E2BIG, "xattr value of %d bytes", len(value))
 	}
-	_, err = s.propose(ctx, &Command{Op: OpSetXattr, Now: s.now(), Ino: ino, Name: name, Value: value, Flags: flags, Cred: cl.cred})
+	_, err = s.proposeAs(ctx, cl, &Command{Op: OpSetXattr, Now: s.now(), Ino: ino, Name: name, Value: value, Flags: flags, Cred: cl.cred})
 	return err
 }
 
@@ -957,7 +1004,7 @@ func (s *Server) RemoveXattr(ctx context.Context, ino proto.Ino, name string) er
 	if err != nil {
 		return err
 	}
-	_, err = s.propose(ctx, &Command{Op: OpRemoveXattr, Now: s.now(), Ino: ino, Name: name, Cred: cl.cred})
+	_, err = s.proposeAs(ctx, cl, &Command{Op: OpRemoveXattr, Now: s.now(), Ino: ino, Name: name, Cred: cl.cred})
 	return err
 }
 
@@ -967,11 +1014,14 @@ func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (prot
 	if err != nil {
 		return proto.Attr{}, err
 	}
+	if err := s.handleSession(cl.sess); err != nil {
+		return proto.Attr{}, err
+	}
 	c := &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: end, Cred: cl.cred}
 	if s.holdsWriteOpen(cl.sess, ino) {
 		c.Flags |= writeViaHandle
 	}
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	return r.attr, err
 }
 
@@ -986,7 +1036,7 @@ func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) 
 	if len(l.Targets) == 0 {
 		s.placement(c)
 	}
-	r, err := s.propose(ctx, c)
+	r, err := s.proposeAs(ctx, cl, c)
 	if err == nil {
 		s.notePlaced(r.attr)
 	}

@@ -431,6 +431,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: OpCreate, Ino: 7, Gen: 0x9e3779b97f4a7c15, Parent: 1, Name: "f", Mode: 0o644},
 		{Op: OpUnlink, Parent: 1, Name: "x", Cred: &proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 7}}},
 		{Op: OpMkdir, Ino: 9, Parent: 1, Name: "d", Cred: &proto.Cred{}},
+		{Op: OpCreate, Ino: 11, Parent: 1, Name: "g", Session: proto.SessionID{1, 2, 15: 3}, SessionName: "mount-1", Seq: 7},
+		{Op: OpSessionDrop, Session: proto.SessionID{4}, SessionName: "m"},
 	}
 	for _, c := range cmds {
 		got, err := DecodeCommand(c.Encode())
@@ -441,16 +443,32 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("%v: round trip\n got %+v\nwant %+v", c.Op, got, c)
 		}
 	}
+	// Version 4 appended the request id (session id, name, seq), version
+	// 3 Gen (8 bytes for a command without Objects).
+	const v4Tail, v3Tail = 16 + 4 + 8, 8
+	// A version-3 command (no request id) decodes without dedupe.
+	v3 := (&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 3}}).Encode()
+	v3 = v3[:len(v3)-v4Tail]
+	v3[0] = 3
+	if got, err := DecodeCommand(v3); err != nil || got.Cred == nil || got.Cred.Uid != 3 || got.Seq != 0 {
+		t.Fatalf("version 3 command: %+v %v", got, err)
+	}
+	// A version-2 command (no Gen) too.
+	v2 := v3[:len(v3)-v3Tail]
+	v2[0] = 2
+	if got, err := DecodeCommand(v2); err != nil || got.Cred == nil || got.Cred.Uid != 3 || got.Seq != 0 {
+		t.Fatalf("version 2 command: %+v %v", got, err)
+	}
 	// A version-1 command (no Cred, no Gen) still decodes, as a trusted one.
 	v1 := (&Command{Op: OpUnlink, Name: "x"}).Encode()
-	v1 = v1[:len(v1)-1-8] // the Cred-present flag, Gen
+	v1 = v1[:len(v1)-v4Tail-v3Tail-1] // the request id, Gen, the Cred-present flag
 	v1[0] = 1
 	if got, err := DecodeCommand(v1); err != nil || got.Cred != nil || got.Name != "x" {
 		t.Fatalf("version 1 command: %+v %v", got, err)
 	}
 	// A version-2 command (no Gen) decodes with generation 0.
-	v2 := (&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5}}}}).Encode()
-	v2 = v2[:len(v2)-8-8] // Gen, the object's gen
+	v2 = (&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5}}}}).Encode()
+	v2 = v2[:len(v2)-v4Tail-8-8] // the request id, Gen, the object's gen
 	v2[0] = 2
 	if got, err := DecodeCommand(v2); err != nil || got.Objects[0].Obj != (proto.ObjectID{Ino: 5}) {
 		t.Fatalf("version 2 command: %+v %v", got, err)
@@ -471,6 +489,7 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add((&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1}}}).Encode())
 	f.Add((&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 1, Groups: []uint32{2, 3}}}).Encode())
 	f.Add((&Command{Op: OpSetLayout, Layout: &layout.Layout{StripeSize: 1, Targets: []proto.TargetID{1}}}).Encode())
+	f.Add((&Command{Op: OpMkdir, Name: "d", Session: proto.SessionID{1}, SessionName: "m", Seq: 2}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)
 		if err != nil {
@@ -524,6 +543,16 @@ func TestApplyDeterministic(t *testing.T) {
 		}
 	}
 	e.srv.Rename(ctx, d.Ino, "1", proto.RootIno, "moved", 0)
+	// Deduplicated requests: replies stored, a retry answered from them, a
+	// failure remembered, acknowledged replies and an ended session's
+	// replies deleted.
+	for seq := uint64(1); seq <= 4; seq++ {
+		e.srv.Mkdir(req(9, seq), d.Ino, fmt.Sprint("r", seq%3), 0755, 0, 0)
+	}
+	e.srv.Mkdir(req(9, 2), d.Ino, "r2", 0755, 0, 0)
+	e.srv.Mkdir(req(9, 5), d.Ino, "r5", 0755, 0, 0)
+	e.srv.Mkdir(req(8, 1), d.Ino, "r8", 0755, 0, 0)
+	e.srv.forgetReplies(session{id: proto.SessionID{8}})
 	e.waitReclaim(t)
 	e.srv.Close()
 	log = rec.log()

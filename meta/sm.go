@@ -66,7 +66,10 @@ type applyResult struct {
 	wrote     bool
 	synced    bool       // the batch was committed synced (see applySynced)
 	parent    proto.Attr // the parent directory after the change (create, unlink, rmdir)
-	fsid      string     // init: the file system id stored
+	// dup: the command's request was applied before; this is its stored
+	// reply (attr, parent, and the error), and nothing was applied now.
+	dup  bool
+	fsid string // init: the file system id stored
 }
 
 func errnof(errno syscall.Errno, format string, args ...any) error {
@@ -256,11 +259,13 @@ func (sm *stateMachine) apply(c *Command) (applyResult, error) {
 // separate sync record (res.synced says whether it happened: not when the
 // command failed or changed nothing).
 func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) {
-	t := &txn{
-		sm: sm, b: sm.st.NewBatch(), sync: sync,
-		cache: map[proto.Ino]*inode{}, dirty: map[proto.Ino]bool{}, deleted: map[proto.Ino]bool{},
-		nextIno: sm.nextIno, inodes: sm.inodes, nextTarget: sm.nextTarget,
+	dedupe := c.Seq > 0 && c.Op != OpSessionDrop
+	if dedupe {
+		if res, found, err := sm.remembered(c); found {
+			return res, err
+		}
 	}
+	t := sm.newTxn(sync)
 	defer t.b.Close()
 	var err error
 	switch c.Op {
@@ -290,11 +295,19 @@ func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) 
 		for _, o := range c.Objects {
 			t.b.Delete(store.GCKey(uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe, o.Obj.Gen))
 		}
+	case OpSessionDrop:
+		t.b.DeletePrefix(store.ReplyPrefix(c.Session, c.SessionName))
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
 	}
 	if err != nil {
+		if dedupe {
+			return sm.rememberFailure(c, err, sync)
+		}
 		return applyResult{}, err
+	}
+	if dedupe {
+		t.remember(c, 0)
 	}
 	if err := t.commit(); err != nil {
 		return applyResult{}, err
@@ -307,6 +320,14 @@ func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) 
 		sm.idToUUID[t.res.target] = c.Text
 	}
 	return t.res, nil
+}
+
+func (sm *stateMachine) newTxn(sync bool) *txn {
+	return &txn{
+		sm: sm, b: sm.st.NewBatch(), sync: sync,
+		cache: map[proto.Ino]*inode{}, dirty: map[proto.Ino]bool{}, deleted: map[proto.Ino]bool{},
+		nextIno: sm.nextIno, inodes: sm.inodes, nextTarget: sm.nextTarget,
+	}
 }
 
 func (t *txn) init(c *Command) error {

@@ -5,11 +5,12 @@ import (
 	"crypto/rand"
 )
 
-// SessionID names one client's session with the metadata server: a client
-// (one mount, one admin tool run) picks a random one at start and sends it
-// in the header of every request. The server keeps open handles per session
-// (the peer's certificate name and this id), so one client can never drop
-// another's handle.
+// SessionID names one client's session with the metadata server: a mount
+// picks a random one at start, registers it (it then lives as long as the
+// mount renews its lease) and sends it in the header of every request;
+// admin tools and storage servers have none (the zero id). The server
+// keeps open handles per session (the peer's certificate name and this
+// id), so one client can never drop another's handle.
 type SessionID [16]byte
 
 // NewSessionID returns a random session id.
@@ -32,4 +33,35 @@ func WithSession(ctx context.Context, id SessionID) context.Context {
 func SessionFrom(ctx context.Context) (SessionID, bool) {
 	id, ok := ctx.Value(sessionKey{}).(SessionID)
 	return id, ok
+}
+
+// OpenHandle is what a client holds open on one inode in its session: the
+// number of handles and whether one of them was opened for writing. A
+// client names its handles when it re-registers a session the metadata
+// server forgot in a restart (meta.Server.OpenSession).
+type OpenHandle struct {
+	Ino   Ino
+	Count uint32
+	Write bool
+}
+
+// MaxPendingRequests is how many deduplicated requests of one session may
+// wait for their reply at a time: the metadata server remembers the
+// replies of a session's last MaxPendingRequests requests (by sequence
+// number), so a retry of any request still waiting is recognized.
+const MaxPendingRequests = 256
+
+type seqKey struct{}
+
+// WithSeq returns ctx carrying a mutating request's sequence number in its
+// session, for the metadata server's request dedupe (Raft thesis §6.3):
+// the metadata RPC handler sets it from the request header. 0: none.
+func WithSeq(ctx context.Context, seq uint64) context.Context {
+	return context.WithValue(ctx, seqKey{}, seq)
+}
+
+// SeqFrom returns the request's sequence number in ctx (0 if none).
+func SeqFrom(ctx context.Context) uint64 {
+	seq, _ := ctx.Value(seqKey{}).(uint64)
+	return seq
 }

@@ -21,6 +21,8 @@ type metaOptions struct {
 	Listen           string         `toml:"listen"`
 	Data             string         `toml:"data"`
 	HeartbeatTimeout units.Duration `toml:"heartbeat_timeout"`
+	SessionLease     units.Duration `toml:"session_lease"`
+	OrphanGrace      units.Duration `toml:"orphan_grace"`
 	// AcceptRollback is a flag only: serving an older store is a decision
 	// for one start, not a setting to leave in a file.
 	AcceptRollback bool `toml:"-"`
@@ -93,6 +95,10 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.StringVar(&o.Data, "data", "", "directory holding the metadata database (must exist)")
 	o.HeartbeatTimeout = units.Duration(10 * time.Second)
 	fs.Var(&o.HeartbeatTimeout, "heartbeat-timeout", "a storage target not heard from for this long is reported down")
+	o.SessionLease = units.Duration(meta.DefaultSessionLease)
+	fs.Var(&o.SessionLease, "session-lease", "a client session (a mount) not renewed for this long expires: its open files are closed")
+	o.OrphanGrace = units.Duration(meta.DefaultOrphanGrace)
+	fs.Var(&o.OrphanGrace, "orphan-grace", "after a restart, how long mounts have to re-register their open files before unlinked files nobody holds are deleted")
 	fs.BoolVar(&o.AcceptRollback, "accept-rollback", false,
 		"serve a store that has fewer changes than it had durably applied before (an older backup restored on purpose)")
 	o.accessOptions.addFlags(fs)
@@ -114,6 +120,12 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	}
 	if o.HeartbeatTimeout <= 0 {
 		return fmt.Errorf("--heartbeat-timeout must be positive")
+	}
+	if o.SessionLease <= 0 {
+		return fmt.Errorf("--session-lease must be positive")
+	}
+	if o.OrphanGrace <= 0 {
+		return fmt.Errorf("--orphan-grace must be positive")
 	}
 	if _, err := o.access(); err != nil {
 		return err
@@ -140,6 +152,8 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
+		SessionLease:     time.Duration(o.SessionLease),
+		OrphanGrace:      time.Duration(o.OrphanGrace),
 		AcceptRollback:   o.AcceptRollback,
 		Logger:           d.log,
 		Transport:        d.transport,

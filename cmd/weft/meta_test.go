@@ -26,6 +26,9 @@ func TestMetaFlags(t *testing.T) {
 		{"bad log format", []string{"--data", dir, "--log-format", "xml"}, []string{"--log-format"}},
 		{"bad heartbeat timeout", []string{"--data", dir, "--heartbeat-timeout", "soon"}, []string{"cannot parse duration"}},
 		{"zero heartbeat timeout", []string{"--data", dir, "--heartbeat-timeout", "0"}, []string{"must be positive"}},
+		{"zero session lease", []string{"--data", dir, "--session-lease", "0"}, []string{"--session-lease must be positive"}},
+		{"bad session lease", []string{"--data", dir, "--session-lease", "a while"}, []string{"cannot parse duration"}},
+		{"zero orphan grace", []string{"--data", dir, "--orphan-grace", "0s"}, []string{"--orphan-grace must be positive"}},
 		{"positional argument", []string{"--data", dir, "extra"}, []string{"unknown command"}},
 		{"bad client network", []string{"--data", dir, "--client-networks", "10.0.0.0/33"}, []string{"--client-networks", "10.0.0.0/33"}},
 		{"bad squash exempt", []string{"--data", dir, "--root-squash-exempt", "nowhere"}, []string{"--root-squash-exempt"}},
@@ -48,6 +51,8 @@ func TestMetaConfigFile(t *testing.T) {
 listen = "10.1.2.3:7400"
 data = "`+dir+`"
 heartbeat_timeout = "45s"
+session_lease = "2s"
+orphan_grace = "1m"
 root_squash = true
 squash_uid = 99
 root_squash_exempt = ["10.0.0.0/8"]
@@ -60,6 +65,7 @@ log_format = "json"
 		t.Fatal(err)
 	}
 	want := metaOptions{Listen: "127.0.0.1:9000", Data: dir, HeartbeatTimeout: units.Duration(45 * time.Second),
+		SessionLease: units.Duration(2 * time.Second), OrphanGrace: units.Duration(time.Minute),
 		accessOptions: accessOptions{RootSquash: true, SquashUid: 99, SquashGid: 65534, RootSquashExempt: []string{"10.0.0.0/8"}},
 		daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
 	if !reflect.DeepEqual(got, want) {
@@ -77,7 +83,8 @@ func TestMetaDefaults(t *testing.T) {
 	if err := execute(metaCommand(func(_ context.Context, o *metaOptions) error { got = *o; return nil }), "--data", dir); err != nil {
 		t.Fatal(err)
 	}
-	if got.Listen != "127.0.0.1:7400" || got.LogLevel != "warn" || got.HeartbeatTimeout != units.Duration(10*time.Second) {
+	if got.Listen != "127.0.0.1:7400" || got.LogLevel != "warn" || got.HeartbeatTimeout != units.Duration(10*time.Second) ||
+		got.SessionLease != units.Duration(30*time.Second) || got.OrphanGrace != units.Duration(30*time.Second) {
 		t.Fatalf("defaults: %+v", got)
 	}
 }

@@ -427,6 +427,13 @@ func (c *Cluster) StopMount(i int) {
 	unmount(c.mntPaths[i])
 }
 
+// FreezeMount SIGSTOPs mount i (its file system hangs until ThawMount):
+// a client that stops answering without exiting.
+func (c *Cluster) FreezeMount(i int) { c.signal(c.mounts[i], syscall.SIGSTOP) }
+
+// ThawMount SIGCONTs mount i.
+func (c *Cluster) ThawMount(i int) { c.signal(c.mounts[i], syscall.SIGCONT) }
+
 // StartMount restarts mount i after StopMount or KillAll.
 func (c *Cluster) StartMount(i int) {
 	c.t.Helper()

@@ -2,6 +2,8 @@ package metarpc
 
 import (
 	"context"
+	"sync/atomic"
+	"time"
 
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
@@ -14,16 +16,24 @@ import (
 // or the transport's (ETIMEDOUT, EIO); a response that does not decode is
 // EIO.
 type Client struct {
-	call      func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error)
-	session   proto.SessionID
-	cred      proto.Cred // for calls whose ctx carries no proto.Cred
-	defHeader []byte     // the header for such calls
+	call func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error)
+	cred proto.Cred // for calls whose ctx carries no proto.Cred
+	sess atomic.Pointer[clientSession]
+}
+
+// clientSession is the session requests carry, with the encoded header of
+// calls whose ctx names no credentials.
+type clientSession struct {
+	id        proto.SessionID
+	defHeader []byte
+	seqs      *seqs // numbers the session's mutations
 }
 
 var (
 	_ proto.MetaService    = (*Client)(nil)
 	_ proto.TargetRegistry = (*Client)(nil)
 	_ Extended             = (*Client)(nil)
+	_ SessionService       = (*Client)(nil)
 )
 
 // Extended is what a metadata service offers beyond proto.MetaService to
@@ -45,6 +55,22 @@ type Extended interface {
 	ReleaseMany(ctx context.Context, inos []proto.Ino) error
 }
 
+// SessionService is how a client keeps a session with the metadata
+// server: open handles belong to the session named in each request's
+// header, and live as long as its lease is renewed (see meta.Server's
+// OpenSession, RenewSession and CloseSession). meta.Server implements it,
+// and so does Client.
+type SessionService interface {
+	// OpenSession registers the session (renews it if known) and returns
+	// its lease; reclaim names the handles of a session the server forgot
+	// in a restart (ESTALE if they cannot be taken back).
+	OpenSession(ctx context.Context, reclaim []proto.OpenHandle) (time.Duration, error)
+	// RenewSession extends the lease; ESTALE if the session is unknown.
+	RenewSession(ctx context.Context) (time.Duration, error)
+	// CloseSession ends the session, dropping its handles.
+	CloseSession(ctx context.Context) error
+}
+
 // NewClient returns a client that calls the metadata server at addr
 // through pool. Every request carries the caller's credentials from its
 // ctx (proto.WithCred), or, if ctx has none, this process's own (see
@@ -61,21 +87,27 @@ func NewConnClient(c transport.Conn, opts ...Option) *Client {
 }
 
 func newClient(call func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error), opts []Option) *Client {
-	c := &Client{call: call, session: proto.NewSessionID(), cred: processCred()}
+	c := &Client{call: call, cred: processCred()}
+	c.SetSession(proto.SessionID{})
 	for _, o := range opts {
 		o(c)
 	}
-	e := wire.NewEncoder(64)
-	(&header{Cred: c.cred, Session: c.session}).encode(e)
-	c.defHeader = e.B
 	return c
 }
 
 // Session returns the session id the client's requests carry.
-func (c *Client) Session() proto.SessionID { return c.session }
+func (c *Client) Session() proto.SessionID { return c.sess.Load().id }
+
+// SetSession makes the client's requests from now on carry session id
+// (a client whose session expired starts a new one).
+func (c *Client) SetSession(id proto.SessionID) {
+	e := wire.NewEncoder(64)
+	(&header{Cred: c.cred, Session: id}).encode(e)
+	c.sess.Store(&clientSession{id: id, defHeader: e.B, seqs: newSeqs()})
+}
 
 func (c *Client) do(ctx context.Context, op uint16, req, resp message) error {
-	b, err := c.call(ctx, op, c.header(ctx), marshal(req))
+	b, err := c.call(ctx, op, c.header(ctx, c.sess.Load(), 0), marshal(req))
 	if err != nil {
 		return err
 	}
@@ -91,6 +123,13 @@ func (c *Client) attr(ctx context.Context, op uint16, req message) (proto.Attr, 
 	return r.Attr, err
 }
 
+// mutAttr is attr for a mutation (see mutate).
+func (c *Client) mutAttr(ctx context.Context, op uint16, req message) (proto.Attr, error) {
+	var r attrResp
+	err := c.mutate(ctx, op, req, &r)
+	return r.Attr, err
+}
+
 func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
 	return c.attr(ctx, OpLookup, &nameReq{parent, name})
 }
@@ -100,19 +139,19 @@ func (c *Client) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error)
 }
 
 func (c *Client) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
-	return c.attr(ctx, OpSetAttr, &setAttrReq{ino, in})
+	return c.mutAttr(ctx, OpSetAttr, &setAttrReq{ino, in})
 }
 
 func (c *Client) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, error) {
-	return c.attr(ctx, OpCreate, &createReq{in})
+	return c.mutAttr(ctx, OpCreate, &createReq{in})
 }
 
 func (c *Client) Mkdir(ctx context.Context, parent proto.Ino, name string, mode, uid, gid uint32) (proto.Attr, error) {
-	return c.attr(ctx, OpMkdir, &mkdirReq{parent, name, mode, uid, gid})
+	return c.mutAttr(ctx, OpMkdir, &mkdirReq{parent, name, mode, uid, gid})
 }
 
 func (c *Client) Symlink(ctx context.Context, parent proto.Ino, name, target string, uid, gid uint32) (proto.Attr, error) {
-	return c.attr(ctx, OpSymlink, &symlinkReq{parent, name, target, uid, gid})
+	return c.mutAttr(ctx, OpSymlink, &symlinkReq{parent, name, target, uid, gid})
 }
 
 func (c *Client) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
@@ -122,19 +161,19 @@ func (c *Client) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
 }
 
 func (c *Client) Link(ctx context.Context, ino, newParent proto.Ino, newName string) (proto.Attr, error) {
-	return c.attr(ctx, OpLink, &linkReq{ino, newParent, newName})
+	return c.mutAttr(ctx, OpLink, &linkReq{ino, newParent, newName})
 }
 
 func (c *Client) Unlink(ctx context.Context, parent proto.Ino, name string) error {
-	return c.do(ctx, OpUnlink, &nameReq{parent, name}, &emptyMsg{})
+	return c.mutate(ctx, OpUnlink, &nameReq{parent, name}, &emptyMsg{})
 }
 
 func (c *Client) Rmdir(ctx context.Context, parent proto.Ino, name string) error {
-	return c.do(ctx, OpRmdir, &nameReq{parent, name}, &emptyMsg{})
+	return c.mutate(ctx, OpRmdir, &nameReq{parent, name}, &emptyMsg{})
 }
 
 func (c *Client) Rename(ctx context.Context, oldParent proto.Ino, oldName string, newParent proto.Ino, newName string, flags uint32) error {
-	return c.do(ctx, OpRename, &renameReq{oldParent, oldName, newParent, newName, flags}, &emptyMsg{})
+	return c.mutate(ctx, OpRename, &renameReq{oldParent, oldName, newParent, newName, flags}, &emptyMsg{})
 }
 
 func (c *Client) ReadDir(ctx context.Context, dir proto.Ino, after string, max int) ([]proto.DirEntry, error) {
@@ -150,7 +189,7 @@ func (c *Client) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]by
 }
 
 func (c *Client) SetXattr(ctx context.Context, ino proto.Ino, name string, value []byte, flags uint32) error {
-	return c.do(ctx, OpSetXattr, &setXattrReq{ino, name, value, flags}, &emptyMsg{})
+	return c.mutate(ctx, OpSetXattr, &setXattrReq{ino, name, value, flags}, &emptyMsg{})
 }
 
 func (c *Client) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error) {
@@ -160,12 +199,12 @@ func (c *Client) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error)
 }
 
 func (c *Client) RemoveXattr(ctx context.Context, ino proto.Ino, name string) error {
-	return c.do(ctx, OpRemoveXattr, &nameReq{ino, name}, &emptyMsg{})
+	return c.mutate(ctx, OpRemoveXattr, &nameReq{ino, name}, &emptyMsg{})
 }
 
 func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, error) {
 	var r openResp
-	err := c.do(ctx, OpOpen, &openReq{ino, want}, &r)
+	err := c.mutate(ctx, OpOpen, &openReq{ino, want}, &r)
 	return r.Attr, r.Cap, err
 }
 
@@ -176,33 +215,49 @@ func (c *Client) Capability(ctx context.Context, ino proto.Ino, want proto.Acces
 }
 
 func (c *Client) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
-	return c.attr(ctx, OpWriteDone, &writeDoneReq{ino, end})
+	return c.mutAttr(ctx, OpWriteDone, &writeDoneReq{ino, end})
 }
 
 func (c *Client) Release(ctx context.Context, ino proto.Ino) error {
-	return c.do(ctx, OpRelease, &inoReq{ino}, &emptyMsg{})
+	return c.mutate(ctx, OpRelease, &inoReq{ino}, &emptyMsg{})
 }
 
 func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (attr, parent proto.Attr, cap []byte, err error) {
 	var r createOpenResp
-	err = c.do(ctx, OpCreateOpen, &createOpenReq{createReq{in}, want}, &r)
+	err = c.mutate(ctx, OpCreateOpen, &createOpenReq{createReq{in}, want}, &r)
 	return r.Attr, r.Parent, r.Cap, err
 }
 
 func (c *Client) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	return c.attr(ctx, OpUnlinkAt, &nameReq{parent, name})
+	return c.mutAttr(ctx, OpUnlinkAt, &nameReq{parent, name})
 }
 
 func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	return c.attr(ctx, OpRmdirAt, &nameReq{parent, name})
+	return c.mutAttr(ctx, OpRmdirAt, &nameReq{parent, name})
 }
 
 func (c *Client) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
-	return c.do(ctx, OpReleaseMany, &inosReq{inos}, &emptyMsg{})
+	return c.mutate(ctx, OpReleaseMany, &inosReq{inos}, &emptyMsg{})
+}
+
+func (c *Client) OpenSession(ctx context.Context, reclaim []proto.OpenHandle) (time.Duration, error) {
+	var r leaseResp
+	err := c.do(ctx, OpSessionOpen, &sessionOpenReq{reclaim}, &r)
+	return r.Lease, err
+}
+
+func (c *Client) RenewSession(ctx context.Context) (time.Duration, error) {
+	var r leaseResp
+	err := c.do(ctx, OpSessionRenew, &emptyMsg{}, &r)
+	return r.Lease, err
+}
+
+func (c *Client) CloseSession(ctx context.Context) error {
+	return c.do(ctx, OpSessionClose, &emptyMsg{}, &emptyMsg{})
 }
 
 func (c *Client) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {
-	return c.attr(ctx, OpSetLayout, &setLayoutReq{ino, l})
+	return c.mutAttr(ctx, OpSetLayout, &setLayoutReq{ino, l})
 }
 
 func (c *Client) StatFS(ctx context.Context) (proto.StatFS, error) {

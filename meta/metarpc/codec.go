@@ -3,6 +3,7 @@ package metarpc
 import (
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
@@ -45,6 +46,12 @@ const (
 	// OpCapability returns a capability for an inode (renewal, truncate by
 	// path); part of proto.MetaService.
 	OpCapability uint16 = 35
+
+	// Sessions (SessionService): a client registers a session with a
+	// lease, renews it, and ends it; open handles belong to it.
+	OpSessionOpen  uint16 = 38
+	OpSessionRenew uint16 = 39
+	OpSessionClose uint16 = 40
 
 	// Retired op codes, never to be reused: 17 (Open) and 31 (CreateOpen)
 	// before capabilities changed their bodies. They are answered ENOSYS,
@@ -349,6 +356,34 @@ func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
 	t.Up = d.Bool()
 }
 
+// sessionOpenReq names the handles a client re-registers with a session
+// the server forgot (none for a new session).
+type sessionOpenReq struct{ Handles []proto.OpenHandle }
+
+func (m *sessionOpenReq) encode(e *wire.Encoder) {
+	e.U32(uint32(len(m.Handles)))
+	for _, h := range m.Handles {
+		e.U64(uint64(h.Ino))
+		e.U32(h.Count)
+		e.Bool(h.Write)
+	}
+}
+
+func (m *sessionOpenReq) decode(d *wire.Decoder) {
+	if n := d.Count(maxList, 13); n > 0 {
+		m.Handles = make([]proto.OpenHandle, n)
+		for i := range m.Handles {
+			m.Handles[i] = proto.OpenHandle{Ino: proto.Ino(d.U64()), Count: d.U32(), Write: d.Bool()}
+		}
+	}
+}
+
+// leaseResp is a session's lease, in nanoseconds.
+type leaseResp struct{ Lease time.Duration }
+
+func (m *leaseResp) encode(e *wire.Encoder) { e.I64(int64(m.Lease)) }
+func (m *leaseResp) decode(d *wire.Decoder) { m.Lease = time.Duration(d.I64()) }
+
 type emptyMsg struct{} // statfs, targets requests; responses without a body
 
 func (*emptyMsg) encode(*wire.Encoder) {}
@@ -542,6 +577,12 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &nameReq{}, &attrResp{}, true
 	case OpReleaseMany:
 		return &inosReq{}, &emptyMsg{}, true
+	case OpSessionOpen:
+		return &sessionOpenReq{}, &leaseResp{}, true
+	case OpSessionRenew:
+		return &emptyMsg{}, &leaseResp{}, true
+	case OpSessionClose:
+		return &emptyMsg{}, &emptyMsg{}, true
 	}
 	return nil, nil, false
 }

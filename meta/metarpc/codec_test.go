@@ -21,6 +21,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
+		OpSessionOpen, OpSessionRenew, OpSessionClose,
 	}
 }
 
@@ -50,6 +51,8 @@ func samples() []message {
 		&setLayoutReq{1, l},
 		&registerReq{"uuid", proto.TargetInfo{ID: 1, Addr: "h:1", Total: 3, Used: 2, Free: 1, Up: true}},
 		&emptyMsg{},
+		&sessionOpenReq{[]proto.OpenHandle{{Ino: 5, Count: 2, Write: true}, {Ino: 6, Count: 1}}},
+		&leaseResp{30e9},
 		&attrResp{sampleAttr},
 		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, []byte("capability")},
 		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, nil},
@@ -187,9 +190,9 @@ func TestHeaderVectors(t *testing.T) {
 		h    header
 		want string
 	}{
-		{header{}, "01" + "00000000" + "00000000" + "00000000" + "00000000000000000000000000000000"},
-		{header{Cred: proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 65534}}, Session: proto.SessionID{0: 0xaa, 15: 0xbb}},
-			"01" + "e8030000" + "64000000" + "02000000" + "64000000" + "feff0000" + "aa0000000000000000000000000000bb"},
+		{header{}, "02" + "00000000" + "00000000" + "00000000" + "00000000000000000000000000000000" + "0000000000000000"},
+		{header{Cred: proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 65534}}, Session: proto.SessionID{0: 0xaa, 15: 0xbb}, Seq: 0x102},
+			"02" + "e8030000" + "64000000" + "02000000" + "64000000" + "feff0000" + "aa0000000000000000000000000000bb" + "0201000000000000"},
 	} {
 		e := wire.NewEncoder(0)
 		tc.h.encode(e)
@@ -206,9 +209,14 @@ func TestHeaderVectors(t *testing.T) {
 			}
 		}
 	}
-	bad := []byte{2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-	if _, _, err := decodeHeader(append(bad, make([]byte, 16)...)); err == nil {
-		t.Error("header version 2 accepted")
+	// Version 1 (no sequence numbers) is still read: no dedupe.
+	v1, _ := hex.DecodeString("01" + "e8030000" + "64000000" + "00000000" + "aa0000000000000000000000000000bb" + "07")
+	if h, rest, err := decodeHeader(v1); err != nil || h.Cred.Uid != 1000 || h.Session[0] != 0xaa || h.Seq != 0 || !bytes.Equal(rest, []byte{7}) {
+		t.Errorf("version 1 header: %+v %x %v", h, rest, err)
+	}
+	bad := []byte{3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	if _, _, err := decodeHeader(append(bad, make([]byte, 24)...)); err == nil {
+		t.Error("header version 3 accepted")
 	}
 	huge := []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}
 	if _, _, err := decodeHeader(huge); err == nil {
@@ -221,6 +229,7 @@ func TestHeaderVectors(t *testing.T) {
 func FuzzHeader(f *testing.F) {
 	f.Add(withHeader(nil))
 	f.Add([]byte{1})
+	f.Add([]byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		h, rest, err := decodeHeader(b)
 		if err != nil {
@@ -231,6 +240,14 @@ func FuzzHeader(f *testing.F) {
 		}
 		e := wire.NewEncoder(0)
 		h.encode(e)
+		if b[0] == 1 {
+			// Version 1 is re-encoded as the current version.
+			h2, _, err := decodeHeader(e.B)
+			if err != nil || h2.Session != h.Session || h2.Cred.Uid != h.Cred.Uid || h2.Seq != h.Seq {
+				t.Fatalf("version 1 header re-encoded differs: %+v %v", h2, err)
+			}
+			return
+		}
 		if !bytes.Equal(append(e.B, rest...), b) {
 			t.Fatalf("re-encoding differs")
 		}

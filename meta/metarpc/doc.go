@@ -9,24 +9,53 @@
 // message. Op codes and field order are the protocol: add new ops, never
 // renumber or reorder.
 //
-// # Request header (version 1)
+// # Request header (version 2)
 //
-//	u8      version = 1 (HeaderVersion)
+//	u8      version = 2 (HeaderVersion)
 //	u32     uid
 //	u32     gid
 //	u32     n: supplementary groups, at most proto.MaxGroups
 //	n × u32 the groups
-//	16 B    session id
+//	16 B    session id (zero: none)
+//	u64     seq: a mutation's sequence number in the session (0: none)
+//
+// Version 1 (no seq) is still read, as seq 0: no dedupe.
 //
 // The Client fills it from proto.CredFrom(ctx), or, when ctx has none,
 // from this process's effective uid, gid and groups (WithCred overrides
 // that default: the background work of a mount, admin tools), and from its
-// session id (random per Client; WithSession). The handler decodes it
+// session id (none unless WithSession, or SetSession). The handler decodes it
 // (EINVAL if malformed or of an unknown version) and serves the request
 // with the credentials and session in ctx; the service (meta.Server)
 // authorizes them against the authenticated peer (root squash, client
 // allow-list) and checks every operation. A header is never trusted more
 // than the peer that sent it. A new header layout gets a new version.
+//
+// # Sessions, sequence numbers and retries
+//
+// OpSessionOpen (38), OpSessionRenew (39) and OpSessionClose (40) keep the
+// session of the header alive (SessionService; see package meta, "Sessions
+// and leases"): open handles belong to it, and a remote client without a
+// registered session cannot hold any. OpSessionOpen carries the handles a
+// client re-registers after a server restart (u32 count, then per handle
+// u64 ino, u32 count, u8 write) and answers the lease (i64 ns), as does
+// OpSessionRenew. The client package registers and renews the session;
+// metarpc only carries it.
+//
+// In a session, every mutation (SetAttr, Create, CreateOpen, Mkdir,
+// Symlink, Link, Unlink, UnlinkAt, Rmdir, RmdirAt, Rename, SetXattr,
+// RemoveXattr, WriteDone, SetLayout) gets the session's next sequence
+// number, and a mutation whose connection broke or timed out in the
+// transport (EIO or ETIMEDOUT that is not the server's answer) is sent again
+// with the same number, with backoff, until the caller's ctx ends: the
+// server answers a request it already applied with the reply it stored
+// (request dedupe, package meta). A new number is handed out only while
+// the oldest mutation still waiting for its reply is less than
+// proto.MaxPendingRequests behind, the replies the server keeps per
+// session. Open, Release and ReleaseMany are numbered and retried the
+// same way (the server remembers their numbers in memory, with the handle
+// counts, so a retry neither counts nor drops a handle twice). Reads are
+// sent once. Without a session nothing is retried.
 //
 // Open (36), CreateOpen (37) and Capability (35) carry an access mode
 // (proto.Access, u8) and answer with a capability (u32 length + bytes,
@@ -41,7 +70,8 @@
 //   - The handler answers a request that does not decode with EINVAL (and
 //     logs it), an unknown op with ENOSYS; service errors travel as their
 //     syscall.Errno, so errors.Is works on the client side.
-//   - The client adds no state: retries and reconnects belong to the
-//     transport's Pool, and operations are not retried (they need not be
-//     idempotent).
+//   - The client's only state is its session id and the sequence numbers
+//     of its mutations; reconnects belong to the transport's Pool. Only
+//     mutations in a session are retried, and only because the server
+//     deduplicates them.
 package metarpc

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"reflect"
 	"syscall"
 	"testing"
@@ -33,7 +32,9 @@ func (c directConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byt
 		if !errors.As(err, &errno) {
 			errno = syscall.EIO
 		}
-		return nil, fmt.Errorf("remote: %v: %w", err, errno)
+		// As a transport delivers a handler's error: a RemoteError,
+		// which a client never mistakes for a broken connection.
+		return nil, &transport.RemoteError{Addr: "direct", Op: op, Errno: errno, Msg: err.Error()}
 	}
 	return resp, nil
 }
@@ -63,6 +64,11 @@ func exercise(t *testing.T, srv *meta.Server, c client) {
 		if err != nil {
 			t.Fatal(err)
 		}
+	}
+	if sc, ok := c.(metarpc.SessionService); ok {
+		// Over a real transport, handles need a registered session.
+		_, err := sc.OpenSession(ctx, nil)
+		must(err)
 	}
 	id, err := c.RegisterTarget(ctx, "uuid-1", proto.TargetInfo{Addr: "h:1", Total: 100 << 20, Free: 100 << 20})
 	must(err)
@@ -159,7 +165,7 @@ func exercise(t *testing.T, srv *meta.Server, c client) {
 
 func TestClientHandlerInProcess(t *testing.T) {
 	srv := newServer(t)
-	c := metarpc.NewConnClient(directConn{metarpc.NewHandler(srv, srv, nil)})
+	c := metarpc.NewConnClient(directConn{metarpc.NewHandler(srv, srv, nil)}, metarpc.WithSession(proto.NewSessionID()))
 	exercise(t, srv, c)
 }
 
@@ -173,7 +179,7 @@ func TestClientOverTCP(t *testing.T) {
 	defer ln.Close()
 	pool := transport.NewPool(tr, transport.PoolOptions{})
 	defer pool.Close()
-	exercise(t, srv, metarpc.NewClient(pool, ln.Addr()))
+	exercise(t, srv, metarpc.NewClient(pool, ln.Addr(), metarpc.WithSession(proto.NewSessionID())))
 }
 
 // TestRunServes starts meta.Run on a real directory and port, uses it
@@ -250,7 +256,7 @@ func TestConfigValidate(t *testing.T) {
 func TestExtended(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t)
-	c := metarpc.NewConnClient(directConn{metarpc.NewHandler(srv, srv, nil)})
+	c := metarpc.NewConnClient(directConn{metarpc.NewHandler(srv, srv, nil)}, metarpc.WithSession(proto.NewSessionID()))
 	if _, err := c.RegisterTarget(ctx, "u", proto.TargetInfo{Addr: "h:1", Total: 1 << 30, Free: 1 << 30}); err != nil {
 		t.Fatal(err)
 	}
@@ -399,11 +405,11 @@ func TestSessionsOverRPC(t *testing.T) {
 	ctx := context.Background()
 	srv := newServer(t)
 	h := metarpc.NewHandler(srv, srv, nil)
-	a := metarpc.NewConnClient(directConn{h})
-	b := metarpc.NewConnClient(directConn{h})
-	if a.Session() == b.Session() {
-		t.Fatal("two clients share a session id")
+	if c := metarpc.NewConnClient(directConn{h}); c.Session() != (proto.SessionID{}) {
+		t.Fatal("a client has a session id without asking for one")
 	}
+	a := metarpc.NewConnClient(directConn{h}, metarpc.WithSession(proto.NewSessionID()))
+	b := metarpc.NewConnClient(directConn{h}, metarpc.WithSession(proto.NewSessionID()))
 	f, err := a.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "p", Mode: syscall.S_IFIFO | 0644})
 	if err != nil {
 		t.Fatal(err)
@@ -437,3 +443,67 @@ func TestSessionsOverRPC(t *testing.T) {
 		t.Fatal("WithSession ignored")
 	}
 }
+
+// TestSessionLeaseOverTCP: a session that is not renewed expires; the
+// client's handle requests then answer ESTALE over the wire, and a new
+// registration works.
+func TestSessionLeaseOverTCP(t *testing.T) {
+	st := store.NewMem()
+	srv, err := meta.New(meta.Options{Store: st, Seed: 1, SessionLease: 50 * time.Millisecond, AllowUnauthenticated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { srv.Close(); st.Close() }()
+	tr := transport.NewTCP()
+	ln, err := tr.Listen("127.0.0.1:0", metarpc.NewHandler(srv, srv, nil))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pool := transport.NewPool(tr, transport.PoolOptions{})
+	defer pool.Close()
+	c := metarpc.NewClient(pool, ln.Addr(), metarpc.WithSession(proto.NewSessionID()))
+	ctx := context.Background()
+	if _, _, err := c.Open(ctx, proto.RootIno, proto.AccessRead); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("open before the session is registered: %v", err)
+	}
+	lease, err := c.OpenSession(ctx, nil)
+	if err != nil || lease != 50*time.Millisecond {
+		t.Fatalf("open session: %v, %v", lease, err)
+	}
+	if lease, err := c.RenewSession(ctx); err != nil || lease != 50*time.Millisecond {
+		t.Fatalf("renew: %v, %v", lease, err)
+	}
+	if _, _, err := c.Open(ctx, proto.RootIno, proto.AccessRead); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for srv.Sessions() > 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the session did not expire")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if n := srv.OpenCount(proto.RootIno); n != 0 {
+		t.Fatalf("open count %d after the session expired", n)
+	}
+	if err := c.Release(ctx, proto.RootIno); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("release in an expired session: %v", err)
+	}
+	if _, err := c.RenewSession(ctx); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("renew of an expired session: %v", err)
+	}
+	if _, err := c.OpenSession(ctx, []proto.OpenHandle{{Ino: proto.RootIno, Count: 1}}); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("reclaim after expiry: %v", err)
+	}
+	if err := c.CloseSession(ctx); err != nil {
+		t.Fatalf("close of an unknown session: %v", err)
+	}
+	plain := metarpc.NewConnClient(directConn{metarpc.NewHandler(nopMeta{}, nil, nil)})
+	if _, err := plain.OpenSession(ctx, nil); !errors.Is(err, syscall.ENOSYS) {
+		t.Fatalf("a service without sessions: %v", err)
+	}
+}
+
+// nopMeta is a metadata service with nothing beyond proto.MetaService.
+type nopMeta struct{ proto.MetaService }

@@ -19,14 +19,16 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	}
 	h := &handler{svc: svc, reg: reg, log: log}
 	h.ext, _ = svc.(Extended)
+	h.sess, _ = svc.(SessionService)
 	return h.serve
 }
 
 type handler struct {
-	svc proto.MetaService
-	ext Extended // nil if svc does not offer it
-	reg proto.TargetRegistry
-	log *slog.Logger
+	svc  proto.MetaService
+	ext  Extended       // nil if svc does not offer it
+	sess SessionService // nil if svc does not offer it
+	reg  proto.TargetRegistry
+	log  *slog.Logger
 }
 
 func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, error) {
@@ -45,6 +47,9 @@ func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, er
 	// The service authorizes the credentials against the peer in ctx (root
 	// squash, allow-list) and checks every operation against them.
 	ctx = proto.WithSession(proto.WithCred(ctx, hdr.Cred), hdr.Session)
+	if hdr.Seq != 0 {
+		ctx = proto.WithSeq(ctx, hdr.Seq)
+	}
 	if err := unmarshal(body, req); err != nil {
 		h.log.Warn("metarpc: malformed request", "op", op, "len", len(body), "err", err)
 		return nil, fmt.Errorf("%v: %w", err, syscall.EINVAL)
@@ -68,6 +73,20 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 			return nil, errNoExt
 		}
 		return h.callExt(ctx, op, req)
+	case OpSessionOpen, OpSessionRenew, OpSessionClose:
+		if h.sess == nil {
+			return nil, fmt.Errorf("metarpc: the service has no sessions: %w", syscall.ENOSYS)
+		}
+		switch op {
+		case OpSessionOpen:
+			l, err := h.sess.OpenSession(ctx, req.(*sessionOpenReq).Handles)
+			return &leaseResp{l}, err
+		case OpSessionRenew:
+			l, err := h.sess.RenewSession(ctx)
+			return &leaseResp{l}, err
+		default:
+			return &emptyMsg{}, h.sess.CloseSession(ctx)
+		}
 	}
 	switch r := req.(type) {
 	case *nameReq:

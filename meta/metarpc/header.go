@@ -12,7 +12,9 @@ import (
 
 // HeaderVersion is the version of the request header that starts every
 // request body. A server refuses (EINVAL) a version it does not know.
-const HeaderVersion = 1
+// Version 2 appended the request's sequence number; version 1 headers are
+// still read (sequence number 0: no dedupe).
+const HeaderVersion = 2
 
 // header is what every request says besides its operation: for whom it is
 // made and in which session.
@@ -23,6 +25,7 @@ const HeaderVersion = 1
 //	u32     n, the number of supplementary groups (at most proto.MaxGroups)
 //	n × u32 supplementary groups
 //	16 B    session id
+//	u64     seq: a mutation's sequence number in the session (0: none)
 //
 // The server trusts the credentials only as far as it trusts the peer:
 // root squash and the client allow-list apply (meta.Access), and every
@@ -30,6 +33,7 @@ const HeaderVersion = 1
 type header struct {
 	Cred    proto.Cred
 	Session proto.SessionID
+	Seq     uint64
 }
 
 func (h *header) encode(e *wire.Encoder) {
@@ -42,6 +46,7 @@ func (h *header) encode(e *wire.Encoder) {
 	}
 	e.U64(binary.LittleEndian.Uint64(h.Session[:8]))
 	e.U64(binary.LittleEndian.Uint64(h.Session[8:]))
+	e.U64(h.Seq)
 }
 
 // decodeHeader reads the header off the front of a request body and
@@ -50,7 +55,7 @@ func decodeHeader(b []byte) (header, []byte, error) {
 	var h header
 	d := wire.NewDecoder(b)
 	v := d.U8()
-	if d.Err() == nil && v != HeaderVersion {
+	if d.Err() == nil && v != 1 && v != HeaderVersion {
 		return h, nil, fmt.Errorf("metarpc: request header version %d not supported", v)
 	}
 	h.Cred.Uid = d.U32()
@@ -63,6 +68,9 @@ func decodeHeader(b []byte) (header, []byte, error) {
 	}
 	binary.LittleEndian.PutUint64(h.Session[:8], d.U64())
 	binary.LittleEndian.PutUint64(h.Session[8:], d.U64())
+	if v >= 2 {
+		h.Seq = d.U64()
+	}
 	if err := d.Err(); err != nil {
 		return h, nil, fmt.Errorf("metarpc: decode request header: %w", err)
 	}
@@ -87,24 +95,33 @@ func processCred() proto.Cred {
 // Option configures a Client.
 type Option func(*Client)
 
-// WithSession sets the session id the client's requests carry (default: a
-// random one per Client). The server counts open handles per session.
-func WithSession(id proto.SessionID) Option { return func(c *Client) { c.session = id } }
+// WithSession sets the session id the client's requests carry. The server
+// counts open handles per session, and a remote client may hold handles
+// only in a session it registered (SessionService.OpenSession) and keeps
+// renewing. Default: none (the zero id): such a client cannot open files,
+// which admin tools and storage servers do not need.
+func WithSession(id proto.SessionID) Option { return func(c *Client) { c.SetSession(id) } }
 
 // WithCred sets the credentials of requests whose ctx carries none
 // (default: this process's effective uid, gid and groups).
-func WithCred(cr proto.Cred) Option { return func(c *Client) { c.cred = cr } }
+func WithCred(cr proto.Cred) Option {
+	return func(c *Client) { c.cred = cr; c.SetSession(c.Session()) }
+}
 
-// header returns the encoded request header for a call made with ctx.
-func (c *Client) header(ctx context.Context) []byte {
+// header returns the encoded request header for a call made with ctx in
+// session sess as request seq (0: no dedupe).
+func (c *Client) header(ctx context.Context, sess *clientSession, seq uint64) []byte {
 	cr, ok := proto.CredFrom(ctx)
 	if !ok {
-		return c.defHeader
+		if seq == 0 {
+			return sess.defHeader
+		}
+		cr = c.cred
 	}
 	if len(cr.Groups) > proto.MaxGroups {
 		cr.Groups = cr.Groups[:proto.MaxGroups]
 	}
-	e := wire.NewEncoder(29 + 4*len(cr.Groups))
-	(&header{Cred: cr, Session: c.session}).encode(e)
+	e := wire.NewEncoder(37 + 4*len(cr.Groups))
+	(&header{Cred: cr, Session: sess.id, Seq: seq}).encode(e)
 	return e.B
 }

@@ -11,7 +11,8 @@ var opNames = map[uint16]string{
 	OpRelease: "release", OpSetLayout: "set_layout", OpStatFS: "statfs",
 	OpTargets: "targets", OpRegisterTarget: "register_target", OpCreateOpen: "create_open",
 	OpUnlinkAt: "unlink_at", OpRmdirAt: "rmdir_at", OpReleaseMany: "release_many",
-	OpCapability: "capability",
+	OpCapability: "capability", OpSessionOpen: "session_open", OpSessionRenew: "session_renew",
+	OpSessionClose: "session_close",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.

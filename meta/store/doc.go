@@ -26,6 +26,9 @@
 //	                                (gen only when not 0)
 //	t <id:4>                        target registry: id → uuid, address
 //	u <uuid>                        target registry: uuid → id
+//	s <session:16> <n:2> <name:n> <slot:8>
+//	                                remembered reply of a client request (request
+//	                                dedupe): its seq, errno, attributes, parent's
 //
 // A directory listing is a prefix scan of "d"+parent, continued after a name
 // by starting at "d"+parent+name+"\x00": listing is O(entries returned) at

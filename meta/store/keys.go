@@ -16,6 +16,7 @@ const (
 	PrefixGC        = 'g'
 	PrefixTargetID  = 't'
 	PrefixTargetUID = 'u'
+	PrefixReply     = 's' // remembered replies of client requests, per session
 )
 
 // Counter names.
@@ -82,6 +83,35 @@ func ParseGCKey(k []byte) (target uint32, ino uint64, stripe uint32, gen uint64,
 		}
 	}
 	return binary.BigEndian.Uint32(k[1:]), binary.BigEndian.Uint64(k[5:]), binary.BigEndian.Uint32(k[13:]), gen, true
+}
+
+// ReplyPrefix is "s" + session id (16 bytes) + u16 length of the client's
+// certificate name + the name: the prefix of every remembered reply of one
+// client session.
+func ReplyPrefix(session [16]byte, name string) []byte {
+	k := make([]byte, 0, 1+16+2+len(name)+8)
+	k = append(k, PrefixReply)
+	k = append(k, session[:]...)
+	k = binary.BigEndian.AppendUint16(k, uint16(len(name)))
+	return append(k, name...)
+}
+
+// ReplyKey is ReplyPrefix + slot: one of the session's reply slots.
+func ReplyKey(prefix []byte, slot uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(make([]byte, 0, len(prefix)+8), prefix...), slot)
+}
+
+// ParseReplyKey splits a reply key into its session prefix and slot; ok is
+// false for a malformed key.
+func ParseReplyKey(k []byte) (prefix []byte, slot uint64, ok bool) {
+	if len(k) < 1+16+2+8 || k[0] != PrefixReply {
+		return nil, 0, false
+	}
+	n := int(binary.BigEndian.Uint16(k[17:]))
+	if len(k) != 1+16+2+n+8 {
+		return nil, 0, false
+	}
+	return k[:len(k)-8], binary.BigEndian.Uint64(k[len(k)-8:]), true
 }
 
 // TargetIDKey is "t" + id.

@@ -1,0 +1,127 @@
+package meta
+
+import (
+	"errors"
+	"fmt"
+	"syscall"
+
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
+)
+
+// The request dedupe (Raft thesis §6.3). A client names each mutation with
+// its session and a sequence number (Command.Session, SessionName, Seq).
+// The state machine stores the reply of every such command (its errno, and
+// the attributes it returned) in the same batch as its changes; a command
+// whose request already has a reply is not applied again but answered with
+// that reply. A client retrying a request after a broken connection, a
+// timeout or a failover therefore gets the outcome of the first attempt: a
+// retried create neither fails with EEXIST nor creates twice, a retried
+// unlink does not fail with ENOENT.
+//
+// A session's replies live in proto.MaxPendingRequests slots, the reply of
+// request seq in slot seq mod MaxPendingRequests, each naming its request:
+// storing a reply overwrites the one of the request MaxPendingRequests
+// earlier, so nothing is ever deleted request by request (deletes would
+// leave tombstones that every later lookup has to step over). A client
+// never has a request waiting for its reply more than MaxPendingRequests
+// behind its newest (metarpc holds new requests back), so the reply of
+// every request it may still retry is there. OpSessionDrop deletes a
+// session's slots when it expires or closes, and after the grace period
+// of a restart for sessions that did not come back; a retry of a forgotten
+// request is applied as a new one.
+
+// replyVersion is the format of a stored reply:
+//
+//	u8   version
+//	u64  the request's sequence number
+//	u32  errno (0: success)
+//	attr the attributes returned (proto.Attr encoding)
+//	attr the parent directory's attributes returned
+const replyVersion = 1
+
+func encodeReply(seq uint64, errno syscall.Errno, res *applyResult) []byte {
+	e := wire.NewEncoder(168)
+	e.U8(replyVersion)
+	e.U64(seq)
+	e.U32(uint32(errno))
+	res.attr.Encode(e)
+	res.parent.Encode(e)
+	return e.B
+}
+
+func decodeReply(b []byte) (seq uint64, errno syscall.Errno, res applyResult, err error) {
+	d := wire.NewDecoder(b)
+	if v := d.U8(); d.Err() == nil && v != replyVersion {
+		return 0, 0, res, fmt.Errorf("meta: stored reply version %d not supported", v)
+	}
+	seq = d.U64()
+	errno = syscall.Errno(d.U32())
+	res.attr.Decode(d)
+	res.parent.Decode(d)
+	if err := d.Done(); err != nil {
+		return 0, 0, res, fmt.Errorf("meta: decode stored reply: %w", err)
+	}
+	return seq, errno, res, nil
+}
+
+func replySlot(c *Command) []byte {
+	return store.ReplyKey(store.ReplyPrefix(c.Session, c.SessionName), c.Seq%proto.MaxPendingRequests)
+}
+
+// remembered returns the stored reply of c's request, if there is one
+// (found); err is the reply's error.
+func (sm *stateMachine) remembered(c *Command) (res applyResult, found bool, err error) {
+	v, err := sm.st.Get(replySlot(c))
+	if errors.Is(err, store.ErrNotFound) {
+		return applyResult{}, false, nil
+	}
+	if err != nil {
+		return applyResult{}, true, errnof(syscall.EIO, "read stored reply: %v", err)
+	}
+	seq, errno, res, err := decodeReply(v)
+	if err != nil {
+		return applyResult{}, true, fmt.Errorf("%w: %w", err, syscall.EIO)
+	}
+	if seq != c.Seq {
+		return applyResult{}, false, nil // the slot holds another request's
+	}
+	res.dup = true
+	if errno != 0 {
+		return res, true, fmt.Errorf("meta: %s of request %d, retried: the first attempt's reply: %w", c.Op, c.Seq, errno)
+	}
+	return res, true, nil
+}
+
+// remember puts the reply of c's request (errno, and the attributes in
+// t.res) into t's batch.
+func (t *txn) remember(c *Command, errno syscall.Errno) {
+	t.b.Set(replySlot(c), encodeReply(c.Seq, errno, &t.res))
+}
+
+// rememberFailure stores the reply of a command that failed with err (a
+// batch of its own: the failed command's changes are dropped) and returns
+// err. An error without an errno is not a reply to remember.
+func (sm *stateMachine) rememberFailure(c *Command, err error, sync bool) (applyResult, error) {
+	var errno syscall.Errno
+	if !errors.As(err, &errno) || errno == 0 {
+		return applyResult{}, err
+	}
+	t := sm.newTxn(sync)
+	defer t.b.Close()
+	t.remember(c, errno)
+	if cerr := t.commit(); cerr != nil {
+		return applyResult{}, cerr
+	}
+	return applyResult{wrote: t.res.wrote, synced: t.res.synced}, err
+}
+
+// stamp sets the request id of cmd from the caller's request: its session
+// and sequence number, if it has one (else cmd is not deduplicated).
+func (c caller) stamp(cmd *Command) {
+	if c.seq == 0 || c.sess.id == (proto.SessionID{}) {
+		return
+	}
+	cmd.Session, cmd.SessionName, cmd.Seq = c.sess.id, c.sess.name, c.seq
+}
