@@ -33,6 +33,14 @@
 //
 // # Group commit
 //
+// The commit path is a seam (log.go, commitLog): the Server methods
+// propose commands; a log orders them, makes them durable and applies them
+// in order through the state machine, each with its log index, which the
+// state machine records (counter applied_index) in the same batch as the
+// command's changes. The single server's log is the group commit below,
+// its index a local counter; the replicated log is raft's (below, "How
+// raft slots in"), its index the raft entry index.
+//
 // Proposed commands wait in one ordered list; one proposer at a time is
 // the leader. It takes the waiting commands (up to Options.MaxGroup, its
 // own first) as a group, applies each as its own unsynced batch (so the
@@ -173,10 +181,11 @@
 // The next step replicates the command log over three servers with
 // go.etcd.io/raft/v3. The proposer side (Server methods) stays: it still
 // decides inode numbers, time, credentials and candidates, then proposes the
-// encoded Command to raft instead of the local queue. The applier becomes
-// the loop over committed entries; each batch then also records the applied
-// raft index, and durability comes from the raft log, so batches need not
-// be synced. The leader's inode allocator must start above the applied
+// encoded Command to raft instead of the local queue (a second
+// commitLog). The applier becomes the loop over committed entries (package
+// meta/raftlog drives raft and calls back with each committed entry); each
+// batch records the applied raft index, and durability comes from the raft
+// log, so batches need not be synced. The leader's inode allocator must start above the applied
 // high-water mark plus what it has in flight. Open counts, the reclaim
 // queue, the GC loop and target liveness run on the leader only.
 package meta

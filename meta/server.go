@@ -91,11 +91,10 @@ type Server struct {
 
 	nextIno atomic.Uint64 // the proposer's inode allocator
 
-	// Proposed commands wait in order; one proposer at a time is the
-	// leader that applies and syncs a group (see propose).
-	qmu     sync.Mutex
-	waiting []*proposal
-	leading bool
+	// commits is the commit path (log.go): the local group commit, or a
+	// replicated log.
+	commits commitLog
+	local   *localLog // commits when it is the local log (tests look inside)
 
 	mu       sync.Mutex
 	closed   bool
@@ -113,17 +112,6 @@ type Server struct {
 	ctx         context.Context
 	cancel      context.CancelFunc
 	bg          sync.WaitGroup
-
-	groups, commands atomic.Uint64
-}
-
-type proposal struct {
-	cmd *Command
-	res applyResult
-	err error
-	// wake receives false once the command's group is durable (res and err
-	// are set), or true when its proposer must become the leader.
-	wake chan bool
 }
 
 // New opens the state machine on opts.Store (formatting an empty store),
@@ -190,6 +178,8 @@ func New(opts Options) (*Server, error) {
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
 	}
+	s.local = newLocalLog(sm, opts.MaxGroup, opts.applyHook, s.log.Error)
+	s.commits = s.local
 	if err := s.reg.load(opts.Store); err != nil {
 		return nil, err
 	}
@@ -236,16 +226,9 @@ func (s *Server) Close() error {
 
 var errClosed = fmt.Errorf("meta: server shutting down: %w", syscall.EIO)
 
-// propose applies c and waits until its group is durable.
-//
-// Group commit without a dedicated goroutine: the proposer that finds no
-// leader becomes it, takes the waiting commands (its own first) as a group,
-// applies each as its own unsynced batch (visible to the next command at
-// once) except the last, which is committed synced and so makes the whole
-// group durable with one WAL sync; only then are the group's proposers
-// woken. Commands proposed meanwhile wait; when the leader is done it hands
-// the lead to the first of them, whose group is all of them. A lone caller
-// therefore applies and syncs on its own goroutine, with no hand-off.
+// propose hands c to the commit path (log.go) and waits until it is
+// applied and durable, then starts the in-memory follow-ups (reclaim of new
+// orphans, object GC).
 func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
 	s.mu.Lock()
 	if s.closed && c.Op != OpInit {
@@ -255,27 +238,14 @@ func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
-	p := &proposal{cmd: c, wake: make(chan bool, 1)}
-	s.qmu.Lock()
-	s.waiting = append(s.waiting, p)
-	lead := !s.leading
-	s.leading = true
-	s.qmu.Unlock()
-	// Once queued the command will be applied; wait for the outcome even if
-	// ctx ends, so the caller never reports failure for a change that happened.
-	if !lead {
-		lead = <-p.wake
+	res, err := s.commits.propose(ctx, c)
+	if err == nil && len(res.orphans) > 0 {
+		s.enqueueReclaim(res.orphans...)
 	}
-	if lead {
-		s.lead(p)
-	}
-	if p.err == nil && len(p.res.orphans) > 0 {
-		s.enqueueReclaim(p.res.orphans...)
-	}
-	if p.err == nil && p.res.gcQueued > 0 {
+	if err == nil && res.gcQueued > 0 {
 		kick(s.kickGC)
 	}
-	return p.res, p.err
+	return res, err
 }
 
 func kick(c chan struct{}) {
@@ -285,67 +255,9 @@ func kick(c chan struct{}) {
 	}
 }
 
-// lead applies one group, which starts with self (the leader's own
-// proposal is the first waiting one), then wakes its proposers and passes
-// the lead on if more commands wait.
-func (s *Server) lead(self *proposal) {
-	s.qmu.Lock()
-	n := min(len(s.waiting), s.opts.MaxGroup)
-	group := append([]*proposal(nil), s.waiting[:n]...)
-	s.waiting = s.waiting[n:]
-	if len(s.waiting) == 0 {
-		s.waiting = nil // let the backing array go
-	}
-	s.qmu.Unlock()
-	if group[0] != self {
-		panic("meta: group commit leader is not the first waiting proposal")
-	}
-	s.applyGroup(group)
-	for _, q := range group[1:] {
-		q.wake <- false
-	}
-	s.qmu.Lock()
-	if len(s.waiting) == 0 {
-		s.leading = false
-		s.qmu.Unlock()
-		return
-	}
-	next := s.waiting[0]
-	s.qmu.Unlock()
-	next.wake <- true
-}
-
-// applyGroup applies the commands of a group in order and makes them
-// durable with one sync: the last batch is committed synced (which syncs
-// every earlier one too), or, if the last command wrote nothing, a separate
-// sync follows.
-func (s *Server) applyGroup(group []*proposal) {
-	wrote, synced := false, false
-	for i, q := range group {
-		if s.opts.applyHook != nil {
-			s.opts.applyHook(q.cmd)
-		}
-		q.res, q.err = s.sm.applySynced(q.cmd, i == len(group)-1)
-		wrote = wrote || q.res.wrote
-		synced = q.res.synced
-	}
-	if wrote && !synced {
-		if err := s.st.Sync(); err != nil {
-			s.log.Error("meta: group sync failed", "err", err)
-			for _, q := range group {
-				if q.err == nil {
-					q.err = fmt.Errorf("meta: sync: %v: %w", err, syscall.EIO)
-				}
-			}
-		}
-	}
-	s.groups.Add(1)
-	s.commands.Add(uint64(len(group)))
-}
-
 // GroupStats returns how many group commits and commands were applied.
 func (s *Server) GroupStats() (groups, commands uint64) {
-	return s.groups.Load(), s.commands.Load()
+	return s.commits.stats()
 }
 
 // --- reads ---

@@ -526,12 +526,12 @@ func TestApplyDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, b := range log {
+		for i, b := range log {
 			c, err := DecodeCommand(b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sm.apply(c)
+			sm.applyAt(c, uint64(i+1), false)
 		}
 		return m
 	}

@@ -46,8 +46,12 @@ type stateMachine struct {
 	nextIno    uint64 // every stored inode number is below this
 	inodes     uint64
 	nextTarget uint32
-	uuidToID   map[string]proto.TargetID
-	idToUUID   map[proto.TargetID]string
+	// applied is the log index recorded by the last batch written: every
+	// batch records the index of the command it applies, so the store
+	// says how far into the log its state is (the counter applied_index).
+	applied  uint64
+	uuidToID map[string]proto.TargetID
+	idToUUID map[proto.TargetID]string
 }
 
 // applyResult is what a command did, for the proposer's in-memory work.
@@ -73,6 +77,9 @@ func openStateMachine(st store.Store) (*stateMachine, error) {
 		return nil, err
 	}
 	if sm.inodes, err = getCounter(st, store.CounterInodes); err != nil {
+		return nil, err
+	}
+	if sm.applied, err = getCounter(st, store.CounterApplied); err != nil {
 		return nil, err
 	}
 	nt, err := getCounter(st, store.CounterNextTarget)
@@ -126,7 +133,8 @@ type txn struct {
 
 	nextIno, inodes uint64
 	nextTarget      uint32
-	sync            bool // commit the batch synced
+	index           uint64 // the command's log index, recorded with its changes
+	sync            bool   // commit the batch synced
 }
 
 func (t *txn) get(ino proto.Ino) (*inode, error) {
@@ -203,30 +211,39 @@ func (t *txn) commit() error {
 	if t.b.Len() == 0 {
 		return nil
 	}
+	t.b.Set(store.CounterKey(store.CounterApplied), u64(t.index))
 	if err := t.b.Commit(t.sync); err != nil {
 		return errnof(syscall.EIO, "commit: %v", err)
 	}
 	t.sm.nextIno, t.sm.inodes, t.sm.nextTarget = t.nextIno, t.inodes, t.nextTarget
+	t.sm.applied = t.index
 	t.res.wrote = true
 	t.res.synced = t.sync
 	return nil
 }
 
-// apply validates c against the current state and either commits all its
-// changes as one batch (unsynced: the applier syncs the group) or returns an
-// error and changes nothing.
+// apply is applyAt at the index after the last one recorded, unsynced
+// (tests that drive the state machine without a log).
 func (sm *stateMachine) apply(c *Command) (applyResult, error) {
-	return sm.applySynced(c, false)
+	return sm.applyAt(c, sm.applied+1, false)
 }
 
-// applySynced is apply, committing the batch synced if sync is set: a
-// synced commit also makes every earlier unsynced batch durable, so the
-// applier syncs the last command of a group this way instead of writing a
-// separate sync record (res.synced says whether it happened: not when the
-// command failed or changed nothing).
-func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) {
+// applyAt validates c, the command at log index index, against the current
+// state and either commits all its changes, and the index (counter
+// applied_index), as one batch, or returns an error and changes nothing
+// (a command that fails or changes nothing records no index: applying it
+// again to the same state does nothing again). Indexes must grow from
+// call to call; the log (log.go) owns them.
+//
+// With sync the batch is committed synced: a synced commit also makes
+// every earlier unsynced batch durable, so the local log syncs the last
+// command of a group this way instead of writing a separate sync record
+// (res.synced says whether it happened: not when the command failed or
+// changed nothing). A replicated log applies unsynced: its own log is
+// what is durable.
+func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResult, error) {
 	t := &txn{
-		sm: sm, b: sm.st.NewBatch(), sync: sync,
+		sm: sm, b: sm.st.NewBatch(), sync: sync, index: index,
 		cache: map[proto.Ino]*inode{}, dirty: map[proto.Ino]bool{}, deleted: map[proto.Ino]bool{},
 		nextIno: sm.nextIno, inodes: sm.inodes, nextTarget: sm.nextTarget,
 	}

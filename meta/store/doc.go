@@ -11,7 +11,8 @@
 // with a format version byte).
 //
 //	c <name>                        counters: next_ino (allocator high-water mark),
-//	                                inodes (inodes in use), next_target, format
+//	                                inodes (inodes in use), next_target, format,
+//	                                applied_index (log index of the last batch)
 //	i <ino:8>                       inode record: attributes, layout, symlink target,
 //	                                parent (directories), written flag
 //	d <parent:8> <name>             directory entry → child ino + file type

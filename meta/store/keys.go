@@ -24,6 +24,9 @@ const (
 	CounterInodes     = "inodes"
 	CounterNextTarget = "next_target"
 	CounterFormat     = "format"
+	// CounterApplied is the log index of the last command whose changes
+	// are stored, written in the same batch as those changes.
+	CounterApplied = "applied_index"
 )
 
 // CounterKey is "c" + name.
