@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -23,6 +24,10 @@ func TestTCP(t *testing.T) {
 	const n = 3
 	var (
 		ts    [n + 1]*TCPTransport
+		// The handlers find their transport here: it is made after the
+		// listeners (it needs their addresses), and the race detector
+		// sees no order through sockets.
+		handlers [n + 1]atomic.Pointer[TCPTransport]
 		lns   [n + 1]transport.Listener
 		nodes [n + 1]*Node
 		sms   [n + 1]*kvSM
@@ -30,7 +35,11 @@ func TestTCP(t *testing.T) {
 	)
 	for i := uint64(1); i <= n; i++ {
 		ln, err := tr.Listen("127.0.0.1:0", func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
-			return ts[i].Handler(ctx, op, req)
+			t := handlers[i].Load()
+			if t == nil {
+				return nil, syscall.EAGAIN
+			}
+			return t.Handler(ctx, op, req)
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -49,6 +58,7 @@ func TestTCP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		handlers[i].Store(ts[i])
 		st, err := OpenStorage("log", StorageOptions{FS: vfs.NewMem()})
 		if err != nil {
 			t.Fatal(err)
