@@ -23,15 +23,15 @@ func TestTCP(t *testing.T) {
 	tr := transport.NewTCPWith(transport.TCPOptions{Logger: quiet})
 	const n = 3
 	var (
-		ts    [n + 1]*TCPTransport
+		ts [n + 1]*TCPTransport
 		// The handlers find their transport here: it is made after the
 		// listeners (it needs their addresses), and the race detector
 		// sees no order through sockets.
 		handlers [n + 1]atomic.Pointer[TCPTransport]
-		lns   [n + 1]transport.Listener
-		nodes [n + 1]*Node
-		sms   [n + 1]*kvSM
-		peers = map[uint64]string{}
+		lns      [n + 1]transport.Listener
+		nodes    [n + 1]*Node
+		sms      [n + 1]*kvSM
+		peers    = map[uint64]string{}
 	)
 	for i := uint64(1); i <= n; i++ {
 		ln, err := tr.Listen("127.0.0.1:0", func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
