@@ -243,7 +243,7 @@ func (c *cluster) leaderOf(ids []uint64) uint64 {
 		}
 		lead = st.Leader
 	}
-	if lead == 0 || !slices.Contains(ids, lead) || c.nodes[lead] == nil || !c.nodes[lead].Status().IsLeader {
+	if lead == 0 || !slices.Contains(ids, lead) || c.nodes[lead] == nil || !c.nodes[lead].Status().Ready {
 		return 0
 	}
 	return lead

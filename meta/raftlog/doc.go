@@ -50,6 +50,13 @@
 //     with NotLeaderError (proposals are never forwarded: clients find the
 //     leader); a proposal whose ctx ends or whose node loses leadership
 //     gets an error that says its outcome is unknown, never a success.
+//   - A new leader takes proposals only once it has applied its term's
+//     first entry (the empty entry raft appends at election), and so every
+//     entry of earlier terms (ErrNotReady before; Status.Ready after).
+//     Config.OnLeader runs at that moment on the node goroutine, and
+//     ProposeIf's check runs there too, so a proposer that resets state
+//     from the applied state (meta's inode allocator) can refuse
+//     proposals built before the reset.
 //   - A command entry's data is an 8-byte proposal id and the command.
 //     Ids are unique per node incarnation (the node id in the top 16 bits,
 //     a random 48-bit counter), so an entry proposed before a restart can

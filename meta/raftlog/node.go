@@ -23,6 +23,9 @@ var (
 	// the request was taken): nothing was proposed. NotLeaderError says
 	// which node is leader, if known.
 	ErrNotLeader = fmt.Errorf("raftlog: not the leader: %w", syscall.EAGAIN)
+	// ErrNotReady: this node was just elected and has not yet applied
+	// the entries of earlier terms; nothing was proposed; retry shortly.
+	ErrNotReady = fmt.Errorf("raftlog: new leader not ready yet: %w", syscall.EAGAIN)
 	// ErrStopped: the node stopped before the request completed; a
 	// proposal's fate is unknown.
 	ErrStopped = fmt.Errorf("raftlog: node stopped: %w", syscall.EIO)
@@ -88,7 +91,13 @@ type Config struct {
 	// snapshot, the node takes a snapshot and compacts the log, keeping
 	// the last SnapshotKeep entries. 0: never.
 	SnapshotEvery, SnapshotKeep uint64
-	Logger                      *slog.Logger
+	// OnLeader, if set, is called on the node goroutine when this node,
+	// leader of term, has applied its term's first entry: every entry of
+	// earlier terms is applied then, so the state machine holds all that
+	// any earlier leader had committed. A proposer that decides things
+	// from the applied state (meta's inode allocator) resynchronises here.
+	OnLeader func(term uint64)
+	Logger   *slog.Logger
 }
 
 // Node runs one member of a raft group: a RawNode driven by one goroutine
@@ -114,7 +123,10 @@ type Node struct {
 	readyRds []*readWait          // reads whose index is known, waiting for apply
 	applied  uint64
 	snapIdx  uint64
-	cs       *pb.ConfState
+	// readyTerm is the term in which this node, as leader, applied its
+	// term's first entry: it takes proposals only in that term.
+	readyTerm uint64
+	cs        *pb.ConfState
 
 	status atomic.Pointer[Status]
 	// changed is closed and replaced when the status changes (tests wait
@@ -129,6 +141,9 @@ type Status struct {
 	Commit, Applied     uint64
 	IsLeader, Stopped   bool
 	LastIndex, Snapshot uint64
+	// Ready: IsLeader, and the node applied its term's first entry: it
+	// takes proposals (see Config.OnLeader).
+	Ready bool
 }
 
 type waiter struct {
@@ -323,11 +338,30 @@ func (n *Node) Changed() <-chan struct{} {
 // entry may or may not be committed later: the caller must treat the
 // outcome as unknown (a retry needs deduplication above the log).
 func (n *Node) Propose(ctx context.Context, data []byte) (any, error) {
+	return n.ProposeIf(ctx, data, nil)
+}
+
+// ProposeIf is Propose that first runs check on the node goroutine, once
+// the node is known to be a ready leader (see Config.OnLeader), and
+// proposes nothing if check fails: a proposer validates there what
+// OnLeader may have changed (an allocator reset at a change of leader).
+func (n *Node) ProposeIf(ctx context.Context, data []byte, check func() error) (any, error) {
 	ch := make(chan proposalResult, 1)
 	err := n.do(ctx, func() {
-		if n.rn.BasicStatus().RaftState != raft.StateLeader {
-			ch <- proposalResult{err: &NotLeaderError{Leader: n.rn.BasicStatus().Lead}}
+		bs := n.rn.BasicStatus()
+		if bs.RaftState != raft.StateLeader {
+			ch <- proposalResult{err: &NotLeaderError{Leader: bs.Lead}}
 			return
+		}
+		if n.readyTerm != bs.GetTerm() {
+			ch <- proposalResult{err: ErrNotReady}
+			return
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				ch <- proposalResult{err: err}
+				return
+			}
 		}
 		n.nextID = (n.nextID + 1) & (1<<48 - 1)
 		id := n.idHi | n.nextID
@@ -476,7 +510,15 @@ func (n *Node) apply(ents []*pb.Entry) error {
 		switch e.GetType() {
 		case pb.EntryNormal:
 			if len(e.GetData()) < 8 {
-				break // the empty entry a new leader appends
+				// The empty entry a new leader appends first.
+				if bs := n.rn.BasicStatus(); bs.RaftState == raft.StateLeader && e.GetTerm() == bs.GetTerm() {
+					n.applied = idx
+					n.readyTerm = e.GetTerm()
+					if n.cfg.OnLeader != nil {
+						n.cfg.OnLeader(e.GetTerm())
+					}
+				}
+				break
 			}
 			id := binary.BigEndian.Uint64(e.GetData())
 			v := n.sm.Apply(idx, e.GetData()[8:])
@@ -588,6 +630,7 @@ func (n *Node) publish() {
 		ID: n.cfg.ID, Leader: bs.Lead, Term: bs.GetTerm(), Commit: bs.GetCommit(), Applied: n.applied,
 		IsLeader: bs.RaftState == raft.StateLeader, LastIndex: last, Snapshot: n.snapIdx,
 	}
+	st.Ready = st.IsLeader && n.readyTerm == st.Term
 	if old := n.status.Load(); old != nil && *old == *st {
 		return
 	}
@@ -597,7 +640,7 @@ func (n *Node) publish() {
 
 func (n *Node) publishStopped() {
 	st := *n.status.Load()
-	st.Stopped, st.IsLeader = true, false
+	st.Stopped, st.IsLeader, st.Ready = true, false, false
 	n.status.Store(&st)
 	n.notify()
 }

@@ -98,7 +98,7 @@ func TestTCP(t *testing.T) {
 	var lead uint64
 	waitUntil("a leader", func() bool {
 		for i := 1; i <= n; i++ {
-			if nodes[i].Status().IsLeader {
+			if nodes[i].Status().Ready {
 				lead = uint64(i)
 				return true
 			}
@@ -110,12 +110,12 @@ func TestTCP(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		_, err := nodes[lead].Propose(ctx, []byte(fmt.Sprintf("k%d=%d", i, i)))
 		cancel()
-		if nl := (*NotLeaderError)(nil); errors.As(err, &nl) {
+		if errors.Is(err, ErrNotLeader) || errors.Is(err, ErrNotReady) {
 			// Leadership moved (a slow machine missed heartbeats): the
 			// proposal was not taken; find the leader and propose again.
 			waitUntil("a new leader", func() bool {
 				for j := 1; j <= n; j++ {
-					if nodes[j].Status().IsLeader {
+					if nodes[j].Status().Ready {
 						lead = uint64(j)
 						return true
 					}
