@@ -178,14 +178,31 @@
 //
 // # How raft slots in
 //
-// The next step replicates the command log over three servers with
-// go.etcd.io/raft/v3. The proposer side (Server methods) stays: it still
-// decides inode numbers, time, credentials and candidates, then proposes the
-// encoded Command to raft instead of the local queue (a second
-// commitLog). The applier becomes the loop over committed entries (package
-// meta/raftlog drives raft and calls back with each committed entry); each
-// batch records the applied raft index, and durability comes from the raft
-// log, so batches need not be synced. The leader's inode allocator must start above the applied
-// high-water mark plus what it has in flight. Open counts, the reclaim
-// queue, the GC loop and target liveness run on the leader only.
+// The command log is replicated over three (or five) servers with
+// go.etcd.io/raft/v3 (package meta/raftlog). The proposer side (Server
+// methods) stays: it still decides inode numbers, time, credentials and
+// candidates, then proposes the encoded Command to raft instead of the
+// local queue: Options.Replica makes raftLog (replicated.go) the commit
+// path. raftlog applies each committed entry on every member through
+// stateMachine.applyAt with the raft index, which the batch records;
+// durability comes from the raft log (fsync'd on a majority before an
+// entry commits), so batches are not synced, and after a crash the log
+// is applied again from the recorded index.
+//
+// Only the leader takes commands: a follower's propose fails with EAGAIN
+// naming the leader (raftlog.NotLeaderError), as does a new leader's until
+// it has applied every entry of earlier terms. Every applied command raises
+// the server's inode allocator to the applied high-water mark (next_ino),
+// on followers too; when a server becomes leader (having applied all
+// earlier entries) it raises it once more, and refuses (EAGAIN) any new
+// inode numbered below that point, which may have come from the allocator
+// before it caught up: a number is never handed out twice. The first
+// leader formats an empty store (OpInit).
+//
+// Not yet replicated-aware (see the issue): reads go to the local store
+// on every member (a follower's may be stale; linearizable reads need
+// raftlog's ReadIndex on the leader); open counts, the reclaim queue, the
+// GC loop, orphan grace and target liveness are per server and should run
+// on the leader only; snapshots of the store (pebble checkpoints) are not
+// taken, so the raft log is not compacted.
 package meta

@@ -68,6 +68,10 @@ type Options struct {
 	// default DefaultCapabilityLifetime. Clients renew at 2/3 of it.
 	CapabilityLifetime time.Duration
 
+	// Replica, if set, makes the server a member of a raft group
+	// (replicated.go); nil: a single server.
+	Replica *Replica
+
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
 	applyHook func(*Command)
@@ -95,6 +99,7 @@ type Server struct {
 	// replicated log.
 	commits commitLog
 	local   *localLog // commits when it is the local log (tests look inside)
+	replica *raftLog  // commits when replicated
 
 	mu       sync.Mutex
 	closed   bool
@@ -178,8 +183,10 @@ func New(opts Options) (*Server, error) {
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
 	}
-	s.local = newLocalLog(sm, opts.MaxGroup, opts.applyHook, s.log.Error)
-	s.commits = s.local
+	if opts.Replica == nil {
+		s.local = newLocalLog(sm, opts.MaxGroup, opts.applyHook, s.log.Error)
+		s.commits = s.local
+	}
 	if err := s.reg.load(opts.Store); err != nil {
 		return nil, err
 	}
@@ -187,7 +194,7 @@ func New(opts Options) (*Server, error) {
 		s.opts.Storage = s.opts.NewStorage(s.ResolveTarget)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if sm.nextIno == 0 {
+	if sm.nextIno == 0 && opts.Replica == nil {
 		_, err := s.propose(s.ctx, &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: opts.RootUid, Gid: opts.RootGid})
 		if err != nil {
 			s.Close()
@@ -195,6 +202,13 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.nextIno.Store(sm.nextIno)
+	if opts.Replica != nil {
+		// A replica's store is formatted by the first leader.
+		if err := s.startReplica(opts.Replica); err != nil {
+			s.cancel()
+			return nil, err
+		}
+	}
 	s.bg.Add(3)
 	go s.reclaimLoop()
 	go s.gcLoop()
@@ -219,6 +233,9 @@ func (s *Server) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.cancel()
+	if s.replica != nil {
+		s.replica.stop() // fails the proposals in flight
+	}
 	s.bg.Wait()
 	s.inflight.Wait()
 	return nil
