@@ -102,11 +102,14 @@ type cluster struct {
 	sm    map[uint64]*kvSM
 	nodes map[uint64]*Node
 	cfg   func(*Config)
+	// keep holds the state machines that survive their node's crash
+	// (a state machine with a store of its own), for the next start.
+	keep map[uint64]*kvSM
 }
 
 func newCluster(t testing.TB, n int, cfg func(*Config)) *cluster {
 	c := &cluster{t: t, nw: NewMemNetwork(), fs: map[uint64]*vfs.MemFS{}, st: map[uint64]*Storage{},
-		sm: map[uint64]*kvSM{}, nodes: map[uint64]*Node{}, cfg: cfg}
+		sm: map[uint64]*kvSM{}, nodes: map[uint64]*Node{}, cfg: cfg, keep: map[uint64]*kvSM{}}
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
 		c.fs[uint64(i)] = vfs.NewCrashableMem()
@@ -126,7 +129,11 @@ func (c *cluster) start(id uint64) {
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)
 	}
-	sm := newKV()
+	sm := c.keep[id]
+	delete(c.keep, id)
+	if sm == nil {
+		sm = newKV()
+	}
 	cfg := Config{ID: id, Peers: c.ids, Storage: st, SM: sm, Transport: c.nw.Transport(id)}
 	if c.cfg != nil {
 		c.cfg(&cfg)

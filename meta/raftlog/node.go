@@ -212,13 +212,19 @@ func NewNode(cfg Config) (*Node, error) {
 		n.applied = n.snapIdx
 	}
 	hs, cs, _ := cfg.Storage.InitialState()
-	if n.applied > hs.GetCommit() {
-		return nil, fmt.Errorf("raftlog: the state machine applied %d but the log committed only %d: the log is not this state's", n.applied, hs.GetCommit())
+	last, _ := cfg.Storage.LastIndex()
+	if n.applied > last {
+		return nil, fmt.Errorf("raftlog: the state machine applied entry %d but the log ends at %d: the log is not this state's", n.applied, last)
 	}
+	// The state machine may be ahead of the commit index the log recorded
+	// (commit index changes are written unsynced, while a state machine's
+	// store has a life of its own): raft starts from the recorded commit
+	// index, and the entries up to n.applied, which it delivers again once
+	// the leader confirms they are committed, are skipped (apply).
 	n.cs = cs
 	rc := &raft.Config{
 		ID: cfg.ID, ElectionTick: cfg.ElectionTick, HeartbeatTick: cfg.HeartbeatTick,
-		Storage: cfg.Storage, Applied: n.applied,
+		Storage: cfg.Storage, Applied: min(n.applied, hs.GetCommit()),
 		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, MaxUncommittedEntriesSize: 64 << 20,
 		// CheckQuorum: a leader cut off from a majority steps down after an
 		// election timeout; PreVote: a node coming back from a partition
@@ -234,7 +240,6 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: %w", err)
 	}
-	last, _ := cfg.Storage.LastIndex()
 	if last == 0 && raft.IsEmptyHardState(hs) {
 		if len(cfg.Peers) == 0 {
 			return nil, errors.New("raftlog: an empty log needs Config.Peers to bootstrap")

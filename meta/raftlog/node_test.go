@@ -228,33 +228,49 @@ func TestCrashAllRecovers(t *testing.T) {
 
 // TestSnapshotCatchUp: with snapshots every 10 entries the log stays short;
 // a follower that was down while the leader compacted past its log is
-// sent a snapshot and then the tail, and ends with the same state.
+// sent a snapshot and then the tail, and ends with the same state; every
+// node restarts from its own snapshot and log (keeping no entries before
+// the snapshot, or a few).
 func TestSnapshotCatchUp(t *testing.T) {
-	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEvery, cfg.SnapshotKeep = 10, 3 })
-	lead := c.waitLeader(c.ids)
-	down := others(c.ids, lead)[0]
-	c.crash(down)
-	for i := range 60 {
-		if _, err := c.propose(lead, fmt.Sprintf("k%d=%d", i%7, i)); err != nil {
-			t.Fatal(err)
-		}
+	for _, keep := range []uint64{0, 3} {
+		t.Run(fmt.Sprint("keep=", keep), func(t *testing.T) {
+			c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEvery, cfg.SnapshotKeep = 10, keep })
+			lead := c.waitLeader(c.ids)
+			down := others(c.ids, lead)[0]
+			c.crash(down)
+			for i := range 60 {
+				if _, err := c.propose(lead, fmt.Sprintf("k%d=%d", i%7, i)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			first, _ := c.st[lead].FirstIndex()
+			last, _ := c.st[lead].LastIndex()
+			if first <= 1 || last-first+1 > 10+keep+1 {
+				t.Fatalf("leader's log holds [%d, %d]: not compacted to the last snapshot", first, last)
+			}
+			c.start(down)
+			c.waitApplied(c.ids, c.nodes[lead].Status().Commit)
+			c.checkSame(c.ids)
+			if c.sm[down].base == 0 {
+				t.Fatalf("node %d caught up without a snapshot", down)
+			}
+			// Every node restarts from its own snapshot and log, the
+			// leader too.
+			for _, id := range c.ids {
+				c.crash(id)
+				c.start(id)
+				lead = c.waitLeader(c.ids)
+				if _, err := c.propose(lead, fmt.Sprintf("after%d=1", id)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			c.waitApplied(c.ids, c.nodes[lead].Status().Commit)
+			c.checkSame(c.ids)
+			if c.sm[lead].kv["k6"] != "55" || c.sm[lead].kv["after3"] != "1" {
+				t.Fatalf("state after restarts: %s", c.sm[lead].dump())
+			}
+		})
 	}
-	first, _ := c.st[lead].FirstIndex()
-	last, _ := c.st[lead].LastIndex()
-	if first <= 1 || last-first+1 > 10+3+1 {
-		t.Fatalf("leader's log holds [%d, %d]: not compacted to the last snapshot", first, last)
-	}
-	c.start(down)
-	c.waitApplied(c.ids, c.nodes[lead].Status().Commit)
-	c.checkSame(c.ids)
-	if c.sm[down].base == 0 {
-		t.Fatalf("node %d caught up without a snapshot", down)
-	}
-	// And it restarts from its own snapshot and log.
-	c.crash(down)
-	c.start(down)
-	c.waitApplied(c.ids, c.nodes[lead].Status().Commit)
-	c.checkSame(c.ids)
 }
 
 // TestReadIndex: a read on the leader after an acknowledged write sees it;
@@ -313,5 +329,35 @@ func TestOnLeader(t *testing.T) {
 	got := <-calls
 	if got.id != lead || got.a4 != "4" {
 		t.Fatalf("OnLeader on %d (leader %d) with a4=%q: the previous leader's entries were not applied first", got.id, lead, got.a4)
+	}
+}
+
+// TestStateAheadOfLog: a state machine with a store of its own can keep
+// more than its log's last synced HardState says was committed (the
+// commit index is written unsynced). After a crash the node still starts,
+// applies no entry twice (kvSM panics if it sees an index again) and
+// converges.
+func TestStateAheadOfLog(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader(c.ids)
+	f := others(c.ids, lead)[0]
+	for round := range 5 {
+		for i := range 5 {
+			if _, err := c.propose(lead, fmt.Sprintf("r%d=%d", round, i)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.settle()
+		sm := c.sm[f]
+		c.crash(f)
+		c.keep[f] = sm
+		c.start(f)
+		c.waitApplied(c.ids, c.nodes[lead].Status().Commit)
+		if got := c.sm[f].kv[fmt.Sprint("r", round)]; got != "4" {
+			t.Fatalf("round %d: follower has %q", round, got)
+		}
+	}
+	if dump, want := c.sm[f].dump(), c.sm[lead].dump(); dump != want {
+		t.Fatalf("follower %q, leader %q", dump, want)
 	}
 }

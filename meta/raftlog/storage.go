@@ -389,6 +389,10 @@ func (s *Storage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte, ke
 	if err := setProto(b, []byte(keySnap), snap); err != nil {
 		return err
 	}
+	// A restart must never find the commit index below the log's offset.
+	// It cannot: index was applied, so a HardState with a commit index of
+	// at least index was saved before (Save, possibly unsynced), in this
+	// same WAL, which the synced commit below syncs.
 	compact, compactTerm := off, uint64(0)
 	if index > keep && index-keep > off {
 		compact = index - keep
