@@ -161,6 +161,9 @@ type readWait struct {
 	ch    chan error
 }
 
+// maxDrain bounds the events a node takes between two Readys.
+const maxDrain = 1024
+
 // NewNode starts a node on its storage: an empty log with Config.Peers is
 // bootstrapped; otherwise the node restarts from the log's HardState and
 // entries, and the state machine is restored from the log's snapshot if it
@@ -450,6 +453,20 @@ func (n *Node) run() {
 			_ = n.rn.Step(m)
 		case f := <-n.reqs:
 			f()
+		}
+		// Take whatever else is waiting before the next Ready, so that the
+		// proposals and messages that arrived during the last one's fsync
+		// share the next: raft's group commit.
+	drain:
+		for range maxDrain {
+			select {
+			case m := <-n.recv:
+				_ = n.rn.Step(m)
+			case f := <-n.reqs:
+				f()
+			default:
+				break drain
+			}
 		}
 		for n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {
