@@ -440,6 +440,12 @@ func (n *Node) run() {
 		tick = t.C
 	}
 	for {
+		for n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				n.log.Error("raftlog: node stops: cannot persist or apply the log", "id", n.cfg.ID, "err", err)
+				return
+			}
+		}
 		select {
 		case <-n.stop:
 			return
@@ -466,12 +472,6 @@ func (n *Node) run() {
 				f()
 			default:
 				break drain
-			}
-		}
-		for n.rn.HasReady() {
-			if err := n.handleReady(); err != nil {
-				n.log.Error("raftlog: node stops: cannot persist or apply the log", "id", n.cfg.ID, "err", err)
-				return
 			}
 		}
 	}
