@@ -109,10 +109,13 @@ func (l *raftLog) propose(ctx context.Context, c *Command) (applyResult, error) 
 	}
 	v, err := l.node.ProposeIf(ctx, c.Encode(), check)
 	if err != nil {
-		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) {
+		// EAGAIN: not applied, nothing changed (not leader, not ready,
+		// dropped by a new leader); EIO: the node stopped. Otherwise ctx
+		// ended or the outcome is unknown (ETIMEDOUT): the command may
+		// yet be applied.
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ETIMEDOUT) {
 			return applyResult{}, fmt.Errorf("meta: %w", err)
 		}
-		// ctx ended: the command may yet be applied.
 		return applyResult{}, fmt.Errorf("meta: %v: %w", err, syscall.ETIMEDOUT)
 	}
 	l.groups.Add(1)

@@ -48,8 +48,12 @@
 //     (on disk on a majority, step 1 on each of them) and applied on the
 //     proposer's node. Propose on a node that is not leader fails at once
 //     with NotLeaderError (proposals are never forwarded: clients find the
-//     leader); a proposal whose ctx ends or whose node loses leadership
-//     gets an error that says its outcome is unknown, never a success.
+//     leader). Every other proposal is resolved when the index it was
+//     appended at is applied: by its own entry (the result) or by another
+//     one that a new leader committed in its place (ErrDropped: not
+//     applied, safe to propose again). Only when that cannot be known
+//     (ctx ended first, ErrUnknown, ErrStopped) is the outcome unknown;
+//     never is a proposal that was not applied reported a success.
 //   - A new leader takes proposals only once it has applied its term's
 //     first entry (the empty entry raft appends at election), and so every
 //     entry of earlier terms (ErrNotReady before; Status.Ready after).

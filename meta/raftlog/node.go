@@ -26,6 +26,15 @@ var (
 	// ErrNotReady: this node was just elected and has not yet applied
 	// the entries of earlier terms; nothing was proposed; retry shortly.
 	ErrNotReady = fmt.Errorf("raftlog: new leader not ready yet: %w", syscall.EAGAIN)
+	// ErrDropped: another entry was committed at the index the proposal
+	// was appended at (a new leader overwrote it): it was not applied and
+	// never will be; it is safe to propose again.
+	ErrDropped = fmt.Errorf("raftlog: proposal dropped by a change of leader, not applied: %w", syscall.EAGAIN)
+	// ErrUnknown: the proposal was appended to the log but this node can
+	// no longer tell whether it will be applied (it lost leadership before
+	// learning the entry's index, or a snapshot replaced its log). A
+	// retry needs deduplication above the log.
+	ErrUnknown = fmt.Errorf("raftlog: proposal outcome unknown: %w", syscall.ETIMEDOUT)
 	// ErrStopped: the node stopped before the request completed; a
 	// proposal's fate is unknown.
 	ErrStopped = fmt.Errorf("raftlog: node stopped: %w", syscall.EIO)
@@ -119,6 +128,7 @@ type Node struct {
 	// Owned by the node goroutine.
 	nextID   uint64
 	waiting  map[uint64]*waiter   // proposal id → proposer
+	byIndex  map[uint64]uint64    // log index → id of the proposal appended there
 	reads    map[uint64]*readWait // read request id → reader
 	readyRds []*readWait          // reads whose index is known, waiting for apply
 	applied  uint64
@@ -147,8 +157,9 @@ type Status struct {
 }
 
 type waiter struct {
-	term uint64 // term the proposal was made in
-	ch   chan proposalResult
+	term  uint64 // term the proposal was made in
+	index uint64 // where it was appended (0: not yet known)
+	ch    chan proposalResult
 }
 
 type proposalResult struct {
@@ -188,7 +199,7 @@ func NewNode(cfg Config) (*Node, error) {
 		cfg: cfg, st: cfg.Storage, sm: cfg.SM, log: cfg.Logger,
 		reqs: make(chan func(), 256), recv: make(chan *pb.Message, 1024), ticks: make(chan struct{}, 16),
 		stop: make(chan struct{}), done: make(chan struct{}),
-		waiting: map[uint64]*waiter{}, reads: map[uint64]*readWait{},
+		waiting: map[uint64]*waiter{}, byIndex: map[uint64]uint64{}, reads: map[uint64]*readWait{},
 		changed: make(chan struct{}),
 	}
 	// Proposal ids are the node id in the top 16 bits and a random
@@ -482,6 +493,7 @@ func (n *Node) run() {
 // message, then send, then apply the committed entries, then Advance.
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
+	n.noteIndexes(rd.Entries)
 	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.MustSync); err != nil {
 		return err
 	}
@@ -491,6 +503,14 @@ func (n *Node) handleReady() error {
 			return fmt.Errorf("raftlog: restore snapshot at %d: %w", idx, err)
 		}
 		n.applied, n.snapIdx = idx, idx
+		// What the snapshot covers was applied without this node seeing
+		// the entries: the proposals appended there may or may not be in it.
+		for i, id := range n.byIndex {
+			if i <= idx {
+				delete(n.byIndex, i)
+				n.resolve(id, proposalResult{err: fmt.Errorf("raftlog: a snapshot replaced the log: %w", ErrUnknown)})
+			}
+		}
 		n.cs = proto.Clone(pb.EnsureConfState(rd.Snapshot.GetMetadata().GetConfState())).(*pb.ConfState)
 	}
 	if len(rd.Messages) > 0 {
@@ -517,7 +537,7 @@ func (n *Node) handleReady() error {
 	}
 	n.rn.Advance(rd)
 	n.wakeReads()
-	n.dropStaleProposals()
+	n.dropUnplaced()
 	n.maybeSnapshot()
 	n.publish()
 	return nil
@@ -528,6 +548,12 @@ func (n *Node) apply(ents []*pb.Entry) error {
 		idx := e.GetIndex()
 		if idx <= n.applied {
 			continue
+		}
+		if pid, ok := n.byIndex[idx]; ok {
+			delete(n.byIndex, idx)
+			if e.GetType() != pb.EntryNormal || len(e.GetData()) < 8 || binary.BigEndian.Uint64(e.GetData()) != pid {
+				n.resolve(pid, proposalResult{err: ErrDropped})
+			}
 		}
 		switch e.GetType() {
 		case pb.EntryNormal:
@@ -544,10 +570,7 @@ func (n *Node) apply(ents []*pb.Entry) error {
 			}
 			id := binary.BigEndian.Uint64(e.GetData())
 			v := n.sm.Apply(idx, e.GetData()[8:])
-			if w, ok := n.waiting[id]; ok {
-				delete(n.waiting, id)
-				w.ch <- proposalResult{v: v}
-			}
+			n.resolve(id, proposalResult{v: v})
 		case pb.EntryConfChange, pb.EntryConfChangeV2:
 			var cc pb.ConfChangeI
 			if e.GetType() == pb.EntryConfChange {
@@ -573,13 +596,37 @@ func (n *Node) apply(ents []*pb.Entry) error {
 	return nil
 }
 
-// dropStaleProposals bounds the proposals waiting on a node that lost
-// leadership. Such a proposal's entry may still be committed by the new
-// leader (if it reached a majority) or may be overwritten: raft cannot
-// say which. Once the node is a follower two terms after a proposal, its
-// proposer gets an error that says the outcome is unknown, instead of
-// waiting for its ctx.
-func (n *Node) dropStaleProposals() {
+// noteIndexes records where this node's proposals were appended, so that
+// each is resolved when that index is applied: by its own entry (the
+// result), or by another one (ErrDropped, a definite failure).
+func (n *Node) noteIndexes(ents []*pb.Entry) {
+	if len(n.waiting) == 0 {
+		return
+	}
+	for _, e := range ents {
+		if e.GetType() != pb.EntryNormal || len(e.GetData()) < 8 {
+			continue
+		}
+		id := binary.BigEndian.Uint64(e.GetData())
+		if w, ok := n.waiting[id]; ok && w.index == 0 {
+			w.index = e.GetIndex()
+			n.byIndex[w.index] = id
+		}
+	}
+}
+
+func (n *Node) resolve(id uint64, r proposalResult) {
+	if w, ok := n.waiting[id]; ok {
+		delete(n.waiting, id)
+		w.ch <- r
+	}
+}
+
+// dropUnplaced resolves the proposals of an earlier term that never
+// reached this node's Ready (raft truncated them from its unstable log
+// when it lost leadership): no index will resolve them. Messages carrying
+// them may have left, so their outcome is unknown.
+func (n *Node) dropUnplaced() {
 	if len(n.waiting) == 0 {
 		return
 	}
@@ -588,9 +635,8 @@ func (n *Node) dropStaleProposals() {
 		return
 	}
 	for id, w := range n.waiting {
-		if w.term+1 < st.GetTerm() {
-			delete(n.waiting, id)
-			w.ch <- proposalResult{err: fmt.Errorf("raftlog: leadership lost since the proposal (term %d, now %d); its outcome is unknown: %w", w.term, st.Term, ErrNotLeader)}
+		if w.index == 0 && w.term < st.GetTerm() {
+			n.resolve(id, proposalResult{err: fmt.Errorf("raftlog: leadership lost since the proposal (term %d, now %d): %w", w.term, st.GetTerm(), ErrUnknown)})
 		}
 	}
 }
@@ -617,10 +663,10 @@ func (n *Node) failReads(err error) {
 }
 
 func (n *Node) failAll(err error) {
-	for id, w := range n.waiting {
-		delete(n.waiting, id)
-		w.ch <- proposalResult{err: err}
+	for id := range n.waiting {
+		n.resolve(id, proposalResult{err: err})
 	}
+	clear(n.byIndex)
 	n.failReads(err)
 	for _, w := range n.readyRds {
 		w.ch <- err

@@ -178,12 +178,15 @@ func TestPartitionedLeader(t *testing.T) {
 			t.Fatalf("node %d: %s", id, c.sm[id].dump())
 		}
 	}
-	cancel()
-	if !strandedDone {
-		if r := <-stranded; r.err == nil {
-			t.Fatalf("the stranded proposal succeeded (%v)", r.v)
-		}
+	// The old leader applied another entry at the stranded proposal's
+	// index: its proposer knows, before any ctx ends, that it was dropped.
+	if strandedDone {
+		t.Fatal("the stranded proposal was resolved before the partition healed")
 	}
+	if r := <-stranded; !errors.Is(r.err, ErrDropped) {
+		t.Fatalf("the stranded proposal: %v, %v; want ErrDropped", r.v, r.err)
+	}
+	cancel()
 	if !readDone {
 		if err := <-read; err == nil {
 			t.Fatal("the stranded read succeeded")

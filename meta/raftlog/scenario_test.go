@@ -25,7 +25,7 @@ import (
 //	propose-async WHO k=v as=NAME propose in the background
 //	read WHO                      a linearizable read (ReadIndex), then the state
 //	read-async WHO as=NAME
-//	check NAME...                 acknowledged / not acknowledged (so far)
+//	check NAME...                 waiting, acknowledged, or the error
 //	cancel                        end every background request, wait for them
 //	crash WHO                     stop, dropping whatever its log had not synced
 //	partition WHO... | WHO...     cut every link between the two sides
@@ -112,10 +112,10 @@ func errClass(err error) string {
 		return "error: not leader"
 	case errors.Is(err, ErrNotReady):
 		return "error: leader not ready"
-	case errors.Is(err, context.Canceled):
-		return "error: cancelled (outcome unknown)"
-	case errors.Is(err, ErrNotLeader):
-		return "error: leadership lost (outcome unknown)"
+	case errors.Is(err, ErrDropped):
+		return "error: dropped (not applied)"
+	case errors.Is(err, ErrUnknown), errors.Is(err, context.Canceled):
+		return "error: outcome unknown"
 	}
 	return "error: " + err.Error()
 }
@@ -200,10 +200,12 @@ func (s *scenario) run(d *datadriven.TestData) string {
 				}
 			}
 			switch {
-			case finished && err == nil:
+			case !finished:
+				fmt.Fprintf(&b, "%s: waiting\n", name)
+			case err == nil:
 				fmt.Fprintf(&b, "%s: acknowledged\n", name)
 			default:
-				fmt.Fprintf(&b, "%s: not acknowledged\n", name)
+				fmt.Fprintf(&b, "%s: %s\n", name, errClass(err))
 			}
 		}
 		return b.String()
