@@ -180,8 +180,20 @@ const maxDrain = 1024
 // entries, and the state machine is restored from the log's snapshot if it
 // is behind it.
 func NewNode(cfg Config) (*Node, error) {
-	if cfg.ID == 0 {
-		return nil, errors.New("raftlog: node id 0 is reserved")
+	if cfg.ID == 0 || cfg.ID >= 1<<16 {
+		return nil, fmt.Errorf("raftlog: node id %d: ids are 1 to 65535", cfg.ID)
+	}
+	if len(cfg.Peers) > 0 {
+		seen := map[uint64]bool{}
+		for _, id := range cfg.Peers {
+			if id == 0 || id >= 1<<16 || seen[id] {
+				return nil, fmt.Errorf("raftlog: peers %v: ids must be distinct, 1 to 65535", cfg.Peers)
+			}
+			seen[id] = true
+		}
+		if !seen[cfg.ID] {
+			return nil, fmt.Errorf("raftlog: peers %v do not include this node's id %d", cfg.Peers, cfg.ID)
+		}
 	}
 	if cfg.Storage == nil || cfg.SM == nil || cfg.Transport == nil {
 		return nil, errors.New("raftlog: Config needs Storage, SM and Transport")

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"slices"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 func others(ids []uint64, not ...uint64) []uint64 {
@@ -362,5 +364,32 @@ func TestStateAheadOfLog(t *testing.T) {
 	}
 	if dump, want := c.sm[f].dump(), c.sm[lead].dump(); dump != want {
 		t.Fatalf("follower %q, leader %q", dump, want)
+	}
+}
+
+// TestBadConfig: ids out of range, duplicate peers and a peer list
+// without this node are refused before anything is written.
+func TestBadConfig(t *testing.T) {
+	st, err := OpenStorage("log", StorageOptions{FS: vfs.NewMem()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	nw := NewMemNetwork()
+	for _, cfg := range []Config{
+		{ID: 0, Peers: []uint64{1}},
+		{ID: 1 << 16, Peers: []uint64{1 << 16}},
+		{ID: 1, Peers: []uint64{1, 2, 2}},
+		{ID: 1, Peers: []uint64{2, 3}},
+		{ID: 1},
+	} {
+		cfg.Storage, cfg.SM, cfg.Transport = st, newKV(), nw.Transport(cfg.ID)
+		if n, err := NewNode(cfg); err == nil {
+			n.Stop()
+			t.Errorf("id %d peers %v: accepted", cfg.ID, cfg.Peers)
+		}
+	}
+	if last, _ := st.LastIndex(); last != 0 {
+		t.Fatalf("a refused config left %d entries", last)
 	}
 }
