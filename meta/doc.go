@@ -199,10 +199,16 @@
 // before it caught up: a number is never handed out twice. The first
 // leader formats an empty store (OpInit).
 //
-// Not yet replicated-aware (see the issue): reads go to the local store
-// on every member (a follower's may be stale; linearizable reads need
-// raftlog's ReadIndex on the leader); open counts, the reclaim queue, the
-// GC loop, orphan grace and target liveness are per server and should run
-// on the leader only; snapshots of the store (pebble checkpoints) are not
-// taken, so the raft log is not compacted.
+// Reads (Lookup, GetAttr, Readlink, ReadDir, GetXattr, ListXattr,
+// StatFS) pass a read barrier (Server.reader): only the leader answers, once
+// raft's ReadIndex confirmed with a quorum that it is still leader and it
+// has applied everything committed by then; a follower fails with EAGAIN
+// naming the leader. A single server reads at once, as before.
+//
+// Not yet replicated-aware (see the issue): open counts, the reclaim
+// queue, the GC loop, orphan grace and the target registry's liveness are
+// per server and should run on the leader only (today a follower's loops
+// propose and fail with EAGAIN); snapshots of the store (pebble
+// checkpoints) are not taken, so the raft log is not compacted; clients
+// know one address and do not follow the leader.
 package meta

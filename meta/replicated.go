@@ -173,6 +173,28 @@ func (s *Server) startReplica(r *Replica) error {
 	return nil
 }
 
+// reader is caller for the read-only requests (Lookup, GetAttr, Readlink,
+// ReadDir, GetXattr, ListXattr, StatFS). On a replicated server it first
+// passes a read barrier: only the leader answers (a follower fails with
+// EAGAIN naming the leader), and only once it has confirmed with a quorum
+// that it is still leader and has applied everything committed when the
+// request arrived (raft's ReadIndex), so a read sees every change
+// acknowledged before it, also right after a failover, and a deposed
+// leader never answers from stale state. A single server reads at once.
+func (s *Server) reader(ctx context.Context) (caller, error) {
+	cl, err := s.caller(ctx)
+	if err != nil || s.replica == nil {
+		return cl, err
+	}
+	if err := s.replica.readIndex(ctx); err != nil {
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) {
+			return cl, fmt.Errorf("meta: read: %w", err)
+		}
+		return cl, fmt.Errorf("meta: read: %v: %w", err, syscall.ETIMEDOUT)
+	}
+	return cl, nil
+}
+
 // raiseIno raises the inode allocator to at least next.
 func (s *Server) raiseIno(next uint64) {
 	for {

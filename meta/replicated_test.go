@@ -147,8 +147,8 @@ func (r *replicaSet) converged() {
 }
 
 // TestReplicatedServers: three metadata servers replicate every mutation
-// to byte-identical stores; a follower refuses mutations (EAGAIN, naming
-// the leader); when the leader stops, a new one takes over with an inode
+// to byte-identical stores; a follower refuses mutations and reads
+// (EAGAIN, naming the leader); when the leader stops, a new one takes over with an inode
 // allocator above every number handed out before; the old leader catches
 // up when it comes back.
 func TestReplicatedServers(t *testing.T) {
@@ -195,8 +195,19 @@ func TestReplicatedServers(t *testing.T) {
 	}
 	r.start(lead)
 	r.converged()
-	if _, err := r.srvs[lead].Lookup(ctx, proto.RootIno, "after"); err != nil {
-		t.Fatalf("the old leader did not catch up: %v", err)
+	// converged compared the stores; reads go to the leader only.
+	now := r.leader()
+	if _, err := r.srvs[now].Lookup(ctx, proto.RootIno, "after"); err != nil {
+		t.Fatalf("lookup on the leader: %v", err)
+	}
+	for id, s := range r.srvs {
+		if id == now {
+			continue
+		}
+		_, err := s.Lookup(ctx, proto.RootIno, "after")
+		if !errors.Is(err, syscall.EAGAIN) || !errors.As(err, &nl) || nl.Leader != now {
+			t.Fatalf("lookup on follower %d: %v, want EAGAIN naming leader %d", id, err, now)
+		}
 	}
 	for id, st := range r.stores {
 		t.Run(fmt.Sprint("invariants-", id), func(t *testing.T) { checkInvariants(t, st) })

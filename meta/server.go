@@ -285,7 +285,7 @@ func (s *Server) readInode(ino proto.Ino) (*inode, error) {
 
 // Lookup implements proto.MetaService.
 func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	cl, err := s.caller(ctx)
+	cl, err := s.reader(ctx)
 	if err != nil {
 		return proto.Attr{}, err
 	}
@@ -343,7 +343,7 @@ func (e noEntryError) Unwrap() error { return syscall.ENOENT }
 
 // GetAttr implements proto.MetaService.
 func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
-	if _, err := s.caller(ctx); err != nil {
+	if _, err := s.reader(ctx); err != nil {
 		return proto.Attr{}, err
 	}
 	n, err := s.readInode(ino)
@@ -355,7 +355,7 @@ func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error)
 
 // Readlink implements proto.MetaService.
 func (s *Server) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
-	if _, err := s.caller(ctx); err != nil {
+	if _, err := s.reader(ctx); err != nil {
 		return "", err
 	}
 	n, err := s.readInode(ino)
@@ -374,7 +374,7 @@ const MaxReadDir = 4096
 // ReadDir implements proto.MetaService: a prefix scan that starts just
 // after `after`, so each page costs only the entries it returns.
 func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max int) ([]proto.DirEntry, error) {
-	cl, err := s.caller(ctx)
+	cl, err := s.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -433,7 +433,7 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 
 // GetXattr implements proto.MetaService.
 func (s *Server) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]byte, error) {
-	cl, err := s.caller(ctx)
+	cl, err := s.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -459,7 +459,7 @@ func (s *Server) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]by
 
 // ListXattr implements proto.MetaService.
 func (s *Server) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error) {
-	cl, err := s.caller(ctx)
+	cl, err := s.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -481,7 +481,7 @@ func (s *Server) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error)
 
 // StatFS implements proto.MetaService.
 func (s *Server) StatFS(ctx context.Context) (proto.StatFS, error) {
-	if _, err := s.caller(ctx); err != nil {
+	if _, err := s.reader(ctx); err != nil {
 		return proto.StatFS{}, err
 	}
 	files, err := getCounter(s.st, store.CounterInodes)
