@@ -14,8 +14,10 @@ import (
 )
 
 const (
-	// Version is the format this package writes and reads.
-	Version = 1
+	// Version is the format this package writes and reads. Version 2
+	// added the file's generation; version 1 capabilities (never released,
+	// and expired within their lifetime) are refused with ErrVersion.
+	Version = 2
 	// KeySize is the length of the shared key.
 	KeySize = 32
 	// MaxHolder bounds the holder's name.
@@ -25,7 +27,7 @@ const (
 	// and the storage server that checks it.
 	Skew = 30 * time.Second
 
-	headerSize = 28
+	headerSize = 36
 	macSize    = sha256.Size
 )
 
@@ -39,6 +41,7 @@ var (
 	ErrBadSignature = errors.New("capability: bad signature")
 	ErrExpired      = errors.New("capability: expired")
 	ErrWrongInode   = errors.New("capability: for another inode")
+	ErrWrongGen     = errors.New("capability: for another generation of the inode")
 	ErrRights       = errors.New("capability: does not grant the access")
 	ErrHolder       = errors.New("capability: issued to another client")
 )
@@ -47,6 +50,7 @@ var (
 type Capability struct {
 	KeyID  uint8
 	Ino    proto.Ino
+	Gen    uint64 // the file's generation (proto.Attr.Gen)
 	Rights proto.Access
 	Issued time.Time // by the issuer's clock
 	Expiry time.Time // by the issuer's clock
@@ -56,12 +60,17 @@ type Capability struct {
 // Lifetime is how long the capability is valid, by the issuer's clock.
 func (c Capability) Lifetime() time.Duration { return c.Expiry.Sub(c.Issued) }
 
-// Allows checks that c grants want on ino to a peer named peer (the
-// certificate name of the requesting client).
-func (c Capability) Allows(ino proto.Ino, want proto.Access, peer string) error {
+// Allows checks that c grants want on the objects of generation gen of
+// inode ino to a peer named peer (the certificate name of the requesting
+// client). The generation matters once an inode number is reused (after
+// a metadata rollback): a capability for the new file must not reach the
+// old file's objects, nor the reverse.
+func (c Capability) Allows(ino proto.Ino, gen uint64, want proto.Access, peer string) error {
 	switch {
 	case c.Ino != ino:
 		return fmt.Errorf("%w: issued for inode %d, used for %d", ErrWrongInode, c.Ino, ino)
+	case c.Gen != gen:
+		return fmt.Errorf("%w: issued for inode %d generation %#x, used for generation %#x", ErrWrongGen, ino, c.Gen, gen)
 	case !c.Rights.Has(want):
 		return fmt.Errorf("%w: grants %v, needs %v", ErrRights, c.Rights, want)
 	case c.Holder != "" && c.Holder != peer:
@@ -114,6 +123,7 @@ func (k *Key) Sign(c Capability) ([]byte, error) {
 	binary.LittleEndian.PutUint64(b[4:], uint64(c.Ino))
 	binary.LittleEndian.PutUint64(b[12:], uint64(c.Issued.UnixNano()))
 	binary.LittleEndian.PutUint64(b[20:], uint64(c.Expiry.UnixNano()))
+	binary.LittleEndian.PutUint64(b[28:], c.Gen)
 	b = append(b, c.Holder...)
 	return k.mac(b, b), nil
 }
@@ -144,6 +154,7 @@ func Parse(b []byte) (Capability, error) {
 		Ino:    proto.Ino(binary.LittleEndian.Uint64(b[4:])),
 		Issued: time.Unix(0, int64(binary.LittleEndian.Uint64(b[12:]))),
 		Expiry: time.Unix(0, int64(binary.LittleEndian.Uint64(b[20:]))),
+		Gen:    binary.LittleEndian.Uint64(b[28:]),
 		Holder: string(b[headerSize : headerSize+n]),
 	}, nil
 }

@@ -12,7 +12,7 @@ import (
 var (
 	secret = bytes.Repeat([]byte{7}, KeySize)
 	t0     = time.Unix(1_800_000_000, 0)
-	sample = Capability{Ino: 1 << 40, Rights: proto.AccessRead, Issued: t0, Expiry: t0.Add(10 * time.Minute), Holder: "client-3"}
+	sample = Capability{Ino: 1 << 40, Gen: 0x9e3779b97f4a7c15, Rights: proto.AccessRead, Issued: t0, Expiry: t0.Add(10 * time.Minute), Holder: "client-3"}
 )
 
 func mustKey(t testing.TB, id uint8, s []byte) *Key {
@@ -30,14 +30,14 @@ func TestSignVerify(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(b) != 60+len(c.Holder) {
+		if len(b) != 68+len(c.Holder) {
 			t.Fatalf("%d bytes", len(b))
 		}
 		got, err := k.Verify(b, t0.Add(time.Second))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Ino != c.Ino || got.Rights != c.Rights || !got.Issued.Equal(c.Issued) || !got.Expiry.Equal(c.Expiry) || got.Holder != c.Holder {
+		if got.Ino != c.Ino || got.Gen != c.Gen || got.Rights != c.Rights || !got.Issued.Equal(c.Issued) || !got.Expiry.Equal(c.Expiry) || got.Holder != c.Holder {
 			t.Fatalf("verified %+v, signed %+v", got, c)
 		}
 		p, err := Parse(b)
@@ -116,19 +116,23 @@ func TestAllows(t *testing.T) {
 	for _, tc := range []struct {
 		c    Capability
 		ino  proto.Ino
+		gen  uint64
 		want proto.Access
 		peer string
 		err  error
 	}{
-		{ro, sample.Ino, proto.AccessRead, "client-3", nil},
-		{ro, sample.Ino, proto.AccessWrite, "client-3", ErrRights},
-		{ro, sample.Ino, proto.AccessReadWrite, "client-3", ErrRights},
-		{ro, sample.Ino + 1, proto.AccessRead, "client-3", ErrWrongInode},
-		{ro, sample.Ino, proto.AccessRead, "client-4", ErrHolder},
-		{rw, sample.Ino, proto.AccessWrite, "client-3", nil},
-		{anyone, sample.Ino, proto.AccessWrite, "whoever", nil},
+		{ro, sample.Ino, sample.Gen, proto.AccessRead, "client-3", nil},
+		{ro, sample.Ino, sample.Gen, proto.AccessWrite, "client-3", ErrRights},
+		{ro, sample.Ino, sample.Gen, proto.AccessReadWrite, "client-3", ErrRights},
+		{ro, sample.Ino + 1, sample.Gen, proto.AccessRead, "client-3", ErrWrongInode},
+		// The same inode number, another generation: a reused number.
+		{ro, sample.Ino, sample.Gen + 1, proto.AccessRead, "client-3", ErrWrongGen},
+		{rw, sample.Ino, 0, proto.AccessWrite, "client-3", ErrWrongGen},
+		{ro, sample.Ino, sample.Gen, proto.AccessRead, "client-4", ErrHolder},
+		{rw, sample.Ino, sample.Gen, proto.AccessWrite, "client-3", nil},
+		{anyone, sample.Ino, sample.Gen, proto.AccessWrite, "whoever", nil},
 	} {
-		if err := tc.c.Allows(tc.ino, tc.want, tc.peer); !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
+		if err := tc.c.Allows(tc.ino, tc.gen, tc.want, tc.peer); !errors.Is(err, tc.err) || (tc.err == nil) != (err == nil) {
 			t.Errorf("%+v allows(%d, %v, %q) = %v, want %v", tc.c, tc.ino, tc.want, tc.peer, err, tc.err)
 		}
 	}
@@ -181,9 +185,19 @@ func BenchmarkVerify(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			if err := v.Allows(sample.Ino, proto.AccessRead, "client-3"); err != nil {
+			if err := v.Allows(sample.Ino, sample.Gen, proto.AccessRead, "client-3"); err != nil {
 				b.Fatal(err)
 			}
 		}
 	})
+}
+
+// A version 1 capability (no generation) is refused, not read as version 2.
+func TestVersion1Refused(t *testing.T) {
+	k := mustKey(t, 0, secret)
+	b, _ := k.Sign(sample)
+	b[0] = 1
+	if _, err := k.Verify(b, t0); !errors.Is(err, ErrVersion) {
+		t.Fatalf("version 1: %v", err)
+	}
 }

@@ -6,20 +6,21 @@
 // (at Open, CreateOpen and the Capability op, by the inode's mode bits and
 // the caller's credentials) and storage servers only check its signature.
 //
-// # Format (version 1)
+// # Format (version 2)
 //
-// All integers little-endian; 60 bytes plus the holder's name:
+// All integers little-endian; 68 bytes plus the holder's name:
 //
 //	off  len  field
-//	0    1    version (1)
+//	0    1    version (2; version 1 had no gen and is refused)
 //	1    1    key id: which shared key signed it (0 until key rotation exists)
 //	2    1    rights: proto.Access bits (1 read, 2 write); other bits must be 0
 //	3    1    n, the length of holder (0..MaxHolder)
 //	4    8    ino: the inode; the capability covers all its stripe objects
 //	12   8    issued: unix nanoseconds by the metadata server's clock
 //	20   8    expiry: unix nanoseconds by the metadata server's clock
-//	28   n    holder: certificate name of the client it was issued to ("" = any)
-//	28+n 32   HMAC-SHA256 over bytes [0, 28+n) with the shared key
+//	28   8    gen: the file's generation (proto.Attr.Gen; 0 for files made before generations)
+//	36   n    holder: certificate name of the client it was issued to ("" = any)
+//	36+n 32   HMAC-SHA256 over bytes [0, 36+n) with the shared key
 //
 // # Invariants
 //
@@ -35,8 +36,10 @@
 //     clock only, so a client schedules renewal by its own clock from the
 //     moment it received one, and client clocks do not matter.
 //   - A capability with rights read allows Read; write is needed for Write,
-//     Truncate and Sync. It names one inode; a request for an object of
-//     another inode is refused whatever the rights.
+//     Truncate and Sync. It names one inode and one generation of it; a
+//     request for an object of another inode, or of another generation of
+//     the same inode number (reused after a metadata rollback or restore),
+//     is refused whatever the rights.
 //   - A non-empty holder binds the capability to one client identity: a
 //     storage server refuses it from a peer with another certificate name,
 //     so a capability seen on the wire is useless to another client host.

@@ -204,7 +204,7 @@ func (c *Client) merge(a *proto.Attr) {
 	c.mu.Lock()
 	st := c.open[a.Ino]
 	c.mu.Unlock()
-	if st != nil {
+	if st != nil && st.gen == a.Gen {
 		st.mergeAttr(a)
 	}
 }
@@ -274,7 +274,7 @@ func (c *Client) truncate(ctx context.Context, ino proto.Ino, in proto.SetAttrIn
 		if len(l.Targets) > 0 {
 			// Truncate by path: no handle, so no capability yet; the
 			// metadata server checks write permission and grants one.
-			capSt = &inodeState{c: c, ino: ino}
+			capSt = &inodeState{c: c, ino: ino, gen: a.Gen}
 			defer capSt.stopCaps()
 			if _, err := capSt.renewCap(ctx, proto.AccessWrite, nil); err != nil {
 				return proto.Attr{}, err
@@ -303,7 +303,7 @@ func (c *Client) truncateObjects(ctx context.Context, st *inodeState, l layout.L
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	return parallel(len(l.Targets), func(i int) error {
-		obj := proto.ObjectID{Ino: ino, Stripe: uint32(i)}
+		obj := proto.ObjectID{Ino: ino, Stripe: uint32(i), Gen: st.gen}
 		if err := st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
 			return c.storage.Truncate(ctx, l.Targets[i], obj, l.ObjectSize(size, i))
 		}); err != nil {

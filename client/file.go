@@ -37,7 +37,8 @@ import (
 type inodeState struct {
 	c    *Client
 	ino  proto.Ino
-	refs int // guarded by Client.mu
+	gen  uint64 // the file's generation: part of every object's name
+	refs int    // guarded by Client.mu
 
 	mu         sync.Mutex
 	cond       *sync.Cond
@@ -152,8 +153,11 @@ func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap []byte, want pr
 func (c *Client) acquire(a *proto.Attr) *inodeState {
 	c.mu.Lock()
 	st := c.open[a.Ino]
-	if st == nil {
-		st = &inodeState{c: c, ino: a.Ino, unsynced: map[int]bool{}}
+	if st == nil || st.gen != a.Gen {
+		// None yet, or one for an earlier file that had this inode number
+		// (reused after a metadata rollback), which keeps serving its own
+		// handles but is no longer found by number.
+		st = &inodeState{c: c, ino: a.Ino, gen: a.Gen, unsynced: map[int]bool{}}
 		st.cond = sync.NewCond(&st.mu)
 		st.layout = a.Layout.Clone()
 		st.metaSize = a.Size
@@ -176,7 +180,9 @@ func (c *Client) unref(st *inodeState) {
 	defer c.mu.Unlock()
 	st.refs--
 	if st.refs == 0 {
-		delete(c.open, st.ino)
+		if c.open[st.ino] == st {
+			delete(c.open, st.ino)
+		}
 		st.mu.Lock()
 		st.pushAllLocked() // normally empty: the last handle was flushed
 		st.stopTimerLocked()
@@ -303,7 +309,7 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 	err := parallel(len(exts), func(i int) error {
 		e := exts[i]
 		data := buf[e.FileOff-pw.off:][:e.Len]
-		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(e.Stripe)}
+		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(e.Stripe), Gen: st.gen}
 		if err := st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
 			_, err := c.storage.Write(ctx, l.Targets[e.Stripe], obj, e.ObjOff, data)
 			return err
@@ -466,7 +472,7 @@ func (c *Client) readRange(ctx context.Context, st *inodeState, l layout.Layout,
 	return parallel(len(exts), func(i int) error {
 		e := exts[i]
 		dst := p[e.FileOff-off:][:e.Len]
-		obj := proto.ObjectID{Ino: ino, Stripe: uint32(e.Stripe)}
+		obj := proto.ObjectID{Ino: ino, Stripe: uint32(e.Stripe), Gen: st.gen}
 		var got int
 		err := st.withCap(ctx, proto.AccessRead, func(ctx context.Context) (err error) {
 			got, err = c.storage.Read(ctx, l.Targets[e.Stripe], obj, e.ObjOff, dst)
@@ -562,7 +568,7 @@ func (f *File) Fsync(ctx context.Context) error {
 		rctx, cancel := f.c.rpcCtx(ctx)
 		err := parallel(len(stripes), func(i int) error {
 			s := stripes[i]
-			obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(s)}
+			obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(s), Gen: st.gen}
 			if err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
 				return f.c.storage.Sync(ctx, l.Targets[s], obj)
 			}); err != nil {

@@ -62,7 +62,7 @@ func (s *Server) issue(ctx context.Context, a *proto.Attr, want proto.Access) ([
 		holder = p.Name
 	}
 	now := s.opts.Now()
-	b, err := s.capKey.Sign(capability.Capability{Ino: a.Ino, Rights: want.Grants(), Issued: now,
+	b, err := s.capKey.Sign(capability.Capability{Ino: a.Ino, Gen: a.Gen, Rights: want.Grants(), Issued: now,
 		Expiry: now.Add(s.opts.CapabilityLifetime), Holder: holder})
 	if err != nil {
 		return nil, errnof(syscall.EIO, "capability for inode %d: %v", a.Ino, err)

@@ -63,6 +63,7 @@ type Command struct {
 	Now int64 // proposer's clock, ns since the epoch
 
 	Ino       proto.Ino // the inode acted on, or the number for a new inode
+	Gen       uint64    // create of a regular file: its generation (random, never 0)
 	Parent    proto.Ino
 	Name      string
 	NewParent proto.Ino // rename, link
@@ -101,7 +102,9 @@ const (
 	maxCmdValue  = 1 << 20
 	maxCmdList   = 1 << 16
 	// cmdVersion 2 appended Cred; version 1 commands decode with Cred nil.
-	cmdVersion = 2
+	// Version 3 appended Gen and the generation of each of Objects;
+	// earlier commands decode with generation 0.
+	cmdVersion = 3
 )
 
 // Encode returns the command's binary form (the raft log entry format).
@@ -154,6 +157,10 @@ func (c *Command) Encode() []byte {
 			e.U32(g)
 		}
 	}
+	e.U64(c.Gen)
+	for _, o := range c.Objects {
+		e.U64(o.Obj.Gen)
+	}
 	return e.B
 }
 
@@ -162,7 +169,7 @@ func (c *Command) Encode() []byte {
 func DecodeCommand(b []byte) (*Command, error) {
 	d := wire.NewDecoder(b)
 	v := d.U8()
-	if d.Err() == nil && v != 1 && v != cmdVersion {
+	if d.Err() == nil && (v < 1 || v > cmdVersion) {
 		return nil, fmt.Errorf("meta: command version %d not supported", v)
 	}
 	c := &Command{}
@@ -220,6 +227,12 @@ func DecodeCommand(b []byte) (*Command, error) {
 			}
 		}
 		c.Cred = cr
+	}
+	if v >= 3 {
+		c.Gen = d.U64()
+		for i := range c.Objects {
+			c.Objects[i].Obj.Gen = d.U64()
+		}
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode command: %w", err)

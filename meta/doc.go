@@ -164,6 +164,78 @@
 // over MaxTargetBytes, Free over Total, Used+Free over Total plus slack)
 // is refused with EINVAL and never ranked.
 //
+// # A store that never lies
+//
+// A server refuses to start, with an error wrapping store.ErrCorrupt that
+// says how to recover, on a store that lost or damaged acknowledged
+// changes, instead of serving what is left:
+//
+//   - store.OpenPebble refuses a WAL with a damaged record that synced
+//     records follow (pebble's WAL sync offsets, format FormatNewest; an
+//     older store is ratcheted to it at its first start, one way), and
+//     reads every table with checksums verified before the store is used
+//     (about 4 s per million inodes; store/doc.go). Corruption found
+//     later fails every store call (EIO to clients), logged at error;
+//     pebble's own log goes to slog, background errors at error level.
+//   - Every batch raises the counter applied by one (on a single server;
+//     on a replica it is the raft index, see below). A durable mark
+//     beside the store (store.Mark, the file WEFT-MARK: fsid and applied
+//     count, CRC-32C, replaced atomically) records the applied count once
+//     a synced commit has made it durable: rewritten by a background loop
+//     every Options.MarkInterval (100 ms) while changes come in, never on
+//     the commit path, and once more by Close. It never claims more than
+//     the store made durable, so an intact store is never refused. At
+//     start, a store that has applied fewer batches than its mark lost
+//     acknowledged changes (a WAL cut short, damage in the WAL's last
+//     32 KiB, which pebble takes for a torn tail, a WAL or table deleted,
+//     an older copy put back): New fails with ErrRollback. After a clean
+//     stop the mark is exact, so any loss is found; after a crash, a loss
+//     is found unless it is limited to changes acknowledged after the
+//     last mark write (at most MarkInterval before the crash, and a crash
+//     alone never loses a synced change). Serving an older backup on
+//     purpose: --accept-rollback (Options.AcceptRollback) starts once and
+//     rewrites the mark; a backup restored together with its own mark
+//     starts without it.
+//   - A mark naming another file system than the store does
+//     (ErrForeignStore), a database with data but no weft format record,
+//     and a directory of other files (store.ErrNotStore) are refused.
+//
+// What a single server cannot do is get the lost changes back: that needs
+// a restore from backup, or, with raft, a re-sync from the other members
+// (see "How raft slots in").
+//
+// # File system id
+//
+// OpInit formats a store with a file system id, a random uuid decided by
+// the proposer and carried in Command.Text (counter "fsid"; store format
+// version 2). A store formatted before ids (format 1) adopts one at its
+// first start (OpInit with initAdoptFSID, which changes nothing else).
+// Server.FSID returns it; Run logs it at start; the durable mark records
+// it. Storage targets do not learn it yet: RegisterTarget's reply is
+// unchanged and target.json does not record it (issue 9 makes targets
+// refuse another file system's metadata server, and the reverse).
+//
+// # Generations: object names are never reused
+//
+// Inode numbers only grow in one store, but a store put back to an
+// earlier state (a restored backup, a rollback accepted with
+// --accept-rollback) hands out numbers that files it no longer knows had,
+// and those files' objects may still be on the targets. So every regular
+// file gets a generation at create: a random non-zero 64-bit number
+// decided by the proposer and carried in Command.Gen (command version 3),
+// so every replica stores the same; random because a counter would be
+// rolled back with the store. It is kept in the inode (proto.Attr.Gen,
+// inode record version 2; version 1 records decode with generation 0),
+// names the file's objects (proto.ObjectID.Gen; <ino>.<gen>.<stripe> on
+// the targets, generation 0 keeping the old <ino>.<stripe>), is bound
+// into every capability (capability format version 2: a capability for
+// one generation is refused for another's objects), and is recorded with
+// each object on the GC queue. Clients name every object with the
+// generation from the file's attributes. A new file that reuses a number
+// therefore has objects of its own, reading as holes until written, and
+// never the old file's bytes; two files with one number share a
+// generation with probability 2^-64.
+//
 // # Invariants
 //
 //   - Every directory entry names an existing inode, and its type matches.
@@ -172,6 +244,11 @@
 //   - Every inode with nlink 0 is in the orphan set, and no other is.
 //   - Every stored inode number is below next_ino; counter inodes equals
 //     the number of stored inodes.
+//   - Counter applied is the log index of the last batch: on a single
+//     server it counts the batches committed; the durable mark never
+//     exceeds the applied count the store has made durable.
+//   - A regular file's generation never changes and is never 0 for a file
+//     created since format version 2.
 //   - The state machine's in-memory fields (counters, uuid↔id maps) are a
 //     function of the store: a replica that opens the same store and applies
 //     the same commands reaches byte-identical state (TestApplyDeterministic).
@@ -211,4 +288,20 @@
 // propose and fail with EAGAIN); snapshots of the store (pebble
 // checkpoints) are not taken, so the raft log is not compacted; clients
 // know one address and do not follow the leader.
+//
+// What integrity leaves to raft: with a replicated log the raft log, not
+// the mark, is the record of what was acknowledged. The applied counter
+// is the raft applied index on a replica (same key, written in every
+// batch; done); at start a member replays its log from the store's
+// applied index, so a store behind its log is caught up rather than
+// refused (done: raftlog skips what the store already holds, and starts
+// raft from the log's own commit index if the store is ahead of it). A member whose
+// store is behind the first index its log still holds (compacted away),
+// or whose log or store fails a checksum, must not serve: it is wiped
+// and re-synced with a snapshot from the others. The raft log's own
+// pebble instance must be opened with store.OpenPebble for the same
+// strict replay and check. The mark then guards only a single server
+// (and a member's log against being put back: keep HardState's commit
+// index in it). A member must also refuse peers whose fsid differs, and
+// a new member adopts the fsid from its snapshot, never makes one.
 package meta

@@ -19,7 +19,9 @@ type inode struct {
 	Symlink string    // symlinks: the target
 }
 
-const inodeVersion = 1
+// inodeVersion 2 added the generation (proto.Attr.Gen, encoded with the
+// attributes); version 1 records decode with generation 0.
+const inodeVersion = 2
 
 func (n *inode) encode() []byte {
 	e := wire.NewEncoder(96 + len(n.Symlink) + 4*len(n.Layout.Targets))
@@ -33,11 +35,16 @@ func (n *inode) encode() []byte {
 
 func decodeInode(b []byte) (*inode, error) {
 	d := wire.NewDecoder(b)
-	if v := d.U8(); d.Err() == nil && v != inodeVersion {
+	v := d.U8()
+	if d.Err() == nil && v != 1 && v != inodeVersion {
 		return nil, fmt.Errorf("meta: inode record version %d not supported", v)
 	}
 	n := &inode{}
-	n.Attr.Decode(d)
+	if v == 1 {
+		n.Attr.DecodeNoGen(d)
+	} else {
+		n.Attr.Decode(d)
+	}
 	n.Parent = proto.Ino(d.U64())
 	n.Written = d.Bool()
 	n.Symlink = d.String()

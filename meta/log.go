@@ -34,9 +34,10 @@ type commitLog interface {
 }
 
 // localLog is the group commit of a single server: the log is the
-// sequence of commands applied, its index a counter that starts at the
-// applied index recorded in the store, and durability comes from syncing
-// the store itself.
+// sequence of commands that changed something, so a command's index is one
+// more than the store's applied counter (a command that fails or changes
+// nothing takes no index), and durability comes from syncing the store
+// itself.
 //
 // Group commit without a dedicated goroutine: the proposer that finds no
 // leader becomes it, takes the waiting commands (its own first, up to
@@ -52,16 +53,13 @@ type localLog struct {
 	maxGroup int
 	hook     func(*Command) // Options.applyHook
 	logErr   func(msg string, args ...any)
+	// durable is told the applied counter once a group is durable (the
+	// durable mark may claim it).
+	durable func(applied uint64)
 
 	mu      sync.Mutex
 	waiting []*proposal
 	leading bool
-	// index is the index of the last applied command; only the leader
-	// touches it. Commands that fail or change nothing take an index too
-	// but leave no record, so after a restart the log goes on from the
-	// last index a batch recorded: indexes are unique among the commands
-	// that changed something, which is all a local log needs.
-	index uint64
 
 	groups, commands atomic.Uint64
 }
@@ -75,8 +73,8 @@ type proposal struct {
 	wake chan bool
 }
 
-func newLocalLog(sm *stateMachine, maxGroup int, hook func(*Command), logErr func(string, ...any)) *localLog {
-	return &localLog{sm: sm, maxGroup: maxGroup, hook: hook, logErr: logErr, index: sm.applied}
+func newLocalLog(sm *stateMachine, maxGroup int, hook func(*Command), logErr func(string, ...any), durable func(uint64)) *localLog {
+	return &localLog{sm: sm, maxGroup: maxGroup, hook: hook, logErr: logErr, durable: durable}
 }
 
 func (l *localLog) propose(ctx context.Context, c *Command) (applyResult, error) {
@@ -148,13 +146,14 @@ func (l *localLog) applyGroup(group []*proposal) {
 		if l.hook != nil {
 			l.hook(q.cmd)
 		}
-		l.index++
-		q.res, q.err = l.sm.applyAt(q.cmd, l.index, i == len(group)-1)
+		q.res, q.err = l.sm.applyAt(q.cmd, l.sm.applied+1, i == len(group)-1)
 		wrote = wrote || q.res.wrote
 		synced = q.res.synced
 	}
+	ok := true
 	if wrote && !synced {
 		if err := l.sm.st.Sync(); err != nil {
+			ok = false
 			l.logErr("meta: group sync failed", "err", err)
 			for _, q := range group {
 				if q.err == nil {
@@ -162,6 +161,9 @@ func (l *localLog) applyGroup(group []*proposal) {
 				}
 			}
 		}
+	}
+	if ok && l.durable != nil {
+		l.durable(l.sm.applied)
 	}
 	l.groups.Add(1)
 	l.commands.Add(uint64(len(group)))

@@ -320,9 +320,9 @@ func (s *Server) GCQueue() ([]GCObject, error) { return s.scanGC(0, nil) }
 func (s *Server) scanGC(limit int, skip map[proto.TargetID]bool) ([]GCObject, error) {
 	var objs []GCObject
 	err := s.st.Scan([]byte{store.PrefixGC}, []byte{store.PrefixGC + 1}, func(k, _ []byte) bool {
-		tg, ino, stripe, ok := store.ParseGCKey(k)
+		tg, ino, stripe, gen, ok := store.ParseGCKey(k)
 		if ok && !skip[proto.TargetID(tg)] {
-			objs = append(objs, GCObject{Target: proto.TargetID(tg), Obj: proto.ObjectID{Ino: proto.Ino(ino), Stripe: stripe}})
+			objs = append(objs, GCObject{Target: proto.TargetID(tg), Obj: proto.ObjectID{Ino: proto.Ino(ino), Stripe: stripe, Gen: gen}})
 		}
 		return limit == 0 || len(objs) < limit
 	})

@@ -153,7 +153,14 @@ func (s *Server) startReplica(r *Replica) error {
 				s.bg.Add(1)
 				go func() {
 					defer s.bg.Done()
-					_, err := s.propose(s.ctx, &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: s.opts.RootUid, Gid: s.opts.RootGid})
+					// The file system id is made once, by the first leader,
+					// and replicated with the format.
+					fsid, err := newFSID()
+					if err != nil {
+						s.log.Error("meta: format store", "err", err)
+						return
+					}
+					_, err = s.propose(s.ctx, &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: s.opts.RootUid, Gid: s.opts.RootGid, Text: fsid})
 					if err != nil && !errors.Is(err, syscall.EEXIST) {
 						s.log.Error("meta: format store", "err", err)
 					}

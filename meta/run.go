@@ -43,6 +43,8 @@ type Config struct {
 	// CapabilityKey and CapabilityLifetime: see Options.
 	CapabilityKey      []byte
 	CapabilityLifetime time.Duration
+	// AcceptRollback: see Options.AcceptRollback.
+	AcceptRollback bool
 }
 
 // Validate checks the configuration and reports the first problem.
@@ -83,7 +85,7 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	st, err := store.OpenPebble(cfg.DataDir, store.PebbleOptions{})
+	st, err := store.OpenPebble(cfg.DataDir, store.PebbleOptions{Logger: log})
 	if err != nil {
 		return fmt.Errorf("meta: %w", err)
 	}
@@ -116,6 +118,7 @@ func Run(ctx context.Context, cfg Config) error {
 		AllowUnauthenticated: cfg.AllowUnauthenticated,
 		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
 		CapabilityKey: cfg.CapabilityKey, CapabilityLifetime: cfg.CapabilityLifetime,
+		AcceptRollback: cfg.AcceptRollback,
 	})
 	if err != nil {
 		closePool()
@@ -129,7 +132,7 @@ func Run(ctx context.Context, cfg Config) error {
 		st.Close()
 		return fmt.Errorf("meta: %w", err)
 	}
-	log.Info("meta: serving", "addr", ln.Addr(), "data", cfg.DataDir)
+	log.Info("meta: serving", "addr", ln.Addr(), "data", cfg.DataDir, "fsid", srv.FSID())
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr())
 	}

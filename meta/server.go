@@ -2,9 +2,11 @@ package meta
 
 import (
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"log/slog"
+	mrand "math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -71,6 +73,15 @@ type Options struct {
 	// Replica, if set, makes the server a member of a raft group
 	// (replicated.go); nil: a single server.
 	Replica *Replica
+	// MarkInterval is how often the durable mark (store.Mark) is rewritten
+	// while commands are applied; Close writes it once more. Default
+	// 100ms. Losses of acknowledged changes older than the last mark are
+	// detected at the next start.
+	MarkInterval time.Duration
+	// AcceptRollback starts on a store that has applied fewer changes
+	// than its durable mark records (an older backup restored on purpose)
+	// instead of refusing it with ErrRollback; the mark is rewritten.
+	AcceptRollback bool
 
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
@@ -117,7 +128,25 @@ type Server struct {
 	ctx         context.Context
 	cancel      context.CancelFunc
 	bg          sync.WaitGroup
+
+	// durable is the state machine's applied count once synced: what the
+	// durable mark may claim. markMu serializes mark writes; marked is the
+	// count the mark holds.
+	durable atomic.Uint64
+	marker  store.Marker // nil: the store keeps no mark
+	markMu  sync.Mutex
+	marked  uint64
 }
+
+// ErrRollback is wrapped (with store.ErrCorrupt) by the error of New for a
+// store that has applied fewer changes than its durable mark records: it
+// lost acknowledged changes (its WAL cut short or damaged, an older copy
+// put back) and must not be served.
+var ErrRollback = errors.New("meta: store lost acknowledged changes")
+
+// ErrForeignStore is wrapped by the error of New for a store of another
+// file system than the one its directory belonged to.
+var ErrForeignStore = errors.New("meta: store of another file system")
 
 // New opens the state machine on opts.Store (formatting an empty store),
 // and starts the applier and the background loops. Close stops them; the
@@ -170,9 +199,23 @@ func New(opts Options) (*Server, error) {
 		}
 		capKey = k
 	}
+	if opts.MarkInterval <= 0 {
+		opts.MarkInterval = 100 * time.Millisecond
+	}
 	sm, err := openStateMachine(opts.Store)
 	if err != nil {
 		return nil, err
+	}
+	marker, _ := opts.Store.(store.Marker)
+	if opts.Replica != nil {
+		// A replica's batches are not synced: the raft log is the record
+		// of what was acknowledged, and the store is caught up from it.
+		marker = nil
+	}
+	if marker != nil {
+		if err := checkMark(marker, sm, opts); err != nil {
+			return nil, err
+		}
 	}
 	s := &Server{
 		opts: opts, st: opts.Store, sm: sm, log: opts.Logger, capKey: capKey,
@@ -182,9 +225,11 @@ func New(opts Options) (*Server, error) {
 		reclaiming:  map[proto.Ino]bool{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
+		marker:      marker,
 	}
+	s.durable.Store(sm.applied)
 	if opts.Replica == nil {
-		s.local = newLocalLog(sm, opts.MaxGroup, opts.applyHook, s.log.Error)
+		s.local = newLocalLog(sm, opts.MaxGroup, opts.applyHook, s.log.Error, func(applied uint64) { s.durable.Store(applied) })
 		s.commits = s.local
 	}
 	if err := s.reg.load(opts.Store); err != nil {
@@ -194,26 +239,129 @@ func New(opts Options) (*Server, error) {
 		s.opts.Storage = s.opts.NewStorage(s.ResolveTarget)
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
-	if sm.nextIno == 0 && opts.Replica == nil {
-		_, err := s.propose(s.ctx, &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: opts.RootUid, Gid: opts.RootGid})
+	if opts.Replica == nil && (sm.nextIno == 0 || sm.fsid == "") {
+		fsid, err := newFSID()
 		if err != nil {
+			s.Close()
+			return nil, err
+		}
+		c := &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: opts.RootUid, Gid: opts.RootGid, Text: fsid}
+		if sm.nextIno != 0 {
+			c.Flags = initAdoptFSID
+		}
+		if _, err := s.propose(s.ctx, c); err != nil {
 			s.Close()
 			return nil, fmt.Errorf("meta: format store: %w", err)
 		}
 	}
 	s.nextIno.Store(sm.nextIno)
-	if opts.Replica != nil {
-		// A replica's store is formatted by the first leader.
-		if err := s.startReplica(opts.Replica); err != nil {
-			s.cancel()
+	if marker != nil {
+		if err := s.writeMark(true); err != nil {
+			s.Close()
 			return nil, err
 		}
 	}
-	s.bg.Add(3)
+	s.log.Info("meta: store opened", "fsid", sm.fsid, "applied", sm.applied, "inodes", sm.inodes, "next_ino", sm.nextIno)
+	if opts.Replica != nil {
+		// A replica's store is formatted by the first leader.
+		if err := s.startReplica(opts.Replica); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
+	s.bg.Add(4)
 	go s.reclaimLoop()
 	go s.gcLoop()
 	go s.orphanLoop()
+	go s.markLoop()
 	return s, nil
+}
+
+// newFSID makes a file system id: a random (version 4) uuid.
+func newFSID() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("meta: file system id: %w", err)
+	}
+	b[6] = b[6]&0x0f | 0x40
+	b[8] = b[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16]), nil
+}
+
+// newGen makes a file's generation: random, so that no state (a counter
+// that a rollback could set back) is needed for it to differ from the
+// generation of any earlier file with the same inode number, and decided
+// by the proposer, so every replica stores the same. Never 0, which
+// names the objects of files made before generations.
+func newGen() uint64 {
+	for {
+		if g := mrand.Uint64(); g != 0 {
+			return g
+		}
+	}
+}
+
+// FSID returns the file system's uuid, made when the store was formatted.
+func (s *Server) FSID() string { return s.sm.fsid }
+
+// checkMark refuses a store of another file system than its durable mark
+// names, and one that knows less than the mark.
+func checkMark(m store.Marker, sm *stateMachine, opts Options) error {
+	mk, ok, err := m.ReadMark()
+	if err != nil {
+		return fmt.Errorf("meta: %w (%s)", err, store.RecoverHint)
+	}
+	if ok && mk.FSID != "" && sm.fsid != "" && mk.FSID != sm.fsid {
+		return fmt.Errorf("%w: the store belongs to file system %s, but this directory was file system %s's: "+
+			"another file system's store was put here", ErrForeignStore, sm.fsid, mk.FSID)
+	}
+	if !ok || mk.Applied <= sm.applied {
+		return nil
+	}
+	if opts.AcceptRollback {
+		opts.Logger.Warn("meta: starting on a store older than its durable mark, as asked (AcceptRollback)",
+			"applied", sm.applied, "mark", mk.Applied, "missing", mk.Applied-sm.applied)
+		return nil
+	}
+	return fmt.Errorf("%w: the store has applied %d changes but %d were durable before (%d missing: "+
+		"its write-ahead log was cut short or damaged, or an older copy was put back): %w (%s; "+
+		"to serve an older backup on purpose, start with --accept-rollback)",
+		ErrRollback, sm.applied, mk.Applied, mk.Applied-sm.applied, store.ErrCorrupt, store.RecoverHint)
+}
+
+// writeMark records the durable applied count in the mark if it grew
+// (always if force).
+func (s *Server) writeMark(force bool) error {
+	s.markMu.Lock()
+	defer s.markMu.Unlock()
+	d := s.durable.Load()
+	if d == s.marked && !force {
+		return nil
+	}
+	if err := s.marker.WriteMark(store.Mark{FSID: s.sm.fsid, Applied: d}); err != nil {
+		return fmt.Errorf("meta: %w", err)
+	}
+	s.marked = d
+	return nil
+}
+
+// markLoop rewrites the durable mark every MarkInterval while changes are
+// applied. It never blocks a commit: the mark only ever claims what a
+// synced batch already made durable, so it may lag but never lead.
+func (s *Server) markLoop() {
+	defer s.bg.Done()
+	t := time.NewTicker(s.opts.MarkInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-t.C:
+			if err := s.writeMark(false); err != nil {
+				s.log.Error("meta: durable mark not written", "err", err)
+			}
+		}
+	}
 }
 
 func (s *Server) now() int64 { return s.opts.Now().UnixNano() }
@@ -238,6 +386,10 @@ func (s *Server) Close() error {
 	}
 	s.bg.Wait()
 	s.inflight.Wait()
+	if s.marker != nil {
+		// Every change is durable now: the mark is exact after a clean stop.
+		return s.writeMark(false)
+	}
 	return nil
 }
 
@@ -553,7 +705,7 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 	if err != nil {
 		return proto.Attr{}, proto.Attr{}, nil, err
 	}
-	c := &Command{Op: OpCreate, Now: s.now(), Ino: s.allocIno(), Parent: in.Parent, Name: in.Name,
+	c := &Command{Op: OpCreate, Now: s.now(), Ino: s.allocIno(), Gen: newGen(), Parent: in.Parent, Name: in.Name,
 		Mode: in.Mode, Rdev: in.Rdev, Uid: in.Uid, Gid: in.Gid}
 	cl.own(c)
 	if in.Exclusive {

@@ -427,7 +427,8 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: OpSetXattr, Ino: 3, Name: "user.x", Value: []byte("value"), Flags: 1},
 		{Op: OpRegisterTarget, Text: "uuid", Addr: "h:1", TargetID: 9},
 		{Op: OpReclaim, Inos: []proto.Ino{5, 6}},
-		{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5, Stripe: 2}}}},
+		{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5, Stripe: 2}}, {Target: 2, Obj: proto.ObjectID{Ino: 6, Gen: 1 << 63}}}},
+		{Op: OpCreate, Ino: 7, Gen: 0x9e3779b97f4a7c15, Parent: 1, Name: "f", Mode: 0o644},
 		{Op: OpUnlink, Parent: 1, Name: "x", Cred: &proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 7}}},
 		{Op: OpMkdir, Ino: 9, Parent: 1, Name: "d", Cred: &proto.Cred{}},
 	}
@@ -440,12 +441,19 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("%v: round trip\n got %+v\nwant %+v", c.Op, got, c)
 		}
 	}
-	// A version-1 command (no Cred) still decodes, as a trusted one.
+	// A version-1 command (no Cred, no Gen) still decodes, as a trusted one.
 	v1 := (&Command{Op: OpUnlink, Name: "x"}).Encode()
-	v1 = v1[:len(v1)-1] // the Cred-present flag
+	v1 = v1[:len(v1)-1-8] // the Cred-present flag, Gen
 	v1[0] = 1
 	if got, err := DecodeCommand(v1); err != nil || got.Cred != nil || got.Name != "x" {
 		t.Fatalf("version 1 command: %+v %v", got, err)
+	}
+	// A version-2 command (no Gen) decodes with generation 0.
+	v2 := (&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5}}}}).Encode()
+	v2 = v2[:len(v2)-8-8] // Gen, the object's gen
+	v2[0] = 2
+	if got, err := DecodeCommand(v2); err != nil || got.Objects[0].Obj != (proto.ObjectID{Ino: 5}) {
+		t.Fatalf("version 2 command: %+v %v", got, err)
 	}
 	bad := [][]byte{nil, {9}, {cmdVersion}, append((&Command{Op: OpUnlink}).Encode(), 0)}
 	for _, b := range bad {
@@ -526,12 +534,12 @@ func TestApplyDeterministic(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, b := range log {
+		for _, b := range log {
 			c, err := DecodeCommand(b)
 			if err != nil {
 				t.Fatal(err)
 			}
-			sm.applyAt(c, uint64(i+1), false)
+			sm.apply(c)
 		}
 		return m
 	}

@@ -17,12 +17,16 @@ import (
 
 // Limits the state machine enforces.
 const (
-	MaxNameLen      = 255
-	MaxSymlinkLen   = 4095
-	MaxLinks        = 65000
-	MaxXattrName    = 255
-	MaxXattrValue   = 64 << 10
-	formatVersion   = 1
+	MaxNameLen    = 255
+	MaxSymlinkLen = 4095
+	MaxLinks      = 65000
+	MaxXattrName  = 255
+	MaxXattrValue = 64 << 10
+	// formatVersion 2: the store has an fsid, the applied counter, and
+	// inodes with generations; a version 1 store is upgraded at open (it
+	// adopts an fsid; its inodes keep generation 0).
+	formatVersion   = 2
+	initAdoptFSID   = 1 // Command.Flags bit of OpInit: only give a formatted store its fsid
 	createExclusive = 1 // Command.Flags bit of OpCreate
 	// registerTrusted is the Command.Flags bit of OpRegisterTarget for an
 	// in-process registrant: it may register any uuid and does not change
@@ -47,9 +51,13 @@ type stateMachine struct {
 	inodes     uint64
 	nextTarget uint32
 	// applied is the log index recorded by the last batch written: every
-	// batch records the index of the command it applies, so the store
-	// says how far into the log its state is (the counter applied_index).
+	// batch records the index of the command it applies (applyAt), so the
+	// store says how far into the log its state is (counter applied). On a
+	// single server the log holds only commands that wrote (localLog), so
+	// applied counts the batches committed, as the durable mark
+	// (store.Mark) expects; on a replica it is the raft index.
 	applied  uint64
+	fsid     string // the file system's uuid ("" before format)
 	uuidToID map[string]proto.TargetID
 	idToUUID map[proto.TargetID]string
 }
@@ -62,8 +70,9 @@ type applyResult struct {
 	target    proto.TargetID
 	targetRec targetRecord // register-target: what was stored
 	wrote     bool
-	synced    bool       // the batch was committed synced (see applySynced)
+	synced    bool       // the batch was committed synced (see applyAt)
 	parent    proto.Attr // the parent directory after the change (create, unlink, rmdir)
+	fsid      string     // init: the file system id stored
 }
 
 func errnof(errno syscall.Errno, format string, args ...any) error {
@@ -80,6 +89,23 @@ func openStateMachine(st store.Store) (*stateMachine, error) {
 		return nil, err
 	}
 	if sm.applied, err = getCounter(st, store.CounterApplied); err != nil {
+		return nil, err
+	}
+	if v, err := st.Get(store.CounterKey(store.CounterFSID)); err == nil {
+		sm.fsid = string(v)
+	} else if !errors.Is(err, store.ErrNotFound) {
+		return nil, err
+	}
+	if _, err := st.Get(store.CounterKey(store.CounterFormat)); errors.Is(err, store.ErrNotFound) {
+		// Unformatted: it must be empty, or it is someone else's data.
+		var first []byte
+		if err := st.Scan(nil, nil, func(k, _ []byte) bool { first = bytes.Clone(k); return false }); err != nil {
+			return nil, err
+		}
+		if first != nil {
+			return nil, fmt.Errorf("meta: the database holds data (key %q) but no weft format record: %w", first, store.ErrNotStore)
+		}
+	} else if err != nil {
 		return nil, err
 	}
 	nt, err := getCounter(st, store.CounterNextTarget)
@@ -211,6 +237,9 @@ func (t *txn) commit() error {
 	if t.b.Len() == 0 {
 		return nil
 	}
+	// Every batch records its log index: on a single server one more than
+	// the last, so that a store which lost batches at the end of its log
+	// knows less than its durable mark (store.Mark).
 	t.b.Set(store.CounterKey(store.CounterApplied), u64(t.index))
 	if err := t.b.Commit(t.sync); err != nil {
 		return errnof(syscall.EIO, "commit: %v", err)
@@ -274,7 +303,7 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.reclaim(c)
 	case OpGCDone:
 		for _, o := range c.Objects {
-			t.b.Delete(store.GCKey(uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe))
+			t.b.Delete(store.GCKey(uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe, o.Obj.Gen))
 		}
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
@@ -285,6 +314,9 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 	if err := t.commit(); err != nil {
 		return applyResult{}, err
 	}
+	if t.res.fsid != "" {
+		sm.fsid = t.res.fsid
+	}
 	if c.Op == OpRegisterTarget {
 		sm.uuidToID[c.Text] = t.res.target
 		sm.idToUUID[t.res.target] = c.Text
@@ -293,9 +325,21 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 }
 
 func (t *txn) init(c *Command) error {
-	if _, err := t.sm.st.Get(store.CounterKey(store.CounterFormat)); err == nil {
-		return errnof(syscall.EEXIST, "store already formatted")
+	if c.Text == "" || len(c.Text) > 64 {
+		return errnof(syscall.EINVAL, "bad file system id %q", c.Text)
 	}
+	if _, err := t.sm.st.Get(store.CounterKey(store.CounterFormat)); err == nil {
+		if c.Flags&initAdoptFSID == 0 || t.sm.fsid != "" {
+			return errnof(syscall.EEXIST, "store already formatted")
+		}
+		// A store formatted before file system ids: it adopts one.
+		t.b.Set(store.CounterKey(store.CounterFSID), []byte(c.Text))
+		t.b.Set(store.CounterKey(store.CounterFormat), u64(formatVersion))
+		t.res.fsid = c.Text
+		return nil
+	}
+	t.b.Set(store.CounterKey(store.CounterFSID), []byte(c.Text))
+	t.res.fsid = c.Text
 	root := &inode{
 		Attr: proto.Attr{
 			Ino: proto.RootIno, Mode: syscall.S_IFDIR | (c.Mode & 07777), Nlink: 2,
@@ -407,6 +451,7 @@ func (t *txn) create(c *Command) error {
 			n.Rdev = c.Rdev
 		}
 		if typ == syscall.S_IFREG {
+			n.Gen = c.Gen
 			pol := parent.Layout
 			if c.Layout != nil {
 				pol = *c.Layout
@@ -1047,7 +1092,7 @@ func (t *txn) reclaimInode(n *inode) error {
 	}
 	if n.IsRegular() {
 		for i, tg := range n.Layout.Targets {
-			t.b.Set(store.GCKey(uint32(tg), uint64(ino), uint32(i)), nil)
+			t.b.Set(store.GCKey(uint32(tg), uint64(ino), uint32(i), n.Gen), nil)
 			t.res.gcQueued++
 		}
 	}

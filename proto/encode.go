@@ -20,10 +20,18 @@ func (a *Attr) Encode(e *wire.Encoder) {
 	e.I64(a.Mtime)
 	e.I64(a.Ctime)
 	a.Layout.Encode(e)
+	e.U64(a.Gen)
 }
 
 // Decode reads what Encode wrote into a; errors are left in d.
 func (a *Attr) Decode(d *wire.Decoder) {
+	a.DecodeNoGen(d)
+	a.Gen = d.U64()
+}
+
+// DecodeNoGen reads the encoding of Attr from before generations (which
+// ended with the layout): for meta's version 1 inode records.
+func (a *Attr) DecodeNoGen(d *wire.Decoder) {
 	a.Ino = Ino(d.U64())
 	a.Mode = d.U32()
 	a.Nlink = d.U32()

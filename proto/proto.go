@@ -15,10 +15,14 @@ const RootIno Ino = 1
 // TargetID is re-exported from layout for convenience.
 type TargetID = layout.TargetID
 
-// ObjectID names one stripe object of a file on a storage target.
+// ObjectID names one stripe object of a file on a storage target. Gen is
+// the file's generation (Attr.Gen): inode numbers can come back after a
+// metadata rollback or restore, generations do not, so objects of a file
+// that reused a number never share a name with the old file's.
 type ObjectID struct {
 	Ino    Ino
 	Stripe uint32
+	Gen    uint64
 }
 
 // Attr is an inode's attributes as the metadata server keeps them. Times are
@@ -36,6 +40,10 @@ type Attr struct {
 	Mtime  int64
 	Ctime  int64
 	Layout layout.Layout // regular files: the file's layout; directories: the default for children (StripeSize 0 = inherit)
+	// Gen is a regular file's generation: a random number made when it was
+	// created, part of its objects' names (ObjectID.Gen); 0 for other
+	// inodes and for files created before generations.
+	Gen uint64
 }
 
 // IsDir, IsRegular and IsSymlink test the file type bits.

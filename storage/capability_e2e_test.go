@@ -92,11 +92,11 @@ func TestCapabilitiesEndToEnd(t *testing.T) {
 	}
 
 	// Straight to storage, without asking the metadata server: refused.
-	obj := proto.ObjectID{Ino: a.Ino}
 	a, err = msrv.GetAttr(ctx, a.Ino)
 	if err != nil {
 		t.Fatal(err)
 	}
+	obj := proto.ObjectID{Ino: a.Ino, Gen: a.Gen}
 	tgt := a.Layout.Targets[0]
 	if _, err := sc.Read(ctx, tgt, obj, 0, got); !errors.Is(err, syscall.EACCES) {
 		t.Fatalf("read without a capability: %v", err)

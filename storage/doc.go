@@ -9,8 +9,17 @@
 //
 //	target.json                {"uuid": "...", "id": N}
 //	objects/00 .. objects/ff   fan-out by the low byte of the inode number
-//	objects/<xx>/<ino>.<stripe>      the object's bytes (a plain, maybe sparse, file)
-//	objects/<xx>/<ino>.<stripe>.crc  the object's sidecar
+//	objects/<xx>/<ino>.<gen>.<stripe>      the object's bytes (a plain, maybe sparse, file)
+//	objects/<xx>/<ino>.<gen>.<stripe>.crc  the object's sidecar
+//
+// <ino> and <stripe> are decimal, <gen> is the file's generation
+// (proto.ObjectID.Gen) in hex. An object of generation 0 (a file created
+// before generations) is named <ino>.<stripe>, as all objects were before,
+// so existing data stays readable. The generation makes a name unique to
+// one file even when an inode number is handed out again after the
+// metadata store was rolled back or restored from a backup: a new file
+// with a reused number gets new objects (reading as holes), never the old
+// file's bytes.
 //
 // The uuid is made on first start; the id is assigned by the metadata server
 // on the first RegisterTarget and stored, and every later registration must
@@ -19,7 +28,9 @@
 // server registered, EACCES). target.json does not yet say which file
 // system the target belongs to: a storage server pointed at another file
 // system's metadata server registers its targets there under their stored
-// ids unless those ids are taken (issue 9 adds a file-system uuid).
+// ids unless those ids are taken (issue 9: the metadata server has a
+// file system id since format version 2, meta.Server.FSID, but neither
+// RegisterTarget's reply nor target.json carries it yet).
 //
 // Read buffers are bounded per connection and per server (Config
 // ReadBytesPerConn, 64 MiB, and ReadBytesPerServer, 512 MiB; see package

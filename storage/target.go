@@ -228,12 +228,11 @@ func (t *Target) fanoutDir(i int) string {
 }
 
 func (t *Target) objPath(obj proto.ObjectID) string {
-	return filepath.Join(t.fanoutDir(int(obj.Ino&0xff)),
-		strconv.FormatUint(uint64(obj.Ino), 10)+"."+strconv.FormatUint(uint64(obj.Stripe), 10))
+	return filepath.Join(t.fanoutDir(int(obj.Ino&0xff)), objName(obj))
 }
 
 func (t *Target) lockFor(obj proto.ObjectID) *sync.RWMutex {
-	h := uint64(obj.Ino)*0x9e3779b97f4a7c15 ^ uint64(obj.Stripe)*0xbf58476d1ce4e5b9
+	h := uint64(obj.Ino)*0x9e3779b97f4a7c15 ^ uint64(obj.Stripe)*0xbf58476d1ce4e5b9 ^ obj.Gen
 	return &t.locks[(h>>32)%lockStripes]
 }
 
@@ -244,7 +243,17 @@ func (t *Target) corrupt(obj proto.ObjectID, off uint64, why string) error {
 	return fmt.Errorf("storage: target %s object %s offset %d: %s: %w (%w)", t.dir, objName(obj), off, why, ErrCorrupt, syscall.EIO)
 }
 
-func objName(obj proto.ObjectID) string { return fmt.Sprintf("%d.%d", obj.Ino, obj.Stripe) }
+// objName is an object's file name: <ino>.<stripe> for generation 0 (files
+// created before generations, so their objects stay where they are), and
+// <ino>.<gen in hex>.<stripe> otherwise.
+func objName(obj proto.ObjectID) string {
+	ino := strconv.FormatUint(uint64(obj.Ino), 10)
+	stripe := strconv.FormatUint(uint64(obj.Stripe), 10)
+	if obj.Gen == 0 {
+		return ino + "." + stripe
+	}
+	return ino + "." + strconv.FormatUint(obj.Gen, 16) + "." + stripe
+}
 
 // errMissing is returned by acquire when the object does not exist.
 var errMissing = errors.New("storage: no such object")

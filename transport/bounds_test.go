@@ -283,3 +283,54 @@ func TestPeerWithoutSecurity(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// One remote IP cannot hold more than MaxConnsPerIP connections, so one
+// host cannot lock the others out: a connection from another IP is still
+// served meanwhile.
+func TestConnectionLimitPerIP(t *testing.T) {
+	tr, lb := boundedTransport(t, TCPOptions{MaxConnsPerIP: 2})
+	l, err := tr.Listen("0.0.0.0:0", echo)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	_, port, _ := net.SplitHostPort(l.Addr())
+	addr := net.JoinHostPort("127.0.0.1", port)
+	a := dial(t, NewTCP(), addr)
+	b := dial(t, NewTCP(), addr)
+	for _, c := range []Conn{a, b} {
+		if _, err := c.Call(context.Background(), 1, []byte("x")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	over := rawDial(t, addr)
+	waitClosed(t, over)
+	waitUntil(t, "refusal logged", func() bool { return strings.Contains(lb.String(), "MaxConnsPerIP") })
+
+	// From 127.0.0.2: a probe is answered.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}}
+	other, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.Write(requestHeader(OpProbe, 1, 0)); err != nil {
+		t.Fatal(err)
+	}
+	_ = other.SetReadDeadline(time.Now().Add(time.Minute))
+	resp := make([]byte, HeaderSize)
+	if _, err := io.ReadFull(other, resp); err != nil {
+		t.Fatalf("a connection from another IP was not served: %v", err)
+	}
+
+	b.Close()
+	waitUntil(t, "a new connection served once one closed", func() bool {
+		c, err := NewTCP().Dial(context.Background(), addr)
+		if err != nil {
+			return false
+		}
+		defer c.Close()
+		_, err = c.Call(context.Background(), 1, []byte("x"))
+		return err == nil
+	})
+}

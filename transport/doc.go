@@ -112,8 +112,9 @@
 // docs/security.md for the table.
 //
 //   - MaxConns (4096) connections per listener; over it, accepted and
-//     closed at once. MaxHandshakesPerIP (32) connections of one remote IP
-//     still in the handshake.
+//     closed at once. MaxConnsPerIP (512) connections of one remote IP, so
+//     one host cannot take them all. MaxHandshakesPerIP (32) connections
+//     of one remote IP still in the handshake.
 //   - HandshakeTimeout (10 s) for TLS and hello, both ends.
 //   - FrameTimeout (30 s): once a frame's first byte arrived, its header and
 //     body must arrive within it, else the connection is closed.

@@ -38,6 +38,7 @@ func (t *tcpTransport) Listen(addr string, h Handler) (Listener, error) {
 		cancel:      cancel,
 		conns:       make(map[net.Conn]struct{}),
 		handshaking: make(map[string]int),
+		perIP:       make(map[string]int),
 	}
 	l.wg.Add(1)
 	go l.acceptLoop()
@@ -57,6 +58,7 @@ type tcpListener struct {
 	mu          sync.Mutex
 	conns       map[net.Conn]struct{} // raw TCP connections, in handshake or served
 	handshaking map[string]int        // connections in the handshake per remote IP
+	perIP       map[string]int        // connections per remote IP
 	closed      bool
 
 	wg        sync.WaitGroup // accept loop and connections
@@ -121,6 +123,8 @@ func (l *tcpListener) acceptLoop() {
 			return
 		case l.t.maxConns > 0 && len(l.conns) >= l.t.maxConns:
 			refuse = fmt.Sprintf("at the connection limit (%d, TCPOptions.MaxConns)", l.t.maxConns)
+		case l.t.maxConnsPerIP > 0 && l.perIP[ip] >= l.t.maxConnsPerIP:
+			refuse = fmt.Sprintf("%d connections from this address (TCPOptions.MaxConnsPerIP)", l.perIP[ip])
 		case secure && l.t.maxHandshakesPerIP > 0 && l.handshaking[ip] >= l.t.maxHandshakesPerIP:
 			refuse = fmt.Sprintf("%d connections from this address still in the handshake (TCPOptions.MaxHandshakesPerIP)", l.handshaking[ip])
 		}
@@ -131,6 +135,7 @@ func (l *tcpListener) acceptLoop() {
 			continue
 		}
 		l.conns[nc] = struct{}{}
+		l.perIP[ip]++
 		if secure {
 			l.handshaking[ip]++
 		}
@@ -147,6 +152,9 @@ func (l *tcpListener) serveConn(raw net.Conn, remote, ip string) {
 	defer func() {
 		l.mu.Lock()
 		delete(l.conns, raw)
+		if l.perIP[ip]--; l.perIP[ip] <= 0 {
+			delete(l.perIP, ip)
+		}
 		l.mu.Unlock()
 		_ = raw.Close()
 	}()

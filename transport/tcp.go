@@ -36,6 +36,11 @@ type TCPOptions struct {
 	// not; a connection over it is accepted and closed at once. Default
 	// 4096.
 	MaxConns int
+	// MaxConnsPerIP bounds the connections of one listener from one remote
+	// IP, so that one host (one stolen key) cannot take all of MaxConns
+	// and lock every other client out. Default 512: a mount keeps a few
+	// connections per server, a bench host a few per rank.
+	MaxConnsPerIP int
 	// MaxHandshakesPerIP bounds the connections from one remote IP that
 	// are still in the TLS handshake and hello. Default 32.
 	MaxHandshakesPerIP int
@@ -68,6 +73,7 @@ type TCPOptions struct {
 // Defaults of TCPOptions' bounds.
 const (
 	DefaultMaxConns           = 4096
+	DefaultMaxConnsPerIP      = 512
 	DefaultMaxHandshakesPerIP = 32
 	DefaultHandshakeTimeout   = 10 * time.Second
 	DefaultFrameTimeout       = 30 * time.Second
@@ -99,7 +105,7 @@ type tcpTransport struct {
 	sec         *secured
 	budget      *byteBudget
 
-	maxConns, maxHandshakesPerIP int
+	maxConns, maxConnsPerIP, maxHandshakesPerIP int
 	handshakeTimeout             time.Duration
 	frameTimeout                 time.Duration
 	writeTimeout                 time.Duration
@@ -120,6 +126,7 @@ func NewTCPWith(opts TCPOptions) Transport {
 		t.maxInflight = defaultMaxInflight
 	}
 	t.maxConns = orDefault(opts.MaxConns, DefaultMaxConns)
+	t.maxConnsPerIP = orDefault(opts.MaxConnsPerIP, DefaultMaxConnsPerIP)
 	t.maxHandshakesPerIP = orDefault(opts.MaxHandshakesPerIP, DefaultMaxHandshakesPerIP)
 	t.handshakeTimeout = orDefault(opts.HandshakeTimeout, DefaultHandshakeTimeout)
 	t.frameTimeout = orDefault(opts.FrameTimeout, DefaultFrameTimeout)

@@ -21,6 +21,9 @@ type metaOptions struct {
 	Listen           string         `toml:"listen"`
 	Data             string         `toml:"data"`
 	HeartbeatTimeout units.Duration `toml:"heartbeat_timeout"`
+	// AcceptRollback is a flag only: serving an older store is a decision
+	// for one start, not a setting to leave in a file.
+	AcceptRollback bool `toml:"-"`
 	accessOptions
 	daemonOptions
 }
@@ -90,6 +93,8 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.StringVar(&o.Data, "data", "", "directory holding the metadata database (must exist)")
 	o.HeartbeatTimeout = units.Duration(10 * time.Second)
 	fs.Var(&o.HeartbeatTimeout, "heartbeat-timeout", "a storage target not heard from for this long is reported down")
+	fs.BoolVar(&o.AcceptRollback, "accept-rollback", false,
+		"serve a store that has fewer changes than it had durably applied before (an older backup restored on purpose)")
 	o.accessOptions.addFlags(fs)
 	o.daemonOptions.addFlags(fs)
 	return cmd
@@ -135,6 +140,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
+		AcceptRollback:   o.AcceptRollback,
 		Logger:           d.log,
 		Transport:        d.transport,
 		Access:           acc,

@@ -81,3 +81,28 @@ func TestMetaDefaults(t *testing.T) {
 		t.Fatalf("defaults: %+v", got)
 	}
 }
+
+// --accept-rollback is off unless given, and a flag only (not a config key:
+// serving an older store is a decision for one start).
+func TestMetaAcceptRollback(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		args []string
+		want bool
+	}{
+		{[]string{"--data", dir}, false},
+		{[]string{"--data", dir, "--accept-rollback"}, true},
+	} {
+		var got metaOptions
+		if err := execute(metaCommand(func(_ context.Context, o *metaOptions) error { got = *o; return nil }), tc.args...); err != nil {
+			t.Fatal(err)
+		}
+		if got.AcceptRollback != tc.want {
+			t.Fatalf("%v: AcceptRollback %v", tc.args, got.AcceptRollback)
+		}
+	}
+	cfg := writeFile(t, dir, "meta.toml", "data = \""+dir+"\"\naccept_rollback = true\n")
+	if err := execute(metaCommand(func(context.Context, *metaOptions) error { return nil }), "--config", cfg); err == nil {
+		t.Fatal("accept_rollback accepted as a config key")
+	}
+}

@@ -794,7 +794,7 @@ func (s *Storage) enter(ctx context.Context, op Op, t proto.TargetID, obj proto.
 		}
 		c, err := key.Verify(proto.CapabilityFrom(ctx), now())
 		if err == nil {
-			err = c.Allows(obj.Ino, want, "")
+			err = c.Allows(obj.Ino, obj.Gen, want, "")
 		}
 		if err != nil {
 			s.mu.Lock()

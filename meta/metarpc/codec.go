@@ -56,7 +56,7 @@ const (
 const (
 	maxList   = 1 << 20
 	maxValue  = 1 << 20 // an xattr value (the server allows 64 KiB)
-	attrBytes = 8 + 5*4 + 8 + 3*8 + 8 + 4 + 4
+	attrBytes = 8 + 5*4 + 8 + 3*8 + 8 + 4 + 4 + 8
 	maxCap    = 1024 // a capability (version 1 is at most 315 bytes)
 )
 

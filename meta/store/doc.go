@@ -6,25 +6,49 @@
 //
 // # Key schema
 //
+// Beside the database (not in it) lives the durable mark, the file
+// WEFT-MARK (Mark, MarkFile).
+//
 // Every key starts with a one-byte kind; integers are big-endian so byte
 // order is numeric order. Values are encoded by package meta (each starts
 // with a format version byte).
 //
 //	c <name>                        counters: next_ino (allocator high-water mark),
 //	                                inodes (inodes in use), next_target, format,
-//	                                applied_index (log index of the last batch)
+//	                                applied (log index of the last batch: on a single
+//	                                server the batches committed); and fsid (a uuid string)
 //	i <ino:8>                       inode record: attributes, layout, symlink target,
 //	                                parent (directories), written flag
 //	d <parent:8> <name>             directory entry → child ino + file type
 //	x <ino:8> <name>                extended attribute value
 //	o <ino:8>                       orphan: inode with nlink 0 still kept (value: time)
-//	g <target:4> <ino:8> <stripe:4> object-GC queue: an object to remove from a target
+//	g <target:4> <ino:8> <stripe:4> [<gen:8>]
+//	                                object-GC queue: an object to remove from a target
+//	                                (gen only when not 0)
 //	t <id:4>                        target registry: id → uuid, address
 //	u <uuid>                        target registry: uuid → id
 //
 // A directory listing is a prefix scan of "d"+parent, continued after a name
 // by starting at "d"+parent+name+"\x00": listing is O(entries returned) at
 // any directory size.
+//
+// # Integrity
+//
+// The pebble store never opens damaged data as if it were whole
+// (OpenPebble): pebble's log goes to slog (errors at error level, the rest
+// at debug); the database is kept at pebble.FormatNewest, whose WAL
+// records carry the offset synced so far, so a damaged record followed by
+// synced ones fails the open with ErrCorrupt instead of ending the replay
+// there; and every table is read through with its checksums verified
+// (CheckLevels) before the store is used. That check reads the whole
+// database: 4.1 s for 1M entries of 120-byte values (one run of
+// BenchmarkOpenCheck on the 2-core CI machine), about 4 s per million
+// inodes at start. Corruption found later (a read, a compaction) fails
+// the store: that call and every later one return an error wrapping
+// ErrCorrupt, logged at error, and pebble's Fatalf is logged before it
+// panics. What pebble cannot see (a WAL cut short or damaged in its last
+// 32 KiB, a restored older copy) package meta detects with its durable
+// mark.
 //
 // # Invariants (kept by package meta, relied on here)
 //

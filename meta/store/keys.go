@@ -24,9 +24,14 @@ const (
 	CounterInodes     = "inodes"
 	CounterNextTarget = "next_target"
 	CounterFormat     = "format"
-	// CounterApplied is the log index of the last command whose changes
-	// are stored, written in the same batch as those changes.
-	CounterApplied = "applied_index"
+	// CounterApplied is the log index of the last batch the state machine
+	// committed, written in that batch: on a single server every batch
+	// raises it by one (so it counts batches, see Mark); on a replica it is
+	// the raft index of the batch's entry.
+	CounterApplied = "applied"
+	// CounterFSID ("c fsid") holds the file system's uuid, made at format:
+	// a string, not a counter.
+	CounterFSID = "fsid"
 )
 
 // CounterKey is "c" + name.
@@ -54,19 +59,31 @@ func XattrKey(ino uint64, name string) []byte { return append(XattrPrefix(ino), 
 // OrphanKey is "o" + ino.
 func OrphanKey(ino uint64) []byte { return u64key(PrefixOrphan, ino) }
 
-// GCKey is "g" + target + ino + stripe: one object to remove.
-func GCKey(target uint32, ino uint64, stripe uint32) []byte {
+// GCKey is "g" + target + ino + stripe (+ gen, unless 0): one object to
+// remove. Generation 0 keeps the key of before generations, so a queue
+// written then is still drained.
+func GCKey(target uint32, ino uint64, stripe uint32, gen uint64) []byte {
 	k := binary.BigEndian.AppendUint32([]byte{PrefixGC}, target)
 	k = binary.BigEndian.AppendUint64(k, ino)
-	return binary.BigEndian.AppendUint32(k, stripe)
+	k = binary.BigEndian.AppendUint32(k, stripe)
+	if gen != 0 {
+		k = binary.BigEndian.AppendUint64(k, gen)
+	}
+	return k
 }
 
 // ParseGCKey splits a GC key; ok is false for a malformed key.
-func ParseGCKey(k []byte) (target uint32, ino uint64, stripe uint32, ok bool) {
-	if len(k) != 17 || k[0] != PrefixGC {
-		return 0, 0, 0, false
+func ParseGCKey(k []byte) (target uint32, ino uint64, stripe uint32, gen uint64, ok bool) {
+	if (len(k) != 17 && len(k) != 25) || k[0] != PrefixGC {
+		return 0, 0, 0, 0, false
 	}
-	return binary.BigEndian.Uint32(k[1:]), binary.BigEndian.Uint64(k[5:]), binary.BigEndian.Uint32(k[13:]), true
+	if len(k) == 25 {
+		gen = binary.BigEndian.Uint64(k[17:])
+		if gen == 0 {
+			return 0, 0, 0, 0, false
+		}
+	}
+	return binary.BigEndian.Uint32(k[1:]), binary.BigEndian.Uint64(k[5:]), binary.BigEndian.Uint32(k[13:]), gen, true
 }
 
 // TargetIDKey is "t" + id.

@@ -17,6 +17,7 @@ type Mem struct {
 	// Syncs counts Sync calls and synced commits, so tests can check group
 	// commit.
 	syncs int
+	mark  *Mark
 }
 
 // NewMem returns an empty in-memory store.

@@ -3,6 +3,10 @@ package store
 import (
 	"errors"
 	"fmt"
+	iofs "io/fs"
+	"log/slog"
+	"sync/atomic"
+	"time"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/bloom"
@@ -11,7 +15,21 @@ import (
 
 // Pebble is a Store on a pebble database.
 type Pebble struct {
-	db *pebble.DB
+	db  *pebble.DB
+	fs  vfs.FS
+	dir string
+	log *slog.Logger
+	// failed is set when pebble reports corruption or a fatal error after
+	// open; every later call fails with it (see fail).
+	failed atomic.Pointer[error]
+	// checked is what the consistency check at open read.
+	checked CheckStats
+}
+
+// CheckStats is what OpenPebble's consistency check read.
+type CheckStats struct {
+	Points int64         // point keys read (every version, in every level)
+	Took   time.Duration // how long the check took
 }
 
 // PebbleOptions tunes OpenPebble. The zero value is fine.
@@ -24,17 +42,57 @@ type PebbleOptions struct {
 	// FS, if set, is the file system the database lives on instead of the
 	// OS's: tests pass vfs.NewCrashableMem to check what survives a crash.
 	FS vfs.FS
+	// Logger receives pebble's own log: errors, background errors and
+	// corruption at error level, everything else at debug, each message
+	// prefixed "store: pebble". Nil: slog.Default().
+	Logger *slog.Logger
+	// SkipCheck skips the consistency check at open (see OpenPebble).
+	SkipCheck bool
 }
 
-// OpenPebble opens (or creates) the pebble database in dir.
+// OpenPebble opens (or creates) the pebble database in dir. It refuses,
+// with an error wrapping ErrCorrupt, a database whose WAL or tables fail a
+// checksum:
+//
+//   - the database is kept at pebble.FormatNewest, whose WAL chunks carry
+//     the offset synced so far, so that replay tells a torn tail (a crash
+//     mid-write, tolerated) from a damaged record followed by synced ones
+//     (refused: pebble would otherwise replay up to the damage, drop the
+//     rest and open as if nothing had happened). Damage in the WAL's last
+//     32 KiB block, or a WAL cut short, still looks like a torn tail to
+//     pebble; package meta's durable mark catches those (see Mark).
+//   - unless SkipCheck, every table is read through with its block
+//     checksums verified (pebble's CheckLevels), so a damaged table is
+//     refused at open instead of failing a read, or a compaction, later.
+//     It reads the whole database: see BenchmarkOpenCheck for its cost.
+//
+// A directory that holds files but no pebble database is refused with
+// ErrNotStore, so a wrong --data does not become an empty store beside
+// someone else's files.
 func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	cache := o.CacheSize
 	if cache == 0 {
 		cache = 64 << 20
 	}
+	p := &Pebble{dir: dir, log: o.Logger}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
 	c := pebble.NewCache(cache)
 	defer c.Unref()
-	opts := &pebble.Options{Cache: c, Logger: quietLogger{}}
+	opts := &pebble.Options{
+		Cache: c, Logger: pebbleLogger{p},
+		FormatMajorVersion: pebble.FormatNewest,
+		EventListener: &pebble.EventListener{
+			BackgroundError: func(err error) {
+				p.log.Error("store: pebble background error", "dir", dir, "err", err)
+			},
+			DataCorruption: func(info pebble.DataCorruptionInfo) {
+				// Not info's own format: its %+v details carry a stack.
+				p.fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, info.Path, info.Details))
+			},
+		},
+	}
 	// Bloom filters on every level (the others inherit L0's): most point
 	// reads of the metadata service miss (the lookup before every create,
 	// the dirent check of every create), and without a filter each miss
@@ -46,22 +104,123 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 		opts.FS = o.FS
 	case o.InMemory:
 		opts.FS = vfs.NewMem()
+	default:
+		opts.FS = vfs.Default
+	}
+	p.fs = opts.FS
+	if err := checkIsStore(opts.FS, dir); err != nil {
+		return nil, err
 	}
 	db, err := pebble.Open(dir, opts)
+	if pebble.IsCorruptionError(err) {
+		return nil, fmt.Errorf("store: open pebble in %s: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("store: open pebble in %s: %w", dir, err)
 	}
-	return &Pebble{db: db}, nil
+	p.db = db
+	// The WAL that Open created was begun before the format version took
+	// effect and so lacks sync offsets: rotate to one that has them (the
+	// memtable is empty after replay, so this writes nothing).
+	if err := db.Flush(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("store: open pebble in %s: rotate WAL: %w", dir, err)
+	}
+	if !o.SkipCheck {
+		if err := p.check(); err != nil {
+			db.Close()
+			return nil, fmt.Errorf("store: open pebble in %s: %w", dir, err)
+		}
+	}
+	return p, nil
+}
+
+// checkIsStore refuses a directory that holds files but no pebble database.
+func checkIsStore(fs vfs.FS, dir string) error {
+	names, err := fs.List(dir)
+	if errors.Is(err, iofs.ErrNotExist) {
+		return nil // pebble creates it
+	}
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", dir, err)
+	}
+	desc, err := pebble.Peek(dir, fs)
+	if err != nil {
+		return fmt.Errorf("store: %s: %w", dir, err)
+	}
+	if desc.Exists {
+		return nil
+	}
+	for _, n := range names {
+		if n == MarkFile {
+			return fmt.Errorf("store: %s has a durable mark but no database: the database was removed: %w (%s)",
+				dir, ErrCorrupt, RecoverHint)
+		}
+	}
+	for _, n := range names {
+		if n != "lost+found" {
+			return fmt.Errorf("store: %s holds %q but no pebble database: %w", dir, n, ErrNotStore)
+		}
+	}
+	return nil
+}
+
+// check reads every level through with block checksums verified.
+func (p *Pebble) check() error {
+	start := time.Now()
+	var stats pebble.CheckLevelsStats
+	if err := p.db.CheckLevels(&stats); err != nil {
+		p.fail(fmt.Errorf("%w: %w", ErrCorrupt, err))
+		return fmt.Errorf("consistency check: %w (%s)", p.err(), RecoverHint)
+	}
+	if err := p.err(); err != nil {
+		return fmt.Errorf("consistency check: %w", err)
+	}
+	p.checked = CheckStats{Points: stats.NumPoints, Took: time.Since(start)}
+	p.log.Debug("store: consistency check passed", "dir", p.dir, "points", stats.NumPoints, "took", p.checked.Took)
+	return nil
+}
+
+// Checked returns what the consistency check at open read (zero with
+// SkipCheck).
+func (p *Pebble) Checked() CheckStats { return p.checked }
+
+// fail records that the database can no longer be trusted, logs it at
+// error, and makes every later call return err.
+func (p *Pebble) fail(err error) {
+	p.log.Error("store: pebble: the database is damaged; refusing further use", "dir", p.dir, "err", err)
+	p.failed.CompareAndSwap(nil, &err)
+}
+
+// checkCorrupt fails the store if err is pebble's corruption error (a
+// checksum that did not match) and returns the error to report.
+func (p *Pebble) checkCorrupt(err error) error {
+	if pebble.IsCorruptionError(err) {
+		p.fail(fmt.Errorf("%w: %w", ErrCorrupt, err))
+		return p.err()
+	}
+	return err
+}
+
+// err is the error every call returns once the database failed.
+func (p *Pebble) err() error {
+	if e := p.failed.Load(); e != nil {
+		return *e
+	}
+	return nil
 }
 
 // Get implements Reader.
 func (p *Pebble) Get(key []byte) ([]byte, error) {
+	if err := p.err(); err != nil {
+		return nil, err
+	}
 	v, closer, err := p.db.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("store: get: %w", err)
+		return nil, fmt.Errorf("store: get: %w", p.checkCorrupt(err))
 	}
 	out := append([]byte(nil), v...)
 	closer.Close()
@@ -70,6 +229,9 @@ func (p *Pebble) Get(key []byte) ([]byte, error) {
 
 // Scan implements Reader.
 func (p *Pebble) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
+	if err := p.err(); err != nil {
+		return err
+	}
 	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("store: scan: %w", err)
@@ -78,26 +240,29 @@ func (p *Pebble) Scan(lower, upper []byte, fn func(key, value []byte) bool) erro
 		v, err := it.ValueAndErr()
 		if err != nil {
 			it.Close()
-			return fmt.Errorf("store: scan: %w", err)
+			return fmt.Errorf("store: scan: %w", p.checkCorrupt(err))
 		}
 		if !fn(it.Key(), v) {
 			break
 		}
 	}
 	if err := it.Close(); err != nil {
-		return fmt.Errorf("store: scan: %w", err)
+		return fmt.Errorf("store: scan: %w", p.checkCorrupt(err))
 	}
-	return nil
+	return p.err()
 }
 
 // NewBatch implements Store.
-func (p *Pebble) NewBatch() Batch { return &pebbleBatch{b: p.db.NewBatch()} }
+func (p *Pebble) NewBatch() Batch { return &pebbleBatch{p: p, b: p.db.NewBatch()} }
 
 // Sync implements Store: a synced empty log record flushes the WAL, and with
 // it every earlier unsynced commit.
 func (p *Pebble) Sync() error {
+	if err := p.err(); err != nil {
+		return err
+	}
 	if err := p.db.LogData(nil, pebble.Sync); err != nil {
-		return fmt.Errorf("store: sync: %w", err)
+		return fmt.Errorf("store: sync: %w", p.checkCorrupt(err))
 	}
 	return nil
 }
@@ -111,6 +276,7 @@ func (p *Pebble) Close() error {
 }
 
 type pebbleBatch struct {
+	p    *Pebble
 	b    *pebble.Batch
 	done bool
 }
@@ -131,6 +297,10 @@ func (b *pebbleBatch) Commit(sync bool) error {
 		return errors.New("store: batch reused")
 	}
 	b.done = true
+	if err := b.p.err(); err != nil {
+		b.b.Close()
+		return err
+	}
 	opts := pebble.NoSync
 	if sync {
 		opts = pebble.Sync
@@ -138,7 +308,7 @@ func (b *pebbleBatch) Commit(sync bool) error {
 	err := b.b.Commit(opts)
 	b.b.Close()
 	if err != nil {
-		return fmt.Errorf("store: commit: %w", err)
+		return fmt.Errorf("store: commit: %w", b.p.checkCorrupt(err))
 	}
 	return nil
 }
@@ -150,12 +320,26 @@ func (b *pebbleBatch) Close() {
 	}
 }
 
-// quietLogger drops pebble's informational logging; errors still surface
-// through return values.
-type quietLogger struct{}
+// pebbleLogger passes pebble's log to slog: pebble reports background
+// failures only through it, so nothing is dropped.
+type pebbleLogger struct{ p *Pebble }
 
-func (quietLogger) Infof(string, ...any)  {}
-func (quietLogger) Errorf(string, ...any) {}
-func (quietLogger) Fatalf(format string, args ...any) {
-	panic(fmt.Sprintf("store: pebble fatal: "+format, args...))
+func (l pebbleLogger) Infof(format string, args ...any) {
+	l.p.log.Debug("store: pebble: " + fmt.Sprintf(format, args...))
+}
+
+func (l pebbleLogger) Errorf(format string, args ...any) {
+	l.p.log.Error("store: pebble: " + fmt.Sprintf(format, args...))
+}
+
+// Fatalf is what pebble calls when it cannot go on (an invariant violated,
+// a MANIFEST write that failed); pebble's contract is that it does not
+// return. The message is logged at error and the store marked failed
+// before the panic, so the cause is in the log even when the panic's
+// output is lost. Corruption does not come here: the DataCorruption
+// listener fails the store instead and the caller sees ErrCorrupt.
+func (l pebbleLogger) Fatalf(format string, args ...any) {
+	msg := fmt.Sprintf(format, args...)
+	l.p.fail(fmt.Errorf("store: pebble fatal: %s", msg))
+	panic("store: pebble fatal: " + msg)
 }

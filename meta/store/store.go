@@ -10,6 +10,20 @@ var ErrNotFound = errors.New("store: not found")
 // ErrClosed is returned by every call on a closed store.
 var ErrClosed = errors.New("store: closed")
 
+// ErrCorrupt is wrapped by every error about a store that failed a
+// checksum or lost acknowledged writes: it must not be served from. With
+// one server the way back is a restore from backup; with replicas, wiping
+// the member and re-syncing it from the others.
+var ErrCorrupt = errors.New("store: corrupt")
+
+// RecoverHint is what an error about a corrupt store tells the admin.
+const RecoverHint = "the store cannot be trusted: restore it from a backup, " +
+	"or wipe this member and re-sync it from its peers"
+
+// ErrNotStore is wrapped by the error about a directory that holds
+// something other than a store.
+var ErrNotStore = errors.New("store: not a weft metadata store")
+
 // Reader is the read side of a store. Reads see every committed batch,
 // synced or not.
 type Reader interface {

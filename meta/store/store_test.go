@@ -112,11 +112,18 @@ func TestPrefixEnd(t *testing.T) {
 }
 
 func TestGCKey(t *testing.T) {
-	tg, ino, stripe, ok := ParseGCKey(GCKey(7, 1<<40, 3))
-	if !ok || tg != 7 || ino != 1<<40 || stripe != 3 {
-		t.Fatalf("%d %d %d %v", tg, ino, stripe, ok)
+	tg, ino, stripe, gen, ok := ParseGCKey(GCKey(7, 1<<40, 3, 0))
+	if !ok || tg != 7 || ino != 1<<40 || stripe != 3 || gen != 0 {
+		t.Fatalf("%d %d %d %d %v", tg, ino, stripe, gen, ok)
 	}
-	if _, _, _, ok := ParseGCKey([]byte("g123")); ok {
+	if k := GCKey(7, 1<<40, 3, 0); len(k) != 17 {
+		t.Fatalf("generation 0 key of %d bytes, want the old 17", len(k))
+	}
+	tg, ino, stripe, gen, ok = ParseGCKey(GCKey(7, 1<<40, 3, 1<<63+5))
+	if !ok || tg != 7 || ino != 1<<40 || stripe != 3 || gen != 1<<63+5 {
+		t.Fatalf("%d %d %d %d %v", tg, ino, stripe, gen, ok)
+	}
+	if _, _, _, _, ok := ParseGCKey([]byte("g123")); ok {
 		t.Fatal("short key parsed")
 	}
 }

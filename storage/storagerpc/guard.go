@@ -91,7 +91,7 @@ func (g *guard) object(ctx context.Context, op uint16, c []byte, obj proto.Objec
 	}
 	cp, err := g.verify(c)
 	if err == nil {
-		err = cp.Allows(obj.Ino, want, p.Name)
+		err = cp.Allows(obj.Ino, obj.Gen, want, p.Name)
 	}
 	if err != nil {
 		return g.refuse(p, op, err.Error())

@@ -90,11 +90,16 @@ func TestCapabilityChecks(t *testing.T) {
 		{"truncate with read-only", &client, storagerpc.OpTruncate, trunc(ro), "does not grant"},
 		{"sync with read-only", &client, storagerpc.OpSync, sync(ro), "does not grant"},
 		{"wrong inode", &client, storagerpc.OpRead, read(other), "another inode"},
+		// The object of another generation of inode 42 (its number reused
+		// after a metadata rollback): the capability for 42 does not reach it.
+		{"another generation", &client, storagerpc.OpRead, storagerpc.ReadReq{Cap: rw,
+			ObjectReq: storagerpc.ObjectReq{Target: 1, Obj: proto.ObjectID{Ino: 42, Stripe: 2, Gen: 7}}, Len: 10}.Encode(),
+			"another generation"},
 		{"another client's", &client, storagerpc.OpRead, read(bob), "another client"},
 		{"rights raised", &client, storagerpc.OpWrite, write(forgedRO), "bad signature"},
 		{"tampered", &client, storagerpc.OpRead, read(forged), "bad signature"},
 		{"other key", &client, storagerpc.OpRead, read(sign(t, wrongKey, 42, proto.AccessRead, "")), "bad signature"},
-		{"garbage", &client, storagerpc.OpRead, read([]byte{1, 2, 3}), "malformed"},
+		{"garbage", &client, storagerpc.OpRead, read([]byte{capability.Version, 2, 3}), "malformed"},
 		{"client remove", &client, storagerpc.OpRemove, obj.Encode(), "only servers"},
 		{"client remove many", &client, storagerpc.OpRemoveMany, removeMany, "only servers"},
 		{"unauthenticated", &anon, storagerpc.OpRead, read(rw), "did not authenticate"},

@@ -11,7 +11,10 @@ import (
 // Read, Write, Truncate and Sync carry a capability since 106..109; the
 // codes 100..103 of their earlier, capability-less format are retired and
 // answered with ENOSYS, so an old client and a new server (or the reverse)
-// fail plainly instead of misreading each other's requests.
+// fail plainly instead of misreading each other's requests. Every object
+// name gained the file's generation (ObjectReq, RemoveManyReq) before any
+// release, so the op codes stayed; a request of the earlier layout is
+// shorter than the decoder expects and refused with EINVAL.
 const (
 	OpRead     uint16 = 106
 	OpWrite    uint16 = 107
@@ -46,6 +49,7 @@ func (r ObjectReq) encode(e *wire.Encoder) {
 	e.U32(uint32(r.Target))
 	e.U64(uint64(r.Obj.Ino))
 	e.U32(r.Obj.Stripe)
+	e.U64(r.Obj.Gen)
 }
 
 // A capability is the first field of the requests that carry one.
@@ -59,7 +63,7 @@ func decodeCap(d *wire.Decoder) []byte {
 func decodeObject(d *wire.Decoder) ObjectReq {
 	return ObjectReq{
 		Target: proto.TargetID(d.U32()),
-		Obj:    proto.ObjectID{Ino: proto.Ino(d.U64()), Stripe: d.U32()},
+		Obj:    proto.ObjectID{Ino: proto.Ino(d.U64()), Stripe: d.U32(), Gen: d.U64()},
 	}
 }
 
@@ -206,6 +210,9 @@ func decodeObjectReq(what string, b []byte) (ObjectReq, error) {
 // DecodeRemove decodes a Remove request. The response body is empty.
 func DecodeRemove(b []byte) (ObjectReq, error) { return decodeObjectReq("remove", b) }
 
+// removeManyObj is the size of one object of a RemoveMany request.
+const removeManyObj = 8 + 4 + 8
+
 // RemoveManyReq names objects of one target to remove. The response body
 // is empty.
 type RemoveManyReq struct {
@@ -213,15 +220,16 @@ type RemoveManyReq struct {
 	Objs   []proto.ObjectID
 }
 
-// Encode encodes the request: target u32, count u32, then ino u64 and
-// stripe u32 per object.
+// Encode encodes the request: target u32, count u32, then ino u64, stripe
+// u32 and gen u64 per object.
 func (r RemoveManyReq) Encode() []byte {
-	e := wire.NewEncoder(8 + 12*len(r.Objs))
+	e := wire.NewEncoder(8 + removeManyObj*len(r.Objs))
 	e.U32(uint32(r.Target))
 	e.U32(uint32(len(r.Objs)))
 	for _, o := range r.Objs {
 		e.U64(uint64(o.Ino))
 		e.U32(o.Stripe)
+		e.U64(o.Gen)
 	}
 	return e.B
 }
@@ -234,12 +242,12 @@ func DecodeRemoveMany(b []byte) (RemoveManyReq, error) {
 	if d.Err() == nil && n > MaxRemoveMany {
 		return RemoveManyReq{}, fmt.Errorf("storagerpc: remove-many request: %d objects, at most %d", n, MaxRemoveMany)
 	}
-	if d.Err() == nil && uint64(len(b)) != 8+12*uint64(n) {
+	if d.Err() == nil && uint64(len(b)) != 8+removeManyObj*uint64(n) {
 		return RemoveManyReq{}, fmt.Errorf("storagerpc: remove-many request: %d bytes for %d objects", len(b), n)
 	}
 	r.Objs = make([]proto.ObjectID, 0, n)
 	for range n {
-		r.Objs = append(r.Objs, proto.ObjectID{Ino: proto.Ino(d.U64()), Stripe: d.U32()})
+		r.Objs = append(r.Objs, proto.ObjectID{Ino: proto.Ino(d.U64()), Stripe: d.U32(), Gen: d.U64()})
 	}
 	if err := d.Done(); err != nil {
 		return RemoveManyReq{}, fmt.Errorf("storagerpc: remove-many request: %w", err)

@@ -199,7 +199,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		if len(a.Layout.Targets) == 0 {
 			return fmt.Errorf("create %s: no targets in the layout", in.Name)
 		}
-		obj := proto.ObjectID{Ino: a.Ino}
+		obj := proto.ObjectID{Ino: a.Ino, Gen: a.Gen}
 		if err := call(func(ctx context.Context) error {
 			// Storage serves clients only with a capability.
 			cp, err := meta.Capability(ctx, a.Ino, proto.AccessWrite)

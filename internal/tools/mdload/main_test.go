@@ -201,7 +201,7 @@ func readBack(ctx context.Context, t *testing.T, mc *metarpc.Client, pool *trans
 			t.Fatal(err)
 		}
 		buf := make([]byte, size+1)
-		got, err := sc.Read(ctx, a.Layout.Targets[0], proto.ObjectID{Ino: a.Ino}, 0, buf)
+		got, err := sc.Read(ctx, a.Layout.Targets[0], proto.ObjectID{Ino: a.Ino, Gen: a.Gen}, 0, buf)
 		if err != nil || got != size {
 			bad++
 			continue
