@@ -58,7 +58,10 @@ func (r *replicaSet) start(id uint64) {
 		Replica: &Replica{
 			ID: id, Peers: r.ids, Log: lg, Transport: r.nw.Transport(id),
 			Started:      func(n *raftlog.Node) { r.nw.Attach(id, n) },
-			TickInterval: 5 * time.Millisecond,
+			// A 250 ms election timeout: long enough that a loaded test
+			// machine does not depose the leader mid-test (the test
+			// asserts who leads), short enough for a quick failover.
+			TickInterval: 5 * time.Millisecond, ElectionTick: 50,
 		},
 	})
 	if err != nil {
