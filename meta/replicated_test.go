@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"syscall"
@@ -214,5 +215,87 @@ func TestReplicatedServers(t *testing.T) {
 	}
 	for id, st := range r.stores {
 		t.Run(fmt.Sprint("invariants-", id), func(t *testing.T) { checkInvariants(t, st) })
+	}
+}
+
+// TestReplicatedPartition: a leader cut off from the others acknowledges
+// no change and answers no read (a deposed leader never serves stale
+// data), while the majority elects a new leader and goes on; after the
+// partition heals, every store is the same and holds none of the minority
+// side's change.
+func TestReplicatedPartition(t *testing.T) {
+	r := newReplicaSet(t, 3)
+	r.do(func(s *Server) error { _, err := s.Mkdir(ctx, proto.RootIno, "before", 0755, 0, 0); return err })
+	r.converged()
+	old := r.leader()
+	var rest []uint64
+	for _, id := range r.ids {
+		if id != old {
+			rest = append(rest, id)
+		}
+	}
+	r.nw.Partition([]uint64{old}, rest)
+
+	// Bounds against hangs only.
+	minority := make(chan error, 2)
+	go func() {
+		c, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_, err := r.srvs[old].Mkdir(c, proto.RootIno, "minority", 0755, 0, 0)
+		minority <- err
+	}()
+	go func() {
+		c, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_, err := r.srvs[old].Lookup(c, proto.RootIno, "before")
+		minority <- err
+	}()
+
+	var lead uint64
+	r.eventually("a leader on the majority side", func() bool {
+		for _, id := range rest {
+			if st, _ := r.srvs[id].ReplicaStatus(); st.Ready {
+				lead = id
+				return true
+			}
+		}
+		return false
+	})
+	if _, err := r.srvs[lead].Mkdir(ctx, proto.RootIno, "majority", 0755, 0, 0); err != nil {
+		t.Fatalf("mkdir on the majority's leader: %v", err)
+	}
+	select {
+	case err := <-minority:
+		if err == nil {
+			t.Fatal("the partitioned leader acknowledged a change or answered a read")
+		}
+		minority <- err
+	default:
+	}
+	r.eventually("the old leader steps down", func() bool {
+		st, _ := r.srvs[old].ReplicaStatus()
+		return !st.IsLeader
+	})
+	if _, err := r.srvs[old].GetAttr(ctx, proto.RootIno); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("a read on the deposed leader: %v, want EAGAIN", err)
+	}
+
+	r.nw.Heal()
+	// Both minority calls end with EAGAIN, nothing done: the read when the
+	// old leader stepped down, the mkdir when the entry a new leader
+	// committed at its index was applied (or at once, if it came after the
+	// step-down).
+	for range 2 {
+		if err := <-minority; !errors.Is(err, syscall.EAGAIN) {
+			t.Fatalf("a request to the partitioned leader: %v, want EAGAIN", err)
+		}
+	}
+	r.converged()
+	now := r.leader()
+	if _, err := r.srvs[now].Lookup(ctx, proto.RootIno, "minority"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("the minority side's mkdir: %v, want ENOENT", err)
+	}
+	if _, err := r.srvs[now].Lookup(ctx, proto.RootIno, "majority"); err != nil {
+		t.Fatalf("the majority side's mkdir: %v", err)
 	}
 }
