@@ -58,7 +58,7 @@ func (r *replicaSet) start(id uint64) {
 		Store: r.stores[id], Storage: newFakeStorage(), Seed: 1, OrphanGrace: time.Hour,
 		Replica: &Replica{
 			ID: id, Peers: r.ids, Log: lg, Transport: r.nw.Transport(id),
-			Started:      func(n *raftlog.Node) { r.nw.Attach(id, n) },
+			Started: func(n *raftlog.Node) { r.nw.Attach(id, n) },
 			// A 250 ms election timeout: long enough that a loaded test
 			// machine does not depose the leader mid-test (the test
 			// asserts who leads), short enough for a quick failover.
