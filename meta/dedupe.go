@@ -103,12 +103,12 @@ func (t *txn) remember(c *Command, errno syscall.Errno) {
 // rememberFailure stores the reply of a command that failed with err (a
 // batch of its own: the failed command's changes are dropped) and returns
 // err. An error without an errno is not a reply to remember.
-func (sm *stateMachine) rememberFailure(c *Command, err error, sync bool) (applyResult, error) {
+func (sm *stateMachine) rememberFailure(c *Command, err error, index uint64, sync bool) (applyResult, error) {
 	var errno syscall.Errno
 	if !errors.As(err, &errno) || errno == 0 {
 		return applyResult{}, err
 	}
-	t := sm.newTxn(sync)
+	t := sm.newTxn(sync, index)
 	defer t.b.Close()
 	t.remember(c, errno)
 	if cerr := t.commit(); cerr != nil {

@@ -33,6 +33,14 @@
 //
 // # Group commit
 //
+// The commit path is a seam (log.go, commitLog): the Server methods
+// propose commands; a log orders them, makes them durable and applies them
+// in order through the state machine, each with its log index, which the
+// state machine records (counter applied_index) in the same batch as the
+// command's changes. The single server's log is the group commit below,
+// its index a local counter; the replicated log is raft's (below, "How
+// raft slots in"), its index the raft entry index.
+//
 // Proposed commands wait in one ordered list; one proposer at a time is
 // the leader. It takes the waiting commands (up to Options.MaxGroup, its
 // own first) as a group, applies each as its own unsynced batch (so the
@@ -222,7 +230,8 @@
 //     (about 4 s per million inodes; store/doc.go). Corruption found
 //     later fails every store call (EIO to clients), logged at error;
 //     pebble's own log goes to slog, background errors at error level.
-//   - Every batch raises the counter applied by one. A durable mark
+//   - Every batch raises the counter applied by one (on a single server;
+//     on a replica it is the raft index, see below). A durable mark
 //     beside the store (store.Mark, the file WEFT-MARK: fsid and applied
 //     count, CRC-32C, replaced atomically) records the applied count once
 //     a synced commit has made it durable: rewritten by a background loop
@@ -288,7 +297,8 @@
 //   - Every inode with nlink 0 is in the orphan set, and no other is.
 //   - Every stored inode number is below next_ino; counter inodes equals
 //     the number of stored inodes.
-//   - Counter applied counts the batches committed; the durable mark never
+//   - Counter applied is the log index of the last batch: on a single
+//     server it counts the batches committed; the durable mark never
 //     exceeds the applied count the store has made durable.
 //   - A regular file's generation never changes and is never 0 for a file
 //     created since format version 2.
@@ -298,17 +308,43 @@
 //
 // # How raft slots in
 //
-// The next step replicates the command log over three servers with
-// go.etcd.io/raft/v3. The proposer side (Server methods) stays: it still
-// decides inode numbers, time, credentials and candidates, then proposes the
-// encoded Command to raft instead of the local queue. The applier becomes
-// the loop over committed entries; each batch then also records the applied
-// raft index, and durability comes from the raft log, so batches need not
-// be synced. The leader's inode allocator must start above the applied
-// high-water mark plus what it has in flight. Open counts, sessions and
-// their expiry, the reclaim queue, the GC loop and target liveness run on
-// the leader only. A new leader starts as a restarted server does: in the
-// grace period, rebuilding sessions and open counts from the clients'
+// The command log is replicated over three (or five) servers with
+// go.etcd.io/raft/v3 (package meta/raftlog). The proposer side (Server
+// methods) stays: it still decides inode numbers, time, credentials and
+// candidates, then proposes the encoded Command to raft instead of the
+// local queue: Options.Replica makes raftLog (replicated.go) the commit
+// path. raftlog applies each committed entry on every member through
+// stateMachine.applyAt with the raft index, which the batch records;
+// durability comes from the raft log (fsync'd on a majority before an
+// entry commits), so batches are not synced, and after a crash the log
+// is applied again from the recorded index.
+//
+// Only the leader takes commands: a follower's propose fails with EAGAIN
+// naming the leader (raftlog.NotLeaderError), as does a new leader's until
+// it has applied every entry of earlier terms. Every applied command raises
+// the server's inode allocator to the applied high-water mark (next_ino),
+// on followers too; when a server becomes leader (having applied all
+// earlier entries) it raises it once more, and refuses (EAGAIN) any new
+// inode numbered below that point, which may have come from the allocator
+// before it caught up: a number is never handed out twice. The first
+// leader formats an empty store (OpInit).
+//
+// Reads (Lookup, GetAttr, Readlink, ReadDir, GetXattr, ListXattr,
+// StatFS) pass a read barrier (Server.reader): only the leader answers, once
+// raft's ReadIndex confirmed with a quorum that it is still leader and it
+// has applied everything committed by then; a follower fails with EAGAIN
+// naming the leader. A single server reads at once, as before.
+//
+// Not yet replicated-aware (see the issue): open counts, sessions and
+// their expiry, the reclaim queue, the GC loop, orphan grace and the
+// target registry's liveness are per server and should run on the leader
+// only (today a follower's loops
+// propose and fail with EAGAIN); snapshots of the store (pebble
+// checkpoints) are not taken, so the raft log is not compacted; clients
+// know one address and do not follow the leader.
+//
+// Sessions on a new leader: it should start as a restarted server does: in
+// the grace period, rebuilding sessions and open counts from the clients'
 // re-registrations (which the clients send to whichever server leads),
 // reclaiming nothing until it ends. The dedupe replies are replicated with
 // the commands, so a request retried against the new leader is answered
@@ -316,9 +352,11 @@
 //
 // What integrity leaves to raft: with a replicated log the raft log, not
 // the mark, is the record of what was acknowledged. The applied counter
-// becomes the raft applied index (same key, written in every batch); at
-// start a member replays its log from the store's applied index, so a
-// store behind its log is caught up rather than refused. A member whose
+// is the raft applied index on a replica (same key, written in every
+// batch; done); at start a member replays its log from the store's
+// applied index, so a store behind its log is caught up rather than
+// refused (done: raftlog skips what the store already holds, and starts
+// raft from the log's own commit index if the store is ahead of it). A member whose
 // store is behind the first index its log still holds (compacted away),
 // or whose log or store fails a checksum, must not serve: it is wiped
 // and re-synced with a snapshot from the others. The raft log's own

@@ -65,11 +65,7 @@ func (b gateBatch) Commit(sync bool) error {
 	return b.Batch.Commit(sync)
 }
 
-func (s *Server) queued() int {
-	s.qmu.Lock()
-	defer s.qmu.Unlock()
-	return len(s.waiting)
-}
+func (s *Server) queued() int { return s.local.queued() }
 
 // TestGroupOneSync holds the first group's sync while more commands queue,
 // and checks that all of them, including a failing last one, become one

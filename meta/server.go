@@ -75,6 +75,9 @@ type Options struct {
 	// default DefaultCapabilityLifetime. Clients renew at 2/3 of it.
 	CapabilityLifetime time.Duration
 
+	// Replica, if set, makes the server a member of a raft group
+	// (replicated.go); nil: a single server.
+	Replica *Replica
 	// MarkInterval is how often the durable mark (store.Mark) is rewritten
 	// while commands are applied; Close writes it once more. Default
 	// 100ms. Losses of acknowledged changes older than the last mark are
@@ -108,11 +111,11 @@ type Server struct {
 
 	nextIno atomic.Uint64 // the proposer's inode allocator
 
-	// Proposed commands wait in order; one proposer at a time is the
-	// leader that applies and syncs a group (see propose).
-	qmu     sync.Mutex
-	waiting []*proposal
-	leading bool
+	// commits is the commit path (log.go): the local group commit, or a
+	// replicated log.
+	commits commitLog
+	local   *localLog // commits when it is the local log (tests look inside)
+	replica *raftLog  // commits when replicated
 
 	mu       sync.Mutex
 	closed   bool
@@ -136,8 +139,6 @@ type Server struct {
 	cancel      context.CancelFunc
 	bg          sync.WaitGroup
 
-	groups, commands atomic.Uint64
-
 	// durable is the state machine's applied count once synced: what the
 	// durable mark may claim. markMu serializes mark writes; marked is the
 	// count the mark holds.
@@ -156,15 +157,6 @@ var ErrRollback = errors.New("meta: store lost acknowledged changes")
 // ErrForeignStore is wrapped by the error of New for a store of another
 // file system than the one its directory belonged to.
 var ErrForeignStore = errors.New("meta: store of another file system")
-
-type proposal struct {
-	cmd *Command
-	res applyResult
-	err error
-	// wake receives false once the command's group is durable (res and err
-	// are set), or true when its proposer must become the leader.
-	wake chan bool
-}
 
 // New opens the state machine on opts.Store (formatting an empty store),
 // and starts the applier and the background loops. Close stops them; the
@@ -231,6 +223,11 @@ func New(opts Options) (*Server, error) {
 		return nil, err
 	}
 	marker, _ := opts.Store.(store.Marker)
+	if opts.Replica != nil {
+		// A replica's batches are not synced: the raft log is the record
+		// of what was acknowledged, and the store is caught up from it.
+		marker = nil
+	}
 	if marker != nil {
 		if err := checkMark(marker, sm, opts); err != nil {
 			return nil, err
@@ -248,6 +245,10 @@ func New(opts Options) (*Server, error) {
 		marker:      marker,
 	}
 	s.durable.Store(sm.applied)
+	if opts.Replica == nil {
+		s.local = newLocalLog(sm, opts.MaxGroup, opts.applyHook, s.log.Error, func(applied uint64) { s.durable.Store(applied) })
+		s.commits = s.local
+	}
 	if err := s.reg.load(opts.Store); err != nil {
 		return nil, err
 	}
@@ -259,7 +260,7 @@ func New(opts Options) (*Server, error) {
 		// A restart: open handles and sessions were in memory only.
 		s.graceUntil = time.Now().Add(opts.OrphanGrace)
 	}
-	if sm.nextIno == 0 || sm.fsid == "" {
+	if opts.Replica == nil && (sm.nextIno == 0 || sm.fsid == "") {
 		fsid, err := newFSID()
 		if err != nil {
 			s.Close()
@@ -282,6 +283,13 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.log.Info("meta: store opened", "fsid", sm.fsid, "applied", sm.applied, "inodes", sm.inodes, "next_ino", sm.nextIno)
+	if opts.Replica != nil {
+		// A replica's store is formatted by the first leader.
+		if err := s.startReplica(opts.Replica); err != nil {
+			s.Close()
+			return nil, err
+		}
+	}
 	s.bg.Add(5)
 	go s.sessionLoop()
 	go s.reclaimLoop()
@@ -395,6 +403,9 @@ func (s *Server) Close() error {
 	s.closed = true
 	s.mu.Unlock()
 	s.cancel()
+	if s.replica != nil {
+		s.replica.stop() // fails the proposals in flight
+	}
 	s.bg.Wait()
 	s.inflight.Wait()
 	if s.marker != nil {
@@ -406,16 +417,9 @@ func (s *Server) Close() error {
 
 var errClosed = fmt.Errorf("meta: server shutting down: %w", syscall.EIO)
 
-// propose applies c and waits until its group is durable.
-//
-// Group commit without a dedicated goroutine: the proposer that finds no
-// leader becomes it, takes the waiting commands (its own first) as a group,
-// applies each as its own unsynced batch (visible to the next command at
-// once) except the last, which is committed synced and so makes the whole
-// group durable with one WAL sync; only then are the group's proposers
-// woken. Commands proposed meanwhile wait; when the leader is done it hands
-// the lead to the first of them, whose group is all of them. A lone caller
-// therefore applies and syncs on its own goroutine, with no hand-off.
+// propose hands c to the commit path (log.go) and waits until it is
+// applied and durable, then starts the in-memory follow-ups (reclaim of new
+// orphans, object GC).
 func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
 	s.mu.Lock()
 	if s.closed && c.Op != OpInit {
@@ -425,27 +429,14 @@ func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
-	p := &proposal{cmd: c, wake: make(chan bool, 1)}
-	s.qmu.Lock()
-	s.waiting = append(s.waiting, p)
-	lead := !s.leading
-	s.leading = true
-	s.qmu.Unlock()
-	// Once queued the command will be applied; wait for the outcome even if
-	// ctx ends, so the caller never reports failure for a change that happened.
-	if !lead {
-		lead = <-p.wake
+	res, err := s.commits.propose(ctx, c)
+	if err == nil && len(res.orphans) > 0 {
+		s.enqueueReclaim(res.orphans...)
 	}
-	if lead {
-		s.lead(p)
-	}
-	if p.err == nil && len(p.res.orphans) > 0 {
-		s.enqueueReclaim(p.res.orphans...)
-	}
-	if p.err == nil && p.res.gcQueued > 0 {
+	if err == nil && res.gcQueued > 0 {
 		kick(s.kickGC)
 	}
-	return p.res, p.err
+	return res, err
 }
 
 // proposeAs is propose of a command made for the request cl: the
@@ -462,72 +453,9 @@ func kick(c chan struct{}) {
 	}
 }
 
-// lead applies one group, which starts with self (the leader's own
-// proposal is the first waiting one), then wakes its proposers and passes
-// the lead on if more commands wait.
-func (s *Server) lead(self *proposal) {
-	s.qmu.Lock()
-	n := min(len(s.waiting), s.opts.MaxGroup)
-	group := append([]*proposal(nil), s.waiting[:n]...)
-	s.waiting = s.waiting[n:]
-	if len(s.waiting) == 0 {
-		s.waiting = nil // let the backing array go
-	}
-	s.qmu.Unlock()
-	if group[0] != self {
-		panic("meta: group commit leader is not the first waiting proposal")
-	}
-	s.applyGroup(group)
-	for _, q := range group[1:] {
-		q.wake <- false
-	}
-	s.qmu.Lock()
-	if len(s.waiting) == 0 {
-		s.leading = false
-		s.qmu.Unlock()
-		return
-	}
-	next := s.waiting[0]
-	s.qmu.Unlock()
-	next.wake <- true
-}
-
-// applyGroup applies the commands of a group in order and makes them
-// durable with one sync: the last batch is committed synced (which syncs
-// every earlier one too), or, if the last command wrote nothing, a separate
-// sync follows.
-func (s *Server) applyGroup(group []*proposal) {
-	wrote, synced := false, false
-	for i, q := range group {
-		if s.opts.applyHook != nil {
-			s.opts.applyHook(q.cmd)
-		}
-		q.res, q.err = s.sm.applySynced(q.cmd, i == len(group)-1)
-		wrote = wrote || q.res.wrote
-		synced = q.res.synced
-	}
-	ok := true
-	if wrote && !synced {
-		if err := s.st.Sync(); err != nil {
-			ok = false
-			s.log.Error("meta: group sync failed", "err", err)
-			for _, q := range group {
-				if q.err == nil {
-					q.err = fmt.Errorf("meta: sync: %v: %w", err, syscall.EIO)
-				}
-			}
-		}
-	}
-	if ok {
-		s.durable.Store(s.sm.applied)
-	}
-	s.groups.Add(1)
-	s.commands.Add(uint64(len(group)))
-}
-
 // GroupStats returns how many group commits and commands were applied.
 func (s *Server) GroupStats() (groups, commands uint64) {
-	return s.groups.Load(), s.commands.Load()
+	return s.commits.stats()
 }
 
 // --- reads ---
@@ -538,7 +466,7 @@ func (s *Server) readInode(ino proto.Ino) (*inode, error) {
 
 // Lookup implements proto.MetaService.
 func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	cl, err := s.caller(ctx)
+	cl, err := s.reader(ctx)
 	if err != nil {
 		return proto.Attr{}, err
 	}
@@ -596,7 +524,7 @@ func (e noEntryError) Unwrap() error { return syscall.ENOENT }
 
 // GetAttr implements proto.MetaService.
 func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
-	if _, err := s.caller(ctx); err != nil {
+	if _, err := s.reader(ctx); err != nil {
 		return proto.Attr{}, err
 	}
 	n, err := s.readInode(ino)
@@ -608,7 +536,7 @@ func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error)
 
 // Readlink implements proto.MetaService.
 func (s *Server) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
-	if _, err := s.caller(ctx); err != nil {
+	if _, err := s.reader(ctx); err != nil {
 		return "", err
 	}
 	n, err := s.readInode(ino)
@@ -627,7 +555,7 @@ const MaxReadDir = 4096
 // ReadDir implements proto.MetaService: a prefix scan that starts just
 // after `after`, so each page costs only the entries it returns.
 func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max int) ([]proto.DirEntry, error) {
-	cl, err := s.caller(ctx)
+	cl, err := s.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -686,7 +614,7 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 
 // GetXattr implements proto.MetaService.
 func (s *Server) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]byte, error) {
-	cl, err := s.caller(ctx)
+	cl, err := s.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -712,7 +640,7 @@ func (s *Server) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]by
 
 // ListXattr implements proto.MetaService.
 func (s *Server) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error) {
-	cl, err := s.caller(ctx)
+	cl, err := s.reader(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -734,7 +662,7 @@ func (s *Server) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error)
 
 // StatFS implements proto.MetaService.
 func (s *Server) StatFS(ctx context.Context) (proto.StatFS, error) {
-	if _, err := s.caller(ctx); err != nil {
+	if _, err := s.reader(ctx); err != nil {
 		return proto.StatFS{}, err
 	}
 	files, err := getCounter(s.st, store.CounterInodes)

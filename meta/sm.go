@@ -50,10 +50,16 @@ type stateMachine struct {
 	nextIno    uint64 // every stored inode number is below this
 	inodes     uint64
 	nextTarget uint32
-	applied    uint64 // batches committed (counter applied); see store.Mark
-	fsid       string // the file system's uuid ("" before format)
-	uuidToID   map[string]proto.TargetID
-	idToUUID   map[proto.TargetID]string
+	// applied is the log index recorded by the last batch written: every
+	// batch records the index of the command it applies (applyAt), so the
+	// store says how far into the log its state is (counter applied). On a
+	// single server the log holds only commands that wrote (localLog), so
+	// applied counts the batches committed, as the durable mark
+	// (store.Mark) expects; on a replica it is the raft index.
+	applied  uint64
+	fsid     string // the file system's uuid ("" before format)
+	uuidToID map[string]proto.TargetID
+	idToUUID map[proto.TargetID]string
 }
 
 // applyResult is what a command did, for the proposer's in-memory work.
@@ -64,7 +70,7 @@ type applyResult struct {
 	target    proto.TargetID
 	targetRec targetRecord // register-target: what was stored
 	wrote     bool
-	synced    bool       // the batch was committed synced (see applySynced)
+	synced    bool       // the batch was committed synced (see applyAt)
 	parent    proto.Attr // the parent directory after the change (create, unlink, rmdir)
 	// dup: the command's request was applied before; this is its stored
 	// reply (attr, parent, and the error), and nothing was applied now.
@@ -156,7 +162,8 @@ type txn struct {
 
 	nextIno, inodes uint64
 	nextTarget      uint32
-	sync            bool // commit the batch synced
+	index           uint64 // the command's log index, recorded with its changes
+	sync            bool   // commit the batch synced
 }
 
 func (t *txn) get(ino proto.Ino) (*inode, error) {
@@ -233,39 +240,48 @@ func (t *txn) commit() error {
 	if t.b.Len() == 0 {
 		return nil
 	}
-	// Every batch counts itself, so that a store which lost batches at the
-	// end of its log knows less than its durable mark (store.Mark).
-	t.b.Set(store.CounterKey(store.CounterApplied), u64(t.sm.applied+1))
+	// Every batch records its log index: on a single server one more than
+	// the last, so that a store which lost batches at the end of its log
+	// knows less than its durable mark (store.Mark).
+	t.b.Set(store.CounterKey(store.CounterApplied), u64(t.index))
 	if err := t.b.Commit(t.sync); err != nil {
 		return errnof(syscall.EIO, "commit: %v", err)
 	}
 	t.sm.nextIno, t.sm.inodes, t.sm.nextTarget = t.nextIno, t.inodes, t.nextTarget
-	t.sm.applied++
+	t.sm.applied = t.index
 	t.res.wrote = true
 	t.res.synced = t.sync
 	return nil
 }
 
-// apply validates c against the current state and either commits all its
-// changes as one batch (unsynced: the applier syncs the group) or returns an
-// error and changes nothing.
+// apply is applyAt at the index after the last one recorded, unsynced
+// (tests that drive the state machine without a log).
 func (sm *stateMachine) apply(c *Command) (applyResult, error) {
-	return sm.applySynced(c, false)
+	return sm.applyAt(c, sm.applied+1, false)
 }
 
-// applySynced is apply, committing the batch synced if sync is set: a
-// synced commit also makes every earlier unsynced batch durable, so the
-// applier syncs the last command of a group this way instead of writing a
-// separate sync record (res.synced says whether it happened: not when the
-// command failed or changed nothing).
-func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) {
+// applyAt validates c, the command at log index index, against the current
+// state and either commits all its changes, and the index (counter
+// applied_index), as one batch, or returns an error and changes nothing
+// (a command that fails or changes nothing records no index: applying it
+// again to the same state does nothing again; but a failed command with a
+// request id records its reply, and so the index, for dedupe). Indexes
+// must grow from call to call; the log (log.go) owns them.
+//
+// With sync the batch is committed synced: a synced commit also makes
+// every earlier unsynced batch durable, so the local log syncs the last
+// command of a group this way instead of writing a separate sync record
+// (res.synced says whether it happened: not when the command failed or
+// changed nothing). A replicated log applies unsynced: its own log is
+// what is durable.
+func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResult, error) {
 	dedupe := c.Seq > 0 && c.Op != OpSessionDrop
 	if dedupe {
 		if res, found, err := sm.remembered(c); found {
 			return res, err
 		}
 	}
-	t := sm.newTxn(sync)
+	t := sm.newTxn(sync, index)
 	defer t.b.Close()
 	var err error
 	switch c.Op {
@@ -302,7 +318,7 @@ func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) 
 	}
 	if err != nil {
 		if dedupe {
-			return sm.rememberFailure(c, err, sync)
+			return sm.rememberFailure(c, err, index, sync)
 		}
 		return applyResult{}, err
 	}
@@ -322,9 +338,9 @@ func (sm *stateMachine) applySynced(c *Command, sync bool) (applyResult, error) 
 	return t.res, nil
 }
 
-func (sm *stateMachine) newTxn(sync bool) *txn {
+func (sm *stateMachine) newTxn(sync bool, index uint64) *txn {
 	return &txn{
-		sm: sm, b: sm.st.NewBatch(), sync: sync,
+		sm: sm, b: sm.st.NewBatch(), sync: sync, index: index,
 		cache: map[proto.Ino]*inode{}, dirty: map[proto.Ino]bool{}, deleted: map[proto.Ino]bool{},
 		nextIno: sm.nextIno, inodes: sm.inodes, nextTarget: sm.nextTarget,
 	}

@@ -15,7 +15,8 @@
 //
 //	c <name>                        counters: next_ino (allocator high-water mark),
 //	                                inodes (inodes in use), next_target, format,
-//	                                applied (batches committed); and fsid (a uuid string)
+//	                                applied (log index of the last batch: on a single
+//	                                server the batches committed); and fsid (a uuid string)
 //	i <ino:8>                       inode record: attributes, layout, symlink target,
 //	                                parent (directories), written flag
 //	d <parent:8> <name>             directory entry → child ino + file type

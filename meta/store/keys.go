@@ -25,8 +25,10 @@ const (
 	CounterInodes     = "inodes"
 	CounterNextTarget = "next_target"
 	CounterFormat     = "format"
-	// CounterApplied counts the batches the state machine committed; every
-	// batch raises it by one (see Mark).
+	// CounterApplied is the log index of the last batch the state machine
+	// committed, written in that batch: on a single server every batch
+	// raises it by one (so it counts batches, see Mark); on a replica it is
+	// the raft index of the batch's entry.
 	CounterApplied = "applied"
 	// CounterFSID ("c fsid") holds the file system's uuid, made at format:
 	// a string, not a counter.

@@ -1,0 +1,753 @@
+package raftlog
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Errors a proposer or reader can tell apart.
+var (
+	// ErrNotLeader: this node is not the leader (or lost leadership before
+	// the request was taken): nothing was proposed. NotLeaderError says
+	// which node is leader, if known.
+	ErrNotLeader = fmt.Errorf("raftlog: not the leader: %w", syscall.EAGAIN)
+	// ErrNotReady: this node was just elected and has not yet applied
+	// the entries of earlier terms; nothing was proposed; retry shortly.
+	ErrNotReady = fmt.Errorf("raftlog: new leader not ready yet: %w", syscall.EAGAIN)
+	// ErrDropped: another entry was committed at the index the proposal
+	// was appended at (a new leader overwrote it): it was not applied and
+	// never will be; it is safe to propose again.
+	ErrDropped = fmt.Errorf("raftlog: proposal dropped by a change of leader, not applied: %w", syscall.EAGAIN)
+	// ErrUnknown: the proposal was appended to the log but this node can
+	// no longer tell whether it will be applied (it lost leadership before
+	// learning the entry's index, or a snapshot replaced its log). A
+	// retry needs deduplication above the log.
+	ErrUnknown = fmt.Errorf("raftlog: proposal outcome unknown: %w", syscall.ETIMEDOUT)
+	// ErrStopped: the node stopped before the request completed; a
+	// proposal's fate is unknown.
+	ErrStopped = fmt.Errorf("raftlog: node stopped: %w", syscall.EIO)
+)
+
+// NotLeaderError is ErrNotLeader with the leader this node knows of (0:
+// none known, an election is under way).
+type NotLeaderError struct{ Leader uint64 }
+
+func (e *NotLeaderError) Error() string {
+	if e.Leader == 0 {
+		return "raftlog: not the leader; no leader known"
+	}
+	return fmt.Sprintf("raftlog: not the leader; the leader is node %d", e.Leader)
+}
+
+func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
+
+// StateMachine is what the log is applied to. The node calls it from its
+// one goroutine, in log order.
+type StateMachine interface {
+	// Apply applies the command of the committed entry at index and
+	// returns what it did (handed to the proposer, if it is waiting on
+	// this node). It must be deterministic and must not fail for reasons
+	// outside the command and the state (an error for the command is part
+	// of the result); a storage failure should stop the process.
+	Apply(index uint64, data []byte) any
+	// Applied is the index of the last entry whose effect is durable in
+	// the state machine's store (read once, at start: the log is applied
+	// again from the entry after it).
+	Applied() uint64
+	// Snapshot returns the state as of the last applied index, which must
+	// be durable when it returns (a pebble checkpoint is).
+	Snapshot() ([]byte, error)
+	// Restore replaces the state with a snapshot's, taken at index.
+	Restore(index uint64, data []byte) error
+}
+
+// Transport sends raft messages to other nodes. Send must not block on
+// the network: a message that cannot be sent is dropped (raft retries),
+// and the transport calls Node.ReportUnreachable. The receiving side hands
+// each message to its Node's Step.
+type Transport interface {
+	Send(msgs []*pb.Message)
+}
+
+// Config configures a Node.
+type Config struct {
+	ID uint64
+	// Peers are the initial voters (ids, this node's included), used only
+	// to bootstrap an empty log. Every member must be given the same list.
+	Peers   []uint64
+	Storage *Storage
+	SM      StateMachine
+	// Transport is where outgoing messages go.
+	Transport Transport
+	// ElectionTick and HeartbeatTick are in ticks (defaults 10 and 1).
+	ElectionTick, HeartbeatTick int
+	// TickInterval is how often the node ticks by itself; 0: never (tests
+	// call Tick).
+	TickInterval time.Duration
+	// SnapshotEvery: after this many applied entries since the last
+	// snapshot, the node takes a snapshot and compacts the log, keeping
+	// the last SnapshotKeep entries. 0: never.
+	SnapshotEvery, SnapshotKeep uint64
+	// OnLeader, if set, is called on the node goroutine when this node,
+	// leader of term, has applied its term's first entry: every entry of
+	// earlier terms is applied then, so the state machine holds all that
+	// any earlier leader had committed. A proposer that decides things
+	// from the applied state (meta's inode allocator) resynchronises here.
+	OnLeader func(term uint64)
+	Logger   *slog.Logger
+}
+
+// Node runs one member of a raft group: a RawNode driven by one goroutine
+// (see doc.go for the order of a Ready's steps).
+type Node struct {
+	cfg  Config
+	rn   *raft.RawNode
+	st   *Storage
+	sm   StateMachine
+	log  *slog.Logger
+	idHi uint64 // the high bits of this node's proposal ids
+
+	reqs  chan func()
+	recv  chan *pb.Message
+	ticks chan struct{}
+	stop  chan struct{}
+	done  chan struct{}
+
+	// Owned by the node goroutine.
+	nextID   uint64
+	waiting  map[uint64]*waiter   // proposal id → proposer
+	byIndex  map[uint64]uint64    // log index → id of the proposal appended there
+	reads    map[uint64]*readWait // read request id → reader
+	readyRds []*readWait          // reads whose index is known, waiting for apply
+	applied  uint64
+	snapIdx  uint64
+	// readyTerm is the term in which this node, as leader, applied its
+	// term's first entry: it takes proposals only in that term.
+	readyTerm uint64
+	cs        *pb.ConfState
+
+	status atomic.Pointer[Status]
+	// changed is closed and replaced when the status changes (tests wait
+	// on it instead of sleeping).
+	chmu    sync.Mutex
+	changed chan struct{}
+}
+
+// Status is what a node knows of the group.
+type Status struct {
+	ID, Leader, Term    uint64
+	Commit, Applied     uint64
+	IsLeader, Stopped   bool
+	LastIndex, Snapshot uint64
+	// Ready: IsLeader, and the node applied its term's first entry: it
+	// takes proposals (see Config.OnLeader).
+	Ready bool
+}
+
+type waiter struct {
+	term  uint64 // term the proposal was made in
+	index uint64 // where it was appended (0: not yet known)
+	ch    chan proposalResult
+}
+
+type proposalResult struct {
+	v   any
+	err error
+}
+
+type readWait struct {
+	index uint64
+	ch    chan error
+}
+
+// maxDrain bounds the events a node takes between two Readys.
+const maxDrain = 1024
+
+// NewNode starts a node on its storage: an empty log with Config.Peers is
+// bootstrapped; otherwise the node restarts from the log's HardState and
+// entries, and the state machine is restored from the log's snapshot if it
+// is behind it.
+func NewNode(cfg Config) (*Node, error) {
+	if cfg.ID == 0 || cfg.ID >= 1<<16 {
+		return nil, fmt.Errorf("raftlog: node id %d: ids are 1 to 65535", cfg.ID)
+	}
+	if len(cfg.Peers) > 0 {
+		seen := map[uint64]bool{}
+		for _, id := range cfg.Peers {
+			if id == 0 || id >= 1<<16 || seen[id] {
+				return nil, fmt.Errorf("raftlog: peers %v: ids must be distinct, 1 to 65535", cfg.Peers)
+			}
+			seen[id] = true
+		}
+		if !seen[cfg.ID] {
+			return nil, fmt.Errorf("raftlog: peers %v do not include this node's id %d", cfg.Peers, cfg.ID)
+		}
+	}
+	if cfg.Storage == nil || cfg.SM == nil || cfg.Transport == nil {
+		return nil, errors.New("raftlog: Config needs Storage, SM and Transport")
+	}
+	if cfg.ElectionTick == 0 {
+		cfg.ElectionTick = 10
+	}
+	if cfg.HeartbeatTick == 0 {
+		cfg.HeartbeatTick = 1
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	n := &Node{
+		cfg: cfg, st: cfg.Storage, sm: cfg.SM, log: cfg.Logger,
+		reqs: make(chan func(), 256), recv: make(chan *pb.Message, 1024), ticks: make(chan struct{}, 16),
+		stop: make(chan struct{}), done: make(chan struct{}),
+		waiting: map[uint64]*waiter{}, byIndex: map[uint64]uint64{}, reads: map[uint64]*readWait{},
+		changed: make(chan struct{}),
+	}
+	// Proposal ids are the node id in the top 16 bits and a random
+	// counter: an entry proposed before a restart can never wake a
+	// proposer after it.
+	var seed [8]byte
+	rand.Read(seed[:])
+	n.idHi = cfg.ID << 48
+	n.nextID = binary.LittleEndian.Uint64(seed[:]) & (1<<48 - 1)
+
+	snap, err := cfg.Storage.Snapshot()
+	if err != nil {
+		return nil, err
+	}
+	n.snapIdx = snap.GetMetadata().GetIndex()
+	n.applied = cfg.SM.Applied()
+	if n.applied < n.snapIdx {
+		// The log was compacted past what the state machine holds (a
+		// snapshot was received and the process stopped before restoring
+		// it): restore it now.
+		if err := cfg.SM.Restore(n.snapIdx, snap.GetData()); err != nil {
+			return nil, fmt.Errorf("raftlog: restore snapshot at %d: %w", n.snapIdx, err)
+		}
+		n.applied = n.snapIdx
+	}
+	hs, cs, _ := cfg.Storage.InitialState()
+	last, _ := cfg.Storage.LastIndex()
+	if n.applied > last {
+		return nil, fmt.Errorf("raftlog: the state machine applied entry %d but the log ends at %d: the log is not this state's", n.applied, last)
+	}
+	// The state machine may be ahead of the commit index the log recorded
+	// (commit index changes are written unsynced, while a state machine's
+	// store has a life of its own): raft starts from the recorded commit
+	// index, and the entries up to n.applied, which it delivers again once
+	// the leader confirms they are committed, are skipped (apply).
+	n.cs = cs
+	rc := &raft.Config{
+		ID: cfg.ID, ElectionTick: cfg.ElectionTick, HeartbeatTick: cfg.HeartbeatTick,
+		Storage: cfg.Storage, Applied: min(n.applied, hs.GetCommit()),
+		MaxSizePerMsg: 1 << 20, MaxInflightMsgs: 256, MaxUncommittedEntriesSize: 64 << 20,
+		// CheckQuorum: a leader cut off from a majority steps down after an
+		// election timeout; PreVote: a node coming back from a partition
+		// does not disrupt the group with a higher term.
+		CheckQuorum: true, PreVote: true,
+		ReadOnlyOption: raft.ReadOnlySafe,
+		// Proposals go to the leader only: a follower tells its caller who
+		// the leader is instead of forwarding (clients find the leader).
+		DisableProposalForwarding: true,
+		Logger:                    raftLogger{cfg.Logger},
+	}
+	n.rn, err = raft.NewRawNode(rc)
+	if err != nil {
+		return nil, fmt.Errorf("raftlog: %w", err)
+	}
+	if last == 0 && raft.IsEmptyHardState(hs) {
+		if len(cfg.Peers) == 0 {
+			return nil, errors.New("raftlog: an empty log needs Config.Peers to bootstrap")
+		}
+		peers := make([]raft.Peer, len(cfg.Peers))
+		for i, id := range cfg.Peers {
+			peers[i] = raft.Peer{ID: id}
+		}
+		if err := n.rn.Bootstrap(peers); err != nil {
+			return nil, fmt.Errorf("raftlog: bootstrap: %w", err)
+		}
+	}
+	n.publish()
+	go n.run()
+	return n, nil
+}
+
+// Stop stops the node goroutine; waiting proposers and readers get
+// ErrStopped. It does not close the storage.
+func (n *Node) Stop() {
+	select {
+	case <-n.stop:
+	default:
+		close(n.stop)
+	}
+	<-n.done
+}
+
+// Tick advances the node's logical clock by one tick.
+func (n *Node) Tick() {
+	select {
+	case n.ticks <- struct{}{}:
+	case <-n.done:
+	}
+}
+
+// Step hands the node a message from another node. It drops the message
+// when the node is stopped or its inbox is full (raft retries).
+func (n *Node) Step(m *pb.Message) {
+	select {
+	case n.recv <- m:
+	default:
+	}
+}
+
+// Campaign makes the node start an election now (tests, leadership
+// transfer by an operator).
+func (n *Node) Campaign(ctx context.Context) error {
+	return n.do(ctx, func() { _ = n.rn.Campaign() })
+}
+
+// ReportUnreachable tells raft that a message to id could not be sent.
+// It never blocks (a transport may call it from the node's own Send); a
+// report that finds the node busy is dropped, as raft tolerates.
+func (n *Node) ReportUnreachable(id uint64) { n.reportUnreachable(id) }
+
+// ReportSnapshot tells raft whether a snapshot sent to id arrived; a
+// transport must report every MsgSnap it was given. It never blocks.
+func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) { n.reportSnapshot(id, status) }
+
+func (n *Node) reportUnreachable(id uint64) { n.try(func() { n.rn.ReportUnreachable(id) }) }
+
+func (n *Node) reportSnapshot(id uint64, status raft.SnapshotStatus) {
+	n.try(func() { n.rn.ReportSnapshot(id, status) })
+}
+
+// try runs f on the node goroutine if it can be queued at once.
+func (n *Node) try(f func()) {
+	select {
+	case n.reqs <- f:
+	default:
+	}
+}
+
+// do runs f on the node goroutine.
+func (n *Node) do(ctx context.Context, f func()) error {
+	select {
+	case n.reqs <- f:
+		return nil
+	case <-n.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// Status returns what the node knows now.
+func (n *Node) Status() Status { return *n.status.Load() }
+
+// Changed returns a channel closed at the next change of Status.
+func (n *Node) Changed() <-chan struct{} {
+	n.chmu.Lock()
+	defer n.chmu.Unlock()
+	return n.changed
+}
+
+// Propose replicates data and returns, once the entry is committed and
+// applied on this node, what StateMachine.Apply returned for it. A node
+// that is not the leader fails at once with a *NotLeaderError. If ctx ends
+// or the node stops before the entry is applied the error says so, and the
+// entry may or may not be committed later: the caller must treat the
+// outcome as unknown (a retry needs deduplication above the log).
+func (n *Node) Propose(ctx context.Context, data []byte) (any, error) {
+	return n.ProposeIf(ctx, data, nil)
+}
+
+// ProposeIf is Propose that first runs check on the node goroutine, once
+// the node is known to be a ready leader (see Config.OnLeader), and
+// proposes nothing if check fails: a proposer validates there what
+// OnLeader may have changed (an allocator reset at a change of leader).
+func (n *Node) ProposeIf(ctx context.Context, data []byte, check func() error) (any, error) {
+	ch := make(chan proposalResult, 1)
+	err := n.do(ctx, func() {
+		bs := n.rn.BasicStatus()
+		if bs.RaftState != raft.StateLeader {
+			ch <- proposalResult{err: &NotLeaderError{Leader: bs.Lead}}
+			return
+		}
+		if n.readyTerm != bs.GetTerm() {
+			ch <- proposalResult{err: ErrNotReady}
+			return
+		}
+		if check != nil {
+			if err := check(); err != nil {
+				ch <- proposalResult{err: err}
+				return
+			}
+		}
+		n.nextID = (n.nextID + 1) & (1<<48 - 1)
+		id := n.idHi | n.nextID
+		buf := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(data)), id)
+		if err := n.rn.Propose(append(buf, data...)); err != nil {
+			ch <- proposalResult{err: fmt.Errorf("raftlog: propose: %v: %w", err, ErrNotLeader)}
+			return
+		}
+		n.waiting[id] = &waiter{term: n.rn.BasicStatus().GetTerm(), ch: ch}
+	})
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case r := <-ch:
+		return r.v, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("raftlog: proposal outcome unknown: %w", ctx.Err())
+	case <-n.done:
+		// The node may have delivered the result just before stopping.
+		select {
+		case r := <-ch:
+			return r.v, r.err
+		default:
+		}
+		return nil, ErrStopped
+	}
+}
+
+// ReadIndex returns once this node, as leader, has confirmed with a quorum
+// that it was still leader when the read arrived, and has applied every
+// entry committed by then: a read of the state machine after it sees every
+// change acknowledged before ReadIndex was called (linearizable). A node
+// that is not leader fails with *NotLeaderError; a leader cut off from
+// its quorum never confirms, and the call ends with ctx.
+func (n *Node) ReadIndex(ctx context.Context) error {
+	ch := make(chan error, 1)
+	err := n.do(ctx, func() {
+		if n.rn.BasicStatus().RaftState != raft.StateLeader {
+			ch <- &NotLeaderError{Leader: n.rn.BasicStatus().Lead}
+			return
+		}
+		n.nextID = (n.nextID + 1) & (1<<48 - 1)
+		id := n.idHi | n.nextID
+		n.reads[id] = &readWait{ch: ch}
+		n.rn.ReadIndex(binary.BigEndian.AppendUint64(nil, id))
+	})
+	if err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("raftlog: read index: %w", ctx.Err())
+	case <-n.done:
+		return ErrStopped
+	}
+}
+
+func (n *Node) run() {
+	defer close(n.done)
+	defer n.failAll(ErrStopped)
+	var tick <-chan time.Time
+	if n.cfg.TickInterval > 0 {
+		t := time.NewTicker(n.cfg.TickInterval)
+		defer t.Stop()
+		tick = t.C
+	}
+	for {
+		for n.rn.HasReady() {
+			if err := n.handleReady(); err != nil {
+				n.log.Error("raftlog: node stops: cannot persist or apply the log", "id", n.cfg.ID, "err", err)
+				return
+			}
+		}
+		select {
+		case <-n.stop:
+			return
+		case <-tick:
+			n.rn.Tick()
+		case <-n.ticks:
+			n.rn.Tick()
+		case m := <-n.recv:
+			// Errors are messages for a peer raft does not know or a
+			// stale term: raft ignores them.
+			_ = n.rn.Step(m)
+		case f := <-n.reqs:
+			f()
+		}
+		// Take whatever else is waiting before the next Ready, so that the
+		// proposals and messages that arrived during the last one's fsync
+		// share the next: raft's group commit.
+	drain:
+		for range maxDrain {
+			select {
+			case m := <-n.recv:
+				_ = n.rn.Step(m)
+			case f := <-n.reqs:
+				f()
+			default:
+				break drain
+			}
+		}
+	}
+}
+
+// handleReady does one Ready's work in the order raft requires: persist
+// (snapshot, HardState, entries; synced when MustSync) before sending any
+// message, then send, then apply the committed entries, then Advance.
+func (n *Node) handleReady() error {
+	rd := n.rn.Ready()
+	n.noteIndexes(rd.Entries)
+	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.MustSync); err != nil {
+		return err
+	}
+	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+		idx := rd.Snapshot.GetMetadata().GetIndex()
+		if err := n.sm.Restore(idx, rd.Snapshot.GetData()); err != nil {
+			return fmt.Errorf("raftlog: restore snapshot at %d: %w", idx, err)
+		}
+		n.applied, n.snapIdx = idx, idx
+		// What the snapshot covers was applied without this node seeing
+		// the entries: the proposals appended there may or may not be in it.
+		for i, id := range n.byIndex {
+			if i <= idx {
+				delete(n.byIndex, i)
+				n.resolve(id, proposalResult{err: fmt.Errorf("raftlog: a snapshot replaced the log: %w", ErrUnknown)})
+			}
+		}
+		n.cs = proto.Clone(pb.EnsureConfState(rd.Snapshot.GetMetadata().GetConfState())).(*pb.ConfState)
+	}
+	if len(rd.Messages) > 0 {
+		n.cfg.Transport.Send(rd.Messages)
+	}
+	for _, rs := range rd.ReadStates {
+		if len(rs.RequestCtx) != 8 {
+			continue
+		}
+		id := binary.BigEndian.Uint64(rs.RequestCtx)
+		if w, ok := n.reads[id]; ok {
+			delete(n.reads, id)
+			w.index = rs.Index
+			n.readyRds = append(n.readyRds, w)
+		}
+	}
+	if err := n.apply(rd.CommittedEntries); err != nil {
+		return err
+	}
+	if rd.SoftState != nil && rd.SoftState.RaftState != raft.StateLeader {
+		// Reads waiting for a quorum's confirmation will not get it from
+		// this node any more.
+		n.failReads(&NotLeaderError{Leader: rd.SoftState.Lead})
+	}
+	n.rn.Advance(rd)
+	n.wakeReads()
+	n.dropUnplaced()
+	n.maybeSnapshot()
+	n.publish()
+	return nil
+}
+
+func (n *Node) apply(ents []*pb.Entry) error {
+	for _, e := range ents {
+		idx := e.GetIndex()
+		if idx <= n.applied {
+			continue
+		}
+		if pid, ok := n.byIndex[idx]; ok {
+			delete(n.byIndex, idx)
+			if e.GetType() != pb.EntryNormal || len(e.GetData()) < 8 || binary.BigEndian.Uint64(e.GetData()) != pid {
+				n.resolve(pid, proposalResult{err: ErrDropped})
+			}
+		}
+		switch e.GetType() {
+		case pb.EntryNormal:
+			if len(e.GetData()) < 8 {
+				// The empty entry a new leader appends first.
+				if bs := n.rn.BasicStatus(); bs.RaftState == raft.StateLeader && e.GetTerm() == bs.GetTerm() {
+					n.applied = idx
+					n.readyTerm = e.GetTerm()
+					if n.cfg.OnLeader != nil {
+						n.cfg.OnLeader(e.GetTerm())
+					}
+				}
+				break
+			}
+			id := binary.BigEndian.Uint64(e.GetData())
+			v := n.sm.Apply(idx, e.GetData()[8:])
+			n.resolve(id, proposalResult{v: v})
+		case pb.EntryConfChange, pb.EntryConfChangeV2:
+			var cc pb.ConfChangeI
+			if e.GetType() == pb.EntryConfChange {
+				var c pb.ConfChange
+				if err := proto.Unmarshal(e.GetData(), &c); err != nil {
+					return fmt.Errorf("raftlog: conf change at %d: %w", idx, err)
+				}
+				cc = &c
+			} else {
+				var c pb.ConfChangeV2
+				if err := proto.Unmarshal(e.GetData(), &c); err != nil {
+					return fmt.Errorf("raftlog: conf change at %d: %w", idx, err)
+				}
+				cc = &c
+			}
+			n.cs = n.rn.ApplyConfChange(cc)
+			if err := n.st.SetConfState(n.cs); err != nil {
+				return err
+			}
+		}
+		n.applied = idx
+	}
+	return nil
+}
+
+// noteIndexes records where this node's proposals were appended, so that
+// each is resolved when that index is applied: by its own entry (the
+// result), or by another one (ErrDropped, a definite failure).
+func (n *Node) noteIndexes(ents []*pb.Entry) {
+	if len(n.waiting) == 0 {
+		return
+	}
+	for _, e := range ents {
+		if e.GetType() != pb.EntryNormal || len(e.GetData()) < 8 {
+			continue
+		}
+		id := binary.BigEndian.Uint64(e.GetData())
+		if w, ok := n.waiting[id]; ok && w.index == 0 {
+			w.index = e.GetIndex()
+			n.byIndex[w.index] = id
+		}
+	}
+}
+
+func (n *Node) resolve(id uint64, r proposalResult) {
+	if w, ok := n.waiting[id]; ok {
+		delete(n.waiting, id)
+		w.ch <- r
+	}
+}
+
+// dropUnplaced resolves the proposals of an earlier term that never
+// reached this node's Ready (raft truncated them from its unstable log
+// when it lost leadership): no index will resolve them. Messages carrying
+// them may have left, so their outcome is unknown.
+func (n *Node) dropUnplaced() {
+	if len(n.waiting) == 0 {
+		return
+	}
+	st := n.rn.BasicStatus()
+	if st.RaftState == raft.StateLeader {
+		return
+	}
+	for id, w := range n.waiting {
+		if w.index == 0 && w.term < st.GetTerm() {
+			n.resolve(id, proposalResult{err: fmt.Errorf("raftlog: leadership lost since the proposal (term %d, now %d): %w", w.term, st.GetTerm(), ErrUnknown)})
+		}
+	}
+}
+
+func (n *Node) wakeReads() {
+	k := 0
+	for _, w := range n.readyRds {
+		if w.index <= n.applied {
+			w.ch <- nil
+			continue
+		}
+		n.readyRds[k] = w
+		k++
+	}
+	clear(n.readyRds[k:])
+	n.readyRds = n.readyRds[:k]
+}
+
+func (n *Node) failReads(err error) {
+	for id, w := range n.reads {
+		delete(n.reads, id)
+		w.ch <- err
+	}
+}
+
+func (n *Node) failAll(err error) {
+	for id := range n.waiting {
+		n.resolve(id, proposalResult{err: err})
+	}
+	clear(n.byIndex)
+	n.failReads(err)
+	for _, w := range n.readyRds {
+		w.ch <- err
+	}
+	n.readyRds = nil
+	n.publishStopped()
+}
+
+func (n *Node) maybeSnapshot() {
+	if n.cfg.SnapshotEvery == 0 || n.applied-n.snapIdx < n.cfg.SnapshotEvery {
+		return
+	}
+	data, err := n.sm.Snapshot()
+	if err != nil {
+		n.log.Error("raftlog: snapshot failed; the log is not compacted", "id", n.cfg.ID, "applied", n.applied, "err", err)
+		return
+	}
+	if err := n.st.CreateSnapshot(n.applied, n.cs, data, n.cfg.SnapshotKeep); err != nil {
+		n.log.Error("raftlog: saving a snapshot failed; the log is not compacted", "id", n.cfg.ID, "applied", n.applied, "err", err)
+		return
+	}
+	n.snapIdx = n.applied
+}
+
+func (n *Node) publish() {
+	bs := n.rn.BasicStatus()
+	last, _ := n.st.LastIndex()
+	st := &Status{
+		ID: n.cfg.ID, Leader: bs.Lead, Term: bs.GetTerm(), Commit: bs.GetCommit(), Applied: n.applied,
+		IsLeader: bs.RaftState == raft.StateLeader, LastIndex: last, Snapshot: n.snapIdx,
+	}
+	st.Ready = st.IsLeader && n.readyTerm == st.Term
+	if old := n.status.Load(); old != nil && *old == *st {
+		return
+	}
+	n.status.Store(st)
+	n.notify()
+}
+
+func (n *Node) publishStopped() {
+	st := *n.status.Load()
+	st.Stopped, st.IsLeader, st.Ready = true, false, false
+	n.status.Store(&st)
+	n.notify()
+}
+
+func (n *Node) notify() {
+	n.chmu.Lock()
+	close(n.changed)
+	n.changed = make(chan struct{})
+	n.chmu.Unlock()
+}
+
+// raftLogger sends raft's log to slog: debug and info at debug level (raft
+// is chatty about elections), warnings and errors at their own.
+type raftLogger struct{ l *slog.Logger }
+
+func (r raftLogger) Debug(v ...any)              { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Debugf(f string, v ...any)   { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Info(v ...any)               { r.l.Debug(fmt.Sprint(v...)) }
+func (r raftLogger) Infof(f string, v ...any)    { r.l.Debug(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Warning(v ...any)            { r.l.Warn(fmt.Sprint(v...)) }
+func (r raftLogger) Warningf(f string, v ...any) { r.l.Warn(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Error(v ...any)              { r.l.Error(fmt.Sprint(v...)) }
+func (r raftLogger) Errorf(f string, v ...any)   { r.l.Error(fmt.Sprintf(f, v...)) }
+func (r raftLogger) Fatal(v ...any)              { r.l.Error(fmt.Sprint(v...)); panic(fmt.Sprint(v...)) }
+func (r raftLogger) Fatalf(f string, v ...any) {
+	r.l.Error(fmt.Sprintf(f, v...))
+	panic(fmt.Sprintf(f, v...))
+}
+func (r raftLogger) Panic(v ...any)            { panic(fmt.Sprint(v...)) }
+func (r raftLogger) Panicf(f string, v ...any) { panic(fmt.Sprintf(f, v...)) }

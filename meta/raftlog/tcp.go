@@ -1,0 +1,279 @@
+package raftlog
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/internal/ratelog"
+	"github.com/weft-fs/weft/transport"
+	"github.com/weft-fs/weft/wire"
+	"go.etcd.io/raft/v3"
+	pb "go.etcd.io/raft/v3/raftpb"
+	"google.golang.org/protobuf/proto"
+)
+
+// Operations of the frame header that carry raft traffic: 60..69 are
+// raft's (meta's client operations are 1..59).
+const (
+	// OpMessages carries raft messages for one node: a body of
+	// version(1) to(8) count(4), then count × (length(4) raftpb.Message).
+	OpMessages uint16 = 60
+	// OpFirst and OpLast bound the range; a server hands every op in it
+	// to Handler.
+	OpFirst uint16 = 60
+	OpLast  uint16 = 69
+
+	msgsVersion = 1
+	// maxBatch bounds the messages one call carries.
+	maxBatch = 64
+	// queueLen bounds the messages waiting for one peer; beyond it they
+	// are dropped (raft resends) and the peer reported unreachable.
+	queueLen = 4096
+)
+
+// TCPOptions configure a TCPTransport.
+type TCPOptions struct {
+	// ID is this node's id; Peers maps every other member's id to its
+	// address.
+	ID    uint64
+	Peers map[uint64]string
+	// Pool makes the calls (its transport authenticates this process as
+	// a meta server).
+	Pool *transport.Pool
+	// CallTimeout bounds one call to a peer (default 5s).
+	CallTimeout time.Duration
+	// AllowUnauthenticated accepts messages from peers that did not
+	// authenticate (tests without TLS). Otherwise only peers with role
+	// meta are heard.
+	AllowUnauthenticated bool
+	Logger               *slog.Logger
+}
+
+// TCPTransport carries raft messages over weft's framed transport: Send
+// queues messages per peer, one goroutine per peer sends them in batches
+// (one call each, so a slow peer never holds up the others), and Handler
+// serves the receiving side. Messages are best effort, as raft expects:
+// a failed call drops its batch and reports the peer unreachable.
+type TCPTransport struct {
+	opts     TCPOptions
+	log      *slog.Logger
+	refusals ratelog.Limiter
+
+	mu     sync.Mutex
+	node   *Node
+	queues map[uint64]chan *pb.Message
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed bool
+}
+
+// NewTCPTransport returns a transport for node opts.ID; Start connects it
+// to its node.
+func NewTCPTransport(opts TCPOptions) (*TCPTransport, error) {
+	if opts.Pool == nil {
+		return nil, errors.New("raftlog: TCPOptions.Pool is required")
+	}
+	if _, ok := opts.Peers[opts.ID]; ok {
+		delete(opts.Peers, opts.ID)
+	}
+	if opts.CallTimeout <= 0 {
+		opts.CallTimeout = 5 * time.Second
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	t := &TCPTransport{opts: opts, log: opts.Logger, queues: map[uint64]chan *pb.Message{}, stop: make(chan struct{})}
+	for id := range opts.Peers {
+		t.queues[id] = make(chan *pb.Message, queueLen)
+	}
+	return t, nil
+}
+
+// Start delivers incoming messages to n and starts the senders.
+func (t *TCPTransport) Start(n *Node) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.node = n
+	for id, q := range t.queues {
+		t.wg.Add(1)
+		go t.sender(id, t.opts.Peers[id], q)
+	}
+}
+
+// Close stops the senders; queued messages are dropped.
+func (t *TCPTransport) Close() {
+	t.mu.Lock()
+	if t.closed {
+		t.mu.Unlock()
+		return
+	}
+	t.closed = true
+	close(t.stop)
+	t.mu.Unlock()
+	t.wg.Wait()
+}
+
+// Send implements Transport: it never blocks.
+func (t *TCPTransport) Send(msgs []*pb.Message) {
+	for _, m := range msgs {
+		q, ok := t.queues[m.GetTo()]
+		if !ok {
+			t.log.Warn("raftlog: message for an unknown member dropped", "to", m.GetTo(), "type", m.GetType())
+			continue
+		}
+		select {
+		case q <- m:
+		default:
+			t.report(m.GetTo(), []*pb.Message{m})
+		}
+	}
+}
+
+// report tells the node that msgs to id were not delivered.
+func (t *TCPTransport) report(id uint64, msgs []*pb.Message) {
+	t.mu.Lock()
+	n := t.node
+	t.mu.Unlock()
+	if n == nil {
+		return
+	}
+	n.ReportUnreachable(id)
+	for _, m := range msgs {
+		if m.GetType() == pb.MessageType_MsgSnap {
+			n.ReportSnapshot(id, raft.SnapshotFailure)
+		}
+	}
+}
+
+func (t *TCPTransport) sender(id uint64, addr string, q chan *pb.Message) {
+	defer t.wg.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		<-t.stop
+		cancel()
+	}()
+	batch := make([]*pb.Message, 0, maxBatch)
+	for {
+		select {
+		case <-t.stop:
+			return
+		case m := <-q:
+			batch = append(batch[:0], m)
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case m := <-q:
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		body, err := encodeMessages(id, batch)
+		if err == nil {
+			cctx, ccancel := context.WithTimeout(ctx, t.opts.CallTimeout)
+			_, err = t.opts.Pool.Call(cctx, addr, OpMessages, body)
+			ccancel()
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			t.log.Debug("raftlog: messages not delivered", "to", id, "addr", addr, "n", len(batch), "err", err)
+			t.report(id, batch)
+			continue
+		}
+		t.mu.Lock()
+		n := t.node
+		t.mu.Unlock()
+		for _, m := range batch {
+			if m.GetType() == pb.MessageType_MsgSnap {
+				n.ReportSnapshot(id, raft.SnapshotFinish)
+			}
+		}
+	}
+}
+
+func encodeMessages(to uint64, msgs []*pb.Message) ([]byte, error) {
+	e := wire.NewEncoder(64)
+	e.U8(msgsVersion)
+	e.U64(to)
+	e.U32(uint32(len(msgs)))
+	for _, m := range msgs {
+		b, err := proto.Marshal(m)
+		if err != nil {
+			return nil, fmt.Errorf("raftlog: encode message: %w", err)
+		}
+		e.Bytes(b)
+	}
+	return e.B, nil
+}
+
+func decodeMessages(body []byte) (to uint64, msgs []*pb.Message, err error) {
+	d := wire.NewDecoder(body)
+	if v := d.U8(); v != msgsVersion && d.Err() == nil {
+		return 0, nil, fmt.Errorf("raftlog: messages of version %d, want %d: %w", v, msgsVersion, syscall.EPROTO)
+	}
+	to = d.U64()
+	n := d.Count(maxBatch, 4)
+	for i := 0; i < n && d.Err() == nil; i++ {
+		b := d.BytesMax(len(body))
+		if d.Err() != nil {
+			break
+		}
+		m := &pb.Message{}
+		if err := proto.Unmarshal(b, m); err != nil {
+			return 0, nil, fmt.Errorf("raftlog: message %d: %v: %w", i, err, syscall.EINVAL)
+		}
+		msgs = append(msgs, m)
+	}
+	if err := d.Done(); err != nil {
+		return 0, nil, fmt.Errorf("raftlog: messages: %v: %w", err, syscall.EINVAL)
+	}
+	return to, msgs, nil
+}
+
+// Handler serves the raft operations (OpFirst..OpLast). Only a peer
+// authenticated as a meta server is heard (EACCES otherwise, logged
+// rate-limited); messages for another node id, or not from a member, are
+// refused (EINVAL): a peer list that disagrees between members shows up
+// here.
+func (t *TCPTransport) Handler(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+	if p, ok := transport.PeerFrom(ctx); ok && p.Role != transport.RoleMeta &&
+		!(p.Role == transport.RoleNone && t.opts.AllowUnauthenticated) {
+		err := fmt.Errorf("raftlog: peer %q with role %q may not send raft messages: %w", p.Name, p.Role, syscall.EACCES)
+		t.refusals.Warn(t.log, "raftlog: raft message refused", "peer", p.Addr, "role", p.Role, "name", p.Name, "err", err)
+		return nil, err
+	}
+	if op != OpMessages {
+		return nil, fmt.Errorf("raftlog: unknown op %d: %w", op, syscall.ENOSYS)
+	}
+	to, msgs, err := decodeMessages(req)
+	if err != nil {
+		return nil, err
+	}
+	if to != t.opts.ID {
+		return nil, fmt.Errorf("raftlog: messages for node %d reached node %d: %w", to, t.opts.ID, syscall.EINVAL)
+	}
+	t.mu.Lock()
+	n := t.node
+	t.mu.Unlock()
+	if n == nil {
+		return nil, fmt.Errorf("raftlog: node %d not started: %w", t.opts.ID, syscall.EAGAIN)
+	}
+	for _, m := range msgs {
+		if _, member := t.opts.Peers[m.GetFrom()]; !member || m.GetTo() != to {
+			return nil, fmt.Errorf("raftlog: message from %d to %d: not from a member of node %d's group: %w", m.GetFrom(), m.GetTo(), to, syscall.EINVAL)
+		}
+	}
+	for _, m := range msgs {
+		n.Step(m)
+	}
+	return nil, nil
+}

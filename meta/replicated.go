@@ -1,0 +1,222 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/meta/raftlog"
+)
+
+// Replica makes a Server one member of a raft group (Options.Replica; nil:
+// a single server on the local log). The commit path is then raftLog: the
+// same Commands, replicated by package meta/raftlog and applied on every
+// member.
+type Replica struct {
+	ID uint64
+	// Peers are the initial voters' ids (this one's included): they
+	// bootstrap an empty log, and must be the same on every member.
+	Peers []uint64
+	// Log is the raft log, a pebble instance of its own (not Store). The
+	// caller opens and closes it.
+	Log *raftlog.Storage
+	// Transport carries raft messages (raftlog.MemNetwork in tests, a
+	// raftlog.TCPTransport between processes).
+	Transport raftlog.Transport
+	// Started, if set, is called with the node once it runs (a
+	// TCPTransport's Start).
+	Started func(*raftlog.Node)
+	// TickInterval is raft's clock (default 100ms; negative: no clock,
+	// tests tick the node themselves). The election timeout is
+	// ElectionTick ticks (default 10), heartbeats every HeartbeatTick
+	// (default 1).
+	TickInterval                time.Duration
+	ElectionTick, HeartbeatTick int
+}
+
+// raftLog is the commit path of a replicated server. Proposals go to the
+// raft leader only: a follower's propose fails with EAGAIN
+// (raftlog.ErrNotLeader, naming the leader), and so does a new leader's
+// until it has applied the earlier terms' entries. Batches are committed
+// unsynced: an entry is durable in the raft log (fsync'd on a majority)
+// before it is applied, and after a crash the log is applied again from
+// the index the store recorded (applied_index).
+type raftLog struct {
+	node *raftlog.Node
+	// minIno: new inode numbers below it were allocated before this
+	// server last became leader, possibly from an allocator behind the
+	// applied log (a follower's does not move); they are refused (EAGAIN)
+	// rather than risk reusing a number an earlier leader handed out.
+	// Written by OnLeader and read by ProposeIf's check, both on the node
+	// goroutine.
+	minIno           uint64
+	groups, commands atomic.Uint64
+}
+
+// raftApplier applies committed entries to the state machine: it is the
+// raftlog.StateMachine of a replicated Server.
+type raftApplier struct {
+	sm   *stateMachine
+	hook func(*Command)
+	// raise keeps the server's inode allocator at or above the applied
+	// high-water mark, on every member (a follower's allocator is the
+	// one a new leader starts from).
+	raise func(next uint64)
+}
+
+// appliedEntry is what Apply returns to the proposer.
+type appliedEntry struct {
+	res applyResult
+	err error
+}
+
+func (a *raftApplier) Apply(index uint64, data []byte) any {
+	c, err := DecodeCommand(data)
+	if err != nil {
+		// Every member decodes the same bytes the same way: all refuse it.
+		return appliedEntry{err: errnof(syscall.EIO, "log entry %d does not decode: %v", index, err)}
+	}
+	if a.hook != nil {
+		a.hook(c)
+	}
+	res, err := a.sm.applyAt(c, index, false)
+	if err == nil {
+		a.raise(a.sm.nextIno)
+	}
+	return appliedEntry{res, err}
+}
+
+func (a *raftApplier) Applied() uint64 { return a.sm.applied }
+
+var errNoSnapshots = errors.New("meta: snapshots of the metadata store are not implemented yet")
+
+func (a *raftApplier) Snapshot() ([]byte, error)       { return nil, errNoSnapshots }
+func (a *raftApplier) Restore(uint64, []byte) error    { return errNoSnapshots }
+func (l *raftLog) stats() (groups, commands uint64)    { return l.groups.Load(), l.commands.Load() }
+func isNewInode(c *Command) bool                       { return c.Op == OpCreate || c.Op == OpMkdir || c.Op == OpSymlink }
+func (l *raftLog) status() raftlog.Status              { return l.node.Status() }
+func (l *raftLog) stop()                               { l.node.Stop() }
+func (l *raftLog) readIndex(ctx context.Context) error { return l.node.ReadIndex(ctx) }
+func (l *raftLog) propose(ctx context.Context, c *Command) (applyResult, error) {
+	check := func() error {
+		if isNewInode(c) && uint64(c.Ino) < l.minIno {
+			return errnof(syscall.EAGAIN, "inode %d was allocated before this server became leader; retry", c.Ino)
+		}
+		return nil
+	}
+	v, err := l.node.ProposeIf(ctx, c.Encode(), check)
+	if err != nil {
+		// EAGAIN: not applied, nothing changed (not leader, not ready,
+		// dropped by a new leader); EIO: the node stopped. Otherwise ctx
+		// ended or the outcome is unknown (ETIMEDOUT): the command may
+		// yet be applied.
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ETIMEDOUT) {
+			return applyResult{}, fmt.Errorf("meta: %w", err)
+		}
+		return applyResult{}, fmt.Errorf("meta: %v: %w", err, syscall.ETIMEDOUT)
+	}
+	l.groups.Add(1)
+	l.commands.Add(1)
+	r := v.(appliedEntry)
+	return r.res, r.err
+}
+
+// startReplica starts the raft node of a replicated server. OnLeader
+// (on the node goroutine, when this server as new leader has applied
+// every earlier entry) raises the inode allocator to the applied
+// high-water mark, and formats an empty store.
+func (s *Server) startReplica(r *Replica) error {
+	if r.ID == 0 || r.Log == nil || r.Transport == nil {
+		return errors.New("meta: Replica needs ID, Log and Transport")
+	}
+	tick := r.TickInterval
+	switch {
+	case tick == 0:
+		tick = 100 * time.Millisecond
+	case tick < 0:
+		tick = 0
+	}
+	l := &raftLog{}
+	cfg := raftlog.Config{
+		ID: r.ID, Peers: r.Peers, Storage: r.Log, Transport: r.Transport,
+		SM:           &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno},
+		TickInterval: tick, ElectionTick: r.ElectionTick, HeartbeatTick: r.HeartbeatTick,
+		Logger: s.log,
+		OnLeader: func(term uint64) {
+			s.raiseIno(s.sm.nextIno)
+			l.minIno = s.nextIno.Load()
+			s.log.Info("meta: leader", "id", r.ID, "term", term, "applied", s.sm.applied)
+			if s.sm.nextIno == 0 {
+				s.bg.Add(1)
+				go func() {
+					defer s.bg.Done()
+					// The file system id is made once, by the first leader,
+					// and replicated with the format.
+					fsid, err := newFSID()
+					if err != nil {
+						s.log.Error("meta: format store", "err", err)
+						return
+					}
+					_, err = s.propose(s.ctx, &Command{Op: OpInit, Now: s.now(), Mode: 0755, Uid: s.opts.RootUid, Gid: s.opts.RootGid, Text: fsid})
+					if err != nil && !errors.Is(err, syscall.EEXIST) {
+						s.log.Error("meta: format store", "err", err)
+					}
+				}()
+			}
+		},
+	}
+	n, err := raftlog.NewNode(cfg)
+	if err != nil {
+		return fmt.Errorf("meta: %w", err)
+	}
+	l.node = n
+	s.commits, s.replica = l, l
+	if r.Started != nil {
+		r.Started(n)
+	}
+	return nil
+}
+
+// reader is caller for the read-only requests (Lookup, GetAttr, Readlink,
+// ReadDir, GetXattr, ListXattr, StatFS). On a replicated server it first
+// passes a read barrier: only the leader answers (a follower fails with
+// EAGAIN naming the leader), and only once it has confirmed with a quorum
+// that it is still leader and has applied everything committed when the
+// request arrived (raft's ReadIndex), so a read sees every change
+// acknowledged before it, also right after a failover, and a deposed
+// leader never answers from stale state. A single server reads at once.
+func (s *Server) reader(ctx context.Context) (caller, error) {
+	cl, err := s.caller(ctx)
+	if err != nil || s.replica == nil {
+		return cl, err
+	}
+	if err := s.replica.readIndex(ctx); err != nil {
+		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) {
+			return cl, fmt.Errorf("meta: read: %w", err)
+		}
+		return cl, fmt.Errorf("meta: read: %v: %w", err, syscall.ETIMEDOUT)
+	}
+	return cl, nil
+}
+
+// raiseIno raises the inode allocator to at least next.
+func (s *Server) raiseIno(next uint64) {
+	for {
+		cur := s.nextIno.Load()
+		if cur >= next || s.nextIno.CompareAndSwap(cur, next) {
+			return
+		}
+	}
+}
+
+// ReplicaStatus returns what this server's raft node knows (ok false for a
+// single server).
+func (s *Server) ReplicaStatus() (st raftlog.Status, ok bool) {
+	if s.replica == nil {
+		return raftlog.Status{}, false
+	}
+	return s.replica.status(), true
+}
