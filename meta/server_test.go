@@ -632,6 +632,17 @@ func TestGCDownTargetDoesNotBlockOthers(t *testing.T) {
 		}
 		return false
 	})
+	// The removal is dropped from the queue by a command applied after the
+	// storage answered: wait for it too.
+	waitFor(t, "target 2's object off the queue", func() bool {
+		q, _ := e.srv.GCQueue()
+		for _, o := range q {
+			if o.Target == t2 {
+				return false
+			}
+		}
+		return true
+	})
 	q, _ := e.srv.GCQueue()
 	if len(q) != gcBatch+50 {
 		t.Fatalf("queue has %d objects, want %d on the down target", len(q), gcBatch+50)
