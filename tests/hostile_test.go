@@ -235,11 +235,20 @@ func newAttacker(t testing.TB, c *testcluster.Cluster, sec *transport.Security) 
 	pool := transport.NewPool(tr, transport.PoolOptions{DialTimeout: 10 * time.Second})
 	t.Cleanup(func() { pool.Close() })
 	storageAddr := c.StorageAddr(0) // the only storage server holds every target
-	return &attacker{
+	a := &attacker{
 		pool:    pool,
-		meta:    metarpc.NewClient(pool, c.MetaAddr()),
+		meta:    metarpc.NewClient(pool, c.MetaAddr(), metarpc.WithSession(proto.NewSessionID())),
 		storage: storagerpc.NewClient(pool, func(context.Context, proto.TargetID) (string, error) { return storageAddr, nil }),
 	}
+	// A client opens a session before it opens files, as a mount does;
+	// anyone with a client key may. Without a valid key this fails like
+	// everything else (the subtests check those refusals themselves).
+	if sec != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		_, _ = a.meta.OpenSession(ctx, nil)
+	}
+	return a
 }
 
 func ctxT(t testing.TB) context.Context {
@@ -442,9 +451,13 @@ func (h *hostile) noKey(t *testing.T) {
 		})
 	}
 
-	cr := proto.WithCred(ctx, proto.RootCred)
 	// Through weft's own client over transport.NewTCP: the server hangs
-	// up during the TLS handshake, which this client sees as EIO.
+	// up during the TLS handshake, which this client sees as EIO. The
+	// client retries a numbered request (Open) on EIO until its deadline,
+	// as it would against a server that is down: a short one here.
+	short, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	cr := proto.WithCred(short, proto.RootCred)
 	attr, err := a.meta.Lookup(cr, h.private, "secret")
 	if err == nil || attr.Ino != 0 {
 		t.Errorf("keyless Lookup of root's secret: %+v, %v", attr, err)
