@@ -302,7 +302,10 @@ func (sc *serverConn) readLoop() error {
 			sc.readDeadline, sc.idleDeadline = frameDeadline, false
 		}
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			if err == io.EOF {
+				return nil // closed between frames (ReadFull read nothing)
+			}
+			if errors.Is(err, io.ErrUnexpectedEOF) {
 				return &protocolError{fmt.Errorf("truncated frame header: %w", err)}
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
