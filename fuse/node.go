@@ -204,12 +204,12 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 
 // Getattr implements fs.NodeGetattrer.
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
-	ctx = n.fsys.creds.with(ctx)
 	if a, ok := n.freshAttr(); ok {
 		fillAttr(&out.Attr, a)
 		n.note(a)
 		return 0
 	}
+	ctx = n.fsys.creds.with(ctx) // only calls to the server need them
 	a, err := n.fsys.c.GetAttr(ctx, n.ino())
 	if err != nil {
 		return n.fsys.errno("getattr", err)

@@ -212,7 +212,7 @@ type serverConn struct {
 	workers atomic.Int32
 	idle    atomic.Int32 // workers waiting on work (or about to)
 	// lastActive is when a request last arrived or a response was last
-	// written (UnixNano), for IdleTimeout.
+	// written (monoNow), for IdleTimeout.
 	lastActive atomic.Int64
 	// The reader's read deadline (zero: none), and whether it is the idle
 	// deadline (else a frame's). Only the reader uses them.
@@ -242,7 +242,7 @@ func (l *tcpListener) newServerConn(nc, raw net.Conn, peer Peer) *serverConn {
 		sem:    make(chan struct{}, l.t.maxInflight),
 		work:   make(chan request),
 	}
-	sc.lastActive.Store(time.Now().UnixNano())
+	sc.lastActive.Store(monoNow())
 	sc.w = newFrameWriter(nc, func(err error) {
 		// The reader notices the close and ends the connection.
 		if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -302,7 +302,10 @@ func (sc *serverConn) readLoop() error {
 			sc.readDeadline, sc.idleDeadline = frameDeadline, false
 		}
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
-			if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			if err == io.EOF {
+				return nil // closed between frames (ReadFull read nothing)
+			}
+			if errors.Is(err, io.ErrUnexpectedEOF) {
 				return &protocolError{fmt.Errorf("truncated frame header: %w", err)}
 			}
 			if errors.Is(err, os.ErrDeadlineExceeded) {
@@ -317,7 +320,7 @@ func (sc *serverConn) readLoop() error {
 		if err != nil {
 			return &protocolError{err}
 		}
-		sc.lastActive.Store(time.Now().UnixNano())
+		sc.lastActive.Store(monoNow())
 		body, err := sc.readBody(br, h, frameDeadline)
 		if err != nil {
 			return err
@@ -352,7 +355,7 @@ func (sc *serverConn) awaitFrame(br *bufio.Reader) error {
 			sc.readDeadline = time.Time{}
 		}
 	} else if !sc.idleDeadline {
-		sc.readDeadline = time.Unix(0, sc.lastActive.Load()).Add(idle)
+		sc.readDeadline = time.Now().Add(idle - time.Duration(monoNow()-sc.lastActive.Load()))
 		_ = sc.nc.SetReadDeadline(sc.readDeadline)
 		sc.idleDeadline = true
 	}
@@ -368,10 +371,10 @@ func (sc *serverConn) awaitFrame(br *bufio.Reader) error {
 			return err
 		}
 		if len(sc.sem) > 0 {
-			sc.lastActive.Store(time.Now().UnixNano())
+			sc.lastActive.Store(monoNow())
 		}
-		if last := time.Unix(0, sc.lastActive.Load()); time.Since(last) < idle {
-			sc.readDeadline = last.Add(idle)
+		if since := time.Duration(monoNow() - sc.lastActive.Load()); since < idle {
+			sc.readDeadline = time.Now().Add(idle - since)
 			_ = sc.nc.SetReadDeadline(sc.readDeadline)
 			continue
 		}
@@ -534,7 +537,7 @@ func (sc *serverConn) handle(h header, req []byte) {
 	if sc.w.send(f) {
 		<-f.done
 	}
-	sc.lastActive.Store(time.Now().UnixNano())
+	sc.lastActive.Store(monoNow())
 	for _, fn := range rc.after {
 		fn()
 	}

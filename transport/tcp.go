@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -136,6 +137,14 @@ func NewTCPWith(opts TCPOptions) Transport {
 	return t
 }
 
+// epoch is the origin of monoNow.
+var epoch = time.Now()
+
+// monoNow is the monotonic clock in nanoseconds since epoch: for the
+// activity stamps taken on every call and request, half the cost of
+// time.Now (which reads the wall clock too).
+func monoNow() int64 { return int64(time.Since(epoch)) }
+
 // orDefault is v, def if v is zero, and 0 (no bound) if v is negative.
 func orDefault[T int | int64 | time.Duration](v, def T) T {
 	switch {
@@ -192,8 +201,8 @@ func (t *tcpTransport) Dial(ctx context.Context, addr string) (Conn, error) {
 		log:        t.log,
 		pending:    make(map[uint64]*call),
 		readerDone: make(chan struct{}),
-		lastUsed:   time.Now(),
 	}
+	c.lastUsed.Store(monoNow())
 	c.w = newFrameWriter(nc, c.fail)
 	go c.readLoop()
 	return c, nil
@@ -212,8 +221,9 @@ type tcpConn struct {
 	nextID  uint64
 	pending map[uint64]*call // calls waiting for a response; nil once failed
 	err     error            // why the connection is unusable; set once
-	// lastUsed is when a call last started or ended (see retireIfIdle).
-	lastUsed time.Time
+	// lastUsed is when a call last started or ended (monoNow; see
+	// retireIfIdle). Stored under mu, loaded without it.
+	lastUsed atomic.Int64
 }
 
 // call is one request in flight. resp and err are written once, by
@@ -267,7 +277,7 @@ func (c *tcpConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte,
 	c.nextID++
 	id := c.nextID
 	c.pending[id] = cl
-	c.lastUsed = time.Now()
+	c.lastUsed.Store(monoNow())
 	c.mu.Unlock()
 
 	encodeHeader(cl.out.hdr[:], header{kind: kindRequest, op: op, id: id, length: uint32(n)})
@@ -376,8 +386,13 @@ var errIdle = errors.New("transport: connection closed by the client after being
 // connection stays) or finds it failed before sending anything (and is
 // retried by Pool on a new connection).
 func (c *tcpConn) retireIfIdle(d time.Duration) bool {
+	// Pool asks before every call: the common answer (used recently)
+	// takes no lock.
+	if monoNow()-c.lastUsed.Load() < int64(d) {
+		return false
+	}
 	c.mu.Lock()
-	if c.err != nil || len(c.pending) > 0 || time.Since(c.lastUsed) < d {
+	if c.err != nil || len(c.pending) > 0 || monoNow()-c.lastUsed.Load() < int64(d) {
 		c.mu.Unlock()
 		return false
 	}
@@ -444,7 +459,7 @@ func (c *tcpConn) readLoop() {
 			c.mu.Lock()
 			if c.pending[h.id] == cl {
 				delete(c.pending, h.id)
-				c.lastUsed = time.Now()
+				c.lastUsed.Store(monoNow())
 			} else {
 				cl = nil
 			}
@@ -476,7 +491,7 @@ func (c *tcpConn) readLoop() {
 		c.mu.Lock()
 		if c.pending[h.id] == cl {
 			delete(c.pending, h.id)
-			c.lastUsed = time.Now()
+			c.lastUsed.Store(monoNow())
 		} else {
 			cl = nil // abandoned meanwhile
 		}

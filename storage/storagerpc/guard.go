@@ -1,11 +1,12 @@
 package storagerpc
 
 import (
+	"bytes"
 	"context"
+	"crypto/sha256"
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -51,15 +52,27 @@ type guard struct {
 	log         *slog.Logger
 	refusals    ratelog.Limiter
 
-	verified sync.Map     // string(capability) -> capability.Capability, see verify
-	cached   atomic.Int64 // entries stored in verified since it was cleared
+	mu       sync.RWMutex
+	verified map[[macSize]byte]verifiedCap // by the capability's MAC, see verify
+}
+
+// macSize is the length of a capability's MAC (HMAC-SHA256), its last
+// bytes.
+const macSize = sha256.Size
+
+// verifiedCap is a capability that verified: its exact bytes (a hit must
+// match them all, not just the MAC) and its content.
+type verifiedCap struct {
+	b  []byte
+	cp capability.Capability
 }
 
 func newGuard(o Options) *guard {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &guard{key: o.CapabilityKey, allowUnauth: o.AllowUnauthenticated, now: o.Now, log: o.Logger}
+	return &guard{key: o.CapabilityKey, allowUnauth: o.AllowUnauthenticated, now: o.Now, log: o.Logger,
+		verified: map[[macSize]byte]verifiedCap{}}
 }
 
 // trusted reports whether the request's peer needs no capability: an
@@ -101,30 +114,43 @@ func (g *guard) object(ctx context.Context, op uint16, c []byte, obj proto.Objec
 
 // verify verifies c, or finds it verified before: a client sends the same
 // capability with every request of a file for minutes, and a map lookup
-// costs a fraction of an HMAC. The cache key is the whole capability,
-// MAC included, so only the very bytes that verified hit; the expiry is
-// checked on every use.
+// costs a fraction of an HMAC. The cache is keyed by the MAC (the last
+// macSize bytes) and a hit must match the whole capability, MAC included,
+// so only the very bytes that verified hit; the expiry is checked on every
+// use. The lookup allocates nothing (a sync.Map keyed by string(c) did, on
+// every request).
 func (g *guard) verify(c []byte) (capability.Capability, error) {
 	now := g.now()
-	if v, ok := g.verified.Load(string(c)); ok {
-		cp := v.(capability.Capability)
-		if now.After(cp.Expiry.Add(capability.Skew)) {
-			g.verified.Delete(string(c))
-			return g.key.Verify(c, now) // for its error
+	var mac [macSize]byte
+	if len(c) > macSize {
+		copy(mac[:], c[len(c)-macSize:])
+		g.mu.RLock()
+		v, ok := g.verified[mac]
+		g.mu.RUnlock()
+		if ok && bytes.Equal(v.b, c) {
+			if now.After(v.cp.Expiry.Add(capability.Skew)) {
+				g.mu.Lock()
+				if cur, ok := g.verified[mac]; ok && bytes.Equal(cur.b, c) {
+					delete(g.verified, mac)
+				}
+				g.mu.Unlock()
+				return g.key.Verify(c, now) // for its error
+			}
+			return v.cp, nil
 		}
-		return cp, nil
 	}
 	cp, err := g.key.Verify(c, now)
 	if err != nil {
 		return cp, err
 	}
-	if g.cached.Add(1) > maxVerified {
+	g.mu.Lock()
+	if len(g.verified) >= maxVerified {
 		// Full (of mostly expired entries, or a client minting many
 		// opens): start over rather than track ages.
-		g.verified.Clear()
-		g.cached.Store(1)
+		clear(g.verified)
 	}
-	g.verified.Store(string(c), cp)
+	g.verified[mac] = verifiedCap{b: bytes.Clone(c), cp: cp}
+	g.mu.Unlock()
 	return cp, nil
 }
 

@@ -271,20 +271,18 @@ func BenchmarkRead4KOverTCP(b *testing.B) {
 	if _, err := srv.Write(ctx, 1, obj, 0, make([]byte, 1<<20)); err != nil {
 		b.Fatal(err)
 	}
+	server := transport.Peer{Addr: client.Addr, Role: transport.RoleStorage, Name: "storage"}
 	for _, bc := range []struct {
 		name string
-		peer bool
+		peer transport.Peer // in place of the transport's (unauthenticated) one
 		cap  []byte
 	}{
-		{"trusted", false, nil},
-		{"capability", true, sign(b, k, 5, proto.AccessRead, "client-a")},
+		{"trusted", server, nil},
+		{"capability", client, sign(b, k, 5, proto.AccessRead, "client-a")},
 	} {
 		b.Run(bc.name, func(b *testing.B) {
-			served := h
-			if bc.peer {
-				served = func(c context.Context, op uint16, req []byte) ([]byte, error) {
-					return h(transport.WithPeer(c, client), op, req)
-				}
+			served := func(c context.Context, op uint16, req []byte) ([]byte, error) {
+				return h(transport.WithPeer(c, bc.peer), op, req)
 			}
 			tcp := transport.NewTCP()
 			ln, err := tcp.Listen("127.0.0.1:0", served)

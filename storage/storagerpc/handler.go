@@ -40,14 +40,15 @@ type Handler struct {
 	perConn int64
 	server  *semaphore.Weighted
 
-	mu    sync.Mutex
-	conns map[string]*connBudget // by Peer.Addr, while a request uses it
+	mu      sync.Mutex
+	conns   map[string]*connBudget // by Peer.Addr (see unref)
+	sweepAt int                    // len(conns) at which unused entries are dropped
 
 	held atomic.Int64 // read-buffer bytes taken from the budgets
 }
 
 // connBudget is one connection's read budget; refs counts the requests
-// holding or waiting for it, so the entry lives exactly as long as needed.
+// holding or waiting for it (an entry at 0 may be dropped, see unref).
 type connBudget struct {
 	sem  *semaphore.Weighted
 	refs int
@@ -88,6 +89,7 @@ func New(svc proto.StorageService, o Options) *Handler {
 		perConn: o.ReadBytesPerConn,
 		server:  semaphore.NewWeighted(o.ReadBytesPerServer),
 		conns:   map[string]*connBudget{},
+		sweepAt: minSweep,
 	}
 }
 
@@ -104,47 +106,91 @@ func readCost(n uint32) int64 {
 	return 1 << bits.Len32(n-1)
 }
 
+// readGrant is what one read holds: its share of the budgets (n bytes of
+// cb and the server's; none if cb is nil) and its buffer, given back once
+// by release. One allocation per read, where closures and a sync.Once
+// took several.
+type readGrant struct {
+	h        *Handler
+	cb       *connBudget
+	n        int64
+	buf      []byte
+	released atomic.Bool
+}
+
 // acquire takes n bytes of the connection's and the server's read budgets,
-// waiting while they are exhausted, and returns the func that gives them
+// waiting while they are exhausted, and returns the grant that gives them
 // back. It fails when ctx ends first (the connection closed).
-func (h *Handler) acquire(ctx context.Context, n int64) (release func(), err error) {
+func (h *Handler) acquire(ctx context.Context, n int64) (*readGrant, error) {
 	p, _ := transport.PeerFrom(ctx) // in-process calls share the key ""
 	h.mu.Lock()
 	cb := h.conns[p.Addr]
 	if cb == nil {
+		if len(h.conns) >= h.sweepAt {
+			h.sweepLocked()
+		}
 		cb = &connBudget{sem: semaphore.NewWeighted(h.perConn)}
 		h.conns[p.Addr] = cb
 	}
 	cb.refs++
 	h.mu.Unlock()
-	unref := func() {
-		h.mu.Lock()
-		if cb.refs--; cb.refs == 0 {
-			delete(h.conns, p.Addr)
-		}
-		h.mu.Unlock()
-	}
 	// Connection first: a connection waiting on its own budget never
 	// holds server budget meanwhile.
 	if err := cb.sem.Acquire(ctx, n); err != nil {
-		unref()
+		h.unref(cb)
 		return nil, ctxErr(err)
 	}
 	if err := h.server.Acquire(ctx, n); err != nil {
 		cb.sem.Release(n)
-		unref()
+		h.unref(cb)
 		return nil, ctxErr(err)
 	}
 	h.held.Add(n)
-	var once sync.Once
-	return func() {
-		once.Do(func() {
-			h.held.Add(-n)
-			h.server.Release(n)
-			cb.sem.Release(n)
-			unref()
-		})
-	}, nil
+	return &readGrant{h: h, cb: cb, n: n}, nil
+}
+
+// unref drops a request's reference on cb. An entry whose count reaches 0
+// stays in the map (its semaphore holds nothing), so that the next read of
+// the connection finds it instead of allocating a new one; sweepLocked
+// drops such entries when the map grows.
+func (h *Handler) unref(cb *connBudget) {
+	h.mu.Lock()
+	cb.refs--
+	h.mu.Unlock()
+}
+
+// sweepLocked drops the entries no request holds or waits for (of
+// connections idle or gone) and sets the size at which to sweep next, so
+// sweeping costs O(1) per new entry amortized.
+func (h *Handler) sweepLocked() {
+	for addr, cb := range h.conns {
+		if cb.refs == 0 {
+			delete(h.conns, addr)
+		}
+	}
+	h.sweepAt = max(minSweep, 2*len(h.conns))
+}
+
+// minSweep is the number of connection budgets kept before unused ones
+// are dropped.
+const minSweep = 1024
+
+// release gives the grant's budget and buffer back (once; a nil grant is
+// nothing).
+func (g *readGrant) release() {
+	if g == nil || g.released.Swap(true) {
+		return
+	}
+	h := g.h
+	if g.buf != nil {
+		h.bufs.Put(g.buf)
+	}
+	if g.cb != nil {
+		h.held.Add(-g.n)
+		h.server.Release(g.n)
+		g.cb.sem.Release(g.n)
+		h.unref(g.cb)
+	}
 }
 
 func ctxErr(err error) error {
@@ -171,25 +217,29 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessRead); err != nil {
 			return nil, err
 		}
-		release := func() {}
+		var g *readGrant
 		if r.Len > 0 {
-			if release, err = h.acquire(ctx, readCost(r.Len)); err != nil {
+			if g, err = h.acquire(ctx, readCost(r.Len)); err != nil {
 				return nil, err
 			}
+		} else {
+			g = &readGrant{h: h}
 		}
 		buf := h.bufs.Get(int(r.Len))
 		n, err := svc.Read(ctx, r.Target, r.Obj, r.Off, buf)
 		if err != nil {
 			h.bufs.Put(buf)
-			release()
+			g.release()
 			return nil, err
 		}
 		// The buffer and its budget are held until the response is
 		// written (or dropped with the connection). Called directly (not
 		// through the transport), the buffer is simply the caller's and
 		// the budget goes back now.
-		if !transport.AfterResponse(ctx, func() { h.bufs.Put(buf); release() }) {
-			release()
+		g.buf = buf
+		if !transport.AfterResponse(ctx, g.release) {
+			g.buf = nil
+			g.release()
 		}
 		return buf[:n], nil
 	case OpWrite:
