@@ -94,9 +94,7 @@ func (c caller) isRoot() bool { return c.cred == nil || c.cred.Uid == 0 }
 //   - a server peer (meta, storage) acts as the Cred it sent, or root.
 func (s *Server) caller(ctx context.Context) (caller, error) {
 	var c caller
-	if cr, ok := proto.CredFrom(ctx); ok {
-		c.cred = &cr
-	}
+	c.cred = proto.CredPtr(ctx) // shared with ctx: never modified, only replaced
 	c.sess.id, _ = proto.SessionFrom(ctx)
 	c.seq = proto.SeqFrom(ctx)
 	p, ok := transport.PeerFrom(ctx)

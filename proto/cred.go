@@ -26,18 +26,58 @@ func (c Cred) InGroup(gid uint32) bool {
 // RootCred is the superuser.
 var RootCred = Cred{}
 
-type credKey struct{}
+// requestKey carries the whole identity of a request in one context value
+// (credentials, session, sequence number): the metadata server reads all
+// three for every request, and one value costs one allocation and one
+// lookup where three cost three of each. Every With* copies what ctx
+// already carries and changes its part, so the nearest setting wins.
+type requestKey struct{}
+
+type requestIdentity struct {
+	cred    Cred
+	hasCred bool
+	sess    SessionID
+	hasSess bool
+	seq     uint64
+}
+
+func identityOf(ctx context.Context) requestIdentity {
+	if r, ok := ctx.Value(requestKey{}).(*requestIdentity); ok {
+		return *r
+	}
+	return requestIdentity{}
+}
+
+// WithRequest returns ctx carrying a request's credentials, session and
+// sequence number at once (the metadata RPC handler's one call per
+// request): as WithSeq(WithSession(WithCred(ctx, c), sess), seq).
+func WithRequest(ctx context.Context, c Cred, sess SessionID, seq uint64) context.Context {
+	return context.WithValue(ctx, requestKey{}, &requestIdentity{cred: c, hasCred: true, sess: sess, hasSess: true, seq: seq})
+}
 
 // WithCred returns ctx carrying c: the credentials of the caller on whose
 // behalf the request is made. The client sets it per system call; the
 // metadata RPC handler sets it per request from the request's header.
 func WithCred(ctx context.Context, c Cred) context.Context {
-	return context.WithValue(ctx, credKey{}, c)
+	r := identityOf(ctx)
+	r.cred, r.hasCred = c, true
+	return context.WithValue(ctx, requestKey{}, &r)
 }
 
 // CredFrom returns the credentials ctx carries, and false if it carries
 // none (an in-process caller such as a test or the server itself).
 func CredFrom(ctx context.Context) (Cred, bool) {
-	c, ok := ctx.Value(credKey{}).(Cred)
-	return c, ok
+	if r, ok := ctx.Value(requestKey{}).(*requestIdentity); ok && r.hasCred {
+		return r.cred, true
+	}
+	return Cred{}, false
+}
+
+// CredPtr is CredFrom without a copy: the credentials ctx carries, which
+// the caller must not modify, or nil.
+func CredPtr(ctx context.Context) *Cred {
+	if r, ok := ctx.Value(requestKey{}).(*requestIdentity); ok && r.hasCred {
+		return &r.cred
+	}
+	return nil
 }

@@ -20,19 +20,21 @@ func NewSessionID() SessionID {
 	return id
 }
 
-type sessionKey struct{}
-
 // WithSession returns ctx carrying the session id a request belongs to
 // (the metadata RPC handler sets it from the request header; in-process
 // callers may set it to act as distinct sessions).
 func WithSession(ctx context.Context, id SessionID) context.Context {
-	return context.WithValue(ctx, sessionKey{}, id)
+	r := identityOf(ctx)
+	r.sess, r.hasSess = id, true
+	return context.WithValue(ctx, requestKey{}, &r)
 }
 
 // SessionFrom returns the session id ctx carries, and false if none.
 func SessionFrom(ctx context.Context) (SessionID, bool) {
-	id, ok := ctx.Value(sessionKey{}).(SessionID)
-	return id, ok
+	if r, ok := ctx.Value(requestKey{}).(*requestIdentity); ok && r.hasSess {
+		return r.sess, true
+	}
+	return SessionID{}, false
 }
 
 // OpenHandle is what a client holds open on one inode in its session: the
@@ -51,17 +53,19 @@ type OpenHandle struct {
 // number), so a retry of any request still waiting is recognized.
 const MaxPendingRequests = 256
 
-type seqKey struct{}
-
 // WithSeq returns ctx carrying a mutating request's sequence number in its
 // session, for the metadata server's request dedupe (Raft thesis §6.3):
 // the metadata RPC handler sets it from the request header. 0: none.
 func WithSeq(ctx context.Context, seq uint64) context.Context {
-	return context.WithValue(ctx, seqKey{}, seq)
+	r := identityOf(ctx)
+	r.seq = seq
+	return context.WithValue(ctx, requestKey{}, &r)
 }
 
 // SeqFrom returns the request's sequence number in ctx (0 if none).
 func SeqFrom(ctx context.Context) uint64 {
-	seq, _ := ctx.Value(seqKey{}).(uint64)
-	return seq
+	if r, ok := ctx.Value(requestKey{}).(*requestIdentity); ok {
+		return r.seq
+	}
+	return 0
 }

@@ -46,10 +46,7 @@ func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, er
 	}
 	// The service authorizes the credentials against the peer in ctx (root
 	// squash, allow-list) and checks every operation against them.
-	ctx = proto.WithSession(proto.WithCred(ctx, hdr.Cred), hdr.Session)
-	if hdr.Seq != 0 {
-		ctx = proto.WithSeq(ctx, hdr.Seq)
-	}
+	ctx = proto.WithRequest(ctx, hdr.Cred, hdr.Session, hdr.Seq)
 	if err := unmarshal(body, req); err != nil {
 		h.log.Warn("metarpc: malformed request", "op", op, "len", len(body), "err", err)
 		return nil, fmt.Errorf("%v: %w", err, syscall.EINVAL)
