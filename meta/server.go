@@ -371,17 +371,25 @@ func (s *Server) writeMark(force bool) error {
 // applied. It never blocks a commit: the mark only ever claims what a
 // synced batch already made durable, so it may lag but never lead.
 func (s *Server) markLoop() {
+	s.every(s.opts.MarkInterval, func() {
+		if err := s.writeMark(false); err != nil {
+			s.log.Error("meta: durable mark not written", "err", err)
+		}
+	})
+}
+
+// every runs f every d until the server closes (a background loop: it
+// marks s.bg done when it returns).
+func (s *Server) every(d time.Duration, f func()) {
 	defer s.bg.Done()
-	t := time.NewTicker(s.opts.MarkInterval)
+	t := time.NewTicker(d)
 	defer t.Stop()
 	for {
 		select {
 		case <-s.ctx.Done():
 			return
 		case <-t.C:
-			if err := s.writeMark(false); err != nil {
-				s.log.Error("meta: durable mark not written", "err", err)
-			}
+			f()
 		}
 	}
 }

@@ -302,30 +302,25 @@ func (s *Server) sweepReplies() {
 
 // sessionLoop expires sessions whose lease ran out, a few times per lease.
 func (s *Server) sessionLoop() {
-	defer s.bg.Done()
-	t := time.NewTicker(max(s.sessionLease()/4, time.Millisecond))
-	defer t.Stop()
-	for {
-		select {
-		case <-s.ctx.Done():
-			return
-		case <-t.C:
+	s.every(max(s.sessionLease()/4, time.Millisecond), s.expireSessions)
+}
+
+// expireSessions drops every session whose lease ran out.
+func (s *Server) expireSessions() {
+	now := time.Now()
+	type drop struct {
+		sess session
+		d    droppedSession
+	}
+	var expired []drop
+	s.mu.Lock()
+	for sess, st := range s.sessions {
+		if now.After(st.expires) {
+			expired = append(expired, drop{sess, s.takeSessionLocked(sess)})
 		}
-		now := time.Now()
-		type drop struct {
-			sess session
-			d    droppedSession
-		}
-		var expired []drop
-		s.mu.Lock()
-		for sess, st := range s.sessions {
-			if now.After(st.expires) {
-				expired = append(expired, drop{sess, s.takeSessionLocked(sess)})
-			}
-		}
-		s.mu.Unlock()
-		for _, e := range expired {
-			s.finishDrop(e.sess, e.d, "expired")
-		}
+	}
+	s.mu.Unlock()
+	for _, e := range expired {
+		s.finishDrop(e.sess, e.d, "expired")
 	}
 }
