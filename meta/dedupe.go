@@ -70,9 +70,69 @@ func replySlot(c *Command) []byte {
 	return store.ReplyKey(store.ReplyPrefix(c.Session, c.SessionName), c.Seq%proto.MaxPendingRequests)
 }
 
+// replySession names a session's reply slots in stateMachine.newestSeq.
+type replySession struct {
+	id   proto.SessionID
+	name string
+}
+
+// newestStored returns the highest sequence number of c's session that
+// has a stored reply. The first call for a session in this state machine's
+// life scans the session's slots (at most proto.MaxPendingRequests);
+// after that the number is kept up to date by noteReply and forgetSession.
+// A request with a higher number cannot have a reply yet: it is applied
+// without reading its slot, which saves a store read on every mutation.
+func (sm *stateMachine) newestStored(c *Command) (uint64, error) {
+	key := replySession{c.Session, c.SessionName}
+	if seq, ok := sm.newestSeq[key]; ok {
+		return seq, nil
+	}
+	prefix := store.ReplyPrefix(c.Session, c.SessionName)
+	var newest uint64
+	var bad error
+	err := sm.st.Scan(prefix, store.PrefixEnd(prefix), func(_, v []byte) bool {
+		seq, _, _, err := decodeReply(v)
+		if err != nil {
+			bad = err
+			return false
+		}
+		newest = max(newest, seq)
+		return true
+	})
+	if err == nil {
+		err = bad
+	}
+	if err != nil {
+		return 0, err
+	}
+	sm.newestSeq[key] = newest
+	return newest, nil
+}
+
+// noteReply records that c's reply is stored (its batch committed).
+func (sm *stateMachine) noteReply(c *Command) {
+	key := replySession{c.Session, c.SessionName}
+	if seq, ok := sm.newestSeq[key]; ok && c.Seq > seq {
+		sm.newestSeq[key] = c.Seq
+	}
+}
+
+// forgetSession drops what newestStored knows of a session whose slots
+// were deleted.
+func (sm *stateMachine) forgetSession(c *Command) {
+	delete(sm.newestSeq, replySession{c.Session, c.SessionName})
+}
+
 // remembered returns the stored reply of c's request, if there is one
 // (found); err is the reply's error.
 func (sm *stateMachine) remembered(c *Command) (res applyResult, found bool, err error) {
+	newest, err := sm.newestStored(c)
+	if err != nil {
+		return applyResult{}, true, errnof(syscall.EIO, "read stored replies: %v", err)
+	}
+	if c.Seq > newest {
+		return applyResult{}, false, nil // newer than every stored reply
+	}
 	v, err := sm.st.Get(replySlot(c))
 	if errors.Is(err, store.ErrNotFound) {
 		return applyResult{}, false, nil
@@ -114,6 +174,7 @@ func (sm *stateMachine) rememberFailure(c *Command, err error, index uint64, syn
 	if cerr := t.commit(); cerr != nil {
 		return applyResult{}, cerr
 	}
+	sm.noteReply(c)
 	return applyResult{wrote: t.res.wrote, synced: t.res.synced}, err
 }
 

@@ -56,10 +56,15 @@ type stateMachine struct {
 	// single server the log holds only commands that wrote (localLog), so
 	// applied counts the batches committed, as the durable mark
 	// (store.Mark) expects; on a replica it is the raft index.
-	applied  uint64
-	fsid     string // the file system's uuid ("" before format)
-	uuidToID map[string]proto.TargetID
-	idToUUID map[proto.TargetID]string
+	applied uint64
+	fsid    string // the file system's uuid ("" before format)
+	// newestSeq is, per session seen since this state machine was made,
+	// the highest sequence number with a stored reply (dedupe.go). A
+	// state machine whose store is replaced (a snapshot restored) must be
+	// made anew or have this map cleared.
+	newestSeq map[replySession]uint64
+	uuidToID  map[string]proto.TargetID
+	idToUUID  map[proto.TargetID]string
 }
 
 // applyResult is what a command did, for the proposer's in-memory work.
@@ -83,7 +88,7 @@ func errnof(errno syscall.Errno, format string, args ...any) error {
 }
 
 func openStateMachine(st store.Store) (*stateMachine, error) {
-	sm := &stateMachine{st: st, uuidToID: map[string]proto.TargetID{}, idToUUID: map[proto.TargetID]string{}}
+	sm := &stateMachine{st: st, newestSeq: map[replySession]uint64{}, uuidToID: map[string]proto.TargetID{}, idToUUID: map[proto.TargetID]string{}}
 	var err error
 	if sm.nextIno, err = getCounter(st, store.CounterNextIno); err != nil {
 		return nil, err
@@ -327,6 +332,12 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 	}
 	if err := t.commit(); err != nil {
 		return applyResult{}, err
+	}
+	switch {
+	case c.Op == OpSessionDrop:
+		sm.forgetSession(c)
+	case dedupe:
+		sm.noteReply(c)
 	}
 	if t.res.fsid != "" {
 		sm.fsid = t.res.fsid
