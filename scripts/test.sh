@@ -27,7 +27,7 @@ fi
 step "go build"
 go build ./...
 mkdir -p bin
-go build -o bin/weft ./cmd/weft
+go build -buildvcs=auto -o bin/weft ./cmd/weft
 
 step "go test"
 pkgs=("$@")

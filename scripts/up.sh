@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 WEFT_SKIP_CARGO="${WEFT_SKIP_CARGO:-1}" scripts/install-deps.sh
 export PATH="$PATH:/usr/local/go/bin"
-go build -o bin/weft ./cmd/weft
+go build -buildvcs=auto -o bin/weft ./cmd/weft
 exec bin/weft up "$@"

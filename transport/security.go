@@ -56,6 +56,10 @@ type Security struct {
 // versions refuse each other with an error naming both.
 const helloVersion uint16 = 1
 
+// ProtocolVersion is the protocol version this build speaks (the hello's):
+// a server refuses a peer of another version with an error naming both.
+const ProtocolVersion = helloVersion
+
 // The hello, both ways: magic "WFTH", version (uint16 LE), flags, status.
 const (
 	helloSize  = 8

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/weft-fs/weft/auth"
+	"github.com/weft-fs/weft/internal/version"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/metrics"
 	"github.com/weft-fs/weft/storage/storagerpc"
@@ -87,6 +88,7 @@ func (o *daemonOptions) start(cmd string, role transport.Role) (*daemon, error) 
 		Logger:   log,
 		Security: keys.Security(o.Encrypt),
 	})}
+	log.Info(cmd+" starting", "version", version.String(), "protocol", transport.ProtocolVersion)
 	log.Info("keys loaded", "dir", o.Keys, "role", keys.Role(), "name", keys.Name(), "encrypt", o.Encrypt)
 	if o.Pprof != "" {
 		stop, err := serveHTTP("pprof", o.Pprof, pprofMux(), d.log)

@@ -26,7 +26,9 @@ func newRootCmd() *cobra.Command {
 		newGetstripeCmd(),
 		newDfCmd(),
 		newBenchCmd(),
+		newVersionCmd(),
 	)
+	setVersions(root)
 	return root
 }
 
