@@ -117,6 +117,8 @@ type Server struct {
 	local   *localLog // commits when it is the local log (tests look inside)
 	replica *raftLog  // commits when replicated
 
+	started time.Time // for Status's uptime
+
 	mu       sync.Mutex
 	closed   bool
 	inflight sync.WaitGroup
@@ -243,6 +245,7 @@ func New(opts Options) (*Server, error) {
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
 		marker:      marker,
+		started:     time.Now(),
 	}
 	s.durable.Store(sm.applied)
 	if opts.Replica == nil {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
 )
 
 // DefaultSessionLease is how long a client session lives without a
@@ -32,6 +33,11 @@ type sessionState struct {
 	// of one (its reply lost with the connection) neither counts nor drops
 	// a handle twice. Handle counts live in memory, and so does this.
 	recent [proto.MaxPendingRequests]uint64
+	// For `weft status`: when and where the session was opened here, and
+	// the version the client announced.
+	opened  time.Time
+	addr    string
+	version string
 }
 
 // seenLocked reports whether request seq of sess, an Open or a Release,
@@ -151,7 +157,11 @@ func (s *Server) OpenSession(ctx context.Context, reclaim []proto.OpenHandle) (t
 		st.expires = time.Now().Add(lease)
 		return lease, nil
 	}
-	s.sessions[cl.sess] = &sessionState{expires: time.Now().Add(lease)}
+	st := &sessionState{expires: time.Now().Add(lease), opened: time.Now(), version: proto.ClientVersionFrom(ctx)}
+	if p, ok := transport.PeerFrom(ctx); ok {
+		st.addr = p.Addr
+	}
+	s.sessions[cl.sess] = st
 	for _, h := range reclaim {
 		for range h.Count {
 			s.countOpenLocked(cl.sess, h.Ino, h.Write)

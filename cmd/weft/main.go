@@ -27,6 +27,7 @@ func newRootCmd() *cobra.Command {
 		newDfCmd(),
 		newBenchCmd(),
 		newVersionCmd(),
+		newStatusCmd(),
 	)
 	setVersions(root)
 	return root

@@ -325,6 +325,7 @@ func runUp(ctx context.Context, exe string, p upPlan, out io.Writer) (err error)
 	}
 	fmt.Fprintln(out, msg)
 	fmt.Fprintf(out, "\nweft is up. Try: weft getstripe FILE, weft setstripe -c 2 -S 4M DIR, weft df %s\n", p.Mount)
+	fmt.Fprintf(out, "Health of the whole cluster: weft status --meta %s --keys %s\n", p.MetaAddr, filepath.Join(p.Keys, "client"))
 	fmt.Fprintln(out, "Press Ctrl-C to unmount and stop (the data stays; weft up again brings it back).")
 
 	select {

@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/weft-fs/weft/internal/version"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
@@ -242,7 +243,7 @@ func (c *Client) ReleaseMany(ctx context.Context, inos []proto.Ino) error {
 
 func (c *Client) OpenSession(ctx context.Context, reclaim []proto.OpenHandle) (time.Duration, error) {
 	var r leaseResp
-	err := c.do(ctx, OpSessionOpen, &sessionOpenReq{reclaim}, &r)
+	err := c.do(ctx, OpSessionOpen, &sessionOpenReq{reclaim, version.String()}, &r)
 	return r.Lease, err
 }
 

@@ -358,7 +358,11 @@ func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
 
 // sessionOpenReq names the handles a client re-registers with a session
 // the server forgot (none for a new session).
-type sessionOpenReq struct{ Handles []proto.OpenHandle }
+// Version is the client's (version.String()), for `weft status`.
+type sessionOpenReq struct {
+	Handles []proto.OpenHandle
+	Version string
+}
 
 func (m *sessionOpenReq) encode(e *wire.Encoder) {
 	e.U32(uint32(len(m.Handles)))
@@ -367,6 +371,7 @@ func (m *sessionOpenReq) encode(e *wire.Encoder) {
 		e.U32(h.Count)
 		e.Bool(h.Write)
 	}
+	e.String(m.Version)
 }
 
 func (m *sessionOpenReq) decode(d *wire.Decoder) {
@@ -376,6 +381,7 @@ func (m *sessionOpenReq) decode(d *wire.Decoder) {
 			m.Handles[i] = proto.OpenHandle{Ino: proto.Ino(d.U64()), Count: d.U32(), Write: d.Bool()}
 		}
 	}
+	m.Version = d.StringMax(256)
 }
 
 // leaseResp is a session's lease, in nanoseconds.
@@ -583,6 +589,8 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &leaseResp{}, true
 	case OpSessionClose:
 		return &emptyMsg{}, &emptyMsg{}, true
+	case OpStatus:
+		return &emptyMsg{}, &statusResp{}, true
 	}
 	return nil, nil, false
 }

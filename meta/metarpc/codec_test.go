@@ -21,7 +21,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus,
 	}
 }
 
@@ -51,7 +51,13 @@ func samples() []message {
 		&setLayoutReq{1, l},
 		&registerReq{"uuid", proto.TargetInfo{ID: 1, Addr: "h:1", Total: 3, Used: 2, Free: 1, Up: true}},
 		&emptyMsg{},
-		&sessionOpenReq{[]proto.OpenHandle{{Ino: 5, Count: 2, Write: true}, {Ino: 6, Count: 1}}},
+		&sessionOpenReq{[]proto.OpenHandle{{Ino: 5, Count: 2, Write: true}, {Ino: 6, Count: 1}}, "0.4.0 (abc, go1.26)"},
+		&sessionOpenReq{nil, ""},
+		&statusResp{proto.ClusterStatus{FSID: "fs", Version: "v", Uptime: 3e9, Files: 7,
+			Replica: &proto.ReplicaStatus{ID: 1, Leader: 2, Term: 3, Commit: 4, Applied: 5, LastIndex: 6, Snapshot: 7},
+			Targets: []proto.TargetInfo{{ID: 1, Addr: "h:1", Total: 3, Used: 2, Free: 1, Up: true}},
+			Clients: []proto.ClientStatus{{Name: "c", Session: proto.SessionID{1, 2}, Addr: "10.0.0.1:5", Version: "v", Age: 1e9, LeaseLeft: 2e9, Handles: 4}}}},
+		&statusResp{proto.ClusterStatus{FSID: "fs"}},
 		&leaseResp{30e9},
 		&attrResp{sampleAttr},
 		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, []byte("capability")},

@@ -20,15 +20,17 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h := &handler{svc: svc, reg: reg, log: log}
 	h.ext, _ = svc.(Extended)
 	h.sess, _ = svc.(SessionService)
+	h.status, _ = svc.(StatusService)
 	return h.serve
 }
 
 type handler struct {
-	svc  proto.MetaService
-	ext  Extended       // nil if svc does not offer it
-	sess SessionService // nil if svc does not offer it
-	reg  proto.TargetRegistry
-	log  *slog.Logger
+	svc    proto.MetaService
+	ext    Extended       // nil if svc does not offer it
+	sess   SessionService // nil if svc does not offer it
+	status StatusService  // nil if svc does not offer it
+	reg    proto.TargetRegistry
+	log    *slog.Logger
 }
 
 func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, error) {
@@ -76,7 +78,8 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		}
 		switch op {
 		case OpSessionOpen:
-			l, err := h.sess.OpenSession(ctx, req.(*sessionOpenReq).Handles)
+			r := req.(*sessionOpenReq)
+			l, err := h.sess.OpenSession(proto.WithClientVersion(ctx, r.Version), r.Handles)
 			return &leaseResp{l}, err
 		case OpSessionRenew:
 			l, err := h.sess.RenewSession(ctx)
@@ -84,6 +87,13 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		default:
 			return &emptyMsg{}, h.sess.CloseSession(ctx)
 		}
+	}
+	if op == OpStatus {
+		if h.status == nil {
+			return nil, fmt.Errorf("metarpc: the service has no status: %w", syscall.ENOSYS)
+		}
+		st, err := h.status.Status(ctx)
+		return &statusResp{st}, err
 	}
 	switch r := req.(type) {
 	case *nameReq:

@@ -1,0 +1,111 @@
+package metarpc
+
+import (
+	"context"
+	"encoding/binary"
+	"fmt"
+	"time"
+
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
+)
+
+// Admin operations (80..99).
+const (
+	// OpStatus returns the cluster's status (StatusService).
+	OpStatus uint16 = 80
+)
+
+// StatusService is what `weft status` asks of the metadata service.
+// meta.Server implements it, and so does Client.
+type StatusService interface {
+	Status(ctx context.Context) (proto.ClusterStatus, error)
+}
+
+// statusVersion is the format of a statusResp:
+//
+//	u8   version
+//	str  fsid, str version, i64 uptime (ns), u64 files
+//	bool replicated [u64 id, leader, term, commit, applied, last index, snapshot]
+//	u32  n targets, each as in targetsResp
+//	u32  n clients: str name, 16 bytes session, str addr, str version,
+//	     i64 age (ns), i64 lease left (ns), u64 handles
+const statusVersion = 1
+
+type statusResp struct{ S proto.ClusterStatus }
+
+func (m *statusResp) encode(e *wire.Encoder) {
+	s := &m.S
+	e.U8(statusVersion)
+	e.String(s.FSID)
+	e.String(s.Version)
+	e.I64(int64(s.Uptime))
+	e.U64(s.Files)
+	e.Bool(s.Replica != nil)
+	if r := s.Replica; r != nil {
+		for _, v := range []uint64{r.ID, r.Leader, r.Term, r.Commit, r.Applied, r.LastIndex, r.Snapshot} {
+			e.U64(v)
+		}
+	}
+	e.U32(uint32(len(s.Targets)))
+	for i := range s.Targets {
+		encodeTarget(e, &s.Targets[i])
+	}
+	e.U32(uint32(len(s.Clients)))
+	for _, c := range s.Clients {
+		e.String(c.Name)
+		e.U64(binary.LittleEndian.Uint64(c.Session[:8]))
+		e.U64(binary.LittleEndian.Uint64(c.Session[8:]))
+		e.String(c.Addr)
+		e.String(c.Version)
+		e.I64(int64(c.Age))
+		e.I64(int64(c.LeaseLeft))
+		e.U64(c.Handles)
+	}
+}
+
+func (m *statusResp) decode(d *wire.Decoder) {
+	s := &m.S
+	if v := d.U8(); d.Err() == nil && v != statusVersion {
+		d.Fail(fmt.Errorf("status format version %d not supported (this client reads %d)", v, statusVersion))
+		return
+	}
+	s.FSID = d.StringMax(256)
+	s.Version = d.StringMax(256)
+	s.Uptime = time.Duration(d.I64())
+	s.Files = d.U64()
+	if d.Bool() {
+		r := &proto.ReplicaStatus{}
+		for _, p := range []*uint64{&r.ID, &r.Leader, &r.Term, &r.Commit, &r.Applied, &r.LastIndex, &r.Snapshot} {
+			*p = d.U64()
+		}
+		s.Replica = r
+	}
+	if n := d.Count(maxList, 4+4+3*8+1); n > 0 {
+		s.Targets = make([]proto.TargetInfo, n)
+		for i := range s.Targets {
+			decodeTarget(d, &s.Targets[i])
+		}
+	}
+	if n := d.Count(maxList, 4+16+4+4+3*8); n > 0 {
+		s.Clients = make([]proto.ClientStatus, n)
+		for i := range s.Clients {
+			c := &s.Clients[i]
+			c.Name = d.StringMax(1024)
+			binary.LittleEndian.PutUint64(c.Session[:8], d.U64())
+			binary.LittleEndian.PutUint64(c.Session[8:], d.U64())
+			c.Addr = d.StringMax(1024)
+			c.Version = d.StringMax(256)
+			c.Age = time.Duration(d.I64())
+			c.LeaseLeft = time.Duration(d.I64())
+			c.Handles = d.U64()
+		}
+	}
+}
+
+// Status implements StatusService.
+func (c *Client) Status(ctx context.Context) (proto.ClusterStatus, error) {
+	var r statusResp
+	err := c.do(ctx, OpStatus, &emptyMsg{}, &r)
+	return r.S, err
+}

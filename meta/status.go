@@ -1,0 +1,60 @@
+package meta
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/internal/version"
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+)
+
+// Status returns what this server knows of the file system for `weft
+// status`: itself (and its raft state when replicated), every target, and
+// every client session. It names client hosts and addresses, so only
+// servers and root on a client (after root squash) may ask: EPERM for
+// anyone else.
+func (s *Server) Status(ctx context.Context) (proto.ClusterStatus, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.ClusterStatus{}, err
+	}
+	if !cl.isRoot() {
+		return proto.ClusterStatus{}, errnof(syscall.EPERM, "status: only root may ask for the cluster's status")
+	}
+	out := proto.ClusterStatus{
+		FSID: s.FSID(), Version: version.String(), Uptime: time.Since(s.started),
+		Targets: s.reg.list(),
+	}
+	if out.Files, err = getCounter(s.st, store.CounterInodes); err != nil {
+		return proto.ClusterStatus{}, errnof(syscall.EIO, "%v", err)
+	}
+	if rs, ok := s.ReplicaStatus(); ok {
+		out.Replica = &proto.ReplicaStatus{ID: rs.ID, Leader: rs.Leader, Term: rs.Term,
+			Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex, Snapshot: rs.Snapshot}
+	}
+	now := time.Now()
+	s.mu.Lock()
+	for sess, st := range s.sessions {
+		var handles uint64
+		for _, o := range s.sessOpens[sess] {
+			handles += uint64(o.n)
+		}
+		out.Clients = append(out.Clients, proto.ClientStatus{
+			Name: sess.name, Session: sess.id, Addr: st.addr, Version: st.version,
+			Age: now.Sub(st.opened), LeaseLeft: max(0, st.expires.Sub(now)), Handles: handles,
+		})
+	}
+	s.mu.Unlock()
+	slices.SortFunc(out.Targets, func(a, b proto.TargetInfo) int { return int(a.ID) - int(b.ID) })
+	slices.SortFunc(out.Clients, func(a, b proto.ClientStatus) int {
+		if c := strings.Compare(a.Name, b.Name); c != 0 {
+			return c
+		}
+		return slices.Compare(a.Session[:], b.Session[:])
+	})
+	return out, nil
+}

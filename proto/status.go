@@ -1,0 +1,56 @@
+package proto
+
+import (
+	"context"
+	"time"
+)
+
+// ClusterStatus is what the metadata service knows of the whole file
+// system, for `weft status`: itself, the storage targets and the clients.
+type ClusterStatus struct {
+	FSID    string        // the file system's uuid
+	Version string        // the answering metadata server's version
+	Uptime  time.Duration // since the answering server started
+	Files   uint64        // inodes in use
+	// Replica is the answering member's raft state; nil for a single
+	// metadata server.
+	Replica *ReplicaStatus
+	Targets []TargetInfo
+	Clients []ClientStatus
+}
+
+// ReplicaStatus is one metadata group member's view of the group.
+type ReplicaStatus struct {
+	ID        uint64 `json:"id"`
+	Leader    uint64 `json:"leader"` // 0: none known
+	Term      uint64 `json:"term"`
+	Commit    uint64 `json:"commit"`
+	Applied   uint64 `json:"applied"`
+	LastIndex uint64 `json:"last_index"` // the last entry in its log
+	Snapshot  uint64 `json:"snapshot"`   // the index of its latest snapshot
+}
+
+// ClientStatus is one client session (a mount) the metadata server keeps.
+type ClientStatus struct {
+	Name      string        // the client's certificate name (its host)
+	Session   SessionID     // the mount's session id
+	Addr      string        // where the session was opened from
+	Version   string        // the client's version, as it told ("" if it did not)
+	Age       time.Duration // since the session was opened here
+	LeaseLeft time.Duration // until the lease expires unless renewed
+	Handles   uint64        // open file handles
+}
+
+// WithClientVersion returns ctx carrying the version a client announced
+// when it opened its session (the metadata RPC handler sets it).
+func WithClientVersion(ctx context.Context, v string) context.Context {
+	return context.WithValue(ctx, clientVersionKey{}, v)
+}
+
+// ClientVersionFrom returns the version WithClientVersion put in ctx.
+func ClientVersionFrom(ctx context.Context) string {
+	v, _ := ctx.Value(clientVersionKey{}).(string)
+	return v
+}
+
+type clientVersionKey struct{}
