@@ -140,4 +140,19 @@ func TestStriping(t *testing.T) {
 	if out, err := c.Weft(ctx, "setstripe", "-c", "2", "-S", "64K", p); err == nil {
 		t.Errorf("setstripe on a written file succeeded: %s", out)
 	}
+
+	// -d gives a directory the file system's default (the root's layout)
+	// again; on the root itself, the built-in default.
+	weft(t, c, "setstripe", "-c", "3", "-S", "128K", mnt)
+	weft(t, c, "setstripe", "-d", d)
+	if dl, err := testcluster.GetLayout(d); err != nil || dl.StripeCount != 3 || dl.StripeSize != 128<<10 || len(dl.Targets) != 0 {
+		t.Errorf("directory layout after -d: %+v %v, want the root's (3 x 128 KiB)", dl, err)
+	}
+	weft(t, c, "setstripe", "-d", mnt)
+	if rl, err := testcluster.GetLayout(mnt); err != nil || rl.StripeCount == 3 || rl.StripeSize == 128<<10 {
+		t.Errorf("root layout after -d: %+v %v, want the built-in default", rl, err)
+	}
+	if out, err := c.Weft(ctx, "setstripe", d); err == nil || !strings.Contains(out+err.Error(), "nothing to set") {
+		t.Errorf("setstripe without options: %q %v", out, err)
+	}
 }

@@ -24,11 +24,12 @@ type stripeRequest struct {
 
 func newSetstripeCmd() *cobra.Command {
 	var (
-		req     stripeRequest
-		targets []uint
+		req       stripeRequest
+		targets   []uint
+		toDefault bool
 	)
 	cmd := &cobra.Command{
-		Use:   "setstripe [-c COUNT] [-S SIZE] [-o ID,ID,...] PATH",
+		Use:   "setstripe [-c COUNT] [-S SIZE] [-o ID,ID,...] PATH | setstripe -d DIR",
 		Short: "Set the layout of a new file or the default layout of a directory",
 		Long: `Set how files are striped over storage targets.
 
@@ -39,9 +40,29 @@ func newSetstripeCmd() *cobra.Command {
 
 A file that holds data keeps its layout; copy it into a directory with the
 layout you want instead. COUNT -1 means every storage target. SIZE accepts
-units (1M, 4MiB) and must be a multiple of 64KiB.`,
+units (1M, 4MiB) and must be a multiple of 64KiB.
+
+-d DIR gives DIR the file system's default layout again (the root
+directory's; on the root itself, weft's built-in default).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			fl := cmd.Flags()
+			given := fl.Changed("stripe-count") || fl.Changed("stripe-size") || fl.Changed("targets")
+			if toDefault {
+				if given {
+					return errors.New("-d resets a directory to the file system's default: it takes no -c, -S or -o")
+				}
+				return setstripeDefault(args[0])
+			}
+			if !given {
+				return errors.New("nothing to set: give -c COUNT, -S SIZE or -o IDS (or -d DIR to go back to the file system's default); weft getstripe shows the current layout")
+			}
+			if fl.Changed("stripe-count") && req.Count == 0 {
+				return fmt.Errorf("-c 0: want -1 (all targets) or 1..%d (-d DIR goes back to the file system's default)", layout.MaxStripeCount)
+			}
+			if fl.Changed("stripe-size") && req.Size == 0 {
+				return errors.New("-S 0: want a stripe size, e.g. 1M (-d DIR goes back to the file system's default)")
+			}
 			for _, t := range targets {
 				req.Targets = append(req.Targets, uint32(t))
 			}
@@ -55,6 +76,7 @@ units (1M, 4MiB) and must be a multiple of 64KiB.`,
 	fs.Int32VarP(&req.Count, "stripe-count", "c", 0, "number of targets to stripe over (-1: all; default: inherited)")
 	fs.VarP(&req.Size, "stripe-size", "S", "bytes per stripe unit, e.g. 1M, 4MiB (default: inherited)")
 	fs.UintSliceVarP(&targets, "targets", "o", nil, "the target ids to use, in stripe order (default: the servers choose)")
+	fs.BoolVarP(&toDefault, "delete", "d", false, "give DIR the file system's default layout (the root directory's)")
 	return cmd
 }
 
@@ -131,6 +153,68 @@ func setstripe(path string, req stripeRequest) error {
 		return setLayout(path, req.apply(cur))
 	}
 	return fmt.Errorf("%s is neither a directory nor a regular file", path)
+}
+
+// setstripeDefault gives directory dir the layout of the root of its weft
+// mount, without pinned targets (on the root itself: the built-in default).
+func setstripeDefault(dir string) error {
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return err
+	}
+	if !fi.IsDir() {
+		return fmt.Errorf("-d %s: not a directory (only directories have a default layout)", dir)
+	}
+	root, err := mountRootOf(dir)
+	if err != nil {
+		return err
+	}
+	def := layoutJSON{StripeSize: layout.DefaultStripeSize, StripeCount: layout.DefaultStripeCount}
+	if same, err := sameFile(root, dir); err != nil {
+		return err
+	} else if !same {
+		if def, err = getLayout(root); err != nil {
+			return err
+		}
+		def.Targets = nil
+	}
+	return setLayout(dir, def)
+}
+
+// mountRootOf returns the root of the file system that holds path: the
+// last directory on the way up that is on the same device.
+func mountRootOf(path string) (string, error) {
+	p, err := filepath.Abs(path)
+	if err != nil {
+		return "", err
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(p, &st); err != nil {
+		return "", err
+	}
+	for p != "/" {
+		var up unix.Stat_t
+		if err := unix.Stat(filepath.Dir(p), &up); err != nil {
+			return "", err
+		}
+		if up.Dev != st.Dev {
+			break
+		}
+		p = filepath.Dir(p)
+	}
+	return p, nil
+}
+
+func sameFile(a, b string) (bool, error) {
+	fa, err := os.Stat(a)
+	if err != nil {
+		return false, err
+	}
+	fb, err := os.Stat(b)
+	if err != nil {
+		return false, err
+	}
+	return os.SameFile(fa, fb), nil
 }
 
 // setstripeNewFile creates path with the requested layout, or leaves

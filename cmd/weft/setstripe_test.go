@@ -76,6 +76,12 @@ func TestSetstripeFlags(t *testing.T) {
 	wantErr(t, execute(newSetstripeCmd(), "-c", "0x", dir), "invalid argument")
 	wantErr(t, execute(newSetstripeCmd(), "-c", "2"), "accepts 1 arg")
 	wantErr(t, execute(newSetstripeCmd(), "-o", "1,1", dir), "given twice")
+	// Asking for nothing, or for a zero, is an error, not a silent no-op.
+	wantErr(t, execute(newSetstripeCmd(), dir), "nothing to set")
+	wantErr(t, execute(newSetstripeCmd(), "-c", "0", dir), "-c 0", "-d DIR")
+	wantErr(t, execute(newSetstripeCmd(), "-S", "0", dir), "-S 0", "-d DIR")
+	wantErr(t, execute(newSetstripeCmd(), "-d", "-c", "2", dir), "takes no -c")
+	wantErr(t, execute(newSetstripeCmd(), "-d", full), "not a directory")
 	// A file with data keeps its layout, and is left untouched.
 	wantErr(t, execute(newSetstripeCmd(), "-c", "2", "-S", "4MiB", full), "holds 4 bytes", "copy it into a directory")
 	if b, err := os.ReadFile(full); err != nil || string(b) != "data" {
