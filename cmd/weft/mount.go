@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"runtime/debug"
 	"time"
@@ -23,6 +24,7 @@ type mountOptions struct {
 	Timeout    units.Duration `toml:"timeout"`
 	CacheLimit units.Size     `toml:"cache_limit"`
 	AllowOther bool           `toml:"allow_other"`
+	NonEmpty   bool           `toml:"nonempty"`
 	Debug      bool           `toml:"debug"`
 	daemonOptions
 }
@@ -61,6 +63,7 @@ file (key "mountpoint"); the argument wins.`,
 	o.CacheLimit = units.Size(1 << 30)
 	fs.Var(&o.CacheLimit, "cache-limit", "memory the mount process may use, write-behind and read-ahead buffers included (at least 256MiB)")
 	fs.BoolVar(&o.AllowOther, "allow-other", true, "let users other than the one who mounted use the mount (FUSE allow_other)")
+	fs.BoolVar(&o.NonEmpty, "nonempty", false, "mount over a directory that is not empty (its files are hidden while mounted)")
 	fs.BoolVar(&o.Debug, "debug", false, "log every FUSE request (very verbose)")
 	o.daemonOptions.addFlags(fs)
 	return cmd
@@ -79,7 +82,7 @@ func (o *mountOptions) resolve(cmd *cobra.Command, configPath string, args []str
 	if o.Mountpoint == "" {
 		return errors.New("MOUNTPOINT is required: weft mount --meta HOST:PORT MOUNTPOINT")
 	}
-	if err := checkMountpoint(o.Mountpoint); err != nil {
+	if err := checkMountpoint(o.Mountpoint, o.NonEmpty); err != nil {
 		return err
 	}
 	if o.Timeout <= 0 {
@@ -92,9 +95,10 @@ func (o *mountOptions) resolve(cmd *cobra.Command, configPath string, args []str
 	return o.daemonOptions.validate()
 }
 
-// checkMountpoint fails unless mnt is an existing directory; it names the
-// fix for the usual mistakes (missing directory, stale FUSE mount).
-func checkMountpoint(mnt string) error {
+// checkMountpoint fails unless mnt is an existing directory, and an empty
+// one unless nonEmpty (mounting would hide its files); it names the fix
+// for the usual mistakes (missing directory, stale FUSE mount).
+func checkMountpoint(mnt string, nonEmpty bool) error {
 	fi, err := os.Stat(mnt)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -105,6 +109,21 @@ func checkMountpoint(mnt string) error {
 		return fmt.Errorf("mountpoint: %w", err)
 	case !fi.IsDir():
 		return fmt.Errorf("mountpoint %s is not a directory", mnt)
+	}
+	if nonEmpty {
+		return nil
+	}
+	d, err := os.Open(mnt)
+	if err != nil {
+		return fmt.Errorf("mountpoint: %w", err)
+	}
+	defer d.Close()
+	names, err := d.Readdirnames(1)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("mountpoint: %w", err)
+	}
+	if len(names) > 0 {
+		return fmt.Errorf("mountpoint %s is not empty (it holds %q, ...): mounting would hide its files; empty it, pick another directory, or pass --nonempty", mnt, names[0])
 	}
 	return nil
 }

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -11,6 +13,11 @@ import (
 func TestMountFlags(t *testing.T) {
 	dir := t.TempDir()
 	file := writeFile(t, dir, "file", "x")
+	full := dir // holds file
+	dir = filepath.Join(dir, "empty")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name string
 		args []string
@@ -25,6 +32,7 @@ func TestMountFlags(t *testing.T) {
 		{"bad timeout", []string{"--meta", "127.0.0.1:7400", "--timeout", "forever", dir}, []string{"cannot parse duration"}},
 		{"zero timeout", []string{"--meta", "127.0.0.1:7400", "--timeout", "0s", dir}, []string{"--timeout must be positive"}},
 		{"bad cache limit", []string{"--meta", "127.0.0.1:7400", "--cache-limit", "1 gig", dir}, []string{"cannot parse size"}},
+		{"mountpoint not empty", []string{"--meta", "127.0.0.1:7400", full}, []string{"is not empty", `"file"`, "--nonempty"}},
 		{"tiny cache limit", []string{"--meta", "127.0.0.1:7400", "--cache-limit", "4k", dir}, []string{"too small"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -35,6 +43,10 @@ func TestMountFlags(t *testing.T) {
 				t.Fatal("mount started despite invalid flags")
 			}
 		})
+	}
+	ran := false
+	if err := execute(mountCommand(func(context.Context, *mountOptions) error { ran = true; return nil }), "--meta", "127.0.0.1:7400", "--nonempty", full); err != nil || !ran {
+		t.Fatalf("--nonempty over a non-empty directory: %v (ran %v)", err, ran)
 	}
 }
 
