@@ -233,12 +233,43 @@ func checkPortsFree(addrs []string) error {
 	return nil
 }
 
+// lockData takes the lock of weft up on data (DATA/up.lock, with this
+// process's pid in it), so that a second weft up on the same data stops
+// at once with a message naming the first, before it touches anything.
+func lockData(data string) (unlock func(), err error) {
+	if err := os.MkdirAll(data, 0o755); err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	path := filepath.Join(data, "up.lock")
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, fmt.Errorf("up: %w", err)
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		b, _ := os.ReadFile(path)
+		f.Close()
+		if errors.Is(err, unix.EWOULDBLOCK) {
+			return nil, fmt.Errorf("up: another weft up (pid %s) is running on %s; stop it (Ctrl-C there) first, or use another --data",
+				strings.TrimSpace(string(b)), data)
+		}
+		return nil, fmt.Errorf("up: lock %s: %w", path, err)
+	}
+	_ = f.Truncate(0)
+	_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	return func() { f.Close() }, nil
+}
+
 // runUp starts the plan's processes, waits until the file system works,
 // reports, and then supervises until ctx is cancelled or a child dies.
 func runUp(ctx context.Context, exe string, p upPlan, out io.Writer) (err error) {
 	if _, err := os.Stat("/dev/fuse"); err != nil {
 		return fmt.Errorf("up: /dev/fuse is missing: install and load FUSE (scripts/install-deps.sh; modprobe fuse)")
 	}
+	unlock, err := lockData(p.Data)
+	if err != nil {
+		return err
+	}
+	defer unlock()
 	addrs := []string{p.Meta.Addr}
 	for _, s := range p.Storage {
 		addrs = append(addrs, s.Addr)

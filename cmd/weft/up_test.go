@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -276,4 +277,22 @@ func TestPlanUpEncrypt(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestUpLockData: a second weft up on the same data stops at once, naming
+// the first one's pid; after the first lets go, the lock can be taken.
+func TestUpLockData(t *testing.T) {
+	data := t.TempDir()
+	unlock, err := lockData(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lockData(data)
+	wantErr(t, err, "another weft up (pid "+strconv.Itoa(os.Getpid())+")", "running on "+data)
+	unlock()
+	unlock, err = lockData(data)
+	if err != nil {
+		t.Fatalf("after unlock: %v", err)
+	}
+	unlock()
 }

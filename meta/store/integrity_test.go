@@ -282,3 +282,18 @@ func TestPebbleMarkWithoutDatabase(t *testing.T) {
 		t.Fatalf("open: %v, want ErrCorrupt", err)
 	}
 }
+
+// TestOpenInUse: a store another open holds fails with ErrInUse and a
+// message that says what to do, not pebble's raw lock error.
+func TestOpenInUse(t *testing.T) {
+	dir := t.TempDir()
+	p, err := OpenPebble(dir, PebbleOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	_, err = OpenPebble(dir, PebbleOptions{})
+	if !errors.Is(err, ErrInUse) || !strings.Contains(err.Error(), "stop it first") {
+		t.Fatalf("second open: %v, want ErrInUse", err)
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	iofs "io/fs"
 	"log/slog"
+	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/cockroachdb/pebble/v2"
@@ -114,6 +116,9 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	db, err := pebble.Open(dir, opts)
 	if pebble.IsCorruptionError(err) {
 		return nil, fmt.Errorf("store: open pebble in %s: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)
+	}
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) || (err != nil && strings.Contains(err.Error(), "lock held by current process")) {
+		return nil, fmt.Errorf("store: %s: %w: another process (a weft meta, or a weft up, on the same --data) holds its lock; stop it first (%v)", dir, ErrInUse, err)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("store: open pebble in %s: %w", dir, err)

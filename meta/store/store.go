@@ -74,3 +74,7 @@ func PrefixEnd(prefix []byte) []byte {
 	}
 	return nil
 }
+
+// ErrInUse is wrapped by the error of opening a store that another process
+// (or another open in this one) holds.
+var ErrInUse = errors.New("store: in use")
