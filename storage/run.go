@@ -151,13 +151,27 @@ func Run(ctx context.Context, cfg Config) error {
 		cfg.Registry = metarpc.NewClient(pool, cfg.MetaAddr)
 	}
 
+	// Listen before opening the targets: a port already in use must fail
+	// before a new target directory is formatted. Until a target is added
+	// to srv, requests for it fail as for any unknown target (and no one
+	// sends any: the metadata server learns of this server only when a
+	// target registers).
+	srv := NewServer()
+	h := storagerpc.New(srv, storagerpc.Options{
+		Logger: log, CapabilityKey: cfg.capKey, AllowUnauthenticated: cfg.AllowUnauthenticated,
+		ReadBytesPerConn: cfg.ReadBytesPerConn, ReadBytesPerServer: cfg.ReadBytesPerServer,
+	})
+	ln, err := tr.Listen(cfg.ListenAddr, h.Serve)
+	if err != nil {
+		return fmt.Errorf("storage: listen on %s: %w", cfg.ListenAddr, err)
+	}
 	var targets []*Target
 	defer func() {
+		ln.Close() // no request reaches a closed target
 		for _, t := range targets {
 			t.Close()
 		}
 	}()
-	srv := NewServer()
 	for _, dir := range cfg.Targets {
 		t, err := OpenTarget(dir, TargetOptions{FS: cfg.FS, Capacity: cfg.Capacity, MaxOpen: cfg.MaxOpenObjects, Logger: log})
 		if err != nil {
@@ -171,15 +185,6 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	h := storagerpc.New(srv, storagerpc.Options{
-		Logger: log, CapabilityKey: cfg.capKey, AllowUnauthenticated: cfg.AllowUnauthenticated,
-		ReadBytesPerConn: cfg.ReadBytesPerConn, ReadBytesPerServer: cfg.ReadBytesPerServer,
-	})
-	ln, err := tr.Listen(cfg.ListenAddr, h.Serve)
-	if err != nil {
-		return fmt.Errorf("storage: listen on %s: %w", cfg.ListenAddr, err)
-	}
-	defer ln.Close()
 	addr := cfg.AdvertiseAddr
 	if addr == "" {
 		addr = ln.Addr()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -269,5 +270,25 @@ func TestRunOverMetaRPC(t *testing.T) {
 	waitFor(t, "registration over metarpc", func() bool { _, b := reg.snapshot(); return len(b) == 1 && b[101] >= 2 })
 	if err := stop(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestRunPortInUseFormatsNothing: a server whose port is taken fails
+// before it formats a new target directory.
+func TestRunPortInUseFormatsNothing(t *testing.T) {
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer busy.Close()
+	dir := filepath.Join(t.TempDir(), "t1")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err = Run(ctx, Config{ListenAddr: busy.Addr().String(), Targets: []string{dir}, Registry: newFakeRegistry(0)})
+	if err == nil || !strings.Contains(err.Error(), "listen on") {
+		t.Fatalf("Run on a busy port: %v", err)
+	}
+	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("target directory made before the listen failed: %v", err)
 	}
 }
