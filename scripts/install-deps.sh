@@ -2,14 +2,28 @@
 # Install what weft needs to build, run and be tested on Debian/Ubuntu.
 # Idempotent: each step checks first and does nothing when already done.
 #
-#   FUSE 3 (fusermount3, /dev/fuse), iproute2 (ss), psmisc (fuser),
-#   fs.pipe-max-size = 2 MiB (so 1 MiB FUSE reads can be spliced),
-#   user_allow_other in /etc/fuse.conf, a user and a group named "tests"
-#   (pjdfstest runs as them), pjdfstest and fsx (cargo), and a Go toolchain.
+#   scripts/install-deps.sh --run   what building and running weft needs:
+#       FUSE 3 (fusermount3, /dev/fuse), fs.pipe-max-size = 2 MiB (so 1 MiB
+#       FUSE reads can be spliced), user_allow_other in /etc/fuse.conf, and
+#       a Go toolchain. scripts/up.sh runs this.
+#   scripts/install-deps.sh         all that, and what the tests need:
+#       iproute2 (ip netns, ss), psmisc (fuser), nftables (the firewall
+#       test), a user and a group named "tests" (pjdfstest runs as them),
+#       pjdfstest and fsx (cargo). scripts/test.sh runs this.
 #
 # Runs as root, or as a user with sudo. Set WEFT_SKIP_CARGO=1 to skip the
 # Rust tools (the integration tests that need them then fail, loudly).
 set -euo pipefail
+
+MODE=test
+case "${1:-}" in
+--run) MODE=run ;;
+"") ;;
+*)
+	echo "usage: $0 [--run]" >&2
+	exit 2
+	;;
+esac
 
 PJDFSTEST_VERSION=0.2.2
 FSX_VERSION=0.3.2
@@ -29,7 +43,11 @@ fi
 
 # --- Debian packages ---------------------------------------------------------
 need=()
-for pkg in fuse3 iproute2 psmisc ca-certificates curl; do
+pkgs=(fuse3 ca-certificates curl)
+if [ "$MODE" = test ]; then
+	pkgs+=(iproute2 psmisc nftables)
+fi
+for pkg in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
 		need+=("$pkg")
 	fi
@@ -68,11 +86,11 @@ if [ -f /etc/fuse.conf ] && ! grep -qx 'user_allow_other' /etc/fuse.conf; then
 fi
 
 # --- the "tests" user and group that pjdfstest switches to -------------------
-if ! getent group tests >/dev/null; then
+if [ "$MODE" = test ] && ! getent group tests >/dev/null; then
 	"${SUDO[@]}" groupadd tests
 	say "created group tests"
 fi
-if ! getent passwd tests >/dev/null; then
+if [ "$MODE" = test ] && ! getent passwd tests >/dev/null; then
 	"${SUDO[@]}" useradd -g tests -M -d /nonexistent -s /usr/sbin/nologin tests
 	say "created user tests"
 fi
@@ -96,7 +114,7 @@ if ! $go_ok; then
 fi
 
 # --- pjdfstest and fsx (Rust) ------------------------------------------------
-if [ "${WEFT_SKIP_CARGO:-0}" != 1 ]; then
+if [ "$MODE" = test ] && [ "${WEFT_SKIP_CARGO:-0}" != 1 ]; then
 	export PATH="$PATH:$HOME/.cargo/bin"
 	if ! command -v cargo >/dev/null 2>&1; then
 		say "cargo is missing: install Rust (https://rustup.rs) or set WEFT_SKIP_CARGO=1"

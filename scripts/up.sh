@@ -4,7 +4,7 @@
 # Arguments go to `weft up` (see: bin/weft up --help). Ctrl-C stops it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-WEFT_SKIP_CARGO="${WEFT_SKIP_CARGO:-1}" scripts/install-deps.sh
+scripts/install-deps.sh --run
 export PATH="$PATH:/usr/local/go/bin"
 go build -buildvcs=auto -o bin/weft ./cmd/weft
 exec bin/weft up "$@"

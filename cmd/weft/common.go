@@ -67,6 +67,13 @@ func (l *logOptions) logger(w io.Writer) *slog.Logger {
 	return slog.New(slog.NewTextHandler(w, ho))
 }
 
+// explainConfig rewrites err, an error of resolving a command's options,
+// so that a value that came from the --config file is named as the file's
+// key rather than as a flag the user never gave.
+func explainConfig(cmd *cobra.Command, path string, opts any, err error) error {
+	return config.Explain(err, path, config.FromFile(path, cmd.Flags(), opts))
+}
+
 // loadConfig applies the --config file (if any) to opts: keys in the file
 // override flag defaults, flags given on the command line override the file.
 func loadConfig(cmd *cobra.Command, path string, opts any) error {

@@ -82,7 +82,7 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.resolve(cmd, configPath); err != nil {
-				return err
+				return explainConfig(cmd, configPath, &o, err)
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()

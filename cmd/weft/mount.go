@@ -48,7 +48,7 @@ file (key "mountpoint"); the argument wins.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := o.resolve(cmd, configPath, args); err != nil {
-				return err
+				return explainConfig(cmd, configPath, &o, err)
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()

@@ -100,4 +100,10 @@ log_format = "json"
 
 	bad := writeFile(t, dir, "bad.toml", "meta = \"h:1\"\nallow_others = true\n")
 	wantErr(t, execute(mountCommand(run), "--config", bad, mnt), `unknown key "allow_others"`, bad)
+	// A bad value from the file is named as the file's key, not as a flag
+	// that was never given; a bad flag is still named as the flag.
+	zero := writeFile(t, dir, "zero.toml", "meta = \"h:1\"\ntimeout = \"0s\"\n")
+	err := execute(mountCommand(run), "--config", zero, mnt)
+	wantErr(t, err, "timeout (in "+zero+") must be positive")
+	wantErr(t, execute(mountCommand(run), "--config", zero, "--timeout", "0s", mnt), "--timeout must be positive")
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta/metarpc"
@@ -22,7 +23,7 @@ type storageOptions struct {
 	Listen            string         `toml:"listen"`
 	Advertise         string         `toml:"advertise"`
 	Meta              string         `toml:"meta"`
-	Targets           []string       `toml:"targets" flag:"target"`
+	Targets           []string       `toml:"targets"`
 	Capacity          units.Size     `toml:"capacity"`
 	HeartbeatInterval units.Duration `toml:"heartbeat_interval"`
 	ReadBufferPerConn units.Size     `toml:"read_buffer_per_conn"`
@@ -50,7 +51,7 @@ It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.resolve(cmd, configPath); err != nil {
-				return err
+				return explainConfig(cmd, configPath, &o, err)
 			}
 			ctx, stop := signalContext(cmd.Context())
 			defer stop()
@@ -62,7 +63,15 @@ It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:7410", "address to serve on (host:port)")
 	fs.StringVar(&o.Advertise, "advertise", "", "address clients dial to reach this server (default: --listen); required when --listen has no host or 0.0.0.0")
 	fs.StringVar(&o.Meta, "meta", "", "address of the metadata server (host:port)")
-	fs.StringArrayVar(&o.Targets, "target", nil, "storage target directory (must exist); repeat for several targets")
+	fs.StringArrayVar(&o.Targets, "targets", nil, "storage target directory (must exist); repeat for several targets (--target is the same flag)")
+	// --target (one directory per flag) and --targets (config key targets)
+	// are one flag.
+	fs.SetNormalizeFunc(func(_ *pflag.FlagSet, name string) pflag.NormalizedName {
+		if name == "target" {
+			name = "targets"
+		}
+		return pflag.NormalizedName(name)
+	})
 	fs.Var(&o.Capacity, "capacity", "per-target byte limit, e.g. 500GiB (default 0: what the disk has)")
 	o.HeartbeatInterval = units.Duration(2 * time.Second)
 	fs.Var(&o.HeartbeatInterval, "heartbeat-interval", "how often to report usage to the metadata server")
@@ -95,7 +104,7 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 		return err
 	}
 	if len(o.Targets) == 0 {
-		return errors.New("--target is required (a directory for stripe objects; repeat the flag for several)")
+		return errors.New("--target is required (a directory for stripe objects; repeat the flag for several; key targets in a config file)")
 	}
 	seen := make(map[string]bool)
 	for _, t := range o.Targets {

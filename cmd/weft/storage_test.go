@@ -85,6 +85,14 @@ log_format = "text"
 		t.Fatalf("flags over file: %+v", got)
 	}
 
+	// --targets, the config key's name, is the same flag as --target.
+	if err := execute(storageCommand(run), "--config", cfg, "--targets", t2, "--target", t0); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(got.Targets, []string{t2, t0}) {
+		t.Fatalf("--targets and --target: %v", got.Targets)
+	}
+
 	bad := writeFile(t, dir, "bad.toml", "target = [\"/x\"]\n")
 	wantErr(t, execute(storageCommand(run), "--config", bad), `unknown key "target"`, bad, "targets")
 	badSize := writeFile(t, dir, "badsize.toml", "capacity = \"10 gigs\"\n")
