@@ -1,7 +1,9 @@
 package metrics
 
 import (
+	"errors"
 	"strconv"
+	"syscall"
 	"sync"
 	"time"
 
@@ -36,7 +38,7 @@ type rpcObserver struct {
 // opMetrics are one operation's label-resolved handles, so that a call does
 // no label lookup.
 type opMetrics struct {
-	requests, errors, bytesIn, bytesOut prometheus.Counter
+	requests, answers, failures, bytesIn, bytesOut prometheus.Counter
 	seconds                             prometheus.Observer
 	inflight                            prometheus.Gauge // the side's, shared by its operations
 }
@@ -50,7 +52,9 @@ func newRPCObserver(reg prometheus.Registerer, side string, name Namer) (*rpcObs
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "_requests_total",
 			Help: "Requests started, by operation (" + side + " side)."}, []string{"op"}),
 		errors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "_errors_total",
-			Help: "Requests that ended in an error, by operation (" + side + " side)."}, []string{"op"}),
+			Help: "Requests that ended in an error, by operation (" + side + " side) and class: " +
+				`"answer", a file system answer that is part of normal work (ENOENT, EEXIST, EACCES, ...); ` +
+				`"failure", everything else (timeouts, lost connections, EIO, ENOSPC, ...).`}, []string{"op", "class"}),
 		seconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: ns + "_seconds",
 			Help: "Time from request to response (" + side + " side).", Buckets: latencyBuckets}, []string{"op"}),
 		bytesIn: prometheus.NewCounterVec(prometheus.CounterOpts{Name: ns + "_request_bytes_total",
@@ -83,7 +87,8 @@ func (o *rpcObserver) op(op uint16) *opMetrics {
 		l := o.name(op)
 		m = &opMetrics{
 			requests: o.requests.WithLabelValues(l),
-			errors:   o.errors.WithLabelValues(l),
+			answers:  o.errors.WithLabelValues(l, "answer"),
+			failures: o.errors.WithLabelValues(l, "failure"),
 			seconds:  o.seconds.WithLabelValues(l),
 			bytesIn:  o.bytesIn.WithLabelValues(l),
 			bytesOut: o.bytesOut.WithLabelValues(l),
@@ -107,10 +112,31 @@ func (m *opMetrics) End(start time.Time, in, out int, err error) {
 	m.seconds.Observe(time.Since(start).Seconds())
 	m.bytesIn.Add(float64(in))
 	m.bytesOut.Add(float64(out))
-	if err != nil {
-		m.errors.Inc()
+	switch {
+	case err == nil:
+	case isAnswer(err):
+		m.answers.Inc()
+	default:
+		m.failures.Inc()
 	}
 	m.inflight.Dec()
+}
+
+// answers are the errnos a file system gives in normal work: a lookup of a
+// name that does not exist, a create that finds one, a permission check,
+// an attribute that is not set. They are counted apart from failures, so
+// an alert on failures does not fire on every failed lookup.
+var answers = map[syscall.Errno]bool{
+	syscall.ENOENT: true, syscall.EEXIST: true, syscall.ENOTEMPTY: true, syscall.ENOTDIR: true,
+	syscall.EISDIR: true, syscall.EACCES: true, syscall.EPERM: true, syscall.ENODATA: true,
+	syscall.ENAMETOOLONG: true, syscall.ERANGE: true, syscall.EXDEV: true, syscall.ELOOP: true,
+	syscall.EMLINK: true, syscall.EINVAL: true, syscall.ESTALE: true, syscall.EBUSY: true,
+	syscall.ENOTSUP: true, syscall.EAGAIN: true, syscall.EDQUOT: true,
+}
+
+func isAnswer(err error) bool {
+	var errno syscall.Errno
+	return errors.As(err, &errno) && answers[errno]
 }
 
 // Transport returns tr observed into reg (see the package comment); name

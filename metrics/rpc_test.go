@@ -3,7 +3,9 @@ package metrics
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -13,14 +15,17 @@ import (
 
 func TestTransportCountsCallsAndServedRequests(t *testing.T) {
 	reg := NewRegistry()
-	name := func(op uint16) string { return map[uint16]string{1: "echo", 2: "fail"}[op] }
+	name := func(op uint16) string { return map[uint16]string{1: "echo", 2: "fail", 3: "lookup"}[op] }
 	tr, err := Transport(transport.NewTCP(), reg, name)
 	if err != nil {
 		t.Fatal(err)
 	}
 	ln, err := tr.Listen("127.0.0.1:0", func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
-		if op == 2 {
+		switch op {
+		case 2:
 			return nil, errors.New("no")
+		case 3:
+			return nil, fmt.Errorf("no such name: %w", syscall.ENOENT)
 		}
 		return req, nil
 	})
@@ -38,19 +43,28 @@ func TestTransportCountsCallsAndServedRequests(t *testing.T) {
 	if _, err := pool.Call(context.Background(), ln.Addr(), 2, nil); err == nil {
 		t.Fatal("op 2 should fail")
 	}
+	if _, err := pool.Call(context.Background(), ln.Addr(), 3, nil); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("op 3: %v, want ENOENT", err)
+	}
 	want := `
 # HELP weft_rpc_server_requests_total Requests started, by operation (server side).
 # TYPE weft_rpc_server_requests_total counter
 weft_rpc_server_requests_total{op="echo"} 4
 weft_rpc_server_requests_total{op="fail"} 1
-# HELP weft_rpc_client_errors_total Requests that ended in an error, by operation (client side).
+weft_rpc_server_requests_total{op="lookup"} 1
+# HELP weft_rpc_client_errors_total Requests that ended in an error, by operation (client side) and class: "answer", a file system answer that is part of normal work (ENOENT, EEXIST, EACCES, ...); "failure", everything else (timeouts, lost connections, EIO, ENOSPC, ...).
 # TYPE weft_rpc_client_errors_total counter
-weft_rpc_client_errors_total{op="echo"} 0
-weft_rpc_client_errors_total{op="fail"} 1
+weft_rpc_client_errors_total{class="answer",op="echo"} 0
+weft_rpc_client_errors_total{class="answer",op="fail"} 0
+weft_rpc_client_errors_total{class="answer",op="lookup"} 1
+weft_rpc_client_errors_total{class="failure",op="echo"} 0
+weft_rpc_client_errors_total{class="failure",op="fail"} 1
+weft_rpc_client_errors_total{class="failure",op="lookup"} 0
 # HELP weft_rpc_server_response_bytes_total Response payload bytes, by operation (server side).
 # TYPE weft_rpc_server_response_bytes_total counter
 weft_rpc_server_response_bytes_total{op="echo"} 400
 weft_rpc_server_response_bytes_total{op="fail"} 0
+weft_rpc_server_response_bytes_total{op="lookup"} 0
 # HELP weft_rpc_client_inflight Requests in progress (client side).
 # TYPE weft_rpc_client_inflight gauge
 weft_rpc_client_inflight 0
@@ -60,8 +74,8 @@ weft_rpc_client_inflight 0
 		"weft_rpc_server_response_bytes_total", "weft_rpc_client_inflight"); err != nil {
 		t.Fatal(err)
 	}
-	if n := testutil.CollectAndCount(reg, "weft_rpc_client_seconds"); n != 2 {
-		t.Fatalf("client latency histograms: %d, want one per op (2)", n)
+	if n := testutil.CollectAndCount(reg, "weft_rpc_client_seconds"); n != 3 {
+		t.Fatalf("client latency histograms: %d, want one per op (3)", n)
 	}
 }
 

@@ -54,19 +54,29 @@ func scrape(t *testing.T, addr string) map[string]*dto.MetricFamily {
 
 // value returns the value of the sample of family name whose op label is
 // op (op "" = the unlabelled sample), or -1 if there is none.
-func value(fams map[string]*dto.MetricFamily, name, op string) float64 {
+// value returns the value of the series of metric name with label op ("":
+// a metric without one) and the other labels given as name, value pairs
+// (-1: none).
+func value(fams map[string]*dto.MetricFamily, name, op string, labels ...string) float64 {
 	f := fams[name]
 	if f == nil {
 		return -1
 	}
+	want := map[string]string{}
+	if op != "" {
+		want["op"] = op
+	}
+	for i := 0; i+1 < len(labels); i += 2 {
+		want[labels[i]] = labels[i+1]
+	}
 	for _, m := range f.GetMetric() {
-		got := ""
+		matched := 0
 		for _, l := range m.GetLabel() {
-			if l.GetName() == "op" {
-				got = l.GetValue()
+			if v, ok := want[l.GetName()]; ok && v == l.GetValue() {
+				matched++
 			}
 		}
-		if got != op {
+		if matched != len(want) {
 			continue
 		}
 		switch {
@@ -112,8 +122,11 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("meta: weft_rpc_server_requests_total{op=%q} = %v, want >= 1", op, v)
 		}
 	}
-	if v := value(meta, "weft_rpc_server_errors_total", "lookup"); v < 1 {
-		t.Errorf("meta: the failed lookup of a missing file was not counted as an error (%v)", v)
+	if v := value(meta, "weft_rpc_server_errors_total", "lookup", "class", "answer"); v < 1 {
+		t.Errorf("meta: the failed lookup of a missing file was not counted as an answer (%v)", v)
+	}
+	if v := value(meta, "weft_rpc_server_errors_total", "lookup", "class", "failure"); v != 0 {
+		t.Errorf("meta: a lookup of a missing file counted as a failure (%v): an alert on failures would fire", v)
 	}
 	if v := value(meta, "weft_rpc_server_seconds", "create_open"); v < 1 {
 		t.Errorf("meta: no latency samples for create_open (%v)", v)
