@@ -3,8 +3,8 @@ package metrics
 import (
 	"errors"
 	"strconv"
-	"syscall"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -39,8 +39,8 @@ type rpcObserver struct {
 // no label lookup.
 type opMetrics struct {
 	requests, answers, failures, bytesIn, bytesOut prometheus.Counter
-	seconds                             prometheus.Observer
-	inflight                            prometheus.Gauge // the side's, shared by its operations
+	seconds                                        prometheus.Observer
+	inflight                                       prometheus.Gauge // the side's, shared by its operations
 }
 
 func newRPCObserver(reg prometheus.Registerer, side string, name Namer) (*rpcObserver, error) {

@@ -44,4 +44,3 @@ func TestExplain(t *testing.T) {
 		t.Fatalf("Explain = %q, want %q", err, want)
 	}
 }
-
