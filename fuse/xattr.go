@@ -32,6 +32,12 @@ type targetJSON struct {
 	Used  uint64         `json:"used"`
 	Free  uint64         `json:"free"`
 	Up    bool           `json:"up"`
+	// Objects stored; FilesFree: inodes left on the target's file system;
+	// Device: that file system's identity ("" for a target with a
+	// capacity of its own), shared by targets on one file system.
+	Objects   uint64 `json:"objects"`
+	FilesFree uint64 `json:"files_free"`
+	Device    string `json:"device,omitempty"`
 }
 
 // xattrNamespace classifies a name: "user", "security", or "other" (trusted,
@@ -82,7 +88,8 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, 
 		}
 		out := make([]targetJSON, 0, len(ts))
 		for _, t := range ts {
-			out = append(out, targetJSON{ID: t.ID, Addr: t.Addr, Total: t.Total, Used: t.Used, Free: t.Free, Up: t.Up})
+			out = append(out, targetJSON{ID: t.ID, Addr: t.Addr, Total: t.Total, Used: t.Used, Free: t.Free, Up: t.Up,
+				Objects: t.Objects, FilesFree: t.FilesFree, Device: t.Device})
 		}
 		v, _ = json.Marshal(out)
 	default:

@@ -181,6 +181,7 @@ func (r *registry) heartbeat(uuid string, who registrant, info proto.TargetInfo)
 
 func (r *registry) refresh(t *targetState, info proto.TargetInfo) {
 	t.info.Total, t.info.Used, t.info.Free = info.Total, info.Used, info.Free
+	t.info.Objects, t.info.FilesFree, t.info.Device = info.Objects, info.FilesFree, info.Device
 	t.lastSeen = r.now()
 	t.heard = true
 	t.placed = 0
@@ -335,12 +336,22 @@ func (r *registry) notePlaced(ids []proto.TargetID) {
 	}
 }
 
+// statfs sums the targets' space, counting a file system that several
+// targets share (the same Device) once: its size and free space once,
+// and the bytes each target holds.
 func (r *registry) statfs() (total, used, free uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	seen := map[string]bool{}
 	for _, t := range r.byID {
-		total += t.info.Total
 		used += t.info.Used
+		if d := t.info.Device; d != "" {
+			if seen[d] {
+				continue
+			}
+			seen[d] = true
+		}
+		total += t.info.Total
 		free += t.info.Free
 	}
 	return

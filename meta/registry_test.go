@@ -117,3 +117,24 @@ func TestRegistryGraceSpreads(t *testing.T) {
 		t.Fatalf("30 files during the grace landed on %v, want all 3 targets", seen)
 	}
 }
+
+// TestStatFSSharedDevice: targets that report one device (one disk) count
+// its size and free space once in StatFS; the bytes each holds add up.
+func TestStatFSSharedDevice(t *testing.T) {
+	e := newEnv(t)
+	for i, dev := range []string{"m1:disk", "m1:disk", "m1:disk", "", "m2:disk"} {
+		uuid := fmt.Sprint("t", i)
+		_, err := e.srv.RegisterTarget(ctx, uuid, proto.TargetInfo{Addr: "host:" + uuid, Total: 100, Used: 10, Free: 60, Device: dev, Objects: 3, FilesFree: 5})
+		e.must(err)
+	}
+	st, err := e.srv.StatFS(ctx)
+	e.must(err)
+	if st.Total != 300 || st.Free != 180 || st.Used != 50 {
+		t.Fatalf("statfs %+v, want total 300 (one disk counted once, two others), free 180, used 50", st)
+	}
+	ts, err := e.srv.Targets(ctx)
+	e.must(err)
+	if ts[0].Device != "m1:disk" || ts[0].Objects != 3 || ts[0].FilesFree != 5 {
+		t.Fatalf("target %+v: the heartbeat's objects, free inodes and device are not kept", ts[0])
+	}
+}

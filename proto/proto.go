@@ -120,6 +120,13 @@ type TargetInfo struct {
 	Used  uint64
 	Free  uint64
 	Up    bool // heard from within the heartbeat timeout
+	// Objects is how many objects the target holds; FilesFree how many
+	// more inodes its file system has room for (0: not known).
+	Objects, FilesFree uint64
+	// Device names the file system the target lives on (its host and
+	// file system id), so that targets sharing one are counted once in
+	// totals; "" for a target with a capacity of its own (--capacity).
+	Device string
 }
 
 // StatFS is the filesystem-wide usage: sums over all targets, plus inodes.

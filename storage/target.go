@@ -48,6 +48,8 @@ type TargetOptions struct {
 type Usage struct {
 	Total, Used, Free uint64
 	Objects           int64
+	FilesFree         uint64 // inodes the file system has room for (0: not known)
+	Device            string // the file system's identity; "" with a capacity of its own
 }
 
 // Target is one storage target: a directory of objects. It is safe for
@@ -212,7 +214,7 @@ func (t *Target) Usage() (Usage, error) {
 	if err != nil {
 		return Usage{}, fmt.Errorf("storage: target %s: %w", t.dir, err)
 	}
-	u.Total, u.Free = fu.Total, fu.Free
+	u.Total, u.Free, u.FilesFree, u.Device = fu.Total, fu.Free, fu.FilesFree, fu.Device
 	return u, nil
 }
 

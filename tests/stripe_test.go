@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -121,6 +123,22 @@ func TestStriping(t *testing.T) {
 		}
 	}
 	weft(t, c, "df", mnt) // the table form works too
+
+	// The four targets live on one file system (the test's temporary
+	// directory): df and statfs(2) count it once, not four times.
+	if df[0].Device == "" || df[1].Device != df[0].Device {
+		t.Errorf("targets on one file system report devices %q and %q", df[0].Device, df[1].Device)
+	}
+	if s := dfOut.Summary; s.Total != df[0].Total {
+		t.Errorf("df summary total %d, want the one file system's %d", s.Total, df[0].Total)
+	}
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(mnt, &st); err != nil || uint64(st.Blocks)*uint64(st.Bsize) > df[0].Total+df[0].Total/100 {
+		t.Errorf("statfs of the mount: %d blocks of %d (%v), more than the one file system's %d bytes", st.Blocks, st.Bsize, err, df[0].Total)
+	}
+	if out := weft(t, c, "df", "-i", mnt); !strings.Contains(out, "metadata") || !strings.Contains(out, fmt.Sprintf("target-%d ", df[0].ID)) {
+		t.Errorf("df -i: %q", out)
+	}
 
 	// A new file in the dir inherits; a file with its own layout keeps it.
 	p2 := filepath.Join(d, "g")

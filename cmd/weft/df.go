@@ -8,19 +8,24 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/weft-fs/weft/internal/units"
 )
 
 func newDfCmd() *cobra.Command {
-	var asJSON bool
+	var asJSON, inodes bool
 	cmd := &cobra.Command{
-		Use:   "df [--json] [PATH]",
+		Use:   "df [-i] [--json] [PATH]",
 		Short: "Show the size, usage and state of every storage target",
 		Long: `Show every storage target of the file system that holds PATH (default:
 the first weft mount in /proc/mounts): size, used, available, use% and
 whether its server is up, then a filesystem summary over the targets that
-are up (like lfs df). It reads the user.weft.df attribute.`,
+are up (like lfs df). Targets that share one file system (several targets
+on one disk) count its size once in the summary. With -i, inodes instead:
+the metadata service's inodes (used and free), then each target's objects
+and the inodes left on its file system. It reads the user.weft.df
+attribute.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			path := ""
@@ -40,10 +45,18 @@ are up (like lfs df). It reads the user.weft.df attribute.`,
 			if asJSON {
 				return printDFJSON(cmd.OutOrStdout(), path, ts)
 			}
+			if inodes {
+				var st unix.Statfs_t
+				if err := unix.Statfs(path, &st); err != nil {
+					return fmt.Errorf("statfs %s: %w", path, err)
+				}
+				return printDFInodes(cmd.OutOrStdout(), path, st.Files-st.Ffree, st.Ffree, ts)
+			}
 			return printDF(cmd.OutOrStdout(), path, ts)
 		},
 	}
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: the targets and the summary, sizes in bytes")
+	cmd.Flags().BoolVarP(&inodes, "inodes", "i", false, "show inodes: the metadata service's, and each target's objects and free inodes")
 	return cmd
 }
 
@@ -55,18 +68,34 @@ type dfSummary struct {
 	Free    uint64 `json:"free"`
 	Targets int    `json:"targets"`
 	Up      int    `json:"up"`
+	// Objects on the targets that are up, and inodes left on their file
+	// systems (each counted once).
+	Objects   uint64 `json:"objects"`
+	FilesFree uint64 `json:"files_free"`
 }
 
+// summarize sums the targets that are up. Targets on one file system (the
+// same device) count its size and free space once, so four targets on
+// one disk do not show four disks; Used is what the targets hold.
 func summarize(ts []targetJSON) dfSummary {
 	s := dfSummary{Targets: len(ts)}
+	seen := map[string]bool{}
 	for _, t := range ts {
 		if !t.Up {
 			continue
 		}
 		s.Up++
-		s.Total += t.Total
 		s.Used += t.Used
+		s.Objects += t.Objects
+		if t.Device != "" {
+			if seen[t.Device] {
+				continue
+			}
+			seen[t.Device] = true
+		}
+		s.Total += t.Total
 		s.Free += t.Free
+		s.FilesFree += t.FilesFree
 	}
 	return s
 }
@@ -128,6 +157,27 @@ func printDF(w io.Writer, path string, ts []targetJSON) error {
 		b.WriteByte('\n')
 	}
 	fmt.Fprintf(&b, "(file system of %s)\n", path)
+	_, err := io.WriteString(w, b.String())
+	return err
+}
+
+// printDFInodes prints the inode view (like lfs df -i): the metadata
+// service's inodes, then one line per target (objects it holds, inodes its
+// file system has left), then the summary.
+func printDFInodes(w io.Writer, path string, metaUsed, metaFree uint64, ts []targetJSON) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-10s  %-22s  %12s  %12s  %s\n", "TARGET", "ADDRESS", "IUSED", "IFREE", "STATUS")
+	fmt.Fprintf(&b, "%-10s  %-22s  %12d  %12d  %s\n", "metadata", "", metaUsed, metaFree, "UP")
+	for _, t := range ts {
+		status := "UP"
+		if !t.Up {
+			status = "DOWN"
+		}
+		fmt.Fprintf(&b, "%-10s  %-22s  %12d  %12d  %s\n", fmt.Sprintf("target-%d", t.ID), t.Addr, t.Objects, t.FilesFree, status)
+	}
+	s := summarize(ts)
+	fmt.Fprintf(&b, "%-34s  %12d  %12d  %d/%d targets up\n", "filesystem_summary:", metaUsed, metaFree, s.Up, s.Targets)
+	fmt.Fprintf(&b, "(file system of %s; IUSED of a target: its objects; IFREE: inodes left on its file system)\n", path)
 	_, err := io.WriteString(w, b.String())
 	return err
 }

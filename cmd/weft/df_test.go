@@ -86,7 +86,39 @@ func TestPrintDFJSON(t *testing.T) {
 	if err := printDFJSON(&b, "/m", nil); err != nil {
 		t.Fatal(err)
 	}
-	if want := `{"path":"/m","targets":[],"summary":{"total":0,"used":0,"free":0,"targets":0,"up":0}}` + "\n"; b.String() != want {
+	if want := `{"path":"/m","targets":[],"summary":{"total":0,"used":0,"free":0,"targets":0,"up":0,"objects":0,"files_free":0}}` + "\n"; b.String() != want {
 		t.Fatalf("empty: %s", b.String())
+	}
+}
+
+// TestSummarizeSharedDevice: four targets on one disk (one device) count
+// the disk once; a target with a capacity of its own (no device) and
+// another disk count on their own; a down target not at all.
+func TestSummarizeSharedDevice(t *testing.T) {
+	disk := targetJSON{Total: 252 << 30, Free: 200 << 30, Up: true, Device: "m1:abc", FilesFree: 1000}
+	var ts []targetJSON
+	for i := range 4 {
+		d := disk
+		d.ID, d.Used, d.Objects = uint32(i), 10<<30, 5
+		ts = append(ts, d)
+	}
+	ts = append(ts,
+		targetJSON{ID: 4, Total: 1 << 30, Used: 1 << 20, Free: 1<<30 - 1<<20, Up: true, Objects: 1},
+		targetJSON{ID: 5, Total: 100 << 30, Used: 0, Free: 100 << 30, Up: true, Device: "m2:abc", FilesFree: 7},
+		targetJSON{ID: 6, Total: 100 << 30, Free: 100 << 30, Up: false, Device: "m3:abc", FilesFree: 9})
+	got := summarize(ts)
+	want := dfSummary{Total: 252<<30 + 1<<30 + 100<<30, Used: 40<<30 + 1<<20, Free: 200<<30 + 1<<30 - 1<<20 + 100<<30,
+		Targets: 7, Up: 6, Objects: 21, FilesFree: 1007}
+	if got != want {
+		t.Fatalf("summarize = %+v, want %+v", got, want)
+	}
+	var b bytes.Buffer
+	if err := printDFInodes(&b, "/m", 42, 100, ts[:1]); err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range []string{"metadata", "42", "100", "target-0", "5", "1000", "filesystem_summary:"} {
+		if !bytes.Contains(b.Bytes(), []byte(s)) {
+			t.Fatalf("df -i output lacks %q:\n%s", s, b.String())
+		}
 	}
 }

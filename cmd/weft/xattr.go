@@ -37,6 +37,11 @@ type targetJSON struct {
 	Used  uint64 `json:"used"`
 	Free  uint64 `json:"free"`
 	Up    bool   `json:"up"`
+	// Objects stored, inodes left on the target's file system, and that
+	// file system's identity (targets sharing one count once in totals).
+	Objects   uint64 `json:"objects"`
+	FilesFree uint64 `json:"files_free"`
+	Device    string `json:"device,omitempty"`
 }
 
 // errNotWeft is wrapped when a path does not answer weft's attributes.

@@ -682,6 +682,11 @@ type TargetInfo struct {
 	Used  uint64 `json:"used"`
 	Free  uint64 `json:"free"`
 	Up    bool   `json:"up"`
+	// Objects stored, inodes left on its file system, and that file
+	// system's identity.
+	Objects   uint64 `json:"objects"`
+	FilesFree uint64 `json:"files_free"`
+	Device    string `json:"device"`
 }
 
 // Layout is the value of user.weft.layout.

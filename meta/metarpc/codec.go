@@ -345,6 +345,9 @@ func encodeTarget(e *wire.Encoder, t *proto.TargetInfo) {
 	e.U64(t.Used)
 	e.U64(t.Free)
 	e.Bool(t.Up)
+	e.U64(t.Objects)
+	e.U64(t.FilesFree)
+	e.String(t.Device)
 }
 
 func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
@@ -354,7 +357,13 @@ func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
 	t.Used = d.U64()
 	t.Free = d.U64()
 	t.Up = d.Bool()
+	t.Objects = d.U64()
+	t.FilesFree = d.U64()
+	t.Device = d.StringMax(maxDevice)
 }
+
+// maxDevice bounds a target's Device name.
+const maxDevice = 256
 
 // sessionOpenReq names the handles a client re-registers with a session
 // the server forgot (none for a new session).
@@ -516,7 +525,7 @@ func (m *targetsResp) encode(e *wire.Encoder) {
 }
 
 func (m *targetsResp) decode(d *wire.Decoder) {
-	n := d.Count(maxList, 4+4+3*8+1)
+	n := d.Count(maxList, 4+4+3*8+1+2*8+4)
 	m.T = make([]proto.TargetInfo, n)
 	for i := range m.T {
 		decodeTarget(d, &m.T[i])

@@ -1,8 +1,11 @@
 package vfs
 
 import (
+	"fmt"
 	"os"
 	"sort"
+	"strings"
+	"sync"
 	"syscall"
 )
 
@@ -48,5 +51,16 @@ func (osFS) Statfs(path string) (Usage, error) {
 		return Usage{}, &os.PathError{Op: "statfs", Path: path, Err: err}
 	}
 	bs := uint64(st.Bsize)
-	return Usage{Total: st.Blocks * bs, Free: st.Bavail * bs}, nil
+	return Usage{Total: st.Blocks * bs, Free: st.Bavail * bs, FilesFree: st.Ffree,
+		Device: fmt.Sprintf("%s:%x.%x", machineID(), uint32(st.Fsid.X__val[0]), uint32(st.Fsid.X__val[1]))}, nil
 }
+
+// machineID names this host for Usage.Device: /etc/machine-id, else the
+// host name.
+var machineID = sync.OnceValue(func() string {
+	if b, err := os.ReadFile("/etc/machine-id"); err == nil && len(strings.TrimSpace(string(b))) > 0 {
+		return strings.TrimSpace(string(b))
+	}
+	h, _ := os.Hostname()
+	return h
+})

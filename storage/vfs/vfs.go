@@ -18,8 +18,12 @@ type File interface {
 
 // Usage is what Statfs reports about the filesystem holding a path.
 type Usage struct {
-	Total uint64 // bytes
-	Free  uint64 // bytes available to an unprivileged writer
+	Total     uint64 // bytes
+	Free      uint64 // bytes available to an unprivileged writer
+	FilesFree uint64 // inodes available (0: not known)
+	// Device identifies the file system (host and file system id; ""
+	// when it cannot be told apart from others).
+	Device string
 }
 
 // FS is a filesystem. Paths are plain OS-style paths.
