@@ -64,6 +64,7 @@
 // attributes, not listed by listxattr: user.weft.layout (get on anything:
 // JSON {"stripe_size","stripe_count","targets"}; set on a directory or an
 // empty file to change its layout) and user.weft.df (get: JSON array of
-// {"id","addr","total","used","free","up"} per storage target). Setting any
+// {"id","addr","total","used","free","up","objects","files_free","device"}
+// per storage target). Setting any
 // other user.weft.* name fails with EPERM.
 package fuse
