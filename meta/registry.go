@@ -181,7 +181,7 @@ func (r *registry) heartbeat(uuid string, who registrant, info proto.TargetInfo)
 
 func (r *registry) refresh(t *targetState, info proto.TargetInfo) {
 	t.info.Total, t.info.Used, t.info.Free = info.Total, info.Used, info.Free
-	t.info.Objects, t.info.FilesFree, t.info.Device = info.Objects, info.FilesFree, info.Device
+	t.info.Objects, t.info.FilesFree, t.info.Device, t.info.IO = info.Objects, info.FilesFree, info.Device, info.IO
 	t.lastSeen = r.now()
 	t.heard = true
 	t.placed = 0

@@ -127,6 +127,14 @@ type TargetInfo struct {
 	// file system id), so that targets sharing one are counted once in
 	// totals; "" for a target with a capacity of its own (--capacity).
 	Device string
+	// IO counts what the target served since its server started: rates
+	// are differences between heartbeats (a smaller count: a restart).
+	IO IOCounters
+}
+
+// IOCounters are cumulative counts of reads and writes served.
+type IOCounters struct {
+	Reads, ReadBytes, Writes, WriteBytes uint64
 }
 
 // StatFS is the filesystem-wide usage: sums over all targets, plus inodes.

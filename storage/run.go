@@ -266,7 +266,7 @@ func register(ctx context.Context, cfg Config, addr string, srv *Server, t *Targ
 	ctx, cancel := context.WithTimeout(ctx, max(10*time.Second, 2*cfg.HeartbeatInterval))
 	defer cancel()
 	info := proto.TargetInfo{ID: t.ID(), Addr: addr, Total: u.Total, Used: u.Used, Free: u.Free, Up: true,
-		Objects: uint64(max(u.Objects, 0)), FilesFree: u.FilesFree, Device: u.Device}
+		Objects: uint64(max(u.Objects, 0)), FilesFree: u.FilesFree, Device: u.Device, IO: u.IO}
 	id, err := cfg.Registry.RegisterTarget(ctx, t.UUID(), info)
 	if err != nil {
 		return err

@@ -50,6 +50,7 @@ type Usage struct {
 	Objects           int64
 	FilesFree         uint64 // inodes the file system has room for (0: not known)
 	Device            string // the file system's identity; "" with a capacity of its own
+	IO                proto.IOCounters
 }
 
 // Target is one storage target: a directory of objects. It is safe for
@@ -64,6 +65,8 @@ type Target struct {
 
 	used    atomic.Uint64 // bytes in allocated blocks
 	objects atomic.Int64
+	// I/O served since the target was opened (Usage), for throughput.
+	reads, readBytes, writes, writeBytes atomic.Uint64
 
 	mu       sync.Mutex
 	ident    identity
@@ -202,7 +205,8 @@ func (t *Target) logger() *slog.Logger {
 
 // Usage reports the target's capacity and use.
 func (t *Target) Usage() (Usage, error) {
-	u := Usage{Used: t.used.Load(), Objects: t.objects.Load()}
+	u := Usage{Used: t.used.Load(), Objects: t.objects.Load(), IO: proto.IOCounters{
+		Reads: t.reads.Load(), ReadBytes: t.readBytes.Load(), Writes: t.writes.Load(), WriteBytes: t.writeBytes.Load()}}
 	if t.capacity > 0 {
 		u.Total = t.capacity
 		if u.Used < u.Total {
@@ -477,6 +481,8 @@ func (t *Target) Read(ctx context.Context, obj proto.ObjectID, off uint64, p []b
 	if &span[0] != &p[0] {
 		copy(p, span[off-b0*BlockSize:])
 	}
+	t.reads.Add(1)
+	t.readBytes.Add(n)
 	return int(n), nil
 }
 
@@ -608,6 +614,8 @@ func (t *Target) Write(ctx context.Context, obj proto.ObjectID, off uint64, data
 	}
 	h.hdr = nh
 	h.size = max(h.size, end)
+	t.writes.Add(1)
+	t.writeBytes.Add(uint64(len(data)))
 	return nh.Version, nil
 }
 

@@ -348,6 +348,10 @@ func encodeTarget(e *wire.Encoder, t *proto.TargetInfo) {
 	e.U64(t.Objects)
 	e.U64(t.FilesFree)
 	e.String(t.Device)
+	e.U64(t.IO.Reads)
+	e.U64(t.IO.ReadBytes)
+	e.U64(t.IO.Writes)
+	e.U64(t.IO.WriteBytes)
 }
 
 func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
@@ -360,6 +364,7 @@ func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
 	t.Objects = d.U64()
 	t.FilesFree = d.U64()
 	t.Device = d.StringMax(maxDevice)
+	t.IO = proto.IOCounters{Reads: d.U64(), ReadBytes: d.U64(), Writes: d.U64(), WriteBytes: d.U64()}
 }
 
 // maxDevice bounds a target's Device name.
@@ -525,7 +530,7 @@ func (m *targetsResp) encode(e *wire.Encoder) {
 }
 
 func (m *targetsResp) decode(d *wire.Decoder) {
-	n := d.Count(maxList, 4+4+3*8+1+2*8+4)
+	n := d.Count(maxList, 4+4+3*8+1+2*8+4+4*8)
 	m.T = make([]proto.TargetInfo, n)
 	for i := range m.T {
 		decodeTarget(d, &m.T[i])

@@ -71,6 +71,8 @@ func samples() []message {
 		&stringsResp{[]string{"user.a", "user.b"}},
 		&statfsResp{proto.StatFS{Total: 1, Used: 2, Free: 3, Files: 4, FilesFree: 5}},
 		&targetsResp{[]proto.TargetInfo{{ID: 1, Addr: "x", Up: true}, {ID: 2}}},
+		&targetsResp{[]proto.TargetInfo{{ID: 3, Addr: "y", Total: 9, Used: 1, Free: 8, Up: true, Objects: 4, FilesFree: 5, Device: "m:1",
+			IO: proto.IOCounters{Reads: 1, ReadBytes: 2, Writes: 3, WriteBytes: 4}}}},
 		&targetIDResp{9},
 	}
 }
