@@ -37,6 +37,10 @@ type Config struct {
 	Transport transport.Transport
 	// Ready, if set, is called with the bound address once serving.
 	Ready func(addr string)
+	// Serving, if set, is called with the server once it serves (for what
+	// runs beside it, such as the dashboard); the server stops when Run
+	// returns.
+	Serving func(*Server)
 	// Access and AllowUnauthenticated: see Options.
 	Access               Access
 	AllowUnauthenticated bool
@@ -130,7 +134,11 @@ func Run(ctx context.Context, cfg Config) error {
 		st.Close()
 		return err
 	}
-	ln, err := tr.Listen(cfg.ListenAddr, metarpc.NewHandler(srv, srv, log))
+	serve := metarpc.NewHandler(srv, srv, log)
+	ln, err := tr.Listen(cfg.ListenAddr, func(ctx context.Context, op uint16, body []byte) ([]byte, error) {
+		srv.requests.Add(1)
+		return serve(ctx, op, body)
+	})
 	if err != nil {
 		srv.Close()
 		closePool()
@@ -140,6 +148,9 @@ func Run(ctx context.Context, cfg Config) error {
 	log.Info("meta: serving", "addr", ln.Addr(), "data", cfg.DataDir, "fsid", srv.FSID())
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr())
+	}
+	if cfg.Serving != nil {
+		cfg.Serving(srv)
 	}
 	<-ctx.Done()
 	groups, commands := srv.GroupStats()

@@ -117,7 +117,8 @@ type Server struct {
 	local   *localLog // commits when it is the local log (tests look inside)
 	replica *raftLog  // commits when replicated
 
-	started time.Time // for Status's uptime
+	started  time.Time     // for Status's uptime
+	requests atomic.Uint64 // requests served over the network (Run counts them)
 
 	mu       sync.Mutex
 	closed   bool

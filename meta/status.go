@@ -26,7 +26,7 @@ func (s *Server) Status(ctx context.Context) (proto.ClusterStatus, error) {
 		return proto.ClusterStatus{}, errnof(syscall.EPERM, "status: only root may ask for the cluster's status")
 	}
 	out := proto.ClusterStatus{
-		FSID: s.FSID(), Version: version.String(), Uptime: time.Since(s.started),
+		FSID: s.FSID(), Version: version.String(), Uptime: time.Since(s.started), Requests: s.requests.Load(),
 		Targets: s.reg.list(),
 	}
 	if out.Files, err = getCounter(s.st, store.CounterInodes); err != nil {

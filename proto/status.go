@@ -12,6 +12,9 @@ type ClusterStatus struct {
 	Version string        // the answering metadata server's version
 	Uptime  time.Duration // since the answering server started
 	Files   uint64        // inodes in use
+	// Requests the answering server served over the network since it
+	// started (every metadata operation of every client and server).
+	Requests uint64
 	// Replica is the answering member's raft state; nil for a single
 	// metadata server.
 	Replica *ReplicaStatus

@@ -8,8 +8,9 @@
 #       a Go toolchain. scripts/up.sh runs this.
 #   scripts/install-deps.sh         all that, and what the tests need:
 #       iproute2 (ip netns, ss), psmisc (fuser), nftables (the firewall
-#       test), a user and a group named "tests" (pjdfstest runs as them),
-#       pjdfstest and fsx (cargo). scripts/test.sh runs this.
+#       test), chromium (the dashboard test, headless), a user and a group
+#       named "tests" (pjdfstest runs as them), pjdfstest and fsx (cargo).
+#       scripts/test.sh runs this.
 #
 # Runs as root, or as a user with sudo. Set WEFT_SKIP_CARGO=1 to skip the
 # Rust tools (the integration tests that need them then fail, loudly).
@@ -45,7 +46,7 @@ fi
 need=()
 pkgs=(fuse3 ca-certificates curl)
 if [ "$MODE" = test ]; then
-	pkgs+=(iproute2 psmisc nftables)
+	pkgs+=(iproute2 psmisc nftables chromium)
 fi
 for pkg in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then

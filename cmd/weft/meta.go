@@ -3,11 +3,16 @@ package main
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/weft-fs/weft/dashboard"
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta"
 	"github.com/weft-fs/weft/proto"
@@ -23,6 +28,7 @@ type metaOptions struct {
 	HeartbeatTimeout units.Duration `toml:"heartbeat_timeout"`
 	SessionLease     units.Duration `toml:"session_lease"`
 	OrphanGrace      units.Duration `toml:"orphan_grace"`
+	HTTP             string         `toml:"http"`
 	// AcceptRollback is a flag only: serving an older store is a decision
 	// for one start, not a setting to leave in a file.
 	AcceptRollback bool `toml:"-"`
@@ -98,6 +104,7 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	o.SessionLease = units.Duration(meta.DefaultSessionLease)
 	fs.Var(&o.SessionLease, "session-lease", "a client session (a mount) not renewed for this long expires: its open files are closed")
 	o.OrphanGrace = units.Duration(meta.DefaultOrphanGrace)
+	fs.StringVar(&o.HTTP, "http", "", "serve the web dashboard (health, capacity, throughput, clients) on http://ADDR/, e.g. 127.0.0.1:7480 (default off; it names client hosts: keep it on the management network)")
 	fs.Var(&o.OrphanGrace, "orphan-grace", "after a restart, how long mounts have to re-register their open files before unlinked files nobody holds are deleted")
 	fs.BoolVar(&o.AcceptRollback, "accept-rollback", false,
 		"serve a store that has fewer changes than it had durably applied before (an older backup restored on purpose)")
@@ -114,6 +121,11 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	}
 	if err := checkAddr("listen", o.Listen, true); err != nil {
 		return err
+	}
+	if o.HTTP != "" {
+		if err := checkAddr("http", o.HTTP, true); err != nil {
+			return err
+		}
 	}
 	if err := checkExistingDir("data", o.Data); err != nil {
 		return err
@@ -147,7 +159,17 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 	defer d.stop()
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
+	var serving func(*meta.Server)
+	if o.HTTP != "" {
+		dash, stop, err := startDashboard(ctx, o.HTTP, o.Listen, d.log)
+		if err != nil {
+			return err
+		}
+		defer stop()
+		serving = dash
+	}
 	return meta.Run(ctx, meta.Config{
+		Serving:          serving,
 		CapabilityKey:    d.keys.CapabilityKey(),
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,
@@ -162,4 +184,32 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 			return storagerpc.NewClient(pool, resolve)
 		},
 	})
+}
+
+// startDashboard listens on addr at once (a port in use fails before the
+// metadata server starts) and serves the web dashboard of the server that
+// serving is later called with; until then it answers 503.
+func startDashboard(ctx context.Context, addr, metaAddr string, log *slog.Logger) (serving func(*meta.Server), stop func(), err error) {
+	var handler atomic.Pointer[http.Handler]
+	stopHTTP, err := serveHTTP("http", addr, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := handler.Load()
+		if h == nil {
+			http.Error(w, "the metadata server is starting", http.StatusServiceUnavailable)
+			return
+		}
+		(*h).ServeHTTP(w, r)
+	}), log)
+	if err != nil {
+		return nil, nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	serving = func(srv *meta.Server) {
+		d := dashboard.New(srv, dashboard.Options{Addr: metaAddr, Logger: log})
+		h := d.Handler()
+		handler.Store(&h)
+		wg.Add(1)
+		go func() { defer wg.Done(); d.Run(ctx) }()
+	}
+	return serving, func() { cancel(); wg.Wait(); stopHTTP() }, nil
 }

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
 
 	"github.com/weft-fs/weft/auth"
+	"github.com/weft-fs/weft/health"
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
@@ -60,13 +60,13 @@ without a leader) or the service cannot be asked: usable from monitoring.`,
 			if err != nil {
 				return err
 			}
-			problems := statusProblems(st)
+			r := health.Judge(o.Meta, st)
 			if o.JSON {
-				err = printStatusJSON(cmd.OutOrStdout(), o.Meta, st, problems)
+				err = printStatusJSON(cmd.OutOrStdout(), r)
 			} else {
-				err = printStatus(cmd.OutOrStdout(), o.Meta, st, problems)
+				err = printStatus(cmd.OutOrStdout(), r)
 			}
-			if err == nil && len(problems) > 0 {
+			if err == nil && !r.Healthy {
 				err = errUnhealthy
 			}
 			return err
@@ -95,85 +95,43 @@ func fetchStatus(ctx context.Context, o *statusOptions) (proto.ClusterStatus, er
 	return st, nil
 }
 
-// storageServer is the targets of one storage server (one address).
-type storageServer struct {
-	Addr    string   `json:"addr"`
-	Up      bool     `json:"up"`
-	Targets []uint32 `json:"targets"`
-}
-
-func storageServers(ts []proto.TargetInfo) []storageServer {
-	var out []storageServer
-	for _, t := range ts {
-		i := slices.IndexFunc(out, func(s storageServer) bool { return s.Addr == t.Addr })
-		if i < 0 {
-			out = append(out, storageServer{Addr: t.Addr})
-			i = len(out) - 1
-		}
-		out[i].Targets = append(out[i].Targets, uint32(t.ID))
-		out[i].Up = out[i].Up || t.Up
-	}
-	slices.SortFunc(out, func(a, b storageServer) int { return strings.Compare(a.Addr, b.Addr) })
-	return out
-}
-
-// statusProblems lists what is wrong, one line each.
-func statusProblems(st proto.ClusterStatus) []string {
-	var p []string
-	if len(st.Targets) == 0 {
-		p = append(p, "no storage target is registered")
-	}
-	for _, s := range storageServers(st.Targets) {
-		if !s.Up {
-			p = append(p, fmt.Sprintf("storage server %s is down (targets %v)", s.Addr, s.Targets))
-		}
-	}
-	for _, t := range st.Targets {
-		if !t.Up {
-			p = append(p, fmt.Sprintf("target-%d on %s is down", t.ID, t.Addr))
-		}
-	}
-	if r := st.Replica; r != nil && r.Leader == 0 {
-		p = append(p, "the metadata group has no leader")
-	}
-	return p
-}
-
-func printStatus(w io.Writer, addr string, st proto.ClusterStatus, problems []string) error {
+func printStatus(w io.Writer, r health.Report) error {
 	var b strings.Builder
-	health := "HEALTHY"
-	if len(problems) > 0 {
-		health = "PROBLEMS"
+	state := "HEALTHY"
+	if !r.Healthy {
+		state = "PROBLEMS"
 	}
-	fmt.Fprintf(&b, "file system %s: %s\n", st.FSID, health)
-	for _, p := range problems {
+	fmt.Fprintf(&b, "file system %s: %s\n", r.FSID, state)
+	for _, p := range r.Problems {
 		fmt.Fprintf(&b, "  ! %s\n", p)
 	}
-	fmt.Fprintf(&b, "\nmetadata service (asked %s)\n", addr)
-	fmt.Fprintf(&b, "  version %s, up %s, %d inodes\n", st.Version, st.Uptime.Round(time.Second), st.Files)
-	if r := st.Replica; r != nil {
+	m := r.Meta
+	fmt.Fprintf(&b, "\nmetadata service (asked %s)\n", m.Addr)
+	fmt.Fprintf(&b, "  version %s, up %s, %d inodes, %d requests served\n", m.Version,
+		(time.Duration(m.Uptime) * time.Second).String(), m.Files, m.Requests)
+	if rs := r.Replica; rs != nil {
 		fmt.Fprintf(&b, "  replicated: member %d, leader %d, term %d, commit %d, applied %d, log to %d, snapshot at %d\n",
-			r.ID, r.Leader, r.Term, r.Commit, r.Applied, r.LastIndex, r.Snapshot)
+			rs.ID, rs.Leader, rs.Term, rs.Commit, rs.Applied, rs.LastIndex, rs.Snapshot)
 	} else {
 		b.WriteString("  single server (not replicated)\n")
 	}
-	fmt.Fprintf(&b, "\nstorage servers (%d)\n", len(storageServers(st.Targets)))
-	for _, s := range storageServers(st.Targets) {
+	fmt.Fprintf(&b, "\nstorage servers (%d)\n", len(r.Servers))
+	for _, s := range r.Servers {
 		fmt.Fprintf(&b, "  %-24s %-4s targets %v\n", s.Addr, upDown(s.Up), s.Targets)
 	}
-	fmt.Fprintf(&b, "\ntargets (%d)\n", len(st.Targets))
-	for _, t := range st.Targets {
-		fmt.Fprintf(&b, "  target-%-4d %-24s %-4s size %8s used %8s avail %8s %5s\n", t.ID, t.Addr, upDown(t.Up),
-			units.FormatSize(t.Total), units.FormatSize(t.Used), units.FormatSize(t.Free), usePercent(t.Used, t.Free))
+	fmt.Fprintf(&b, "\ntargets (%d)\n", len(r.Targets))
+	for _, t := range r.Targets {
+		fmt.Fprintf(&b, "  target-%-4d %-24s %-4s size %8s used %8s avail %8s %5s  %d objects\n", t.ID, t.Addr, upDown(t.Up),
+			units.FormatSize(t.Total), units.FormatSize(t.Used), units.FormatSize(t.Free), usePercent(t.Used, t.Free), t.Objects)
 	}
-	fmt.Fprintf(&b, "\nclients (%d)\n", len(st.Clients))
-	for _, c := range st.Clients {
+	fmt.Fprintf(&b, "\nclients (%d)\n", len(r.Clients))
+	for _, c := range r.Clients {
 		v := c.Version
 		if v == "" {
 			v = "version unknown"
 		}
-		fmt.Fprintf(&b, "  %-20s session %x from %-22s up %-10s %d open, lease %s left, %s\n", c.Name, c.Session[:4], c.Addr,
-			c.Age.Round(time.Second), c.Handles, c.LeaseLeft.Round(100*time.Millisecond), v)
+		fmt.Fprintf(&b, "  %-20s session %.8s from %-22s up %-8s %d open, lease %.1fs left, %s\n", c.Name, c.Session, c.Addr,
+			(time.Duration(c.Age) * time.Second).String(), c.Handles, c.LeaseLeft, v)
 	}
 	_, err := io.WriteString(w, b.String())
 	return err
@@ -186,50 +144,8 @@ func upDown(up bool) string {
 	return "DOWN"
 }
 
-// statusJSON is `weft status --json`: sizes in bytes, durations in seconds.
-type statusJSON struct {
-	FSID     string               `json:"fsid"`
-	Healthy  bool                 `json:"healthy"`
-	Problems []string             `json:"problems"`
-	Meta     statusMetaJSON       `json:"meta"`
-	Servers  []storageServer      `json:"storage_servers"`
-	Targets  []targetJSON         `json:"targets"`
-	Clients  []statusClientJSON   `json:"clients"`
-	Replica  *proto.ReplicaStatus `json:"replica,omitempty"`
-}
-
-type statusMetaJSON struct {
-	Addr    string  `json:"addr"`
-	Version string  `json:"version"`
-	Uptime  float64 `json:"uptime_seconds"`
-	Files   uint64  `json:"inodes"`
-}
-
-type statusClientJSON struct {
-	Name      string  `json:"name"`
-	Session   string  `json:"session"`
-	Addr      string  `json:"addr"`
-	Version   string  `json:"version"`
-	Age       float64 `json:"age_seconds"`
-	LeaseLeft float64 `json:"lease_left_seconds"`
-	Handles   uint64  `json:"open_handles"`
-}
-
-func printStatusJSON(w io.Writer, addr string, st proto.ClusterStatus, problems []string) error {
-	out := statusJSON{
-		FSID: st.FSID, Healthy: len(problems) == 0, Problems: append([]string{}, problems...),
-		Meta:    statusMetaJSON{Addr: addr, Version: st.Version, Uptime: st.Uptime.Seconds(), Files: st.Files},
-		Servers: append([]storageServer{}, storageServers(st.Targets)...),
-		Targets: []targetJSON{}, Clients: []statusClientJSON{}, Replica: st.Replica,
-	}
-	for _, t := range st.Targets {
-		out.Targets = append(out.Targets, targetJSON{ID: uint32(t.ID), Addr: t.Addr, Total: t.Total, Used: t.Used, Free: t.Free, Up: t.Up})
-	}
-	for _, c := range st.Clients {
-		out.Clients = append(out.Clients, statusClientJSON{Name: c.Name, Session: fmt.Sprintf("%x", c.Session), Addr: c.Addr,
-			Version: c.Version, Age: c.Age.Seconds(), LeaseLeft: c.LeaseLeft.Seconds(), Handles: c.Handles})
-	}
-	b, err := json.MarshalIndent(out, "", "  ")
+func printStatusJSON(w io.Writer, r health.Report) error {
+	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err
 	}

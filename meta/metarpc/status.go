@@ -25,7 +25,7 @@ type StatusService interface {
 // statusVersion is the format of a statusResp:
 //
 //	u8   version
-//	str  fsid, str version, i64 uptime (ns), u64 files
+//	str  fsid, str version, i64 uptime (ns), u64 files, u64 requests
 //	bool replicated [u64 id, leader, term, commit, applied, last index, snapshot]
 //	u32  n targets, each as in targetsResp
 //	u32  n clients: str name, 16 bytes session, str addr, str version,
@@ -41,6 +41,7 @@ func (m *statusResp) encode(e *wire.Encoder) {
 	e.String(s.Version)
 	e.I64(int64(s.Uptime))
 	e.U64(s.Files)
+	e.U64(s.Requests)
 	e.Bool(s.Replica != nil)
 	if r := s.Replica; r != nil {
 		for _, v := range []uint64{r.ID, r.Leader, r.Term, r.Commit, r.Applied, r.LastIndex, r.Snapshot} {
@@ -74,6 +75,7 @@ func (m *statusResp) decode(d *wire.Decoder) {
 	s.Version = d.StringMax(256)
 	s.Uptime = time.Duration(d.I64())
 	s.Files = d.U64()
+	s.Requests = d.U64()
 	if d.Bool() {
 		r := &proto.ReplicaStatus{}
 		for _, p := range []*uint64{&r.ID, &r.Leader, &r.Term, &r.Commit, &r.Applied, &r.LastIndex, &r.Snapshot} {
