@@ -2,13 +2,17 @@ package metrics
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/weft-fs/weft/transport"
 )
@@ -92,5 +96,73 @@ func TestTransportTwiceInOneRegistryFails(t *testing.T) {
 func TestOpNumber(t *testing.T) {
 	if got := OpNumber(123); got != "op_123" {
 		t.Fatalf("OpNumber(123) = %q", got)
+	}
+}
+
+// TestGrafanaDashboardSeries: every weft_* series the Grafana dashboard in
+// docs/grafana queries is one these metrics export (a renamed metric must
+// not leave an empty panel behind).
+func TestGrafanaDashboardSeries(t *testing.T) {
+	b, err := os.ReadFile("../docs/grafana/weft.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dash struct {
+		Panels []struct {
+			Title   string
+			Targets []struct{ Expr string }
+		}
+	}
+	if err := json.Unmarshal(b, &dash); err != nil {
+		t.Fatalf("docs/grafana/weft.json: %v", err)
+	}
+	// Series exist once observed: one call that works, one that fails.
+	reg := NewRegistry()
+	tr, err := Transport(transport.NewTCP(), reg, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln, err := tr.Listen("127.0.0.1:0", func(_ context.Context, op uint16, req []byte) ([]byte, error) {
+		if op == 2 {
+			return nil, errors.New("no")
+		}
+		return req, nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	pool := transport.NewPool(tr, transport.PoolOptions{})
+	defer pool.Close()
+	for op := uint16(1); op <= 2; op++ {
+		_, _ = pool.Call(context.Background(), ln.Addr(), op, []byte("x"))
+	}
+	fams, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]bool{}
+	for _, f := range fams {
+		have[f.GetName()] = true
+		if f.GetType() == dto.MetricType_HISTOGRAM {
+			for _, s := range []string{"_bucket", "_sum", "_count"} {
+				have[f.GetName()+s] = true
+			}
+		}
+	}
+	name := regexp.MustCompile(`\b(weft_[a-z_]+|process_[a-z_]+)\b`)
+	n := 0
+	for _, p := range dash.Panels {
+		for _, q := range p.Targets {
+			for _, m := range name.FindAllString(q.Expr, -1) {
+				n++
+				if !have[m] {
+					t.Errorf("panel %q queries %s, which weft does not export", p.Title, m)
+				}
+			}
+		}
+	}
+	if n == 0 {
+		t.Fatal("the dashboard queries no weft series")
 	}
 }
