@@ -58,6 +58,16 @@ func TestStriping(t *testing.T) {
 	if dl, err := testcluster.GetLayout(d); err != nil || dl.StripeCount != 4 || dl.StripeSize != 1<<20 {
 		t.Errorf("directory layout: %+v %v", dl, err)
 	}
+	// On the directory: its default, then its file; -d: only the directory.
+	if out := weft(t, c, "getstripe", "--json", d); strings.Count(out, "\n") != 2 || !strings.Contains(out, `"path":"`+p+`"`) {
+		t.Errorf("getstripe --json DIR: %q", out)
+	}
+	if out := weft(t, c, "getstripe", "-d", "--json", d); strings.Count(out, "\n") != 1 || !strings.Contains(out, `"path":"`+d+`"`) {
+		t.Errorf("getstripe -d --json DIR: %q", out)
+	}
+	if out := weft(t, c, "getstripe", "-r", mnt); !strings.Contains(out, p+"\n") {
+		t.Errorf("getstripe -r of the mount does not show %s: %q", p, out)
+	}
 	if txt := weft(t, c, "getstripe", p); !strings.Contains(txt, "1") {
 		t.Errorf("getstripe (text): %q", txt)
 	}

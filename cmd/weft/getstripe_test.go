@@ -2,6 +2,9 @@ package main
 
 import (
 	"bytes"
+	"os"
+	"path/filepath"
+	"slices"
 	"testing"
 )
 
@@ -31,15 +34,56 @@ func TestPrintLayoutJSON(t *testing.T) {
 		l    layoutJSON
 		want string
 	}{
-		{layoutJSON{StripeSize: 1 << 20, StripeCount: 2, Targets: []uint32{1, 0}}, `{"stripe_size":1048576,"stripe_count":2,"targets":[1,0]}` + "\n"},
-		{layoutJSON{StripeSize: 65536, StripeCount: -1}, `{"stripe_size":65536,"stripe_count":-1,"targets":[]}` + "\n"},
+		{layoutJSON{StripeSize: 1 << 20, StripeCount: 2, Targets: []uint32{1, 0}}, `{"path":"/p","stripe_size":1048576,"stripe_count":2,"targets":[1,0]}` + "\n"},
+		{layoutJSON{StripeSize: 65536, StripeCount: -1}, `{"path":"/p","stripe_size":65536,"stripe_count":-1,"targets":[]}` + "\n"},
 	} {
 		var b bytes.Buffer
-		if err := printLayoutJSON(&b, tc.l); err != nil {
+		if err := printLayoutJSONPath(&b, "/p", tc.l); err != nil {
 			t.Fatal(err)
 		}
 		if b.String() != tc.want {
 			t.Errorf("got %s want %s", b.String(), tc.want)
 		}
 	}
+}
+
+// TestWalkLayouts: a directory shows itself and its entries (not deeper),
+// -d only itself, -r everything below it; symbolic links are skipped.
+func TestWalkLayouts(t *testing.T) {
+	root := t.TempDir()
+	for _, d := range []string{"a", "a/b"} {
+		if err := os.Mkdir(filepath.Join(root, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"f", "a/g", "a/b/h"} {
+		writeFile(t, root, f, "x")
+	}
+	if err := os.Symlink("f", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	walk := func(recursive, dirOnly bool) []string {
+		var got []string
+		if err := walkLayouts(root, recursive, dirOnly, func(p string) error {
+			rel, _ := filepath.Rel(root, p)
+			got = append(got, rel)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, tc := range []struct {
+		recursive, dirOnly bool
+		want               []string
+	}{
+		{false, false, []string{".", "a", "f"}},
+		{false, true, []string{"."}},
+		{true, false, []string{".", "a", "a/b", "a/b/h", "a/g", "f"}},
+	} {
+		if got := walk(tc.recursive, tc.dirOnly); !slices.Equal(got, tc.want) {
+			t.Errorf("recursive %v dirOnly %v: %v, want %v", tc.recursive, tc.dirOnly, got, tc.want)
+		}
+	}
+	wantErr(t, execute(newGetstripeCmd(), "-r", "-d", root), "exclude each other")
 }

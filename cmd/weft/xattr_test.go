@@ -74,6 +74,6 @@ func TestNotOnWeft(t *testing.T) {
 }
 
 func TestGetstripeArgs(t *testing.T) {
-	wantErr(t, execute(newGetstripeCmd()), "accepts 1 arg")
+	wantErr(t, execute(newGetstripeCmd()), "requires at least 1 arg")
 	wantErr(t, execute(newGetstripeCmd(), t.TempDir()+"/missing"), "missing")
 }
