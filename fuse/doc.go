@@ -65,6 +65,7 @@
 // JSON {"stripe_size","stripe_count","targets"}; set on a directory or an
 // empty file to change its layout) and user.weft.df (get: JSON array of
 // {"id","addr","total","used","free","up","objects","files_free","device"}
-// per storage target). Setting any
+// per storage target) and user.weft.meta (get: the metadata server's
+// address, for admin tools such as weft find). Setting any
 // other user.weft.* name fails with EPERM.
 package fuse

@@ -120,7 +120,7 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	fsys := &filesystem{c: cl, log: log, creds: newCreds()}
+	fsys := &filesystem{c: cl, log: log, creds: newCreds(), meta: cfg.MetaAddr}
 	root := &node{fsys: fsys}
 	var et time.Duration // non-directories; see dirEntryTimeout
 	at := attrTimeout

@@ -19,6 +19,7 @@ type filesystem struct {
 	c     *client.Client
 	log   *slog.Logger
 	creds *creds // the calling process's credentials, for every metadata call
+	meta  string // the metadata server's address (user.weft.meta)
 }
 
 // errno converts a client error for the kernel; errors that are not errnos

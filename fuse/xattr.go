@@ -14,6 +14,7 @@ import (
 const (
 	xattrLayout = "user.weft.layout"
 	xattrDF     = "user.weft.df"
+	xattrMeta   = "user.weft.meta" // the metadata server's address, for admin tools
 	weftPrefix  = "user.weft."
 )
 
@@ -81,6 +82,8 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, 
 			return 0, n.fsys.errno("getxattr", err)
 		}
 		v, _ = json.Marshal(layoutJSON{StripeSize: l.StripeSize, StripeCount: l.StripeCount, Targets: append([]proto.TargetID{}, l.Targets...)})
+	case xattrMeta:
+		v = []byte(n.fsys.meta)
 	case xattrDF:
 		ts, err := n.fsys.c.Targets(ctx)
 		if err != nil {

@@ -120,6 +120,9 @@ type Server struct {
 	started  time.Time     // for Status's uptime
 	requests atomic.Uint64 // requests served over the network (Run counts them)
 
+	findKey     [32]byte // signs find cursors (find.go), random per process
+	findKeyOnce sync.Once
+
 	mu       sync.Mutex
 	closed   bool
 	inflight sync.WaitGroup

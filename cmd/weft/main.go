@@ -28,13 +28,16 @@ func newRootCmd() *cobra.Command {
 		newBenchCmd(),
 		newVersionCmd(),
 		newStatusCmd(),
+		newFindCmd(),
 	)
 	setVersions(root)
 	return root
 }
 
 func main() {
-	if err := newRootCmd().Execute(); err != nil {
+	root := newRootCmd()
+	root.SetArgs(findArgs(os.Args[1:]))
+	if err := root.Execute(); err != nil {
 		fmt.Fprintln(os.Stderr, "weft:", err)
 		os.Exit(1)
 	}

@@ -19,6 +19,7 @@ import (
 const (
 	xattrLayout = "user.weft.layout" // get: a file's layout or a directory's default; set: the same JSON
 	xattrDF     = "user.weft.df"     // get: per-target usage
+	xattrMeta   = "user.weft.meta"   // get: the metadata server's address
 )
 
 // layoutJSON is the value of user.weft.layout. StripeCount -1 means "every

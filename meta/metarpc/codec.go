@@ -605,6 +605,8 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &emptyMsg{}, true
 	case OpStatus:
 		return &emptyMsg{}, &statusResp{}, true
+	case OpFind:
+		return &findReq{}, &findResp{}, true
 	}
 	return nil, nil, false
 }

@@ -21,7 +21,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind,
 	}
 }
 
@@ -58,6 +58,12 @@ func samples() []message {
 			Targets: []proto.TargetInfo{{ID: 1, Addr: "h:1", Total: 3, Used: 2, Free: 1, Up: true}},
 			Clients: []proto.ClientStatus{{Name: "c", Session: proto.SessionID{1, 2}, Addr: "10.0.0.1:5", Version: "v", Age: 1e9, LeaseLeft: 2e9, Handles: 4}}}},
 		&statusResp{proto.ClusterStatus{FSID: "fs"}},
+		&findReq{Start: 1, Filter: proto.FindFilter{MaxDepth: -1}},
+		&findReq{Start: 9, Filter: proto.FindFilter{Name: "*.h5", Type: 'f', Size: proto.Cmp{Op: '>', Value: 1 << 20},
+			Mtime: proto.Cmp{Op: '<', Value: -5}, Uid: new(uint32), Gid: new(uint32), StripeCount: proto.Cmp{Op: '=', Value: 4},
+			Target: new(proto.TargetID), MaxDepth: 3}, Cursor: []byte("cursor"), Max: 100},
+		&findResp{},
+		&findResp{[]proto.Found{{Path: "a/b", Attr: sampleAttr}, {Path: ".", Attr: proto.Attr{Ino: 1}}}, []byte("next")},
 		&leaseResp{30e9},
 		&attrResp{sampleAttr},
 		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, []byte("capability")},

@@ -21,6 +21,7 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h.ext, _ = svc.(Extended)
 	h.sess, _ = svc.(SessionService)
 	h.status, _ = svc.(StatusService)
+	h.find, _ = svc.(FindService)
 	return h.serve
 }
 
@@ -29,6 +30,7 @@ type handler struct {
 	ext    Extended       // nil if svc does not offer it
 	sess   SessionService // nil if svc does not offer it
 	status StatusService  // nil if svc does not offer it
+	find   FindService    // nil if svc does not offer it
 	reg    proto.TargetRegistry
 	log    *slog.Logger
 }
@@ -87,6 +89,14 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		default:
 			return &emptyMsg{}, h.sess.CloseSession(ctx)
 		}
+	}
+	if op == OpFind {
+		if h.find == nil {
+			return nil, fmt.Errorf("metarpc: the service has no find: %w", syscall.ENOSYS)
+		}
+		r := req.(*findReq)
+		found, cursor, err := h.find.Find(ctx, r.Start, r.Filter, r.Cursor, int(r.Max))
+		return &findResp{found, cursor}, err
 	}
 	if op == OpStatus {
 		if h.status == nil {
