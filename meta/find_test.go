@@ -37,7 +37,6 @@ func findAll(t *testing.T, e *env, c context.Context, start proto.Ino, f proto.F
 	}
 }
 
-
 func TestFind(t *testing.T) {
 	e := newEnv(t)
 	e.addTarget("t1", 1<<30)

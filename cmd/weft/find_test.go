@@ -16,11 +16,11 @@ func TestFindFilter(t *testing.T) {
 		t.Fatal(err)
 	}
 	if f.Name != "*.h5" || f.Type != 'f' || f.Size != (proto.Cmp{Op: '>', Value: 1 << 20}) ||
-		f.Mtime != (proto.Cmp{Op: '>', Value: now.Add(-48*time.Hour).UnixNano()}) || *f.Uid != 7 || f.Gid != nil ||
+		f.Mtime != (proto.Cmp{Op: '>', Value: now.Add(-48 * time.Hour).UnixNano()}) || *f.Uid != 7 || f.Gid != nil ||
 		f.StripeCount != (proto.Cmp{Op: '=', Value: 4}) || *f.Target != 3 || f.MaxDepth != -1 {
 		t.Fatalf("filter %+v", f)
 	}
-	if f, _ := (&findOptions{Mtime: "+1", Uid: -1, Gid: -1, Target: -1}).filter(now); f.Mtime != (proto.Cmp{Op: '<', Value: now.Add(-24*time.Hour).UnixNano()}) {
+	if f, _ := (&findOptions{Mtime: "+1", Uid: -1, Gid: -1, Target: -1}).filter(now); f.Mtime != (proto.Cmp{Op: '<', Value: now.Add(-24 * time.Hour).UnixNano()}) {
 		t.Fatalf("--mtime +1: %+v", f.Mtime)
 	}
 	for _, bad := range []findOptions{{Type: "x"}, {Size: "+lots"}, {Mtime: "3"}, {StripeCount: "-x"}} {
