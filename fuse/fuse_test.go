@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/weft-fs/weft/client"
+	"github.com/weft-fs/weft/health"
 	"github.com/weft-fs/weft/internal/fake"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
@@ -321,7 +322,7 @@ func TestXattrs(t *testing.T) {
 	if err := unix.Setxattr(f, xattrLayout, []byte(`not json`), 0); err != unix.EINVAL {
 		t.Fatalf("bad json: %v", err)
 	}
-	var df []targetJSON
+	var df []health.Target
 	getJSON(mnt, xattrDF, &df)
 	if len(df) != 4 || df[0].Addr == "" || !df[0].Up {
 		t.Fatalf("df %+v", df)

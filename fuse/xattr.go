@@ -6,6 +6,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/weft-fs/weft/health"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
 )
@@ -23,22 +24,6 @@ type layoutJSON struct {
 	StripeSize  uint64           `json:"stripe_size"`
 	StripeCount int32            `json:"stripe_count"`
 	Targets     []proto.TargetID `json:"targets"`
-}
-
-// targetJSON is one element of user.weft.df.
-type targetJSON struct {
-	ID    proto.TargetID `json:"id"`
-	Addr  string         `json:"addr"`
-	Total uint64         `json:"total"`
-	Used  uint64         `json:"used"`
-	Free  uint64         `json:"free"`
-	Up    bool           `json:"up"`
-	// Objects stored; FilesFree: inodes left on the target's file system;
-	// Device: that file system's identity ("" for a target with a
-	// capacity of its own), shared by targets on one file system.
-	Objects   uint64 `json:"objects"`
-	FilesFree uint64 `json:"files_free"`
-	Device    string `json:"device,omitempty"`
 }
 
 // xattrNamespace classifies a name: "user", "security", or "other" (trusted,
@@ -89,10 +74,9 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, 
 		if err != nil {
 			return 0, n.fsys.errno("getxattr", err)
 		}
-		out := make([]targetJSON, 0, len(ts))
+		out := make([]health.Target, 0, len(ts))
 		for _, t := range ts {
-			out = append(out, targetJSON{ID: t.ID, Addr: t.Addr, Total: t.Total, Used: t.Used, Free: t.Free, Up: t.Up,
-				Objects: t.Objects, FilesFree: t.FilesFree, Device: t.Device})
+			out = append(out, health.TargetOf(t))
 		}
 		v, _ = json.Marshal(out)
 	default:

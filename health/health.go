@@ -45,7 +45,9 @@ type Server struct {
 	Targets []uint32 `json:"targets"`
 }
 
-// Target is one storage target.
+// Target is one storage target: its space, objects and free inodes, the
+// identity of the file system it lives on (targets with one Device share
+// it), and the I/O it served since its server started.
 type Target struct {
 	ID        uint32           `json:"id"`
 	Addr      string           `json:"addr"`
@@ -57,6 +59,13 @@ type Target struct {
 	FilesFree uint64           `json:"files_free"`
 	Device    string           `json:"device,omitempty"`
 	IO        proto.IOCounters `json:"io"`
+}
+
+// TargetOf is t as reported (also the elements of the mount's
+// user.weft.df attribute).
+func TargetOf(t proto.TargetInfo) Target {
+	return Target{ID: uint32(t.ID), Addr: t.Addr, Total: t.Total, Used: t.Used, Free: t.Free, Up: t.Up,
+		Objects: t.Objects, FilesFree: t.FilesFree, Device: t.Device, IO: t.IO}
 }
 
 // Client is one mounted client's session.
@@ -80,8 +89,7 @@ func Judge(addr string, st proto.ClusterStatus) Report {
 		Problems: []string{}, Targets: []Target{}, Clients: []Client{},
 	}
 	for _, t := range st.Targets {
-		r.Targets = append(r.Targets, Target{ID: uint32(t.ID), Addr: t.Addr, Total: t.Total, Used: t.Used, Free: t.Free, Up: t.Up,
-			Objects: t.Objects, FilesFree: t.FilesFree, Device: t.Device, IO: t.IO})
+		r.Targets = append(r.Targets, TargetOf(t))
 	}
 	for _, c := range st.Clients {
 		r.Clients = append(r.Clients, Client{Name: c.Name, Session: fmt.Sprintf("%x", c.Session), Addr: c.Addr,

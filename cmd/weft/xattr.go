@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/weft-fs/weft/health"
 )
 
 // The admin tools (setstripe, getstripe, df) talk to a mounted weft through
@@ -31,19 +33,7 @@ type layoutJSON struct {
 }
 
 // targetJSON is one element of the user.weft.df array.
-type targetJSON struct {
-	ID    uint32 `json:"id"`
-	Addr  string `json:"addr"`
-	Total uint64 `json:"total"`
-	Used  uint64 `json:"used"`
-	Free  uint64 `json:"free"`
-	Up    bool   `json:"up"`
-	// Objects stored, inodes left on the target's file system, and that
-	// file system's identity (targets sharing one count once in totals).
-	Objects   uint64 `json:"objects"`
-	FilesFree uint64 `json:"files_free"`
-	Device    string `json:"device,omitempty"`
-}
+type targetJSON = health.Target
 
 // errNotWeft is wrapped when a path does not answer weft's attributes.
 var errNotWeft = errors.New("not on a weft file system")
