@@ -11,20 +11,23 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/weft-fs/weft/transport"
 )
 
-func TestTransportCountsCallsAndServedRequests(t *testing.T) {
-	reg := NewRegistry()
-	name := func(op uint16) string { return map[uint16]string{1: "echo", 2: "fail", 3: "lookup"}[op] }
+// observedEcho serves, over a transport observed into reg, op 1 by echoing,
+// op 2 by failing and op 3 by answering ENOENT; it returns the server's
+// address and a pool to call it, both closed when the test ends.
+func observedEcho(t *testing.T, reg *prometheus.Registry, name Namer) (string, *transport.Pool) {
+	t.Helper()
 	tr, err := Transport(transport.NewTCP(), reg, name)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ln, err := tr.Listen("127.0.0.1:0", func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+	ln, err := tr.Listen("127.0.0.1:0", func(_ context.Context, op uint16, req []byte) ([]byte, error) {
 		switch op {
 		case 2:
 			return nil, errors.New("no")
@@ -36,18 +39,24 @@ func TestTransportCountsCallsAndServedRequests(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
 	pool := transport.NewPool(tr, transport.PoolOptions{})
-	defer pool.Close()
+	t.Cleanup(func() { pool.Close(); ln.Close() })
+	return ln.Addr(), pool
+}
+
+func TestTransportCountsCallsAndServedRequests(t *testing.T) {
+	reg := NewRegistry()
+	name := func(op uint16) string { return map[uint16]string{1: "echo", 2: "fail", 3: "lookup"}[op] }
+	addr, pool := observedEcho(t, reg, name)
 	for range 4 {
-		if _, err := pool.Call(context.Background(), ln.Addr(), 1, make([]byte, 100)); err != nil {
+		if _, err := pool.Call(context.Background(), addr, 1, make([]byte, 100)); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := pool.Call(context.Background(), ln.Addr(), 2, nil); err == nil {
+	if _, err := pool.Call(context.Background(), addr, 2, nil); err == nil {
 		t.Fatal("op 2 should fail")
 	}
-	if _, err := pool.Call(context.Background(), ln.Addr(), 3, nil); !errors.Is(err, syscall.ENOENT) {
+	if _, err := pool.Call(context.Background(), addr, 3, nil); !errors.Is(err, syscall.ENOENT) {
 		t.Fatalf("op 3: %v, want ENOENT", err)
 	}
 	want := `
@@ -118,24 +127,9 @@ func TestGrafanaDashboardSeries(t *testing.T) {
 	}
 	// Series exist once observed: one call that works, one that fails.
 	reg := NewRegistry()
-	tr, err := Transport(transport.NewTCP(), reg, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ln, err := tr.Listen("127.0.0.1:0", func(_ context.Context, op uint16, req []byte) ([]byte, error) {
-		if op == 2 {
-			return nil, errors.New("no")
-		}
-		return req, nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	pool := transport.NewPool(tr, transport.PoolOptions{})
-	defer pool.Close()
+	addr, pool := observedEcho(t, reg, nil)
 	for op := uint16(1); op <= 2; op++ {
-		_, _ = pool.Call(context.Background(), ln.Addr(), op, []byte("x"))
+		_, _ = pool.Call(context.Background(), addr, op, []byte("x"))
 	}
 	fams, err := reg.Gather()
 	if err != nil {
