@@ -2,8 +2,10 @@ package fuse
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
+	"github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/weft-fs/weft/client"
@@ -13,6 +15,14 @@ import (
 type handle struct {
 	fsys *filesystem
 	f    *client.File
+	// appending: opened with O_APPEND, so every write goes to the true
+	// end of the file (locks.go, appendWrite); inode is the file's node.
+	appending bool
+	inode     *fs.Inode
+}
+
+func newHandle(fsys *filesystem, f *client.File, inode *fs.Inode, flags uint32) *handle {
+	return &handle{fsys: fsys, f: f, inode: inode, appending: flags&syscall.O_APPEND != 0}
 }
 
 // Read implements fs.FileReader. The reply is written to the kernel
@@ -70,6 +80,9 @@ func (r *bufsResult) Done() {
 // the exact range the application wrote (for O_APPEND at its idea of the
 // end of file, which includes this mount's writes: see client.GetAttr).
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if h.appending {
+		return h.appendWrite(ctx, data, off)
+	}
 	n, err := h.f.Write(ctx, data, uint64(off))
 	if err != nil {
 		return 0, h.fsys.errno("write", err)
@@ -79,8 +92,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Flush implements fs.FileFlusher (every close of a descriptor).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
+	lerr := h.flushLocks(ctx) // before creds.with: it needs the request's own ctx
 	ctx = h.fsys.creds.with(ctx)
-	return h.fsys.errno("flush", h.f.Flush(ctx))
+	return h.fsys.errno("flush", errors.Join(h.f.Flush(ctx), lerr))
 }
 
 // Fsync implements fs.FileFsyncer.

@@ -19,6 +19,8 @@ type filesystem struct {
 	c     *client.Client
 	log   *slog.Logger
 	creds *creds // the calling process's credentials, for every metadata call
+	// flushOwners passes FLUSH's lock owner to the handle (locks.go).
+	flushOwners sync.Map
 }
 
 // errno converts a client error for the kernel; errors that are not errnos
@@ -303,7 +305,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.fsys.errno("create", err)
 	}
 	ch := n.child(ctx, a, out)
-	return ch, &handle{fsys: n.fsys, f: f}, 0, 0
+	return ch, newHandle(n.fsys, f, ch, flags), 0, 0
 }
 
 // Mknod implements fs.NodeMknoder (fifos, sockets, device nodes, files).
@@ -421,7 +423,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if keep && !changed {
 		fuseFlags = gofuse.FOPEN_KEEP_CACHE
 	}
-	return &handle{fsys: n.fsys, f: f}, fuseFlags, 0
+	return newHandle(n.fsys, f, n.EmbeddedInode(), flags), fuseFlags, 0
 }
 
 // Statfs implements fs.NodeStatfser: usage summed over the storage targets.

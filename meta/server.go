@@ -126,6 +126,9 @@ type Server struct {
 	opens     map[proto.Ino]int
 	sessOpens map[session]map[proto.Ino]sessionOpens
 	sessions  map[session]*sessionState // registered sessions and their leases (session.go)
+	// locks are the cluster-wide file locks (locks.go), released with the
+	// session that holds them.
+	locks *lockTable
 	// graceUntil ends the grace period after a restart (zero on a freshly
 	// formatted store): until then clients re-register the sessions the
 	// server forgot, and no orphan is reclaimed.
@@ -239,6 +242,7 @@ func New(opts Options) (*Server, error) {
 		opens:       map[proto.Ino]int{},
 		sessOpens:   map[session]map[proto.Ino]sessionOpens{},
 		sessions:    map[session]*sessionState{},
+		locks:       newLockTable(),
 		reclaiming:  map[proto.Ino]bool{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),

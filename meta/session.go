@@ -219,6 +219,7 @@ func (s *Server) dropSession(sess session, why string) {
 // droppedSession is what takeSessionLocked removed.
 type droppedSession struct {
 	inodes, handles int
+	locks           int         // locks it held, released
 	last            []proto.Ino // inodes whose last open handle this was
 }
 
@@ -227,7 +228,7 @@ func (s *Server) takeSessionLocked(sess session) droppedSession {
 	m := s.sessOpens[sess]
 	delete(s.sessOpens, sess)
 	delete(s.sessions, sess)
-	d := droppedSession{inodes: len(m)}
+	d := droppedSession{inodes: len(m), locks: s.locks.dropSession(sess)}
 	for ino, o := range m {
 		d.handles += o.n
 		if c := s.opens[ino] - o.n; c > 0 {
@@ -247,7 +248,7 @@ func (s *Server) finishDrop(sess session, d droppedSession, why string) {
 		level = s.log.Warn
 	}
 	level("meta: session "+why+"; its open handles are dropped", "name", sess.name,
-		"session", fmt.Sprintf("%x", sess.id[:4]), "inodes", d.inodes, "handles", d.handles)
+		"session", fmt.Sprintf("%x", sess.id[:4]), "inodes", d.inodes, "handles", d.handles, "locks", d.locks)
 	var orphans []proto.Ino
 	for _, ino := range d.last {
 		if n, err := s.readInode(ino); err == nil && n.Nlink == 0 {

@@ -34,6 +34,7 @@ var (
 	_ proto.TargetRegistry = (*Client)(nil)
 	_ Extended             = (*Client)(nil)
 	_ SessionService       = (*Client)(nil)
+	_ proto.LockService    = (*Client)(nil)
 )
 
 // Extended is what a metadata service offers beyond proto.MetaService to
@@ -254,6 +255,31 @@ func (c *Client) RenewSession(ctx context.Context) (time.Duration, error) {
 
 func (c *Client) CloseSession(ctx context.Context) error {
 	return c.do(ctx, OpSessionClose, &emptyMsg{}, &emptyMsg{})
+}
+
+// Lock is sent as a mutation (numbered, retried after a broken
+// connection) unless it only tests: taking or releasing the same lock
+// twice for the same owner leaves the same state, so a retry is harmless
+// even though the server keeps no reply for it.
+func (c *Client) Lock(ctx context.Context, ino proto.Ino, lk proto.Lock, test bool) (proto.Lock, error) {
+	var r lockResp
+	var err error
+	if test {
+		err = c.do(ctx, OpLock, &lockReq{ino, lk, true}, &r)
+	} else {
+		err = c.mutate(ctx, OpLock, &lockReq{ino, lk, false}, &r)
+	}
+	return r.Lock, err
+}
+
+// LockWait is sent once: the caller asks again (with Lock) whatever it
+// answers.
+func (c *Client) LockWait(ctx context.Context, ino proto.Ino, lk proto.Lock) error {
+	return c.do(ctx, OpLockWait, &lockReq{ino, lk, false}, &emptyMsg{})
+}
+
+func (c *Client) Append(ctx context.Context, ino proto.Ino, n uint64) (proto.Attr, error) {
+	return c.mutAttr(ctx, OpAppend, &appendReq{ino, n})
 }
 
 func (c *Client) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {

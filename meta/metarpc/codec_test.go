@@ -21,7 +21,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpLock, OpLockWait, OpAppend,
 	}
 }
 
@@ -53,6 +53,9 @@ func samples() []message {
 		&emptyMsg{},
 		&sessionOpenReq{[]proto.OpenHandle{{Ino: 5, Count: 2, Write: true}, {Ino: 6, Count: 1}}},
 		&leaseResp{30e9},
+		&lockReq{5, proto.Lock{Owner: 1 << 60, Flock: true, Type: proto.LockWrite, Start: 3, End: proto.LockEOF, Pid: 42}, true},
+		&lockResp{proto.Lock{Owner: 9, Type: proto.LockRead, Start: 0, End: 99, Pid: 7}},
+		&appendReq{5, 4096},
 		&attrResp{sampleAttr},
 		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, []byte("capability")},
 		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, nil},

@@ -1,0 +1,263 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"syscall"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+// Lock kinds a lock owner holds on an inode (lockBook.held bits).
+const (
+	heldPosix uint8 = 1 << iota // POSIX or OFD byte-range locks
+	heldFlock                   // a flock lock
+)
+
+type lockKey struct {
+	ino   proto.Ino
+	owner uint64
+}
+
+// lockBook is what the locks of this client's lock owners look like from
+// here, so that closes release them with no round trip when there are
+// none (the common case): which kinds each owner may hold on each inode,
+// and how many open Files each owner locked through.
+type lockBook struct {
+	mu    sync.Mutex
+	held  map[lockKey]uint8
+	users map[lockKey]int
+}
+
+func (b *lockBook) init() {
+	b.held = map[lockKey]uint8{}
+	b.users = map[lockKey]int{}
+}
+
+func kindOf(lk proto.Lock) uint8 {
+	if lk.Flock {
+		return heldFlock
+	}
+	return heldPosix
+}
+
+// errNoLocks answers lock calls when the metadata service keeps no locks.
+var errNoLocks = fmt.Errorf("client: the metadata service keeps no locks: %w", syscall.ENOLCK)
+
+// Lock takes, changes or releases lk through this handle (F_SETLK, flock
+// with LOCK_NB), or with test reports the first conflicting lock of another
+// owner on any client (F_GETLK; Type LockUnlock: none). A conflict fails
+// with EAGAIN. Locks are kept by the metadata service for the whole
+// cluster; see package meta, "Locks".
+func (f *File) Lock(ctx context.Context, lk proto.Lock, test bool) (proto.Lock, error) {
+	if f.c.locker == nil {
+		return proto.Lock{}, errNoLocks
+	}
+	if err := f.stale(ctx); err != nil {
+		return proto.Lock{}, err
+	}
+	if !test {
+		f.useOwner(lk.Owner)
+	}
+	rctx, cancel := f.c.rpcCtx(ctx)
+	defer cancel()
+	var out proto.Lock
+	err := f.c.handleCall(rctx, f.ino, f.gen, func() (err error) {
+		out, err = f.c.locker.Lock(rctx, f.ino, lk, test)
+		return err
+	})
+	if err == nil && !test {
+		f.c.locks.note(f.ino, lk)
+	}
+	return out, err
+}
+
+// LockWait is Lock that waits while the lock conflicts (F_SETLKW, flock
+// without LOCK_NB) until it is granted or ctx ends (a signal: the FUSE
+// interrupt), then failing with EINTR. The metadata service never grants a
+// lock to a waiter on its own: each round asks it (LockWait, bounded) to
+// answer once the conflict may be gone, then tries Lock again, so a waiter
+// that gave up never ends up holding a lock.
+func (f *File) LockWait(ctx context.Context, lk proto.Lock) error {
+	for {
+		_, err := f.Lock(ctx, lk, false)
+		if !errors.Is(err, syscall.EAGAIN) {
+			return err
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("client: waiting for a lock on ino %d: %w", f.ino, syscall.EINTR)
+		}
+		wctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
+		err = f.c.locker.LockWait(wctx, f.ino, lk)
+		cancel()
+		if ctx.Err() != nil {
+			return fmt.Errorf("client: waiting for a lock on ino %d: %w", f.ino, syscall.EINTR)
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// useOwner records that owner locks through f, so that f's release drops
+// the owner's flock and OFD locks once no other open File of this client
+// has been used by it.
+func (f *File) useOwner(owner uint64) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.owners[owner] {
+		return
+	}
+	if f.owners == nil {
+		f.owners = map[uint64]bool{}
+	}
+	f.owners[owner] = true
+	b := &f.c.locks
+	b.mu.Lock()
+	b.users[lockKey{f.ino, owner}]++
+	b.mu.Unlock()
+}
+
+// note records what a granted lock request leaves the owner holding. A
+// partial unlock leaves the kind marked: a later release sends an unlock
+// that may find nothing, which costs a round trip but never keeps a lock.
+func (b *lockBook) note(ino proto.Ino, lk proto.Lock) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	k := lockKey{ino, lk.Owner}
+	if lk.Type != proto.LockUnlock {
+		b.held[k] |= kindOf(lk)
+		return
+	}
+	if lk.Flock || (lk.Start == 0 && lk.End >= proto.LockEOF) {
+		if h := b.held[k] &^ kindOf(lk); h != 0 {
+			b.held[k] = h
+		} else {
+			delete(b.held, k)
+		}
+	}
+}
+
+// unlockAll releases every lock of the given kinds that owner holds on ino.
+func (c *Client) unlockAll(ctx context.Context, ino proto.Ino, owner uint64, kinds uint8) error {
+	var errs []error
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	for _, k := range []uint8{heldPosix, heldFlock} {
+		if kinds&k == 0 {
+			continue
+		}
+		lk := proto.Lock{Owner: owner, Flock: k == heldFlock, Type: proto.LockUnlock, Start: 0, End: proto.LockEOF}
+		if _, err := c.locker.Lock(rctx, ino, lk, false); err != nil && !errors.Is(err, syscall.ESTALE) {
+			// ESTALE: the session is gone, and its locks with it.
+			errs = append(errs, fmt.Errorf("client: release the locks of owner %x on ino %d: %w", owner, ino, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// FlushLocks releases the POSIX locks owner holds on the file: what close(2)
+// of any descriptor of the file does to the locks of the calling process
+// (the kernel names the process's lock owner in FUSE's FLUSH). OFD and
+// flock locks have other owners and stay. Free when owner holds none here.
+func (f *File) FlushLocks(ctx context.Context, owner uint64) error {
+	if f.c.locker == nil {
+		return nil
+	}
+	b := &f.c.locks
+	k := lockKey{f.ino, owner}
+	b.mu.Lock()
+	h := b.held[k]
+	if h&heldPosix == 0 {
+		b.mu.Unlock()
+		return nil
+	}
+	if h &^= heldPosix; h != 0 {
+		b.held[k] = h
+	} else {
+		delete(b.held, k)
+	}
+	b.mu.Unlock()
+	return f.c.unlockAll(ctx, f.ino, owner, heldPosix)
+}
+
+// releaseLocks drops, at the release of f (the last close of an open file
+// description), the locks of every owner that locked through f and
+// through no other File still open here: the flock and OFD locks owned by
+// this description. A process's POSIX locks were already released by the
+// flush of its close.
+func (f *File) releaseLocks(ctx context.Context) error {
+	f.mu.Lock()
+	owners := f.owners
+	f.owners = nil
+	f.mu.Unlock()
+	var errs []error
+	b := &f.c.locks
+	for owner := range owners {
+		k := lockKey{f.ino, owner}
+		b.mu.Lock()
+		b.users[k]--
+		var kinds uint8
+		if b.users[k] <= 0 {
+			delete(b.users, k)
+			kinds = b.held[k]
+			delete(b.held, k)
+		}
+		b.mu.Unlock()
+		if kinds != 0 {
+			errs = append(errs, f.c.unlockAll(ctx, f.ino, owner, kinds))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Append writes p at the true end of the file, whatever other clients
+// appended (O_APPEND across mounts): the metadata service reserves
+// len(p) bytes at the end atomically (proto.LockService.Append) and the
+// bytes then go through the write-behind buffer at the reserved offset
+// like any write. It returns the offset the bytes were written at. If the
+// write fails after the reservation, the reserved range stays a hole
+// (zeros), as an append cut short by a crash leaves it.
+func (f *File) Append(ctx context.Context, p []byte) (uint64, int, error) {
+	st := f.st
+	if st == nil {
+		return 0, 0, syscall.EINVAL
+	}
+	if f.c.locker == nil {
+		return 0, 0, errNoLocks
+	}
+	if len(p) == 0 {
+		return 0, 0, nil
+	}
+	if err := f.stale(ctx); err != nil {
+		return 0, 0, err
+	}
+	st.mu.Lock()
+	err := st.err
+	st.mu.Unlock()
+	if err != nil {
+		return 0, 0, err // reported before reserving: nothing left as a hole
+	}
+	n := uint64(len(p))
+	rctx, cancel := f.c.rpcCtx(ctx)
+	defer cancel()
+	var a proto.Attr
+	err = f.c.handleCall(rctx, f.ino, f.gen, func() (err error) {
+		a, err = f.c.locker.Append(rctx, f.ino, n)
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	if a.Size < n {
+		return 0, 0, fmt.Errorf("client: append to ino %d: the server answered size %d for %d bytes: %w", f.ino, a.Size, n, syscall.EIO)
+	}
+	off := a.Size - n
+	st.mu.Lock()
+	st.metaSize = max(st.metaSize, a.Size)
+	st.mu.Unlock()
+	w, err := f.Write(ctx, p, off)
+	return off, w, err
+}

@@ -1,0 +1,303 @@
+package meta
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+// lockWaitBound bounds how long one LockWait keeps a server goroutine: a
+// waiter that is not woken by a change within it is answered anyway and
+// asks again (it polls), so a waiter that vanished costs at most this.
+const lockWaitBound = 2 * time.Second
+
+// lockOwner is who holds a lock: the kernel's lock owner within a client
+// session. Lock owners are only unique within one mount, so the session is
+// part of the name.
+type lockOwner struct {
+	sess  session
+	owner uint64
+}
+
+// heldLock is one granted lock.
+type heldLock struct {
+	who lockOwner
+	lk  proto.Lock
+}
+
+// inodeLocks are the locks held on one inode, and the channel closed (and
+// replaced) whenever any of them is released or weakened, which wakes the
+// LockWait calls waiting on the inode.
+type inodeLocks struct {
+	held    []heldLock
+	changed chan struct{}
+}
+
+// lockTable is the cluster-wide lock manager: every flock, POSIX and OFD
+// lock of every mount, kept in memory (see doc.go, "Locks").
+type lockTable struct {
+	mu    sync.Mutex
+	inode map[proto.Ino]*inodeLocks
+}
+
+func newLockTable() *lockTable { return &lockTable{inode: map[proto.Ino]*inodeLocks{}} }
+
+// conflictLocked returns the first lock of another owner that keeps who
+// from taking lk.
+func (t *lockTable) conflictLocked(ino proto.Ino, who lockOwner, lk proto.Lock) (heldLock, bool) {
+	il := t.inode[ino]
+	if il == nil {
+		return heldLock{}, false
+	}
+	for _, h := range il.held {
+		if h.who != who && lk.Conflicts(h.lk) {
+			return h, true
+		}
+	}
+	return heldLock{}, false
+}
+
+// set takes, changes or releases lk for who on ino. A conflict fails with
+// EAGAIN and changes nothing. Within one owner a new lock replaces what
+// the owner held in its range (POSIX: a write lock over part of a read
+// lock splits it); flock has one lock per owner.
+func (t *lockTable) set(ino proto.Ino, who lockOwner, lk proto.Lock) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if lk.Type != proto.LockUnlock {
+		if h, ok := t.conflictLocked(ino, who, lk); ok {
+			return errnof(syscall.EAGAIN, "inode %d: range %d-%d is locked by pid %d of %q", ino, h.lk.Start, h.lk.End, h.lk.Pid, h.who.sess.name)
+		}
+	}
+	il := t.inode[ino]
+	if il == nil {
+		if lk.Type == proto.LockUnlock {
+			return nil
+		}
+		il = &inodeLocks{changed: make(chan struct{})}
+		t.inode[ino] = il
+	}
+	kept := il.held[:0:0]
+	released := false
+	for _, h := range il.held {
+		if h.who != who || h.lk.Flock != lk.Flock || h.lk.End < lk.Start || lk.End < h.lk.Start {
+			kept = append(kept, h)
+			continue
+		}
+		released = true
+		// The parts of h outside lk's range stay (for flock the range is
+		// always the whole file, so nothing stays).
+		if h.lk.Start < lk.Start {
+			left := h
+			left.lk.End = lk.Start - 1
+			kept = append(kept, left)
+		}
+		if h.lk.End > lk.End {
+			right := h
+			right.lk.Start = lk.End + 1
+			kept = append(kept, right)
+		}
+	}
+	if lk.Type != proto.LockUnlock {
+		kept = append(kept, heldLock{who: who, lk: lk})
+	}
+	il.held = kept
+	if released {
+		t.wakeLocked(ino, il)
+	}
+	return nil
+}
+
+// wakeLocked wakes the waiters on ino and forgets the inode once it has
+// no locks left.
+func (t *lockTable) wakeLocked(ino proto.Ino, il *inodeLocks) {
+	close(il.changed)
+	il.changed = make(chan struct{})
+	if len(il.held) == 0 {
+		delete(t.inode, ino)
+	}
+}
+
+// test returns the first lock of another owner that conflicts with lk, or
+// a lock of type LockUnlock if there is none.
+func (t *lockTable) test(ino proto.Ino, who lockOwner, lk proto.Lock) proto.Lock {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h, ok := t.conflictLocked(ino, who, lk); ok {
+		return h.lk
+	}
+	return proto.Lock{Type: proto.LockUnlock, Flock: lk.Flock}
+}
+
+// wait returns once lk does not conflict on ino, after bound, or when ctx
+// ends. It takes nothing.
+func (t *lockTable) wait(ctx context.Context, ino proto.Ino, who lockOwner, lk proto.Lock, bound time.Duration) error {
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	for {
+		t.mu.Lock()
+		_, conflict := t.conflictLocked(ino, who, lk)
+		var changed chan struct{}
+		if conflict {
+			changed = t.inode[ino].changed
+		}
+		t.mu.Unlock()
+		if !conflict {
+			return nil
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// dropOwnerInode releases every lock of sess on ino (its last handle on
+// the inode was released).
+func (t *lockTable) dropSessionInode(sess session, ino proto.Ino) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.dropLocked(ino, func(h heldLock) bool { return h.who.sess == sess })
+}
+
+// dropSession releases every lock of sess (its session ended or expired)
+// and returns how many it held.
+func (t *lockTable) dropSession(sess session) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	n := 0
+	for ino := range t.inode {
+		n += t.dropLocked(ino, func(h heldLock) bool { return h.who.sess == sess })
+	}
+	return n
+}
+
+func (t *lockTable) dropLocked(ino proto.Ino, drop func(heldLock) bool) int {
+	il := t.inode[ino]
+	if il == nil {
+		return 0
+	}
+	kept := il.held[:0:0]
+	for _, h := range il.held {
+		if !drop(h) {
+			kept = append(kept, h)
+		}
+	}
+	n := len(il.held) - len(kept)
+	if n > 0 {
+		il.held = kept
+		t.wakeLocked(ino, il)
+	}
+	return n
+}
+
+// count returns the number of locks held on ino (for tests).
+func (t *lockTable) count(ino proto.Ino) int {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if il := t.inode[ino]; il != nil {
+		return len(il.held)
+	}
+	return 0
+}
+
+// checkLock validates a lock request from the wire.
+func checkLock(lk proto.Lock) error {
+	if lk.Type > proto.LockUnlock {
+		return errnof(syscall.EINVAL, "lock type %d", lk.Type)
+	}
+	if lk.Start > lk.End || lk.End > proto.LockEOF {
+		return errnof(syscall.EINVAL, "lock range %d-%d", lk.Start, lk.End)
+	}
+	return nil
+}
+
+// lockCaller authorizes a lock request: the caller's session must be
+// known and, for a remote client, hold an open handle on ino (locks are
+// taken through open files; the open checked the permissions). It
+// returns the lock's owner.
+func (s *Server) lockCaller(ctx context.Context, ino proto.Ino, lk proto.Lock) (lockOwner, error) {
+	if err := checkLock(lk); err != nil {
+		return lockOwner{}, err
+	}
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return lockOwner{}, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.checkSessionLocked(cl.sess); err != nil {
+		return lockOwner{}, err
+	}
+	if cl.sess.remote && s.sessOpens[cl.sess][ino].n == 0 {
+		return lockOwner{}, errnof(syscall.EBADF, "lock on inode %d without an open handle of session %x", ino, cl.sess.id[:4])
+	}
+	return lockOwner{sess: cl.sess, owner: lk.Owner}, nil
+}
+
+// Lock implements proto.LockService.
+func (s *Server) Lock(ctx context.Context, ino proto.Ino, lk proto.Lock, test bool) (proto.Lock, error) {
+	who, err := s.lockCaller(ctx, ino, lk)
+	if err != nil {
+		return proto.Lock{}, err
+	}
+	if test {
+		return s.locks.test(ino, who, lk), nil
+	}
+	return proto.Lock{Type: proto.LockUnlock}, s.locks.set(ino, who, lk)
+}
+
+// LockWait implements proto.LockService: it waits at most lockWaitBound.
+func (s *Server) LockWait(ctx context.Context, ino proto.Ino, lk proto.Lock) error {
+	who, err := s.lockCaller(ctx, ino, lk)
+	if err != nil {
+		return err
+	}
+	if lk.Type == proto.LockUnlock {
+		return nil
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stop := context.AfterFunc(s.ctx, cancel) // the server closing ends the wait
+	defer stop()
+	if err := s.locks.wait(ctx, ino, who, lk, lockWaitBound); err != nil {
+		return fmt.Errorf("meta: lock wait on inode %d: %w: %w", ino, err, syscall.EINTR)
+	}
+	return nil
+}
+
+// LockCount returns the number of locks held on ino (for tests and tools).
+func (s *Server) LockCount(ino proto.Ino) int { return s.locks.count(ino) }
+
+// Append implements proto.LockService: the reservation is a WriteDone
+// command that, applied, grows the size by n from whatever it is then, so
+// appends from any number of clients never overlap.
+func (s *Server) Append(ctx context.Context, ino proto.Ino, n uint64) (proto.Attr, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	if n == 0 || n > maxAppend {
+		return proto.Attr{}, errnof(syscall.EINVAL, "append of %d bytes", n)
+	}
+	if err := s.handleSession(cl.sess); err != nil {
+		return proto.Attr{}, err
+	}
+	if cl.sess.remote && !s.holdsWriteOpen(cl.sess, ino) {
+		return proto.Attr{}, errnof(syscall.EBADF, "append to inode %d without a write handle", ino)
+	}
+	c := &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: n, Flags: writeViaHandle | writeAppend, Cred: cl.cred}
+	r, err := s.proposeAs(ctx, cl, c)
+	return r.attr, err
+}
+
+// maxAppend bounds one append reservation (a FUSE write is at most 1 MiB;
+// this only keeps a bad request from pushing the size to the limit).
+const maxAppend = 1 << 30
