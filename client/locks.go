@@ -58,8 +58,14 @@ func (f *File) Lock(ctx context.Context, lk proto.Lock, test bool) (proto.Lock, 
 	if err := f.stale(ctx); err != nil {
 		return proto.Lock{}, err
 	}
+	var flushErr error
 	if !test {
 		f.useOwner(lk.Owner)
+		if lk.Type == proto.LockUnlock {
+			// What this owner wrote under the lock is on the targets and
+			// its size recorded before anyone else can take the lock.
+			flushErr = f.Flush(ctx)
+		}
 	}
 	rctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
@@ -68,10 +74,30 @@ func (f *File) Lock(ctx context.Context, lk proto.Lock, test bool) (proto.Lock, 
 		out, err = f.c.locker.Lock(rctx, f.ino, lk, test)
 		return err
 	})
-	if err == nil && !test {
-		f.c.locks.note(f.ino, lk)
+	if err != nil || test {
+		return out, err
 	}
-	return out, err
+	f.c.locks.note(f.ino, lk)
+	if lk.Type != proto.LockUnlock {
+		f.revalidate(ctx)
+	}
+	return out, flushErr
+}
+
+// revalidate forgets what this client may have cached of the file (its
+// read-ahead, the size the server had) once a lock was granted: whoever
+// held the lock before flushed what it wrote when it let go, so a lock
+// holder reads what the previous holder wrote, as with NFS. The kernel's
+// page cache is the FUSE adapter's to drop.
+func (f *File) revalidate(ctx context.Context) {
+	if st := f.st; st != nil {
+		st.mu.Lock()
+		st.dropRALocked()
+		st.mu.Unlock()
+	}
+	if _, err := f.c.GetAttr(ctx, f.ino); err != nil {
+		f.c.log.Warn("client: attributes after taking a lock", "ino", f.ino, "err", err)
+	}
 }
 
 // LockWait is Lock that waits while the lock conflicts (F_SETLKW, flock

@@ -92,9 +92,10 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Flush implements fs.FileFlusher (every close of a descriptor).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	lerr := h.flushLocks(ctx) // before creds.with: it needs the request's own ctx
-	ctx = h.fsys.creds.with(ctx)
-	return h.fsys.errno("flush", errors.Join(h.f.Flush(ctx), lerr))
+	err := h.f.Flush(h.fsys.creds.with(ctx))
+	// The closing process's locks go after its data is flushed; the
+	// request's own ctx names its lock owner.
+	return h.fsys.errno("flush", errors.Join(err, h.flushLocks(ctx)))
 }
 
 // Fsync implements fs.FileFsyncer.

@@ -116,7 +116,19 @@ func (h *handle) Setlk(ctx context.Context, owner uint64, lk *gofuse.FileLock, f
 		return errno
 	}
 	_, err := h.f.Lock(ctx, l, false)
+	if err == nil {
+		h.granted(l)
+	}
 	return h.lockErrno("setlk", err)
+}
+
+// granted drops the kernel's cached pages and attributes of the file once
+// a lock was taken: the previous holder's writes must be read from the
+// targets (see client.File.Lock).
+func (h *handle) granted(l proto.Lock) {
+	if l.Type != proto.LockUnlock && h.inode != nil {
+		_ = h.inode.NotifyContent(0, 0)
+	}
 }
 
 // Setlkw implements fs.FileSetlkwer (F_SETLKW, F_OFD_SETLKW, flock
@@ -127,7 +139,11 @@ func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *gofuse.FileLock, 
 	if errno != 0 {
 		return errno
 	}
-	return h.lockErrno("setlkw", h.f.LockWait(ctx, l))
+	err := h.f.LockWait(ctx, l)
+	if err == nil {
+		h.granted(l)
+	}
+	return h.lockErrno("setlkw", err)
 }
 
 // lockErrno is errno without logging the answers a lock call is expected
