@@ -43,6 +43,10 @@ func kindOf(lk proto.Lock) uint8 {
 	return heldPosix
 }
 
+// ClusterLocks reports whether the metadata service keeps locks and
+// reserves appends (metarpc and meta.Server do; test fakes may not).
+func (c *Client) ClusterLocks() bool { return c.locker != nil }
+
 // errNoLocks answers lock calls when the metadata service keeps no locks.
 var errNoLocks = fmt.Errorf("client: the metadata service keeps no locks: %w", syscall.ENOLCK)
 

@@ -22,7 +22,10 @@ type handle struct {
 }
 
 func newHandle(fsys *filesystem, f *client.File, inode *fs.Inode, flags uint32) *handle {
-	return &handle{fsys: fsys, f: f, inode: inode, appending: flags&syscall.O_APPEND != 0}
+	// A metadata service without Append (test fakes) leaves O_APPEND to
+	// the kernel's idea of the end of file, which is right on one mount.
+	appending := flags&syscall.O_APPEND != 0 && fsys.c.ClusterLocks()
+	return &handle{fsys: fsys, f: f, inode: inode, appending: appending}
 }
 
 // Read implements fs.FileReader. The reply is written to the kernel
