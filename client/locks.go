@@ -10,7 +10,7 @@ import (
 	"github.com/weft-fs/weft/proto"
 )
 
-// Lock kinds a lock owner holds on an inode (lockBook.held bits).
+// Lock kinds a lock owner holds on an inode.
 const (
 	heldPosix uint8 = 1 << iota // POSIX or OFD byte-range locks
 	heldFlock                   // a flock lock
@@ -21,26 +21,33 @@ type lockKey struct {
 	owner uint64
 }
 
-// lockBook is what the locks of this client's lock owners look like from
-// here, so that closes release them with no round trip when there are
-// none (the common case): which kinds each owner may hold on each inode,
-// and how many open Files each owner locked through.
+// lockBook is what this client's lock owners hold, as the server granted
+// it: so that closes release locks with no round trip when there are none
+// (the common case), and so that the locks can be reclaimed after the
+// metadata server restarted. It also counts the open Files each owner
+// locked through.
 type lockBook struct {
 	mu    sync.Mutex
-	held  map[lockKey]uint8
+	held  map[lockKey][]proto.Lock
 	users map[lockKey]int
 }
 
 func (b *lockBook) init() {
-	b.held = map[lockKey]uint8{}
+	b.held = map[lockKey][]proto.Lock{}
 	b.users = map[lockKey]int{}
 }
 
-func kindOf(lk proto.Lock) uint8 {
-	if lk.Flock {
-		return heldFlock
+// kinds returns the kinds of lock in held.
+func kinds(held []proto.Lock) uint8 {
+	var k uint8
+	for _, l := range held {
+		if l.Flock {
+			k |= heldFlock
+		} else {
+			k |= heldPosix
+		}
 	}
-	return heldPosix
+	return k
 }
 
 // ClusterLocks reports whether the metadata service keeps locks and
@@ -56,6 +63,10 @@ var errNoLocks = fmt.Errorf("client: the metadata service keeps no locks: %w", s
 // with EAGAIN. Locks are kept by the metadata service for the whole
 // cluster; see package meta, "Locks".
 func (f *File) Lock(ctx context.Context, lk proto.Lock, test bool) (proto.Lock, error) {
+	mode := proto.LockSet
+	if test {
+		mode = proto.LockTest
+	}
 	if f.c.locker == nil {
 		return proto.Lock{}, errNoLocks
 	}
@@ -75,10 +86,10 @@ func (f *File) Lock(ctx context.Context, lk proto.Lock, test bool) (proto.Lock, 
 	defer cancel()
 	var out proto.Lock
 	err := f.c.handleCall(rctx, f.ino, f.gen, func() (err error) {
-		out, err = f.c.locker.Lock(rctx, f.ino, lk, test)
+		out, err = f.c.locker.Lock(rctx, f.ino, lk, mode)
 		return err
 	})
-	if err != nil || test {
+	if err != nil || mode == proto.LockTest {
 		return out, err
 	}
 	f.c.locks.note(f.ino, lk)
@@ -150,24 +161,40 @@ func (f *File) useOwner(owner uint64) {
 	b.mu.Unlock()
 }
 
-// note records what a granted lock request leaves the owner holding. A
-// partial unlock leaves the kind marked: a later release sends an unlock
-// that may find nothing, which costs a round trip but never keeps a lock.
+// note records a granted lock request.
 func (b *lockBook) note(ino proto.Ino, lk proto.Lock) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	k := lockKey{ino, lk.Owner}
-	if lk.Type != proto.LockUnlock {
-		b.held[k] |= kindOf(lk)
-		return
+	if held, _ := lk.Apply(b.held[k]); len(held) > 0 {
+		b.held[k] = held
+	} else {
+		delete(b.held, k)
 	}
-	if lk.Flock || (lk.Start == 0 && lk.End >= proto.LockEOF) {
-		if h := b.held[k] &^ kindOf(lk); h != 0 {
-			b.held[k] = h
-		} else {
-			delete(b.held, k)
+}
+
+// forget drops the locks of the given kinds of owner on ino from the book
+// and reports which kinds it had.
+func (b *lockBook) forget(k lockKey, which uint8) uint8 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	held := b.held[k]
+	had := kinds(held) & which
+	if had == 0 {
+		return 0
+	}
+	kept := held[:0:0]
+	for _, l := range held {
+		if kinds([]proto.Lock{l})&which == 0 {
+			kept = append(kept, l)
 		}
 	}
+	if len(kept) > 0 {
+		b.held[k] = kept
+	} else {
+		delete(b.held, k)
+	}
+	return had
 }
 
 // unlockAll releases every lock of the given kinds that owner holds on ino.
@@ -180,7 +207,7 @@ func (c *Client) unlockAll(ctx context.Context, ino proto.Ino, owner uint64, kin
 			continue
 		}
 		lk := proto.Lock{Owner: owner, Flock: k == heldFlock, Type: proto.LockUnlock, Start: 0, End: proto.LockEOF}
-		if _, err := c.locker.Lock(rctx, ino, lk, false); err != nil && !errors.Is(err, syscall.ESTALE) {
+		if _, err := c.locker.Lock(rctx, ino, lk, proto.LockSet); err != nil && !errors.Is(err, syscall.ESTALE) {
 			// ESTALE: the session is gone, and its locks with it.
 			errs = append(errs, fmt.Errorf("client: release the locks of owner %x on ino %d: %w", owner, ino, err))
 		}
@@ -196,20 +223,9 @@ func (f *File) FlushLocks(ctx context.Context, owner uint64) error {
 	if f.c.locker == nil {
 		return nil
 	}
-	b := &f.c.locks
-	k := lockKey{f.ino, owner}
-	b.mu.Lock()
-	h := b.held[k]
-	if h&heldPosix == 0 {
-		b.mu.Unlock()
+	if f.c.locks.forget(lockKey{f.ino, owner}, heldPosix) == 0 {
 		return nil
 	}
-	if h &^= heldPosix; h != 0 {
-		b.held[k] = h
-	} else {
-		delete(b.held, k)
-	}
-	b.mu.Unlock()
 	return f.c.unlockAll(ctx, f.ino, owner, heldPosix)
 }
 
@@ -229,15 +245,16 @@ func (f *File) releaseLocks(ctx context.Context) error {
 		k := lockKey{f.ino, owner}
 		b.mu.Lock()
 		b.users[k]--
-		var kinds uint8
-		if b.users[k] <= 0 {
+		last := b.users[k] <= 0
+		if last {
 			delete(b.users, k)
-			kinds = b.held[k]
-			delete(b.held, k)
 		}
 		b.mu.Unlock()
-		if kinds != 0 {
-			errs = append(errs, f.c.unlockAll(ctx, f.ino, owner, kinds))
+		if !last {
+			continue
+		}
+		if had := b.forget(k, heldPosix|heldFlock); had != 0 {
+			errs = append(errs, f.c.unlockAll(ctx, f.ino, owner, had))
 		}
 	}
 	return errors.Join(errs...)
@@ -290,4 +307,42 @@ func (f *File) Append(ctx context.Context, p []byte) (uint64, int, error) {
 	st.mu.Unlock()
 	w, err := f.Write(ctx, p, off)
 	return off, w, err
+}
+
+// reclaimLocks takes every lock this client holds again, after the
+// metadata server restarted and took its session back (in the grace
+// period, before anyone else may take new locks). A lock that cannot be
+// taken back is lost: logged at error level, as the application holding
+// it is not told.
+func (c *Client) reclaimLocks(ctx context.Context) {
+	if c.locker == nil {
+		return
+	}
+	b := &c.locks
+	b.mu.Lock()
+	all := map[lockKey][]proto.Lock{}
+	for k, held := range b.held {
+		all[k] = append([]proto.Lock(nil), held...)
+	}
+	b.mu.Unlock()
+	n := 0
+	for k, held := range all {
+		for _, lk := range held {
+			if _, err := c.locker.Lock(ctx, k.ino, lk, proto.LockReclaim); err != nil {
+				c.log.Error("client: a lock held before the metadata server restarted is lost",
+					"ino", k.ino, "start", lk.Start, "end", lk.End, "pid", lk.Pid, "err", err)
+				b.mu.Lock()
+				b.held[k], _ = proto.Lock{Owner: lk.Owner, Flock: lk.Flock, Type: proto.LockUnlock, Start: lk.Start, End: lk.End}.Apply(b.held[k])
+				if len(b.held[k]) == 0 {
+					delete(b.held, k)
+				}
+				b.mu.Unlock()
+				continue
+			}
+			n++
+		}
+	}
+	if n > 0 {
+		c.log.Warn("client: reclaimed this mount's locks after the metadata server restarted", "locks", n)
+	}
 }

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"syscall"
@@ -63,8 +64,7 @@ func (t *lockTable) conflictLocked(ino proto.Ino, who lockOwner, lk proto.Lock) 
 
 // set takes, changes or releases lk for who on ino. A conflict fails with
 // EAGAIN and changes nothing. Within one owner a new lock replaces what
-// the owner held in its range (POSIX: a write lock over part of a read
-// lock splits it); flock has one lock per owner.
+// the owner held in its range (proto.Lock.Apply).
 func (t *lockTable) set(ino proto.Ino, who lockOwner, lk proto.Lock) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -81,32 +81,21 @@ func (t *lockTable) set(ino proto.Ino, who lockOwner, lk proto.Lock) error {
 		il = &inodeLocks{changed: make(chan struct{})}
 		t.inode[ino] = il
 	}
-	kept := il.held[:0:0]
-	released := false
+	var mine []proto.Lock
+	kept := make([]heldLock, 0, len(il.held)+1)
 	for _, h := range il.held {
-		if h.who != who || h.lk.Flock != lk.Flock || h.lk.End < lk.Start || lk.End < h.lk.Start {
+		if h.who == who {
+			mine = append(mine, h.lk)
+		} else {
 			kept = append(kept, h)
-			continue
-		}
-		released = true
-		// The parts of h outside lk's range stay (for flock the range is
-		// always the whole file, so nothing stays).
-		if h.lk.Start < lk.Start {
-			left := h
-			left.lk.End = lk.Start - 1
-			kept = append(kept, left)
-		}
-		if h.lk.End > lk.End {
-			right := h
-			right.lk.Start = lk.End + 1
-			kept = append(kept, right)
 		}
 	}
-	if lk.Type != proto.LockUnlock {
-		kept = append(kept, heldLock{who: who, lk: lk})
+	mine, released := lk.Apply(mine)
+	for _, m := range mine {
+		kept = append(kept, heldLock{who: who, lk: m})
 	}
 	il.held = kept
-	if released {
+	if released || len(kept) == 0 {
 		t.wakeLocked(ino, il)
 	}
 	return nil
@@ -133,11 +122,9 @@ func (t *lockTable) test(ino proto.Ino, who lockOwner, lk proto.Lock) proto.Lock
 	return proto.Lock{Type: proto.LockUnlock, Flock: lk.Flock}
 }
 
-// wait returns once lk does not conflict on ino, after bound, or when ctx
-// ends. It takes nothing.
-func (t *lockTable) wait(ctx context.Context, ino proto.Ino, who lockOwner, lk proto.Lock, bound time.Duration) error {
-	timer := time.NewTimer(bound)
-	defer timer.Stop()
+// wait returns once lk does not conflict on ino, or with ctx's error when
+// ctx ends. It takes nothing.
+func (t *lockTable) wait(ctx context.Context, ino proto.Ino, who lockOwner, lk proto.Lock) error {
 	for {
 		t.mu.Lock()
 		_, conflict := t.conflictLocked(ino, who, lk)
@@ -151,15 +138,13 @@ func (t *lockTable) wait(ctx context.Context, ino proto.Ino, who lockOwner, lk p
 		}
 		select {
 		case <-changed:
-		case <-timer.C:
-			return nil
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
 }
 
-// dropOwnerInode releases every lock of sess on ino (its last handle on
+// dropSessionInode releases every lock of sess on ino (its last handle on
 // the inode was released).
 func (t *lockTable) dropSessionInode(sess session, ino proto.Ino) {
 	t.mu.Lock()
@@ -242,19 +227,37 @@ func (s *Server) lockCaller(ctx context.Context, ino proto.Ino, lk proto.Lock) (
 	return lockOwner{sess: cl.sess, owner: lk.Owner}, nil
 }
 
+// errGrace refuses new locks while locks held before a restart may still
+// be reclaimed.
+func errGrace(ino proto.Ino) error {
+	return errnof(syscall.EAGAIN, "inode %d: no new locks in the grace period after a restart, while clients reclaim theirs", ino)
+}
+
 // Lock implements proto.LockService.
-func (s *Server) Lock(ctx context.Context, ino proto.Ino, lk proto.Lock, test bool) (proto.Lock, error) {
+func (s *Server) Lock(ctx context.Context, ino proto.Ino, lk proto.Lock, mode proto.LockMode) (proto.Lock, error) {
 	who, err := s.lockCaller(ctx, ino, lk)
 	if err != nil {
 		return proto.Lock{}, err
 	}
-	if test {
+	switch mode {
+	case proto.LockTest:
 		return s.locks.test(ino, who, lk), nil
+	case proto.LockReclaim:
+		if !s.inGrace() {
+			return proto.Lock{}, errnof(syscall.ESTALE, "inode %d: locks can be reclaimed only in the grace period after a restart", ino)
+		}
+	case proto.LockSet:
+		if lk.Type != proto.LockUnlock && s.inGrace() {
+			return proto.Lock{}, errGrace(ino)
+		}
+	default:
+		return proto.Lock{}, errnof(syscall.EINVAL, "lock mode %d", mode)
 	}
 	return proto.Lock{Type: proto.LockUnlock}, s.locks.set(ino, who, lk)
 }
 
-// LockWait implements proto.LockService: it waits at most lockWaitBound.
+// LockWait implements proto.LockService: it waits at most lockWaitBound,
+// and during the grace period after a restart until the period ends.
 func (s *Server) LockWait(ctx context.Context, ino proto.Ino, lk proto.Lock) error {
 	who, err := s.lockCaller(ctx, ino, lk)
 	if err != nil {
@@ -263,11 +266,21 @@ func (s *Server) LockWait(ctx context.Context, ino proto.Ino, lk proto.Lock) err
 	if lk.Type == proto.LockUnlock {
 		return nil
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithTimeout(ctx, lockWaitBound)
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel) // the server closing ends the wait
 	defer stop()
-	if err := s.locks.wait(ctx, ino, who, lk, lockWaitBound); err != nil {
+	if s.inGrace() {
+		t := time.NewTimer(time.Until(s.graceUntil))
+		defer t.Stop()
+		select {
+		case <-t.C:
+		case <-ctx.Done():
+		}
+	} else {
+		err = s.locks.wait(ctx, ino, who, lk)
+	}
+	if err != nil && !errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("meta: lock wait on inode %d: %w: %w", ino, err, syscall.EINTR)
 	}
 	return nil

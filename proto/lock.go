@@ -39,15 +39,59 @@ func (l Lock) Conflicts(h Lock) bool {
 		l.Type != LockUnlock && h.Type != LockUnlock
 }
 
+// Apply returns what an owner that held held (its locks on one file)
+// holds after the request l of the same owner: l's range is cut out of
+// the owner's locks of l's name space (a write lock over part of a read
+// lock splits it; flock locks always span the whole file) and l is added
+// unless it is an unlock. released reports whether any held lock was cut
+// or replaced, which may let a waiter through.
+func (l Lock) Apply(held []Lock) (out []Lock, released bool) {
+	out = make([]Lock, 0, len(held)+2)
+	for _, h := range held {
+		if h.Flock != l.Flock || h.End < l.Start || l.End < h.Start {
+			out = append(out, h)
+			continue
+		}
+		released = true
+		if h.Start < l.Start {
+			left := h
+			left.End = l.Start - 1
+			out = append(out, left)
+		}
+		if h.End > l.End {
+			right := h
+			right.Start = l.End + 1
+			out = append(out, right)
+		}
+	}
+	if l.Type != LockUnlock {
+		out = append(out, l)
+	}
+	return out, released
+}
+
+// LockMode says what a Lock request does.
+type LockMode uint8
+
+const (
+	LockSet     LockMode = 0 // take, change or release (F_SETLK)
+	LockTest    LockMode = 1 // report a conflict, change nothing (F_GETLK)
+	LockReclaim LockMode = 2 // take again a lock held before a metadata server restart
+)
+
 // LockService is the cluster-wide lock manager the metadata service keeps
 // (see package meta, "Locks"), and the atomic append it offers.
 type LockService interface {
 	// Lock takes, changes or releases (Type LockUnlock) lk on ino for the
-	// caller's session, or with test only reports the first lock of
-	// another owner that conflicts with lk (Type LockUnlock: none). A
-	// conflict fails with EAGAIN and changes nothing. Taking a lock needs
-	// an open handle of the session on ino (EBADF).
-	Lock(ctx context.Context, ino Ino, lk Lock, test bool) (Lock, error)
+	// caller's session (LockSet), or only reports the first lock of
+	// another owner that conflicts with lk (LockTest; Type LockUnlock:
+	// none), or takes back a lock the session held before the server
+	// restarted (LockReclaim, only in the grace period after the restart;
+	// ESTALE otherwise). A conflict fails with EAGAIN and changes nothing;
+	// so does taking a new lock during the grace period, while locks may
+	// still be reclaimed. Locking needs an open handle of the session on
+	// ino (EBADF).
+	Lock(ctx context.Context, ino Ino, lk Lock, mode LockMode) (Lock, error)
 	// LockWait returns once lk no longer conflicts, or after a bounded
 	// time, or when ctx ends; it takes nothing (the caller then tries
 	// Lock again), so a waiter that gave up holds nothing.

@@ -313,6 +313,35 @@ func TestLocks(t *testing.T) {
 	})
 }
 
+// TestLocksAcrossMetaRestart: the metadata server keeps locks in memory;
+// after it restarts, the mounts take theirs back in its grace period, in
+// which nobody may take a new lock, so a lock held before the restart
+// still holds after it.
+func TestLocksAcrossMetaRestart(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Mounts: 2, Targets: 2,
+		MetaArgs: []string{"--session-lease", sessionLease, "--orphan-grace", "3s"}})
+	a, b := startLocker(t, "mount 0"), startLocker(t, "mount 1")
+	a.must("open "+filepath.Join(c.Mount(0), "f"), "ok")
+	b.must("open "+filepath.Join(c.Mount(1), "f"), "ok")
+	b.must("open "+filepath.Join(c.Mount(1), "probe"), "ok")
+	a.must("posix wr 0 9 nb", "ok")
+	a.must("flock ex nb", "ok")
+
+	c.StopMeta() // kill -9
+	c.StartMeta()
+	// A lock on a file nobody locked is granted once the grace period
+	// is over.
+	b.eventually("posix wr 0 0 nb", "ok")
+	b.must("close", "ok")
+	b.must("posix wr 5 1 nb", "EAGAIN")
+	b.must("flock sh nb", "EAGAIN")
+	if got := b.do("getlk posix rd 0 0"); got != fmt.Sprintf("wr 0 9 %d", a.pid()) {
+		t.Errorf("F_GETLK after the restart: %q, want a's lock", got)
+	}
+	a.must("posix un 0 0 nb", "ok")
+	b.must("posix wr 5 1 nb", "ok")
+}
+
 // TestLocksSQLite: SQLite writers on three mounts, serialized only by
 // SQLite's fcntl locks: every transaction commits, the counter each one
 // bumps matches the rows, and the database is intact.

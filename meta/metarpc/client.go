@@ -261,13 +261,13 @@ func (c *Client) CloseSession(ctx context.Context) error {
 // connection) unless it only tests: taking or releasing the same lock
 // twice for the same owner leaves the same state, so a retry is harmless
 // even though the server keeps no reply for it.
-func (c *Client) Lock(ctx context.Context, ino proto.Ino, lk proto.Lock, test bool) (proto.Lock, error) {
+func (c *Client) Lock(ctx context.Context, ino proto.Ino, lk proto.Lock, mode proto.LockMode) (proto.Lock, error) {
 	var r lockResp
 	var err error
-	if test {
-		err = c.do(ctx, OpLock, &lockReq{ino, lk, true}, &r)
+	if mode == proto.LockTest {
+		err = c.do(ctx, OpLock, &lockReq{ino, lk, mode}, &r)
 	} else {
-		err = c.mutate(ctx, OpLock, &lockReq{ino, lk, false}, &r)
+		err = c.mutate(ctx, OpLock, &lockReq{ino, lk, mode}, &r)
 	}
 	return r.Lock, err
 }
@@ -275,7 +275,7 @@ func (c *Client) Lock(ctx context.Context, ino proto.Ino, lk proto.Lock, test bo
 // LockWait is sent once: the caller asks again (with Lock) whatever it
 // answers.
 func (c *Client) LockWait(ctx context.Context, ino proto.Ino, lk proto.Lock) error {
-	return c.do(ctx, OpLockWait, &lockReq{ino, lk, false}, &emptyMsg{})
+	return c.do(ctx, OpLockWait, &lockReq{ino, lk, proto.LockSet}, &emptyMsg{})
 }
 
 func (c *Client) Append(ctx context.Context, ino proto.Ino, n uint64) (proto.Attr, error) {

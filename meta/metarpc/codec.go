@@ -383,24 +383,24 @@ func (m *sessionOpenReq) decode(d *wire.Decoder) {
 	}
 }
 
-// lockReq is a lock request: the inode, the lock, and whether it only
-// tests for a conflict (F_GETLK).
+// lockReq is a lock request: the inode, the lock, and what to do with it
+// (proto.LockMode: set, test for a conflict, reclaim after a restart).
 type lockReq struct {
 	Ino  proto.Ino
 	Lock proto.Lock
-	Test bool
+	Mode proto.LockMode
 }
 
 func (m *lockReq) encode(e *wire.Encoder) {
 	e.U64(uint64(m.Ino))
 	encodeLock(e, &m.Lock)
-	e.Bool(m.Test)
+	e.U8(uint8(m.Mode))
 }
 
 func (m *lockReq) decode(d *wire.Decoder) {
 	m.Ino = proto.Ino(d.U64())
 	decodeLock(d, &m.Lock)
-	m.Test = d.Bool()
+	m.Mode = proto.LockMode(d.U8())
 }
 
 func encodeLock(e *wire.Encoder, l *proto.Lock) {

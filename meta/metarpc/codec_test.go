@@ -53,7 +53,7 @@ func samples() []message {
 		&emptyMsg{},
 		&sessionOpenReq{[]proto.OpenHandle{{Ino: 5, Count: 2, Write: true}, {Ino: 6, Count: 1}}},
 		&leaseResp{30e9},
-		&lockReq{5, proto.Lock{Owner: 1 << 60, Flock: true, Type: proto.LockWrite, Start: 3, End: proto.LockEOF, Pid: 42}, true},
+		&lockReq{5, proto.Lock{Owner: 1 << 60, Flock: true, Type: proto.LockWrite, Start: 3, End: proto.LockEOF, Pid: 42}, proto.LockReclaim},
 		&lockResp{proto.Lock{Owner: 9, Type: proto.LockRead, Start: 0, End: 99, Pid: 7}},
 		&appendReq{5, 4096},
 		&attrResp{sampleAttr},

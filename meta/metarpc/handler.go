@@ -174,7 +174,7 @@ func (h *handler) callLocks(ctx context.Context, op uint16, req message) (messag
 	case *lockReq:
 		switch op {
 		case OpLock:
-			l, err := h.locks.Lock(ctx, r.Ino, r.Lock, r.Test)
+			l, err := h.locks.Lock(ctx, r.Ino, r.Lock, r.Mode)
 			return &lockResp{l}, err
 		case OpLockWait:
 			return &emptyMsg{}, h.locks.LockWait(ctx, r.Ino, r.Lock)
