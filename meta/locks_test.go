@@ -214,3 +214,21 @@ func TestAppend(t *testing.T) {
 		t.Fatalf("append of 0 bytes: %v", err)
 	}
 }
+
+// TestAppendCommandVersion: an append is encoded as command version 5 (so
+// an older server refuses it rather than misapplying it) and decodes back;
+// other commands keep version 4.
+func TestAppendCommandVersion(t *testing.T) {
+	c := &Command{Op: OpWriteDone, Ino: 7, Size: 3, Flags: writeViaHandle | writeAppend}
+	b := c.Encode()
+	if b[0] != cmdVersionAppend {
+		t.Fatalf("append encoded as version %d", b[0])
+	}
+	d, err := DecodeCommand(b)
+	if err != nil || d.Flags != c.Flags || d.Size != 3 || d.Ino != 7 {
+		t.Fatalf("decoded %+v, %v", d, err)
+	}
+	if v := (&Command{Op: OpWriteDone, Size: 3, Flags: writeViaHandle}).Encode()[0]; v != cmdVersion {
+		t.Fatalf("plain WriteDone encoded as version %d", v)
+	}
+}

@@ -3,6 +3,7 @@
 # Idempotent: each step checks first and does nothing when already done.
 #
 #   FUSE 3 (fusermount3, /dev/fuse), iproute2 (ss), psmisc (fuser),
+#   python3 with its sqlite3 module (the lock tests' helpers),
 #   fs.pipe-max-size = 2 MiB (so 1 MiB FUSE reads can be spliced),
 #   user_allow_other in /etc/fuse.conf, a user and a group named "tests"
 #   (pjdfstest runs as them), pjdfstest and fsx (cargo), and a Go toolchain.
@@ -29,7 +30,7 @@ fi
 
 # --- Debian packages ---------------------------------------------------------
 need=()
-for pkg in fuse3 iproute2 psmisc ca-certificates curl; do
+for pkg in fuse3 iproute2 psmisc ca-certificates curl python3; do
 	if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
 		need+=("$pkg")
 	fi
