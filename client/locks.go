@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/weft-fs/weft/proto"
 )
@@ -37,6 +38,14 @@ func (b *lockBook) init() {
 	b.users = map[lockKey]int{}
 }
 
+// reset forgets every lock: the session that held them is gone, and the
+// server released them with it.
+func (b *lockBook) reset() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	clear(b.held)
+}
+
 // kinds returns the kinds of lock in held.
 func kinds(held []proto.Lock) uint8 {
 	var k uint8
@@ -53,6 +62,9 @@ func kinds(held []proto.Lock) uint8 {
 // ClusterLocks reports whether the metadata service keeps locks and
 // reserves appends (metarpc and meta.Server do; test fakes may not).
 func (c *Client) ClusterLocks() bool { return c.locker != nil }
+
+// lockRetryPause is how long a waiter pauses after a failed LockWait.
+const lockRetryPause = 100 * time.Millisecond
 
 // errNoLocks answers lock calls when the metadata service keeps no locks.
 var errNoLocks = fmt.Errorf("client: the metadata service keeps no locks: %w", syscall.ENOLCK)
@@ -133,11 +145,18 @@ func (f *File) LockWait(ctx context.Context, lk proto.Lock) error {
 		wctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
 		err = f.c.locker.LockWait(wctx, f.ino, lk)
 		cancel()
+		if err != nil && ctx.Err() == nil {
+			// The wait failed (the server restarting or closing): pause,
+			// then the next Lock either works or reports what is wrong.
+			t := time.NewTimer(lockRetryPause)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
+		}
 		if ctx.Err() != nil {
 			return fmt.Errorf("client: waiting for a lock on ino %d: %w", f.ino, syscall.EINTR)
-		}
-		if err != nil {
-			return err
 		}
 	}
 }

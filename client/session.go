@@ -188,6 +188,7 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 	s.handles = map[proto.Ino]*proto.OpenHandle{}
 	s.registered = false
 	s.c.rel.dropQueued()
+	s.c.locks.reset() // the server dropped the old session's locks
 	s.c.log.Error("metadata session expired (this mount was stopped or cut off for longer than the lease): "+
 		"its open files are stale and fail with ESTALE until opened again",
 		"session", fmt.Sprintf("%x", old[:4]), "stale_files", len(held), "err", err)

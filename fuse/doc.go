@@ -57,8 +57,10 @@
 //     ignores the offset the kernel computed from its idea of the end of
 //     file and writes at the end the metadata server reserved for it
 //     (client.File.Append); when the two differ the kernel's cached
-//     attributes are dropped. The flag is taken at open (a later
-//     fcntl(F_SETFL, O_APPEND) is not seen).
+//     attributes are dropped. Such a handle is direct I/O (FOPEN_DIRECT_IO),
+//     so the kernel never caches an appended record at its own, wrong,
+//     offset. The flag is taken at open (a later fcntl(F_SETFL, O_APPEND)
+//     is not seen).
 //
 // # Locks
 //

@@ -28,6 +28,17 @@ func newHandle(fsys *filesystem, f *client.File, inode *fs.Inode, flags uint32) 
 	return &handle{fsys: fsys, f: f, inode: inode, appending: appending}
 }
 
+// openFlags returns the FOPEN flags of the open reply. An appending
+// handle is direct I/O: the kernel would otherwise put each appended
+// record into its page cache at its own idea of the end of file, not
+// where the metadata server placed it (appendWrite).
+func (h *handle) openFlags(flags uint32) uint32 {
+	if h.appending {
+		flags = flags&^gofuse.FOPEN_KEEP_CACHE | gofuse.FOPEN_DIRECT_IO
+	}
+	return flags
+}
+
 // Read implements fs.FileReader. The reply is written to the kernel
 // straight from the client's buffers (read-ahead chunks included) with one
 // writev: see bufsResult.

@@ -92,7 +92,7 @@ func (h *handle) Getlk(ctx context.Context, owner uint64, lk *gofuse.FileLock, f
 	if errno != 0 {
 		return errno
 	}
-	c, err := h.f.Lock(ctx, l, true)
+	c, err := h.f.Lock(h.fsys.creds.with(ctx), l, true)
 	if err != nil {
 		return h.fsys.errno("getlk", err)
 	}
@@ -115,7 +115,7 @@ func (h *handle) Setlk(ctx context.Context, owner uint64, lk *gofuse.FileLock, f
 	if errno != 0 {
 		return errno
 	}
-	_, err := h.f.Lock(ctx, l, false)
+	_, err := h.f.Lock(h.fsys.creds.with(ctx), l, false)
 	if err == nil {
 		h.granted(l)
 	}
@@ -139,7 +139,7 @@ func (h *handle) Setlkw(ctx context.Context, owner uint64, lk *gofuse.FileLock, 
 	if errno != 0 {
 		return errno
 	}
-	err := h.f.LockWait(ctx, l)
+	err := h.f.LockWait(h.fsys.creds.with(ctx), l) // still cancelled by an interrupt
 	if err == nil {
 		h.granted(l)
 	}
@@ -171,7 +171,9 @@ func (h *handle) flushLocks(ctx context.Context) error {
 // appendWrite writes data at the true end of the file, wherever the
 // kernel thought the end was (off): O_APPEND across mounts. When the
 // kernel's idea was wrong (another mount appended), its cached attributes
-// are dropped so that it asks for the real size.
+// are dropped so that it asks for the real size (attributes only: pages
+// cannot be invalidated while the kernel waits for this reply, and an
+// appending handle is direct I/O, see openFlags).
 func (h *handle) appendWrite(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	at, n, err := h.f.Append(ctx, data)
 	if err != nil {

@@ -305,7 +305,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.fsys.errno("create", err)
 	}
 	ch := n.child(ctx, a, out)
-	return ch, newHandle(n.fsys, f, ch, flags), 0, 0
+	h := newHandle(n.fsys, f, ch, flags)
+	return ch, h, h.openFlags(0), 0
 }
 
 // Mknod implements fs.NodeMknoder (fifos, sockets, device nodes, files).
@@ -423,7 +424,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if keep && !changed {
 		fuseFlags = gofuse.FOPEN_KEEP_CACHE
 	}
-	return newHandle(n.fsys, f, n.EmbeddedInode(), flags), fuseFlags, 0
+	h := newHandle(n.fsys, f, n.EmbeddedInode(), flags)
+	return h, h.openFlags(fuseFlags), 0
 }
 
 // Statfs implements fs.NodeStatfser: usage summed over the storage targets.

@@ -206,25 +206,27 @@ func checkLock(lk proto.Lock) error {
 
 // lockCaller authorizes a lock request: the caller's session must be
 // known and, for a remote client, hold an open handle on ino (locks are
-// taken through open files; the open checked the permissions). It
-// returns the lock's owner.
-func (s *Server) lockCaller(ctx context.Context, ino proto.Ino, lk proto.Lock) (lockOwner, error) {
+// taken through open files; the open checked the permissions). Then it
+// runs do with the lock's owner, still under the server's mutex, so that
+// no lock is granted to a session that expires or drops its last handle
+// meanwhile (both release the session's locks under that mutex).
+func (s *Server) lockCaller(ctx context.Context, ino proto.Ino, lk proto.Lock, do func(lockOwner) error) error {
 	if err := checkLock(lk); err != nil {
-		return lockOwner{}, err
+		return err
 	}
 	cl, err := s.caller(ctx)
 	if err != nil {
-		return lockOwner{}, err
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.checkSessionLocked(cl.sess); err != nil {
-		return lockOwner{}, err
+		return err
 	}
 	if cl.sess.remote && s.sessOpens[cl.sess][ino].n == 0 {
-		return lockOwner{}, errnof(syscall.EBADF, "lock on inode %d without an open handle of session %x", ino, cl.sess.id[:4])
+		return errnof(syscall.EBADF, "lock on inode %d without an open handle of session %x", ino, cl.sess.id[:4])
 	}
-	return lockOwner{sess: cl.sess, owner: lk.Owner}, nil
+	return do(lockOwner{sess: cl.sess, owner: lk.Owner})
 }
 
 // errGrace refuses new locks while locks held before a restart may still
@@ -235,32 +237,36 @@ func errGrace(ino proto.Ino) error {
 
 // Lock implements proto.LockService.
 func (s *Server) Lock(ctx context.Context, ino proto.Ino, lk proto.Lock, mode proto.LockMode) (proto.Lock, error) {
-	who, err := s.lockCaller(ctx, ino, lk)
+	out := proto.Lock{Type: proto.LockUnlock}
+	err := s.lockCaller(ctx, ino, lk, func(who lockOwner) error {
+		switch mode {
+		case proto.LockTest:
+			out = s.locks.test(ino, who, lk)
+			return nil
+		case proto.LockReclaim:
+			if !s.inGrace() {
+				return errnof(syscall.ESTALE, "inode %d: locks can be reclaimed only in the grace period after a restart", ino)
+			}
+		case proto.LockSet:
+			if lk.Type != proto.LockUnlock && s.inGrace() {
+				return errGrace(ino)
+			}
+		default:
+			return errnof(syscall.EINVAL, "lock mode %d", mode)
+		}
+		return s.locks.set(ino, who, lk)
+	})
 	if err != nil {
 		return proto.Lock{}, err
 	}
-	switch mode {
-	case proto.LockTest:
-		return s.locks.test(ino, who, lk), nil
-	case proto.LockReclaim:
-		if !s.inGrace() {
-			return proto.Lock{}, errnof(syscall.ESTALE, "inode %d: locks can be reclaimed only in the grace period after a restart", ino)
-		}
-	case proto.LockSet:
-		if lk.Type != proto.LockUnlock && s.inGrace() {
-			return proto.Lock{}, errGrace(ino)
-		}
-	default:
-		return proto.Lock{}, errnof(syscall.EINVAL, "lock mode %d", mode)
-	}
-	return proto.Lock{Type: proto.LockUnlock}, s.locks.set(ino, who, lk)
+	return out, nil
 }
 
 // LockWait implements proto.LockService: it waits at most lockWaitBound,
 // and during the grace period after a restart until the period ends.
 func (s *Server) LockWait(ctx context.Context, ino proto.Ino, lk proto.Lock) error {
-	who, err := s.lockCaller(ctx, ino, lk)
-	if err != nil {
+	var who lockOwner
+	if err := s.lockCaller(ctx, ino, lk, func(w lockOwner) error { who = w; return nil }); err != nil {
 		return err
 	}
 	if lk.Type == proto.LockUnlock {
@@ -270,6 +276,7 @@ func (s *Server) LockWait(ctx context.Context, ino proto.Ino, lk proto.Lock) err
 	defer cancel()
 	stop := context.AfterFunc(s.ctx, cancel) // the server closing ends the wait
 	defer stop()
+	var err error
 	if s.inGrace() {
 		t := time.NewTimer(time.Until(s.graceUntil))
 		defer t.Stop()

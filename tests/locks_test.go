@@ -363,7 +363,11 @@ func TestLocksSQLite(t *testing.T) {
 		return strings.TrimSpace(string(out))
 	}
 	run(0, "init")
-	const writers, txns = 3, 60
+	const writers = 3
+	txns := 60
+	if s := os.Getenv("WEFT_SQLITE_TXNS"); s != "" {
+		txns, _ = strconv.Atoi(s) // a longer run by hand
+	}
 	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Add(1)
@@ -400,6 +404,9 @@ func TestAppendAcrossMounts(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(c.Mount(0), path))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if b1, err := os.ReadFile(filepath.Join(c.Mount(1), path)); err != nil || !bytes.Equal(b1, b) {
+		t.Errorf("mount 1 reads another file than mount 0 (%v): %s", err, firstDiff(b1, b))
 	}
 	if len(b) != 2*records*size {
 		t.Errorf("file has %d bytes, want %d", len(b), 2*records*size)
