@@ -211,8 +211,9 @@
 // fail with EAGAIN and LockWait waits for its end, so no lock held before
 // the restart can be taken by someone else before its holder reclaimed
 // it. A lock whose holder did not come back within the period is gone.
-// With raft, a new leader starts in the grace period as a restarted
-// server does (see "How raft slots in").
+// With raft, only the leader takes lock requests (they pass the read
+// barrier, Server.reader), and a new leader is to start in the grace
+// period as a restarted server does (see "How raft slots in").
 //
 // # Atomic append
 //

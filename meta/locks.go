@@ -214,7 +214,9 @@ func (s *Server) lockCaller(ctx context.Context, ino proto.Ino, lk proto.Lock, d
 	if err := checkLock(lk); err != nil {
 		return err
 	}
-	cl, err := s.caller(ctx)
+	// On a replicated server only the leader keeps locks (the read
+	// barrier: a follower or a deposed leader answers EAGAIN).
+	cl, err := s.reader(ctx)
 	if err != nil {
 		return err
 	}

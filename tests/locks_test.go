@@ -368,6 +368,7 @@ func TestLocksSQLite(t *testing.T) {
 	if s := os.Getenv("WEFT_SQLITE_TXNS"); s != "" {
 		txns, _ = strconv.Atoi(s) // a longer run by hand
 	}
+	start := time.Now()
 	var wg sync.WaitGroup
 	for w := range writers {
 		wg.Add(1)
@@ -377,6 +378,8 @@ func TestLocksSQLite(t *testing.T) {
 		}()
 	}
 	wg.Wait()
+	t.Logf("%d SQLite transactions from %d mounts in %v (%.0f/s; a rate, not asserted)",
+		writers*txns, writers, time.Since(start).Round(time.Millisecond), float64(writers*txns)/time.Since(start).Seconds())
 	for m := range writers {
 		want := fmt.Sprintf("%d %d ok", writers*txns, writers*txns)
 		if got := run(m, "check"); got != want {
@@ -393,6 +396,7 @@ func TestAppendAcrossMounts(t *testing.T) {
 	const records, size = 2000, 64
 	path := "log"
 	ls := []*locker{startLocker(t, "mount 0"), startLocker(t, "mount 1")}
+	start := time.Now()
 	for i, l := range ls {
 		l.send(fmt.Sprintf("append %d %d %c %s", records, size, 'A'+i, filepath.Join(c.Mount(i), path)))
 	}
@@ -401,6 +405,8 @@ func TestAppendAcrossMounts(t *testing.T) {
 			t.Fatalf("%s: append: %q", l.name, got)
 		}
 	}
+	t.Logf("%d appends from 2 mounts in %v (%.0f/s; a rate, not asserted)",
+		2*records, time.Since(start).Round(time.Millisecond), 2*records/time.Since(start).Seconds())
 	b, err := os.ReadFile(filepath.Join(c.Mount(0), path))
 	if err != nil {
 		t.Fatal(err)
