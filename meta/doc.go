@@ -182,7 +182,8 @@
 // range and the holder's pid); a new lock replaces what the owner held in
 // its range (proto.Lock.Apply). Locking needs the session to hold an open
 // handle on the inode (EBADF otherwise): the open is where permissions
-// were checked.
+// were checked. A session holds at most MaxLocksPerSession locks (ENOLCK
+// beyond), so a client cannot make the server hold unbounded memory.
 //
 // Blocking requests (F_SETLKW, flock without LOCK_NB) never wait in the
 // server for long: LockWait (51) returns once the lock would not conflict,

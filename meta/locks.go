@@ -16,6 +16,11 @@ import (
 // asks again (it polls), so a waiter that vanished costs at most this.
 const lockWaitBound = 2 * time.Second
 
+// MaxLocksPerSession bounds the locks one client session holds at once
+// (every byte range counts), so that no client can make the server hold
+// unbounded memory; beyond it Lock fails with ENOLCK.
+const MaxLocksPerSession = 1 << 16
+
 // lockOwner is who holds a lock: the kernel's lock owner within a client
 // session. Lock owners are only unique within one mount, so the session is
 // part of the name.
@@ -41,11 +46,24 @@ type inodeLocks struct {
 // lockTable is the cluster-wide lock manager: every flock, POSIX and OFD
 // lock of every mount, kept in memory (see doc.go, "Locks").
 type lockTable struct {
-	mu    sync.Mutex
-	inode map[proto.Ino]*inodeLocks
+	mu     sync.Mutex
+	inode  map[proto.Ino]*inodeLocks
+	perSes map[session]int // locks held per session, for MaxLocksPerSession
+	max    int
 }
 
-func newLockTable() *lockTable { return &lockTable{inode: map[proto.Ino]*inodeLocks{}} }
+func newLockTable() *lockTable {
+	return &lockTable{inode: map[proto.Ino]*inodeLocks{}, perSes: map[session]int{}, max: MaxLocksPerSession}
+}
+
+// countLocked adds n to the locks sess holds.
+func (t *lockTable) countLocked(sess session, n int) {
+	if c := t.perSes[sess] + n; c > 0 {
+		t.perSes[sess] = c
+	} else {
+		delete(t.perSes, sess)
+	}
+}
 
 // conflictLocked returns the first lock of another owner that keeps who
 // from taking lk.
@@ -90,7 +108,15 @@ func (t *lockTable) set(ino proto.Ino, who lockOwner, lk proto.Lock) error {
 			kept = append(kept, h)
 		}
 	}
+	before := len(mine)
 	mine, released := lk.Apply(mine)
+	if grow := len(mine) - before; grow > 0 && t.perSes[who.sess]+grow > t.max {
+		if len(il.held) == 0 {
+			delete(t.inode, ino)
+		}
+		return errnof(syscall.ENOLCK, "session %x of %q holds %d locks, the most one session may", who.sess.id[:4], who.sess.name, t.perSes[who.sess])
+	}
+	t.countLocked(who.sess, len(mine)-before)
 	for _, m := range mine {
 		kept = append(kept, heldLock{who: who, lk: m})
 	}
@@ -173,6 +199,8 @@ func (t *lockTable) dropLocked(ino proto.Ino, drop func(heldLock) bool) int {
 	for _, h := range il.held {
 		if !drop(h) {
 			kept = append(kept, h)
+		} else {
+			t.countLocked(h.who.sess, -1)
 		}
 	}
 	n := len(il.held) - len(kept)

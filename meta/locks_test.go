@@ -232,3 +232,29 @@ func TestAppendCommandVersion(t *testing.T) {
 		t.Fatalf("plain WriteDone encoded as version %d", v)
 	}
 }
+
+// TestLockBound: a session cannot hold more than the table's bound; a
+// refused lock changes nothing, and released locks count no more.
+func TestLockBound(t *testing.T) {
+	e, a, b, f := lockEnv(t)
+	e.srv.locks.max = 3
+	for i := range uint64(3) {
+		_, err := e.srv.Lock(a, f, wr(1, 10*i, 10*i), proto.LockSet)
+		e.must(err)
+	}
+	if _, err := e.srv.Lock(a, f, wr(1, 100, 100), proto.LockSet); !errors.Is(err, syscall.ENOLCK) {
+		t.Fatalf("lock over the bound: %v, want ENOLCK", err)
+	}
+	// Replacing a lock in place does not grow; another session has its own bound.
+	_, err := e.srv.Lock(a, f, rd(1, 0, 0), proto.LockSet)
+	e.must(err)
+	_, err = e.srv.Lock(b, f, wr(2, 200, 200), proto.LockSet)
+	e.must(err)
+	_, err = e.srv.Lock(a, f, un(1, 0, proto.LockEOF), proto.LockSet)
+	e.must(err)
+	_, err = e.srv.Lock(a, f, wr(1, 100, 100), proto.LockSet)
+	e.must(err)
+	if n := e.srv.LockCount(f); n != 2 {
+		t.Fatalf("%d locks, want 2", n)
+	}
+}
