@@ -296,6 +296,17 @@ func TestLocks(t *testing.T) {
 		a.must("flock ex nb", "EAGAIN")
 	})
 
+	t.Run("rate", func(t *testing.T) {
+		a, _, _ := lockers(t)
+		const n = 500
+		got := a.do(fmt.Sprintf("loop %d", n))
+		var secs float64
+		if _, err := fmt.Sscanf(got, "ok %f", &secs); err != nil {
+			t.Fatalf("loop: %q", got)
+		}
+		t.Logf("%d F_SETLK lock+unlock pairs in %.3fs (%.0f pairs/s; a rate, not asserted)", n, secs, n/secs)
+	})
+
 	// Last: it kills mount 0.
 	t.Run("kill-mount", func(t *testing.T) {
 		a, b, _ := lockers(t)

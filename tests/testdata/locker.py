@@ -14,6 +14,7 @@ driven line by line on stdin. Every command answers one line on stdout:
   ofd   rd|wr|un START LEN nb|w    fcntl F_OFD_SETLK / F_OFD_SETLKW
   getlk posix|ofd rd|wr START LEN  F_GETLK / F_OFD_GETLK: "unlck" or "TYPE START LEN PID"
   pid                  this process's pid
+  loop N               N times F_SETLK of a write lock on the whole file and its unlock; "ok SECONDS"
   append N SIZE TAG PATH  N O_APPEND writes to PATH of SIZE-byte records "TAG:k", dot-padded
 
 A waiting lock ends with EINTR when the process gets SIGUSR1 (whose handler
@@ -25,6 +26,7 @@ import os
 import signal
 import struct
 import sys
+import time
 
 
 class Interrupted(Exception):
@@ -66,6 +68,12 @@ def run(fds, words):
                     return "short"
         return "ok"
     fd = fds[-1]
+    if op == "loop":
+        t = time.monotonic()
+        for _ in range(int(words[1])):
+            lockcmd(fd, fcntl.F_SETLK, fcntl.F_WRLCK, 0, 0)
+            lockcmd(fd, fcntl.F_SETLK, fcntl.F_UNLCK, 0, 0)
+        return "ok %.6f" % (time.monotonic() - t)
     if op == "dup":
         fds.append(os.dup(fd))
         return "ok"
