@@ -58,7 +58,9 @@
 // LockWait loops: try Lock, and on EAGAIN ask the server to answer once
 // the lock may be free (bounded), until granted or until ctx ends (the
 // FUSE interrupt of a signal: EINTR); the server never grants a lock to a
-// waiter on its own, so an interrupted waiter holds nothing. A lock is a
+// waiter on its own, so an interrupted waiter holds nothing. At most 32
+// waits of one client are at the server at once (each holds a request
+// slot of the connection); more waiters poll every 100 ms. A lock is a
 // coherence point, as with NFS: before an unlock the owner's writes are
 // flushed (sent and recorded with WriteDone), and after a lock is granted
 // the client drops its read-ahead and refreshes the size from the server,

@@ -31,11 +31,14 @@ type lockBook struct {
 	mu    sync.Mutex
 	held  map[lockKey][]proto.Lock
 	users map[lockKey]int
+
+	waiters chan struct{} // LockWait requests at the server (maxLockWaits)
 }
 
 func (b *lockBook) init() {
 	b.held = map[lockKey][]proto.Lock{}
 	b.users = map[lockKey]int{}
+	b.waiters = make(chan struct{}, maxLockWaits)
 }
 
 // reset forgets every lock: the session that held them is gone, and the
@@ -65,6 +68,15 @@ func (c *Client) ClusterLocks() bool { return c.locker != nil }
 
 // lockRetryPause is how long a waiter pauses after a failed LockWait.
 const lockRetryPause = 100 * time.Millisecond
+
+// maxLockWaits bounds the LockWait requests one client has at the server
+// at once: each holds a request slot of its connection (the transport
+// bounds those, 256 per connection) for up to two seconds, and a crowd of
+// waiters must not hold up the client's other requests, among them the
+// unlock they wait for. Waiters beyond it poll every lockRetryPause.
+const maxLockWaits = 32
+
+var errTooManyWaits = errors.New("client: too many lock waits at the server")
 
 // errNoLocks answers lock calls when the metadata service keeps no locks.
 var errNoLocks = fmt.Errorf("client: the metadata service keeps no locks: %w", syscall.ENOLCK)
@@ -142,12 +154,21 @@ func (f *File) LockWait(ctx context.Context, lk proto.Lock) error {
 		if ctx.Err() != nil {
 			return fmt.Errorf("client: waiting for a lock on ino %d: %w", f.ino, syscall.EINTR)
 		}
-		wctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
-		err = f.c.locker.LockWait(wctx, f.ino, lk)
-		cancel()
+		select {
+		case f.c.locks.waiters <- struct{}{}:
+			wctx, cancel := context.WithTimeout(ctx, f.c.cfg.Timeout)
+			err = f.c.locker.LockWait(wctx, f.ino, lk)
+			cancel()
+			<-f.c.locks.waiters
+		default:
+			// As many waits as maxLockWaits are at the server already:
+			// this one polls instead of taking another request slot.
+			err = errTooManyWaits
+		}
 		if err != nil && ctx.Err() == nil {
-			// The wait failed (the server restarting or closing): pause,
-			// then the next Lock either works or reports what is wrong.
+			// The wait failed (the server restarting or closing) or was
+			// not sent: pause, then the next Lock either works or
+			// reports what is wrong.
 			t := time.NewTimer(lockRetryPause)
 			select {
 			case <-t.C:

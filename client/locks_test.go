@@ -157,3 +157,37 @@ func TestLockBook(t *testing.T) {
 		t.Fatalf("%d locks after the last release", n)
 	}
 }
+
+// TestManyWaiters: more waiters than maxLockWaits all get their (shared)
+// locks once the holder lets go; those beyond the bound poll.
+func TestManyWaiters(t *testing.T) {
+	ctx := context.Background()
+	msrv, ssrv := realServices(t)
+	c := NewWithServices(msrv, ssrv, Config{})
+	defer c.Close()
+	f, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Lock(ctx, proto.Lock{Owner: 1, Type: proto.LockWrite, End: proto.LockEOF}, false); err != nil {
+		t.Fatal(err)
+	}
+	const n = maxLockWaits + 8
+	done := make(chan error, n)
+	for i := range n {
+		go func() {
+			done <- f.LockWait(ctx, proto.Lock{Owner: uint64(100 + i), Type: proto.LockRead, End: proto.LockEOF})
+		}()
+	}
+	if _, err := f.Lock(ctx, proto.Lock{Owner: 1, Type: proto.LockUnlock, End: proto.LockEOF}, false); err != nil {
+		t.Fatal(err)
+	}
+	for range n {
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := msrv.LockCount(a.Ino); got != n {
+		t.Fatalf("%d read locks, want %d", got, n)
+	}
+}
