@@ -77,9 +77,11 @@
 // server's grace period; one that cannot be is logged as lost.
 //
 // File.Append writes at the true end of the file across mounts: the
-// metadata server reserves the bytes (size += n, atomically) and the
-// client writes them at the reserved offset through the write-behind
-// buffer like any write. Without a lock service (test fakes), ClusterLocks
+// metadata server reserves the bytes after every range it reserved before
+// and the client writes them at the reserved offset through the
+// write-behind buffer like any write (WriteDone records them). After a
+// server restart the client names how far it wrote in each open file
+// (ReclaimAppend), and appends wait for the grace period to end. Without a lock service (test fakes), ClusterLocks
 // is false and the FUSE adapter leaves O_APPEND to the kernel.
 //
 // # Capabilities

@@ -302,11 +302,12 @@ func (f *File) releaseLocks(ctx context.Context) error {
 
 // Append writes p at the true end of the file, whatever other clients
 // appended (O_APPEND across mounts): the metadata service reserves
-// len(p) bytes at the end atomically (proto.LockService.Append) and the
-// bytes then go through the write-behind buffer at the reserved offset
-// like any write. It returns the offset the bytes were written at. If the
-// write fails after the reservation, the reserved range stays a hole
-// (zeros), as an append cut short by a crash leaves it.
+// len(p) bytes after everything reserved before (proto.LockService.Append)
+// and the bytes then go through the write-behind buffer at the reserved
+// offset like any write; WriteDone records them as it records any write.
+// It returns the offset the bytes were written at. If the write fails
+// after the reservation, the reserved range stays a hole (zeros), as an
+// append cut short by a crash leaves it.
 func (f *File) Append(ctx context.Context, p []byte) (uint64, int, error) {
 	st := f.st
 	if st == nil {
@@ -331,10 +332,25 @@ func (f *File) Append(ctx context.Context, p []byte) (uint64, int, error) {
 	rctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
 	var a proto.Attr
-	err = f.c.handleCall(rctx, f.ino, f.gen, func() (err error) {
-		a, err = f.c.locker.Append(rctx, f.ino, n)
-		return err
-	})
+	for {
+		err = f.c.handleCall(rctx, f.ino, f.gen, func() (err error) {
+			a, err = f.c.locker.Append(rctx, f.ino, n)
+			return err
+		})
+		if !errors.Is(err, syscall.EAGAIN) {
+			break
+		}
+		// The server restarted and is in its grace period, while the
+		// clients reclaim their ranges: wait for its end (within the RPC
+		// timeout).
+		t := time.NewTimer(lockRetryPause)
+		select {
+		case <-t.C:
+		case <-rctx.Done():
+			t.Stop()
+			return 0, 0, err
+		}
+	}
 	if err != nil {
 		return 0, 0, err
 	}
@@ -384,5 +400,32 @@ func (c *Client) reclaimLocks(ctx context.Context) {
 	}
 	if n > 0 {
 		c.log.Warn("client: reclaimed this mount's locks after the metadata server restarted", "locks", n)
+	}
+}
+
+// reclaimAppends tells the metadata server, after it restarted and took
+// this client's session back, how far this client wrote in each file it
+// has open (its append reservations included), so that appends from any
+// client go on beyond it.
+func (c *Client) reclaimAppends(ctx context.Context) {
+	if c.locker == nil {
+		return
+	}
+	c.mu.Lock()
+	ends := map[proto.Ino]uint64{}
+	for ino, st := range c.open {
+		st.mu.Lock()
+		if st.end > 0 {
+			ends[ino] = st.end
+		}
+		st.mu.Unlock()
+	}
+	c.mu.Unlock()
+	for ino, end := range ends {
+		if err := c.locker.ReclaimAppend(ctx, ino, end); err != nil && !errors.Is(err, syscall.EBADF) {
+			// EBADF: no write handle here, so no appends either.
+			c.log.Error("client: could not tell the restarted metadata server how far this mount wrote; appends from other mounts may overwrite it",
+				"ino", ino, "end", end, "err", err)
+		}
 	}
 }

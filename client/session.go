@@ -175,6 +175,7 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 			s.c.log.Warn("metadata server had forgotten this mount's session (restarted?); re-registered its open files",
 				"files", len(held))
 			s.c.reclaimLocks(ctx) // locks are taken through open files
+			s.c.reclaimAppends(ctx)
 		}
 		return nil
 	}

@@ -118,25 +118,12 @@ const (
 	// Session, SessionName and Seq; earlier commands decode with Seq 0 (no
 	// dedupe).
 	cmdVersion = 4
-	// cmdVersionAppend (5) has the layout of version 4. It is written only
-	// for an OpWriteDone with writeAppend, which a server that knows
-	// version 4 at most would apply as a plain WriteDone (Size as the end,
-	// not a length): such a server refuses the command instead.
-	cmdVersionAppend = 5
 )
-
-// version returns the encoding version to write for c.
-func (c *Command) version() uint8 {
-	if c.Op == OpWriteDone && c.Flags&writeAppend != 0 {
-		return cmdVersionAppend
-	}
-	return cmdVersion
-}
 
 // Encode returns the command's binary form (the raft log entry format).
 func (c *Command) Encode() []byte {
 	e := wire.NewEncoder(64 + len(c.Name) + len(c.NewName) + len(c.Text) + len(c.Value))
-	e.U8(c.version())
+	e.U8(cmdVersion)
 	e.U8(uint8(c.Op))
 	e.I64(c.Now)
 	e.U64(uint64(c.Ino))
@@ -199,7 +186,7 @@ func (c *Command) Encode() []byte {
 func DecodeCommand(b []byte) (*Command, error) {
 	d := wire.NewDecoder(b)
 	v := d.U8()
-	if d.Err() == nil && (v < 1 || v > cmdVersionAppend) {
+	if d.Err() == nil && (v < 1 || v > cmdVersion) {
 		return nil, fmt.Errorf("meta: command version %d not supported", v)
 	}
 	c := &Command{}

@@ -219,21 +219,30 @@
 // # Atomic append
 //
 // O_APPEND writes from several clients must each land at the true end of
-// the file. Append (metarpc 52) reserves n bytes there: it is a WriteDone
-// command with the writeAppend flag, which apply turns into size += n at
-// whatever size the file has then, and whose reply (the new attributes,
-// remembered for dedupe) tells the client its offset, size - n. The client
-// then writes its bytes at that offset through its write-behind buffer
-// like any other write, and its later WriteDone never shrinks the file
-// (size = max). So concurrent appends from any number of mounts get
-// disjoint ranges in the order the log applied them, at the cost of one
-// metadata command per append write; a client that dies between the
+// the file. Append (metarpc 52) reserves n bytes there (append.go): the
+// server keeps, per inode open for writing, the end of the last range it
+// reserved, in memory; a new range starts at the larger of that end and
+// the recorded size, and the reply (the attributes, Size the range's end)
+// tells the client its offset, Size - n. The client then writes its bytes
+// at that offset through its write-behind buffer like any other write and
+// records them with WriteDone (size = max, so nothing shrinks). So
+// concurrent appends from any number of mounts get disjoint ranges, at the
+// cost of one metadata round trip per append write but no disk write: a
+// reservation is not a command. A client that dies between its
 // reservation and its write leaves a hole (zeros) of the reserved length.
-// Appending needs a write handle (EBADF). The command is encoded as
-// version 5 (the layout of 4), so a server that knows only version 4
-// refuses it instead of applying it as a plain WriteDone. Lustre takes a
-// whole-file lock for O_APPEND instead; a reservation is one round trip
-// and never blocks on other writers.
+// Appending needs a write handle (EBADF). The session's last
+// MaxPendingRequests replies are remembered with its sequence numbers, so
+// a request retried after a lost reply gets the range it already got. The
+// end is forgotten when the inode's last handle is released (every writer
+// recorded its writes by then) and when its size is set (truncate).
+//
+// Like locks, reservations live with the sessions and are rebuilt by the
+// clients after a restart: in the grace period Append fails with EAGAIN
+// (the client retries) and each client that re-registered names how far
+// it wrote in each open file (ReclaimAppend, metarpc 53), so that the
+// first new range starts beyond every range reserved before the restart,
+// recorded or not. Lustre takes a whole-file lock for O_APPEND instead; a
+// reservation is one round trip and never waits for other writers.
 //
 // # Request dedupe
 //

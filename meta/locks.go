@@ -325,29 +325,3 @@ func (s *Server) LockWait(ctx context.Context, ino proto.Ino, lk proto.Lock) err
 
 // LockCount returns the number of locks held on ino (for tests and tools).
 func (s *Server) LockCount(ino proto.Ino) int { return s.locks.count(ino) }
-
-// Append implements proto.LockService: the reservation is a WriteDone
-// command that, applied, grows the size by n from whatever it is then, so
-// appends from any number of clients never overlap.
-func (s *Server) Append(ctx context.Context, ino proto.Ino, n uint64) (proto.Attr, error) {
-	cl, err := s.caller(ctx)
-	if err != nil {
-		return proto.Attr{}, err
-	}
-	if n == 0 || n > maxAppend {
-		return proto.Attr{}, errnof(syscall.EINVAL, "append of %d bytes", n)
-	}
-	if err := s.handleSession(cl.sess); err != nil {
-		return proto.Attr{}, err
-	}
-	if cl.sess.remote && !s.holdsWriteOpen(cl.sess, ino) {
-		return proto.Attr{}, errnof(syscall.EBADF, "append to inode %d without a write handle", ino)
-	}
-	c := &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: n, Flags: writeViaHandle | writeAppend, Cred: cl.cred}
-	r, err := s.proposeAs(ctx, cl, c)
-	return r.attr, err
-}
-
-// maxAppend bounds one append reservation (a FUSE write is at most 1 MiB;
-// this only keeps a bad request from pushing the size to the limit).
-const maxAppend = 1 << 30

@@ -185,22 +185,32 @@ func TestLockReclaim(t *testing.T) {
 	}
 }
 
-// TestAppend: appends from two sessions are placed one after the other;
-// appending needs a write handle.
+// TestAppend: appends from two sessions are placed one after the other,
+// whatever the recorded size says meanwhile; a retried request gets its
+// first range; appending needs a write handle; after a restart appends
+// wait for the grace period, in which clients reclaim their ends.
 func TestAppend(t *testing.T) {
-	e, a, b, f := lockEnv(t)
+	e, a, b, f := lockEnv(t, func(o *Options) { o.OrphanGrace = 300 * time.Millisecond })
 	a1, err := e.srv.Append(a, f, 10)
 	e.must(err)
 	b1, err := e.srv.Append(b, f, 5)
 	e.must(err)
 	if a1.Size != 10 || b1.Size != 15 {
-		t.Fatalf("sizes after appends of 10 and 5: %d, %d", a1.Size, b1.Size)
+		t.Fatalf("ends after appends of 10 and 5: %d, %d", a1.Size, b1.Size)
 	}
-	// A WriteDone of an earlier end does not shrink the file.
+	// a records its range; the next append still goes after b's.
 	w, err := e.srv.WriteDone(a, f, 10)
 	e.must(err)
-	if w.Size != 15 {
-		t.Fatalf("size after WriteDone(10): %d", w.Size)
+	if w.Size != 10 {
+		t.Fatalf("recorded size %d, want 10", w.Size)
+	}
+	retry := proto.WithRequest(a, proto.Cred{}, proto.SessionID{1}, 77)
+	a2, err := e.srv.Append(retry, f, 1)
+	e.must(err)
+	again, err := e.srv.Append(retry, f, 1)
+	e.must(err)
+	if a2.Size != 16 || again.Size != 16 {
+		t.Fatalf("append and its retry end at %d and %d, want 16 and 16", a2.Size, again.Size)
 	}
 	c := remote("c", 3)
 	_, err = e.srv.OpenSession(c, nil)
@@ -213,23 +223,31 @@ func TestAppend(t *testing.T) {
 	if _, err := e.srv.Append(a, f, 0); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("append of 0 bytes: %v", err)
 	}
-}
+	if err := e.srv.ReclaimAppend(a, f, 100); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("append reclaim outside a grace period: %v", err)
+	}
 
-// TestAppendCommandVersion: an append is encoded as command version 5 (so
-// an older server refuses it rather than misapplying it) and decodes back;
-// other commands keep version 4.
-func TestAppendCommandVersion(t *testing.T) {
-	c := &Command{Op: OpWriteDone, Ino: 7, Size: 3, Flags: writeViaHandle | writeAppend}
-	b := c.Encode()
-	if b[0] != cmdVersionAppend {
-		t.Fatalf("append encoded as version %d", b[0])
+	e.restart()
+	for _, c := range []context.Context{a, b} {
+		_, err := e.srv.OpenSession(c, []proto.OpenHandle{{Ino: f, Count: 1, Write: true}})
+		e.must(err)
 	}
-	d, err := DecodeCommand(b)
-	if err != nil || d.Flags != c.Flags || d.Size != 3 || d.Ino != 7 {
-		t.Fatalf("decoded %+v, %v", d, err)
+	if _, err := e.srv.Append(b, f, 1); !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("append in the grace period: %v, want EAGAIN", err)
 	}
-	if v := (&Command{Op: OpWriteDone, Size: 3, Flags: writeViaHandle}).Encode()[0]; v != cmdVersion {
-		t.Fatalf("plain WriteDone encoded as version %d", v)
+	e.must(e.srv.ReclaimAppend(b, f, 16))
+	waitFor(t, "the grace period to end", func() bool {
+		_, err := e.srv.Append(b, f, 4)
+		return err == nil
+	})
+	if got, _ := e.srv.Append(a, f, 1); got.Size != 21 {
+		t.Fatalf("append after the grace period ends at %d, want 21 (after the reclaimed 16 and 4)", got.Size)
+	}
+	// Setting the size starts appends from there.
+	_, err = e.srv.SetAttr(a, f, proto.SetAttrIn{Valid: proto.SetSize | proto.SetHandle, Size: 0})
+	e.must(err)
+	if got, _ := e.srv.Append(a, f, 3); got.Size != 3 {
+		t.Fatalf("append after truncating to 0 ends at %d, want 3", got.Size)
 	}
 }
 

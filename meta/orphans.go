@@ -166,6 +166,7 @@ func (s *Server) release(sess session, ino proto.Ino) bool {
 	c := s.opens[ino]
 	if c <= 1 {
 		delete(s.opens, ino)
+		s.forgetAppendsLocked(ino)
 		return true
 	}
 	s.opens[ino] = c - 1

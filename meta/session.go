@@ -32,6 +32,9 @@ type sessionState struct {
 	// of one (its reply lost with the connection) neither counts nor drops
 	// a handle twice. Handle counts live in memory, and so does this.
 	recent [proto.MaxPendingRequests]uint64
+	// appends remembers the session's last Append replies the same way
+	// (append.go).
+	appends [proto.MaxPendingRequests]appendReply
 }
 
 // seenLocked reports whether request seq of sess, an Open or a Release,
@@ -235,6 +238,7 @@ func (s *Server) takeSessionLocked(sess session) droppedSession {
 			s.opens[ino] = c
 		} else {
 			delete(s.opens, ino)
+			s.forgetAppendsLocked(ino)
 			d.last = append(d.last, ino)
 		}
 	}

@@ -39,10 +39,6 @@ const (
 	// through a handle opened when writing was permitted).
 	setAttrViaHandle = 1
 	writeViaHandle   = 1
-	// writeAppend (OpWriteDone): Size is not the end of a write but the
-	// length of an append, reserved at the size found at apply time (the
-	// new size is in the reply): O_APPEND across clients (Server.Append).
-	writeAppend = 2
 )
 
 // stateMachine applies commands to the store. It is driven by one goroutine
@@ -973,14 +969,7 @@ func (t *txn) writeDone(c *Command) error {
 		}
 	}
 	killSuid(c.Cred, &n.Attr)
-	if c.Flags&writeAppend != 0 {
-		if n.Size+c.Size < n.Size {
-			return errnof(syscall.EFBIG, "append of %d bytes to inode %d of size %d", c.Size, c.Ino, n.Size)
-		}
-		n.Size += c.Size
-	} else {
-		n.Size = max(n.Size, c.Size)
-	}
+	n.Size = max(n.Size, c.Size)
 	n.Mtime, n.Ctime = c.Now, c.Now
 	n.Written = true
 	t.put(n)

@@ -96,9 +96,14 @@ type LockService interface {
 	// time, or when ctx ends; it takes nothing (the caller then tries
 	// Lock again), so a waiter that gave up holds nothing.
 	LockWait(ctx context.Context, ino Ino, lk Lock) error
-	// Append reserves n bytes at the end of regular file ino: the size
-	// grows by n atomically and the reply is the new attributes, so the
-	// reserved range is [Size-n, Size). Needs an open write handle of the
-	// session on ino (EBADF).
+	// Append reserves n bytes at the end of regular file ino, after every
+	// range reserved before: the reply is the file's attributes with Size
+	// the end of the caller's range, [Size-n, Size). The caller writes it
+	// and records it with WriteDone as any write. Needs an open write
+	// handle of the session on ino (EBADF); EAGAIN in the grace period
+	// after a restart.
 	Append(ctx context.Context, ino Ino, n uint64) (Attr, error)
+	// ReclaimAppend tells a restarted server, in its grace period, how far
+	// the caller's reservations on ino reached (ESTALE outside it).
+	ReclaimAppend(ctx context.Context, ino Ino, end uint64) error
 }

@@ -282,6 +282,12 @@ func (c *Client) Append(ctx context.Context, ino proto.Ino, n uint64) (proto.Att
 	return c.mutAttr(ctx, OpAppend, &appendReq{ino, n})
 }
 
+// ReclaimAppend is sent like a mutation: naming the same end twice
+// changes nothing more.
+func (c *Client) ReclaimAppend(ctx context.Context, ino proto.Ino, end uint64) error {
+	return c.mutate(ctx, OpAppendReclaim, &appendReclaimReq{ino, end}, &emptyMsg{})
+}
+
 func (c *Client) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {
 	return c.mutAttr(ctx, OpSetLayout, &setLayoutReq{ino, l})
 }

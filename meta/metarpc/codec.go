@@ -57,6 +57,9 @@ const (
 	OpLock     uint16 = 50 // take, change, release or test a lock
 	OpLockWait uint16 = 51 // wait (bounded) until a lock would not conflict
 	OpAppend   uint16 = 52 // reserve bytes at the end of a file (O_APPEND)
+	// OpAppendReclaim tells a restarted server how far a client's append
+	// reservations reached.
+	OpAppendReclaim uint16 = 53
 
 	// Retired op codes, never to be reused: 17 (Open) and 31 (CreateOpen)
 	// before capabilities changed their bodies. They are answered ENOSYS,
@@ -436,6 +439,18 @@ type appendReq struct {
 func (m *appendReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); e.U64(m.N) }
 func (m *appendReq) decode(d *wire.Decoder) { m.Ino = proto.Ino(d.U64()); m.N = d.U64() }
 
+// appendReclaimReq names how far the caller's reservations on Ino reached.
+type appendReclaimReq struct {
+	Ino proto.Ino
+	End uint64
+}
+
+func (m *appendReclaimReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); e.U64(m.End) }
+func (m *appendReclaimReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	m.End = d.U64()
+}
+
 // leaseResp is a session's lease, in nanoseconds.
 type leaseResp struct{ Lease time.Duration }
 
@@ -647,6 +662,8 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &lockReq{}, &emptyMsg{}, true
 	case OpAppend:
 		return &appendReq{}, &attrResp{}, true
+	case OpAppendReclaim:
+		return &appendReclaimReq{}, &emptyMsg{}, true
 	}
 	return nil, nil, false
 }

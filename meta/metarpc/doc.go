@@ -65,11 +65,14 @@
 // it answers a lock (the conflicting one for a test; type 2: none).
 // OpLockWait (51) carries the same request and answers nothing, once the
 // lock may be free or after a bounded wait (it grants nothing). OpAppend
-// (52) carries an inode and a length and answers the attributes after the
-// reservation (package meta, "Atomic append"). Set and reclaim are sent
-// like mutations (numbered, retried after a broken connection: doing one
-// twice leaves the same state), Append is a mutation the server
-// deduplicates, tests and waits are sent once.
+// (52) carries an inode and a length and answers the attributes with Size
+// the end of the reserved range (package meta, "Atomic append");
+// OpAppendReclaim (53) carries an inode and how far the client wrote, after
+// a server restart. Lock set and reclaim and OpAppendReclaim are sent like
+// mutations (numbered, retried after a broken connection: doing one twice
+// leaves the same state); Append is numbered and retried too, and the
+// server answers a retry with the range it already gave; tests and waits
+// are sent once.
 //
 // Open (36), CreateOpen (37) and Capability (35) carry an access mode
 // (proto.Access, u8) and answer with a capability (u32 length + bytes,

@@ -88,7 +88,7 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		}
 	}
 	switch r := req.(type) {
-	case *lockReq, *appendReq:
+	case *lockReq, *appendReq, *appendReclaimReq:
 		if h.locks == nil {
 			return nil, fmt.Errorf("metarpc: the service has no locks: %w", syscall.ENOSYS)
 		}
@@ -181,6 +181,8 @@ func (h *handler) callLocks(ctx context.Context, op uint16, req message) (messag
 		}
 	case *appendReq:
 		return attrOut(h.locks.Append(ctx, r.Ino, r.N))
+	case *appendReclaimReq:
+		return &emptyMsg{}, h.locks.ReclaimAppend(ctx, r.Ino, r.End)
 	}
 	return nil, fmt.Errorf("metarpc: op %d has no handler: %w", op, syscall.ENOSYS)
 }
