@@ -7,6 +7,8 @@ driven line by line on stdin. Every command answers one line on stdout:
 "ok", an errno name (EAGAIN, EINTR, ...), or what the command reports.
 
   open PATH            open PATH read-write (created if missing); it becomes current
+  openappend PATH      open PATH write-only with O_APPEND (created if missing); it becomes current
+  records N SIZE TAG   N writes to the current descriptor of SIZE-byte records "TAG:k", dot-padded
   dup                  dup the current descriptor; the copy becomes current
   close                close the current descriptor; the one before becomes current
   flock sh|ex|un nb|w  flock(2), non-blocking or waiting
@@ -57,6 +59,9 @@ def run(fds, words):
     if op == "open":
         fds.append(os.open(words[1], os.O_RDWR | os.O_CREAT, 0o644))
         return "ok"
+    if op == "openappend":
+        fds.append(os.open(words[1], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+        return "ok"
     if op == "pid":
         return str(os.getpid())
     if op == "append":
@@ -68,6 +73,13 @@ def run(fds, words):
                     return "short"
         return "ok"
     fd = fds[-1]
+    if op == "records":
+        n, size, tag = int(words[1]), int(words[2]), words[3]
+        for k in range(n):
+            rec = ("%s:%d" % (tag, k)).encode().ljust(size - 1, b".") + b"\n"
+            if os.write(fd, rec) != len(rec):
+                return "short"
+        return "ok"
     if op == "loop":
         t = time.monotonic()
         for _ in range(int(words[1])):
