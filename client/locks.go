@@ -329,26 +329,27 @@ func (f *File) Append(ctx context.Context, p []byte) (uint64, int, error) {
 		return 0, 0, err // reported before reserving: nothing left as a hole
 	}
 	n := uint64(len(p))
-	rctx, cancel := f.c.rpcCtx(ctx)
-	defer cancel()
 	var a proto.Attr
 	for {
+		rctx, cancel := f.c.rpcCtx(ctx)
 		err = f.c.handleCall(rctx, f.ino, f.gen, func() (err error) {
 			a, err = f.c.locker.Append(rctx, f.ino, n)
 			return err
 		})
+		cancel()
 		if !errors.Is(err, syscall.EAGAIN) {
 			break
 		}
 		// The server restarted and is in its grace period, while the
-		// clients reclaim their ranges: wait for its end (within the RPC
-		// timeout).
+		// clients reclaim their ranges: wait for its end, as a write to
+		// an NFS server in its grace period waits, unless a signal
+		// interrupts the write.
 		t := time.NewTimer(lockRetryPause)
 		select {
 		case <-t.C:
-		case <-rctx.Done():
+		case <-ctx.Done():
 			t.Stop()
-			return 0, 0, err
+			return 0, 0, fmt.Errorf("client: append to ino %d: waiting for the metadata server's grace period to end: %w", f.ino, syscall.EINTR)
 		}
 	}
 	if err != nil {

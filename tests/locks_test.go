@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -365,6 +366,14 @@ func TestAppendAcrossMetaRestart(t *testing.T) {
 	a, b := startLocker(t, "mount 0"), startLocker(t, "mount 1")
 	a.must("openappend "+filepath.Join(c.Mount(0), "log"), "ok")
 	a.must(fmt.Sprintf("records %d %d A", n, size), "ok")
+	// The records reach the storage targets in the background; wait for
+	// them there (no close or fsync: the metadata server must not have
+	// recorded the size).
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(c.Mount(0), "log"), &st); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the records on the targets", func() bool { return objectBytes(c, st.Ino) >= n*size })
 	c.StopMeta() // kill -9
 	c.StartMeta()
 	b.must(fmt.Sprintf("append %d %d B %s", n, size, filepath.Join(c.Mount(1), "log")), "ok")
@@ -387,6 +396,24 @@ func TestAppendAcrossMetaRestart(t *testing.T) {
 			}
 		}
 	}
+}
+
+// objectBytes sums the sizes of inode ino's objects on every target
+// (not their checksum sidecars).
+func objectBytes(c *testcluster.Cluster, ino uint64) int64 {
+	prefix := fmt.Sprintf("%d.", ino)
+	var n int64
+	for _, td := range c.AllTargetDirs() {
+		filepath.WalkDir(filepath.Join(td, "objects"), func(path string, de fs.DirEntry, err error) error {
+			if err == nil && de.Type().IsRegular() && strings.HasPrefix(de.Name(), prefix) && !strings.HasSuffix(de.Name(), ".crc") {
+				if fi, err := de.Info(); err == nil {
+					n += fi.Size()
+				}
+			}
+			return nil
+		})
+	}
+	return n
 }
 
 // TestLocksSQLite: SQLite writers on three mounts, serialized only by
