@@ -91,8 +91,9 @@ func (r *bufsResult) Done() {
 }
 
 // Write implements fs.FileWriter. Without writeback cache the kernel sends
-// the exact range the application wrote (for O_APPEND at its idea of the
-// end of file, which includes this mount's writes: see client.GetAttr).
+// the exact range the application wrote. A handle opened with O_APPEND
+// ignores the kernel's offset and writes at the end the metadata server
+// reserves (appendWrite).
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
 	if h.appending {
 		return h.appendWrite(ctx, data, off)
