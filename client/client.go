@@ -86,6 +86,10 @@ type Client struct {
 	// sess keeps the metadata session alive (session.go); nil when the
 	// service has no client-chosen sessions (an in-process server).
 	sess *session
+	// locker is the metadata service's lock manager and atomic append
+	// (locks.go), nil if it has none; locks is what this client holds.
+	locker proto.LockService
+	locks  lockBook
 }
 
 // extended is what a metadata service may offer beyond proto.MetaService
@@ -135,6 +139,8 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 	if svc, ok := meta.(sessionService); ok {
 		c.sess = newSession(c, svc)
 	}
+	c.locker, _ = meta.(proto.LockService)
+	c.locks.init()
 	if x, ok := meta.(extended); ok {
 		c.ext = x
 		// Releases go out in the background, batched (see releaser); the

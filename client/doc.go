@@ -50,6 +50,40 @@
 //     then records the size on the metadata server.
 //   - Holes. Bytes within the file size that no object holds read as zeros.
 //
+// # Locks and O_APPEND
+//
+// When the metadata service keeps locks (proto.LockService; metarpc and
+// meta.Server do), File.Lock and File.LockWait take flock, POSIX and OFD
+// locks there, for the whole cluster (locks.go; package meta, "Locks").
+// LockWait loops: try Lock, and on EAGAIN ask the server to answer once
+// the lock may be free (bounded), until granted or until ctx ends (the
+// FUSE interrupt of a signal: EINTR); the server never grants a lock to a
+// waiter on its own, so an interrupted waiter holds nothing. At most 32
+// waits of one client are at the server at once (each holds a request
+// slot of the connection); more waiters poll every 100 ms. A lock is a
+// coherence point, as with NFS: before an unlock the owner's writes are
+// flushed (sent and recorded with WriteDone), and after a lock is granted
+// the client drops its read-ahead and refreshes the size from the server,
+// so a lock holder reads what the previous holder wrote.
+//
+// The client keeps a book of what its lock owners hold (exact ranges), so
+// that a close sends unlocks only when there is something to unlock:
+// FlushLocks (the kernel's FLUSH at every close(2)) releases the closing
+// process's POSIX locks on the file; a File's release releases the locks
+// of every owner that locked through it and through no other File still
+// open here (the flock and OFD locks of the open file description). After
+// a metadata server restart, once the session is re-registered with its
+// handles, every lock in the book is reclaimed (LockReclaim) within the
+// server's grace period; one that cannot be is logged as lost.
+//
+// File.Append writes at the true end of the file across mounts: the
+// metadata server reserves the bytes after every range it reserved before
+// and the client writes them at the reserved offset through the
+// write-behind buffer like any write (WriteDone records them). After a
+// server restart the client names how far it wrote in each open file
+// (ReclaimAppend), and appends wait for the grace period to end. Without a lock service (test fakes), ClusterLocks
+// is false and the FUSE adapter leaves O_APPEND to the kernel.
+//
 // # Capabilities
 //
 // Storage servers serve a client's request only with a capability (package

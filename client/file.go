@@ -204,6 +204,7 @@ type File struct {
 	ra       raStream // guarded by st.mu
 	mu       sync.Mutex
 	released bool
+	owners   map[uint64]bool // lock owners that locked through it (locks.go); guarded by mu
 }
 
 // Open opens ino for want (see OpenAccess): the metadata server checks the
@@ -654,6 +655,7 @@ func (f *File) Release(ctx context.Context) error {
 		errs = append(errs, f.Flush(ctx))
 		f.c.unref(f.st)
 	}
+	errs = append(errs, f.releaseLocks(ctx))
 	if f.c.sess != nil && !f.c.sess.released(f.ino, f.gen) {
 		// A stale handle: the server dropped it with its session.
 		return errors.Join(errs...)

@@ -174,6 +174,8 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 		if len(held) > 0 {
 			s.c.log.Warn("metadata server had forgotten this mount's session (restarted?); re-registered its open files",
 				"files", len(held))
+			s.c.reclaimLocks(ctx) // locks are taken through open files
+			s.c.reclaimAppends(ctx)
 		}
 		return nil
 	}
@@ -187,6 +189,7 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 	s.handles = map[proto.Ino]*proto.OpenHandle{}
 	s.registered = false
 	s.c.rel.dropQueued()
+	s.c.locks.reset() // the server dropped the old session's locks
 	s.c.log.Error("metadata session expired (this mount was stopped or cut off for longer than the lease): "+
 		"its open files are stale and fail with ESTALE until opened again",
 		"session", fmt.Sprintf("%x", old[:4]), "stale_files", len(held), "err", err)

@@ -52,8 +52,33 @@
 //     write is reported by the next write, close or fsync (see package
 //     client).
 //   - While a file is written here, the size this mount reports includes its
-//     own unreported writes, so O_APPEND writes (placed by the kernel at its
-//     idea of the end of file) land at the end.
+//     own unreported writes.
+//   - O_APPEND is atomic across mounts: a handle opened with O_APPEND
+//     ignores the offset the kernel computed from its idea of the end of
+//     file and writes at the end the metadata server reserved for it
+//     (client.File.Append); when the two differ the kernel's cached
+//     attributes are dropped. Such a handle is direct I/O (FOPEN_DIRECT_IO),
+//     so the kernel never caches an appended record at its own, wrong,
+//     offset. The flag is taken at open (a later fcntl(F_SETFL, O_APPEND)
+//     is not seen).
+//
+// # Locks
+//
+// The mount announces lock support (EnableLocks), so the kernel hands
+// every flock(2), fcntl F_GETLK/F_SETLK/F_SETLKW and OFD lock to the
+// handle (Getlk, Setlk, Setlkw; flock arrives as a whole-file lock with
+// FUSE_LK_FLOCK), and the metadata server enforces them among all mounts
+// (client.File.Lock). F_SETLKW waits until granted and ends with EINTR
+// when the kernel interrupts it (a signal). F_GETLK reports the holder's
+// range and its pid on its own host. Granting a lock also drops the
+// kernel's cached pages and attributes of the file, so the holder reads
+// what the previous holder wrote. The kernel keeps no locks of its own for
+// such a mount and does not release POSIX locks at close itself: FLUSH
+// names the closing process's lock owner, which go-fuse does not pass to
+// the handle, so the mount wraps go-fuse's raw file system (locks.go,
+// rawFS) to hand it over, keyed by the request's cancel channel; the
+// handle's Flush then releases that owner's POSIX locks. The flock and OFD
+// locks of an open file description go at its release.
 //
 // # Extended attributes
 //

@@ -2,8 +2,10 @@ package fuse
 
 import (
 	"context"
+	"errors"
 	"syscall"
 
+	"github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/weft-fs/weft/client"
@@ -13,6 +15,28 @@ import (
 type handle struct {
 	fsys *filesystem
 	f    *client.File
+	// appending: opened with O_APPEND, so every write goes to the true
+	// end of the file (locks.go, appendWrite); inode is the file's node.
+	appending bool
+	inode     *fs.Inode
+}
+
+func newHandle(fsys *filesystem, f *client.File, inode *fs.Inode, flags uint32) *handle {
+	// A metadata service without Append (test fakes) leaves O_APPEND to
+	// the kernel's idea of the end of file, which is right on one mount.
+	appending := flags&syscall.O_APPEND != 0 && fsys.c.ClusterLocks()
+	return &handle{fsys: fsys, f: f, inode: inode, appending: appending}
+}
+
+// openFlags returns the FOPEN flags of the open reply. An appending
+// handle is direct I/O: the kernel would otherwise put each appended
+// record into its page cache at its own idea of the end of file, not
+// where the metadata server placed it (appendWrite).
+func (h *handle) openFlags(flags uint32) uint32 {
+	if h.appending {
+		flags = flags&^gofuse.FOPEN_KEEP_CACHE | gofuse.FOPEN_DIRECT_IO
+	}
+	return flags
 }
 
 // Read implements fs.FileReader. The reply is written to the kernel
@@ -67,9 +91,13 @@ func (r *bufsResult) Done() {
 }
 
 // Write implements fs.FileWriter. Without writeback cache the kernel sends
-// the exact range the application wrote (for O_APPEND at its idea of the
-// end of file, which includes this mount's writes: see client.GetAttr).
+// the exact range the application wrote. A handle opened with O_APPEND
+// ignores the kernel's offset and writes at the end the metadata server
+// reserves (appendWrite).
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if h.appending {
+		return h.appendWrite(ctx, data, off)
+	}
 	n, err := h.f.Write(ctx, data, uint64(off))
 	if err != nil {
 		return 0, h.fsys.errno("write", err)
@@ -79,8 +107,10 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Flush implements fs.FileFlusher (every close of a descriptor).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	ctx = h.fsys.creds.with(ctx)
-	return h.fsys.errno("flush", h.f.Flush(ctx))
+	err := h.f.Flush(h.fsys.creds.with(ctx))
+	// The closing process's locks go after its data is flushed; the
+	// request's own ctx names its lock owner.
+	return h.fsys.errno("flush", errors.Join(err, h.flushLocks(ctx)))
 }
 
 // Fsync implements fs.FileFsyncer.

@@ -136,6 +136,9 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 			Debug:         cfg.Debug,
 			DirectMount:   true,
 			MaxBackground: 64,
+			// Locks are the metadata service's, across all mounts
+			// (locks.go).
+			EnableLocks: true,
 			// No writeback cache (the default): every write reaches us
 			// with its exact byte range, so unaligned writes from
 			// several mounts to one file do not clobber each other.
@@ -148,7 +151,7 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 		NullPermissions: true,
 		RootStableAttr:  &fs.StableAttr{Ino: uint64(proto.RootIno), Mode: syscall.S_IFDIR},
 	}
-	srv, err := fs.Mount(cfg.Mountpoint, root, opts)
+	srv, err := mountRaw(fsys, cfg.Mountpoint, root, opts)
 	if err != nil {
 		return nil, fmt.Errorf("fuse: mount %s: %w", cfg.Mountpoint, err)
 	}

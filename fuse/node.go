@@ -20,6 +20,8 @@ type filesystem struct {
 	log   *slog.Logger
 	creds *creds // the calling process's credentials, for every metadata call
 	meta  string // the metadata server's address (user.weft.meta)
+	// flushOwners passes FLUSH's lock owner to the handle (locks.go).
+	flushOwners sync.Map
 }
 
 // errno converts a client error for the kernel; errors that are not errnos
@@ -304,7 +306,8 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.fsys.errno("create", err)
 	}
 	ch := n.child(ctx, a, out)
-	return ch, &handle{fsys: n.fsys, f: f}, 0, 0
+	h := newHandle(n.fsys, f, ch, flags)
+	return ch, h, h.openFlags(0), 0
 }
 
 // Mknod implements fs.NodeMknoder (fifos, sockets, device nodes, files).
@@ -422,7 +425,8 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if keep && !changed {
 		fuseFlags = gofuse.FOPEN_KEEP_CACHE
 	}
-	return &handle{fsys: n.fsys, f: f}, fuseFlags, 0
+	h := newHandle(n.fsys, f, n.EmbeddedInode(), flags)
+	return h, h.openFlags(fuseFlags), 0
 }
 
 // Statfs implements fs.NodeStatfser: usage summed over the storage targets.

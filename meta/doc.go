@@ -170,6 +170,80 @@
 // Outside the grace period a reclaim is refused with ESTALE: the client
 // then starts a new session, and its old handles fail with ESTALE.
 //
+// # Locks
+//
+// The server is the cluster's lock manager (locks.go, proto.LockService):
+// flock locks and byte-range locks (POSIX and OFD; one name space, flock
+// another, as on Linux) of every mount, enforced among all of them. A
+// lock's owner is (session, the kernel's lock owner), since a kernel's
+// owner ids mean something only on its own mount. Lock (metarpc 50) takes,
+// changes or releases a lock, failing with EAGAIN on a conflict and
+// changing nothing, or tests for one (F_GETLK: the conflicting lock's
+// range and the holder's pid); a new lock replaces what the owner held in
+// its range (proto.Lock.Apply). Locking needs the session to hold an open
+// handle on the inode (EBADF otherwise): the open is where permissions
+// were checked. A session holds at most MaxLocksPerSession locks (ENOLCK
+// beyond), so a client cannot make the server hold unbounded memory.
+//
+// Blocking requests (F_SETLKW, flock without LOCK_NB) never wait in the
+// server for long: LockWait (51) returns once the lock would not conflict,
+// or after lockWaitBound (2 s), or when the request ends, and takes
+// nothing; the client then tries Lock again. Every release wakes the
+// waiters on the inode (a channel per inode, closed and replaced), so a
+// freed lock is taken at once; a waiter that vanished costs a goroutine
+// for at most the bound, and a waiter that gave up (a signal) never ends
+// up holding a lock it did not ask for again.
+//
+// Locks are released by their owner (the client sends the unlocks at
+// close, see package client), with the session's last handle on the inode
+// (Release, ReleaseMany) whatever the client sent, and with the session
+// when it closes or expires (a crashed or cut-off mount: within the
+// lease).
+//
+// The choice: the lock table is in memory on the server that serves the
+// clients, not replicated state. Sessions and open handles already live
+// there, rebuilt by the clients after a restart (NFSv4's design); locks
+// follow them the same way instead of making every lock and unlock (a
+// SQLite transaction makes several) a synced command. After a restart the
+// server is in its grace period (Options.OrphanGrace): a client that
+// re-registers its session (OpenSession with its handles) then takes each
+// of its locks back with Lock in mode LockReclaim, which is refused
+// (ESTALE) outside the grace period; until the period ends, new locks
+// fail with EAGAIN and LockWait waits for its end, so no lock held before
+// the restart can be taken by someone else before its holder reclaimed
+// it. A lock whose holder did not come back within the period is gone.
+// With raft, only the leader takes lock requests (they pass the read
+// barrier, Server.reader), and a new leader is to start in the grace
+// period as a restarted server does (see "How raft slots in").
+//
+// # Atomic append
+//
+// O_APPEND writes from several clients must each land at the true end of
+// the file. Append (metarpc 52) reserves n bytes there (append.go): the
+// server keeps, per inode open for writing, the end of the last range it
+// reserved, in memory; a new range starts at the larger of that end and
+// the recorded size, and the reply (the attributes, Size the range's end)
+// tells the client its offset, Size - n. The client then writes its bytes
+// at that offset through its write-behind buffer like any other write and
+// records them with WriteDone (size = max, so nothing shrinks). So
+// concurrent appends from any number of mounts get disjoint ranges, at the
+// cost of one metadata round trip per append write but no disk write: a
+// reservation is not a command. A client that dies between its
+// reservation and its write leaves a hole (zeros) of the reserved length.
+// Appending needs a write handle (EBADF). The session's last
+// MaxPendingRequests replies are remembered with its sequence numbers, so
+// a request retried after a lost reply gets the range it already got. The
+// end is forgotten when the inode's last handle is released (every writer
+// recorded its writes by then) and when its size is set (truncate).
+//
+// Like locks, reservations live with the sessions and are rebuilt by the
+// clients after a restart: in the grace period Append fails with EAGAIN
+// (the client retries) and each client that re-registered names how far
+// it wrote in each open file (ReclaimAppend, metarpc 53), so that the
+// first new range starts beyond every range reserved before the restart,
+// recorded or not. Lustre takes a whole-file lock for O_APPEND instead; a
+// reservation is one round trip and never waits for other writers.
+//
 // # Request dedupe
 //
 // A mutation from a client with a session carries a sequence number in its
@@ -336,7 +410,7 @@
 // naming the leader. A single server reads at once, as before.
 //
 // Not yet replicated-aware (see the issue): open counts, sessions and
-// their expiry, the reclaim queue, the GC loop, orphan grace and the
+// their expiry, the lock table, the reclaim queue, the GC loop, orphan grace and the
 // target registry's liveness are per server and should run on the leader
 // only (today a follower's loops
 // propose and fail with EAGAIN); snapshots of the store (pebble
@@ -344,8 +418,8 @@
 // know one address and do not follow the leader.
 //
 // Sessions on a new leader: it should start as a restarted server does: in
-// the grace period, rebuilding sessions and open counts from the clients'
-// re-registrations (which the clients send to whichever server leads),
+// the grace period, rebuilding sessions, open counts and locks from the
+// clients' re-registrations (which the clients send to whichever server leads),
 // reclaiming nothing until it ends. The dedupe replies are replicated with
 // the commands, so a request retried against the new leader is answered
 // from them.

@@ -154,6 +154,11 @@ func (s *Server) release(sess session, ino proto.Ino) bool {
 		if len(m) == 0 {
 			delete(s.sessOpens, sess)
 		}
+		// Locks are taken through handles: with the session's last
+		// handle on the inode gone, none of its locks there can be
+		// released by it any more (the client releases them itself at
+		// close; this covers a client that did not).
+		s.locks.dropSessionInode(sess, ino)
 	} else {
 		o.n--
 		m[ino] = o
@@ -161,6 +166,7 @@ func (s *Server) release(sess session, ino proto.Ino) bool {
 	c := s.opens[ino]
 	if c <= 1 {
 		delete(s.opens, ino)
+		s.forgetAppendsLocked(ino)
 		return true
 	}
 	s.opens[ino] = c - 1

@@ -132,6 +132,12 @@ type Server struct {
 	opens     map[proto.Ino]int
 	sessOpens map[session]map[proto.Ino]sessionOpens
 	sessions  map[session]*sessionState // registered sessions and their leases (session.go)
+	// locks are the cluster-wide file locks (locks.go), released with the
+	// session that holds them.
+	locks *lockTable
+	// appendEnd is, per inode open for appending, the end of the last
+	// range Append reserved (append.go); forgotten at its last release.
+	appendEnd map[proto.Ino]uint64
 	// graceUntil ends the grace period after a restart (zero on a freshly
 	// formatted store): until then clients re-register the sessions the
 	// server forgot, and no orphan is reclaimed.
@@ -245,6 +251,8 @@ func New(opts Options) (*Server, error) {
 		opens:       map[proto.Ino]int{},
 		sessOpens:   map[session]map[proto.Ino]sessionOpens{},
 		sessions:    map[session]*sessionState{},
+		locks:       newLockTable(),
+		appendEnd:   map[proto.Ino]uint64{},
 		reclaiming:  map[proto.Ino]bool{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
@@ -733,6 +741,11 @@ func (s *Server) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 	}
 	c.SetAttr.Valid &^= proto.SetHandle
 	r, err := s.proposeAs(ctx, cl, c)
+	if err == nil && in.Valid&proto.SetSize != 0 {
+		s.mu.Lock()
+		s.forgetAppendsLocked(ino) // appends go on at the new size
+		s.mu.Unlock()
+	}
 	return r.attr, err
 }
 

@@ -33,6 +33,9 @@ type sessionState struct {
 	// of one (its reply lost with the connection) neither counts nor drops
 	// a handle twice. Handle counts live in memory, and so does this.
 	recent [proto.MaxPendingRequests]uint64
+	// appends remembers the session's last Append replies the same way
+	// (append.go).
+	appends [proto.MaxPendingRequests]appendReply
 	// For `weft status`: when and where the session was opened here, and
 	// the version the client announced.
 	opened  time.Time
@@ -229,6 +232,7 @@ func (s *Server) dropSession(sess session, why string) {
 // droppedSession is what takeSessionLocked removed.
 type droppedSession struct {
 	inodes, handles int
+	locks           int         // locks it held, released
 	last            []proto.Ino // inodes whose last open handle this was
 }
 
@@ -237,13 +241,14 @@ func (s *Server) takeSessionLocked(sess session) droppedSession {
 	m := s.sessOpens[sess]
 	delete(s.sessOpens, sess)
 	delete(s.sessions, sess)
-	d := droppedSession{inodes: len(m)}
+	d := droppedSession{inodes: len(m), locks: s.locks.dropSession(sess)}
 	for ino, o := range m {
 		d.handles += o.n
 		if c := s.opens[ino] - o.n; c > 0 {
 			s.opens[ino] = c
 		} else {
 			delete(s.opens, ino)
+			s.forgetAppendsLocked(ino)
 			d.last = append(d.last, ino)
 		}
 	}
@@ -257,7 +262,7 @@ func (s *Server) finishDrop(sess session, d droppedSession, why string) {
 		level = s.log.Warn
 	}
 	level("meta: session "+why+"; its open handles are dropped", "name", sess.name,
-		"session", fmt.Sprintf("%x", sess.id[:4]), "inodes", d.inodes, "handles", d.handles)
+		"session", fmt.Sprintf("%x", sess.id[:4]), "inodes", d.inodes, "handles", d.handles, "locks", d.locks)
 	var orphans []proto.Ino
 	for _, ino := range d.last {
 		if n, err := s.readInode(ino); err == nil && n.Nlink == 0 {

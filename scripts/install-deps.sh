@@ -7,7 +7,8 @@
 #       FUSE reads can be spliced), user_allow_other in /etc/fuse.conf, and
 #       a Go toolchain. scripts/up.sh runs this.
 #   scripts/install-deps.sh         all that, and what the tests need:
-#       iproute2 (ip netns, ss), psmisc (fuser), nftables (the firewall
+#       iproute2 (ip netns, ss), psmisc (fuser), python3 with its sqlite3
+#       module (the lock tests' helpers), nftables (the firewall
 #       test), chromium (the dashboard test, headless), a user and a group
 #       named "tests" (pjdfstest runs as them), pjdfstest and fsx (cargo).
 #       scripts/test.sh runs this.
@@ -46,7 +47,7 @@ fi
 need=()
 pkgs=(fuse3 ca-certificates curl)
 if [ "$MODE" = test ]; then
-	pkgs+=(iproute2 psmisc nftables chromium)
+	pkgs+=(iproute2 psmisc nftables chromium python3)
 fi
 for pkg in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then

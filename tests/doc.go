@@ -9,5 +9,8 @@
 //
 // The test binary doubles as a helper process (see helper_test.go): tests
 // re-execute it with WEFT_IT_HELPER set to run a step as another user or as
-// one of several concurrent writers.
+// one of several concurrent writers. The lock tests (locks_test.go) drive
+// Python processes instead (testdata/locker.py, testdata/sqlite_writer.py):
+// fcntl locks belong to processes, and python3 with its sqlite3 module
+// (scripts/install-deps.sh) gives every lock call and SQLite directly.
 package tests

@@ -102,10 +102,10 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	o.HeartbeatTimeout = units.Duration(10 * time.Second)
 	fs.Var(&o.HeartbeatTimeout, "heartbeat-timeout", "a storage target not heard from for this long is reported down")
 	o.SessionLease = units.Duration(meta.DefaultSessionLease)
-	fs.Var(&o.SessionLease, "session-lease", "a client session (a mount) not renewed for this long expires: its open files are closed")
+	fs.Var(&o.SessionLease, "session-lease", "a client session (a mount) not renewed for this long expires: its open files are closed and its locks released")
 	o.OrphanGrace = units.Duration(meta.DefaultOrphanGrace)
 	fs.StringVar(&o.HTTP, "http", "", "serve the web dashboard (health, capacity, throughput, clients) on http://ADDR/, e.g. 127.0.0.1:7480 (default off; it names client hosts: keep it on the management network)")
-	fs.Var(&o.OrphanGrace, "orphan-grace", "after a restart, how long mounts have to re-register their open files before unlinked files nobody holds are deleted")
+	fs.Var(&o.OrphanGrace, "orphan-grace", "after a restart, how long mounts have to re-register their open files and locks (no new locks meanwhile) before unlinked files nobody holds are deleted")
 	fs.BoolVar(&o.AcceptRollback, "accept-rollback", false,
 		"serve a store that has fewer changes than it had durably applied before (an older backup restored on purpose)")
 	o.accessOptions.addFlags(fs)

@@ -35,6 +35,7 @@ var (
 	_ proto.TargetRegistry = (*Client)(nil)
 	_ Extended             = (*Client)(nil)
 	_ SessionService       = (*Client)(nil)
+	_ proto.LockService    = (*Client)(nil)
 )
 
 // Extended is what a metadata service offers beyond proto.MetaService to
@@ -255,6 +256,37 @@ func (c *Client) RenewSession(ctx context.Context) (time.Duration, error) {
 
 func (c *Client) CloseSession(ctx context.Context) error {
 	return c.do(ctx, OpSessionClose, &emptyMsg{}, &emptyMsg{})
+}
+
+// Lock is sent as a mutation (numbered, retried after a broken
+// connection) unless it only tests: taking or releasing the same lock
+// twice for the same owner leaves the same state, so a retry is harmless
+// even though the server keeps no reply for it.
+func (c *Client) Lock(ctx context.Context, ino proto.Ino, lk proto.Lock, mode proto.LockMode) (proto.Lock, error) {
+	var r lockResp
+	var err error
+	if mode == proto.LockTest {
+		err = c.do(ctx, OpLock, &lockReq{ino, lk, mode}, &r)
+	} else {
+		err = c.mutate(ctx, OpLock, &lockReq{ino, lk, mode}, &r)
+	}
+	return r.Lock, err
+}
+
+// LockWait is sent once: the caller asks again (with Lock) whatever it
+// answers.
+func (c *Client) LockWait(ctx context.Context, ino proto.Ino, lk proto.Lock) error {
+	return c.do(ctx, OpLockWait, &lockReq{ino, lk, proto.LockSet}, &emptyMsg{})
+}
+
+func (c *Client) Append(ctx context.Context, ino proto.Ino, n uint64) (proto.Attr, error) {
+	return c.mutAttr(ctx, OpAppend, &appendReq{ino, n})
+}
+
+// ReclaimAppend is sent like a mutation: naming the same end twice
+// changes nothing more.
+func (c *Client) ReclaimAppend(ctx context.Context, ino proto.Ino, end uint64) error {
+	return c.mutate(ctx, OpAppendReclaim, &appendReclaimReq{ino, end}, &emptyMsg{})
 }
 
 func (c *Client) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {

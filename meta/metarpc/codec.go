@@ -53,6 +53,14 @@ const (
 	OpSessionRenew uint16 = 39
 	OpSessionClose uint16 = 40
 
+	// Locks and atomic append (proto.LockService): 50..59 belong to them.
+	OpLock     uint16 = 50 // take, change, release or test a lock
+	OpLockWait uint16 = 51 // wait (bounded) until a lock would not conflict
+	OpAppend   uint16 = 52 // reserve bytes at the end of a file (O_APPEND)
+	// OpAppendReclaim tells a restarted server how far a client's append
+	// reservations reached.
+	OpAppendReclaim uint16 = 53
+
 	// Retired op codes, never to be reused: 17 (Open) and 31 (CreateOpen)
 	// before capabilities changed their bodies. They are answered ENOSYS,
 	// so a client and a server of different versions fail plainly (the
@@ -398,6 +406,71 @@ func (m *sessionOpenReq) decode(d *wire.Decoder) {
 	m.Version = d.StringMax(256)
 }
 
+// lockReq is a lock request: the inode, the lock, and what to do with it
+// (proto.LockMode: set, test for a conflict, reclaim after a restart).
+type lockReq struct {
+	Ino  proto.Ino
+	Lock proto.Lock
+	Mode proto.LockMode
+}
+
+func (m *lockReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Ino))
+	encodeLock(e, &m.Lock)
+	e.U8(uint8(m.Mode))
+}
+
+func (m *lockReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	decodeLock(d, &m.Lock)
+	m.Mode = proto.LockMode(d.U8())
+}
+
+func encodeLock(e *wire.Encoder, l *proto.Lock) {
+	e.U64(l.Owner)
+	e.Bool(l.Flock)
+	e.U8(uint8(l.Type))
+	e.U64(l.Start)
+	e.U64(l.End)
+	e.U32(l.Pid)
+}
+
+func decodeLock(d *wire.Decoder, l *proto.Lock) {
+	l.Owner = d.U64()
+	l.Flock = d.Bool()
+	l.Type = proto.LockType(d.U8())
+	l.Start = d.U64()
+	l.End = d.U64()
+	l.Pid = d.U32()
+}
+
+// lockResp is the conflicting lock a test found (Type LockUnlock: none).
+type lockResp struct{ Lock proto.Lock }
+
+func (m *lockResp) encode(e *wire.Encoder) { encodeLock(e, &m.Lock) }
+func (m *lockResp) decode(d *wire.Decoder) { decodeLock(d, &m.Lock) }
+
+// appendReq reserves N bytes at the end of file Ino.
+type appendReq struct {
+	Ino proto.Ino
+	N   uint64
+}
+
+func (m *appendReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); e.U64(m.N) }
+func (m *appendReq) decode(d *wire.Decoder) { m.Ino = proto.Ino(d.U64()); m.N = d.U64() }
+
+// appendReclaimReq names how far the caller's reservations on Ino reached.
+type appendReclaimReq struct {
+	Ino proto.Ino
+	End uint64
+}
+
+func (m *appendReclaimReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); e.U64(m.End) }
+func (m *appendReclaimReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	m.End = d.U64()
+}
+
 // leaseResp is a session's lease, in nanoseconds.
 type leaseResp struct{ Lease time.Duration }
 
@@ -607,6 +680,14 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &statusResp{}, true
 	case OpFind:
 		return &findReq{}, &findResp{}, true
+	case OpLock:
+		return &lockReq{}, &lockResp{}, true
+	case OpLockWait:
+		return &lockReq{}, &emptyMsg{}, true
+	case OpAppend:
+		return &appendReq{}, &attrResp{}, true
+	case OpAppendReclaim:
+		return &appendReclaimReq{}, &emptyMsg{}, true
 	}
 	return nil, nil, false
 }

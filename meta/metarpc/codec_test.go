@@ -21,7 +21,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim,
 	}
 }
 
@@ -65,6 +65,10 @@ func samples() []message {
 		&findResp{},
 		&findResp{[]proto.Found{{Path: "a/b", Attr: sampleAttr}, {Path: ".", Attr: proto.Attr{Ino: 1}}}, []byte("next")},
 		&leaseResp{30e9},
+		&lockReq{5, proto.Lock{Owner: 1 << 60, Flock: true, Type: proto.LockWrite, Start: 3, End: proto.LockEOF, Pid: 42}, proto.LockReclaim},
+		&lockResp{proto.Lock{Owner: 9, Type: proto.LockRead, Start: 0, End: 99, Pid: 7}},
+		&appendReq{5, 4096},
+		&appendReclaimReq{5, 1 << 40},
 		&attrResp{sampleAttr},
 		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, []byte("capability")},
 		&createOpenResp{sampleAttr, proto.Attr{Ino: 1, Mode: 040755, Nlink: 3}, nil},

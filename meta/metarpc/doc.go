@@ -57,6 +57,23 @@
 // counts, so a retry neither counts nor drops a handle twice). Reads are
 // sent once. Without a session nothing is retried.
 //
+// # Locks and atomic append (op codes 50..59)
+//
+// OpLock (50) carries the inode, a lock (u64 owner, u8 flock, u8 type:
+// 0 read, 1 write, 2 unlock, u64 start, u64 end inclusive, u32 pid) and
+// a u8 mode (proto.LockMode: 0 set, 1 test, 2 reclaim after a restart);
+// it answers a lock (the conflicting one for a test; type 2: none).
+// OpLockWait (51) carries the same request and answers nothing, once the
+// lock may be free or after a bounded wait (it grants nothing). OpAppend
+// (52) carries an inode and a length and answers the attributes with Size
+// the end of the reserved range (package meta, "Atomic append");
+// OpAppendReclaim (53) carries an inode and how far the client wrote, after
+// a server restart. Lock set and reclaim and OpAppendReclaim are sent like
+// mutations (numbered, retried after a broken connection: doing one twice
+// leaves the same state); Append is numbered and retried too, and the
+// server answers a retry with the range it already gave; tests and waits
+// are sent once.
+//
 // Open (36), CreateOpen (37) and Capability (35) carry an access mode
 // (proto.Access, u8) and answer with a capability (u32 length + bytes,
 // empty if none; package capability). Open and CreateOpen had op codes 17

@@ -22,15 +22,17 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h.sess, _ = svc.(SessionService)
 	h.status, _ = svc.(StatusService)
 	h.find, _ = svc.(FindService)
+	h.locks, _ = svc.(proto.LockService)
 	return h.serve
 }
 
 type handler struct {
 	svc    proto.MetaService
-	ext    Extended       // nil if svc does not offer it
-	sess   SessionService // nil if svc does not offer it
-	status StatusService  // nil if svc does not offer it
-	find   FindService    // nil if svc does not offer it
+	ext    Extended          // nil if svc does not offer it
+	sess   SessionService    // nil if svc does not offer it
+	status StatusService     // nil if svc does not offer it
+	find   FindService       // nil if svc does not offer it
+	locks  proto.LockService // nil if svc does not offer it
 	reg    proto.TargetRegistry
 	log    *slog.Logger
 }
@@ -106,6 +108,11 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		return &statusResp{st}, err
 	}
 	switch r := req.(type) {
+	case *lockReq, *appendReq, *appendReclaimReq:
+		if h.locks == nil {
+			return nil, fmt.Errorf("metarpc: the service has no locks: %w", syscall.ENOSYS)
+		}
+		return h.callLocks(ctx, op, req)
 	case *nameReq:
 		switch op {
 		case OpLookup:
@@ -178,6 +185,24 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		}
 		id, err := h.reg.RegisterTarget(ctx, r.UUID, r.Info)
 		return &targetIDResp{id}, err
+	}
+	return nil, fmt.Errorf("metarpc: op %d has no handler: %w", op, syscall.ENOSYS)
+}
+
+func (h *handler) callLocks(ctx context.Context, op uint16, req message) (message, error) {
+	switch r := req.(type) {
+	case *lockReq:
+		switch op {
+		case OpLock:
+			l, err := h.locks.Lock(ctx, r.Ino, r.Lock, r.Mode)
+			return &lockResp{l}, err
+		case OpLockWait:
+			return &emptyMsg{}, h.locks.LockWait(ctx, r.Ino, r.Lock)
+		}
+	case *appendReq:
+		return attrOut(h.locks.Append(ctx, r.Ino, r.N))
+	case *appendReclaimReq:
+		return &emptyMsg{}, h.locks.ReclaimAppend(ctx, r.Ino, r.End)
 	}
 	return nil, fmt.Errorf("metarpc: op %d has no handler: %w", op, syscall.ENOSYS)
 }

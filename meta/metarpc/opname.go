@@ -13,6 +13,7 @@ var opNames = map[uint16]string{
 	OpUnlinkAt: "unlink_at", OpRmdirAt: "rmdir_at", OpReleaseMany: "release_many",
 	OpCapability: "capability", OpSessionOpen: "session_open", OpSessionRenew: "session_renew",
 	OpSessionClose: "session_close", OpStatus: "status", OpFind: "find",
+	OpLock: "lock", OpLockWait: "lock_wait", OpAppend: "append", OpAppendReclaim: "append_reclaim",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.
