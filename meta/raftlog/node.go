@@ -66,11 +66,20 @@ type StateMachine interface {
 	// the state machine's store (read once, at start: the log is applied
 	// again from the entry after it).
 	Applied() uint64
-	// Snapshot returns the state as of the last applied index, which must
-	// be durable when it returns (a pebble checkpoint is).
-	Snapshot() ([]byte, error)
-	// Restore replaces the state with a snapshot's, taken at index.
-	Restore(index uint64, data []byte) error
+	// Snapshot writes a copy of the state into dir, a directory that
+	// does not exist yet on Config.Snapshots' file system (a pebble
+	// checkpoint), durable when it returns. The state is the one after
+	// entry index, the last one applied (entries that are not commands,
+	// such as a new leader's empty entry, do not reach Apply: a state
+	// machine that records its applied index records index here, so
+	// that Applied is at least index after a Restore of this snapshot).
+	// The node owns dir afterwards: the files must not change.
+	Snapshot(index uint64, dir string) error
+	// Restore replaces the state with the copy in dir, taken at index:
+	// atomically (after a crash the state is the old one or the new one,
+	// never a mix), and without changing or moving dir's files, which
+	// the node may send on to another member.
+	Restore(index uint64, dir string) error
 }
 
 // Transport sends raft messages to other nodes. Send must not block on
@@ -96,6 +105,10 @@ type Config struct {
 	// TickInterval is how often the node ticks by itself; 0: never (tests
 	// call Tick).
 	TickInterval time.Duration
+	// Snapshots is where the state machine's snapshots are kept, made
+	// and received (nil: none; the log is never compacted and a member
+	// that fell behind a peer's compacted log cannot catch up).
+	Snapshots *Snapshots
 	// SnapshotEvery: after this many applied entries since the last
 	// snapshot, the node takes a snapshot and compacts the log, keeping
 	// the last SnapshotKeep entries. 0: never.
@@ -232,10 +245,9 @@ func NewNode(cfg Config) (*Node, error) {
 		// The log was compacted past what the state machine holds (a
 		// snapshot was received and the process stopped before restoring
 		// it): restore it now.
-		if err := cfg.SM.Restore(n.snapIdx, snap.GetData()); err != nil {
-			return nil, fmt.Errorf("raftlog: restore snapshot at %d: %w", n.snapIdx, err)
+		if err := n.restore(snap); err != nil {
+			return nil, err
 		}
-		n.applied = n.snapIdx
 	}
 	hs, cs, _ := cfg.Storage.InitialState()
 	last, _ := cfg.Storage.LastIndex()
@@ -303,13 +315,89 @@ func (n *Node) Tick() {
 }
 
 // Step hands the node a message from another node. It drops the message
-// when the node is stopped or its inbox is full (raft retries).
+// when the node is stopped or its inbox is full (raft retries), and a
+// MsgSnap whose snapshot files this node has not received and checked
+// (they come first, see snapstream.go).
 func (n *Node) Step(m *pb.Message) {
+	if m.GetType() == pb.MessageType_MsgSnap && !n.haveSnapshot(m.GetSnapshot()) {
+		n.log.Warn("raftlog: a snapshot message without its files dropped", "id", n.cfg.ID, "from", m.GetFrom())
+		return
+	}
 	select {
 	case n.recv <- m:
 	default:
 	}
 }
+
+// stepWait hands the node a message, waiting for room in its inbox.
+func (n *Node) stepWait(ctx context.Context, m *pb.Message) error {
+	select {
+	case n.recv <- m:
+		return nil
+	case <-n.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *Node) haveSnapshot(snap *pb.Snapshot) bool {
+	if n.cfg.Snapshots == nil {
+		return false
+	}
+	d, err := DecodeSnapshotDesc(snap.GetData())
+	return err == nil && d.Index == snap.GetMetadata().GetIndex() && n.cfg.Snapshots.Has(d)
+}
+
+// restore restores the state machine from the sealed snapshot snap.
+func (n *Node) restore(snap *pb.Snapshot) error {
+	idx := snap.GetMetadata().GetIndex()
+	if n.cfg.Snapshots == nil {
+		return fmt.Errorf("raftlog: restore snapshot at %d: no snapshot directory configured", idx)
+	}
+	d, err := DecodeSnapshotDesc(snap.GetData())
+	if err != nil {
+		return fmt.Errorf("raftlog: restore snapshot at %d: %w", idx, err)
+	}
+	if !n.cfg.Snapshots.Has(d) {
+		return fmt.Errorf("raftlog: restore snapshot at %d: its files (%s) are missing: wipe this member and let it re-sync", idx, n.cfg.Snapshots.Path(d))
+	}
+	if err := n.sm.Restore(idx, n.cfg.Snapshots.Path(d)); err != nil {
+		return fmt.Errorf("raftlog: restore snapshot at %d: %w", idx, err)
+	}
+	n.applied, n.snapIdx = idx, idx
+	n.cfg.Snapshots.prune(d)
+	n.log.Info("raftlog: state restored from a snapshot", "id", n.cfg.ID, "index", idx, "bytes", d.Size())
+	return nil
+}
+
+// TransferLeadership asks this node, if leader, to hand leadership to
+// member to (raft's leader transfer: the leader brings to's log up to
+// date, then tells it to campaign at once). It returns when the request
+// was taken; watch Status for the outcome.
+func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
+	ch := make(chan error, 1)
+	if err := n.do(ctx, func() {
+		bs := n.rn.BasicStatus()
+		if bs.RaftState != raft.StateLeader {
+			ch <- &NotLeaderError{Leader: bs.Lead}
+			return
+		}
+		n.rn.TransferLeader(to)
+		ch <- nil
+	}); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-n.done:
+		return ErrStopped
+	}
+}
+
+// Snapshots is the node's snapshot directory (nil: none).
+func (n *Node) Snapshots() *Snapshots { return n.cfg.Snapshots }
 
 // Campaign makes the node start an election now (tests, leadership
 // transfer by an operator).
@@ -330,6 +418,13 @@ func (n *Node) reportUnreachable(id uint64) { n.try(func() { n.rn.ReportUnreacha
 
 func (n *Node) reportSnapshot(id uint64, status raft.SnapshotStatus) {
 	n.try(func() { n.rn.ReportSnapshot(id, status) })
+}
+
+// reportSnapshotWait is ReportSnapshot for a snapshot sender's own
+// goroutine: it waits for the node to take the report (raft keeps a
+// follower's progress paused until it hears how a snapshot went).
+func (n *Node) reportSnapshotWait(id uint64, status raft.SnapshotStatus) {
+	_ = n.do(context.Background(), func() { n.rn.ReportSnapshot(id, status) })
 }
 
 // try runs f on the node goroutine if it can be queued at once.
@@ -511,10 +606,9 @@ func (n *Node) handleReady() error {
 	}
 	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 		idx := rd.Snapshot.GetMetadata().GetIndex()
-		if err := n.sm.Restore(idx, rd.Snapshot.GetData()); err != nil {
-			return fmt.Errorf("raftlog: restore snapshot at %d: %w", idx, err)
+		if err := n.restore(rd.Snapshot); err != nil {
+			return err
 		}
-		n.applied, n.snapIdx = idx, idx
 		// What the snapshot covers was applied without this node seeing
 		// the entries: the proposals appended there may or may not be in it.
 		for i, id := range n.byIndex {
@@ -688,19 +782,62 @@ func (n *Node) failAll(err error) {
 }
 
 func (n *Node) maybeSnapshot() {
-	if n.cfg.SnapshotEvery == 0 || n.applied-n.snapIdx < n.cfg.SnapshotEvery {
+	if n.cfg.SnapshotEvery == 0 || n.cfg.Snapshots == nil || n.applied-n.snapIdx < n.cfg.SnapshotEvery {
 		return
 	}
-	data, err := n.sm.Snapshot()
-	if err != nil {
+	if err := n.snapshot(); err != nil {
 		n.log.Error("raftlog: snapshot failed; the log is not compacted", "id", n.cfg.ID, "applied", n.applied, "err", err)
-		return
 	}
-	if err := n.st.CreateSnapshot(n.applied, n.cs, data, n.cfg.SnapshotKeep); err != nil {
-		n.log.Error("raftlog: saving a snapshot failed; the log is not compacted", "id", n.cfg.ID, "applied", n.applied, "err", err)
-		return
+}
+
+// snapshot has the state machine write a snapshot at the applied index,
+// seals it, records it in the log and compacts the log.
+func (n *Node) snapshot() error {
+	term, err := n.st.Term(n.applied)
+	if err != nil {
+		return err
+	}
+	tmp := n.cfg.Snapshots.tempDir()
+	if err := n.sm.Snapshot(n.applied, tmp); err != nil {
+		_ = n.cfg.Snapshots.fs.RemoveAll(tmp)
+		return err
+	}
+	d, err := n.cfg.Snapshots.seal(tmp, n.applied, term)
+	if err != nil {
+		_ = n.cfg.Snapshots.fs.RemoveAll(tmp)
+		return err
+	}
+	if err := n.st.CreateSnapshot(n.applied, n.cs, d.Encode(), n.cfg.SnapshotKeep); err != nil {
+		return err
 	}
 	n.snapIdx = n.applied
+	n.cfg.Snapshots.prune(d)
+	return nil
+}
+
+// Compact takes a snapshot now (if anything was applied since the last
+// one) and compacts the log.
+func (n *Node) Compact(ctx context.Context) error {
+	ch := make(chan error, 1)
+	if err := n.do(ctx, func() {
+		if n.cfg.Snapshots == nil {
+			ch <- errors.New("raftlog: no snapshot directory configured")
+			return
+		}
+		if n.applied == n.snapIdx {
+			ch <- nil
+			return
+		}
+		ch <- n.snapshot()
+	}); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-n.done:
+		return ErrStopped
+	}
 }
 
 func (n *Node) publish() {

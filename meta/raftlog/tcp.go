@@ -67,9 +67,11 @@ type TCPTransport struct {
 	mu     sync.Mutex
 	node   *Node
 	queues map[uint64]chan *pb.Message
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	closed bool
+	// snapping: peers a snapshot is being streamed to.
+	snapping map[uint64]bool
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   bool
 }
 
 // NewTCPTransport returns a transport for node opts.ID; Start connects it
@@ -87,7 +89,7 @@ func NewTCPTransport(opts TCPOptions) (*TCPTransport, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	t := &TCPTransport{opts: opts, log: opts.Logger, queues: map[uint64]chan *pb.Message{}, stop: make(chan struct{})}
+	t := &TCPTransport{opts: opts, log: opts.Logger, queues: map[uint64]chan *pb.Message{}, snapping: map[uint64]bool{}, stop: make(chan struct{})}
 	for id := range opts.Peers {
 		t.queues[id] = make(chan *pb.Message, queueLen)
 	}
@@ -126,12 +128,67 @@ func (t *TCPTransport) Send(msgs []*pb.Message) {
 			t.log.Warn("raftlog: message for an unknown member dropped", "to", m.GetTo(), "type", m.GetType())
 			continue
 		}
+		if m.GetType() == pb.MessageType_MsgSnap {
+			t.sendSnapshot(m)
+			continue
+		}
 		select {
 		case q <- m:
 		default:
 			t.report(m.GetTo(), []*pb.Message{m})
 		}
 	}
+}
+
+// sendSnapshot streams m's snapshot to its peer on a goroutine of its
+// own (one at a time per peer: raft sends another only after hearing how
+// the last went) and reports the outcome.
+func (t *TCPTransport) sendSnapshot(m *pb.Message) {
+	id := m.GetTo()
+	t.mu.Lock()
+	n := t.node
+	busy := t.snapping[id] || t.closed
+	if !busy {
+		t.snapping[id] = true
+		t.wg.Add(1)
+	}
+	t.mu.Unlock()
+	if busy || n == nil {
+		t.report(id, []*pb.Message{m})
+		return
+	}
+	go func() {
+		defer t.wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-t.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		addr := t.opts.Peers[id]
+		call := func(ctx context.Context, op uint16, body []byte) error {
+			cctx, ccancel := context.WithTimeout(ctx, t.opts.CallTimeout)
+			defer ccancel()
+			_, err := t.opts.Pool.Call(cctx, addr, op, body)
+			return err
+		}
+		d, _ := DecodeSnapshotDesc(m.GetSnapshot().GetData())
+		err := streamSnapshot(ctx, n.Snapshots(), m, ChunkSize, call)
+		t.mu.Lock()
+		delete(t.snapping, id)
+		t.mu.Unlock()
+		status := raft.SnapshotFinish
+		if err != nil {
+			status = raft.SnapshotFailure
+			t.log.Warn("raftlog: snapshot not delivered", "to", id, "addr", addr, "err", err)
+		} else if d != nil {
+			t.log.Info("raftlog: snapshot sent", "to", id, "index", d.Index, "bytes", d.Size())
+		}
+		n.reportSnapshotWait(id, status)
+	}()
 }
 
 // report tells the node that msgs to id were not delivered.
@@ -187,15 +244,6 @@ func (t *TCPTransport) sender(id uint64, addr string, q chan *pb.Message) {
 			}
 			t.log.Debug("raftlog: messages not delivered", "to", id, "addr", addr, "n", len(batch), "err", err)
 			t.report(id, batch)
-			continue
-		}
-		t.mu.Lock()
-		n := t.node
-		t.mu.Unlock()
-		for _, m := range batch {
-			if m.GetType() == pb.MessageType_MsgSnap {
-				n.ReportSnapshot(id, raft.SnapshotFinish)
-			}
 		}
 	}
 }
@@ -250,6 +298,16 @@ func (t *TCPTransport) Handler(ctx context.Context, op uint16, req []byte) ([]by
 		err := fmt.Errorf("raftlog: peer %q with role %q may not send raft messages: %w", p.Name, p.Role, syscall.EACCES)
 		t.refusals.Warn(t.log, "raftlog: raft message refused", "peer", p.Addr, "role", p.Role, "name", p.Name, "err", err)
 		return nil, err
+	}
+	if op == OpSnapChunk || op == OpSnapDone {
+		t.mu.Lock()
+		n := t.node
+		t.mu.Unlock()
+		if n == nil {
+			return nil, fmt.Errorf("raftlog: node %d not started: %w", t.opts.ID, syscall.EAGAIN)
+		}
+		member := func(id uint64) bool { _, ok := t.opts.Peers[id]; return ok }
+		return nil, handleSnapshot(ctx, n, t.opts.ID, member, op, req)
 	}
 	if op != OpMessages {
 		return nil, fmt.Errorf("raftlog: unknown op %d: %w", op, syscall.ENOSYS)

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	iofs "io/fs"
 	"log/slog"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -24,6 +25,10 @@ type Pebble struct {
 	failed atomic.Pointer[error]
 	// checked is what the consistency check at open read.
 	checked CheckStats
+	opts    PebbleOptions
+	// mu guards db against Replace: every use of db holds it shared,
+	// Replace exclusively while it swaps the database.
+	mu sync.RWMutex
 }
 
 // CheckStats is what OpenPebble's consistency check read.
@@ -70,18 +75,43 @@ type PebbleOptions struct {
 // ErrNotStore, so a wrong --data does not become an empty store beside
 // someone else's files.
 func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
+	p := &Pebble{dir: dir, log: o.Logger, opts: o}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	switch {
+	case o.FS != nil:
+		p.fs = o.FS
+	case o.InMemory:
+		p.fs = vfs.NewMem()
+	default:
+		p.fs = vfs.Default
+	}
+	// A Replace that a crash interrupted is finished first (or undone,
+	// if it had not reached its commit point): see Replace.
+	if err := finishReplace(p.fs, dir); err != nil {
+		return nil, err
+	}
+	if err := checkIsStore(p.fs, dir); err != nil {
+		return nil, err
+	}
+	if err := p.open(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// open opens the database in p.dir and checks it (p.db is set on success).
+func (p *Pebble) open() error {
+	dir, o := p.dir, p.opts
 	cache := o.CacheSize
 	if cache == 0 {
 		cache = 64 << 20
 	}
-	p := &Pebble{dir: dir, log: o.Logger}
-	if p.log == nil {
-		p.log = slog.Default()
-	}
 	c := pebble.NewCache(cache)
 	defer c.Unref()
 	opts := &pebble.Options{
-		Cache: c, Logger: pebbleLogger{p},
+		Cache: c, Logger: pebbleLogger{p}, FS: p.fs,
 		FormatMajorVersion: pebble.FormatNewest,
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
@@ -99,24 +129,12 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	// searches an index and a data block of every table that may hold the
 	// key. Tables written before keep working without one.
 	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
-	switch {
-	case o.FS != nil:
-		opts.FS = o.FS
-	case o.InMemory:
-		opts.FS = vfs.NewMem()
-	default:
-		opts.FS = vfs.Default
-	}
-	p.fs = opts.FS
-	if err := checkIsStore(opts.FS, dir); err != nil {
-		return nil, err
-	}
 	db, err := pebble.Open(dir, opts)
 	if pebble.IsCorruptionError(err) {
-		return nil, fmt.Errorf("store: open pebble in %s: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)
+		return fmt.Errorf("store: open pebble in %s: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("store: open pebble in %s: %w", dir, err)
+		return fmt.Errorf("store: open pebble in %s: %w", dir, err)
 	}
 	p.db = db
 	// The WAL that Open created was begun before the format version took
@@ -124,15 +142,15 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	// memtable is empty after replay, so this writes nothing).
 	if err := db.Flush(); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store: open pebble in %s: rotate WAL: %w", dir, err)
+		return fmt.Errorf("store: open pebble in %s: rotate WAL: %w", dir, err)
 	}
 	if !o.SkipCheck {
 		if err := p.check(); err != nil {
 			db.Close()
-			return nil, fmt.Errorf("store: open pebble in %s: %w", dir, err)
+			return fmt.Errorf("store: open pebble in %s: %w", dir, err)
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // checkIsStore refuses a directory that holds files but no pebble database.
@@ -212,6 +230,8 @@ func (p *Pebble) err() error {
 
 // Get implements Reader.
 func (p *Pebble) Get(key []byte) ([]byte, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	if err := p.err(); err != nil {
 		return nil, err
 	}
@@ -229,6 +249,8 @@ func (p *Pebble) Get(key []byte) ([]byte, error) {
 
 // Scan implements Reader.
 func (p *Pebble) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	if err := p.err(); err != nil {
 		return err
 	}
@@ -253,11 +275,17 @@ func (p *Pebble) Scan(lower, upper []byte, fn func(key, value []byte) bool) erro
 }
 
 // NewBatch implements Store.
-func (p *Pebble) NewBatch() Batch { return &pebbleBatch{p: p, b: p.db.NewBatch()} }
+func (p *Pebble) NewBatch() Batch {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return &pebbleBatch{p: p, db: p.db, b: p.db.NewBatch()}
+}
 
 // Sync implements Store: a synced empty log record flushes the WAL, and with
 // it every earlier unsynced commit.
 func (p *Pebble) Sync() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	if err := p.err(); err != nil {
 		return err
 	}
@@ -269,6 +297,11 @@ func (p *Pebble) Sync() error {
 
 // Close implements Store.
 func (p *Pebble) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.db == nil {
+		return nil // a Replace failed to reopen it
+	}
 	if err := p.db.Close(); err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
@@ -277,6 +310,7 @@ func (p *Pebble) Close() error {
 
 type pebbleBatch struct {
 	p    *Pebble
+	db   *pebble.DB // the database the batch was made for
 	b    *pebble.Batch
 	done bool
 }
@@ -297,9 +331,15 @@ func (b *pebbleBatch) Commit(sync bool) error {
 		return errors.New("store: batch reused")
 	}
 	b.done = true
+	b.p.mu.RLock()
+	defer b.p.mu.RUnlock()
 	if err := b.p.err(); err != nil {
 		b.b.Close()
 		return err
+	}
+	if b.db != b.p.db {
+		b.b.Close()
+		return errors.New("store: commit: the store was replaced since the batch was made")
 	}
 	opts := pebble.NoSync
 	if sync {
