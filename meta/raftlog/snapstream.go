@@ -102,16 +102,33 @@ func sendFile(ctx context.Context, snaps *Snapshots, desc *SnapshotDesc, raw []b
 // handleSnapshot serves OpSnapChunk and OpSnapDone for node n (whose id
 // is self); member tells which node ids may send.
 func handleSnapshot(ctx context.Context, n *Node, self uint64, member func(uint64) bool, op uint16, body []byte) error {
-	if n.cfg.Snapshots == nil {
-		return fmt.Errorf("raftlog: node %d keeps no snapshots: %w", self, syscall.ENOSYS)
+	m, err := receiveSnapshotOp(n.cfg.Snapshots, self, member, op, body)
+	if err != nil {
+		if op == OpSnapDone {
+			n.log.Error("raftlog: received snapshot refused", "id", self, "err", err)
+		}
+		return err
+	}
+	if m == nil {
+		return nil
+	}
+	return n.stepWait(ctx, m)
+}
+
+// receiveSnapshotOp does the snapshot directory's part of one operation:
+// it stores a chunk, or checks and seals the snapshot of an OpSnapDone and
+// returns its MsgSnap.
+func receiveSnapshotOp(snaps *Snapshots, self uint64, member func(uint64) bool, op uint16, body []byte) (*pb.Message, error) {
+	if snaps == nil {
+		return nil, fmt.Errorf("raftlog: node %d keeps no snapshots: %w", self, syscall.ENOSYS)
 	}
 	d := wire.NewDecoder(body)
 	if v := d.U8(); v != snapVersion && d.Err() == nil {
-		return fmt.Errorf("raftlog: snapshot operation of version %d, want %d: %w", v, snapVersion, syscall.EPROTO)
+		return nil, fmt.Errorf("raftlog: snapshot operation of version %d, want %d: %w", v, snapVersion, syscall.EPROTO)
 	}
 	to := d.U64()
 	if d.Err() == nil && to != self {
-		return fmt.Errorf("raftlog: snapshot for node %d reached node %d: %w", to, self, syscall.EINVAL)
+		return nil, fmt.Errorf("raftlog: snapshot for node %d reached node %d: %w", to, self, syscall.EINVAL)
 	}
 	switch op {
 	case OpSnapChunk:
@@ -121,29 +138,32 @@ func handleSnapshot(ctx context.Context, n *Node, self uint64, member func(uint6
 		off := d.U64()
 		data := d.BytesMax(ChunkSize)
 		if err := d.Done(); err != nil {
-			return fmt.Errorf("raftlog: snapshot chunk: %v: %w", err, syscall.EINVAL)
+			return nil, fmt.Errorf("raftlog: snapshot chunk: %v: %w", err, syscall.EINVAL)
 		}
 		if !member(from) {
-			return fmt.Errorf("raftlog: snapshot chunk from %d, not a member of node %d's group: %w", from, self, syscall.EINVAL)
+			return nil, fmt.Errorf("raftlog: snapshot chunk from %d, not a member of node %d's group: %w", from, self, syscall.EINVAL)
 		}
-		return n.cfg.Snapshots.receive(raw, int(file), off, data)
+		return nil, snaps.receive(raw, int(file), off, data)
 	case OpSnapDone:
 		b := d.BytesMax(maxDesc + 64<<10)
 		if err := d.Done(); err != nil {
-			return fmt.Errorf("raftlog: snapshot message: %v: %w", err, syscall.EINVAL)
+			return nil, fmt.Errorf("raftlog: snapshot message: %v: %w", err, syscall.EINVAL)
 		}
 		m := &pb.Message{}
 		if err := proto.Unmarshal(b, m); err != nil {
-			return fmt.Errorf("raftlog: snapshot message: %v: %w", err, syscall.EINVAL)
+			return nil, fmt.Errorf("raftlog: snapshot message: %v: %w", err, syscall.EINVAL)
 		}
 		if m.GetType() != pb.MessageType_MsgSnap || m.GetTo() != self || !member(m.GetFrom()) {
-			return fmt.Errorf("raftlog: snapshot message %v from %d to %d refused: %w", m.GetType(), m.GetFrom(), m.GetTo(), syscall.EINVAL)
+			return nil, fmt.Errorf("raftlog: snapshot message %v from %d to %d refused: %w", m.GetType(), m.GetFrom(), m.GetTo(), syscall.EINVAL)
 		}
-		if _, err := n.cfg.Snapshots.finish(m.GetSnapshot().GetData()); err != nil {
-			n.log.Error("raftlog: received snapshot refused", "id", self, "from", m.GetFrom(), "err", err)
-			return err
+		desc, err := snaps.finish(m.GetSnapshot().GetData())
+		if err != nil {
+			return nil, err
 		}
-		return n.stepWait(ctx, m)
+		if desc.Index != m.GetSnapshot().GetMetadata().GetIndex() {
+			return nil, fmt.Errorf("raftlog: snapshot of index %d described as index %d: %w", m.GetSnapshot().GetMetadata().GetIndex(), desc.Index, syscall.EINVAL)
+		}
+		return m, nil
 	}
-	return fmt.Errorf("raftlog: unknown op %d: %w", op, syscall.ENOSYS)
+	return nil, fmt.Errorf("raftlog: unknown op %d: %w", op, syscall.ENOSYS)
 }

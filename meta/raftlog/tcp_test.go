@@ -17,7 +17,9 @@ import (
 
 // TestTCP runs a three-node group over weft's framed TCP transport (real
 // sockets, no TLS): it elects a leader, and proposals on it are applied
-// on all three.
+// on all three. Node 3 is unreachable (its handler refuses) until the
+// proposals are in and the others compacted their logs past them: it
+// catches up from a snapshot streamed over TCP.
 func TestTCP(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	tr := transport.NewTCPWith(transport.TCPOptions{Logger: quiet})
@@ -58,14 +60,22 @@ func TestTCP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		handlers[i].Store(ts[i])
-		st, err := OpenStorage("log", StorageOptions{FS: vfs.NewMem()})
+		if i != 3 {
+			handlers[i].Store(ts[i])
+		}
+		fs := vfs.NewMem()
+		st, err := OpenStorage("log", StorageOptions{FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps, err := OpenSnapshots(fs, "snap")
 		if err != nil {
 			t.Fatal(err)
 		}
 		sms[i] = newKV()
+		sms[i].fs = fs
 		nodes[i], err = NewNode(Config{ID: i, Peers: []uint64{1, 2, 3}, Storage: st, SM: sms[i], Transport: ts[i],
-			TickInterval: 10 * time.Millisecond})
+			TickInterval: 10 * time.Millisecond, Snapshots: snaps, SnapshotEvery: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,6 +140,10 @@ func TestTCP(t *testing.T) {
 		commit = nodes[lead].Status().Commit
 		i++
 	}
+	if first, _ := nodes[lead].st.FirstIndex(); first <= 1 {
+		t.Fatalf("the leader's log was not compacted (first index %d)", first)
+	}
+	handlers[3].Store(ts[3])
 	waitUntil("every node applied the proposals", func() bool {
 		for i := 1; i <= n; i++ {
 			if nodes[i].Status().Applied < commit {
@@ -142,6 +156,9 @@ func TestTCP(t *testing.T) {
 		if got, want := sms[i].dump(), sms[lead].dump(); got != want {
 			t.Fatalf("node %d has %q, the leader %q", i, got, want)
 		}
+	}
+	if sms[3].base == 0 {
+		t.Fatal("node 3 caught up without a snapshot")
 	}
 }
 
