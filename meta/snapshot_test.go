@@ -5,7 +5,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"slices"
+	"strconv"
 	"syscall"
 	"testing"
 	"time"
@@ -290,4 +292,108 @@ func TestReplicaSnapshotCatchUp(t *testing.T) {
 		t.Fatalf("new inode %d, last before %d (%v)", a.Ino, last.Ino, err)
 	}
 	r.converged()
+}
+
+// treeBytes is the size of every file under dir.
+func treeBytes(fs vfs.FS, dir string) int64 {
+	names, err := fs.List(dir)
+	if err != nil {
+		return 0
+	}
+	var n int64
+	for _, name := range names {
+		p := fs.PathJoin(dir, name)
+		st, err := fs.Stat(p)
+		if err != nil {
+			continue
+		}
+		if st.IsDir() {
+			n += treeBytes(fs, p)
+		} else {
+			n += st.Size()
+		}
+	}
+	return n
+}
+
+// diskUse is a member's bytes on disk: raft log, store, snapshots.
+type diskUse struct{ log, store, snaps int64 }
+
+func (d diskUse) total() int64 { return d.log + d.store + d.snaps }
+
+func (r *pebbleSet) diskUse(id uint64) diskUse {
+	fs := r.fs[id]
+	return diskUse{log: treeBytes(fs, "raft"), store: treeBytes(fs, "store"), snaps: treeBytes(fs, "store.snapshots")}
+}
+
+// TestReplicaDiskBounded: in a long create/unlink loop (every entry a
+// change, nothing left at the end) every member's raft log holds at most
+// SnapshotEvery+SnapshotKeep entries plus what is in flight, and its
+// snapshot directory at most two snapshots (the last one and the one
+// before, which a sender may still read), nothing staged. Bytes on disk
+// are pebble's to reclaim (a deleted log entry goes when its range
+// tombstone is compacted) and level off only after tens of thousands of
+// entries: WEFT_DISK_LOOP=N runs N iterations, logs the numbers
+// (docs/performance.md, "Replicated metadata") and checks that the
+// largest use in the last quarter of the loop is within 25 % of the
+// largest in the third.
+func TestReplicaDiskBounded(t *testing.T) {
+	iters, long := 6000, false
+	if v := os.Getenv("WEFT_DISK_LOOP"); v != "" {
+		iters, _ = strconv.Atoi(v)
+		long = true
+	}
+	const every, keep = 1000, 100
+	r := newPebbleSet(t, 3, func(rep *Replica) { rep.SnapshotEvery, rep.SnapshotKeep = every, keep })
+	var dir proto.Attr
+	r.do(func(s *Server) (err error) { dir, err = s.Mkdir(ctx, proto.RootIno, "d", 0755, 0, 0); return })
+	var third, fourth int64
+	const samples = 8
+	for i := range iters {
+		name := fmt.Sprint("f", i)
+		r.do(func(s *Server) error {
+			_, err := s.Create(ctx, proto.CreateIn{Parent: dir.Ino, Name: name, Mode: syscall.S_IFIFO | 0644})
+			if errors.Is(err, syscall.EEXIST) {
+				err = nil
+			}
+			return err
+		})
+		r.do(func(s *Server) error {
+			err := s.Unlink(ctx, dir.Ino, name)
+			if errors.Is(err, syscall.ENOENT) {
+				err = nil
+			}
+			return err
+		})
+		if (i+1)%(iters/samples) != 0 {
+			continue
+		}
+		lead := r.leader()
+		for _, id := range r.ids {
+			first, _ := r.logs[id].FirstIndex()
+			last, _ := r.logs[id].LastIndex()
+			if entries := last - first + 1; entries > every+keep+64 {
+				t.Fatalf("member %d's log holds %d entries [%d, %d], more than SnapshotEvery+SnapshotKeep", id, entries, first, last)
+			}
+			names, _ := r.fs[id].List("store.snapshots")
+			if len(names) > 2 {
+				t.Fatalf("member %d keeps %v in its snapshot directory", id, names)
+			}
+			u := r.diskUse(id)
+			switch q := (i + 1) * 4 / iters; {
+			case q == 2:
+				third = max(third, u.total())
+			case q >= 3:
+				fourth = max(fourth, u.total())
+			}
+			if id == lead {
+				st, _ := r.srvs[id].ReplicaStatus()
+				t.Logf("iteration %d: applied %d, leader %d: raft log %d KiB (%d entries), store %d KiB, snapshots %d KiB (%d)",
+					i+1, st.Applied, id, u.log>>10, last-first+1, u.store>>10, u.snaps>>10, len(names))
+			}
+		}
+	}
+	if long && fourth > third+third/4 {
+		t.Fatalf("disk use still grows: at most %d bytes in the third quarter of the loop, %d in the last", third, fourth)
+	}
 }
