@@ -354,6 +354,9 @@ func checkMark(m store.Marker, sm *stateMachine, opts Options) error {
 // writeMark records the durable applied count in the mark if it grew
 // (always if force).
 func (s *Server) writeMark(force bool) error {
+	if s.marker == nil {
+		return nil // a replica, or a store without a mark
+	}
 	s.markMu.Lock()
 	defer s.markMu.Unlock()
 	d := s.durable.Load()
