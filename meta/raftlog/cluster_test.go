@@ -127,13 +127,15 @@ type cluster struct {
 	// keep holds the state machines that survive their node's crash
 	// (a state machine with a store of its own), for the next start.
 	keep map[uint64]*kvSM
+	// join: nodes started to join the running group (Config.Join).
+	join map[uint64]bool
 }
 
 func newCluster(t testing.TB, n int, cfg func(*Config)) *cluster {
 	nw := NewMemNetwork()
 	nw.ChunkSize = 7 // a snapshot in many chunks
 	c := &cluster{t: t, nw: nw, fs: map[uint64]*vfs.MemFS{}, st: map[uint64]*Storage{},
-		sm: map[uint64]*kvSM{}, nodes: map[uint64]*Node{}, cfg: cfg, keep: map[uint64]*kvSM{}}
+		sm: map[uint64]*kvSM{}, nodes: map[uint64]*Node{}, cfg: cfg, keep: map[uint64]*kvSM{}, join: map[uint64]bool{}}
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
 		c.fs[uint64(i)] = vfs.NewCrashableMem()
@@ -163,7 +165,7 @@ func (c *cluster) start(id uint64) {
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)
 	}
-	cfg := Config{ID: id, Peers: c.ids, Storage: st, SM: sm, Transport: c.nw.Transport(id), Snapshots: snaps}
+	cfg := Config{ID: id, Peers: c.ids, Storage: st, SM: sm, Transport: c.nw.Transport(id), Snapshots: snaps, Join: c.join[id]}
 	if c.cfg != nil {
 		c.cfg(&cfg)
 	}
@@ -196,7 +198,7 @@ func (c *cluster) crash(id uint64) {
 }
 
 func (c *cluster) stopAll() {
-	for _, id := range c.ids {
+	for id := range c.nodes {
 		if n := c.nodes[id]; n != nil {
 			c.nw.Detach(id)
 			n.Stop()
@@ -208,11 +210,12 @@ func (c *cluster) stopAll() {
 
 func (c *cluster) live() []uint64 {
 	var out []uint64
-	for _, id := range c.ids {
-		if c.nodes[id] != nil {
+	for id, n := range c.nodes {
+		if n != nil {
 			out = append(out, id)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 

@@ -95,7 +95,11 @@ type Config struct {
 	ID uint64
 	// Peers are the initial voters (ids, this node's included), used only
 	// to bootstrap an empty log. Every member must be given the same list.
-	Peers   []uint64
+	Peers []uint64
+	// Join: this node is being added to a running group (ChangeMembers
+	// on its leader): an empty log is not bootstrapped, Peers is ignored,
+	// and the node waits for the leader to send it the log or a snapshot.
+	Join    bool
 	Storage *Storage
 	SM      StateMachine
 	// Transport is where outgoing messages go.
@@ -119,7 +123,11 @@ type Config struct {
 	// any earlier leader had committed. A proposer that decides things
 	// from the applied state (meta's inode allocator) resynchronises here.
 	OnLeader func(term uint64)
-	Logger   *slog.Logger
+	// OnConfChange, if set, is called on the node goroutine when a
+	// configuration change is applied, with the change and the new
+	// configuration (a transport learns new members' addresses here).
+	OnConfChange func(cc *pb.ConfChangeV2, cs *pb.ConfState)
+	Logger       *slog.Logger
 }
 
 // Node runs one member of a raft group: a RawNode driven by one goroutine
@@ -150,8 +158,15 @@ type Node struct {
 	// term's first entry: it takes proposals only in that term.
 	readyTerm uint64
 	cs        *pb.ConfState
+	// confChanged: a configuration change was applied since the last
+	// snapshot. The next Ready takes one: a member added to the group
+	// installs a snapshot only if its configuration includes the member
+	// (raft refuses one that does not), so the leader's must be newer than
+	// the change.
+	confChanged bool
 
-	status atomic.Pointer[Status]
+	status  atomic.Pointer[Status]
+	members atomic.Pointer[pb.ConfState] // a copy of cs for readers
 	// changed is closed and replaced when the status changes (tests wait
 	// on it instead of sleeping).
 	chmu    sync.Mutex
@@ -195,6 +210,9 @@ const maxDrain = 1024
 func NewNode(cfg Config) (*Node, error) {
 	if cfg.ID == 0 || cfg.ID >= 1<<16 {
 		return nil, fmt.Errorf("raftlog: node id %d: ids are 1 to 65535", cfg.ID)
+	}
+	if cfg.Join {
+		cfg.Peers = nil
 	}
 	if len(cfg.Peers) > 0 {
 		seen := map[uint64]bool{}
@@ -260,6 +278,7 @@ func NewNode(cfg Config) (*Node, error) {
 	// index, and the entries up to n.applied, which it delivers again once
 	// the leader confirms they are committed, are skipped (apply).
 	n.cs = cs
+	n.publishMembers()
 	rc := &raft.Config{
 		ID: cfg.ID, ElectionTick: cfg.ElectionTick, HeartbeatTick: cfg.HeartbeatTick,
 		Storage: cfg.Storage, Applied: min(n.applied, hs.GetCommit()),
@@ -278,7 +297,7 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: %w", err)
 	}
-	if last == 0 && raft.IsEmptyHardState(hs) {
+	if last == 0 && raft.IsEmptyHardState(hs) && !cfg.Join {
 		if len(cfg.Peers) == 0 {
 			return nil, errors.New("raftlog: an empty log needs Config.Peers to bootstrap")
 		}
@@ -618,6 +637,10 @@ func (n *Node) handleReady() error {
 			}
 		}
 		n.cs = proto.Clone(pb.EnsureConfState(rd.Snapshot.GetMetadata().GetConfState())).(*pb.ConfState)
+		if n.cfg.OnConfChange != nil {
+			n.cfg.OnConfChange(nil, n.cs)
+		}
+		n.publishMembers()
 	}
 	if len(rd.Messages) > 0 {
 		n.cfg.Transport.Send(rd.Messages)
@@ -657,7 +680,7 @@ func (n *Node) apply(ents []*pb.Entry) error {
 		}
 		if pid, ok := n.byIndex[idx]; ok {
 			delete(n.byIndex, idx)
-			if e.GetType() != pb.EntryNormal || len(e.GetData()) < 8 || binary.BigEndian.Uint64(e.GetData()) != pid {
+			if entryID(e) != pid {
 				n.resolve(pid, proposalResult{err: ErrDropped})
 			}
 		}
@@ -696,10 +719,35 @@ func (n *Node) apply(ents []*pb.Entry) error {
 			if err := n.st.SetConfState(n.cs); err != nil {
 				return err
 			}
+			v2 := cc.AsV2()
+			if n.cfg.OnConfChange != nil {
+				n.cfg.OnConfChange(v2, n.cs)
+			}
+			if len(v2.GetContext()) >= 8 {
+				n.resolve(binary.BigEndian.Uint64(v2.GetContext()), proposalResult{v: n.cs})
+			}
+			n.publishMembers()
+			// Not the bootstrap's entries (ConfChange, not V2): nobody
+			// joins from them.
+			n.confChanged = n.confChanged || e.GetType() == pb.EntryConfChangeV2
 		}
 		n.applied = idx
 	}
 	return nil
+}
+
+// entryID is the proposal id an entry carries (0: none).
+func entryID(e *pb.Entry) uint64 {
+	switch {
+	case e.GetType() == pb.EntryNormal && len(e.GetData()) >= 8:
+		return binary.BigEndian.Uint64(e.GetData())
+	case e.GetType() == pb.EntryConfChangeV2:
+		var cc pb.ConfChangeV2
+		if proto.Unmarshal(e.GetData(), &cc) == nil && len(cc.GetContext()) >= 8 {
+			return binary.BigEndian.Uint64(cc.GetContext())
+		}
+	}
+	return 0
 }
 
 // noteIndexes records where this node's proposals were appended, so that
@@ -710,10 +758,10 @@ func (n *Node) noteIndexes(ents []*pb.Entry) {
 		return
 	}
 	for _, e := range ents {
-		if e.GetType() != pb.EntryNormal || len(e.GetData()) < 8 {
+		id := entryID(e)
+		if id == 0 {
 			continue
 		}
-		id := binary.BigEndian.Uint64(e.GetData())
 		if w, ok := n.waiting[id]; ok && w.index == 0 {
 			w.index = e.GetIndex()
 			n.byIndex[w.index] = id
@@ -782,7 +830,10 @@ func (n *Node) failAll(err error) {
 }
 
 func (n *Node) maybeSnapshot() {
-	if n.cfg.SnapshotEvery == 0 || n.cfg.Snapshots == nil || n.applied-n.snapIdx < n.cfg.SnapshotEvery {
+	if n.cfg.SnapshotEvery == 0 || n.cfg.Snapshots == nil || n.applied == n.snapIdx {
+		return
+	}
+	if n.applied-n.snapIdx < n.cfg.SnapshotEvery && !n.confChanged {
 		return
 	}
 	if err := n.snapshot(); err != nil {
@@ -811,6 +862,7 @@ func (n *Node) snapshot() error {
 		return err
 	}
 	n.snapIdx = n.applied
+	n.confChanged = false
 	n.cfg.Snapshots.prune(d)
 	return nil
 }
