@@ -43,6 +43,12 @@ type Replica struct {
 	// DefaultSnapshotKeep).
 	SnapshotDir                 string
 	SnapshotEvery, SnapshotKeep uint64
+	// Join: this server is a new member of a running group (added with
+	// Server.AddMember, `weft admin meta add`): its store and log must be
+	// empty; Peers is not used to bootstrap, and the state comes from the
+	// leader (a snapshot, then the log). It must know the others'
+	// addresses (its transport's peers).
+	Join bool
 }
 
 // raftLog is the commit path of a replicated server. Proposals go to the
@@ -175,7 +181,7 @@ func (s *Server) startReplica(r *Replica) error {
 			}
 		},
 	}
-	if err := r.snapshotConfig(s.st, &cfg); err != nil {
+	if err := r.configure(s, &cfg); err != nil {
 		return err
 	}
 	n, err := raftlog.NewNode(cfg)

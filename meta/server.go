@@ -97,11 +97,12 @@ type Options struct {
 // proto.TargetRegistry over a store. Mutations are proposed as commands to
 // one applier goroutine (see doc.go); reads go to the store directly.
 type Server struct {
-	opts Options
-	st   store.Store
-	sm   *stateMachine
-	reg  *registry
-	log  *slog.Logger
+	opts    Options
+	members memberAddrs // a replica's group members' addresses (members.go)
+	st      store.Store
+	sm      *stateMachine
+	reg     *registry
+	log     *slog.Logger
 	// refusals rate-limits the warnings about refused requests and
 	// registrations, which a misconfigured or hostile peer can send in a
 	// flood.

@@ -6,6 +6,7 @@ import (
 
 	"github.com/weft-fs/weft/meta/raftlog"
 	"github.com/weft-fs/weft/meta/store"
+	pb "go.etcd.io/raft/v3/raftpb"
 )
 
 // Snapshots of a replica's store (raftlog.StateMachine's Snapshot and
@@ -102,6 +103,20 @@ func (r *registry) reload(st store.Reader) error {
 	clear(r.byUUID)
 	r.mu.Unlock()
 	return r.load(st)
+}
+
+// configure sets up what this file and members.go add to a replica's raft
+// node: joining (Replica.Join), membership changes, and snapshots.
+func (r *Replica) configure(s *Server, cfg *raftlog.Config) error {
+	cfg.Join = r.Join
+	tr := r.Transport
+	cfg.OnConfChange = func(cc *pb.ConfChangeV2, cs *pb.ConfState) { s.onConfChange(tr, cc, cs) }
+	if p, ok := tr.(interface{ Peers() map[uint64]string }); ok {
+		s.members.mu.Lock()
+		s.members.addrs = p.Peers()
+		s.members.mu.Unlock()
+	}
+	return r.snapshotConfig(s.st, cfg)
 }
 
 // snapshotConfig sets up the snapshots of a replica on store st: their

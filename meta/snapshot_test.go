@@ -5,10 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -33,11 +35,14 @@ type pebbleSet struct {
 	logs   map[uint64]*raftlog.Storage
 	srvs   map[uint64]*Server
 	tune   func(*Replica)
+	// join: members started to join the running group (Replica.Join).
+	join map[uint64]bool
+	mu   sync.Mutex // guards srvs against running
 }
 
 func newPebbleSet(t *testing.T, n int, tune func(*Replica)) *pebbleSet {
 	r := &pebbleSet{t: t, nw: raftlog.NewMemNetwork(), fs: map[uint64]vfs.FS{}, stores: map[uint64]*store.Pebble{},
-		logs: map[uint64]*raftlog.Storage{}, srvs: map[uint64]*Server{}, tune: tune}
+		logs: map[uint64]*raftlog.Storage{}, srvs: map[uint64]*Server{}, tune: tune, join: map[uint64]bool{}}
 	r.nw.ChunkSize = 64 << 10 // a snapshot in many chunks
 	for i := 1; i <= n; i++ {
 		id := uint64(i)
@@ -72,7 +77,7 @@ func (r *pebbleSet) start(id uint64) {
 	rep := &Replica{
 		ID: id, Peers: r.ids, Log: lg, Transport: r.nw.Transport(id),
 		Started:      func(n *raftlog.Node) { r.nw.Attach(id, n) },
-		TickInterval: 5 * time.Millisecond, ElectionTick: 50,
+		TickInterval: 5 * time.Millisecond, ElectionTick: 50, Join: r.join[id],
 	}
 	if r.tune != nil {
 		r.tune(rep)
@@ -83,7 +88,16 @@ func (r *pebbleSet) start(id uint64) {
 		st.Close()
 		r.t.Fatal(err)
 	}
+	r.mu.Lock()
 	r.stores[id], r.logs[id], r.srvs[id] = st, lg, srv
+	r.mu.Unlock()
+}
+
+// running returns the running members' servers (any goroutine).
+func (r *pebbleSet) running() map[uint64]*Server {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return maps.Clone(r.srvs)
 }
 
 func (r *pebbleSet) stop(id uint64) {
@@ -91,7 +105,9 @@ func (r *pebbleSet) stop(id uint64) {
 	r.srvs[id].Close()
 	r.logs[id].Close()
 	r.stores[id].Close()
+	r.mu.Lock()
 	delete(r.srvs, id)
+	r.mu.Unlock()
 	delete(r.logs, id)
 	delete(r.stores, id)
 }
@@ -105,7 +121,9 @@ func (r *pebbleSet) crash(id uint64) {
 	r.logs[id].Close()
 	r.stores[id].Close()
 	r.fs[id] = synced
+	r.mu.Lock()
 	delete(r.srvs, id)
+	r.mu.Unlock()
 	delete(r.logs, id)
 	delete(r.stores, id)
 }

@@ -583,6 +583,10 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &leaseResp{}, true
 	case OpSessionClose:
 		return &emptyMsg{}, &emptyMsg{}, true
+	case OpMembers:
+		return &emptyMsg{}, &membersResp{}, true
+	case OpMemberAdd, OpMemberRemove:
+		return &memberReq{}, &emptyMsg{}, true
 	}
 	return nil, nil, false
 }

@@ -20,15 +20,17 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h := &handler{svc: svc, reg: reg, log: log}
 	h.ext, _ = svc.(Extended)
 	h.sess, _ = svc.(SessionService)
+	h.admin, _ = svc.(MemberAdmin)
 	return h.serve
 }
 
 type handler struct {
-	svc  proto.MetaService
-	ext  Extended       // nil if svc does not offer it
-	sess SessionService // nil if svc does not offer it
-	reg  proto.TargetRegistry
-	log  *slog.Logger
+	svc   proto.MetaService
+	ext   Extended       // nil if svc does not offer it
+	sess  SessionService // nil if svc does not offer it
+	admin MemberAdmin    // nil if svc does not offer it
+	reg   proto.TargetRegistry
+	log   *slog.Logger
 }
 
 func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, error) {
@@ -65,6 +67,8 @@ var errNoExt = fmt.Errorf("metarpc: the service has no combined operations: %w",
 func (h *handler) call(ctx context.Context, op uint16, req message) (message, error) {
 	s := h.svc
 	switch op {
+	case OpMembers, OpMemberAdd, OpMemberRemove:
+		return h.callAdmin(ctx, op, req)
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {
 			return nil, errNoExt
