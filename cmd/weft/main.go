@@ -26,6 +26,7 @@ func newRootCmd() *cobra.Command {
 		newGetstripeCmd(),
 		newDfCmd(),
 		newBenchCmd(),
+		newAdminCmd(),
 	)
 	return root
 }
