@@ -74,6 +74,15 @@ func (a *raftApplier) Restore(index uint64, dir string) error {
 	return nil
 }
 
+// Err reports a store that failed (a checksum, a fatal pebble error):
+// the raft node stops rather than apply further entries (raftlog).
+func (a *raftApplier) Err() error {
+	if f, ok := a.sm.st.(interface{ Err() error }); ok {
+		return f.Err()
+	}
+	return nil
+}
+
 // recordApplied records index as the last applied log index.
 func (sm *stateMachine) recordApplied(index uint64, sync bool) error {
 	b := sm.st.NewBatch()

@@ -54,7 +54,10 @@ func (e *NotLeaderError) Error() string {
 func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
 
 // StateMachine is what the log is applied to. The node calls it from its
-// one goroutine, in log order.
+// one goroutine, in log order. A state machine may also have an Err()
+// error method: the node checks it after each Apply and stops (the
+// entry's proposer gets ErrStopped) once it reports a failure, such as a
+// store that failed a checksum: a member that cannot apply must not go on.
 type StateMachine interface {
 	// Apply applies the command of the committed entry at index and
 	// returns what it did (handed to the proposer, if it is waiting on
@@ -570,6 +573,17 @@ func (n *Node) ReadIndex(ctx context.Context) error {
 func (n *Node) run() {
 	defer close(n.done)
 	defer n.failAll(ErrStopped)
+	defer func() {
+		// raft panics when its storage fails a read; once the log is known
+		// to be corrupt that is a stop with an error, not a crash.
+		if r := recover(); r != nil {
+			if err := n.st.Err(); err != nil {
+				n.log.Error("raftlog: node stops: the log is corrupt", "id", n.cfg.ID, "err", err, "panic", fmt.Sprint(r), "hint", RecoverHint)
+				return
+			}
+			panic(r)
+		}
+	}()
 	var tick <-chan time.Time
 	if n.cfg.TickInterval > 0 {
 		t := time.NewTicker(n.cfg.TickInterval)
@@ -699,6 +713,13 @@ func (n *Node) apply(ents []*pb.Entry) error {
 			}
 			id := binary.BigEndian.Uint64(e.GetData())
 			v := n.sm.Apply(idx, e.GetData()[8:])
+			if f, ok := n.sm.(interface{ Err() error }); ok {
+				if err := f.Err(); err != nil {
+					// The state machine's store failed: applying more
+					// would diverge from the other members.
+					return fmt.Errorf("raftlog: state machine failed at entry %d: %w", idx, err)
+				}
+			}
 			n.resolve(id, proposalResult{v: v})
 		case pb.EntryConfChange, pb.EntryConfChangeV2:
 			var cc pb.ConfChangeI

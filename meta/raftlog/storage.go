@@ -55,6 +55,8 @@ type Storage struct {
 	// terms[i] is the term of entry offset+1+i: Term is called for every
 	// append a follower receives, and must not cost a read.
 	terms []uint64
+	// failed: corruption was found; every later write fails with it.
+	failed error
 }
 
 // StorageOptions tune OpenStorage. The zero value is fine.
@@ -65,25 +67,96 @@ type StorageOptions struct {
 	Logger *slog.Logger
 }
 
-// OpenStorage opens (or creates) the log in dir.
+// ErrCorrupt is wrapped by every error about a log that failed a
+// checksum or does not decode: the member must not serve from it.
+var ErrCorrupt = errors.New("raftlog: the raft log is corrupt")
+
+// RecoverHint is what an error about a corrupt log tells the admin.
+const RecoverHint = "wipe this member's data (log, store and snapshots) and re-sync it from the others: " +
+	"weft admin meta remove ID, start it empty in join mode, weft admin meta add ID ADDR (docs/deployment.md)"
+
+// OpenStorage opens (or creates) the log in dir. As the metadata store
+// does (store.OpenPebble), it refuses, with an error wrapping ErrCorrupt,
+// a log whose WAL has a damaged record followed by synced ones (the log is
+// kept at pebble.FormatNewest, whose WAL chunks carry the synced offset),
+// a table that fails its checksums (every table is read through at open),
+// and entries that do not decode or leave a hole. Corruption found later
+// fails every call with ErrCorrupt (the node then stops), never a panic.
 func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	opts := &pebble.Options{Logger: pebbleLogger{o.Logger}}
+	s := &Storage{log: o.Logger, hs: &pb.HardState{}, cs: &pb.ConfState{}, snap: pb.EnsureSnapshot(nil)}
+	opts := &pebble.Options{
+		Logger: pebbleLogger{o.Logger}, FormatMajorVersion: pebble.FormatNewest,
+		EventListener: &pebble.EventListener{
+			BackgroundError: func(err error) {
+				o.Logger.Error("raftlog: pebble background error", "dir", dir, "err", err)
+			},
+			DataCorruption: func(info pebble.DataCorruptionInfo) {
+				s.fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, info.Path, info.Details))
+			},
+		},
+	}
+	// An explicit FS: pebble wraps a nil one in a disk-health checker
+	// whose goroutine outlives an Open that fails (as the store does).
+	opts.FS = vfs.Default
 	if o.FS != nil {
 		opts.FS = o.FS
 	}
 	db, err := pebble.Open(dir, opts)
+	if pebble.IsCorruptionError(err) {
+		return nil, fmt.Errorf("raftlog: open log in %s: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open log in %s: %w", dir, err)
 	}
-	s := &Storage{db: db, log: o.Logger, hs: &pb.HardState{}, cs: &pb.ConfState{}, snap: pb.EnsureSnapshot(nil)}
+	s.db = db
+	// The WAL Open created predates the format version: rotate to one
+	// with sync offsets (the memtable is empty after replay).
+	if err := db.Flush(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("raftlog: open log in %s: rotate WAL: %w", dir, err)
+	}
+	var stats pebble.CheckLevelsStats
+	if err := db.CheckLevels(&stats); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("raftlog: open log in %s: consistency check: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)
+	}
 	if err := s.load(); err != nil {
 		db.Close()
-		return nil, err
+		return nil, fmt.Errorf("%w (%s)", err, RecoverHint)
+	}
+	if err := s.Err(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("raftlog: open log in %s: %w (%s)", dir, err, RecoverHint)
 	}
 	return s, nil
+}
+
+// fail records that the log can no longer be trusted.
+func (s *Storage) fail(err error) {
+	s.log.Error("raftlog: the log is damaged; refusing further use", "err", err)
+	s.mu.Lock()
+	if s.failed == nil {
+		s.failed = err
+	}
+	s.mu.Unlock()
+}
+
+// Err returns the corruption found since the log was opened, if any.
+func (s *Storage) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// checkCorrupt fails the log if err is pebble's corruption error.
+func (s *Storage) checkCorrupt(err error) error {
+	if pebble.IsCorruptionError(err) {
+		s.fail(fmt.Errorf("%w: %w", ErrCorrupt, err))
+	}
+	return err
 }
 
 func (s *Storage) load() error {
@@ -118,10 +191,10 @@ func (s *Storage) load() error {
 	for valid := it.First(); valid; valid = it.Next() {
 		e := &pb.Entry{}
 		if err := proto.Unmarshal(it.Value(), e); err != nil {
-			return fmt.Errorf("raftlog: entry %x: %w", it.Key(), err)
+			return fmt.Errorf("raftlog: entry %x: %w: %w", it.Key(), ErrCorrupt, err)
 		}
 		if e.GetIndex() != next {
-			return fmt.Errorf("raftlog: log has a hole: entry %d where %d was expected", e.GetIndex(), next)
+			return fmt.Errorf("raftlog: log has a hole: entry %d where %d was expected: %w", e.GetIndex(), next, ErrCorrupt)
 		}
 		s.terms = append(s.terms, e.GetTerm())
 		next++
@@ -139,7 +212,7 @@ func (s *Storage) getProto(key []byte, m proto.Message) error {
 	}
 	defer closer.Close()
 	if err := proto.Unmarshal(v, m); err != nil {
-		return fmt.Errorf("raftlog: decode %q: %w", key, err)
+		return fmt.Errorf("raftlog: decode %q: %w: %w", key, ErrCorrupt, err)
 	}
 	return nil
 }
@@ -190,7 +263,8 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		}
 		e := &pb.Entry{}
 		if err := proto.Unmarshal(v, e); err != nil {
-			return nil, fmt.Errorf("raftlog: entry %x: %w", it.Key(), err)
+			s.fail(fmt.Errorf("raftlog: entry %x: %w: %w", it.Key(), ErrCorrupt, err))
+			return nil, s.Err()
 		}
 		if want := lo + uint64(len(out)); e.GetIndex() != want {
 			return nil, fmt.Errorf("raftlog: entry %d where %d was expected: %w", e.GetIndex(), want, raft.ErrUnavailable)
@@ -199,7 +273,7 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		out = append(out, e)
 	}
 	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("raftlog: entries: %w", err)
+		return nil, fmt.Errorf("raftlog: entries: %w", s.checkCorrupt(err))
 	}
 	if len(out) == 0 {
 		// Compacted concurrently (the node goroutine is the only writer,
@@ -253,6 +327,9 @@ func (s *Storage) Snapshot() (*pb.Snapshot, error) {
 // overwrite an uncommitted tail). With sync the batch is fsync'd before
 // Save returns (Ready.MustSync).
 func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync bool) error {
+	if err := s.Err(); err != nil {
+		return err
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	s.mu.Lock()
@@ -316,7 +393,7 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 		opts = pebble.Sync
 	}
 	if err := b.Commit(opts); err != nil {
-		return fmt.Errorf("raftlog: save: %w", err)
+		return fmt.Errorf("raftlog: save: %w", s.checkCorrupt(err))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -220,6 +220,10 @@ func (p *Pebble) checkCorrupt(err error) error {
 	return err
 }
 
+// Err returns the error every call returns once the database failed
+// (nil while it is sound).
+func (p *Pebble) Err() error { return p.err() }
+
 // err is the error every call returns once the database failed.
 func (p *Pebble) err() error {
 	if e := p.failed.Load(); e != nil {
