@@ -3,7 +3,9 @@ package meta
 import (
 	"errors"
 	"fmt"
+	"io"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -11,6 +13,8 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/weft-fs/weft/meta/raftlog"
+	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
@@ -140,5 +144,106 @@ func TestReplaceDeadMember(t *testing.T) {
 	r.campaign(fresh)
 	if n := len(r.names(r.srvs[fresh], dir.Ino)); int64(n) != created.Load() {
 		t.Fatalf("the new member lists %d files, %d were created", n, created.Load())
+	}
+}
+
+// flipMem flips a byte in the middle of the largest file in dir whose
+// name ends in suffix, on an in-memory file system.
+func flipMem(t *testing.T, fs vfs.FS, dir, suffix string) string {
+	t.Helper()
+	names, err := fs.List(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var best string
+	var size int64 = -1
+	for _, n := range names {
+		if st, err := fs.Stat(fs.PathJoin(dir, n)); err == nil && strings.HasSuffix(n, suffix) && st.Size() > size {
+			best, size = fs.PathJoin(dir, n), st.Size()
+		}
+	}
+	if best == "" {
+		t.Fatalf("no %s file in %s", suffix, dir)
+	}
+	f, err := fs.Open(best)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b[len(b)/2] ^= 0x40
+	w, err := fs.Create(best, vfs.WriteCategoryUnspecified)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.Write(b)
+	w.Sync()
+	w.Close()
+	return best
+}
+
+// TestCorruptMemberResync: a member whose store has a damaged table, or
+// whose raft log has a damaged WAL record, refuses to start with an error
+// that says so and how to recover (no panic); the group goes on without
+// it; wiped, removed and added back in join mode, it re-syncs from a
+// snapshot and ends with the same store as the others.
+func TestCorruptMemberResync(t *testing.T) {
+	for _, tc := range []struct {
+		name, dir, suffix string
+		want              error
+	}{
+		{"store-sst", "store", ".sst", store.ErrCorrupt},
+		{"log-wal", "raft", ".log", raftlog.ErrCorrupt},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newPebbleSet(t, 3, func(rep *Replica) { rep.SnapshotEvery, rep.SnapshotKeep = 100, 10 })
+			var dir proto.Attr
+			r.do(func(s *Server) (err error) { dir, err = s.Mkdir(ctx, proto.RootIno, "d", 0755, 0, 0); return })
+			create := func(from, to int) {
+				for i := from; i < to; i++ {
+					r.do(func(s *Server) error {
+						_, err := s.Create(ctx, proto.CreateIn{Parent: dir.Ino, Name: fmt.Sprint("f", i), Mode: syscall.S_IFIFO | 0644})
+						return err
+					})
+				}
+			}
+			create(0, 300)
+			r.converged()
+			lead := r.leader()
+			bad := r.ids[0]
+			if bad == lead {
+				bad = r.ids[1]
+			}
+			if err := r.stores[bad].Flush(); err != nil {
+				t.Fatal(err)
+			}
+			r.stop(bad)
+			flipMem(t, r.fs[bad], tc.dir, tc.suffix)
+			err := r.tryStart(bad)
+			if err == nil {
+				t.Fatal("a member with a damaged " + tc.name + " started")
+			}
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), "re-sync") {
+				t.Fatalf("start: %v, want %v with the way to recover", err, tc.want)
+			}
+			t.Logf("refused: %v", err)
+			create(300, 400) // the others go on
+
+			// Wipe, remove, add back empty.
+			r.fs[bad] = vfs.NewCrashableMem()
+			r.do(func(s *Server) error { return s.RemoveMember(ctx, bad) })
+			r.join[bad] = true
+			r.start(bad)
+			r.do(func(s *Server) error { return s.AddMember(ctx, bad, "again:7400") })
+			create(400, 450)
+			r.converged()
+			if first, _ := r.logs[bad].FirstIndex(); first <= 1 {
+				t.Fatalf("the re-synced member's log starts at %d: no snapshot", first)
+			}
+			checkInvariants(t, r.stores[bad])
+		})
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"maps"
 	"os"
 	"slices"
@@ -62,17 +63,25 @@ func newPebbleSet(t *testing.T, n int, tune func(*Replica)) *pebbleSet {
 
 func (r *pebbleSet) start(id uint64) {
 	r.t.Helper()
+	if err := r.tryStart(id); err != nil {
+		r.t.Fatal(err)
+	}
+}
+
+// tryStart starts member id, or returns why it cannot.
+func (r *pebbleSet) tryStart(id uint64) error {
 	if r.fs[id] == nil {
 		r.fs[id] = vfs.NewCrashableMem()
 	}
-	st, err := store.OpenPebble("store", store.PebbleOptions{FS: r.fs[id], CacheSize: 1 << 20})
+	quiet := slog.New(slog.DiscardHandler)
+	st, err := store.OpenPebble("store", store.PebbleOptions{FS: r.fs[id], CacheSize: 1 << 20, Logger: quiet})
 	if err != nil {
-		r.t.Fatal(err)
+		return err
 	}
 	lg, err := raftlog.OpenStorage("raft", raftlog.StorageOptions{FS: r.fs[id]})
 	if err != nil {
 		st.Close()
-		r.t.Fatal(err)
+		return err
 	}
 	rep := &Replica{
 		ID: id, Peers: r.ids, Log: lg, Transport: r.nw.Transport(id),
@@ -86,11 +95,12 @@ func (r *pebbleSet) start(id uint64) {
 	if err != nil {
 		lg.Close()
 		st.Close()
-		r.t.Fatal(err)
+		return err
 	}
 	r.mu.Lock()
 	r.stores[id], r.logs[id], r.srvs[id] = st, lg, srv
 	r.mu.Unlock()
+	return nil
 }
 
 // running returns the running members' servers (any goroutine).

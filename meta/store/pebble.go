@@ -220,6 +220,20 @@ func (p *Pebble) checkCorrupt(err error) error {
 	return err
 }
 
+// Flush writes the memtable out as a table (tests, and an operator who
+// wants the WAL short before a copy).
+func (p *Pebble) Flush() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if err := p.err(); err != nil {
+		return err
+	}
+	if err := p.db.Flush(); err != nil {
+		return fmt.Errorf("store: flush: %w", p.checkCorrupt(err))
+	}
+	return nil
+}
+
 // Err returns the error every call returns once the database failed
 // (nil while it is sound).
 func (p *Pebble) Err() error { return p.err() }
