@@ -105,8 +105,11 @@ func (t memTransport) Send(msgs []*pb.Message) {
 		}
 		if m.GetType() == pb.MessageType_MsgSnap {
 			// Streamed in chunks, as over TCP, by a goroutine of its own:
-			// Send must not block.
-			go t.sendSnapshot(from, m)
+			// Send must not block. (A sender no longer attached is being
+			// stopped: nothing to stream from, nobody to report to.)
+			if from != nil {
+				go t.sendSnapshot(from, m)
+			}
 			continue
 		}
 		to.Step(wireCopy(m))
