@@ -8,8 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/raft/v3/raftpb"
 )
 
 // TestScenarios runs the scenarios in testdata/scenarios/ (the
@@ -31,6 +34,10 @@ import (
 //	check NAME...                 waiting, acknowledged, or the error
 //	cancel                        end every background request, wait for them
 //	crash WHO                     stop, dropping whatever its log had not synced
+//	wipe WHO                      its disk is gone (the next start is empty)
+//	join ID                       start a node in join mode (empty, not bootstrapped)
+//	add-learner|add-voter|remove WHO ID
+//	                              a configuration change proposed on WHO
 //	partition WHO... | WHO...     cut every link between the two sides
 //	heal
 //	tick-until stepped-down WHO | follows WHO NAME | caught-up
@@ -228,6 +235,28 @@ func (s *scenario) run(d *datadriven.TestData) string {
 	case "crash":
 		s.c.crash(s.who(pos[0]))
 		return ""
+	case "wipe":
+		// The node's disk is gone: its next start is empty.
+		s.c.fs[s.who(pos[0])] = vfs.NewCrashableMem()
+		return ""
+	case "join":
+		id := s.who(pos[0])
+		if s.c.fs[id] == nil {
+			s.c.fs[id] = vfs.NewCrashableMem()
+		}
+		s.c.join[id] = true
+		s.c.start(id)
+		return ""
+	case "add-learner", "add-voter", "remove":
+		typ := map[string]pb.ConfChangeType{"add-learner": pb.ConfChangeType_ConfChangeAddLearnerNode,
+			"add-voter": pb.ConfChangeType_ConfChangeAddNode, "remove": pb.ConfChangeType_ConfChangeRemoveNode}[d.Cmd]
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // against hangs only
+		defer cancel()
+		cs, err := s.c.nodes[s.who(pos[0])].ChangeMembers(ctx, change(typ, s.who(pos[1])), nil)
+		if err != nil {
+			return errClass(err)
+		}
+		return fmt.Sprintf("voters %v learners %v", sorted(cs.GetVoters()), sorted(cs.GetLearners()))
 	case "partition":
 		var sides [2][]uint64
 		side := 0
