@@ -370,6 +370,9 @@
 // root on an admin network, as membership decides where the namespace
 // lives. Replacing a member whose disk died: add a fresh one, then remove
 // the dead one (TestReplaceDeadMember, with creates running throughout).
+// The added member's address is recorded by raftlog with the change (and
+// in snapshots); every member's transport learns it (onAddresses), also
+// after a restart.
 //
 // Integrity per member: a member whose store or raft log fails a
 // checksum at start refuses to start (store.ErrCorrupt or

@@ -22,7 +22,10 @@ import (
 // adding an empty member never costs the group its quorum; replacing a
 // member whose disk died is an add of a fresh one, then a remove of the
 // dead one. The new member's address travels in the change's payload:
-// every member's transport learns it when it applies the change.
+// every member records it with the configuration (in its raft log and in
+// every snapshot), and its transport learns it: when it applies the
+// change, when it restarts, and, for a member that joins later, from the
+// snapshot it joins with.
 //
 // Who may change the group: only a peer authenticated as a metadata
 // server (role meta: `weft admin` run on a metadata host with its
@@ -45,35 +48,46 @@ type peerSetter interface {
 }
 
 // onConfChange runs on the node goroutine when a change is applied (cc
-// nil: a snapshot's configuration was installed).
+// nil: a snapshot's configuration was installed): a removed member is
+// forgotten by the transport.
 func (s *Server) onConfChange(tr raftlog.Transport, cc *pb.ConfChangeV2, cs *pb.ConfState) {
 	ps, _ := tr.(peerSetter)
-	s.members.mu.Lock()
-	defer s.members.mu.Unlock()
-	if s.members.addrs == nil {
-		s.members.addrs = map[uint64]string{}
-	}
 	for _, ch := range cc.GetChanges() {
+		if ch.GetType() != pb.ConfChangeType_ConfChangeRemoveNode {
+			continue
+		}
 		id := ch.GetNodeId()
-		switch ch.GetType() {
-		case pb.ConfChangeType_ConfChangeAddNode, pb.ConfChangeType_ConfChangeAddLearnerNode:
-			if addr := string(raftlog.ConfChangePayload(cc)); addr != "" {
-				s.members.addrs[id] = addr
-				if ps != nil {
-					ps.SetPeer(id, addr)
-				}
-			}
-		case pb.ConfChangeType_ConfChangeRemoveNode:
-			delete(s.members.addrs, id)
-			if ps != nil {
-				ps.RemovePeer(id)
-			}
-			if s.opts.Replica != nil && id == s.opts.Replica.ID {
-				s.log.Warn("meta: this server was removed from the group; it no longer serves", "id", id)
-			}
+		s.members.mu.Lock()
+		delete(s.members.addrs, id)
+		s.members.mu.Unlock()
+		if ps != nil {
+			ps.RemovePeer(id)
+		}
+		if s.opts.Replica != nil && id == s.opts.Replica.ID {
+			s.log.Warn("meta: this server was removed from the group; it no longer serves", "id", id)
 		}
 	}
 	s.log.Info("meta: group configuration", "voters", cs.GetVoters(), "learners", cs.GetLearners())
+}
+
+// onAddresses runs when the node starts and whenever the members'
+// addresses the group recorded change (raftlog.Config.OnAddresses): the
+// transport learns the members it was not started with.
+func (s *Server) onAddresses(tr raftlog.Transport, addrs map[uint64]string) {
+	ps, _ := tr.(peerSetter)
+	s.members.mu.Lock()
+	if s.members.addrs == nil {
+		s.members.addrs = map[uint64]string{}
+	}
+	for id, addr := range addrs {
+		s.members.addrs[id] = addr
+	}
+	s.members.mu.Unlock()
+	if ps != nil {
+		for id, addr := range addrs {
+			ps.SetPeer(id, addr)
+		}
+	}
 }
 
 // adminCaller authorizes a membership request.
@@ -120,13 +134,13 @@ func (s *Server) Members(ctx context.Context) ([]metarpc.Member, error) {
 
 // changeMembers proposes one change on the leader, again if raft was still
 // applying the last one (ErrDropped: nothing changed).
-func (s *Server) changeMembers(ctx context.Context, ch *pb.ConfChangeSingle, payload []byte) (*pb.ConfState, error) {
+func (s *Server) changeMembers(ctx context.Context, ch *pb.ConfChangeSingle, addr string) (*pb.ConfState, error) {
 	n, err := s.node()
 	if err != nil {
 		return nil, err
 	}
 	for {
-		cs, err := n.ChangeMembers(ctx, []*pb.ConfChangeSingle{ch}, payload)
+		cs, err := n.ChangeMembers(ctx, []*pb.ConfChangeSingle{ch}, addr)
 		if errors.Is(err, raftlog.ErrDropped) || errors.Is(err, raftlog.ErrConfChangeRefused) {
 			select {
 			case <-ctx.Done():
@@ -177,7 +191,7 @@ func (s *Server) AddMember(ctx context.Context, id uint64, addr string) error {
 		learner = learner || m.ID == id
 	}
 	if !learner {
-		if _, err := s.changeMembers(ctx, &pb.ConfChangeSingle{Type: pb.ConfChangeType_ConfChangeAddLearnerNode.Enum(), NodeId: &id}, []byte(addr)); err != nil {
+		if _, err := s.changeMembers(ctx, &pb.ConfChangeSingle{Type: pb.ConfChangeType_ConfChangeAddLearnerNode.Enum(), NodeId: &id}, addr); err != nil {
 			return err
 		}
 		s.log.Info("meta: member added as a learner", "id", id, "addr", addr)
@@ -204,7 +218,7 @@ func (s *Server) AddMember(ctx context.Context, id uint64, addr string) error {
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
-	if _, err := s.changeMembers(ctx, &pb.ConfChangeSingle{Type: pb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: &id}, []byte(addr)); err != nil {
+	if _, err := s.changeMembers(ctx, &pb.ConfChangeSingle{Type: pb.ConfChangeType_ConfChangeAddNode.Enum(), NodeId: &id}, addr); err != nil {
 		return err
 	}
 	s.log.Info("meta: member promoted to voter", "id", id, "addr", addr)
@@ -243,7 +257,7 @@ func (s *Server) RemoveMember(ctx context.Context, id uint64) error {
 			}
 		}
 	}
-	if _, err := s.changeMembers(ctx, &pb.ConfChangeSingle{Type: pb.ConfChangeType_ConfChangeRemoveNode.Enum(), NodeId: &id}, nil); err != nil {
+	if _, err := s.changeMembers(ctx, &pb.ConfChangeSingle{Type: pb.ConfChangeType_ConfChangeRemoveNode.Enum(), NodeId: &id}, ""); err != nil {
 		return err
 	}
 	s.log.Info("meta: member removed", "id", id)

@@ -120,6 +120,7 @@ func (r *Replica) configure(s *Server, cfg *raftlog.Config) error {
 	cfg.Join = r.Join
 	tr := r.Transport
 	cfg.OnConfChange = func(cc *pb.ConfChangeV2, cs *pb.ConfState) { s.onConfChange(tr, cc, cs) }
+	cfg.OnAddresses = func(addrs map[uint64]string) { s.onAddresses(tr, addrs) }
 	if p, ok := tr.(interface{ Peers() map[uint64]string }); ok {
 		s.members.mu.Lock()
 		s.members.addrs = p.Peers()

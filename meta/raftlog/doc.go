@@ -15,12 +15,13 @@
 //     for the RawNode, plus Save for what a Ready persists, and
 //     CreateSnapshot for compaction). Keys: e+index (entries), h
 //     (HardState), s (the latest snapshot's metadata and descriptor), o
-//     (the log's offset, the last dropped entry), c (ConfState).
+//     (the log's offset, the last dropped entry), c (ConfState), a (the
+//     members' addresses recorded with it).
 //   - Snapshots (snapshot.go): the state machine's snapshots as
 //     directories of files on the state machine's file system (meta: a
-//     pebble checkpoint), sealed with a descriptor (index, term, and each
-//     file's name, size and SHA-256) that is all raft's Snapshot.Data
-//     carries.
+//     pebble checkpoint), sealed with a descriptor (index, term, each
+//     file's name, size and SHA-256, and the members' addresses) that is
+//     all raft's Snapshot.Data carries.
 //   - Node: a RawNode and the one goroutine that drives it. Everything
 //     that touches the RawNode runs on that goroutine: ticks, messages
 //     from peers (Step), proposals, reads, reports from the transport.
@@ -123,9 +124,12 @@
 // # Membership
 //
 // ChangeMembers proposes one ConfChangeV2 on the leader and returns once
-// it is applied on that node (a payload, meta's new member's address,
-// travels in the change's context after the proposal id and reaches
-// Config.OnConfChange on every member). raft takes one change at a time:
+// it is applied on that node. The added member's address travels in the
+// change's context (after the proposal id); every member records it with
+// the configuration (key a of the log, unsynced like c, and in every
+// snapshot descriptor), so it knows the addresses after a restart, and a
+// member that joins from a snapshot learns them from it
+// (Node.Addresses, Config.OnAddresses). raft takes one change at a time:
 // a second one proposed while the first is applied is dropped (ErrDropped,
 // nothing changed). A node started with Config.Join has an empty log that
 // is not bootstrapped: it waits for the leader, which sends it a snapshot
@@ -150,7 +154,7 @@
 //
 // # Not yet here
 //
-// Members' addresses are not part of the replicated state: a member
-// learns an added member's address from the change it applies, but after
-// a restart it knows only the addresses it was started with.
+// The initial members' addresses are the deployment's (each member's peer
+// list), not recorded by the group: only members added with ChangeMembers
+// are.
 package raftlog

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"slices"
 	"syscall"
 
@@ -93,12 +94,13 @@ func (n *Node) publishMembers() {
 var ErrConfChangeRefused = fmt.Errorf("raftlog: configuration change refused: %w", syscall.EAGAIN)
 
 // ChangeMembers proposes one configuration change on the leader and
-// returns the configuration once the change is applied on this node. ctx
-// (which carries the caller's identity for the proposal's payload, if
-// any) bounds the wait: if it ends first the change may still be applied.
-// payload is opaque to raft and handed to Config.OnConfChange on every
-// member with the change (meta puts the new member's address there).
-func (n *Node) ChangeMembers(ctx context.Context, changes []*pb.ConfChangeSingle, payload []byte) (*pb.ConfState, error) {
+// returns the configuration once the change is applied on this node; ctx
+// bounds the wait (if it ends first the change may still be applied).
+// addr is the address of the member the change adds ("" for a removal):
+// it travels in the change (raft's context, after the proposal id) and
+// every member records it (Addresses, Config.OnAddresses).
+func (n *Node) ChangeMembers(ctx context.Context, changes []*pb.ConfChangeSingle, addr string) (*pb.ConfState, error) {
+	payload := []byte(addr)
 	ch := make(chan proposalResult, 1)
 	err := n.do(ctx, func() {
 		bs := n.rn.BasicStatus()
@@ -135,11 +137,59 @@ func (n *Node) ChangeMembers(ctx context.Context, changes []*pb.ConfChangeSingle
 	}
 }
 
-// ConfChangePayload returns the payload ChangeMembers attached to cc (nil
+// ConfChangePayload returns the address ChangeMembers attached to cc (nil
 // for a change proposed otherwise).
 func ConfChangePayload(cc *pb.ConfChangeV2) []byte {
 	if len(cc.GetContext()) < 8 {
 		return nil
 	}
 	return cc.GetContext()[8:]
+}
+
+// noteAddrs records the addresses a change carries (an added member's)
+// and forgets removed members'; it reports whether anything changed.
+func (n *Node) noteAddrs(cc *pb.ConfChangeV2) bool {
+	if n.addrs == nil {
+		n.addrs = map[uint64]string{}
+	}
+	changed := false
+	addr := string(ConfChangePayload(cc))
+	for _, ch := range cc.GetChanges() {
+		id := ch.GetNodeId()
+		switch ch.GetType() {
+		case pb.ConfChangeType_ConfChangeAddNode, pb.ConfChangeType_ConfChangeAddLearnerNode:
+			if addr != "" && n.addrs[id] != addr {
+				n.addrs[id] = addr
+				changed = true
+			}
+		case pb.ConfChangeType_ConfChangeRemoveNode:
+			if _, ok := n.addrs[id]; ok {
+				delete(n.addrs, id)
+				changed = true
+			}
+		}
+	}
+	return changed
+}
+
+func (n *Node) publishAddrs() {
+	m := maps.Clone(n.addrs)
+	if m == nil {
+		m = map[uint64]string{}
+	}
+	n.addrsCopy.Store(&m)
+	if n.cfg.OnAddresses != nil {
+		n.cfg.OnAddresses(maps.Clone(m))
+	}
+}
+
+// Addresses returns the members' addresses the group recorded: those
+// given to ChangeMembers when they were added (members of the initial
+// configuration are not in it unless re-added: their addresses are the
+// deployment's). Any goroutine.
+func (n *Node) Addresses() map[uint64]string {
+	if p := n.addrsCopy.Load(); p != nil {
+		return maps.Clone(*p)
+	}
+	return map[uint64]string{}
 }

@@ -49,7 +49,7 @@ func TestReplaceMember(t *testing.T) {
 		ctx, cancel := context.WithTimeout(ctx, time.Minute)
 		defer cancel()
 		for {
-			cs, err := c.nodes[lead].ChangeMembers(ctx, ch, []byte("payload"))
+			cs, err := c.nodes[lead].ChangeMembers(ctx, ch, "h:1")
 			if errors.Is(err, ErrDropped) {
 				continue // a change raft was still applying: try again
 			}
@@ -98,3 +98,65 @@ func TestReplaceMember(t *testing.T) {
 }
 
 func sorted(v []uint64) []uint64 { slices.Sort(v); return v }
+
+// TestAddressesRecorded: the address given with a member's addition is
+// recorded by every member, survives a restart, reaches a member that
+// joins later through the snapshot it joins with, and goes with the
+// member's removal.
+func TestAddressesRecorded(t *testing.T) {
+	c := newCluster(t, 3, func(cfg *Config) { cfg.SnapshotEvery, cfg.SnapshotKeep = 10, 2 })
+	lead := c.waitLeader(c.ids)
+	changeOn := func(typ pb.ConfChangeType, id uint64, addr string) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		for {
+			_, err := c.nodes[lead].ChangeMembers(ctx, change(typ, id), addr)
+			if errors.Is(err, ErrDropped) {
+				continue
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		}
+	}
+	c.fs[4] = vfs.NewCrashableMem()
+	c.join[4] = true
+	c.start(4)
+	changeOn(pb.ConfChangeType_ConfChangeAddLearnerNode, 4, "h4:7400")
+	changeOn(pb.ConfChangeType_ConfChangeAddNode, 4, "h4:7400")
+	for i := range 25 {
+		if _, err := c.propose(lead, fmt.Sprintf("k=%d", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := []uint64{1, 2, 3, 4}
+	c.waitApplied(all, c.nodes[lead].Status().Commit)
+	for _, id := range all {
+		c.crash(id)
+		c.start(id)
+		if got := c.nodes[id].Addresses()[4]; got != "h4:7400" {
+			t.Fatalf("node %d after a restart knows node 4 at %q", id, got)
+		}
+	}
+	lead = c.waitLeader(all)
+	c.fs[5] = vfs.NewCrashableMem()
+	c.join[5] = true
+	c.start(5)
+	changeOn(pb.ConfChangeType_ConfChangeAddLearnerNode, 5, "h5:7400")
+	if _, err := c.propose(lead, "after=1"); err != nil {
+		t.Fatal(err)
+	}
+	c.waitApplied([]uint64{5}, c.nodes[lead].Status().Commit)
+	if c.sm[5].base == 0 {
+		t.Fatal("node 5 caught up without a snapshot")
+	}
+	if got := c.nodes[5].Addresses(); got[4] != "h4:7400" || got[5] != "h5:7400" {
+		t.Fatalf("node 5 knows %v", got)
+	}
+	changeOn(pb.ConfChangeType_ConfChangeRemoveNode, 4, "")
+	if _, ok := c.nodes[lead].Addresses()[4]; ok {
+		t.Fatal("the removed member's address is still recorded")
+	}
+}

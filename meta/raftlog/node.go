@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -130,7 +131,11 @@ type Config struct {
 	// configuration change is applied, with the change and the new
 	// configuration (a transport learns new members' addresses here).
 	OnConfChange func(cc *pb.ConfChangeV2, cs *pb.ConfState)
-	Logger       *slog.Logger
+	// OnAddresses, if set, is called with the members' addresses (see
+	// Node.Addresses) when the node starts and whenever they change (on
+	// the node goroutine): a transport adds the members it did not know.
+	OnAddresses func(addrs map[uint64]string)
+	Logger      *slog.Logger
 }
 
 // Node runs one member of a raft group: a RawNode driven by one goroutine
@@ -167,9 +172,15 @@ type Node struct {
 	// (raft refuses one that does not), so the leader's must be newer than
 	// the change.
 	confChanged bool
+	// addrs are the members' addresses: from the changes that added them
+	// (ChangeMembers' addr), kept in the log with the configuration and
+	// in every snapshot, so a member learns them after a restart and a
+	// new member from the snapshot it joins with.
+	addrs map[uint64]string
 
-	status  atomic.Pointer[Status]
-	members atomic.Pointer[pb.ConfState] // a copy of cs for readers
+	status    atomic.Pointer[Status]
+	members   atomic.Pointer[pb.ConfState] // a copy of cs for readers
+	addrsCopy atomic.Pointer[map[uint64]string]
 	// changed is closed and replaced when the status changes (tests wait
 	// on it instead of sleeping).
 	chmu    sync.Mutex
@@ -282,6 +293,8 @@ func NewNode(cfg Config) (*Node, error) {
 	// the leader confirms they are committed, are skipped (apply).
 	n.cs = cs
 	n.publishMembers()
+	n.addrs = cfg.Storage.Addresses()
+	n.publishAddrs()
 	rc := &raft.Config{
 		ID: cfg.ID, ElectionTick: cfg.ElectionTick, HeartbeatTick: cfg.HeartbeatTick,
 		Storage: cfg.Storage, Applied: min(n.applied, hs.GetCommit()),
@@ -388,6 +401,10 @@ func (n *Node) restore(snap *pb.Snapshot) error {
 		return fmt.Errorf("raftlog: restore snapshot at %d: %w", idx, err)
 	}
 	n.applied, n.snapIdx = idx, idx
+	if d.Addrs != nil {
+		n.addrs = maps.Clone(d.Addrs)
+		n.publishAddrs()
+	}
 	n.cfg.Snapshots.prune(d)
 	n.log.Info("raftlog: state restored from a snapshot", "id", n.cfg.ID, "index", idx, "bytes", d.Size())
 	return nil
@@ -737,10 +754,14 @@ func (n *Node) apply(ents []*pb.Entry) error {
 				cc = &c
 			}
 			n.cs = n.rn.ApplyConfChange(cc)
-			if err := n.st.SetConfState(n.cs); err != nil {
+			v2 := cc.AsV2()
+			addrsChanged := n.noteAddrs(v2)
+			if err := n.st.SetConfState(n.cs, n.addrs); err != nil {
 				return err
 			}
-			v2 := cc.AsV2()
+			if addrsChanged {
+				n.publishAddrs()
+			}
 			if n.cfg.OnConfChange != nil {
 				n.cfg.OnConfChange(v2, n.cs)
 			}
@@ -874,7 +895,7 @@ func (n *Node) snapshot() error {
 		_ = n.cfg.Snapshots.fs.RemoveAll(tmp)
 		return err
 	}
-	d, err := n.cfg.Snapshots.seal(tmp, n.applied, term)
+	d, err := n.cfg.Snapshots.seal(tmp, n.applied, term, n.addrs)
 	if err != nil {
 		_ = n.cfg.Snapshots.fs.RemoveAll(tmp)
 		return err

@@ -252,7 +252,7 @@ func (s *scenario) run(d *datadriven.TestData) string {
 			"add-voter": pb.ConfChangeType_ConfChangeAddNode, "remove": pb.ConfChangeType_ConfChangeRemoveNode}[d.Cmd]
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // against hangs only
 		defer cancel()
-		cs, err := s.c.nodes[s.who(pos[0])].ChangeMembers(ctx, change(typ, s.who(pos[1])), nil)
+		cs, err := s.c.nodes[s.who(pos[0])].ChangeMembers(ctx, change(typ, s.who(pos[1])), "")
 		if err != nil {
 			return errClass(err)
 		}

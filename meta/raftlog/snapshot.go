@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	iofs "io/fs"
+	"maps"
 	"slices"
 	"strconv"
 	"strings"
@@ -44,8 +45,9 @@ type Snapshots struct {
 	recv *incoming // the snapshot being received (one at a time)
 }
 
-// Descriptor versions.
-const descVersion = 1
+// Descriptor versions: 2 added the members' addresses (version 1 is still
+// read, with none).
+const descVersion = 2
 
 // SnapshotFile is one file of a snapshot.
 type SnapshotFile struct {
@@ -59,6 +61,9 @@ type SnapshotFile struct {
 type SnapshotDesc struct {
 	Index, Term uint64
 	Files       []SnapshotFile
+	// Addrs are the members' addresses as of the snapshot (see
+	// Node.Addresses): a member that joins from it learns them.
+	Addrs map[uint64]string
 }
 
 // maxSnapFiles bounds the files of one snapshot (a checkpoint of a large
@@ -66,7 +71,8 @@ type SnapshotDesc struct {
 const maxSnapFiles = 1 << 16
 
 // Encode returns the descriptor's wire form: version(1) index(8) term(8)
-// count(4), then per file name(bytes) size(8) sha256(32).
+// count(4), then per file name(bytes) size(8) sha256(bytes), then
+// count(4) and per member id(8) address(bytes), by id.
 func (d *SnapshotDesc) Encode() []byte {
 	e := wire.NewEncoder(32 + len(d.Files)*64)
 	e.U8(descVersion)
@@ -78,7 +84,34 @@ func (d *SnapshotDesc) Encode() []byte {
 		e.U64(f.Size)
 		e.Bytes(f.Sum[:])
 	}
+	encodeAddrs(e, d.Addrs)
 	return e.B
+}
+
+func encodeAddrs(e *wire.Encoder, addrs map[uint64]string) {
+	ids := make([]uint64, 0, len(addrs))
+	for id := range addrs {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	e.U32(uint32(len(ids)))
+	for _, id := range ids {
+		e.U64(id)
+		e.String(addrs[id])
+	}
+}
+
+// maxAddrs bounds the members a descriptor or the log names.
+const maxAddrs = 1 << 16
+
+func decodeAddrs(d *wire.Decoder) map[uint64]string {
+	n := d.Count(maxAddrs, 12)
+	m := make(map[uint64]string, n)
+	for i := 0; i < n && d.Err() == nil; i++ {
+		id := d.U64()
+		m[id] = d.StringMax(1024)
+	}
+	return m
 }
 
 // DecodeSnapshotDesc decodes a descriptor, refusing file names that are
@@ -86,7 +119,8 @@ func (d *SnapshotDesc) Encode() []byte {
 // the receiving directory).
 func DecodeSnapshotDesc(b []byte) (*SnapshotDesc, error) {
 	d := wire.NewDecoder(b)
-	if v := d.U8(); v != descVersion && d.Err() == nil {
+	v := d.U8()
+	if v != 1 && v != descVersion && d.Err() == nil {
 		return nil, fmt.Errorf("raftlog: snapshot descriptor of version %d, want %d: %w", v, descVersion, syscall.EPROTO)
 	}
 	desc := &SnapshotDesc{Index: d.U64(), Term: d.U64()}
@@ -107,6 +141,9 @@ func DecodeSnapshotDesc(b []byte) (*SnapshotDesc, error) {
 		}
 		seen[f.Name] = true
 		desc.Files = append(desc.Files, f)
+	}
+	if v >= 2 {
+		desc.Addrs = decodeAddrs(d)
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("raftlog: snapshot descriptor: %v: %w", err, syscall.EINVAL)
@@ -184,13 +221,16 @@ func (s *Snapshots) tempDir() string {
 
 // seal describes the files the state machine wrote into tmp, syncs them,
 // and renames tmp to the snapshot's own name.
-func (s *Snapshots) seal(tmp string, index, term uint64) (*SnapshotDesc, error) {
+func (s *Snapshots) seal(tmp string, index, term uint64, addrs map[uint64]string) (*SnapshotDesc, error) {
 	names, err := s.fs.List(tmp)
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: seal snapshot: %w", err)
 	}
 	slices.Sort(names)
-	d := &SnapshotDesc{Index: index, Term: term}
+	d := &SnapshotDesc{Index: index, Term: term, Addrs: maps.Clone(addrs)}
+	if d.Addrs == nil {
+		d.Addrs = map[uint64]string{}
+	}
 	for _, n := range names {
 		p := s.fs.PathJoin(tmp, n)
 		st, err := s.fs.Stat(p)

@@ -32,7 +32,7 @@ func sealTestSnapshot(t *testing.T, s *Snapshots, sizes ...int) *SnapshotDesc {
 		f.Write(b)
 		f.Close()
 	}
-	d, err := s.seal(tmp, 7, 2)
+	d, err := s.seal(tmp, 7, 2, map[uint64]string{4: "h4:7400"})
 	if err != nil {
 		t.Fatal(err)
 	}

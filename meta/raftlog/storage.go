@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/weft-fs/weft/wire"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -24,12 +26,16 @@ import (
 //	              the log's offset: the last entry dropped (at or below the
 //	              snapshot's index); the log holds (offset, last index]
 //	c             the ConfState of the last applied configuration change
+//	a             the members' addresses as of c: version(1) count(4), then
+//	              id(8) address(bytes) each
 const (
-	prefixEntry = 'e'
-	keyHard     = "h"
-	keySnap     = "s"
-	keyConf     = "c"
-	keyOffset   = "o"
+	prefixEntry  = 'e'
+	keyHard      = "h"
+	keySnap      = "s"
+	keyConf      = "c"
+	keyOffset    = "o"
+	keyAddrs     = "a"
+	addrsVersion = 1
 )
 
 func entryKey(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte{prefixEntry}, i) }
@@ -57,6 +63,7 @@ type Storage struct {
 	terms []uint64
 	// failed: corruption was found; every later write fails with it.
 	failed error
+	addrs  map[uint64]string
 }
 
 // StorageOptions tune OpenStorage. The zero value is fine.
@@ -170,6 +177,22 @@ func (s *Storage) load() error {
 		return err
 	}
 	s.snap = pb.EnsureSnapshot(s.snap)
+	s.addrs = map[uint64]string{}
+	if v, closer, err := s.db.Get([]byte(keyAddrs)); err == nil {
+		d := wire.NewDecoder(v)
+		if ver := d.U8(); ver != addrsVersion && d.Err() == nil {
+			closer.Close()
+			return fmt.Errorf("raftlog: addresses of version %d, want %d: %w", ver, addrsVersion, ErrCorrupt)
+		}
+		s.addrs = decodeAddrs(d)
+		err := d.Done()
+		closer.Close()
+		if err != nil {
+			return fmt.Errorf("raftlog: addresses: %w: %w", ErrCorrupt, err)
+		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("raftlog: read addresses: %w", err)
+	}
 	v, closer, err := s.db.Get([]byte(keyOffset))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -336,6 +359,7 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 	off, last := s.offset(), s.last()
 	s.mu.Unlock()
 	newSnap := snap != nil && !raft.IsEmptySnap(snap)
+	var snapAddrs map[uint64]string
 	if newSnap {
 		i := snap.GetMetadata().GetIndex()
 		if i <= off {
@@ -346,6 +370,12 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 		}
 		if err := setProto(b, []byte(keyConf), snap.GetMetadata().GetConfState()); err != nil {
 			return err
+		}
+		if d, err := DecodeSnapshotDesc(snap.GetData()); err == nil && d.Addrs != nil {
+			snapAddrs = d.Addrs
+			if err := b.Set([]byte(keyAddrs), addrsRecord(d.Addrs), nil); err != nil {
+				return err
+			}
 		}
 		if err := b.Set([]byte(keyOffset), offsetRecord(i, snap.GetMetadata().GetTerm()), nil); err != nil {
 			return err
@@ -402,6 +432,9 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 		s.cs = proto.Clone(pb.EnsureConfState(snap.GetMetadata().GetConfState())).(*pb.ConfState)
 		s.off, s.offTerm = snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
 		s.terms = nil
+		if snapAddrs != nil {
+			s.addrs = maps.Clone(snapAddrs)
+		}
 	}
 	if hs != nil && !raft.IsEmptyHardState(hs) {
 		s.hs = proto.Clone(hs).(*pb.HardState)
@@ -423,12 +456,16 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 	return nil
 }
 
-// SetConfState records the configuration the node applied (unsynced: a
-// configuration change is in the log, and is applied again after a crash).
-func (s *Storage) SetConfState(cs *pb.ConfState) error {
+// SetConfState records the configuration the node applied and the
+// members' addresses (unsynced: a configuration change is in the log, and
+// is applied again after a crash).
+func (s *Storage) SetConfState(cs *pb.ConfState, addrs map[uint64]string) error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	if err := setProto(b, []byte(keyConf), cs); err != nil {
+		return err
+	}
+	if err := b.Set([]byte(keyAddrs), addrsRecord(addrs), nil); err != nil {
 		return err
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
@@ -436,8 +473,24 @@ func (s *Storage) SetConfState(cs *pb.ConfState) error {
 	}
 	s.mu.Lock()
 	s.cs = proto.Clone(cs).(*pb.ConfState)
+	s.addrs = maps.Clone(addrs)
 	s.mu.Unlock()
 	return nil
+}
+
+// Addresses returns the members' addresses recorded with the last
+// configuration.
+func (s *Storage) Addresses() map[uint64]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.addrs)
+}
+
+func addrsRecord(addrs map[uint64]string) []byte {
+	e := wire.NewEncoder(16 + 32*len(addrs))
+	e.U8(addrsVersion)
+	encodeAddrs(e, addrs)
+	return e.B
 }
 
 // CreateSnapshot records a snapshot of the state machine at index (which

@@ -318,7 +318,7 @@ func TestTCPJoin(t *testing.T) {
 		}
 	}
 	start(2, map[uint64]string{1: addrs[1]}, true)
-	if _, err := nodes[1].ChangeMembers(ctx, change(pb.ConfChangeType_ConfChangeAddLearnerNode, 2), []byte(addrs[2])); err != nil {
+	if _, err := nodes[1].ChangeMembers(ctx, change(pb.ConfChangeType_ConfChangeAddLearnerNode, 2), addrs[2]); err != nil {
 		t.Fatal(err)
 	}
 	if got := ts[1].Peers()[2]; got != addrs[2] {
@@ -328,7 +328,7 @@ func TestTCPJoin(t *testing.T) {
 	if sms[2].base == 0 || sms[2].dump() != sms[1].dump() {
 		t.Fatalf("node 2: restored from %d, state %q; node 1 %q", sms[2].base, sms[2].dump(), sms[1].dump())
 	}
-	if _, err := nodes[1].ChangeMembers(ctx, change(pb.ConfChangeType_ConfChangeAddNode, 2), []byte(addrs[2])); err != nil {
+	if _, err := nodes[1].ChangeMembers(ctx, change(pb.ConfChangeType_ConfChangeAddNode, 2), addrs[2]); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := nodes[1].Propose(ctx, []byte("after=1")); err != nil {
@@ -336,7 +336,7 @@ func TestTCPJoin(t *testing.T) {
 	}
 	wait("node 2 applies after promotion", func() bool { return sms[2].dump() == sms[1].dump() })
 	for {
-		_, err := nodes[1].ChangeMembers(ctx, change(pb.ConfChangeType_ConfChangeRemoveNode, 2), nil)
+		_, err := nodes[1].ChangeMembers(ctx, change(pb.ConfChangeType_ConfChangeRemoveNode, 2), "")
 		if errors.Is(err, ErrDropped) {
 			continue
 		}
