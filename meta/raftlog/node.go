@@ -909,31 +909,6 @@ func (n *Node) snapshot() error {
 	return nil
 }
 
-// Compact takes a snapshot now (if anything was applied since the last
-// one) and compacts the log.
-func (n *Node) Compact(ctx context.Context) error {
-	ch := make(chan error, 1)
-	if err := n.do(ctx, func() {
-		if n.cfg.Snapshots == nil {
-			ch <- errors.New("raftlog: no snapshot directory configured")
-			return
-		}
-		if n.applied == n.snapIdx {
-			ch <- nil
-			return
-		}
-		ch <- n.snapshot()
-	}); err != nil {
-		return err
-	}
-	select {
-	case err := <-ch:
-		return err
-	case <-n.done:
-		return ErrStopped
-	}
-}
-
 func (n *Node) publish() {
 	bs := n.rn.BasicStatus()
 	last, _ := n.st.LastIndex()

@@ -323,31 +323,6 @@ func (s *Snapshots) prune(keep *SnapshotDesc) {
 	}
 }
 
-// Bytes is the size of every file under the snapshot directory (for
-// status and for the bounded-disk measurement).
-func (s *Snapshots) Bytes() uint64 { return dirBytes(s.fs, s.dir) }
-
-func dirBytes(fs vfs.FS, dir string) uint64 {
-	names, err := fs.List(dir)
-	if err != nil {
-		return 0
-	}
-	var n uint64
-	for _, name := range names {
-		p := fs.PathJoin(dir, name)
-		st, err := fs.Stat(p)
-		if err != nil {
-			continue
-		}
-		if st.IsDir() {
-			n += dirBytes(fs, p)
-		} else {
-			n += uint64(st.Size())
-		}
-	}
-	return n
-}
-
 // incoming is a snapshot being received: its files are written in order,
 // each sequentially.
 type incoming struct {
