@@ -97,12 +97,11 @@ type Options struct {
 // proto.TargetRegistry over a store. Mutations are proposed as commands to
 // one applier goroutine (see doc.go); reads go to the store directly.
 type Server struct {
-	opts    Options
-	members memberAddrs // a replica's group members' addresses (members.go)
-	st      store.Store
-	sm      *stateMachine
-	reg     *registry
-	log     *slog.Logger
+	opts Options
+	st   store.Store
+	sm   *stateMachine
+	reg  *registry
+	log  *slog.Logger
 	// refusals rate-limits the warnings about refused requests and
 	// registrations, which a misconfigured or hostile peer can send in a
 	// flood.
@@ -147,6 +146,9 @@ type Server struct {
 	marker  store.Marker // nil: the store keeps no mark
 	markMu  sync.Mutex
 	marked  uint64
+
+	// members are a replica's group members' addresses (members.go).
+	members memberAddrs
 }
 
 // ErrRollback is wrapped (with store.ErrCorrupt) by the error of New for a

@@ -25,12 +25,13 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 }
 
 type handler struct {
-	svc   proto.MetaService
-	ext   Extended       // nil if svc does not offer it
-	sess  SessionService // nil if svc does not offer it
-	admin MemberAdmin    // nil if svc does not offer it
-	reg   proto.TargetRegistry
-	log   *slog.Logger
+	svc  proto.MetaService
+	ext  Extended       // nil if svc does not offer it
+	sess SessionService // nil if svc does not offer it
+	reg  proto.TargetRegistry
+	log  *slog.Logger
+
+	admin MemberAdmin // nil if svc does not offer it (admin.go)
 }
 
 func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, error) {
