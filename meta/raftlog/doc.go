@@ -131,7 +131,8 @@
 // member that joins from a snapshot learns them from it
 // (Node.Addresses, Config.OnAddresses). raft takes one change at a time:
 // a second one proposed while the first is applied is dropped (ErrDropped,
-// nothing changed). A node started with Config.Join has an empty log that
+// nothing changed). A leader that removes itself steps down once the
+// change is applied (raft's StepDownOnRemoval). A node started with Config.Join has an empty log that
 // is not bootstrapped: it waits for the leader, which sends it a snapshot
 // (or the log from its start). Members lists the configuration with the
 // leader's view of each member's progress; TCPTransport.SetPeer and

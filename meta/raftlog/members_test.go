@@ -160,3 +160,29 @@ func TestAddressesRecorded(t *testing.T) {
 		t.Fatal("the removed member's address is still recorded")
 	}
 }
+
+// TestRemoveLeader: the leader removing itself steps down once the change
+// is applied; the others elect a leader and go on.
+func TestRemoveLeader(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader(c.ids)
+	if _, err := c.propose(lead, "a=1"); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := c.nodes[lead].ChangeMembers(ctx, change(pb.ConfChangeType_ConfChangeRemoveNode, lead), ""); err != nil {
+		t.Fatal(err)
+	}
+	rest := others(c.ids, lead)
+	c.tickUntil("the removed leader steps down", func() bool { return !c.nodes[lead].Status().IsLeader })
+	now := c.waitLeader(rest)
+	if _, err := c.propose(now, "b=1"); err != nil {
+		t.Fatal(err)
+	}
+	c.waitApplied(rest, c.nodes[now].Status().Commit)
+	c.checkSame(rest)
+	if v := sorted(c.nodes[now].Voters()); !slices.Equal(v, sorted(slices.Clone(rest))) {
+		t.Fatalf("voters %v, want %v", v, rest)
+	}
+}

@@ -303,7 +303,11 @@ func NewNode(cfg Config) (*Node, error) {
 		// election timeout; PreVote: a node coming back from a partition
 		// does not disrupt the group with a higher term.
 		CheckQuorum: true, PreVote: true,
-		ReadOnlyOption: raft.ReadOnlySafe,
+		// A leader that removed itself steps down once the change is
+		// applied (else it would lead a group it is not in until it
+		// fails).
+		StepDownOnRemoval: true,
+		ReadOnlyOption:    raft.ReadOnlySafe,
 		// Proposals go to the leader only: a follower tells its caller who
 		// the leader is instead of forwarding (clients find the leader).
 		DisableProposalForwarding: true,
