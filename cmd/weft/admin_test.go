@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -98,6 +99,11 @@ func TestAdminMeta(t *testing.T) {
 		t.Fatalf("list after add: %v\n%s", err, out)
 	}
 	t.Logf("weft admin meta list:\n%s", out)
+	out, err = admin("m1", "list", "--json")
+	var ms []metarpc.Member
+	if err != nil || json.Unmarshal([]byte(out), &ms) != nil || len(ms) != 2 || ms[1].ID != 2 || ms[1].Learner || ms[1].Addr != "127.0.0.1:7402" {
+		t.Fatalf("list --json: %v %+v\n%s", err, ms, out)
+	}
 	if out, err = admin("m1", "remove", "2"); err != nil {
 		t.Fatalf("remove: %v\n%s", err, out)
 	}
