@@ -412,10 +412,52 @@
 // Not yet replicated-aware (see the issue): open counts, sessions and
 // their expiry, the lock table, the reclaim queue, the GC loop, orphan grace and the
 // target registry's liveness are per server and should run on the leader
-// only (today a follower's loops
-// propose and fail with EAGAIN); snapshots of the store (pebble
-// checkpoints) are not taken, so the raft log is not compacted; clients
+// only (today a follower's loops propose and fail with EAGAIN); clients
 // know one address and do not follow the leader.
+//
+// Snapshots (snapshot.go): with a pebble store (store.Checkpointer) a
+// replica takes a snapshot every Replica.SnapshotEvery applied entries
+// (DefaultSnapshotEvery, 10,000) into Replica.SnapshotDir (default the
+// store's directory + ".snapshots"): the applied index is recorded, then
+// the store checkpointed (tables hard-linked, the WAL flushed and
+// copied), and raftlog compacts the log to the last SnapshotKeep entries
+// (DefaultSnapshotKeep, 1,000). A member that fell behind a compacted log
+// is streamed the checkpoint's files in 1 MiB chunks, checked by SHA-256;
+// Restore then replaces its store with it atomically (store.Pebble.Replace:
+// copied beside the store, renamed in, and finished or undone at the next
+// open if a crash interrupts it), records the snapshot's index as applied,
+// and reloads the state machine's counters and maps and the server's
+// target registry and inode allocator from it. A store that cannot be
+// checkpointed (store.Mem) takes none, and its log is never compacted.
+//
+// Membership (members.go): Members, AddMember and RemoveMember
+// (metarpc.MemberAdmin, ops 45..47, `weft admin meta list|add|remove`)
+// change the group with raft's ConfChangeV2, one change at a time on the
+// leader. AddMember adds the new member as a learner, waits until the
+// leader has replicated to it everything committed when it joined (it
+// receives a snapshot), then promotes it to voter: adding an empty member
+// never costs the group its quorum. RemoveMember refuses to remove the
+// last voter. The new member is started with Replica.Join and empty data:
+// it never bootstraps, never formats, and takes the fsid with its
+// snapshot. Only peers authenticated as metadata servers (role meta) may
+// list or change the group, or in-process callers: not clients, not even
+// root on an admin network, as membership decides where the namespace
+// lives. Replacing a member whose disk died: add a fresh one, then remove
+// the dead one (TestReplaceDeadMember, with creates running throughout).
+// The added member's address is recorded by raftlog with the change (and
+// in snapshots); every member's transport learns it (onAddresses), also
+// after a restart.
+//
+// Integrity per member: a member whose store or raft log fails a
+// checksum at start refuses to start (store.ErrCorrupt or
+// raftlog.ErrCorrupt, with the way back in the message); corruption found
+// while serving stops its raft node (the store's failure is checked
+// after every applied entry), so it applies nothing more and answers
+// EIO. The way back is a re-sync (TestCorruptMemberResync): wipe its data
+// (store, log, snapshots), remove it, start it empty in join mode, add it
+// again; it receives a snapshot from the leader. A replica's store does
+// not use the durable mark (the raft log is the record of what was
+// acknowledged).
 //
 // Sessions on a new leader: it should start as a restarted server does: in
 // the grace period, rebuilding sessions, open counts and locks from the
@@ -427,16 +469,11 @@
 // What integrity leaves to raft: with a replicated log the raft log, not
 // the mark, is the record of what was acknowledged. The applied counter
 // is the raft applied index on a replica (same key, written in every
-// batch; done); at start a member replays its log from the store's
-// applied index, so a store behind its log is caught up rather than
-// refused (done: raftlog skips what the store already holds, and starts
-// raft from the log's own commit index if the store is ahead of it). A member whose
-// store is behind the first index its log still holds (compacted away),
-// or whose log or store fails a checksum, must not serve: it is wiped
-// and re-synced with a snapshot from the others. The raft log's own
-// pebble instance must be opened with store.OpenPebble for the same
-// strict replay and check. The mark then guards only a single server
-// (and a member's log against being put back: keep HardState's commit
-// index in it). A member must also refuse peers whose fsid differs, and
-// a new member adopts the fsid from its snapshot, never makes one.
+// batch); at start a member replays its log from the store's applied
+// index, so a store behind its log is caught up rather than refused
+// (raftlog skips what the store already holds, and starts raft from the
+// log's own commit index if the store is ahead of it). Still to do: keep
+// HardState's commit index in a mark so that a member's log put back to
+// an older copy is refused, and make a member refuse peers whose fsid
+// differs.
 package meta

@@ -35,6 +35,20 @@ type Replica struct {
 	// (default 1).
 	TickInterval                time.Duration
 	ElectionTick, HeartbeatTick int
+	// Snapshots (snapshot.go): with a store that can be checkpointed
+	// (pebble), a snapshot is taken every SnapshotEvery applied entries
+	// (default DefaultSnapshotEvery) into SnapshotDir (default the
+	// store's directory + ".snapshots", on the store's file system) and
+	// the log compacted to the last SnapshotKeep entries (default
+	// DefaultSnapshotKeep).
+	SnapshotDir                 string
+	SnapshotEvery, SnapshotKeep uint64
+	// Join: this server is a new member of a running group (added with
+	// Server.AddMember, `weft admin meta add`): its store and log must be
+	// empty; Peers is not used to bootstrap, and the state comes from the
+	// leader (a snapshot, then the log). It must know the others'
+	// addresses (its transport's peers).
+	Join bool
 }
 
 // raftLog is the commit path of a replicated server. Proposals go to the
@@ -65,6 +79,9 @@ type raftApplier struct {
 	// high-water mark, on every member (a follower's allocator is the
 	// one a new leader starts from).
 	raise func(next uint64)
+	// restored reloads the server's in-memory state after Restore
+	// (snapshot.go).
+	restored func() error
 }
 
 // appliedEntry is what Apply returns to the proposer.
@@ -91,10 +108,6 @@ func (a *raftApplier) Apply(index uint64, data []byte) any {
 
 func (a *raftApplier) Applied() uint64 { return a.sm.applied }
 
-var errNoSnapshots = errors.New("meta: snapshots of the metadata store are not implemented yet")
-
-func (a *raftApplier) Snapshot() ([]byte, error)       { return nil, errNoSnapshots }
-func (a *raftApplier) Restore(uint64, []byte) error    { return errNoSnapshots }
 func (l *raftLog) stats() (groups, commands uint64)    { return l.groups.Load(), l.commands.Load() }
 func isNewInode(c *Command) bool                       { return c.Op == OpCreate || c.Op == OpMkdir || c.Op == OpSymlink }
 func (l *raftLog) status() raftlog.Status              { return l.node.Status() }
@@ -142,7 +155,7 @@ func (s *Server) startReplica(r *Replica) error {
 	l := &raftLog{}
 	cfg := raftlog.Config{
 		ID: r.ID, Peers: r.Peers, Storage: r.Log, Transport: r.Transport,
-		SM:           &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno},
+		SM:           &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno, restored: s.restored},
 		TickInterval: tick, ElectionTick: r.ElectionTick, HeartbeatTick: r.HeartbeatTick,
 		Logger: s.log,
 		OnLeader: func(term uint64) {
@@ -167,6 +180,9 @@ func (s *Server) startReplica(r *Replica) error {
 				}()
 			}
 		},
+	}
+	if err := r.configure(s, &cfg); err != nil {
+		return err
 	}
 	n, err := raftlog.NewNode(cfg)
 	if err != nil {

@@ -158,6 +158,9 @@ type Server struct {
 	marker  store.Marker // nil: the store keeps no mark
 	markMu  sync.Mutex
 	marked  uint64
+
+	// members are a replica's group members' addresses (members.go).
+	members memberAddrs
 }
 
 // ErrRollback is wrapped (with store.ErrCorrupt) by the error of New for a
@@ -369,6 +372,9 @@ func checkMark(m store.Marker, sm *stateMachine, opts Options) error {
 // writeMark records the durable applied count in the mark if it grew
 // (always if force).
 func (s *Server) writeMark(force bool) error {
+	if s.marker == nil {
+		return nil // a replica, or a store without a mark
+	}
 	s.markMu.Lock()
 	defer s.markMu.Unlock()
 	d := s.durable.Load()

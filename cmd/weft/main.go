@@ -29,6 +29,7 @@ func newRootCmd() *cobra.Command {
 		newVersionCmd(),
 		newStatusCmd(),
 		newFindCmd(),
+		newAdminCmd(),
 	)
 	setVersions(root)
 	return root

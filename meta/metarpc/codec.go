@@ -688,6 +688,10 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &appendReq{}, &attrResp{}, true
 	case OpAppendReclaim:
 		return &appendReclaimReq{}, &emptyMsg{}, true
+	case OpMembers:
+		return &emptyMsg{}, &membersResp{}, true
+	case OpMemberAdd, OpMemberRemove:
+		return &memberReq{}, &emptyMsg{}, true
 	}
 	return nil, nil, false
 }

@@ -21,7 +21,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove,
 	}
 }
 
@@ -32,6 +32,8 @@ var sampleAttr = proto.Attr{Ino: 7, Mode: 0100644, Nlink: 2, Uid: 1, Gid: 2, Rde
 func samples() []message {
 	l := layout.Layout{StripeSize: 64 << 10, StripeCount: -1}
 	return []message{
+		&memberReq{4, "h4:7400"},
+		&membersResp{[]Member{{ID: 1, Addr: "h1:7400", Leader: true, Active: true, Match: 9}, {ID: 4, Learner: true, Snapshot: true}}},
 		&inoReq{5},
 		&nameReq{5, "name"},
 		&setAttrReq{5, proto.SetAttrIn{Valid: 3, Mode: 4, Uid: 5, Gid: 6, Size: 7, Atime: 8, Mtime: 9, Ctime: 10}},

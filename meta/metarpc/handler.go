@@ -23,6 +23,7 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h.status, _ = svc.(StatusService)
 	h.find, _ = svc.(FindService)
 	h.locks, _ = svc.(proto.LockService)
+	h.admin, _ = svc.(MemberAdmin)
 	return h.serve
 }
 
@@ -33,6 +34,7 @@ type handler struct {
 	status StatusService     // nil if svc does not offer it
 	find   FindService       // nil if svc does not offer it
 	locks  proto.LockService // nil if svc does not offer it
+	admin  MemberAdmin       // nil if svc does not offer it (admin.go)
 	reg    proto.TargetRegistry
 	log    *slog.Logger
 }
@@ -71,6 +73,8 @@ var errNoExt = fmt.Errorf("metarpc: the service has no combined operations: %w",
 func (h *handler) call(ctx context.Context, op uint16, req message) (message, error) {
 	s := h.svc
 	switch op {
+	case OpMembers, OpMemberAdd, OpMemberRemove:
+		return h.callAdmin(ctx, op, req)
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {
 			return nil, errNoExt

@@ -14,6 +14,7 @@ var opNames = map[uint16]string{
 	OpCapability: "capability", OpSessionOpen: "session_open", OpSessionRenew: "session_renew",
 	OpSessionClose: "session_close", OpStatus: "status", OpFind: "find",
 	OpLock: "lock", OpLockWait: "lock_wait", OpAppend: "append", OpAppendReclaim: "append_reclaim",
+	OpMembers: "members", OpMemberAdd: "member_add", OpMemberRemove: "member_remove",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.

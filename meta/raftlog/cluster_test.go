@@ -22,6 +22,7 @@ type kvSM struct {
 	mu      sync.Mutex
 	kv      map[string]string
 	applied uint64
+	fs      vfs.FS   // where its snapshots are
 	order   []string // "index:data" of every entry applied since the last restore
 	base    uint64   // the snapshot index the state was last restored from
 }
@@ -53,15 +54,36 @@ type kvSnap struct {
 	Index uint64
 }
 
-func (m *kvSM) Snapshot() ([]byte, error) {
+// Snapshot writes the state as one JSON file, synced.
+func (m *kvSM) Snapshot(index uint64, dir string) error {
 	m.mu.Lock()
-	defer m.mu.Unlock()
-	return json.Marshal(kvSnap{KV: m.kv, Index: m.applied})
+	b, err := json.Marshal(kvSnap{KV: m.kv, Index: index})
+	m.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	if err := m.fs.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := m.fs.Create(m.fs.PathJoin(dir, "state.json"), vfs.WriteCategoryUnspecified)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.Write(b); err != nil {
+		return err
+	}
+	return f.Sync()
 }
 
-func (m *kvSM) Restore(index uint64, data []byte) error {
+func (m *kvSM) Restore(index uint64, dir string) error {
+	f, err := m.fs.Open(m.fs.PathJoin(dir, "state.json"))
+	if err != nil {
+		return err
+	}
+	defer f.Close()
 	var s kvSnap
-	if err := json.Unmarshal(data, &s); err != nil {
+	if err := json.NewDecoder(f).Decode(&s); err != nil {
 		return err
 	}
 	if s.KV == nil {
@@ -105,11 +127,15 @@ type cluster struct {
 	// keep holds the state machines that survive their node's crash
 	// (a state machine with a store of its own), for the next start.
 	keep map[uint64]*kvSM
+	// join: nodes started to join the running group (Config.Join).
+	join map[uint64]bool
 }
 
 func newCluster(t testing.TB, n int, cfg func(*Config)) *cluster {
-	c := &cluster{t: t, nw: NewMemNetwork(), fs: map[uint64]*vfs.MemFS{}, st: map[uint64]*Storage{},
-		sm: map[uint64]*kvSM{}, nodes: map[uint64]*Node{}, cfg: cfg, keep: map[uint64]*kvSM{}}
+	nw := NewMemNetwork()
+	nw.ChunkSize = 7 // a snapshot in many chunks
+	c := &cluster{t: t, nw: nw, fs: map[uint64]*vfs.MemFS{}, st: map[uint64]*Storage{},
+		sm: map[uint64]*kvSM{}, nodes: map[uint64]*Node{}, cfg: cfg, keep: map[uint64]*kvSM{}, join: map[uint64]bool{}}
 	for i := 1; i <= n; i++ {
 		c.ids = append(c.ids, uint64(i))
 		c.fs[uint64(i)] = vfs.NewCrashableMem()
@@ -134,7 +160,12 @@ func (c *cluster) start(id uint64) {
 	if sm == nil {
 		sm = newKV()
 	}
-	cfg := Config{ID: id, Peers: c.ids, Storage: st, SM: sm, Transport: c.nw.Transport(id)}
+	sm.fs = c.fs[id]
+	snaps, err := OpenSnapshots(c.fs[id], "snap")
+	if err != nil {
+		c.t.Fatalf("node %d: %v", id, err)
+	}
+	cfg := Config{ID: id, Peers: c.ids, Storage: st, SM: sm, Transport: c.nw.Transport(id), Snapshots: snaps, Join: c.join[id]}
 	if c.cfg != nil {
 		c.cfg(&cfg)
 	}
@@ -167,7 +198,7 @@ func (c *cluster) crash(id uint64) {
 }
 
 func (c *cluster) stopAll() {
-	for _, id := range c.ids {
+	for id := range c.nodes {
 		if n := c.nodes[id]; n != nil {
 			c.nw.Detach(id)
 			n.Stop()
@@ -179,11 +210,12 @@ func (c *cluster) stopAll() {
 
 func (c *cluster) live() []uint64 {
 	var out []uint64
-	for _, id := range c.ids {
-		if c.nodes[id] != nil {
+	for id, n := range c.nodes {
+		if n != nil {
 			out = append(out, id)
 		}
 	}
+	slices.Sort(out)
 	return out
 }
 

@@ -14,15 +14,22 @@
 //   - Storage: raft's log on a pebble instance of its own (raft.Storage
 //     for the RawNode, plus Save for what a Ready persists, and
 //     CreateSnapshot for compaction). Keys: e+index (entries), h
-//     (HardState), s (the latest snapshot), o (the log's offset, the last
-//     dropped entry), c (ConfState).
+//     (HardState), s (the latest snapshot's metadata and descriptor), o
+//     (the log's offset, the last dropped entry), c (ConfState), a (the
+//     members' addresses recorded with it).
+//   - Snapshots (snapshot.go): the state machine's snapshots as
+//     directories of files on the state machine's file system (meta: a
+//     pebble checkpoint), sealed with a descriptor (index, term, each
+//     file's name, size and SHA-256, and the members' addresses) that is
+//     all raft's Snapshot.Data carries.
 //   - Node: a RawNode and the one goroutine that drives it. Everything
 //     that touches the RawNode runs on that goroutine: ticks, messages
 //     from peers (Step), proposals, reads, reports from the transport.
 //   - Transport: sends raft messages; the receiving side calls Step.
 //     MemNetwork connects nodes in one process (tests: partitions, cut
 //     links); the framed-TCP transport of weft carries them between
-//     processes.
+//     processes (ops 60 messages, 61 snapshot chunk, 62 snapshot done).
+//     Both stream snapshots the same way (snapstream.go).
 //
 // # How the node is driven
 //
@@ -40,7 +47,8 @@
 //     to the StateMachine) and hand each result to its proposer if it
 //     waits on this node;
 //  4. Advance; then wake linearizable reads whose index is applied, and
-//     take a snapshot (and compact the log) every SnapshotEvery entries.
+//     take a snapshot (and compact the log) every SnapshotEvery entries,
+//     and after every applied configuration change.
 //
 // # Invariants
 //
@@ -81,13 +89,73 @@
 //     steps down within an election timeout, and a node rejoining after a
 //     partition does not depose a working leader.
 //   - The log is compacted only at a snapshot the state machine made
-//     durable (StateMachine.Snapshot), keeping SnapshotKeep entries for
-//     followers slightly behind; one further behind gets the snapshot.
+//     durable (StateMachine.Snapshot) and the node sealed, keeping
+//     SnapshotKeep entries for followers slightly behind; one further
+//     behind gets the snapshot, streamed and checked before it is
+//     installed.
+//
+// # Snapshots
+//
+// Every SnapshotEvery applied entries (and after each configuration
+// change, so that a member being added can install the leader's latest
+// snapshot: raft refuses one whose configuration does not include it) the
+// node asks the state machine to write its state into a new directory
+// (StateMachine.Snapshot), seals it (every file synced and hashed, the
+// directory renamed to its id), records the descriptor in the log
+// (Storage.CreateSnapshot) and compacts the log to the last SnapshotKeep
+// entries. The snapshot directory keeps the newest sealed snapshot and the
+// one before (a sender may still read it).
+//
+// raft's MsgSnap carries only the descriptor. The transport streams the
+// files first, in chunks of at most ChunkSize (1 MiB) bytes, one call
+// each (OpSnapChunk: descriptor, file number, offset, bytes; in order,
+// each file written sequentially into a recv- directory), then the MsgSnap
+// (OpSnapDone). The receiver checks every file's size and SHA-256 against
+// the descriptor, seals the snapshot, and only then steps the MsgSnap into
+// its node; a check that fails fails the call and the sender reports
+// SnapshotFailure (raft retries later), a delivered one SnapshotFinish.
+// Node.Step drops any MsgSnap whose files the node has not received and
+// checked, so a snapshot cannot arrive by the message path alone. On the
+// next Ready the node persists the snapshot's metadata (the log now starts
+// after it), then StateMachine.Restore installs the directory; a crash
+// between the two is finished at the next start (the log's snapshot is
+// newer than the state machine's applied index: restored then).
+//
+// # Membership
+//
+// ChangeMembers proposes one ConfChangeV2 on the leader and returns once
+// it is applied on that node. The added member's address travels in the
+// change's context (after the proposal id); every member records it with
+// the configuration (key a of the log, unsynced like c, and in every
+// snapshot descriptor), so it knows the addresses after a restart, and a
+// member that joins from a snapshot learns them from it
+// (Node.Addresses, Config.OnAddresses). raft takes one change at a time:
+// a second one proposed while the first is applied is dropped (ErrDropped,
+// nothing changed). A leader that removes itself steps down once the
+// change is applied (raft's StepDownOnRemoval). A node started with Config.Join has an empty log that
+// is not bootstrapped: it waits for the leader, which sends it a snapshot
+// (or the log from its start). Members lists the configuration with the
+// leader's view of each member's progress; TCPTransport.SetPeer and
+// RemovePeer add and drop members' addresses (meta calls them from
+// OnConfChange).
+//
+// # Integrity
+//
+// The log's pebble instance is opened as strictly as meta's store:
+// format FormatNewest (WAL chunks carry the synced offset, so a damaged
+// record followed by synced ones fails the open instead of ending replay
+// there), every table read through with its checksums verified, entries
+// that do not decode or leave a hole refused: OpenStorage fails with
+// ErrCorrupt and RecoverHint (wipe the member, re-sync it). Corruption
+// found later fails every write; raft's panic on a failed storage read is
+// recovered into a node stop with the error logged (never a crash). A
+// state machine with an Err method that reports a failure (meta: its
+// store failed a checksum) stops the node before it applies another
+// entry.
 //
 // # Not yet here
 //
-// Snapshots travel inside raft's MsgSnap, whole: fine for tests and small
-// states, not for a pebble checkpoint of a large namespace, which needs
-// chunked streaming over the transport. Membership changes (ConfChangeV2)
-// are applied when committed but nothing proposes them yet.
+// The initial members' addresses are the deployment's (each member's peer
+// list), not recorded by the group: only members added with ChangeMembers
+// are.
 package raftlog

@@ -1,6 +1,9 @@
 package raftlog
 
 import (
+	"bytes"
+	"context"
+	"fmt"
 	"sync"
 
 	"go.etcd.io/raft/v3"
@@ -18,6 +21,15 @@ type MemNetwork struct {
 	nodes     map[uint64]*Node
 	cut       map[[2]uint64]bool
 	delivered uint64
+	// ChunkSize, if set, is the snapshot chunk size (default ChunkSize).
+	ChunkSize int
+}
+
+func (nw *MemNetwork) chunkSize() int {
+	if nw.ChunkSize > 0 {
+		return nw.ChunkSize
+	}
+	return ChunkSize
 }
 
 // NewMemNetwork returns a network with no nodes and no cut links.
@@ -81,16 +93,7 @@ type memTransport struct {
 
 func (t memTransport) Send(msgs []*pb.Message) {
 	for _, m := range msgs {
-		t.nw.mu.Lock()
-		to := t.nw.nodes[m.GetTo()]
-		if t.nw.cut[[2]uint64{t.from, m.GetTo()}] {
-			to = nil
-		}
-		from := t.nw.nodes[t.from]
-		if to != nil {
-			t.nw.delivered++
-		}
-		t.nw.mu.Unlock()
+		to, from := t.link(m.GetTo())
 		if to == nil {
 			if from != nil {
 				from.reportUnreachable(m.GetTo())
@@ -100,17 +103,63 @@ func (t memTransport) Send(msgs []*pb.Message) {
 			}
 			continue
 		}
-		b, err := proto.Marshal(m)
-		if err != nil {
-			panic(err)
+		if m.GetType() == pb.MessageType_MsgSnap {
+			// Streamed in chunks, as over TCP, by a goroutine of its own:
+			// Send must not block. (A sender no longer attached is being
+			// stopped: nothing to stream from, nobody to report to.)
+			if from != nil {
+				go t.sendSnapshot(from, m)
+			}
+			continue
 		}
-		var c pb.Message
-		if err := proto.Unmarshal(b, &c); err != nil {
-			panic(err)
-		}
-		to.Step(&c)
-		if m.GetType() == pb.MessageType_MsgSnap && from != nil {
-			from.reportSnapshot(m.GetTo(), raft.SnapshotFinish)
-		}
+		to.Step(wireCopy(m))
 	}
+}
+
+// link returns the nodes at both ends of a message to id, to nil if the
+// message cannot get there.
+func (t memTransport) link(id uint64) (to, from *Node) {
+	t.nw.mu.Lock()
+	defer t.nw.mu.Unlock()
+	to = t.nw.nodes[id]
+	if t.nw.cut[[2]uint64{t.from, id}] {
+		to = nil
+	}
+	if to != nil {
+		t.nw.delivered++
+	}
+	return to, t.nw.nodes[t.from]
+}
+
+// sendSnapshot streams m's snapshot in chunks (of MemNetwork.ChunkSize,
+// small in tests so that a snapshot takes many), each call checking the
+// link again, and reports the outcome to the sender.
+func (t memTransport) sendSnapshot(from *Node, m *pb.Message) {
+	call := func(ctx context.Context, op uint16, body []byte) error {
+		to, _ := t.link(m.GetTo())
+		if to == nil {
+			return fmt.Errorf("raftlog: node %d unreachable", m.GetTo())
+		}
+		return handleSnapshot(ctx, to, m.GetTo(), func(uint64) bool { return true }, op, bytes.Clone(body))
+	}
+	err := streamSnapshot(context.Background(), from.Snapshots(), wireCopy(m), t.nw.chunkSize(), call)
+	status := raft.SnapshotFinish
+	if err != nil {
+		from.log.Warn("raftlog: snapshot not delivered", "from", t.from, "to", m.GetTo(), "err", err)
+		status = raft.SnapshotFailure
+	}
+	from.reportSnapshotWait(m.GetTo(), status)
+}
+
+// wireCopy encodes and decodes m, as a wire would.
+func wireCopy(m *pb.Message) *pb.Message {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic(err)
+	}
+	var c pb.Message
+	if err := proto.Unmarshal(b, &c); err != nil {
+		panic(err)
+	}
+	return &c
 }

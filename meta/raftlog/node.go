@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -54,7 +55,10 @@ func (e *NotLeaderError) Error() string {
 func (e *NotLeaderError) Unwrap() error { return ErrNotLeader }
 
 // StateMachine is what the log is applied to. The node calls it from its
-// one goroutine, in log order.
+// one goroutine, in log order. A state machine may also have an Err()
+// error method: the node checks it after each Apply and stops (the
+// entry's proposer gets ErrStopped) once it reports a failure, such as a
+// store that failed a checksum: a member that cannot apply must not go on.
 type StateMachine interface {
 	// Apply applies the command of the committed entry at index and
 	// returns what it did (handed to the proposer, if it is waiting on
@@ -66,11 +70,20 @@ type StateMachine interface {
 	// the state machine's store (read once, at start: the log is applied
 	// again from the entry after it).
 	Applied() uint64
-	// Snapshot returns the state as of the last applied index, which must
-	// be durable when it returns (a pebble checkpoint is).
-	Snapshot() ([]byte, error)
-	// Restore replaces the state with a snapshot's, taken at index.
-	Restore(index uint64, data []byte) error
+	// Snapshot writes a copy of the state into dir, a directory that
+	// does not exist yet on Config.Snapshots' file system (a pebble
+	// checkpoint), durable when it returns. The state is the one after
+	// entry index, the last one applied (entries that are not commands,
+	// such as a new leader's empty entry, do not reach Apply: a state
+	// machine that records its applied index records index here, so
+	// that Applied is at least index after a Restore of this snapshot).
+	// The node owns dir afterwards: the files must not change.
+	Snapshot(index uint64, dir string) error
+	// Restore replaces the state with the copy in dir, taken at index:
+	// atomically (after a crash the state is the old one or the new one,
+	// never a mix), and without changing or moving dir's files, which
+	// the node may send on to another member.
+	Restore(index uint64, dir string) error
 }
 
 // Transport sends raft messages to other nodes. Send must not block on
@@ -86,7 +99,11 @@ type Config struct {
 	ID uint64
 	// Peers are the initial voters (ids, this node's included), used only
 	// to bootstrap an empty log. Every member must be given the same list.
-	Peers   []uint64
+	Peers []uint64
+	// Join: this node is being added to a running group (ChangeMembers
+	// on its leader): an empty log is not bootstrapped, Peers is ignored,
+	// and the node waits for the leader to send it the log or a snapshot.
+	Join    bool
 	Storage *Storage
 	SM      StateMachine
 	// Transport is where outgoing messages go.
@@ -96,6 +113,10 @@ type Config struct {
 	// TickInterval is how often the node ticks by itself; 0: never (tests
 	// call Tick).
 	TickInterval time.Duration
+	// Snapshots is where the state machine's snapshots are kept, made
+	// and received (nil: none; the log is never compacted and a member
+	// that fell behind a peer's compacted log cannot catch up).
+	Snapshots *Snapshots
 	// SnapshotEvery: after this many applied entries since the last
 	// snapshot, the node takes a snapshot and compacts the log, keeping
 	// the last SnapshotKeep entries. 0: never.
@@ -106,7 +127,15 @@ type Config struct {
 	// any earlier leader had committed. A proposer that decides things
 	// from the applied state (meta's inode allocator) resynchronises here.
 	OnLeader func(term uint64)
-	Logger   *slog.Logger
+	// OnConfChange, if set, is called on the node goroutine when a
+	// configuration change is applied, with the change and the new
+	// configuration (a transport learns new members' addresses here).
+	OnConfChange func(cc *pb.ConfChangeV2, cs *pb.ConfState)
+	// OnAddresses, if set, is called with the members' addresses (see
+	// Node.Addresses) when the node starts and whenever they change (on
+	// the node goroutine): a transport adds the members it did not know.
+	OnAddresses func(addrs map[uint64]string)
+	Logger      *slog.Logger
 }
 
 // Node runs one member of a raft group: a RawNode driven by one goroutine
@@ -137,8 +166,21 @@ type Node struct {
 	// term's first entry: it takes proposals only in that term.
 	readyTerm uint64
 	cs        *pb.ConfState
+	// confChanged: a configuration change was applied since the last
+	// snapshot. The next Ready takes one: a member added to the group
+	// installs a snapshot only if its configuration includes the member
+	// (raft refuses one that does not), so the leader's must be newer than
+	// the change.
+	confChanged bool
+	// addrs are the members' addresses: from the changes that added them
+	// (ChangeMembers' addr), kept in the log with the configuration and
+	// in every snapshot, so a member learns them after a restart and a
+	// new member from the snapshot it joins with.
+	addrs map[uint64]string
 
-	status atomic.Pointer[Status]
+	status    atomic.Pointer[Status]
+	members   atomic.Pointer[pb.ConfState] // a copy of cs for readers
+	addrsCopy atomic.Pointer[map[uint64]string]
 	// changed is closed and replaced when the status changes (tests wait
 	// on it instead of sleeping).
 	chmu    sync.Mutex
@@ -182,6 +224,9 @@ const maxDrain = 1024
 func NewNode(cfg Config) (*Node, error) {
 	if cfg.ID == 0 || cfg.ID >= 1<<16 {
 		return nil, fmt.Errorf("raftlog: node id %d: ids are 1 to 65535", cfg.ID)
+	}
+	if cfg.Join {
+		cfg.Peers = nil
 	}
 	if len(cfg.Peers) > 0 {
 		seen := map[uint64]bool{}
@@ -232,10 +277,9 @@ func NewNode(cfg Config) (*Node, error) {
 		// The log was compacted past what the state machine holds (a
 		// snapshot was received and the process stopped before restoring
 		// it): restore it now.
-		if err := cfg.SM.Restore(n.snapIdx, snap.GetData()); err != nil {
-			return nil, fmt.Errorf("raftlog: restore snapshot at %d: %w", n.snapIdx, err)
+		if err := n.restore(snap); err != nil {
+			return nil, err
 		}
-		n.applied = n.snapIdx
 	}
 	hs, cs, _ := cfg.Storage.InitialState()
 	last, _ := cfg.Storage.LastIndex()
@@ -248,6 +292,9 @@ func NewNode(cfg Config) (*Node, error) {
 	// index, and the entries up to n.applied, which it delivers again once
 	// the leader confirms they are committed, are skipped (apply).
 	n.cs = cs
+	n.publishMembers()
+	n.addrs = cfg.Storage.Addresses()
+	n.publishAddrs()
 	rc := &raft.Config{
 		ID: cfg.ID, ElectionTick: cfg.ElectionTick, HeartbeatTick: cfg.HeartbeatTick,
 		Storage: cfg.Storage, Applied: min(n.applied, hs.GetCommit()),
@@ -256,7 +303,11 @@ func NewNode(cfg Config) (*Node, error) {
 		// election timeout; PreVote: a node coming back from a partition
 		// does not disrupt the group with a higher term.
 		CheckQuorum: true, PreVote: true,
-		ReadOnlyOption: raft.ReadOnlySafe,
+		// A leader that removed itself steps down once the change is
+		// applied (else it would lead a group it is not in until it
+		// fails).
+		StepDownOnRemoval: true,
+		ReadOnlyOption:    raft.ReadOnlySafe,
 		// Proposals go to the leader only: a follower tells its caller who
 		// the leader is instead of forwarding (clients find the leader).
 		DisableProposalForwarding: true,
@@ -266,7 +317,7 @@ func NewNode(cfg Config) (*Node, error) {
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: %w", err)
 	}
-	if last == 0 && raft.IsEmptyHardState(hs) {
+	if last == 0 && raft.IsEmptyHardState(hs) && !cfg.Join {
 		if len(cfg.Peers) == 0 {
 			return nil, errors.New("raftlog: an empty log needs Config.Peers to bootstrap")
 		}
@@ -303,13 +354,93 @@ func (n *Node) Tick() {
 }
 
 // Step hands the node a message from another node. It drops the message
-// when the node is stopped or its inbox is full (raft retries).
+// when the node is stopped or its inbox is full (raft retries), and a
+// MsgSnap whose snapshot files this node has not received and checked
+// (they come first, see snapstream.go).
 func (n *Node) Step(m *pb.Message) {
+	if m.GetType() == pb.MessageType_MsgSnap && !n.haveSnapshot(m.GetSnapshot()) {
+		n.log.Warn("raftlog: a snapshot message without its files dropped", "id", n.cfg.ID, "from", m.GetFrom())
+		return
+	}
 	select {
 	case n.recv <- m:
 	default:
 	}
 }
+
+// stepWait hands the node a message, waiting for room in its inbox.
+func (n *Node) stepWait(ctx context.Context, m *pb.Message) error {
+	select {
+	case n.recv <- m:
+		return nil
+	case <-n.done:
+		return ErrStopped
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (n *Node) haveSnapshot(snap *pb.Snapshot) bool {
+	if n.cfg.Snapshots == nil {
+		return false
+	}
+	d, err := DecodeSnapshotDesc(snap.GetData())
+	return err == nil && d.Index == snap.GetMetadata().GetIndex() && n.cfg.Snapshots.Has(d)
+}
+
+// restore restores the state machine from the sealed snapshot snap.
+func (n *Node) restore(snap *pb.Snapshot) error {
+	idx := snap.GetMetadata().GetIndex()
+	if n.cfg.Snapshots == nil {
+		return fmt.Errorf("raftlog: restore snapshot at %d: no snapshot directory configured", idx)
+	}
+	d, err := DecodeSnapshotDesc(snap.GetData())
+	if err != nil {
+		return fmt.Errorf("raftlog: restore snapshot at %d: %w", idx, err)
+	}
+	if !n.cfg.Snapshots.Has(d) {
+		return fmt.Errorf("raftlog: restore snapshot at %d: its files (%s) are missing: wipe this member and let it re-sync", idx, n.cfg.Snapshots.Path(d))
+	}
+	if err := n.sm.Restore(idx, n.cfg.Snapshots.Path(d)); err != nil {
+		return fmt.Errorf("raftlog: restore snapshot at %d: %w", idx, err)
+	}
+	n.applied, n.snapIdx = idx, idx
+	if d.Addrs != nil {
+		n.addrs = maps.Clone(d.Addrs)
+		n.publishAddrs()
+	}
+	n.cfg.Snapshots.prune(d)
+	n.log.Info("raftlog: state restored from a snapshot", "id", n.cfg.ID, "index", idx, "bytes", d.Size())
+	return nil
+}
+
+// TransferLeadership asks this node, if leader, to hand leadership to
+// member to (raft's leader transfer: the leader brings to's log up to
+// date, then tells it to campaign at once). It returns when the request
+// was taken; watch Status for the outcome.
+func (n *Node) TransferLeadership(ctx context.Context, to uint64) error {
+	ch := make(chan error, 1)
+	if err := n.do(ctx, func() {
+		bs := n.rn.BasicStatus()
+		if bs.RaftState != raft.StateLeader {
+			ch <- &NotLeaderError{Leader: bs.Lead}
+			return
+		}
+		n.rn.TransferLeader(to)
+		ch <- nil
+	}); err != nil {
+		return err
+	}
+	select {
+	case err := <-ch:
+		return err
+	case <-n.done:
+		return ErrStopped
+	}
+}
+
+// Snapshots is the node's snapshot directory (nil: none).
+func (n *Node) Snapshots() *Snapshots { return n.cfg.Snapshots }
 
 // Campaign makes the node start an election now (tests, leadership
 // transfer by an operator).
@@ -330,6 +461,13 @@ func (n *Node) reportUnreachable(id uint64) { n.try(func() { n.rn.ReportUnreacha
 
 func (n *Node) reportSnapshot(id uint64, status raft.SnapshotStatus) {
 	n.try(func() { n.rn.ReportSnapshot(id, status) })
+}
+
+// reportSnapshotWait is ReportSnapshot for a snapshot sender's own
+// goroutine: it waits for the node to take the report (raft keeps a
+// follower's progress paused until it hears how a snapshot went).
+func (n *Node) reportSnapshotWait(id uint64, status raft.SnapshotStatus) {
+	_ = n.do(context.Background(), func() { n.rn.ReportSnapshot(id, status) })
 }
 
 // try runs f on the node goroutine if it can be queued at once.
@@ -456,6 +594,17 @@ func (n *Node) ReadIndex(ctx context.Context) error {
 func (n *Node) run() {
 	defer close(n.done)
 	defer n.failAll(ErrStopped)
+	defer func() {
+		// raft panics when its storage fails a read; once the log is known
+		// to be corrupt that is a stop with an error, not a crash.
+		if r := recover(); r != nil {
+			if err := n.st.Err(); err != nil {
+				n.log.Error("raftlog: node stops: the log is corrupt", "id", n.cfg.ID, "err", err, "panic", fmt.Sprint(r), "hint", RecoverHint)
+				return
+			}
+			panic(r)
+		}
+	}()
 	var tick <-chan time.Time
 	if n.cfg.TickInterval > 0 {
 		t := time.NewTicker(n.cfg.TickInterval)
@@ -511,10 +660,9 @@ func (n *Node) handleReady() error {
 	}
 	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
 		idx := rd.Snapshot.GetMetadata().GetIndex()
-		if err := n.sm.Restore(idx, rd.Snapshot.GetData()); err != nil {
-			return fmt.Errorf("raftlog: restore snapshot at %d: %w", idx, err)
+		if err := n.restore(rd.Snapshot); err != nil {
+			return err
 		}
-		n.applied, n.snapIdx = idx, idx
 		// What the snapshot covers was applied without this node seeing
 		// the entries: the proposals appended there may or may not be in it.
 		for i, id := range n.byIndex {
@@ -524,6 +672,10 @@ func (n *Node) handleReady() error {
 			}
 		}
 		n.cs = proto.Clone(pb.EnsureConfState(rd.Snapshot.GetMetadata().GetConfState())).(*pb.ConfState)
+		if n.cfg.OnConfChange != nil {
+			n.cfg.OnConfChange(nil, n.cs)
+		}
+		n.publishMembers()
 	}
 	if len(rd.Messages) > 0 {
 		n.cfg.Transport.Send(rd.Messages)
@@ -563,7 +715,7 @@ func (n *Node) apply(ents []*pb.Entry) error {
 		}
 		if pid, ok := n.byIndex[idx]; ok {
 			delete(n.byIndex, idx)
-			if e.GetType() != pb.EntryNormal || len(e.GetData()) < 8 || binary.BigEndian.Uint64(e.GetData()) != pid {
+			if entryID(e) != pid {
 				n.resolve(pid, proposalResult{err: ErrDropped})
 			}
 		}
@@ -582,6 +734,13 @@ func (n *Node) apply(ents []*pb.Entry) error {
 			}
 			id := binary.BigEndian.Uint64(e.GetData())
 			v := n.sm.Apply(idx, e.GetData()[8:])
+			if f, ok := n.sm.(interface{ Err() error }); ok {
+				if err := f.Err(); err != nil {
+					// The state machine's store failed: applying more
+					// would diverge from the other members.
+					return fmt.Errorf("raftlog: state machine failed at entry %d: %w", idx, err)
+				}
+			}
 			n.resolve(id, proposalResult{v: v})
 		case pb.EntryConfChange, pb.EntryConfChangeV2:
 			var cc pb.ConfChangeI
@@ -599,13 +758,42 @@ func (n *Node) apply(ents []*pb.Entry) error {
 				cc = &c
 			}
 			n.cs = n.rn.ApplyConfChange(cc)
-			if err := n.st.SetConfState(n.cs); err != nil {
+			v2 := cc.AsV2()
+			addrsChanged := n.noteAddrs(v2)
+			if err := n.st.SetConfState(n.cs, n.addrs); err != nil {
 				return err
 			}
+			if addrsChanged {
+				n.publishAddrs()
+			}
+			if n.cfg.OnConfChange != nil {
+				n.cfg.OnConfChange(v2, n.cs)
+			}
+			if len(v2.GetContext()) >= 8 {
+				n.resolve(binary.BigEndian.Uint64(v2.GetContext()), proposalResult{v: n.cs})
+			}
+			n.publishMembers()
+			// Not the bootstrap's entries (ConfChange, not V2): nobody
+			// joins from them.
+			n.confChanged = n.confChanged || e.GetType() == pb.EntryConfChangeV2
 		}
 		n.applied = idx
 	}
 	return nil
+}
+
+// entryID is the proposal id an entry carries (0: none).
+func entryID(e *pb.Entry) uint64 {
+	switch {
+	case e.GetType() == pb.EntryNormal && len(e.GetData()) >= 8:
+		return binary.BigEndian.Uint64(e.GetData())
+	case e.GetType() == pb.EntryConfChangeV2:
+		var cc pb.ConfChangeV2
+		if proto.Unmarshal(e.GetData(), &cc) == nil && len(cc.GetContext()) >= 8 {
+			return binary.BigEndian.Uint64(cc.GetContext())
+		}
+	}
+	return 0
 }
 
 // noteIndexes records where this node's proposals were appended, so that
@@ -616,10 +804,10 @@ func (n *Node) noteIndexes(ents []*pb.Entry) {
 		return
 	}
 	for _, e := range ents {
-		if e.GetType() != pb.EntryNormal || len(e.GetData()) < 8 {
+		id := entryID(e)
+		if id == 0 {
 			continue
 		}
-		id := binary.BigEndian.Uint64(e.GetData())
 		if w, ok := n.waiting[id]; ok && w.index == 0 {
 			w.index = e.GetIndex()
 			n.byIndex[w.index] = id
@@ -688,19 +876,41 @@ func (n *Node) failAll(err error) {
 }
 
 func (n *Node) maybeSnapshot() {
-	if n.cfg.SnapshotEvery == 0 || n.applied-n.snapIdx < n.cfg.SnapshotEvery {
+	if n.cfg.SnapshotEvery == 0 || n.cfg.Snapshots == nil || n.applied == n.snapIdx {
 		return
 	}
-	data, err := n.sm.Snapshot()
-	if err != nil {
+	if n.applied-n.snapIdx < n.cfg.SnapshotEvery && !n.confChanged {
+		return
+	}
+	if err := n.snapshot(); err != nil {
 		n.log.Error("raftlog: snapshot failed; the log is not compacted", "id", n.cfg.ID, "applied", n.applied, "err", err)
-		return
 	}
-	if err := n.st.CreateSnapshot(n.applied, n.cs, data, n.cfg.SnapshotKeep); err != nil {
-		n.log.Error("raftlog: saving a snapshot failed; the log is not compacted", "id", n.cfg.ID, "applied", n.applied, "err", err)
-		return
+}
+
+// snapshot has the state machine write a snapshot at the applied index,
+// seals it, records it in the log and compacts the log.
+func (n *Node) snapshot() error {
+	term, err := n.st.Term(n.applied)
+	if err != nil {
+		return err
+	}
+	tmp := n.cfg.Snapshots.tempDir()
+	if err := n.sm.Snapshot(n.applied, tmp); err != nil {
+		_ = n.cfg.Snapshots.fs.RemoveAll(tmp)
+		return err
+	}
+	d, err := n.cfg.Snapshots.seal(tmp, n.applied, term, n.addrs)
+	if err != nil {
+		_ = n.cfg.Snapshots.fs.RemoveAll(tmp)
+		return err
+	}
+	if err := n.st.CreateSnapshot(n.applied, n.cs, d.Encode(), n.cfg.SnapshotKeep); err != nil {
+		return err
 	}
 	n.snapIdx = n.applied
+	n.confChanged = false
+	n.cfg.Snapshots.prune(d)
+	return nil
 }
 
 func (n *Node) publish() {

@@ -8,8 +8,11 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cockroachdb/datadriven"
+	"github.com/cockroachdb/pebble/v2/vfs"
+	pb "go.etcd.io/raft/v3/raftpb"
 )
 
 // TestScenarios runs the scenarios in testdata/scenarios/ (the
@@ -18,7 +21,10 @@ import (
 // by role: "elect among=2,3 as=B" binds B to whichever of 2 and 3 leads,
 // and later commands take B wherever they take a node id.
 //
-//	start 1 2 3                   start (or restart) nodes from their logs
+//	start 1 2 3 [snapshot-every=N keep=K]
+//	                              start (or restart) nodes from their logs; the
+//	                              first start makes the group (snapshots every
+//	                              N entries, keeping K)
 //	campaign 1                    node 1 campaigns; prints who leads
 //	elect [among=IDS] as=NAME     tick until one of IDS (default: all live) leads
 //	propose WHO k=v               prints the previous value, or the error
@@ -28,9 +34,15 @@ import (
 //	check NAME...                 waiting, acknowledged, or the error
 //	cancel                        end every background request, wait for them
 //	crash WHO                     stop, dropping whatever its log had not synced
+//	wipe WHO                      its disk is gone (the next start is empty)
+//	join ID                       start a node in join mode (empty, not bootstrapped)
+//	add-learner|add-voter|remove WHO ID
+//	                              a configuration change proposed on WHO
 //	partition WHO... | WHO...     cut every link between the two sides
 //	heal
 //	tick-until stepped-down WHO | follows WHO NAME | caught-up
+//	log WHO                       the node's log bounds, its last snapshot, and
+//	                              the snapshot its state was restored from
 //	state                         every live node's state (nodes with the same
 //	                              state on one line)
 func TestScenarios(t *testing.T) {
@@ -93,7 +105,7 @@ func positional(d *datadriven.TestData) []string {
 	var out []string
 	for _, a := range d.CmdArgs {
 		switch {
-		case a.Key == "as" || a.Key == "among":
+		case a.Key == "as" || a.Key == "among" || a.Key == "snapshot-every" || a.Key == "keep":
 		case len(a.Vals) == 0:
 			out = append(out, a.Key)
 		default:
@@ -129,7 +141,14 @@ func (s *scenario) run(d *datadriven.TestData) string {
 			for _, p := range pos {
 				n = max(n, int(s.who(p)))
 			}
-			s.c = newCluster(s.t, n, nil)
+			var tune func(*Config)
+			if every, ok := s.arg(d, "snapshot-every"); ok {
+				e, _ := strconv.ParseUint(every, 10, 64)
+				keepS, _ := s.arg(d, "keep")
+				k, _ := strconv.ParseUint(keepS, 10, 64)
+				tune = func(cfg *Config) { cfg.SnapshotEvery, cfg.SnapshotKeep = e, k }
+			}
+			s.c = newCluster(s.t, n, tune)
 			return ""
 		}
 		for _, p := range pos {
@@ -216,6 +235,28 @@ func (s *scenario) run(d *datadriven.TestData) string {
 	case "crash":
 		s.c.crash(s.who(pos[0]))
 		return ""
+	case "wipe":
+		// The node's disk is gone: its next start is empty.
+		s.c.fs[s.who(pos[0])] = vfs.NewCrashableMem()
+		return ""
+	case "join":
+		id := s.who(pos[0])
+		if s.c.fs[id] == nil {
+			s.c.fs[id] = vfs.NewCrashableMem()
+		}
+		s.c.join[id] = true
+		s.c.start(id)
+		return ""
+	case "add-learner", "add-voter", "remove":
+		typ := map[string]pb.ConfChangeType{"add-learner": pb.ConfChangeType_ConfChangeAddLearnerNode,
+			"add-voter": pb.ConfChangeType_ConfChangeAddNode, "remove": pb.ConfChangeType_ConfChangeRemoveNode}[d.Cmd]
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // against hangs only
+		defer cancel()
+		cs, err := s.c.nodes[s.who(pos[0])].ChangeMembers(ctx, change(typ, s.who(pos[1])), "")
+		if err != nil {
+			return errClass(err)
+		}
+		return fmt.Sprintf("voters %v learners %v", sorted(cs.GetVoters()), sorted(cs.GetLearners()))
 	case "partition":
 		var sides [2][]uint64
 		side := 0
@@ -231,6 +272,13 @@ func (s *scenario) run(d *datadriven.TestData) string {
 	case "heal":
 		s.c.nw.Heal()
 		return ""
+	case "log":
+		// The node's log and where its state came from.
+		id := s.who(pos[0])
+		first, _ := s.c.st[id].FirstIndex()
+		last, _ := s.c.st[id].LastIndex()
+		return fmt.Sprintf("log [%d, %d], snapshot at %d, state restored from the snapshot at %d",
+			first, last, s.c.nodes[id].Status().Snapshot, s.c.sm[id].base)
 	case "tick-until":
 		switch pos[0] {
 		case "stepped-down":

@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"sync"
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/weft-fs/weft/wire"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
 	"google.golang.org/protobuf/proto"
@@ -24,12 +26,16 @@ import (
 //	              the log's offset: the last entry dropped (at or below the
 //	              snapshot's index); the log holds (offset, last index]
 //	c             the ConfState of the last applied configuration change
+//	a             the members' addresses as of c: version(1) count(4), then
+//	              id(8) address(bytes) each
 const (
-	prefixEntry = 'e'
-	keyHard     = "h"
-	keySnap     = "s"
-	keyConf     = "c"
-	keyOffset   = "o"
+	prefixEntry  = 'e'
+	keyHard      = "h"
+	keySnap      = "s"
+	keyConf      = "c"
+	keyOffset    = "o"
+	keyAddrs     = "a"
+	addrsVersion = 1
 )
 
 func entryKey(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte{prefixEntry}, i) }
@@ -55,6 +61,9 @@ type Storage struct {
 	// terms[i] is the term of entry offset+1+i: Term is called for every
 	// append a follower receives, and must not cost a read.
 	terms []uint64
+	// failed: corruption was found; every later write fails with it.
+	failed error
+	addrs  map[uint64]string
 }
 
 // StorageOptions tune OpenStorage. The zero value is fine.
@@ -65,25 +74,96 @@ type StorageOptions struct {
 	Logger *slog.Logger
 }
 
-// OpenStorage opens (or creates) the log in dir.
+// ErrCorrupt is wrapped by every error about a log that failed a
+// checksum or does not decode: the member must not serve from it.
+var ErrCorrupt = errors.New("raftlog: the raft log is corrupt")
+
+// RecoverHint is what an error about a corrupt log tells the admin.
+const RecoverHint = "wipe this member's data (log, store and snapshots) and re-sync it from the others: " +
+	"weft admin meta remove ID, start it empty in join mode, weft admin meta add ID ADDR (docs/deployment.md)"
+
+// OpenStorage opens (or creates) the log in dir. As the metadata store
+// does (store.OpenPebble), it refuses, with an error wrapping ErrCorrupt,
+// a log whose WAL has a damaged record followed by synced ones (the log is
+// kept at pebble.FormatNewest, whose WAL chunks carry the synced offset),
+// a table that fails its checksums (every table is read through at open),
+// and entries that do not decode or leave a hole. Corruption found later
+// fails every call with ErrCorrupt (the node then stops), never a panic.
 func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
-	opts := &pebble.Options{Logger: pebbleLogger{o.Logger}}
+	s := &Storage{log: o.Logger, hs: &pb.HardState{}, cs: &pb.ConfState{}, snap: pb.EnsureSnapshot(nil)}
+	opts := &pebble.Options{
+		Logger: pebbleLogger{o.Logger}, FormatMajorVersion: pebble.FormatNewest,
+		EventListener: &pebble.EventListener{
+			BackgroundError: func(err error) {
+				o.Logger.Error("raftlog: pebble background error", "dir", dir, "err", err)
+			},
+			DataCorruption: func(info pebble.DataCorruptionInfo) {
+				s.fail(fmt.Errorf("%w: %s: %v", ErrCorrupt, info.Path, info.Details))
+			},
+		},
+	}
+	// An explicit FS: pebble wraps a nil one in a disk-health checker
+	// whose goroutine outlives an Open that fails (as the store does).
+	opts.FS = vfs.Default
 	if o.FS != nil {
 		opts.FS = o.FS
 	}
 	db, err := pebble.Open(dir, opts)
+	if pebble.IsCorruptionError(err) {
+		return nil, fmt.Errorf("raftlog: open log in %s: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: open log in %s: %w", dir, err)
 	}
-	s := &Storage{db: db, log: o.Logger, hs: &pb.HardState{}, cs: &pb.ConfState{}, snap: pb.EnsureSnapshot(nil)}
+	s.db = db
+	// The WAL Open created predates the format version: rotate to one
+	// with sync offsets (the memtable is empty after replay).
+	if err := db.Flush(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("raftlog: open log in %s: rotate WAL: %w", dir, err)
+	}
+	var stats pebble.CheckLevelsStats
+	if err := db.CheckLevels(&stats); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("raftlog: open log in %s: consistency check: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)
+	}
 	if err := s.load(); err != nil {
 		db.Close()
-		return nil, err
+		return nil, fmt.Errorf("%w (%s)", err, RecoverHint)
+	}
+	if err := s.Err(); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("raftlog: open log in %s: %w (%s)", dir, err, RecoverHint)
 	}
 	return s, nil
+}
+
+// fail records that the log can no longer be trusted.
+func (s *Storage) fail(err error) {
+	s.log.Error("raftlog: the log is damaged; refusing further use", "err", err)
+	s.mu.Lock()
+	if s.failed == nil {
+		s.failed = err
+	}
+	s.mu.Unlock()
+}
+
+// Err returns the corruption found since the log was opened, if any.
+func (s *Storage) Err() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.failed
+}
+
+// checkCorrupt fails the log if err is pebble's corruption error.
+func (s *Storage) checkCorrupt(err error) error {
+	if pebble.IsCorruptionError(err) {
+		s.fail(fmt.Errorf("%w: %w", ErrCorrupt, err))
+	}
+	return err
 }
 
 func (s *Storage) load() error {
@@ -97,6 +177,22 @@ func (s *Storage) load() error {
 		return err
 	}
 	s.snap = pb.EnsureSnapshot(s.snap)
+	s.addrs = map[uint64]string{}
+	if v, closer, err := s.db.Get([]byte(keyAddrs)); err == nil {
+		d := wire.NewDecoder(v)
+		if ver := d.U8(); ver != addrsVersion && d.Err() == nil {
+			closer.Close()
+			return fmt.Errorf("raftlog: addresses of version %d, want %d: %w", ver, addrsVersion, ErrCorrupt)
+		}
+		s.addrs = decodeAddrs(d)
+		err := d.Done()
+		closer.Close()
+		if err != nil {
+			return fmt.Errorf("raftlog: addresses: %w: %w", ErrCorrupt, err)
+		}
+	} else if !errors.Is(err, pebble.ErrNotFound) {
+		return fmt.Errorf("raftlog: read addresses: %w", err)
+	}
 	v, closer, err := s.db.Get([]byte(keyOffset))
 	switch {
 	case errors.Is(err, pebble.ErrNotFound):
@@ -118,10 +214,10 @@ func (s *Storage) load() error {
 	for valid := it.First(); valid; valid = it.Next() {
 		e := &pb.Entry{}
 		if err := proto.Unmarshal(it.Value(), e); err != nil {
-			return fmt.Errorf("raftlog: entry %x: %w", it.Key(), err)
+			return fmt.Errorf("raftlog: entry %x: %w: %w", it.Key(), ErrCorrupt, err)
 		}
 		if e.GetIndex() != next {
-			return fmt.Errorf("raftlog: log has a hole: entry %d where %d was expected", e.GetIndex(), next)
+			return fmt.Errorf("raftlog: log has a hole: entry %d where %d was expected: %w", e.GetIndex(), next, ErrCorrupt)
 		}
 		s.terms = append(s.terms, e.GetTerm())
 		next++
@@ -139,7 +235,7 @@ func (s *Storage) getProto(key []byte, m proto.Message) error {
 	}
 	defer closer.Close()
 	if err := proto.Unmarshal(v, m); err != nil {
-		return fmt.Errorf("raftlog: decode %q: %w", key, err)
+		return fmt.Errorf("raftlog: decode %q: %w: %w", key, ErrCorrupt, err)
 	}
 	return nil
 }
@@ -190,7 +286,8 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		}
 		e := &pb.Entry{}
 		if err := proto.Unmarshal(v, e); err != nil {
-			return nil, fmt.Errorf("raftlog: entry %x: %w", it.Key(), err)
+			s.fail(fmt.Errorf("raftlog: entry %x: %w: %w", it.Key(), ErrCorrupt, err))
+			return nil, s.Err()
 		}
 		if want := lo + uint64(len(out)); e.GetIndex() != want {
 			return nil, fmt.Errorf("raftlog: entry %d where %d was expected: %w", e.GetIndex(), want, raft.ErrUnavailable)
@@ -199,7 +296,7 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		out = append(out, e)
 	}
 	if err := it.Error(); err != nil {
-		return nil, fmt.Errorf("raftlog: entries: %w", err)
+		return nil, fmt.Errorf("raftlog: entries: %w", s.checkCorrupt(err))
 	}
 	if len(out) == 0 {
 		// Compacted concurrently (the node goroutine is the only writer,
@@ -253,12 +350,16 @@ func (s *Storage) Snapshot() (*pb.Snapshot, error) {
 // overwrite an uncommitted tail). With sync the batch is fsync'd before
 // Save returns (Ready.MustSync).
 func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sync bool) error {
+	if err := s.Err(); err != nil {
+		return err
+	}
 	b := s.db.NewBatch()
 	defer b.Close()
 	s.mu.Lock()
 	off, last := s.offset(), s.last()
 	s.mu.Unlock()
 	newSnap := snap != nil && !raft.IsEmptySnap(snap)
+	var snapAddrs map[uint64]string
 	if newSnap {
 		i := snap.GetMetadata().GetIndex()
 		if i <= off {
@@ -269,6 +370,12 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 		}
 		if err := setProto(b, []byte(keyConf), snap.GetMetadata().GetConfState()); err != nil {
 			return err
+		}
+		if d, err := DecodeSnapshotDesc(snap.GetData()); err == nil && d.Addrs != nil {
+			snapAddrs = d.Addrs
+			if err := b.Set([]byte(keyAddrs), addrsRecord(d.Addrs), nil); err != nil {
+				return err
+			}
 		}
 		if err := b.Set([]byte(keyOffset), offsetRecord(i, snap.GetMetadata().GetTerm()), nil); err != nil {
 			return err
@@ -316,7 +423,7 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 		opts = pebble.Sync
 	}
 	if err := b.Commit(opts); err != nil {
-		return fmt.Errorf("raftlog: save: %w", err)
+		return fmt.Errorf("raftlog: save: %w", s.checkCorrupt(err))
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -325,6 +432,9 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 		s.cs = proto.Clone(pb.EnsureConfState(snap.GetMetadata().GetConfState())).(*pb.ConfState)
 		s.off, s.offTerm = snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
 		s.terms = nil
+		if snapAddrs != nil {
+			s.addrs = maps.Clone(snapAddrs)
+		}
 	}
 	if hs != nil && !raft.IsEmptyHardState(hs) {
 		s.hs = proto.Clone(hs).(*pb.HardState)
@@ -346,12 +456,16 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 	return nil
 }
 
-// SetConfState records the configuration the node applied (unsynced: a
-// configuration change is in the log, and is applied again after a crash).
-func (s *Storage) SetConfState(cs *pb.ConfState) error {
+// SetConfState records the configuration the node applied and the
+// members' addresses (unsynced: a configuration change is in the log, and
+// is applied again after a crash).
+func (s *Storage) SetConfState(cs *pb.ConfState, addrs map[uint64]string) error {
 	b := s.db.NewBatch()
 	defer b.Close()
 	if err := setProto(b, []byte(keyConf), cs); err != nil {
+		return err
+	}
+	if err := b.Set([]byte(keyAddrs), addrsRecord(addrs), nil); err != nil {
 		return err
 	}
 	if err := b.Commit(pebble.NoSync); err != nil {
@@ -359,8 +473,24 @@ func (s *Storage) SetConfState(cs *pb.ConfState) error {
 	}
 	s.mu.Lock()
 	s.cs = proto.Clone(cs).(*pb.ConfState)
+	s.addrs = maps.Clone(addrs)
 	s.mu.Unlock()
 	return nil
+}
+
+// Addresses returns the members' addresses recorded with the last
+// configuration.
+func (s *Storage) Addresses() map[uint64]string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.addrs)
+}
+
+func addrsRecord(addrs map[uint64]string) []byte {
+	e := wire.NewEncoder(16 + 32*len(addrs))
+	e.U8(addrsVersion)
+	encodeAddrs(e, addrs)
+	return e.B
 }
 
 // CreateSnapshot records a snapshot of the state machine at index (which

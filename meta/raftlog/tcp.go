@@ -64,12 +64,14 @@ type TCPTransport struct {
 	log      *slog.Logger
 	refusals ratelog.Limiter
 
-	mu     sync.Mutex
-	node   *Node
-	queues map[uint64]chan *pb.Message
-	stop   chan struct{}
-	wg     sync.WaitGroup
-	closed bool
+	mu    sync.Mutex
+	node  *Node
+	peers map[uint64]*peer
+	// snapping: peers a snapshot is being streamed to.
+	snapping map[uint64]bool
+	stop     chan struct{}
+	wg       sync.WaitGroup
+	closed   bool
 }
 
 // NewTCPTransport returns a transport for node opts.ID; Start connects it
@@ -87,9 +89,9 @@ func NewTCPTransport(opts TCPOptions) (*TCPTransport, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	t := &TCPTransport{opts: opts, log: opts.Logger, queues: map[uint64]chan *pb.Message{}, stop: make(chan struct{})}
-	for id := range opts.Peers {
-		t.queues[id] = make(chan *pb.Message, queueLen)
+	t := &TCPTransport{opts: opts, log: opts.Logger, peers: map[uint64]*peer{}, snapping: map[uint64]bool{}, stop: make(chan struct{})}
+	for id, addr := range opts.Peers {
+		t.peers[id] = newPeer(addr)
 	}
 	return t, nil
 }
@@ -99,10 +101,72 @@ func (t *TCPTransport) Start(n *Node) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.node = n
-	for id, q := range t.queues {
+	for id, p := range t.peers {
 		t.wg.Add(1)
-		go t.sender(id, t.opts.Peers[id], q)
+		go t.sender(id, p)
 	}
+}
+
+// peer is another member: its address and the queue of its sender.
+type peer struct {
+	addr string
+	q    chan *pb.Message
+	quit chan struct{} // closed when the member is removed
+}
+
+func newPeer(addr string) *peer {
+	return &peer{addr: addr, q: make(chan *pb.Message, queueLen), quit: make(chan struct{})}
+}
+
+// SetPeer adds member id at addr (or moves it there): messages to it are
+// sent, and messages from it heard. Package meta calls it when a
+// configuration change that adds a member is applied.
+func (t *TCPTransport) SetPeer(id uint64, addr string) {
+	if id == t.opts.ID {
+		return
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old, ok := t.peers[id]; ok {
+		if old.addr == addr {
+			return
+		}
+		close(old.quit)
+	}
+	p := newPeer(addr)
+	t.peers[id] = p
+	if t.node != nil && !t.closed {
+		t.wg.Add(1)
+		go t.sender(id, p)
+	}
+}
+
+// RemovePeer forgets member id: nothing is sent to it or heard from it.
+func (t *TCPTransport) RemovePeer(id uint64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if p, ok := t.peers[id]; ok {
+		close(p.quit)
+		delete(t.peers, id)
+	}
+}
+
+// Peers returns the members' addresses this transport knows.
+func (t *TCPTransport) Peers() map[uint64]string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	out := make(map[uint64]string, len(t.peers))
+	for id, p := range t.peers {
+		out[id] = p.addr
+	}
+	return out
+}
+
+func (t *TCPTransport) peer(id uint64) (*peer, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	p, ok := t.peers[id]
+	return p, ok
 }
 
 // Close stops the senders; queued messages are dropped.
@@ -121,17 +185,80 @@ func (t *TCPTransport) Close() {
 // Send implements Transport: it never blocks.
 func (t *TCPTransport) Send(msgs []*pb.Message) {
 	for _, m := range msgs {
-		q, ok := t.queues[m.GetTo()]
+		p, ok := t.peer(m.GetTo())
 		if !ok {
 			t.log.Warn("raftlog: message for an unknown member dropped", "to", m.GetTo(), "type", m.GetType())
 			continue
 		}
+		if m.GetType() == pb.MessageType_MsgSnap {
+			t.sendSnapshot(m)
+			continue
+		}
 		select {
-		case q <- m:
+		case p.q <- m:
 		default:
 			t.report(m.GetTo(), []*pb.Message{m})
 		}
 	}
+}
+
+// sendSnapshot streams m's snapshot to its peer on a goroutine of its
+// own (one at a time per peer: raft sends another only after hearing how
+// the last went) and reports the outcome.
+func (t *TCPTransport) sendSnapshot(m *pb.Message) {
+	id := m.GetTo()
+	t.mu.Lock()
+	n := t.node
+	busy := t.snapping[id] || t.closed
+	if !busy {
+		t.snapping[id] = true
+		t.wg.Add(1)
+	}
+	t.mu.Unlock()
+	if busy || n == nil {
+		t.report(id, []*pb.Message{m})
+		return
+	}
+	go func() {
+		defer t.wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-t.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		p, ok := t.peer(id)
+		if !ok {
+			t.mu.Lock()
+			delete(t.snapping, id)
+			t.mu.Unlock()
+			n.reportSnapshotWait(id, raft.SnapshotFailure)
+			return
+		}
+		addr := p.addr
+		call := func(ctx context.Context, op uint16, body []byte) error {
+			cctx, ccancel := context.WithTimeout(ctx, t.opts.CallTimeout)
+			defer ccancel()
+			_, err := t.opts.Pool.Call(cctx, addr, op, body)
+			return err
+		}
+		d, _ := DecodeSnapshotDesc(m.GetSnapshot().GetData())
+		err := streamSnapshot(ctx, n.Snapshots(), m, ChunkSize, call)
+		t.mu.Lock()
+		delete(t.snapping, id)
+		t.mu.Unlock()
+		status := raft.SnapshotFinish
+		if err != nil {
+			status = raft.SnapshotFailure
+			t.log.Warn("raftlog: snapshot not delivered", "to", id, "addr", addr, "err", err)
+		} else if d != nil {
+			t.log.Info("raftlog: snapshot sent", "to", id, "index", d.Index, "bytes", d.Size())
+		}
+		n.reportSnapshotWait(id, status)
+	}()
 }
 
 // report tells the node that msgs to id were not delivered.
@@ -150,18 +277,24 @@ func (t *TCPTransport) report(id uint64, msgs []*pb.Message) {
 	}
 }
 
-func (t *TCPTransport) sender(id uint64, addr string, q chan *pb.Message) {
+func (t *TCPTransport) sender(id uint64, p *peer) {
 	defer t.wg.Done()
+	addr, q := p.addr, p.q
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
-		<-t.stop
+		select {
+		case <-t.stop:
+		case <-p.quit:
+		}
 		cancel()
 	}()
 	batch := make([]*pb.Message, 0, maxBatch)
 	for {
 		select {
 		case <-t.stop:
+			return
+		case <-p.quit:
 			return
 		case m := <-q:
 			batch = append(batch[:0], m)
@@ -187,15 +320,6 @@ func (t *TCPTransport) sender(id uint64, addr string, q chan *pb.Message) {
 			}
 			t.log.Debug("raftlog: messages not delivered", "to", id, "addr", addr, "n", len(batch), "err", err)
 			t.report(id, batch)
-			continue
-		}
-		t.mu.Lock()
-		n := t.node
-		t.mu.Unlock()
-		for _, m := range batch {
-			if m.GetType() == pb.MessageType_MsgSnap {
-				n.ReportSnapshot(id, raft.SnapshotFinish)
-			}
 		}
 	}
 }
@@ -251,6 +375,16 @@ func (t *TCPTransport) Handler(ctx context.Context, op uint16, req []byte) ([]by
 		t.refusals.Warn(t.log, "raftlog: raft message refused", "peer", p.Addr, "role", p.Role, "name", p.Name, "err", err)
 		return nil, err
 	}
+	if op == OpSnapChunk || op == OpSnapDone {
+		t.mu.Lock()
+		n := t.node
+		t.mu.Unlock()
+		if n == nil {
+			return nil, fmt.Errorf("raftlog: node %d not started: %w", t.opts.ID, syscall.EAGAIN)
+		}
+		member := func(id uint64) bool { _, ok := t.peer(id); return ok }
+		return nil, handleSnapshot(ctx, n, t.opts.ID, member, op, req)
+	}
 	if op != OpMessages {
 		return nil, fmt.Errorf("raftlog: unknown op %d: %w", op, syscall.ENOSYS)
 	}
@@ -268,7 +402,7 @@ func (t *TCPTransport) Handler(ctx context.Context, op uint16, req []byte) ([]by
 		return nil, fmt.Errorf("raftlog: node %d not started: %w", t.opts.ID, syscall.EAGAIN)
 	}
 	for _, m := range msgs {
-		if _, member := t.opts.Peers[m.GetFrom()]; !member || m.GetTo() != to {
+		if _, member := t.peer(m.GetFrom()); !member || m.GetTo() != to {
 			return nil, fmt.Errorf("raftlog: message from %d to %d: not from a member of node %d's group: %w", m.GetFrom(), m.GetTo(), to, syscall.EINVAL)
 		}
 	}

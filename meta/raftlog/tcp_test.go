@@ -17,7 +17,9 @@ import (
 
 // TestTCP runs a three-node group over weft's framed TCP transport (real
 // sockets, no TLS): it elects a leader, and proposals on it are applied
-// on all three.
+// on all three. Node 3 is unreachable (its handler refuses) until the
+// proposals are in and the others compacted their logs past them: it
+// catches up from a snapshot streamed over TCP.
 func TestTCP(t *testing.T) {
 	quiet := slog.New(slog.DiscardHandler)
 	tr := transport.NewTCPWith(transport.TCPOptions{Logger: quiet})
@@ -58,14 +60,22 @@ func TestTCP(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		handlers[i].Store(ts[i])
-		st, err := OpenStorage("log", StorageOptions{FS: vfs.NewMem()})
+		if i != 3 {
+			handlers[i].Store(ts[i])
+		}
+		fs := vfs.NewMem()
+		st, err := OpenStorage("log", StorageOptions{FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps, err := OpenSnapshots(fs, "snap")
 		if err != nil {
 			t.Fatal(err)
 		}
 		sms[i] = newKV()
+		sms[i].fs = fs
 		nodes[i], err = NewNode(Config{ID: i, Peers: []uint64{1, 2, 3}, Storage: st, SM: sms[i], Transport: ts[i],
-			TickInterval: 10 * time.Millisecond})
+			TickInterval: 10 * time.Millisecond, Snapshots: snaps, SnapshotEvery: 3})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -130,6 +140,10 @@ func TestTCP(t *testing.T) {
 		commit = nodes[lead].Status().Commit
 		i++
 	}
+	if first, _ := nodes[lead].st.FirstIndex(); first <= 1 {
+		t.Fatalf("the leader's log was not compacted (first index %d)", first)
+	}
+	handlers[3].Store(ts[3])
 	waitUntil("every node applied the proposals", func() bool {
 		for i := 1; i <= n; i++ {
 			if nodes[i].Status().Applied < commit {
@@ -142,6 +156,9 @@ func TestTCP(t *testing.T) {
 		if got, want := sms[i].dump(), sms[lead].dump(); got != want {
 			t.Fatalf("node %d has %q, the leader %q", i, got, want)
 		}
+	}
+	if sms[3].base == 0 {
+		t.Fatal("node 3 caught up without a snapshot")
 	}
 }
 
@@ -213,4 +230,126 @@ func FuzzDecodeMessages(f *testing.F) {
 			t.Fatalf("re-encoded messages decode differently: %v", err)
 		}
 	})
+}
+
+// TestTCPJoin: a one-node group over TCP compacts its log; a second node
+// joins (Config.Join, knowing the first's address), is added as a learner
+// with its address in the change's payload, which the first node's
+// transport learns (SetPeer) when it applies the change; the new node
+// catches up from a snapshot streamed over TCP and is promoted; removed,
+// it is forgotten (RemovePeer) and its messages refused.
+func TestTCPJoin(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	tr := transport.NewTCPWith(transport.TCPOptions{Logger: quiet})
+	pool := transport.NewPool(tr, transport.PoolOptions{})
+	defer pool.Close()
+	var handlers [3]atomic.Pointer[TCPTransport]
+	var addrs [3]string
+	for i := 1; i <= 2; i++ {
+		ln, err := tr.Listen("127.0.0.1:0", func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+			if h := handlers[i].Load(); h != nil {
+				return h.Handler(ctx, op, req)
+			}
+			return nil, syscall.EAGAIN
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer ln.Close()
+		addrs[i] = ln.Addr()
+	}
+	var nodes [3]*Node
+	var sms [3]*kvSM
+	var ts [3]*TCPTransport
+	start := func(id uint64, peers map[uint64]string, join bool) {
+		tt, err := NewTCPTransport(TCPOptions{ID: id, Peers: peers, Pool: pool, AllowUnauthenticated: true, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := vfs.NewMem()
+		st, err := OpenStorage("log", StorageOptions{FS: fs})
+		if err != nil {
+			t.Fatal(err)
+		}
+		snaps, err := OpenSnapshots(fs, "snap")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sms[id] = newKV()
+		sms[id].fs = fs
+		nodes[id], err = NewNode(Config{ID: id, Peers: []uint64{1}, Join: join, Storage: st, SM: sms[id], Transport: tt,
+			TickInterval: 10 * time.Millisecond, Snapshots: snaps, SnapshotEvery: 3,
+			OnConfChange: func(cc *pb.ConfChangeV2, _ *pb.ConfState) {
+				for _, ch := range cc.GetChanges() {
+					switch ch.GetType() {
+					case pb.ConfChangeType_ConfChangeAddLearnerNode, pb.ConfChangeType_ConfChangeAddNode:
+						tt.SetPeer(ch.GetNodeId(), string(ConfChangePayload(cc)))
+					case pb.ConfChangeType_ConfChangeRemoveNode:
+						tt.RemovePeer(ch.GetNodeId())
+					}
+				}
+			}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts[id] = tt
+		handlers[id].Store(tt)
+		tt.Start(nodes[id])
+		t.Cleanup(func() { nodes[id].Stop(); tt.Close(); st.Close() })
+	}
+	start(1, map[uint64]string{}, false)
+	deadline := time.After(60 * time.Second) // against hangs only
+	wait := func(what string, cond func() bool) {
+		t.Helper()
+		for !cond() {
+			select {
+			case <-nodes[1].Changed():
+			case <-time.After(10 * time.Millisecond):
+			case <-deadline:
+				t.Fatalf("%s never happened", what)
+			}
+		}
+	}
+	wait("node 1 leads", func() bool { return nodes[1].Status().Ready })
+	ctx := context.Background()
+	for i := range 10 {
+		if _, err := nodes[1].Propose(ctx, []byte(fmt.Sprintf("k%d=%d", i, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	start(2, map[uint64]string{1: addrs[1]}, true)
+	if _, err := nodes[1].ChangeMembers(ctx, change(pb.ConfChangeType_ConfChangeAddLearnerNode, 2), addrs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if got := ts[1].Peers()[2]; got != addrs[2] {
+		t.Fatalf("node 1's transport has node 2 at %q, want %q", got, addrs[2])
+	}
+	wait("node 2 catches up", func() bool { return nodes[2].Status().Applied >= nodes[1].Status().Commit })
+	if sms[2].base == 0 || sms[2].dump() != sms[1].dump() {
+		t.Fatalf("node 2: restored from %d, state %q; node 1 %q", sms[2].base, sms[2].dump(), sms[1].dump())
+	}
+	if _, err := nodes[1].ChangeMembers(ctx, change(pb.ConfChangeType_ConfChangeAddNode, 2), addrs[2]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := nodes[1].Propose(ctx, []byte("after=1")); err != nil {
+		t.Fatal(err)
+	}
+	wait("node 2 applies after promotion", func() bool { return sms[2].dump() == sms[1].dump() })
+	for {
+		_, err := nodes[1].ChangeMembers(ctx, change(pb.ConfChangeType_ConfChangeRemoveNode, 2), "")
+		if errors.Is(err, ErrDropped) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		break
+	}
+	if _, ok := ts[1].Peers()[2]; ok {
+		t.Fatal("node 1's transport still has the removed node 2")
+	}
+	body, _ := encodeMessages(1, []*pb.Message{{Type: pb.MessageType_MsgHeartbeat.Enum(), From: new(uint64(2)), To: new(uint64(1))}})
+	if _, err := ts[1].Handler(ctx, OpMessages, body); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("a message from the removed member: %v, want EINVAL", err)
+	}
 }

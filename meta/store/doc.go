@@ -53,6 +53,24 @@
 // 32 KiB, a restored older copy) package meta detects with its durable
 // mark.
 //
+// # Checkpoints and replacement (replicas' snapshots)
+//
+// The pebble store is a Checkpointer: Checkpoint writes a consistent copy
+// of every committed batch into a new directory (pebble's checkpoint:
+// tables hard-linked, the WAL flushed and copied), which package
+// meta/raftlog seals and streams to a replica that fell behind; Replace
+// makes such a copy the store's whole content, atomically. It copies the
+// checkpoint (tables linked, as pebble never changes a table, other files
+// copied and synced) into dir.tmp, renames that to dir.new (the commit
+// point), closes the database, renames dir to dir.old and dir.new to dir,
+// opens and checks the new database and removes dir.old. OpenPebble first
+// finishes a replacement that reached dir.new and removes a dir.tmp, so a
+// crash at any point leaves the old store or the new one. Readers and
+// writers hold a shared lock on the database, Replace an exclusive one; a
+// batch made before a Replace is refused at Commit. A store that had
+// failed (ErrCorrupt) works again after a Replace. The durable mark is not
+// carried over (replicas do not use it).
+//
 // # Invariants (kept by package meta, relied on here)
 //
 //   - Every directory entry names an existing inode.

@@ -6,6 +6,7 @@ import (
 	iofs "io/fs"
 	"log/slog"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -26,6 +27,10 @@ type Pebble struct {
 	failed atomic.Pointer[error]
 	// checked is what the consistency check at open read.
 	checked CheckStats
+	opts    PebbleOptions
+	// mu guards db against Replace: every use of db holds it shared,
+	// Replace exclusively while it swaps the database.
+	mu sync.RWMutex
 }
 
 // CheckStats is what OpenPebble's consistency check read.
@@ -72,18 +77,43 @@ type PebbleOptions struct {
 // ErrNotStore, so a wrong --data does not become an empty store beside
 // someone else's files.
 func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
+	p := &Pebble{dir: dir, log: o.Logger, opts: o}
+	if p.log == nil {
+		p.log = slog.Default()
+	}
+	switch {
+	case o.FS != nil:
+		p.fs = o.FS
+	case o.InMemory:
+		p.fs = vfs.NewMem()
+	default:
+		p.fs = vfs.Default
+	}
+	// A Replace that a crash interrupted is finished first (or undone,
+	// if it had not reached its commit point): see Replace.
+	if err := finishReplace(p.fs, dir); err != nil {
+		return nil, err
+	}
+	if err := checkIsStore(p.fs, dir); err != nil {
+		return nil, err
+	}
+	if err := p.open(); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// open opens the database in p.dir and checks it (p.db is set on success).
+func (p *Pebble) open() error {
+	dir, o := p.dir, p.opts
 	cache := o.CacheSize
 	if cache == 0 {
 		cache = 64 << 20
 	}
-	p := &Pebble{dir: dir, log: o.Logger}
-	if p.log == nil {
-		p.log = slog.Default()
-	}
 	c := pebble.NewCache(cache)
 	defer c.Unref()
 	opts := &pebble.Options{
-		Cache: c, Logger: pebbleLogger{p},
+		Cache: c, Logger: pebbleLogger{p}, FS: p.fs,
 		FormatMajorVersion: pebble.FormatNewest,
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
@@ -101,27 +131,15 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	// searches an index and a data block of every table that may hold the
 	// key. Tables written before keep working without one.
 	opts.Levels[0].FilterPolicy = bloom.FilterPolicy(10)
-	switch {
-	case o.FS != nil:
-		opts.FS = o.FS
-	case o.InMemory:
-		opts.FS = vfs.NewMem()
-	default:
-		opts.FS = vfs.Default
-	}
-	p.fs = opts.FS
-	if err := checkIsStore(opts.FS, dir); err != nil {
-		return nil, err
-	}
 	db, err := pebble.Open(dir, opts)
 	if pebble.IsCorruptionError(err) {
-		return nil, fmt.Errorf("store: open pebble in %s: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)
+		return fmt.Errorf("store: open pebble in %s: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)
 	}
 	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EACCES) || (err != nil && strings.Contains(err.Error(), "lock held by current process")) {
-		return nil, fmt.Errorf("store: %s: %w: another process (a weft meta, or a weft up, on the same --data) holds its lock; stop it first (%v)", dir, ErrInUse, err)
+		return fmt.Errorf("store: %s: %w: another process (a weft meta, or a weft up, on the same --data) holds its lock; stop it first (%v)", dir, ErrInUse, err)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("store: open pebble in %s: %w", dir, err)
+		return fmt.Errorf("store: open pebble in %s: %w", dir, err)
 	}
 	p.db = db
 	// The WAL that Open created was begun before the format version took
@@ -129,15 +147,15 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	// memtable is empty after replay, so this writes nothing).
 	if err := db.Flush(); err != nil {
 		db.Close()
-		return nil, fmt.Errorf("store: open pebble in %s: rotate WAL: %w", dir, err)
+		return fmt.Errorf("store: open pebble in %s: rotate WAL: %w", dir, err)
 	}
 	if !o.SkipCheck {
 		if err := p.check(); err != nil {
 			db.Close()
-			return nil, fmt.Errorf("store: open pebble in %s: %w", dir, err)
+			return fmt.Errorf("store: open pebble in %s: %w", dir, err)
 		}
 	}
-	return p, nil
+	return nil
 }
 
 // checkIsStore refuses a directory that holds files but no pebble database.
@@ -207,6 +225,24 @@ func (p *Pebble) checkCorrupt(err error) error {
 	return err
 }
 
+// Flush writes the memtable out as a table (tests, and an operator who
+// wants the WAL short before a copy).
+func (p *Pebble) Flush() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if err := p.err(); err != nil {
+		return err
+	}
+	if err := p.db.Flush(); err != nil {
+		return fmt.Errorf("store: flush: %w", p.checkCorrupt(err))
+	}
+	return nil
+}
+
+// Err returns the error every call returns once the database failed
+// (nil while it is sound).
+func (p *Pebble) Err() error { return p.err() }
+
 // err is the error every call returns once the database failed.
 func (p *Pebble) err() error {
 	if e := p.failed.Load(); e != nil {
@@ -217,6 +253,8 @@ func (p *Pebble) err() error {
 
 // Get implements Reader.
 func (p *Pebble) Get(key []byte) ([]byte, error) {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	if err := p.err(); err != nil {
 		return nil, err
 	}
@@ -234,6 +272,8 @@ func (p *Pebble) Get(key []byte) ([]byte, error) {
 
 // Scan implements Reader.
 func (p *Pebble) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	if err := p.err(); err != nil {
 		return err
 	}
@@ -258,11 +298,17 @@ func (p *Pebble) Scan(lower, upper []byte, fn func(key, value []byte) bool) erro
 }
 
 // NewBatch implements Store.
-func (p *Pebble) NewBatch() Batch { return &pebbleBatch{p: p, b: p.db.NewBatch()} }
+func (p *Pebble) NewBatch() Batch {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return &pebbleBatch{p: p, db: p.db, b: p.db.NewBatch()}
+}
 
 // Sync implements Store: a synced empty log record flushes the WAL, and with
 // it every earlier unsynced commit.
 func (p *Pebble) Sync() error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
 	if err := p.err(); err != nil {
 		return err
 	}
@@ -274,6 +320,11 @@ func (p *Pebble) Sync() error {
 
 // Close implements Store.
 func (p *Pebble) Close() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.db == nil {
+		return nil // a Replace failed to reopen it
+	}
 	if err := p.db.Close(); err != nil {
 		return fmt.Errorf("store: close: %w", err)
 	}
@@ -282,6 +333,7 @@ func (p *Pebble) Close() error {
 
 type pebbleBatch struct {
 	p    *Pebble
+	db   *pebble.DB // the database the batch was made for
 	b    *pebble.Batch
 	done bool
 }
@@ -302,9 +354,15 @@ func (b *pebbleBatch) Commit(sync bool) error {
 		return errors.New("store: batch reused")
 	}
 	b.done = true
+	b.p.mu.RLock()
+	defer b.p.mu.RUnlock()
 	if err := b.p.err(); err != nil {
 		b.b.Close()
 		return err
+	}
+	if b.db != b.p.db {
+		b.b.Close()
+		return errors.New("store: commit: the store was replaced since the batch was made")
 	}
 	opts := pebble.NoSync
 	if sync {
