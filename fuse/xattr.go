@@ -17,11 +17,53 @@ const (
 	weftPrefix  = "user.weft."
 )
 
-// layoutJSON is the value of user.weft.layout.
+// layoutJSON is the value of user.weft.layout. Kind is "raid0" (or
+// absent: raid0), "mirror" (Mirror copies) or "ec" (ECData+ECParity);
+// Targets lists a file's objects slot by slot (layout.Layout), Stale the
+// slots that missed writes.
 type layoutJSON struct {
+	Kind        string           `json:"kind,omitempty"`
+	Mirror      uint8            `json:"mirror,omitempty"`
+	ECData      uint8            `json:"ec_k,omitempty"`
+	ECParity    uint8            `json:"ec_m,omitempty"`
 	StripeSize  uint64           `json:"stripe_size"`
 	StripeCount int32            `json:"stripe_count"`
 	Targets     []proto.TargetID `json:"targets"`
+	Stale       []uint32         `json:"stale,omitempty"`
+}
+
+func toLayoutJSON(l layout.Layout) layoutJSON {
+	return layoutJSON{
+		Kind: l.Kind.String(), Mirror: l.Mirror, ECData: l.ECData, ECParity: l.ECParity,
+		StripeSize: l.StripeSize, StripeCount: l.StripeCount,
+		Targets: append([]proto.TargetID{}, l.Targets...), Stale: l.Stale,
+	}
+}
+
+// fromLayoutJSON reads a layout request; unknown kinds are ErrInvalid.
+func fromLayoutJSON(j layoutJSON) (layout.Layout, error) {
+	l := layout.Layout{Mirror: j.Mirror, ECData: j.ECData, ECParity: j.ECParity,
+		StripeSize: j.StripeSize, StripeCount: j.StripeCount, Targets: j.Targets}
+	switch j.Kind {
+	case "", "raid0":
+		l.Kind = layout.RAID0
+	case "mirror":
+		l.Kind = layout.Mirror
+	case "ec":
+		l.Kind = layout.EC
+	default:
+		return layout.Layout{}, layout.ErrInvalid
+	}
+	if l.StripeSize == 0 {
+		l.StripeSize = layout.DefaultStripeSize
+	}
+	if l.StripeCount == 0 {
+		l.StripeCount = layout.DefaultStripeCount
+		if w := l.Width(); len(l.Targets) > 0 && w > 0 {
+			l.StripeCount = int32(len(l.Targets) / w)
+		}
+	}
+	return l, l.ValidatePolicy()
 }
 
 // targetJSON is one element of user.weft.df.
@@ -32,6 +74,8 @@ type targetJSON struct {
 	Used  uint64         `json:"used"`
 	Free  uint64         `json:"free"`
 	Up    bool           `json:"up"`
+	// Domain is the target's failure domain (proto.TargetInfo.FailureDomain).
+	Domain string `json:"domain"`
 }
 
 // xattrNamespace classifies a name: "user", "security", or "other" (trusted,
@@ -74,7 +118,7 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, 
 		if err != nil {
 			return 0, n.fsys.errno("getxattr", err)
 		}
-		v, _ = json.Marshal(layoutJSON{StripeSize: l.StripeSize, StripeCount: l.StripeCount, Targets: append([]proto.TargetID{}, l.Targets...)})
+		v, _ = json.Marshal(toLayoutJSON(l))
 	case xattrDF:
 		ts, err := n.fsys.c.Targets(ctx)
 		if err != nil {
@@ -82,7 +126,7 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, 
 		}
 		out := make([]targetJSON, 0, len(ts))
 		for _, t := range ts {
-			out = append(out, targetJSON{ID: t.ID, Addr: t.Addr, Total: t.Total, Used: t.Used, Free: t.Free, Up: t.Up})
+			out = append(out, targetJSON{ID: t.ID, Addr: t.Addr, Total: t.Total, Used: t.Used, Free: t.Free, Up: t.Up, Domain: t.FailureDomain()})
 		}
 		v, _ = json.Marshal(out)
 	default:
@@ -132,20 +176,11 @@ func (n *node) Setxattr(ctx context.Context, name string, data []byte, flags uin
 		if err := json.Unmarshal(data, &j); err != nil {
 			return syscall.EINVAL
 		}
-		l := layout.Layout{StripeSize: j.StripeSize, StripeCount: j.StripeCount, Targets: j.Targets}
-		if l.StripeSize == 0 {
-			l.StripeSize = layout.DefaultStripeSize
-		}
-		if l.StripeCount == 0 {
-			l.StripeCount = layout.DefaultStripeCount
-			if len(l.Targets) > 0 {
-				l.StripeCount = int32(len(l.Targets))
-			}
-		}
-		if err := l.ValidatePolicy(); err != nil {
+		l, err := fromLayoutJSON(j)
+		if err != nil {
 			return syscall.EINVAL
 		}
-		_, err := n.fsys.c.SetLayout(ctx, n.ino(), l)
+		_, err = n.fsys.c.SetLayout(ctx, n.ino(), l)
 		return n.fsys.errno("setxattr", err)
 	}
 	if strings.HasPrefix(name, weftPrefix) {

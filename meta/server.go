@@ -698,8 +698,9 @@ func (s *Server) Targets(ctx context.Context) ([]proto.TargetInfo, error) {
 // --- mutations ---
 
 func (s *Server) placement(c *Command) {
-	cands, errno := s.reg.candidates()
+	cands, domains, errno := s.reg.candidates()
 	c.Candidates = cands
+	c.Domains = domains
 	c.PlaceErr = uint32(errno)
 }
 
@@ -969,7 +970,9 @@ func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) 
 	}
 	l = l.Clone()
 	c := &Command{Op: OpSetLayout, Now: s.now(), Ino: ino, Layout: &l, Cred: cl.cred}
-	if len(l.Targets) == 0 {
+	if len(l.Targets) == 0 || l.Kind != layout.RAID0 {
+		// A protected directory default is checked against the
+		// failure domains up now.
 		s.placement(c)
 	}
 	r, err := s.proposeAs(ctx, cl, c)

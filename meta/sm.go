@@ -518,15 +518,20 @@ func (t *txn) create(c *Command) error {
 }
 
 // placeFile resolves a file's layout from a policy (the parent's default or
-// an explicit setstripe) and the proposer's ranked candidates.
+// an explicit setstripe) and the proposer's ranked candidates. The copies
+// or shards of one stripe go to distinct failure domains (Command.Domains);
+// when not even one stripe can be placed so, the create fails with ENOSPC:
+// a file is never less protected than its policy asks.
 func (t *txn) placeFile(pol layout.Layout, c *Command) (layout.Layout, error) {
 	if err := pol.ValidatePolicy(); err != nil {
 		return layout.Layout{}, errnof(syscall.EINVAL, "%v", err)
 	}
 	l := pol.Clone()
+	l.Stale = nil
+	w := l.Width()
 	if len(l.Targets) > 0 {
 		if l.StripeCount == layout.AllTargets {
-			l.StripeCount = int32(len(l.Targets))
+			l.StripeCount = int32(len(l.Targets) / w)
 		}
 		if err := l.ValidateFile(); err != nil {
 			return layout.Layout{}, errnof(syscall.EINVAL, "%v", err)
@@ -534,6 +539,11 @@ func (t *txn) placeFile(pol layout.Layout, c *Command) (layout.Layout, error) {
 		for _, id := range l.Targets {
 			if _, ok := t.targetUUID(id); !ok {
 				return layout.Layout{}, errnof(syscall.EINVAL, "target %d is not registered", id)
+			}
+		}
+		if w > 1 {
+			if err := checkDomains(l, c); err != nil {
+				return layout.Layout{}, err
 			}
 		}
 		return l, nil
@@ -545,16 +555,125 @@ func (t *txn) placeFile(pol layout.Layout, c *Command) (layout.Layout, error) {
 		}
 		return layout.Layout{}, errnof(errno, "no storage target available for a new file")
 	}
-	n := int(l.StripeCount)
-	if n == layout.AllTargets || n > len(c.Candidates) {
-		n = len(c.Candidates)
+	want := int(l.StripeCount)
+	if want == layout.AllTargets {
+		want = len(c.Candidates)
 	}
-	l.StripeCount = int32(n)
-	l.Targets = slices.Clone(c.Candidates[:n])
+	groups := placeGroups(c.Candidates, c.Domains, w, want)
+	if len(groups) == 0 {
+		return layout.Layout{}, errnof(syscall.ENOSPC, "%s needs %d storage servers (failure domains) with free space; %d are up and not full",
+			kindName(l), w, countDomains(c.Candidates, c.Domains))
+	}
+	l.StripeCount = int32(len(groups))
+	l.Targets = make([]proto.TargetID, 0, len(groups)*w)
+	for _, g := range groups {
+		l.Targets = append(l.Targets, g...)
+	}
 	if err := l.ValidateFile(); err != nil {
 		return layout.Layout{}, errnof(syscall.EINVAL, "%v", err)
 	}
 	return l, nil
+}
+
+// checkPolicyDomains refuses a protected directory default that the up
+// failure domains cannot satisfy, so setstripe fails at once rather than
+// every create in the directory afterwards.
+func checkPolicyDomains(l layout.Layout, c *Command) error {
+	w := l.Width()
+	if w == 1 {
+		return nil
+	}
+	if n := countDomains(c.Candidates, c.Domains); n < w {
+		return errnof(syscall.ENOSPC, "%s needs %d storage servers (failure domains) with free space; %d are up and not full", kindName(l), w, n)
+	}
+	return nil
+}
+
+func kindName(l layout.Layout) string {
+	switch l.Kind {
+	case layout.Mirror:
+		return fmt.Sprintf("mirror %d", l.Mirror)
+	case layout.EC:
+		return fmt.Sprintf("ec %d+%d", l.ECData, l.ECParity)
+	}
+	return "raid0"
+}
+
+// domainOf returns candidate i's failure domain: from domains when the
+// command carries them, else the candidate's own (commands before version
+// 5, and tests).
+func domainOf(cands []proto.TargetID, domains []uint32, i int) uint64 {
+	if len(domains) == len(cands) {
+		return uint64(domains[i])
+	}
+	return 1<<32 | uint64(cands[i])
+}
+
+func countDomains(cands []proto.TargetID, domains []uint32) int {
+	seen := map[uint64]bool{}
+	for i := range cands {
+		seen[domainOf(cands, domains, i)] = true
+	}
+	return len(seen)
+}
+
+// placeGroups takes, in rank order, up to want groups of w candidates,
+// each group's members in distinct domains, no candidate twice.
+func placeGroups(cands []proto.TargetID, domains []uint32, w, want int) [][]proto.TargetID {
+	used := make([]bool, len(cands))
+	var groups [][]proto.TargetID
+	for len(groups) < want {
+		g := make([]proto.TargetID, 0, w)
+		var picked []int
+		inGroup := map[uint64]bool{}
+		for i := range cands {
+			d := domainOf(cands, domains, i)
+			if used[i] || inGroup[d] {
+				continue
+			}
+			inGroup[d] = true
+			picked = append(picked, i)
+			g = append(g, cands[i])
+			if len(g) == w {
+				break
+			}
+		}
+		if len(g) < w {
+			break
+		}
+		for _, i := range picked {
+			used[i] = true
+		}
+		groups = append(groups, g)
+	}
+	return groups
+}
+
+// checkDomains checks explicitly chosen targets of a protected layout: each
+// is up (a candidate) and the objects of each stripe are in distinct
+// failure domains.
+func checkDomains(l layout.Layout, c *Command) error {
+	idx := make(map[proto.TargetID]int, len(c.Candidates))
+	for i, id := range c.Candidates {
+		idx[id] = i
+	}
+	w := l.Width()
+	for s := 0; s < int(l.StripeCount); s++ {
+		seen := map[uint64]proto.TargetID{}
+		for j := range w {
+			id := l.Targets[l.Slot(s, j)]
+			i, ok := idx[id]
+			if !ok {
+				return errnof(syscall.EINVAL, "target %d is not up with free space", id)
+			}
+			d := domainOf(c.Candidates, c.Domains, i)
+			if other, dup := seen[d]; dup {
+				return errnof(syscall.EINVAL, "targets %d and %d of stripe %d are in one failure domain", other, id, s)
+			}
+			seen[d] = id
+		}
+	}
+	return nil
 }
 
 func (t *txn) targetUUID(id proto.TargetID) (string, bool) {
@@ -994,15 +1113,19 @@ func (t *txn) setLayout(c *Command) error {
 		}
 	}
 	l := c.Layout.Clone()
+	l.Stale = nil // stale marks are the state of a file's objects, never asked for
 	if err := l.ValidatePolicy(); err != nil {
 		return errnof(syscall.EINVAL, "%v", err)
 	}
 	switch {
 	case n.IsDir():
+		if err := checkPolicyDomains(l, c); err != nil {
+			return err
+		}
 		if len(l.Targets) > 0 {
 			probe := l.Clone()
 			if probe.StripeCount == layout.AllTargets {
-				probe.StripeCount = int32(len(probe.Targets))
+				probe.StripeCount = int32(len(probe.Targets) / probe.Width())
 			}
 			if err := probe.ValidateFile(); err != nil {
 				return errnof(syscall.EINVAL, "%v", err)

@@ -120,6 +120,20 @@ type TargetInfo struct {
 	Used  uint64
 	Free  uint64
 	Up    bool // heard from within the heartbeat timeout
+	// Domain is the failure domain the storage server was started in
+	// (`weft storage --domain`, e.g. a rack); "" when none was given, and
+	// then the server's address is its domain. Copies and shards of one
+	// stripe are placed in distinct domains.
+	Domain string
+}
+
+// FailureDomain returns the name placement keeps copies apart by: the
+// domain, or the server's address when there is none.
+func (t TargetInfo) FailureDomain() string {
+	if t.Domain != "" {
+		return "domain " + t.Domain
+	}
+	return "server " + t.Addr
 }
 
 // StatFS is the filesystem-wide usage: sums over all targets, plus inodes.

@@ -132,7 +132,7 @@ func (m *createReq) encode(e *wire.Encoder) {
 	e.Bool(in.Exclusive)
 	e.Bool(in.Layout != nil)
 	if in.Layout != nil {
-		in.Layout.Encode(e)
+		proto.EncodeLayout(e, *in.Layout)
 	}
 }
 
@@ -146,7 +146,7 @@ func (m *createReq) decode(d *wire.Decoder) {
 	in.Gid = d.U32()
 	in.Exclusive = d.Bool()
 	if d.Bool() {
-		l := layout.Decode(d)
+		l := proto.DecodeLayout(d)
 		in.Layout = &l
 	}
 }
@@ -324,10 +324,10 @@ type setLayoutReq struct {
 	Layout layout.Layout
 }
 
-func (m *setLayoutReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); m.Layout.Encode(e) }
+func (m *setLayoutReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); proto.EncodeLayout(e, m.Layout) }
 func (m *setLayoutReq) decode(d *wire.Decoder) {
 	m.Ino = proto.Ino(d.U64())
-	m.Layout = layout.Decode(d)
+	m.Layout = proto.DecodeLayout(d)
 }
 
 type registerReq struct {
@@ -345,6 +345,7 @@ func encodeTarget(e *wire.Encoder, t *proto.TargetInfo) {
 	e.U64(t.Used)
 	e.U64(t.Free)
 	e.Bool(t.Up)
+	e.String(t.Domain)
 }
 
 func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
@@ -354,6 +355,7 @@ func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
 	t.Used = d.U64()
 	t.Free = d.U64()
 	t.Up = d.Bool()
+	t.Domain = d.String()
 }
 
 // sessionOpenReq names the handles a client re-registers with a session
@@ -510,7 +512,7 @@ func (m *targetsResp) encode(e *wire.Encoder) {
 }
 
 func (m *targetsResp) decode(d *wire.Decoder) {
-	n := d.Count(maxList, 4+4+3*8+1)
+	n := d.Count(maxList, 4+4+3*8+1+4)
 	m.T = make([]proto.TargetInfo, n)
 	for i := range m.T {
 		decodeTarget(d, &m.T[i])

@@ -1,0 +1,120 @@
+package meta
+
+import (
+	"errors"
+	"syscall"
+	"testing"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+)
+
+// addServerTarget registers a target served at addr in domain.
+func (e *env) addServerTarget(uuid, addr, domain string) proto.TargetID {
+	e.t.Helper()
+	id, err := e.srv.RegisterTarget(ctx, uuid, proto.TargetInfo{Addr: addr, Domain: domain, Total: 2 << 30, Used: 1 << 30, Free: 1 << 30})
+	e.must(err)
+	return id
+}
+
+func (e *env) targetDomains() map[proto.TargetID]string {
+	out := map[proto.TargetID]string{}
+	for _, t := range e.srv.reg.list() {
+		out[t.ID] = t.FailureDomain()
+	}
+	return out
+}
+
+// TestMirrorPlacementDistinctServers: the copies of every stripe of a
+// mirrored file land on targets of distinct servers, even when one server
+// has more targets than the others; with too few servers, setstripe and
+// create fail with ENOSPC and change nothing.
+func TestMirrorPlacementDistinctServers(t *testing.T) {
+	e := newEnv(t)
+	// Server a has three targets, b one: a mirror 2 file can have one
+	// stripe only.
+	e.addServerTarget("a1", "a:1", "")
+	e.addServerTarget("a2", "a:1", "")
+	e.addServerTarget("a3", "a:1", "")
+	e.addServerTarget("b1", "b:1", "")
+	dom := e.targetDomains()
+	d, err := e.srv.Mkdir(ctx, proto.RootIno, "m", 0o755, 0, 0)
+	e.must(err)
+	pol := layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 4}
+	if _, err := e.srv.SetLayout(ctx, d.Ino, pol); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		a, err := e.srv.Create(ctx, proto.CreateIn{Parent: d.Ino, Name: string(rune('a' + i)), Mode: 0o644})
+		e.must(err)
+		l := a.Layout
+		if l.Kind != layout.Mirror || l.Mirror != 2 || l.StripeCount != 1 || len(l.Targets) != 2 {
+			t.Fatalf("layout %v", l)
+		}
+		if dom[l.Targets[0]] == dom[l.Targets[1]] {
+			t.Fatalf("both copies in %s: %v", dom[l.Targets[0]], l)
+		}
+	}
+	// Mirror 3 needs three servers: refused on the directory, unchanged.
+	pol3 := pol
+	pol3.Mirror = 3
+	if _, err := e.srv.SetLayout(ctx, d.Ino, pol3); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("setstripe mirror 3 on 2 servers: %v, want ENOSPC", err)
+	}
+	if a, _ := e.srv.GetAttr(ctx, d.Ino); a.Layout.Mirror != 2 {
+		t.Fatalf("refused setstripe changed the directory: %v", a.Layout)
+	}
+	// A new file asking for it fails too, and is not created.
+	if _, err := e.srv.Create(ctx, proto.CreateIn{Parent: d.Ino, Name: "three", Mode: 0o644, Layout: &pol3}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("create mirror 3 on 2 servers: %v, want ENOSPC", err)
+	}
+	if _, err := e.srv.Lookup(ctx, d.Ino, "three"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("refused create left %v", err)
+	}
+}
+
+// TestPlacementDomains: with domains given, copies go to distinct domains,
+// not only distinct servers.
+func TestPlacementDomains(t *testing.T) {
+	e := newEnv(t)
+	e.addServerTarget("a", "a:1", "rack1")
+	e.addServerTarget("b", "b:1", "rack1")
+	e.addServerTarget("c", "c:1", "rack2")
+	e.addServerTarget("d", "d:1", "rack2")
+	dom := e.targetDomains()
+	pol := layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 2}
+	for i := range 20 {
+		a, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: string(rune('a' + i)), Mode: 0o644, Layout: &pol})
+		e.must(err)
+		l := a.Layout
+		if l.StripeCount != 2 || len(l.Targets) != 4 {
+			t.Fatalf("layout %v", l)
+		}
+		for s := range 2 {
+			if dom[l.Targets[l.Slot(s, 0)]] == dom[l.Targets[l.Slot(s, 1)]] {
+				t.Fatalf("stripe %d: both copies in one rack: %v", s, l)
+			}
+		}
+	}
+	pol3 := pol
+	pol3.Mirror = 3
+	if _, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "three", Mode: 0o644, Layout: &pol3}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("mirror 3 over 2 racks: %v, want ENOSPC", err)
+	}
+}
+
+func TestPlaceGroups(t *testing.T) {
+	cands := []proto.TargetID{1, 2, 3, 4, 5}
+	doms := []uint32{0, 0, 1, 1, 2}
+	g := placeGroups(cands, doms, 3, 10)
+	if len(g) != 1 || g[0][0] != 1 || g[0][1] != 3 || g[0][2] != 5 {
+		t.Fatalf("groups %v", g)
+	}
+	g = placeGroups(cands, doms, 2, 10)
+	if len(g) != 2 {
+		t.Fatalf("groups %v", g)
+	}
+	if g := placeGroups(cands, nil, 5, 1); len(g) != 1 || len(g[0]) != 5 {
+		t.Fatalf("no domains: %v", g)
+	}
+}
