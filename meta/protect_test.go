@@ -118,3 +118,25 @@ func TestPlaceGroups(t *testing.T) {
 		t.Fatalf("no domains: %v", g)
 	}
 }
+
+// A target formatted for another file system is refused, whatever its
+// uuid; one of this file system, or not yet formatted, is accepted.
+func TestRegisterForeignFSID(t *testing.T) {
+	e := newEnv(t)
+	info := proto.TargetInfo{Addr: "a:1", Total: 2 << 30, Used: 1 << 30, Free: 1 << 30}
+	info.FSID = "another-file-system"
+	if _, err := e.srv.RegisterTarget(ctx, "u1", info); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("foreign target: %v, want EPERM", err)
+	}
+	if len(e.srv.reg.list()) != 0 {
+		t.Fatal("the foreign target was registered")
+	}
+	info.FSID = e.srv.FSID()
+	if _, err := e.srv.RegisterTarget(ctx, "u1", info); err != nil {
+		t.Fatal(err)
+	}
+	info.FSID = ""
+	if _, err := e.srv.RegisterTarget(ctx, "u2", info); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -997,6 +997,9 @@ func (s *Server) RegisterTarget(ctx context.Context, uuid string, info proto.Tar
 	if err == nil {
 		err = checkUsage(info)
 	}
+	if err == nil && info.FSID != "" && s.FSID() != "" && info.FSID != s.FSID() {
+		err = errnof(syscall.EPERM, "target %s belongs to file system %s, this is %s", uuid, info.FSID, s.FSID())
+	}
 	if err != nil {
 		return 0, s.refuseRegistration(ctx, uuid, info, err)
 	}

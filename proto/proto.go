@@ -125,6 +125,10 @@ type TargetInfo struct {
 	// then the server's address is its domain. Copies and shards of one
 	// stripe are placed in distinct domains.
 	Domain string
+	// FSID is, in a registration, the file system id the target was
+	// formatted for (its target.json); "" before its first registration.
+	// The metadata server refuses a target of another file system.
+	FSID string
 }
 
 // FailureDomain returns the name placement keeps copies apart by: the

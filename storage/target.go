@@ -65,6 +65,9 @@ type Target struct {
 
 	mu       sync.Mutex
 	ident    identity
+	lock     io.Closer // the flock of target.lock, nil once closed
+
+	fsidChecked atomic.Bool // Run checked the file system id with the registry
 	newFiles map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
 }
 
@@ -85,9 +88,26 @@ func OpenTarget(dir string, opts TargetOptions) (*Target, error) {
 	if _, err := fs.Stat(filepath.Dir(filepath.Clean(dir))); err != nil {
 		return nil, fmt.Errorf("storage: target %s: parent directory: %w", dir, err)
 	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: target %s: %w", dir, err)
+	}
+	lock, err := fs.Lock(filepath.Join(dir, lockFile))
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, fmt.Errorf("storage: target %s is in use by another storage server (it holds %s); a target is served by one server at a time: %w", dir, lockFile, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: target %s: lock: %w", dir, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			lock.Close()
+		}
+	}()
 	t := &Target{
 		dir:      dir,
 		fs:       fs,
+		lock:     lock,
 		capacity: opts.Capacity,
 		cache:    newHandleCache(opts.MaxOpen),
 		newFiles: make(map[proto.ObjectID]struct{}),
@@ -109,6 +129,7 @@ func OpenTarget(dir string, opts TargetOptions) (*Target, error) {
 	if err := t.scan(); err != nil {
 		return nil, err
 	}
+	ok = true
 	return t, nil
 }
 
@@ -220,7 +241,44 @@ func (t *Target) Usage() (Usage, error) {
 // with their own handles.
 func (t *Target) Close() error {
 	t.cache.closeAll()
+	t.mu.Lock()
+	lock := t.lock
+	t.lock = nil
+	t.mu.Unlock()
+	if lock != nil {
+		return lock.Close()
+	}
 	return nil
+}
+
+// FSID returns the file system id the target was formatted for, "" before
+// its first registration.
+func (t *Target) FSID() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ident.FSID
+}
+
+// CheckFSID makes the target belong to file system fsid: it records fsid
+// if the target has none yet, and fails with ErrForeignFS if it has
+// another.
+func (t *Target) CheckFSID(fsid string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch t.ident.FSID {
+	case fsid:
+		return nil
+	case "":
+		ni := t.ident
+		ni.FSID = fsid
+		if err := storeIdentity(t.fs, t.dir, ni); err != nil {
+			return err
+		}
+		t.ident = ni
+		return nil
+	}
+	return fmt.Errorf("%w: target %s was formatted for file system %s, the metadata server serves %s (point it at its own metadata server, or give it an empty directory)",
+		ErrForeignFS, t.dir, t.ident.FSID, fsid)
 }
 
 func (t *Target) fanoutDir(i int) string {

@@ -27,6 +27,7 @@ type storageOptions struct {
 	HeartbeatInterval units.Duration `toml:"heartbeat_interval"`
 	ReadBufferPerConn units.Size     `toml:"read_buffer_per_conn"`
 	ReadBufferTotal   units.Size     `toml:"read_buffer_total"`
+	Domain            string         `toml:"domain"`
 	daemonOptions
 }
 
@@ -63,6 +64,7 @@ It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.StringVar(&o.Advertise, "advertise", "", "address clients dial to reach this server (default: --listen); required when --listen has no host or 0.0.0.0")
 	fs.StringVar(&o.Meta, "meta", "", "address of the metadata server (host:port)")
 	fs.StringArrayVar(&o.Targets, "target", nil, "storage target directory (must exist); repeat for several targets")
+	fs.StringVar(&o.Domain, "domain", "", "failure domain of this server (e.g. a rack): copies and shards of a stripe go to distinct domains (default: the server is its own)")
 	fs.Var(&o.Capacity, "capacity", "per-target byte limit, e.g. 500GiB (default 0: what the disk has)")
 	o.HeartbeatInterval = units.Duration(2 * time.Second)
 	fs.Var(&o.HeartbeatInterval, "heartbeat-interval", "how often to report usage to the metadata server")
@@ -147,5 +149,6 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 		Logger:             d.log,
 		Transport:          d.transport,
 		Registry:           metarpc.NewClient(pool, o.Meta),
+		Domain:             o.Domain,
 	})
 }

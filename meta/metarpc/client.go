@@ -266,6 +266,13 @@ func (c *Client) StatFS(ctx context.Context) (proto.StatFS, error) {
 	return r.S, err
 }
 
+// FSID returns the file system id of the metadata server (OpFSID).
+func (c *Client) FSID(ctx context.Context) (string, error) {
+	var r stringResp
+	err := c.do(ctx, OpFSID, &emptyMsg{}, &r)
+	return r.S, err
+}
+
 func (c *Client) Targets(ctx context.Context) ([]proto.TargetInfo, error) {
 	var r targetsResp
 	err := c.do(ctx, OpTargets, &emptyMsg{}, &r)

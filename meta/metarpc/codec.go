@@ -53,6 +53,11 @@ const (
 	OpSessionRenew uint16 = 39
 	OpSessionClose uint16 = 40
 
+	// Data protection (issue 9; ops 70..79). OpFSID returns the file
+	// system id, which storage targets record in target.json at their
+	// first registration and check at every start.
+	OpFSID uint16 = 70
+
 	// Retired op codes, never to be reused: 17 (Open) and 31 (CreateOpen)
 	// before capabilities changed their bodies. They are answered ENOSYS,
 	// so a client and a server of different versions fail plainly (the
@@ -335,8 +340,19 @@ type registerReq struct {
 	Info proto.TargetInfo
 }
 
-func (m *registerReq) encode(e *wire.Encoder) { e.String(m.UUID); encodeTarget(e, &m.Info) }
-func (m *registerReq) decode(d *wire.Decoder) { m.UUID = d.String(); decodeTarget(d, &m.Info) }
+// registerReq carries, after the target, the file system id the target
+// was formatted for ("" before its first registration).
+func (m *registerReq) encode(e *wire.Encoder) {
+	e.String(m.UUID)
+	encodeTarget(e, &m.Info)
+	e.String(m.Info.FSID)
+}
+
+func (m *registerReq) decode(d *wire.Decoder) {
+	m.UUID = d.String()
+	decodeTarget(d, &m.Info)
+	m.Info.FSID = d.String()
+}
 
 func encodeTarget(e *wire.Encoder, t *proto.TargetInfo) {
 	e.U32(uint32(t.ID))
@@ -573,6 +589,8 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &targetsResp{}, true
 	case OpRegisterTarget:
 		return &registerReq{}, &targetIDResp{}, true
+	case OpFSID:
+		return &emptyMsg{}, &stringResp{}, true
 	case OpCreateOpen:
 		return &createOpenReq{}, &createOpenResp{}, true
 	case OpUnlinkAt, OpRmdirAt:

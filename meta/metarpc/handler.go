@@ -151,6 +151,12 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		case OpTargets:
 			ts, err := s.Targets(ctx)
 			return &targetsResp{ts}, err
+		case OpFSID:
+			f, ok := h.reg.(interface{ FSID() string })
+			if !ok {
+				return nil, fmt.Errorf("metarpc: no file system id here: %w", syscall.ENOSYS)
+			}
+			return &stringResp{f.FSID()}, nil
 		}
 	case *registerReq:
 		if h.reg == nil {

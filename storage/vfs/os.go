@@ -1,6 +1,8 @@
 package vfs
 
 import (
+	"errors"
+	"io"
 	"os"
 	"sort"
 	"syscall"
@@ -49,4 +51,19 @@ func (osFS) Statfs(path string) (Usage, error) {
 	}
 	bs := uint64(st.Bsize)
 	return Usage{Total: st.Blocks * bs, Free: st.Bavail * bs}, nil
+}
+
+func (osFS) Lock(name string) (io.Closer, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, &os.PathError{Op: "flock", Path: name, Err: ErrLocked}
+		}
+		return nil, &os.PathError{Op: "flock", Path: name, Err: err}
+	}
+	return f, nil // closing the file releases the lock
 }
