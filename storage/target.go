@@ -63,12 +63,12 @@ type Target struct {
 	used    atomic.Uint64 // bytes in allocated blocks
 	objects atomic.Int64
 
-	mu       sync.Mutex
-	ident    identity
-	lock     io.Closer // the flock of target.lock, nil once closed
+	mu    sync.Mutex
+	ident identity
+	lock  io.Closer // the flock of target.lock, nil once closed
 
-	fsidChecked atomic.Bool // Run checked the file system id with the registry
-	newFiles map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
+	fsidChecked atomic.Bool                 // Run checked the file system id with the registry
+	newFiles    map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
 }
 
 // OpenTarget opens (creating if needed) the target in dir. dir's parent must
