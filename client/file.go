@@ -344,14 +344,12 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 	err := parallel(len(exts), func(i int) error {
 		e := exts[i]
 		data := buf[e.FileOff-pw.off:][:e.Len]
-		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(e.Stripe), Gen: st.gen}
-		if err := st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
-			_, err := c.storage.Write(ctx, l.Targets[e.Stripe], obj, e.ObjOff, data)
-			return err
-		}); err != nil {
-			return fmt.Errorf("client: write ino %d [%d,+%d) to target %d: %w", st.ino, e.FileOff, e.Len, l.Targets[e.Stripe], err)
-		}
-		return nil
+		return c.onStripe(ctx, st, l, e.Stripe, fmt.Sprintf("write [%d,+%d) to", e.FileOff, e.Len), func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+			return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+				_, err := c.storage.Write(ctx, t, obj, e.ObjOff, data)
+				return err
+			})
+		})
 	})
 	cancel()
 	if err != nil {
@@ -505,22 +503,13 @@ func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, 
 // readRange fills p with the file bytes at off, fetching stripe units
 // concurrently; holes and short objects read as zeros.
 func (c *Client) readRange(ctx context.Context, st *inodeState, l layout.Layout, off uint64, p []byte) error {
-	ino := st.ino
 	exts := l.Extents(off, uint64(len(p)))
 	return parallel(len(exts), func(i int) error {
 		e := exts[i]
 		dst := p[e.FileOff-off:][:e.Len]
-		obj := proto.ObjectID{Ino: ino, Stripe: uint32(e.Stripe), Gen: st.gen}
-		var got int
-		err := st.withCap(ctx, proto.AccessRead, func(ctx context.Context) (err error) {
-			got, err = c.storage.Read(ctx, l.Targets[e.Stripe], obj, e.ObjOff, dst)
-			return err
-		})
-		if errors.Is(err, syscall.ENOENT) {
-			got, err = 0, nil // an object never written is a hole
-		}
+		got, err := c.readExtent(ctx, st, l, e, dst)
 		if err != nil {
-			return fmt.Errorf("client: read ino %d [%d,+%d) from target %d: %w", ino, e.FileOff, e.Len, l.Targets[e.Stripe], err)
+			return err
 		}
 		clear(dst[got:])
 		return nil
@@ -615,14 +604,11 @@ func (f *File) Fsync(ctx context.Context) error {
 	if len(stripes) > 0 {
 		rctx, cancel := f.c.rpcCtx(ctx)
 		err := parallel(len(stripes), func(i int) error {
-			s := stripes[i]
-			obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(s), Gen: st.gen}
-			if err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
-				return f.c.storage.Sync(ctx, l.Targets[s], obj)
-			}); err != nil {
-				return fmt.Errorf("client: sync ino %d stripe %d on target %d: %w", st.ino, s, l.Targets[s], err)
-			}
-			return nil
+			return f.c.onStripe(rctx, st, l, stripes[i], "sync", func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+				return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+					return f.c.storage.Sync(ctx, t, obj)
+				})
+			})
 		})
 		cancel()
 		if err != nil {

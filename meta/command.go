@@ -31,7 +31,8 @@ const (
 	OpReclaim        Op = 15 // delete an orphan with no opens, queue its objects
 	OpGCDone         Op = 16 // drop removed objects from the GC queue
 	OpSessionDrop    Op = 17 // forget the remembered replies of a session that ended
-	opMax            Op = 18
+	OpStale          Op = 18 // mark (or, with staleClear, clear) stale slots of a protected file
+	opMax            Op = 19
 )
 
 var opNames = [...]string{
@@ -39,7 +40,7 @@ var opNames = [...]string{
 	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpSetAttr: "setattr",
 	OpSetXattr: "setxattr", OpRemoveXattr: "removexattr", OpWriteDone: "writedone",
 	OpSetLayout: "setlayout", OpRegisterTarget: "register-target", OpReclaim: "reclaim",
-	OpGCDone: "gc-done", OpSessionDrop: "session-drop",
+	OpGCDone: "gc-done", OpSessionDrop: "session-drop", OpStale: "stale",
 }
 
 func (o Op) String() string {
@@ -91,6 +92,9 @@ type Command struct {
 	// a stripe in distinct domains. Empty: every candidate is its own.
 	Domains []uint32
 
+	// Slots are the objects (layout slots) an OpStale marks or clears.
+	Slots []uint32
+
 	TargetID proto.TargetID // register-target: the id the target claims (0 = new)
 	Objects  []GCObject     // gc-done
 	Inos     []proto.Ino    // reclaim
@@ -121,7 +125,7 @@ const (
 	// earlier commands decode with generation 0. Version 4 appended
 	// Session, SessionName and Seq; earlier commands decode with Seq 0 (no
 	// dedupe). Version 5 holds Layout in layout format 2 (kinds, stale
-	// slots) and appends Domains; earlier commands hold format 1.
+	// slots) and appends Domains and Slots; earlier commands hold format 1.
 	cmdVersion = 5
 )
 
@@ -186,6 +190,10 @@ func (c *Command) Encode() []byte {
 	e.U32(uint32(len(c.Domains)))
 	for _, d := range c.Domains {
 		e.U32(d)
+	}
+	e.U32(uint32(len(c.Slots)))
+	for _, s := range c.Slots {
+		e.U32(s)
 	}
 	return e.B
 }
@@ -275,6 +283,12 @@ func DecodeCommand(b []byte) (*Command, error) {
 			c.Domains = make([]uint32, n)
 			for i := range c.Domains {
 				c.Domains[i] = d.U32()
+			}
+		}
+		if n := d.Count(maxCmdList, 4); n > 0 {
+			c.Slots = make([]uint32, n)
+			for i := range c.Slots {
+				c.Slots[i] = d.U32()
 			}
 		}
 	}

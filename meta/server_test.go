@@ -434,6 +434,7 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: OpSessionDrop, Session: proto.SessionID{4}, SessionName: "m"},
 		{Op: OpSetLayout, Ino: 12, Layout: &layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1, Targets: []proto.TargetID{1, 2}, Stale: []uint32{1}},
 			Candidates: []proto.TargetID{1, 2, 3}, Domains: []uint32{0, 1, 0}},
+		{Op: OpStale, Ino: 12, Gen: 5, Flags: 1, Slots: []uint32{1, 3}},
 	}
 	for _, c := range cmds {
 		got, err := DecodeCommand(c.Encode())
@@ -446,8 +447,8 @@ func TestCommandRoundTrip(t *testing.T) {
 	}
 	// Version 4 appended the request id (session id, name, seq), version
 	// 3 Gen (8 bytes for a command without Objects).
-	// Version 5 appended Domains (4 bytes when empty).
-	const v5Tail, v4Tail, v3Tail = 4, 16 + 4 + 8, 8
+	// Version 5 appended Domains and Slots (4 bytes each when empty).
+	const v5Tail, v4Tail, v3Tail = 4 + 4, 16 + 4 + 8, 8
 	// A version-4 command holds its layout in format 1.
 	v4 := (&Command{Op: OpCreate, Name: "f"}).Encode()
 	v4 = v4[:len(v4)-v5Tail]

@@ -303,6 +303,8 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.writeDone(c)
 	case OpSetLayout:
 		err = t.setLayout(c)
+	case OpStale:
+		err = t.stale(c)
 	case OpRegisterTarget:
 		err = t.registerTarget(c)
 	case OpReclaim:
@@ -1247,5 +1249,55 @@ func (t *txn) reclaimInode(n *inode) error {
 	t.deleted[ino] = true
 	t.inodes--
 	t.res.orphans = slices.DeleteFunc(t.res.orphans, func(o proto.Ino) bool { return o == ino })
+	return nil
+}
+
+// staleClear in an OpStale's Flags clears the slots instead of marking them.
+const staleClear = 2
+
+// stale marks slots of a protected file stale (a copy or shard that missed
+// a write: never read until repaired) or clears them (repaired). Marking
+// the last readable copies of a stripe is refused with EIO: the writer
+// then fails its write rather than acknowledge bytes no copy holds. The
+// caller must be allowed to write the file (or hold a write handle).
+func (t *txn) stale(c *Command) error {
+	n, err := t.get(c.Ino)
+	if err != nil {
+		return err
+	}
+	if !n.IsRegular() {
+		return errnof(syscall.EINVAL, "inode %d is not a regular file", c.Ino)
+	}
+	if n.Gen != c.Gen {
+		return errnof(syscall.ESTALE, "inode %d is generation %#x, not %#x", c.Ino, n.Gen, c.Gen)
+	}
+	if c.Flags&writeViaHandle == 0 {
+		if err := may(c.Cred, &n.Attr, accessWrite, "mark objects of"); err != nil {
+			return err
+		}
+	}
+	if n.Layout.Kind == layout.RAID0 {
+		return errnof(syscall.EINVAL, "inode %d is not protected: nothing can be stale", c.Ino)
+	}
+	for _, s := range c.Slots {
+		if int(s) >= len(n.Layout.Targets) {
+			return errnof(syscall.EINVAL, "inode %d has no slot %d", c.Ino, s)
+		}
+	}
+	var l layout.Layout
+	if c.Flags&staleClear != 0 {
+		if n.Mtime != c.SetAttr.Mtime {
+			return errnof(syscall.EBUSY, "inode %d was written during its repair (mtime %d, repair began at %d): repair again", c.Ino, n.Mtime, c.SetAttr.Mtime)
+		}
+		l = n.Layout.WithoutStale(c.Slots...)
+	} else {
+		l = n.Layout.WithStale(c.Slots...)
+	}
+	if err := l.ValidateFile(); err != nil {
+		return errnof(syscall.EIO, "inode %d: marking slots %v stale leaves a stripe unreadable: %v", c.Ino, c.Slots, err)
+	}
+	n.Layout = l
+	t.put(n)
+	t.res.attr = n.Attr
 	return nil
 }

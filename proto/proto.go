@@ -228,6 +228,20 @@ type StorageService interface {
 	RemoveMany(ctx context.Context, t TargetID, objs []ObjectID) error
 }
 
+// StaleMarker is what a client asks of the metadata server for protected
+// (mirror, EC) files: MarkStale records that the objects in slots of the
+// file (of generation gen) missed a write, before the write is
+// acknowledged, so that no client reads them until repaired; ClearStale
+// records that they were repaired. Both return the file's attributes with
+// the new layout. Marking the last readable copies of a stripe fails with
+// EIO. ClearStale takes the file's mtime from before the repair copied
+// anything and fails with EBUSY if the file changed since or is open for
+// writing: the repair may have missed those writes.
+type StaleMarker interface {
+	MarkStale(ctx context.Context, ino Ino, gen uint64, slots []uint32) (Attr, error)
+	ClearStale(ctx context.Context, ino Ino, gen uint64, slots []uint32, mtime int64) (Attr, error)
+}
+
 // TargetRegistry is what a storage server asks of the metadata server.
 type TargetRegistry interface {
 	// RegisterTarget records a target, or refreshes its address and usage

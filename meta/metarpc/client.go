@@ -266,6 +266,17 @@ func (c *Client) StatFS(ctx context.Context) (proto.StatFS, error) {
 	return r.S, err
 }
 
+// MarkStale implements proto.StaleMarker. It is a mutation, retried after
+// a broken connection like the others (marking twice changes nothing).
+func (c *Client) MarkStale(ctx context.Context, ino proto.Ino, gen uint64, slots []uint32) (proto.Attr, error) {
+	return c.mutAttr(ctx, OpMarkStale, &staleReq{Ino: ino, Gen: gen, Slots: slots})
+}
+
+// ClearStale implements proto.StaleMarker.
+func (c *Client) ClearStale(ctx context.Context, ino proto.Ino, gen uint64, slots []uint32, mtime int64) (proto.Attr, error) {
+	return c.mutAttr(ctx, OpClearStale, &staleReq{Ino: ino, Gen: gen, Slots: slots, Mtime: mtime})
+}
+
 // FSID returns the file system id of the metadata server (OpFSID).
 func (c *Client) FSID(ctx context.Context) (string, error) {
 	var r stringResp

@@ -57,6 +57,10 @@ const (
 	// system id, which storage targets record in target.json at their
 	// first registration and check at every start.
 	OpFSID uint16 = 70
+	// OpMarkStale and OpClearStale (proto.StaleMarker) mark and clear
+	// objects of a protected file that missed writes.
+	OpMarkStale  uint16 = 71
+	OpClearStale uint16 = 72
 
 	// Retired op codes, never to be reused: 17 (Open) and 31 (CreateOpen)
 	// before capabilities changed their bodies. They are answered ENOSYS,
@@ -335,6 +339,36 @@ func (m *setLayoutReq) decode(d *wire.Decoder) {
 	m.Layout = proto.DecodeLayout(d)
 }
 
+// staleReq names objects (layout slots) of one generation of a file.
+type staleReq struct {
+	Ino   proto.Ino
+	Gen   uint64
+	Slots []uint32
+	Mtime int64 // OpClearStale: the file's mtime before the repair
+}
+
+func (m *staleReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Ino))
+	e.U64(m.Gen)
+	e.I64(m.Mtime)
+	e.U32(uint32(len(m.Slots)))
+	for _, s := range m.Slots {
+		e.U32(s)
+	}
+}
+
+func (m *staleReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	m.Gen = d.U64()
+	m.Mtime = d.I64()
+	if n := d.Count(layout.MaxStripeCount, 4); n > 0 {
+		m.Slots = make([]uint32, n)
+		for i := range m.Slots {
+			m.Slots[i] = d.U32()
+		}
+	}
+}
+
 type registerReq struct {
 	UUID string
 	Info proto.TargetInfo
@@ -591,6 +625,8 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &registerReq{}, &targetIDResp{}, true
 	case OpFSID:
 		return &emptyMsg{}, &stringResp{}, true
+	case OpMarkStale, OpClearStale:
+		return &staleReq{}, &attrResp{}, true
 	case OpCreateOpen:
 		return &createOpenReq{}, &createOpenResp{}, true
 	case OpUnlinkAt, OpRmdirAt:

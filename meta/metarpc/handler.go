@@ -158,6 +158,15 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 			}
 			return &stringResp{f.FSID()}, nil
 		}
+	case *staleReq:
+		sm, ok := s.(proto.StaleMarker)
+		if !ok {
+			return nil, fmt.Errorf("metarpc: no stale marks here: %w", syscall.ENOSYS)
+		}
+		if op == OpClearStale {
+			return attrOut(sm.ClearStale(ctx, r.Ino, r.Gen, r.Slots, r.Mtime))
+		}
+		return attrOut(sm.MarkStale(ctx, r.Ino, r.Gen, r.Slots))
 	case *registerReq:
 		if h.reg == nil {
 			return nil, fmt.Errorf("metarpc: no target registry here: %w", syscall.ENOSYS)

@@ -1,0 +1,326 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+)
+
+// Protected (mirrored) files: every stripe has Width() copies, one per
+// slot of the layout, each on a target of a distinct server.
+//
+//   - Writes, truncates and syncs go to every copy of the stripe, stale
+//     copies included (so a copy repaired while this client still thinks
+//     it stale is not left behind); only the fresh copies' outcome counts.
+//     When at least one fresh copy succeeded and others failed (their
+//     server is down, stopped or cut off), the failed copies are marked
+//     stale on the metadata server (proto.StaleMarker) before the
+//     operation succeeds: a copy that missed a write is never read again
+//     until repaired. If no fresh copy succeeded, or the mark fails, the
+//     operation fails as a RAID-0 one would.
+//   - A copy that has not answered MirrorGrace after another copy of the
+//     same request succeeded is given up on (and marked stale), so a
+//     stopped server costs a write MirrorGrace, not the RPC timeout.
+//   - Reads go to one fresh copy, chosen by the stripe unit so that reads
+//     of one file spread over all copies, preferring copies whose target
+//     did not fail recently; a copy that fails (or does not answer within
+//     MirrorGrace while others remain) is skipped for the next. Reads
+//     never go to a stale copy.
+
+// DefaultMirrorGrace is Config.MirrorGrace when it is 0.
+const DefaultMirrorGrace = 2 * time.Second
+
+// suspectFor is how long a target that failed a request is tried last.
+const suspectFor = 10 * time.Second
+
+// objectOf names the object in slot of st's file.
+func (st *inodeState) objectOf(slot int) proto.ObjectID {
+	return proto.ObjectID{Ino: st.ino, Stripe: uint32(slot), Gen: st.gen}
+}
+
+// copyOp is a storage operation on one object.
+type copyOp func(ctx context.Context, target proto.TargetID, obj proto.ObjectID) error
+
+// onStripe runs op on the object(s) of stripe: the one object of a RAID-0
+// stripe, every copy of a mirrored one (see above). what names the
+// operation in errors.
+func (c *Client) onStripe(ctx context.Context, st *inodeState, l layout.Layout, stripe int, what string, op copyOp) error {
+	w := l.Width()
+	if w == 1 || l.Kind != layout.Mirror {
+		slot := l.Slot(stripe, 0)
+		if err := op(ctx, l.Targets[slot], st.objectOf(slot)); err != nil {
+			return fmt.Errorf("client: %s ino %d stripe %d on target %d: %w", what, st.ino, stripe, l.Targets[slot], err)
+		}
+		return nil
+	}
+	type result struct {
+		slot int
+		err  error
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	results := make(chan result, w)
+	for j := range w {
+		slot := l.Slot(stripe, j)
+		go func() {
+			err := op(cctx, l.Targets[slot], st.objectOf(slot))
+			results <- result{slot, err}
+		}()
+	}
+	var (
+		ok     int
+		failed []uint32
+		first  error
+		grace  <-chan time.Time
+	)
+	for got := 0; got < w; {
+		select {
+		case r := <-results:
+			got++
+			fresh := !l.IsStale(r.slot)
+			if r.err == nil {
+				if fresh {
+					ok++
+				}
+				if grace == nil && got < w {
+					t := time.NewTimer(c.mirrorGrace())
+					defer t.Stop()
+					grace = t.C
+				}
+				continue
+			}
+			c.noteSuspect(l.Targets[r.slot])
+			if !fresh {
+				continue // already stale: its failure changes nothing
+			}
+			failed = append(failed, uint32(r.slot))
+			if first == nil {
+				first = fmt.Errorf("client: %s ino %d stripe %d copy on target %d: %w", what, st.ino, stripe, l.Targets[r.slot], r.err)
+			}
+		case <-grace:
+			grace = nil
+			cancel() // the copies still out are given up on
+		}
+	}
+	if ok == 0 {
+		if first == nil {
+			first = fmt.Errorf("client: %s ino %d stripe %d: no fresh copy: %w", what, st.ino, stripe, syscall.EIO)
+		}
+		return first
+	}
+	if len(failed) > 0 {
+		c.log.Warn("a copy missed a write: marking it stale", "ino", st.ino, "stripe", stripe, "slots", failed, "err", first)
+		if err := c.markStale(ctx, st, failed); err != nil {
+			return fmt.Errorf("%w (and marking the copy stale failed: %w)", first, err)
+		}
+	}
+	return nil
+}
+
+// markStale records on the metadata server that slots missed a write, and
+// in st's layout.
+func (c *Client) markStale(ctx context.Context, st *inodeState, slots []uint32) error {
+	sm, ok := c.staleMarker()
+	if !ok {
+		return fmt.Errorf("client: the metadata service cannot mark copies stale: %w", syscall.ENOSYS)
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	if _, err := sm.MarkStale(rctx, st.ino, st.gen, slots); err != nil {
+		return err
+	}
+	st.mu.Lock()
+	st.layout = st.layout.WithStale(slots...)
+	st.mu.Unlock()
+	return nil
+}
+
+func (c *Client) staleMarker() (proto.StaleMarker, bool) {
+	m := c.meta
+	if r, ok := m.(releasingMeta); ok {
+		m = r.MetaService
+	}
+	sm, ok := m.(proto.StaleMarker)
+	return sm, ok
+}
+
+func (c *Client) mirrorGrace() time.Duration {
+	if c.cfg.MirrorGrace > 0 {
+		return c.cfg.MirrorGrace
+	}
+	return DefaultMirrorGrace
+}
+
+// noteSuspect remembers that target failed a request just now.
+func (c *Client) noteSuspect(t proto.TargetID) {
+	c.suspects.Store(t, time.Now())
+}
+
+func (c *Client) suspect(t proto.TargetID) bool {
+	v, ok := c.suspects.Load(t)
+	if !ok {
+		return false
+	}
+	if time.Since(v.(time.Time)) > suspectFor {
+		c.suspects.Delete(t)
+		return false
+	}
+	return true
+}
+
+// readOrder returns the fresh copies of stripe to read from, best first:
+// starting at a copy chosen by unit (so a file's reads spread over its
+// copies), targets that failed recently last.
+func (c *Client) readOrder(l layout.Layout, stripe int, unit uint64) []int {
+	w := l.Width()
+	var good, bad []int
+	for k := range w {
+		slot := l.Slot(stripe, int((unit+uint64(k))%uint64(w)))
+		if l.IsStale(slot) {
+			continue
+		}
+		if c.suspect(l.Targets[slot]) {
+			bad = append(bad, slot)
+		} else {
+			good = append(good, slot)
+		}
+	}
+	return append(good, bad...)
+}
+
+// readExtent reads extent e of st's file into dst and returns the bytes
+// the object had there (an object missing reads as empty).
+func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout, e layout.Extent, dst []byte) (int, error) {
+	read := func(ctx context.Context, slot int) (got int, err error) {
+		err = st.withCap(ctx, proto.AccessRead, func(ctx context.Context) (err error) {
+			got, err = c.storage.Read(ctx, l.Targets[slot], st.objectOf(slot), e.ObjOff, dst)
+			return err
+		})
+		if errors.Is(err, syscall.ENOENT) {
+			return 0, nil // an object never written is a hole
+		}
+		return got, err
+	}
+	if l.Kind != layout.Mirror {
+		slot := l.Slot(e.Stripe, 0)
+		got, err := read(ctx, slot)
+		if err != nil {
+			return 0, fmt.Errorf("client: read ino %d [%d,+%d) from target %d: %w", st.ino, e.FileOff, e.Len, l.Targets[slot], err)
+		}
+		return got, nil
+	}
+	order := c.readOrder(l, e.Stripe, e.FileOff/l.StripeSize)
+	var errs []error
+	for i, slot := range order {
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if i < len(order)-1 {
+			actx, cancel = context.WithTimeout(ctx, c.mirrorGrace())
+		}
+		got, err := read(actx, slot)
+		cancel()
+		if err == nil {
+			return got, nil
+		}
+		c.noteSuspect(l.Targets[slot])
+		errs = append(errs, fmt.Errorf("copy on target %d: %w", l.Targets[slot], err))
+		if i < len(order)-1 {
+			c.log.Warn("read from a copy failed, reading another", "ino", st.ino, "stripe", e.Stripe, "target", l.Targets[slot], "err", err)
+		}
+	}
+	if len(errs) == 0 {
+		errs = append(errs, syscall.EIO)
+	}
+	return 0, fmt.Errorf("client: read ino %d [%d,+%d): every copy failed: %w", st.ino, e.FileOff, e.Len, errors.Join(errs...))
+}
+
+// resyncChunk is how much of an object Resync copies per request.
+const resyncChunk = 1 << 20
+
+// Resync repairs the stale copies of a mirrored file: it copies each
+// stale object's share of the file from a fresh copy of its stripe
+// (holes become zeros), truncates it to its length, syncs it, and then
+// clears the stale marks on the metadata server. It returns how many
+// copies it repaired (0 for a file with none, or one that is not
+// mirrored). The metadata server refuses the clearing (EBUSY) if the file
+// is open for writing or was written since the repair began; the copies
+// then stay stale and Resync can simply run again. The caller needs read
+// and write permission.
+func (c *Client) Resync(ctx context.Context, ino proto.Ino) (int, error) {
+	sm, ok := c.staleMarker()
+	if !ok {
+		return 0, fmt.Errorf("client: the metadata service cannot repair copies: %w", syscall.ENOSYS)
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	a, err := c.meta.GetAttr(rctx, ino)
+	cancel()
+	if err != nil {
+		return 0, err
+	}
+	if !a.IsRegular() {
+		return 0, fmt.Errorf("client: resync of inode %d: not a regular file: %w", ino, syscall.EINVAL)
+	}
+	l := a.Layout
+	if l.Kind != layout.Mirror || len(l.Stale) == 0 {
+		return 0, nil
+	}
+	st := &inodeState{c: c, ino: ino, gen: a.Gen}
+	defer st.stopCaps()
+	if _, err := st.renewCap(ctx, proto.AccessReadWrite, nil); err != nil {
+		return 0, err
+	}
+	for _, slot := range l.Stale {
+		if err := c.resyncSlot(ctx, st, l, int(slot), a.Size); err != nil {
+			return 0, err
+		}
+	}
+	rctx, cancel = c.rpcCtx(ctx)
+	defer cancel()
+	if _, err := sm.ClearStale(rctx, ino, a.Gen, l.Stale, a.Mtime); err != nil {
+		return 0, fmt.Errorf("client: resync of inode %d: clear stale marks: %w", ino, err)
+	}
+	c.log.Info("stale copies repaired", "ino", ino, "slots", l.Stale)
+	return len(l.Stale), nil
+}
+
+// resyncSlot copies the object in slot (stale) from a fresh copy of its
+// stripe, for a file of size bytes.
+func (c *Client) resyncSlot(ctx context.Context, st *inodeState, l layout.Layout, slot int, size uint64) error {
+	w := l.Width()
+	stripe := slot / w
+	n := l.ObjectSize(size, stripe)
+	dst := l.Targets[slot]
+	buf := make([]byte, min(n, resyncChunk))
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	for off := uint64(0); off < n; {
+		p := buf[:min(uint64(len(buf)), n-off)]
+		e := layout.Extent{Stripe: stripe, FileOff: off, ObjOff: off, Len: uint64(len(p))}
+		got, err := c.readExtent(rctx, st, l, e, p)
+		if err != nil {
+			return fmt.Errorf("client: resync ino %d slot %d: %w", st.ino, slot, err)
+		}
+		clear(p[got:])
+		if err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
+			_, err := c.storage.Write(ctx, dst, st.objectOf(slot), off, p)
+			return err
+		}); err != nil {
+			return fmt.Errorf("client: resync ino %d slot %d: write to target %d: %w", st.ino, slot, dst, err)
+		}
+		off += uint64(len(p))
+	}
+	err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
+		if err := c.storage.Truncate(ctx, dst, st.objectOf(slot), n); err != nil {
+			return err
+		}
+		return c.storage.Sync(ctx, dst, st.objectOf(slot))
+	})
+	if err != nil {
+		return fmt.Errorf("client: resync ino %d slot %d: truncate and sync on target %d: %w", st.ino, slot, dst, err)
+	}
+	return nil
+}
