@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -94,6 +95,10 @@ func (st *inodeState) mergeAttr(a *proto.Attr) {
 	}
 	if st.end == 0 && !st.dirty && len(a.Layout.Targets) > 0 {
 		st.layout = a.Layout.Clone()
+	} else if slices.Equal(st.layout.Targets, a.Layout.Targets) {
+		// The server's stale marks include every mark this client made
+		// (it marks there first); a repair cleared the others.
+		st.layout.Stale = slices.Clone(a.Layout.Stale)
 	}
 }
 

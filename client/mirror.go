@@ -14,9 +14,11 @@ import (
 // Protected (mirrored) files: every stripe has Width() copies, one per
 // slot of the layout, each on a target of a distinct server.
 //
-//   - Writes, truncates and syncs go to every copy of the stripe, stale
-//     copies included (so a copy repaired while this client still thinks
-//     it stale is not left behind); only the fresh copies' outcome counts.
+//   - Writes, truncates and syncs go to every fresh copy of the stripe.
+//     A stale copy is left alone until Resync repairs it; the metadata
+//     server refuses to clear its mark while any client has the file open
+//     for writing (a client that opened it before the repair may think it
+//     stale), and every open takes the marks afresh (mergeAttr).
 //     When at least one fresh copy succeeded and others failed (their
 //     server is down, stopped or cut off), the failed copies are marked
 //     stale on the metadata server (proto.StaleMarker) before the
@@ -62,11 +64,16 @@ func (c *Client) onStripe(ctx context.Context, st *inodeState, l layout.Layout, 
 		slot int
 		err  error
 	}
+	var slots []int
+	for j := range w {
+		if slot := l.Slot(stripe, j); !l.IsStale(slot) {
+			slots = append(slots, slot)
+		}
+	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	results := make(chan result, w)
-	for j := range w {
-		slot := l.Slot(stripe, j)
+	results := make(chan result, len(slots))
+	for _, slot := range slots {
 		go func() {
 			err := op(cctx, l.Targets[slot], st.objectOf(slot))
 			results <- result{slot, err}
@@ -78,16 +85,13 @@ func (c *Client) onStripe(ctx context.Context, st *inodeState, l layout.Layout, 
 		first  error
 		grace  <-chan time.Time
 	)
-	for got := 0; got < w; {
+	for got := 0; got < len(slots); {
 		select {
 		case r := <-results:
 			got++
-			fresh := !l.IsStale(r.slot)
 			if r.err == nil {
-				if fresh {
-					ok++
-				}
-				if grace == nil && got < w {
+				ok++
+				if grace == nil && got < len(slots) {
 					t := time.NewTimer(c.mirrorGrace())
 					defer t.Stop()
 					grace = t.C
@@ -95,9 +99,6 @@ func (c *Client) onStripe(ctx context.Context, st *inodeState, l layout.Layout, 
 				continue
 			}
 			c.noteSuspect(l.Targets[r.slot])
-			if !fresh {
-				continue // already stale: its failure changes nothing
-			}
 			failed = append(failed, uint32(r.slot))
 			if first == nil {
 				first = fmt.Errorf("client: %s ino %d stripe %d copy on target %d: %w", what, st.ino, stripe, l.Targets[r.slot], r.err)

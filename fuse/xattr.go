@@ -14,6 +14,9 @@ import (
 const (
 	xattrLayout = "user.weft.layout"
 	xattrDF     = "user.weft.df"
+	// xattrResync, set (any value) on a mirrored file, repairs its stale
+	// copies (client.Resync); `weft resync` sets it.
+	xattrResync = "user.weft.resync"
 	weftPrefix  = "user.weft."
 )
 
@@ -170,6 +173,10 @@ func (n *node) Setxattr(ctx context.Context, name string, data []byte, flags uin
 	switch xattrNamespace(name) {
 	case "security", "other":
 		return syscall.EOPNOTSUPP
+	}
+	if name == xattrResync {
+		_, err := n.fsys.c.Resync(ctx, n.ino())
+		return n.fsys.errno("resync", err)
 	}
 	if name == xattrLayout {
 		var j layoutJSON

@@ -19,6 +19,7 @@ import (
 const (
 	xattrLayout = "user.weft.layout" // get: a file's layout or a directory's default; set: the same JSON
 	xattrDF     = "user.weft.df"     // get: per-target usage
+	xattrResync = "user.weft.resync" // set: repair a mirrored file's stale copies
 )
 
 // layoutJSON is the value of user.weft.layout. StripeCount -1 means "every

@@ -1,0 +1,259 @@
+package tests
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/internal/testcluster"
+)
+
+// protectFiles is how many files the mirror load writes, round after round.
+const protectFiles = 6
+
+// protectFileSize is each file's size: 3 stripe units of 1 MiB and a tail.
+const protectFileSize = 3<<20 + 4321
+
+// mirrorLoad rewrites protectFiles files of dir, round after round, each
+// with content of its own (pattern of file and round), closing each after
+// an fsync; acked[i] is the last round whose close of file i returned nil.
+// It stops when stop is closed and returns the first error it met.
+type mirrorLoad struct {
+	dir   string
+	mu    sync.Mutex
+	acked [protectFiles]int
+	round int // rounds completed
+	err   error
+	done  chan struct{}
+}
+
+func seedOf(file, round int) uint32 { return uint32(file*100000 + round) }
+
+func startMirrorLoad(dir string, stop <-chan struct{}) *mirrorLoad {
+	ld := &mirrorLoad{dir: dir, done: make(chan struct{})}
+	for i := range ld.acked {
+		ld.acked[i] = -1
+	}
+	go func() {
+		defer close(ld.done)
+		for r := 0; ; r++ {
+			for i := range protectFiles {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if err := writeSynced(filepath.Join(dir, fmt.Sprintf("f%d", i)), pattern(seedOf(i, r), 0, protectFileSize)); err != nil {
+					ld.mu.Lock()
+					ld.err = fmt.Errorf("round %d file %d: %w", r, i, err)
+					ld.mu.Unlock()
+					return
+				}
+				ld.mu.Lock()
+				ld.acked[i] = r
+				ld.mu.Unlock()
+			}
+			ld.mu.Lock()
+			ld.round = r + 1
+			ld.mu.Unlock()
+		}
+	}()
+	return ld
+}
+
+// writeSynced writes b over the file at path (truncating it), fsyncs and
+// closes it: the bytes are acknowledged when it returns nil.
+func writeSynced(path string, b []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_TRUNC, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func (ld *mirrorLoad) rounds() int {
+	ld.mu.Lock()
+	defer ld.mu.Unlock()
+	return ld.round
+}
+
+// waitRounds waits until the load completed n rounds (or failed).
+func (ld *mirrorLoad) waitRounds(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Minute) // a hang guard only
+	for ld.rounds() < n {
+		select {
+		case <-ld.done:
+			t.Fatalf("the load stopped after %d rounds: %v", ld.rounds(), ld.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the load did not complete %d rounds (%d done)", n, ld.rounds())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// verify reads every file through mnt and compares it with its last
+// acknowledged round.
+func (ld *mirrorLoad) verify(t *testing.T, mnt string) {
+	t.Helper()
+	for i := range protectFiles {
+		p := filepath.Join(mnt, filepath.Base(ld.dir), fmt.Sprintf("f%d", i))
+		var got []byte
+		err := within(t, 2*time.Minute, "read "+p, func() (err error) {
+			got, err = os.ReadFile(p)
+			return err
+		})
+		if err != nil {
+			t.Fatalf("read %s: %v", p, err)
+		}
+		want := pattern(seedOf(i, ld.acked[i]), 0, protectFileSize)
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s (acknowledged round %d): %s", p, ld.acked[i], firstDiff(got, want))
+		}
+	}
+}
+
+// mirrorSetup makes dir "m" with layout mirror 2 and its files, and checks
+// getstripe: every file has its two copies on the two servers.
+func mirrorSetup(t *testing.T, c *testcluster.Cluster) string {
+	t.Helper()
+	d := filepath.Join(c.Mount(0), "m")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	weft(t, c, "setstripe", "--mirror", "2", "-S", "1M", d)
+	df, server := targetServers(t, c, c.Mount(0))
+	for i := range protectFiles {
+		p := filepath.Join(d, fmt.Sprintf("f%d", i))
+		if err := os.WriteFile(p, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var j struct {
+			Kind    string `json:"kind"`
+			Mirror  int    `json:"mirror"`
+			Stripes []struct {
+				Targets []uint32 `json:"targets"`
+				Stale   []uint32 `json:"stale"`
+			} `json:"stripes"`
+		}
+		out := weft(t, c, "getstripe", "--json", p)
+		if err := json.Unmarshal([]byte(out), &j); err != nil {
+			t.Fatalf("getstripe --json: %v: %q", err, out)
+		}
+		if j.Kind != "mirror" || j.Mirror != 2 || len(j.Stripes) != 1 || len(j.Stripes[0].Targets) != 2 {
+			t.Fatalf("getstripe %s: %s", p, out)
+		}
+		if a, b := j.Stripes[0].Targets[0], j.Stripes[0].Targets[1]; server[a] == server[b] {
+			t.Fatalf("%s: both copies on server %d (df %+v)", p, server[a], df)
+		}
+	}
+	return d
+}
+
+// staleCount returns how many copies of the files in d are stale.
+func staleCount(t *testing.T, d string) int {
+	t.Helper()
+	n := 0
+	for i := range protectFiles {
+		l, err := testcluster.GetLayout(filepath.Join(d, fmt.Sprintf("f%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n += len(l.Stale)
+	}
+	return n
+}
+
+// TestMirrorStorageKilled: a storage server of a mirror 2 directory is
+// killed (SIGKILL) while files are rewritten and fsynced: every write,
+// fsync and close keeps succeeding, every acknowledged byte reads back
+// (also from another mount), the copies that missed writes are marked
+// stale; after the server is back, weft resync repairs them, and with the
+// other server killed the files read back from the repaired copies.
+func TestMirrorStorageKilled(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 2, Mounts: 2, Timeout: "10s"})
+	d := mirrorSetup(t, c)
+	stop := make(chan struct{})
+	ld := startMirrorLoad(d, stop)
+	defer func() {
+		close(stop)
+		<-ld.done
+	}()
+	ld.waitRounds(t, 1)
+	c.StopStorage(1) // SIGKILL under load
+	n := ld.rounds()
+	ld.waitRounds(t, n+2)
+	close(stop)
+	<-ld.done
+	stop = make(chan struct{})
+	if ld.err != nil {
+		t.Fatalf("I/O failed with a storage server killed: %v", ld.err)
+	}
+	ld.verify(t, c.Mount(0))
+	ld.verify(t, c.Mount(1))
+	if s := staleCount(t, d); s != protectFiles {
+		t.Fatalf("%d stale copies after writes with a server killed, want %d (one per file)", s, protectFiles)
+	}
+
+	c.StartStorage(1)
+	c.WaitTargetsUp(2)
+	out := weft(t, c, "resync", d)
+	if strings.Count(out, "repaired") != protectFiles {
+		t.Fatalf("resync: %q", out)
+	}
+	if s := staleCount(t, d); s != 0 {
+		t.Fatalf("%d stale copies after resync", s)
+	}
+	// Only the repaired copies are left; a new mount has nothing cached.
+	c.StopStorage(0)
+	ld.verify(t, c.Mount(c.AddMount()))
+}
+
+// TestMirrorStorageFrozen: the same with the storage server stopped by
+// SIGSTOP (it keeps its connections but answers nothing): writes go on
+// after the mount gives up on the frozen copy, reads return every
+// acknowledged byte from the other one.
+func TestMirrorStorageFrozen(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 2, Mounts: 2, Timeout: "10s"})
+	d := mirrorSetup(t, c)
+	stop := make(chan struct{})
+	ld := startMirrorLoad(d, stop)
+	ld.waitRounds(t, 1)
+	c.FreezeStorage(0)
+	defer c.ThawStorage(0)
+	n := ld.rounds()
+	ld.waitRounds(t, n+2)
+	close(stop)
+	<-ld.done
+	if ld.err != nil {
+		t.Fatalf("I/O failed with a storage server frozen: %v", ld.err)
+	}
+	ld.verify(t, c.Mount(0))
+	ld.verify(t, c.Mount(1))
+	if s := staleCount(t, d); s != protectFiles {
+		t.Fatalf("%d stale copies after writes with a server frozen, want %d", s, protectFiles)
+	}
+	c.ThawStorage(0)
+	c.WaitTargetsUp(2)
+	weft(t, c, "resync", d)
+	if s := staleCount(t, d); s != 0 {
+		t.Fatalf("%d stale copies after resync", s)
+	}
+	ld.verify(t, c.Mount(c.AddMount()))
+}
