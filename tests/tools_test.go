@@ -2,6 +2,7 @@ package tests
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -12,6 +13,7 @@ import (
 	"runtime"
 	"sort"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -173,11 +175,65 @@ naptime = 0.01
 func TestFsx(t *testing.T) {
 	bin := requireTool(t, "fsx")
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
+	file := runFsx(t, c, bin, "-c", "4", "-S", "64K")
+	if l, err := testcluster.GetLayout(file); err != nil || l.StripeCount != 4 || len(l.Targets) != 4 {
+		t.Errorf("fsx file layout: %+v %v (want 4 targets)", l, err)
+	}
+}
+
+// TestFsxMirror runs the same on a mirror 2 file of 2 stripes, and then
+// checks that the two copies of each stripe hold the same bytes.
+func TestFsxMirror(t *testing.T) {
+	bin := requireTool(t, "fsx")
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
+	file := runFsx(t, c, bin, "--mirror", "2", "-c", "2", "-S", "64K")
+	l, err := testcluster.GetLayout(file)
+	if err != nil || l.Kind != "mirror" || l.StripeCount != 2 || len(l.Targets) != 4 || len(l.Stale) != 0 {
+		t.Fatalf("fsx file layout: %+v %v (want mirror 2 over 4 targets, none stale)", l, err)
+	}
+	fi, err := os.Stat(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ino := fi.Sys().(*syscall.Stat_t).Ino
+	objs := map[int][]byte{} // slot -> the object's bytes, trailing zeros cut
+	for _, td := range c.AllTargetDirs() {
+		matches, _ := filepath.Glob(filepath.Join(td, "objects", "*", fmt.Sprintf("%d.*", ino)))
+		for _, m := range matches {
+			if strings.HasSuffix(m, ".crc") {
+				continue
+			}
+			var slot int
+			if _, err := fmt.Sscanf(m[strings.LastIndex(m, ".")+1:], "%d", &slot); err != nil {
+				t.Fatalf("object name %s: %v", m, err)
+			}
+			b, err := os.ReadFile(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			objs[slot] = bytes.TrimRight(b, "\x00")
+		}
+	}
+	if len(objs) != 4 {
+		t.Fatalf("found the objects of slots %v, want 0..3", objs)
+	}
+	for s := 0; s < 2; s++ {
+		a, b := objs[2*s], objs[2*s+1]
+		if !bytes.Equal(a, b) {
+			t.Errorf("stripe %d: its copies differ: %s", s, firstDiff(a, b))
+		}
+	}
+}
+
+// runFsx runs fsx for 100,000 operations on a file in a new directory
+// with the given setstripe flags, and returns the file's path.
+func runFsx(t *testing.T, c *testcluster.Cluster, bin string, stripe ...string) string {
+	t.Helper()
 	dir := filepath.Join(c.Mount(0), "fsx")
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	weft(t, c, "setstripe", "-c", "4", "-S", "64K", dir)
+	weft(t, c, append(append([]string{"setstripe"}, stripe...), dir)...)
 	cfg := filepath.Join(c.Dir(), "fsx.toml")
 	os.WriteFile(cfg, []byte(`flen = 1048576
 [opsize]
@@ -208,9 +264,7 @@ fsync = 1
 	if err != nil {
 		t.Fatalf("fsx failed: %v\n%s", err, tailString(string(out), 60))
 	}
-	if l, err := testcluster.GetLayout(file); err != nil || l.StripeCount != 4 || len(l.Targets) != 4 {
-		t.Errorf("fsx file layout: %+v %v (want 4 targets)", l, err)
-	}
+	return file
 }
 
 func tailString(s string, n int) string {
