@@ -172,6 +172,7 @@ func (st *inodeState) sendLocked(e *extent) {
 	// once per write, marks every stripe an acknowledged write touched.
 	for _, x := range exts {
 		st.unsynced[x.Stripe] = true
+		st.written[x.Stripe] = max(st.written[x.Stripe], x.ObjOff+x.Len)
 	}
 	st.c.wg.Add(1)
 	go st.c.writeBehind(st, pw, l, exts, e.buf)

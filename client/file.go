@@ -41,15 +41,19 @@ type inodeState struct {
 	gen  uint64 // the file's generation: part of every object's name
 	refs int    // guarded by Client.mu
 
-	mu         sync.Mutex
-	cond       *sync.Cond
-	layout     layout.Layout
-	metaSize   uint64
-	end        uint64
-	dirty      bool
-	seq        uint64 // counts accepted writes, so a WriteDone knows what it covered
-	lastWrite  int64  // unix ns of the last accepted write (reported as mtime while dirty)
-	unsynced   map[int]bool
+	mu        sync.Mutex
+	cond      *sync.Cond
+	layout    layout.Layout
+	metaSize  uint64
+	end       uint64
+	dirty     bool
+	seq       uint64 // counts accepted writes, so a WriteDone knows what it covered
+	lastWrite int64  // unix ns of the last accepted write (reported as mtime while dirty)
+	unsynced  map[int]bool
+	// written is, per stripe, the end of the bytes this client sent to
+	// its objects since the last truncate: with metaSize, what Flush
+	// knows the objects already reach (sized.go).
+	written    map[int]uint64
 	open       []*extent
 	inflight   []*pendingWrite
 	held       uint64
@@ -133,6 +137,7 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 	defer st.mu.Unlock()
 	st.metaSize = a.Size
 	st.end = min(st.end, size)
+	clear(st.written) // every object is its share of size now
 	if st.dirty {
 		a.Mtime = max(a.Mtime, st.lastWrite)
 	}
@@ -165,7 +170,7 @@ func (c *Client) acquire(a *proto.Attr) *inodeState {
 		// None yet, or one for an earlier file that had this inode number
 		// (reused after a metadata rollback), which keeps serving its own
 		// handles but is no longer found by number.
-		st = &inodeState{c: c, ino: a.Ino, gen: a.Gen, unsynced: map[int]bool{}}
+		st = &inodeState{c: c, ino: a.Ino, gen: a.Gen, unsynced: map[int]bool{}, written: map[int]uint64{}}
 		st.cond = sync.NewCond(&st.mu)
 		st.layout = a.Layout.Clone()
 		st.metaSize = a.Size
@@ -560,7 +565,12 @@ func (f *File) writeDone(ctx context.Context) error {
 		return nil
 	}
 	seq, end := st.seq, st.end
+	ext := st.extendsLocked(end)
+	l := st.layout
 	st.mu.Unlock()
+	if err := f.c.extendObjects(ctx, st, l, ext, end); err != nil {
+		return err
+	}
 	rctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
 	var a proto.Attr

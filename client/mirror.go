@@ -210,6 +210,11 @@ func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout
 	if l.Kind != layout.Mirror {
 		slot := l.Slot(e.Stripe, 0)
 		got, err := read(ctx, slot)
+		if err == nil {
+			if err = c.checkLength(ctx, st, l, e, got); err != nil {
+				c.log.Error("lost data: an object is shorter than its file", "ino", st.ino, "target", l.Targets[slot], "slot", slot, "err", err)
+			}
+		}
 		if err != nil {
 			return 0, fmt.Errorf("client: read ino %d [%d,+%d) from target %d: %w", st.ino, e.FileOff, e.Len, l.Targets[slot], err)
 		}
@@ -217,6 +222,7 @@ func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout
 	}
 	order := c.readOrder(l, e.Stripe, e.FileOff/l.StripeSize)
 	var errs []error
+	var short []uint32 // copies found shorter than the file: lost data
 	for i, slot := range order {
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if i < len(order)-1 {
@@ -225,6 +231,19 @@ func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout
 		got, err := read(actx, slot)
 		cancel()
 		if err == nil {
+			if err = c.checkLength(ctx, st, l, e, got); err != nil {
+				c.log.Error("lost data in a copy: an object is shorter than its file", "ino", st.ino, "target", l.Targets[slot], "slot", slot, "err", err)
+				short = append(short, uint32(slot))
+			}
+		}
+		if err == nil {
+			if len(short) > 0 {
+				// Another copy has the bytes: the short ones are marked
+				// stale, repaired by resync, never read again.
+				if merr := c.markStale(ctx, st, short); merr != nil {
+					c.log.Warn("marking a short copy stale failed", "ino", st.ino, "slots", short, "err", merr)
+				}
+			}
 			return got, nil
 		}
 		c.noteSuspect(l.Targets[slot])

@@ -69,6 +69,13 @@ func (f *flakyStorage) Truncate(ctx context.Context, t proto.TargetID, o proto.O
 	return f.StorageService.Truncate(ctx, t, o, size)
 }
 
+func (f *flakyStorage) Extend(ctx context.Context, t proto.TargetID, o proto.ObjectID, size uint64) error {
+	if err := f.check(ctx, t); err != nil {
+		return err
+	}
+	return f.StorageService.(proto.ObjectExtender).Extend(ctx, t, o, size)
+}
+
 func (f *flakyStorage) Sync(ctx context.Context, t proto.TargetID, o proto.ObjectID) error {
 	if err := f.check(ctx, t); err != nil {
 		return err

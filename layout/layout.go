@@ -82,6 +82,12 @@ type Layout struct {
 	StripeCount int32      // number of stripes; AllTargets (-1) on a directory default
 	Targets     []TargetID // for a file: the target of each slot, in slot order
 
+	// ObjectsSized says the file's objects are kept at least as long as
+	// their share of the file size the metadata server records (clients
+	// extend them before recording a larger size), so a shorter object is
+	// lost data, never a hole. Set on every file placed since kinds exist.
+	ObjectsSized bool
+
 	// Stale lists, in increasing order, the slots of a file whose object
 	// missed a write (its target was down): they are never read, and
 	// written only by a repair, until the repair clears them. At least one
@@ -306,9 +312,11 @@ func (l Layout) ObjectSize(fileSize uint64, stripe int) uint64 {
 //
 // Format 2 (kinds and stale slots):
 //
-//	u8 kind, u8 mirror, u8 ec data, u8 ec parity,
+//	u8 kind, u8 mirror, u8 ec data, u8 ec parity, u8 flags (1: objects sized),
 //	u64 stripe size, u32 stripe count, u32 n, n × u32 targets,
 //	u32 m, m × u32 stale slots
+
+const flagObjectsSized = 1
 
 // EncodeV1 appends l in format 1. It is kept for tests that make records of
 // the old format; l must be RAID-0 without stale slots.
@@ -337,6 +345,11 @@ func (l Layout) EncodeV2(e *wire.Encoder) {
 	e.U8(l.Mirror)
 	e.U8(l.ECData)
 	e.U8(l.ECParity)
+	var flags uint8
+	if l.ObjectsSized {
+		flags |= flagObjectsSized
+	}
+	e.U8(flags)
 	l.EncodeV1(e)
 	e.U32(uint32(len(l.Stale)))
 	for _, s := range l.Stale {
@@ -351,6 +364,11 @@ func DecodeV2(d *wire.Decoder) Layout {
 	l.Mirror = d.U8()
 	l.ECData = d.U8()
 	l.ECParity = d.U8()
+	flags := d.U8()
+	if flags&^flagObjectsSized != 0 {
+		d.Fail(fmt.Errorf("%w: unknown layout flags %#x", ErrInvalid, flags))
+	}
+	l.ObjectsSized = flags&flagObjectsSized != 0
 	l.StripeSize = d.U64()
 	l.StripeCount = int32(d.U32())
 	l.Targets = decodeTargets(d)

@@ -148,7 +148,7 @@ func TestStaleSet(t *testing.T) {
 func TestEncodeRoundTrip(t *testing.T) {
 	for _, l := range []Layout{
 		{StripeSize: 4 << 20, StripeCount: 3, Targets: []TargetID{5, 1, 9}},
-		{Kind: Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1, Targets: []TargetID{5, 1}, Stale: []uint32{1}},
+		{Kind: Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1, Targets: []TargetID{5, 1}, Stale: []uint32{1}, ObjectsSized: true},
 		{Kind: EC, ECData: 8, ECParity: 2, StripeSize: 1 << 20, StripeCount: -1},
 	} {
 		var e wire.Encoder

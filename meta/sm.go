@@ -530,6 +530,7 @@ func (t *txn) placeFile(pol layout.Layout, c *Command) (layout.Layout, error) {
 	}
 	l := pol.Clone()
 	l.Stale = nil
+	l.ObjectsSized = true // clients of this version keep objects as long as their share
 	if l.Kind == layout.EC {
 		return layout.Layout{}, errECNotYet
 	}
@@ -1124,6 +1125,7 @@ func (t *txn) setLayout(c *Command) error {
 	}
 	l := c.Layout.Clone()
 	l.Stale = nil // stale marks are the state of a file's objects, never asked for
+	l.ObjectsSized = false
 	if err := l.ValidatePolicy(); err != nil {
 		return errnof(syscall.EINVAL, "%v", err)
 	}

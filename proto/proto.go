@@ -228,6 +228,15 @@ type StorageService interface {
 	RemoveMany(ctx context.Context, t TargetID, objs []ObjectID) error
 }
 
+// ObjectExtender is what storage offers besides StorageService for files
+// whose objects are kept as long as their share of the file
+// (layout.Layout.ObjectsSized): Extend makes obj at least size bytes long
+// (the new bytes a hole) and never shortens it. A missing object is
+// created.
+type ObjectExtender interface {
+	Extend(ctx context.Context, t TargetID, obj ObjectID, size uint64) error
+}
+
 // StaleMarker is what a client asks of the metadata server for protected
 // (mirror, EC) files: MarkStale records that the objects in slots of the
 // file (of generation gen) missed a write, before the write is

@@ -688,6 +688,19 @@ func (t *Target) reserve(n uint64) error {
 // space). Truncating a missing object to 0 does nothing; to a larger size it
 // creates the object. The object's version is increased.
 func (t *Target) Truncate(ctx context.Context, obj proto.ObjectID, size uint64) error {
+	return t.resize(ctx, obj, size, false)
+}
+
+// Extend makes obj at least size bytes long, the new bytes a hole, and
+// never shortens it: a client that recorded a larger file size makes every
+// object as long as its share (so a shortened object shows as lost data),
+// without cutting what a concurrent writer on another mount wrote past it.
+// A missing object is created.
+func (t *Target) Extend(ctx context.Context, obj proto.ObjectID, size uint64) error {
+	return t.resize(ctx, obj, size, true)
+}
+
+func (t *Target) resize(ctx context.Context, obj proto.ObjectID, size uint64, growOnly bool) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
@@ -705,7 +718,7 @@ func (t *Target) Truncate(ctx context.Context, obj proto.ObjectID, size uint64) 
 		return err
 	}
 	defer t.cache.release(h)
-	if size == h.size {
+	if size == h.size || (growOnly && size < h.size) {
 		return nil
 	}
 	wrap := func(err error) error {
