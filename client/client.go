@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -94,6 +95,10 @@ type Client struct {
 	// suspects maps a target to when a request to it failed last
 	// (mirror.go): reads try its copies last for a while.
 	suspects sync.Map
+
+	// rows and coders serve erasure-coded files (ec.go).
+	rows   rowLocks
+	coders sync.Map // [2]uint8{k, m} -> reedsolomon.Encoder
 }
 
 // extended is what a metadata service may offer beyond proto.MetaService
@@ -140,6 +145,7 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		cancel:  cancel,
 		open:    map[proto.Ino]*inodeState{},
 	}
+	c.rows.seed = maphash.MakeSeed()
 	if svc, ok := meta.(sessionService); ok {
 		c.sess = newSession(c, svc)
 	}
@@ -333,6 +339,9 @@ func (c *Client) truncate(ctx context.Context, ino proto.Ino, in proto.SetAttrIn
 func (c *Client) truncateObjects(ctx context.Context, st *inodeState, l layout.Layout, size uint64) error {
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
+	if l.Kind == layout.EC {
+		return c.ecTruncate(ctx, st, l, size)
+	}
 	return parallel(int(l.StripeCount), func(s int) error {
 		return c.onStripe(ctx, st, l, s, "truncate", func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
 			return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {

@@ -351,7 +351,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, exts []layout.Extent, buf []byte) {
 	defer c.wg.Done()
 	ctx, cancel := context.WithTimeout(c.base, c.cfg.Timeout)
-	err := parallel(len(exts), func(i int) error {
+	write := func(i int) error {
 		e := exts[i]
 		data := buf[e.FileOff-pw.off:][:e.Len]
 		return c.onStripe(ctx, st, l, e.Stripe, fmt.Sprintf("write [%d,+%d) to", e.FileOff, e.Len), func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
@@ -360,7 +360,13 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 				return err
 			})
 		})
-	})
+	}
+	var err error
+	if l.Kind == layout.EC {
+		err = c.ecWrite(ctx, st, l, pw.off, buf[:pw.end-pw.off])
+	} else {
+		err = parallel(len(exts), write)
+	}
 	cancel()
 	if err != nil {
 		c.log.Warn("background write failed", "ino", st.ino, "err", err)
@@ -619,6 +625,9 @@ func (f *File) Fsync(ctx context.Context) error {
 	if len(stripes) > 0 {
 		rctx, cancel := f.c.rpcCtx(ctx)
 		err := parallel(len(stripes), func(i int) error {
+			if l.Kind == layout.EC {
+				return f.c.ecSync(rctx, st, l, stripes[i])
+			}
 			return f.c.onStripe(rctx, st, l, stripes[i], "sync", func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
 				return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
 					return f.c.storage.Sync(ctx, t, obj)

@@ -48,35 +48,55 @@ func (st *inodeState) objectOf(slot int) proto.ObjectID {
 // copyOp is a storage operation on one object.
 type copyOp func(ctx context.Context, target proto.TargetID, obj proto.ObjectID) error
 
-// onStripe runs op on the object(s) of stripe: the one object of a RAID-0
-// stripe, every copy of a mirrored one (see above). what names the
-// operation in errors.
-func (c *Client) onStripe(ctx context.Context, st *inodeState, l layout.Layout, stripe int, what string, op copyOp) error {
-	w := l.Width()
-	if w == 1 || l.Kind != layout.Mirror {
-		slot := l.Slot(stripe, 0)
-		if err := op(ctx, l.Targets[slot], st.objectOf(slot)); err != nil {
-			return fmt.Errorf("client: %s ino %d stripe %d on target %d: %w", what, st.ino, stripe, l.Targets[slot], err)
+// onStripe runs op on the object(s) of data column col: the one object of
+// a RAID-0 stripe, every fresh copy of a mirrored one (see above), the data
+// shard of an EC stripe (skipped while stale: reads reconstruct it). what
+// names the operation in errors.
+func (c *Client) onStripe(ctx context.Context, st *inodeState, l layout.Layout, col int, what string, op copyOp) error {
+	var slots []int
+	switch l.Kind {
+	case layout.Mirror:
+		for j := range l.Width() {
+			if slot := l.Slot(col, j); !l.IsStale(slot) {
+				slots = append(slots, slot)
+			}
 		}
+	case layout.EC:
+		if slot := l.ColumnSlot(col); !l.IsStale(slot) {
+			slots = append(slots, slot)
+		}
+	default:
+		slot := l.Slot(col, 0)
+		if err := op(ctx, l.Targets[slot], st.objectOf(slot)); err != nil {
+			return fmt.Errorf("client: %s ino %d stripe %d on target %d: %w", what, st.ino, col, l.Targets[slot], err)
+		}
+		return nil
+	}
+	return c.fanOut(ctx, st, l, slots, what, func(ctx context.Context, slot int) error {
+		return op(ctx, l.Targets[slot], st.objectOf(slot))
+	})
+}
+
+// fanOut runs op on the objects of slots (all fresh) concurrently. It
+// succeeds when every failed slot was then marked stale (for a mirror, at
+// least one copy must have succeeded; for EC, the metadata server refuses
+// a mark that leaves fewer than ECData shards of a stripe fresh). Slots
+// that have not answered MirrorGrace after another succeeded are given up
+// on.
+func (c *Client) fanOut(ctx context.Context, st *inodeState, l layout.Layout, slots []int, what string, op func(ctx context.Context, slot int) error) error {
+	if len(slots) == 0 {
 		return nil
 	}
 	type result struct {
 		slot int
 		err  error
 	}
-	var slots []int
-	for j := range w {
-		if slot := l.Slot(stripe, j); !l.IsStale(slot) {
-			slots = append(slots, slot)
-		}
-	}
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan result, len(slots))
 	for _, slot := range slots {
 		go func() {
-			err := op(cctx, l.Targets[slot], st.objectOf(slot))
-			results <- result{slot, err}
+			results <- result{slot, op(cctx, slot)}
 		}()
 	}
 	var (
@@ -101,24 +121,22 @@ func (c *Client) onStripe(ctx context.Context, st *inodeState, l layout.Layout, 
 			c.noteSuspect(l.Targets[r.slot])
 			failed = append(failed, uint32(r.slot))
 			if first == nil {
-				first = fmt.Errorf("client: %s ino %d stripe %d copy on target %d: %w", what, st.ino, stripe, l.Targets[r.slot], r.err)
+				first = fmt.Errorf("client: %s ino %d slot %d on target %d: %w", what, st.ino, r.slot, l.Targets[r.slot], r.err)
 			}
 		case <-grace:
 			grace = nil
 			cancel() // the copies still out are given up on
 		}
 	}
-	if ok == 0 {
-		if first == nil {
-			first = fmt.Errorf("client: %s ino %d stripe %d: no fresh copy: %w", what, st.ino, stripe, syscall.EIO)
-		}
+	if len(failed) == 0 {
+		return nil
+	}
+	if ok == 0 && l.Kind != layout.EC {
 		return first
 	}
-	if len(failed) > 0 {
-		c.log.Warn("a copy missed a write: marking it stale", "ino", st.ino, "stripe", stripe, "slots", failed, "err", first)
-		if err := c.markStale(ctx, st, failed); err != nil {
-			return fmt.Errorf("%w (and marking the copy stale failed: %w)", first, err)
-		}
+	c.log.Warn("an object missed a write: marking it stale", "ino", st.ino, "slots", failed, "err", first)
+	if err := c.markStale(ctx, st, failed); err != nil {
+		return fmt.Errorf("%w (and marking it stale failed: %w)", first, err)
 	}
 	return nil
 }
@@ -207,6 +225,13 @@ func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout
 		}
 		return got, err
 	}
+	if l.Kind == layout.EC {
+		k := int(l.ECData)
+		if err := c.ecReadShard(ctx, st, l, e.Stripe/k, e.Stripe%k, e.ObjOff, dst[:e.Len]); err != nil {
+			return 0, fmt.Errorf("client: read ino %d [%d,+%d): %w", st.ino, e.FileOff, e.Len, err)
+		}
+		return int(e.Len), nil
+	}
 	if l.Kind != layout.Mirror {
 		slot := l.Slot(e.Stripe, 0)
 		got, err := read(ctx, slot)
@@ -285,7 +310,7 @@ func (c *Client) Resync(ctx context.Context, ino proto.Ino) (int, error) {
 		return 0, fmt.Errorf("client: resync of inode %d: not a regular file: %w", ino, syscall.EINVAL)
 	}
 	l := a.Layout
-	if l.Kind != layout.Mirror || len(l.Stale) == 0 {
+	if (l.Kind != layout.Mirror && l.Kind != layout.EC) || len(l.Stale) == 0 {
 		return 0, nil
 	}
 	st := &inodeState{c: c, ino: ino, gen: a.Gen}
@@ -294,7 +319,11 @@ func (c *Client) Resync(ctx context.Context, ino proto.Ino) (int, error) {
 		return 0, err
 	}
 	for _, slot := range l.Stale {
-		if err := c.resyncSlot(ctx, st, l, int(slot), a.Size); err != nil {
+		resync := c.resyncSlot
+		if l.Kind == layout.EC {
+			resync = c.ecResyncSlot
+		}
+		if err := resync(ctx, st, l, int(slot), a.Size); err != nil {
 			return 0, err
 		}
 	}

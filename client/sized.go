@@ -35,7 +35,7 @@ func (st *inodeState) extendsLocked(end uint64) []int {
 		return nil
 	}
 	var out []int
-	for s := range int(l.StripeCount) {
+	for s := range l.Columns() {
 		want := l.ObjectSize(end, s)
 		if want > l.ObjectSize(st.metaSize, s) && want > st.written[s] {
 			out = append(out, s)

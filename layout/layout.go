@@ -249,13 +249,40 @@ func (l Layout) MinFresh() int {
 	return 1
 }
 
-// Extent is one contiguous piece of a file range that lives in one object.
+// Extent is one contiguous piece of a file range that lives in one data
+// column: one stripe (RAID-0, mirror: all its copies), or one data shard
+// of an EC stripe.
 type Extent struct {
-	Stripe  int    // index into Targets
+	Stripe  int    // the data column (see Columns); for RAID-0 and mirror the stripe
 	FileOff uint64 // where the piece starts in the file
 	ObjOff  uint64 // where it starts in the object
 	Len     uint64
 }
+
+// Columns is the number of data columns the file's units are dealt over
+// round-robin: the stripe count, times the data shards per stripe for EC.
+// Column c of an EC layout is data shard c mod ECData of stripe c div
+// ECData, so the ECData units of one row of a stripe are contiguous in the
+// file: a "full-stripe write" covers RowBytes() bytes at a multiple of it.
+func (l Layout) Columns() int {
+	if l.Kind == EC {
+		return int(l.StripeCount) * int(l.ECData)
+	}
+	return int(l.StripeCount)
+}
+
+// ColumnSlot is the slot of the object holding data column c: the stripe's
+// first copy (RAID-0, mirror) or its data shard (EC).
+func (l Layout) ColumnSlot(c int) int {
+	if l.Kind == EC {
+		k := int(l.ECData)
+		return l.Slot(c/k, c%k)
+	}
+	return l.Slot(c, 0)
+}
+
+// RowBytes is the bytes of one row of one EC stripe: ECData stripe units.
+func (l Layout) RowBytes() uint64 { return uint64(l.ECData) * l.StripeSize }
 
 // Extents maps the file range [off, off+n) onto objects. The layout must be
 // a valid file layout.
@@ -263,7 +290,7 @@ func (l Layout) Extents(off, n uint64) []Extent {
 	if n == 0 {
 		return nil
 	}
-	s, c := l.StripeSize, uint64(l.StripeCount)
+	s, c := l.StripeSize, uint64(l.Columns())
 	out := make([]Extent, 0, n/s+2)
 	for n > 0 {
 		unit := off / s
@@ -281,17 +308,18 @@ func (l Layout) Extents(off, n uint64) []Extent {
 	return out
 }
 
-// ObjectSize returns how many bytes object stripe holds for a file of size
-// fileSize: the end of the last byte of the file that maps into it.
-func (l Layout) ObjectSize(fileSize uint64, stripe int) uint64 {
-	s, c := l.StripeSize, uint64(l.StripeCount)
+// ObjectSize returns how many bytes data column col holds for a file of
+// size fileSize: the end of the last byte of the file that maps into it.
+// The parity shards of an EC stripe are as long as its first column.
+func (l Layout) ObjectSize(fileSize uint64, col int) uint64 {
+	s, c := l.StripeSize, uint64(l.Columns())
 	fullUnits := fileSize / s // units 0..fullUnits-1 are complete
 	tail := fileSize % s
-	i := uint64(stripe)
-	// Complete units that belong to this stripe: i, i+c, i+2c, ... < fullUnits.
+	i := uint64(col)
+	// Complete units that belong to this column: i, i+c, i+2c, ... < fullUnits.
 	var size uint64
 	if fullUnits > i {
-		k := (fullUnits - i + c - 1) / c // count of complete units of this stripe
+		k := (fullUnits - i + c - 1) / c // count of complete units of this column
 		size = k * s
 	}
 	// The partial unit, if any, is unit fullUnits.

@@ -531,9 +531,6 @@ func (t *txn) placeFile(pol layout.Layout, c *Command) (layout.Layout, error) {
 	l := pol.Clone()
 	l.Stale = nil
 	l.ObjectsSized = true // clients of this version keep objects as long as their share
-	if l.Kind == layout.EC {
-		return layout.Layout{}, errECNotYet
-	}
 	w := l.Width()
 	if len(l.Targets) > 0 {
 		if l.StripeCount == layout.AllTargets {
@@ -580,11 +577,6 @@ func (t *txn) placeFile(pol layout.Layout, c *Command) (layout.Layout, error) {
 	}
 	return l, nil
 }
-
-// errECNotYet refuses erasure-coded layouts: the format knows them, the
-// client cannot yet write and read them, and a file is never placed with
-// less protection than it asks for.
-var errECNotYet = errnof(syscall.EINVAL, "erasure-coded layouts are not served yet (use mirror)")
 
 // checkPolicyDomains refuses a protected directory default that the up
 // failure domains cannot satisfy, so setstripe fails at once rather than
@@ -1131,9 +1123,6 @@ func (t *txn) setLayout(c *Command) error {
 	}
 	switch {
 	case n.IsDir():
-		if l.Kind == layout.EC {
-			return errECNotYet
-		}
 		if err := checkPolicyDomains(l, c); err != nil {
 			return err
 		}

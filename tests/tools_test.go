@@ -225,6 +225,18 @@ func TestFsxMirror(t *testing.T) {
 	}
 }
 
+// TestFsxEC runs the same on an ec 2+1 file over three servers, whose
+// partial writes read, merge and re-encode rows.
+func TestFsxEC(t *testing.T) {
+	bin := requireTool(t, "fsx")
+	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 3})
+	file := runFsx(t, c, bin, "--ec", "2+1", "-c", "1", "-S", "64K")
+	l, err := testcluster.GetLayout(file)
+	if err != nil || l.Kind != "ec" || len(l.Targets) != 3 || len(l.Stale) != 0 {
+		t.Fatalf("fsx file layout: %+v %v (want ec 2+1 over 3 targets, none stale)", l, err)
+	}
+}
+
 // runFsx runs fsx for 100,000 operations on a file in a new directory
 // with the given setstripe flags, and returns the file's path.
 func runFsx(t *testing.T, c *testcluster.Cluster, bin string, stripe ...string) string {

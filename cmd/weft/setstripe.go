@@ -66,10 +66,6 @@ and changes nothing. With -o, give COUNT x N targets, stripe after stripe.`,
 			if err := req.validate(); err != nil {
 				return err
 			}
-			if req.EC != "" {
-				// The layout format has EC; the data path does not yet.
-				return fmt.Errorf("--ec %s: erasure-coded layouts are not available in this version yet; use --mirror N (nothing changed)", req.EC)
-			}
 			return setstripe(args[0], &req)
 		},
 	}
