@@ -25,6 +25,15 @@
 // copy, truncate, sync, clear the marks); the server refuses to clear them
 // while the file is open for writing or if it changed during the repair.
 //
+// # Erasure-coded files and lost objects
+//
+// EC files (ec.go) are written row by row (ECData stripe units of one
+// stripe, contiguous in the file) under a per-row lock of this client:
+// whole rows are encoded from the write, partial ones read, merge and
+// re-encode; reads reconstruct stale or failing shards. New files' objects
+// are kept as long as their share of the recorded size (sized.go), so a
+// shorter object is lost data: read from redundancy, or EIO.
+//
 // # Consistency semantics
 //
 //   - Close-to-open. Open asks the metadata server for fresh attributes.

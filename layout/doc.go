@@ -7,8 +7,11 @@
 //
 // A layout has a Kind: RAID0 (one object per stripe), Mirror (Mirror
 // copies of every stripe object, 2..5) or EC (ECData data and ECParity
-// parity shards per stripe, K <= 16, M <= 4; the format exists, the data
-// path does not yet). Width() is the number of objects per stripe; a file's
+// parity shards per stripe, K <= 16, M <= 4). Units are dealt round-robin
+// over Columns() data columns: the stripes (RAID-0, mirror) or the data
+// shards of all stripes (EC: column c is shard c mod K of stripe c div K,
+// so the K units of one row of a stripe are contiguous in the file, and
+// RowBytes() is a full-stripe write). Width() is the number of objects per stripe; a file's
 // objects are numbered by slot, stripe s owning slots s*Width() ..
 // s*Width()+Width()-1, and Targets[slot] holds each. The slot is the
 // object's stripe number on its target (proto.ObjectID.Stripe), so RAID-0
@@ -18,9 +21,9 @@
 // Invariants:
 //   - Extents returns pieces in file order that exactly cover the requested
 //     range, never crossing a stripe-unit boundary; Extent.Stripe is the
-//     stripe (for RAID-0 also the slot).
+//     data column (ColumnSlot gives its object's slot).
 //   - ObjectSize is consistent with Extents: the bytes of a file of size n
-//     that land in stripe i end at ObjectSize(n, i), on every copy.
+//     that land in column i end at ObjectSize(n, i), on every copy.
 //   - A valid file layout (ValidateFile) has Width() targets per stripe, no
 //     target twice, stale slots in order and in range, and at least
 //     MinFresh() objects of every stripe not stale.
