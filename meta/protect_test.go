@@ -140,3 +140,54 @@ func TestRegisterForeignFSID(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// Stale marks: a mark is recorded and kept in the layout; marking the last
+// fresh copy of a stripe is refused (EIO) and changes nothing; clearing is
+// refused (EBUSY) when the file changed since the repair began.
+func TestStaleMarks(t *testing.T) {
+	e := newEnv(t)
+	e.addServerTarget("a", "a:1", "")
+	e.addServerTarget("b", "b:1", "")
+	e.addServerTarget("c", "c:1", "")
+	pol := layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1}
+	a, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0o644, Layout: &pol})
+	e.must(err)
+	if _, err := e.srv.MarkStale(ctx, a.Ino, a.Gen+1, []uint32{1}); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("mark of another generation: %v, want ESTALE", err)
+	}
+	got, err := e.srv.MarkStale(ctx, a.Ino, a.Gen, []uint32{1})
+	if err != nil || !got.Layout.IsStale(1) {
+		t.Fatalf("mark: %v %v", got.Layout, err)
+	}
+	if _, err := e.srv.MarkStale(ctx, a.Ino, a.Gen, []uint32{0}); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("marking the last fresh copy: %v, want EIO", err)
+	}
+	if got, _ := e.srv.GetAttr(ctx, a.Ino); got.Layout.IsStale(0) || !got.Layout.IsStale(1) {
+		t.Fatalf("refused mark changed the layout: %v", got.Layout)
+	}
+	if _, err := e.srv.ClearStale(ctx, a.Ino, a.Gen, []uint32{1}, a.Mtime-1); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("clear after the file changed: %v, want EBUSY", err)
+	}
+	cur, _ := e.srv.GetAttr(ctx, a.Ino)
+	if got, err := e.srv.ClearStale(ctx, a.Ino, a.Gen, []uint32{1}, cur.Mtime); err != nil || len(got.Layout.Stale) != 0 {
+		t.Fatalf("clear: %v %v", got.Layout, err)
+	}
+	// EC 2+1: one shard may be stale, not two.
+	ec := layout.Layout{Kind: layout.EC, ECData: 2, ECParity: 1, StripeSize: 1 << 20, StripeCount: 1}
+	b, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "ec", Mode: 0o644, Layout: &ec})
+	e.must(err)
+	if len(b.Layout.Targets) != 3 {
+		t.Fatalf("ec layout %v", b.Layout)
+	}
+	if _, err := e.srv.MarkStale(ctx, b.Ino, b.Gen, []uint32{2}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.srv.MarkStale(ctx, b.Ino, b.Gen, []uint32{0}); !errors.Is(err, syscall.EIO) {
+		t.Fatalf("a second stale shard of ec 2+1: %v, want EIO", err)
+	}
+	// EC 3+1 needs 4 servers.
+	ec.ECData = 3
+	if _, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "ec4", Mode: 0o644, Layout: &ec}); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("ec 3+1 on 3 servers: %v, want ENOSPC", err)
+	}
+}
