@@ -173,7 +173,11 @@ func (c *Client) ecUpdateRow(ctx context.Context, st *inodeState, l layout.Layou
 func (c *Client) ecReadShard(ctx context.Context, st *inodeState, l layout.Layout, g, j int, objOff uint64, dst []byte) error {
 	slot := l.Slot(g, j)
 	if !l.IsStale(slot) {
-		got, err := c.readSlot(ctx, st, l, slot, objOff, dst)
+		// The other shards can stand in: a server that does not answer
+		// (stopped, cut off) is given MirrorGrace, not the RPC timeout.
+		gctx, cancel := context.WithTimeout(ctx, c.mirrorGrace())
+		got, err := c.readSlot(gctx, st, l, slot, objOff, dst)
+		cancel()
 		if err == nil {
 			col := g*int(l.ECData) + j
 			err = c.checkLength(ctx, st, l, layout.Extent{Stripe: col, ObjOff: objOff, Len: uint64(len(dst))}, got)
