@@ -30,9 +30,10 @@ import (
 //     fresh, and then the write fails.
 //   - Parity of a row is written as long as the row's first data shard
 //     reaches (the rest would be parity of zeros, and reads as zeros).
-//   - Reads read the data shard; if it is stale, fails, or is shorter than
-//     the file (ObjectsSized), they read the same range of the other
-//     shards and reconstruct it.
+//   - Reads read the data shard; if it is stale, fails, does not answer
+//     within MirrorGrace, or is shorter than the file (ObjectsSized), they
+//     read the same range of the other shards and reconstruct it (a
+//     target that failed is not asked first again for a while).
 //   - Truncate truncates the data shards to their shares and the parity
 //     to the first shard's, then recomputes the parity of the row the new
 //     end falls in.
@@ -172,7 +173,7 @@ func (c *Client) ecUpdateRow(ctx context.Context, st *inodeState, l layout.Layou
 // it is stale, fails or is shorter than the file says.
 func (c *Client) ecReadShard(ctx context.Context, st *inodeState, l layout.Layout, g, j int, objOff uint64, dst []byte) error {
 	slot := l.Slot(g, j)
-	if !l.IsStale(slot) {
+	if !l.IsStale(slot) && !c.suspect(l.Targets[slot]) {
 		// The other shards can stand in: a server that does not answer
 		// (stopped, cut off) is given MirrorGrace, not the RPC timeout.
 		gctx, cancel := context.WithTimeout(ctx, c.mirrorGrace())
