@@ -92,14 +92,16 @@ func (c *Client) ecWrite(ctx context.Context, st *inodeState, l layout.Layout, o
 		st.mu.Lock()
 		end := max(st.size(), hi)
 		st.mu.Unlock()
-		return c.ecUpdateRow(ctx, st, l, q, lo-q*rb, data[lo-off:hi-off], end)
+		return c.ecUpdateRow(ctx, st, l, q, lo-q*rb, data[lo-off:hi-off], end, true)
 	})
 }
 
 // ecUpdateRow writes p at offset inRow of row q (the caller holds its
 // lock) of a file of size end, and the row's parity. With p empty it
-// recomputes the parity from the data (after a truncate).
-func (c *Client) ecUpdateRow(ctx context.Context, st *inodeState, l layout.Layout, q, inRow uint64, p []byte, end uint64) error {
+// recomputes the parity from the data (after a truncate, which passes
+// checkLen false: the data shards were just cut below the size the
+// metadata server still records, and are right).
+func (c *Client) ecUpdateRow(ctx context.Context, st *inodeState, l layout.Layout, q, inRow uint64, p []byte, end uint64, checkLen bool) error {
 	enc, err := c.coder(l)
 	if err != nil {
 		return err
@@ -122,7 +124,7 @@ func (c *Client) ecUpdateRow(ctx context.Context, st *inodeState, l layout.Layou
 	if !(inRow == 0 && uint64(len(p)) == l.RowBytes()) {
 		// A partial row: the other bytes come from the data shards.
 		if err := parallel(k, func(j int) error {
-			return c.ecReadShard(ctx, st, l, g, j, objOff, shards[j])
+			return c.ecReadShard(ctx, st, l, g, j, objOff, shards[j], checkLen)
 		}); err != nil {
 			return err
 		}
@@ -170,8 +172,8 @@ func (c *Client) ecUpdateRow(ctx context.Context, st *inodeState, l layout.Layou
 
 // ecReadShard fills dst with data shard j of stripe g at objOff (zeros
 // where the object has none), reconstructing it from the other shards if
-// it is stale, fails or is shorter than the file says.
-func (c *Client) ecReadShard(ctx context.Context, st *inodeState, l layout.Layout, g, j int, objOff uint64, dst []byte) error {
+// it is stale, fails or (with checkLen) is shorter than the file says.
+func (c *Client) ecReadShard(ctx context.Context, st *inodeState, l layout.Layout, g, j int, objOff uint64, dst []byte, checkLen bool) error {
 	slot := l.Slot(g, j)
 	if !l.IsStale(slot) && !c.suspect(l.Targets[slot]) {
 		// The other shards can stand in: a server that does not answer
@@ -179,7 +181,9 @@ func (c *Client) ecReadShard(ctx context.Context, st *inodeState, l layout.Layou
 		gctx, cancel := context.WithTimeout(ctx, c.mirrorGrace())
 		got, err := c.readSlot(gctx, st, l, slot, objOff, dst)
 		cancel()
-		if err == nil {
+		if err != nil {
+			c.noteSuspect(l.Targets[slot])
+		} else if checkLen {
 			col := g*int(l.ECData) + j
 			err = c.checkLength(ctx, st, l, layout.Extent{Stripe: col, ObjOff: objOff, Len: uint64(len(dst))}, got)
 		}
@@ -187,7 +191,6 @@ func (c *Client) ecReadShard(ctx context.Context, st *inodeState, l layout.Layou
 			clear(dst[got:])
 			return nil
 		}
-		c.noteSuspect(l.Targets[slot])
 		c.log.Warn("ec shard unreadable, reconstructing it", "ino", st.ino, "slot", slot, "err", err)
 	}
 	return c.ecReconstruct(ctx, st, l, g, j, objOff, dst)
@@ -322,7 +325,7 @@ func (c *Client) ecTruncate(ctx context.Context, st *inodeState, l layout.Layout
 	st.mu.Lock()
 	l = st.layout // stale marks made above
 	st.mu.Unlock()
-	return c.ecUpdateRow(ctx, st, l, q, 0, nil, size)
+	return c.ecUpdateRow(ctx, st, l, q, 0, nil, size, false)
 }
 
 // ecResyncSlot rebuilds the shard in slot of a file of size bytes, row by

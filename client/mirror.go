@@ -227,7 +227,7 @@ func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout
 	}
 	if l.Kind == layout.EC {
 		k := int(l.ECData)
-		if err := c.ecReadShard(ctx, st, l, e.Stripe/k, e.Stripe%k, e.ObjOff, dst[:e.Len]); err != nil {
+		if err := c.ecReadShard(ctx, st, l, e.Stripe/k, e.Stripe%k, e.ObjOff, dst[:e.Len], true); err != nil {
 			return 0, fmt.Errorf("client: read ino %d [%d,+%d): %w", st.ino, e.FileOff, e.Len, err)
 		}
 		return int(e.Len), nil
@@ -271,7 +271,9 @@ func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout
 			}
 			return got, nil
 		}
-		c.noteSuspect(l.Targets[slot])
+		if !errors.Is(err, errShortObject) {
+			c.noteSuspect(l.Targets[slot])
+		}
 		errs = append(errs, fmt.Errorf("copy on target %d: %w", l.Targets[slot], err))
 		if i < len(order)-1 {
 			c.log.Warn("read from a copy failed, reading another", "ino", st.ino, "stripe", e.Stripe, "target", l.Targets[slot], "err", err)
