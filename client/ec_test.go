@@ -71,7 +71,11 @@ func ecRandom(t *testing.T, seed uint64) {
 	for _, tg := range a.Layout.Targets {
 		e.storage.set(tg, "down")
 		if got := readAll(t, e.client(t), a.Ino, len(model)); !bytes.Equal(got, model) {
-			for i := range got { if got[i] != model[i] { t.Fatalf("target %d down: differ at %d (of %d), got %x want %x", tg, i, len(model), got[i:i+8], model[i:i+8]) } }
+			for i := range got {
+				if got[i] != model[i] {
+					t.Fatalf("target %d down: differ at %d (of %d), got %x want %x", tg, i, len(model), got[i:i+8], model[i:i+8])
+				}
+			}
 		}
 		e.storage.set(tg, "")
 	}
