@@ -2,9 +2,12 @@ package tests
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -305,4 +308,118 @@ func TestECStorageKilled(t *testing.T) {
 	}
 	c.StopStorage(2)
 	ld.verify(t, c.Mount(c.AddMount()))
+}
+
+// weftFails runs weft and returns its output, failing the test if it
+// succeeds.
+func weftFails(t *testing.T, c *testcluster.Cluster, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := c.Weft(ctx, args...)
+	if err == nil {
+		t.Fatalf("weft %s succeeded: %s", strings.Join(args, " "), out)
+	}
+	return out
+}
+
+// TestProtectBadInput: protection the cluster cannot give, or that is out
+// of range, or asked of a file with data, is refused with a clear error
+// and changes nothing.
+func TestProtectBadInput(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
+	d := filepath.Join(c.Mount(0), "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before, err := testcluster.GetLayout(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mirror", "3", d}, "mirror 3 needs 3 storage servers (failure domains) up, and 2 of 2 are"},
+		{[]string{"--ec", "2+1", d}, "ec 2+1 needs 3 storage servers"},
+		{[]string{"--ec", "20+1", d}, "--ec 20+1: want K+M with K 1..16 data shards and M 1..4 parity shards"},
+		{[]string{"--mirror", "9", d}, "--mirror 9: want 2..5 copies"},
+		{[]string{"--mirror", "3", filepath.Join(d, "new")}, "mirror 3 needs 3 storage servers"},
+	} {
+		out := weftFails(t, c, append([]string{"setstripe"}, tc.args...)...)
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("setstripe %v: %q, want it to say %q", tc.args, out, tc.want)
+		}
+	}
+	if after, err := testcluster.GetLayout(d); err != nil || after.Kind != before.Kind || after.StripeCount != before.StripeCount {
+		t.Errorf("refused setstripes changed %s: %+v -> %+v (%v)", d, before, after, err)
+	}
+	if _, err := os.Stat(filepath.Join(d, "new")); !os.IsNotExist(err) {
+		t.Errorf("a refused setstripe of a new file left it behind: %v", err)
+	}
+	full := filepath.Join(d, "full")
+	if err := os.WriteFile(full, []byte("data"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := weftFails(t, c, "setstripe", "--mirror", "2", full); !strings.Contains(out, "holds 4 bytes") {
+		t.Errorf("setstripe --mirror of a file with data: %q", out)
+	}
+	if l, _ := testcluster.GetLayout(full); l.Kind != "raid0" {
+		t.Errorf("the file with data was changed: %+v", l)
+	}
+}
+
+// runStorage runs `weft storage` with args until it exits (or fails the
+// test after a minute) and returns its output.
+func runStorage(t *testing.T, bin string, args ...string) (string, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, bin, append([]string{"storage"}, args...)...).CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("weft storage %v did not exit: %s", args, out)
+	}
+	return string(out), err
+}
+
+// TestTargetIdentity: a second storage server on a target directory in
+// use fails at once, and a target of one file system pointed at another
+// file system's metadata server refuses to start; neither changes the
+// target, which its own server then serves again.
+func TestTargetIdentity(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 1})
+	dir := c.TargetDirs(0)[0]
+	before, err := os.ReadFile(filepath.Join(dir, "target.json"))
+	if err != nil || !strings.Contains(string(before), `"fsid"`) {
+		t.Fatalf("target.json %s %v: want a fsid", before, err)
+	}
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := lis.Addr().String()
+	lis.Close()
+	out, err := runStorage(t, c.Bin(), "--listen", addr, "--meta", c.MetaAddr(), "--keys", c.Keys("storage"), "--target", dir)
+	if err == nil || !strings.Contains(out, "in use by another storage server") {
+		t.Fatalf("second server on a used target: %v: %s", err, out)
+	}
+
+	other := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 1, Mounts: -1})
+	c.StopStorage(0) // releases the lock: the target is idle, not in use
+	out, err = runStorage(t, c.Bin(), "--listen", addr, "--meta", other.MetaAddr(), "--keys", other.Keys("storage"), "--target", dir)
+	if err == nil || !strings.Contains(out, "formatted for file system") {
+		t.Fatalf("target pointed at another file system: %v: %s", err, out)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, "target.json")); !bytes.Equal(after, before) {
+		t.Fatalf("target.json changed: %s -> %s", before, after)
+	}
+	c.StartStorage(0)
+	c.WaitTargetsUp(1)
+	p := filepath.Join(c.Mount(0), "f")
+	if err := os.WriteFile(p, []byte("still served"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || string(b) != "still served" {
+		t.Fatalf("read back: %q %v", b, err)
+	}
 }
