@@ -25,9 +25,11 @@ import (
 //     operation succeeds: a copy that missed a write is never read again
 //     until repaired. If no fresh copy succeeded, or the mark fails, the
 //     operation fails as a RAID-0 one would.
-//   - A copy that has not answered MirrorGrace after another copy of the
-//     same request succeeded is given up on (and marked stale), so a
-//     stopped server costs a write MirrorGrace, not the RPC timeout.
+//   - A copy that has not answered MirrorGrace (or 4 times what the first
+//     copy took, if more: on a loaded machine every copy is slow) after
+//     another copy of the same request succeeded is given up on (and
+//     marked stale), so a stopped server costs a write MirrorGrace, not
+//     the RPC timeout.
 //   - Reads go to one fresh copy, chosen by the stripe unit so that reads
 //     of one file spread over all copies, preferring copies whose target
 //     did not fail recently; a copy that fails (or does not answer within
@@ -94,6 +96,7 @@ func (c *Client) fanOut(ctx context.Context, st *inodeState, l layout.Layout, sl
 	cctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan result, len(slots))
+	start := time.Now()
 	for _, slot := range slots {
 		go func() {
 			results <- result{slot, op(cctx, slot)}
@@ -112,7 +115,9 @@ func (c *Client) fanOut(ctx context.Context, st *inodeState, l layout.Layout, sl
 			if r.err == nil {
 				ok++
 				if grace == nil && got < len(slots) {
-					t := time.NewTimer(c.mirrorGrace())
+					// A loaded machine slows every copy alike: the others
+					// get at least 4 times what the first one took.
+					t := time.NewTimer(max(c.mirrorGrace(), 4*time.Since(start)))
 					defer t.Stop()
 					grace = t.C
 				}
