@@ -323,7 +323,9 @@ func (c *Client) ecTruncate(ctx context.Context, st *inodeState, l layout.Layout
 	mu.Lock()
 	defer mu.Unlock()
 	st.mu.Lock()
-	l = st.layout // stale marks made above
+	if cur := st.layout; len(cur.Targets) > 0 {
+		l = cur // with the stale marks made above (a truncate by path has no layout in st)
+	}
 	st.mu.Unlock()
 	return c.ecUpdateRow(ctx, st, l, q, 0, nil, size, false)
 }

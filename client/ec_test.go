@@ -5,9 +5,12 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/weft-fs/weft/internal/testutil"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
 )
@@ -27,7 +30,9 @@ func TestECRandomWritesDegradedReads(t *testing.T) {
 
 func ecRandom(t *testing.T, seed uint64) {
 	e := newMirrorEnv(t)
-	c := e.client(t)
+	log, logs := testutil.NewLogger()
+	c := NewWithServices(e.meta, e.storage, Config{MirrorGrace: 200 * time.Millisecond, Logger: log})
+	t.Cleanup(func() { c.Close() })
 	ctx := context.Background()
 	f, a := createWith(t, c, "ec", ec21)
 	if len(a.Layout.Targets) != 3 {
@@ -36,6 +41,11 @@ func ecRandom(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, 4))
 	var model []byte
 	for i := range 80 {
+		if i%5 == 4 {
+			if err := f.Fsync(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
 		if i%7 == 6 {
 			size := uint64(rng.IntN(500 << 10))
 			if _, err := f.Truncate(ctx, size); err != nil {
@@ -64,6 +74,10 @@ func ecRandom(t *testing.T, seed uint64) {
 	}
 	if err := f.Release(ctx); err != nil {
 		t.Fatal(err)
+	}
+	// With every target up, nothing was ever reconstructed or found short.
+	if strings.Contains(logs.String(), "level=WARN") || strings.Contains(logs.String(), "level=ERROR") {
+		t.Fatalf("warnings with every target up:\n%s", logs)
 	}
 	if got := readAll(t, e.client(t), a.Ino, len(model)); !bytes.Equal(got, model) {
 		t.Fatalf("all shards up: %d bytes, want %d, differ", len(got), len(model))
@@ -131,4 +145,30 @@ func TestECDegradedWriteAndResync(t *testing.T) {
 		t.Fatalf("layout left invalid: %v", got.Layout)
 	}
 	_ = syscall.EIO
+}
+
+// A truncate by path (no handle open on this client) of an EC file cuts
+// the shards and recomputes the tail row's parity like one through a
+// handle.
+func TestECTruncateByPath(t *testing.T) {
+	e := newMirrorEnv(t)
+	c := e.client(t)
+	ctx := context.Background()
+	f, a := createWith(t, c, "ec", ec21)
+	want := make([]byte, 300<<10)
+	for i := range want {
+		want[i] = byte(i*13 + 1)
+	}
+	writeClose(t, f, want, 0)
+	if _, err := e.client(t).SetAttr(ctx, a.Ino, proto.SetAttrIn{Valid: proto.SetSize, Size: 100_000}); err != nil {
+		t.Fatal(err)
+	}
+	want = want[:100_000]
+	for _, tg := range a.Layout.Targets {
+		e.storage.set(tg, "down")
+		if got := readAll(t, e.client(t), a.Ino, len(want)); !bytes.Equal(got, want) {
+			t.Fatalf("after a truncate by path, target %d down: %d bytes, differ", tg, len(got))
+		}
+		e.storage.set(tg, "")
+	}
 }

@@ -159,7 +159,9 @@ func (c *Client) markStale(ctx context.Context, st *inodeState, slots []uint32) 
 		return err
 	}
 	st.mu.Lock()
-	st.layout = st.layout.WithStale(slots...)
+	if len(st.layout.Targets) > 0 {
+		st.layout = st.layout.WithStale(slots...)
+	}
 	st.mu.Unlock()
 	return nil
 }
