@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
@@ -22,8 +23,9 @@ import (
 // object to its share. So a read that finds an object shorter than the
 // recorded size says has found lost data (a deleted or shortened object
 // file), not a hole: readExtent checks, after asking the metadata server
-// for the current size (another client may have truncated the file), and
-// then reads another copy of a mirrored file, marking the short one stale,
+// for the current size (another client may be truncating the file: it
+// cuts the objects before it records the size, so it asks a few times over
+// 0.75 s), and then reads another copy of a mirrored file, marking the short one stale,
 // or fails with EIO and logs it for an unprotected one. Files placed before
 // ObjectsSized existed are not checked: their holes may be short objects.
 
@@ -91,22 +93,40 @@ func (c *Client) checkLength(ctx context.Context, st *inodeState, l layout.Layou
 		return nil
 	}
 	st.mu.Lock()
-	size := st.metaSize
+	size, truncating := st.metaSize, st.truncating > 0
 	st.mu.Unlock()
 	short := func(size uint64) bool {
 		return e.ObjOff+uint64(got) < min(l.ObjectSize(size, e.Stripe), e.ObjOff+e.Len)
 	}
-	if !short(size) {
+	if !short(size) || truncating {
+		// While this client truncates, it cuts the objects before it
+		// records the size; the reads that overlap it (read-ahead already
+		// under way) are dropped.
 		return nil
 	}
-	rctx, cancel := c.rpcCtx(ctx)
-	a, err := c.meta.GetAttr(rctx, st.ino)
-	cancel()
-	if err != nil {
-		return err
-	}
-	if a.Gen != st.gen || !short(a.Size) {
-		return nil
+	var a proto.Attr
+	for attempt := 0; ; attempt++ {
+		rctx, cancel := c.rpcCtx(ctx)
+		var err error
+		a, err = c.meta.GetAttr(rctx, st.ino)
+		cancel()
+		if err != nil {
+			return err
+		}
+		if a.Gen != st.gen || !short(a.Size) {
+			return nil
+		}
+		if attempt == 4 {
+			break
+		}
+		// Another client's truncate cuts the objects before it records
+		// the smaller size: give it a moment (0.75 s in all) before
+		// calling the bytes lost.
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond << attempt):
+		}
 	}
 	return fmt.Errorf("%w: ino %d stripe %d ends at %d, the file's size %d needs %d: %w",
 		errShortObject, st.ino, e.Stripe, e.ObjOff+uint64(got), a.Size, l.ObjectSize(a.Size, e.Stripe), syscall.EIO)

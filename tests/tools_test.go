@@ -278,6 +278,13 @@ fsync = 1
 	if err != nil {
 		t.Fatalf("fsx failed: %v\n%s", err, tailString(string(out), 60))
 	}
+	// With every server up, no object was ever found short, no copy or
+	// shard was given up on or rebuilt.
+	for _, bad := range []string{"shorter than", "stale", "reconstructing", "read from a copy failed"} {
+		if log := c.Log("mount-0"); strings.Contains(log, bad) {
+			t.Errorf("the mount logged %q with every server up:\n%s", bad, tailString(log, 20))
+		}
+	}
 	return file
 }
 
