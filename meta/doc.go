@@ -27,6 +27,9 @@
 //     (Command.Domains: the storage server, or its --domain), as many
 //     stripes as fit; none fitting fails with ENOSPC, as does a protected
 //     directory default that the domains up cannot satisfy.
+//   - every file placed gets layout.ObjectsSized: its clients keep its
+//     objects as long as their share of the size recorded here (package
+//     client, sized.go), so a shorter object is lost data.
 //   - stale copies: OpStale marks slots of a mirrored file stale (a client
 //     whose write missed a copy, before acknowledging it) or clears them
 //     (a repair; refused while the file is open for writing, and by apply

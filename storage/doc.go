@@ -41,6 +41,12 @@
 // Close, and a second server (or a second --target of the same directory)
 // fails at once with an error wrapping vfs.ErrLocked.
 //
+// Extend (storagerpc OpExtend) makes an object at least a given length
+// (the new bytes a hole) and never shortens it: clients keep the objects
+// of files with layout.ObjectsSized as long as their share of the file's
+// recorded size, so that a shorter object shows as lost data, and a
+// concurrent writer's bytes past that length are never cut.
+//
 // Read buffers are bounded per connection and per server (Config
 // ReadBytesPerConn, 64 MiB, and ReadBytesPerServer, 512 MiB; see package
 // storagerpc), so clients that never read their responses cannot pin more.
