@@ -172,3 +172,33 @@ func TestECTruncateByPath(t *testing.T) {
 		e.storage.set(tg, "")
 	}
 }
+
+// A sequential writer of an EC file sends whole rows, encoded without
+// reading anything back.
+func TestECFullRowsReadNothing(t *testing.T) {
+	e := newMirrorEnv(t)
+	c := e.client(t)
+	ctx := context.Background()
+	l := ec21
+	l.StripeSize = 1 << 20 // rows of 2 MiB
+	f, a := createWith(t, c, "ec", l)
+	want := make([]byte, 8<<20)
+	for i := range want {
+		want[i] = byte(i*31 + i>>12)
+	}
+	for off := 0; off < len(want); off += 1 << 20 {
+		if _, err := f.Write(ctx, want[off:off+1<<20], uint64(off)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n := e.storage.reads.Load(); n != 0 {
+		t.Fatalf("%d storage reads while writing whole rows", n)
+	}
+	e.storage.set(a.Layout.Targets[0], "down")
+	if got := readAll(t, e.client(t), a.Ino, len(want)); !bytes.Equal(got, want) {
+		t.Fatal("degraded read of the rows differs")
+	}
+}

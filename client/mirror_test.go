@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -26,6 +27,7 @@ type flakyStorage struct {
 	proto.StorageService
 	mu    sync.Mutex
 	state map[proto.TargetID]string // "down", "frozen"
+	reads atomic.Int64
 }
 
 func (f *flakyStorage) set(t proto.TargetID, s string) {
@@ -49,6 +51,7 @@ func (f *flakyStorage) check(ctx context.Context, t proto.TargetID) error {
 }
 
 func (f *flakyStorage) Read(ctx context.Context, t proto.TargetID, o proto.ObjectID, off uint64, p []byte) (int, error) {
+	f.reads.Add(1)
 	if err := f.check(ctx, t); err != nil {
 		return 0, err
 	}
