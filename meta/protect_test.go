@@ -191,3 +191,25 @@ func TestStaleMarks(t *testing.T) {
 		t.Fatalf("ec 3+1 on 3 servers: %v, want ENOSPC", err)
 	}
 }
+
+// Only a caller who may write the file marks or clears its stale copies.
+func TestStaleMarksNeedWrite(t *testing.T) {
+	e := newEnv(t)
+	e.addServerTarget("a", "a:1", "")
+	e.addServerTarget("b", "b:1", "")
+	pol := layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1}
+	d, err := e.srv.Mkdir(ctx, proto.RootIno, "d", 0o777, 0, 0)
+	e.must(err)
+	a, err := e.srv.Create(asU, proto.CreateIn{Parent: d.Ino, Name: "f", Mode: 0o644, Layout: &pol})
+	e.must(err)
+	if _, err := e.srv.MarkStale(asV, a.Ino, a.Gen, []uint32{1}); !errors.Is(err, syscall.EACCES) {
+		t.Fatalf("mark by another user: %v, want EACCES", err)
+	}
+	if _, err := e.srv.MarkStale(asU, a.Ino, a.Gen, []uint32{1}); err != nil {
+		t.Fatalf("mark by the owner: %v", err)
+	}
+	cur, _ := e.srv.GetAttr(ctx, a.Ino)
+	if _, err := e.srv.ClearStale(asV, a.Ino, a.Gen, []uint32{1}, cur.Mtime); !errors.Is(err, syscall.EACCES) {
+		t.Fatalf("clear by another user: %v, want EACCES", err)
+	}
+}
