@@ -3,7 +3,7 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -29,6 +29,11 @@ type Config struct {
 	Logger *slog.Logger
 	// Transport carries the RPCs made by New; nil means TCP.
 	Transport transport.Transport
+	// MirrorGrace is how long the other copies of a mirrored file's
+	// write, or a read from one copy, are waited for once one copy
+	// answered (or before another copy is tried) before they are counted
+	// as failed (mirror.go); 0 means DefaultMirrorGrace.
+	MirrorGrace time.Duration
 }
 
 const (
@@ -90,6 +95,14 @@ type Client struct {
 	// (locks.go), nil if it has none; locks is what this client holds.
 	locker proto.LockService
 	locks  lockBook
+
+	// suspects maps a target to when a request to it failed last
+	// (mirror.go): reads try its copies last for a while.
+	suspects sync.Map
+
+	// rows and coders serve erasure-coded files (ec.go).
+	rows   rowLocks
+	coders sync.Map // [2]uint8{k, m} -> reedsolomon.Encoder
 }
 
 // extended is what a metadata service may offer beyond proto.MetaService
@@ -136,6 +149,7 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		cancel:  cancel,
 		open:    map[proto.Ino]*inodeState{},
 	}
+	c.rows.seed = maphash.MakeSeed()
 	if svc, ok := meta.(sessionService); ok {
 		c.sess = newSession(c, svc)
 	}
@@ -329,17 +343,17 @@ func (c *Client) truncate(ctx context.Context, ino proto.Ino, in proto.SetAttrIn
 }
 
 func (c *Client) truncateObjects(ctx context.Context, st *inodeState, l layout.Layout, size uint64) error {
-	ino := st.ino
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	return parallel(len(l.Targets), func(i int) error {
-		obj := proto.ObjectID{Ino: ino, Stripe: uint32(i), Gen: st.gen}
-		if err := st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
-			return c.storage.Truncate(ctx, l.Targets[i], obj, l.ObjectSize(size, i))
-		}); err != nil {
-			return fmt.Errorf("client: truncate ino %d stripe %d on target %d: %w", ino, i, l.Targets[i], err)
-		}
-		return nil
+	if l.Kind == layout.EC {
+		return c.ecTruncate(ctx, st, l, size)
+	}
+	return parallel(int(l.StripeCount), func(s int) error {
+		return c.onStripe(ctx, st, l, s, "truncate", func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+			return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+				return c.storage.Truncate(ctx, t, obj, l.ObjectSize(size, s))
+			})
+		})
 	})
 }
 

@@ -53,10 +53,21 @@ type extent struct {
 
 func (e *extent) end() uint64 { return e.off + uint64(len(e.buf)) }
 
+// maxECChunk bounds an EC file's chunk (a row): half the per-file
+// write-behind budget.
+const maxECChunk = maxFileInflight / 2
+
 // chunkSize is the largest power of two up to maxExtent that divides the
 // stripe unit (the unit itself when it is smaller or odd), so a chunk never
-// crosses a stripe-unit boundary.
+// crosses a stripe-unit boundary. For an EC file it is a row (ECData
+// units, up to maxECChunk): a sequential writer's rows are then sent
+// whole and encoded without reading anything back.
 func chunkSize(l layout.Layout) uint64 {
+	if l.Kind == layout.EC {
+		if rb := l.RowBytes(); rb > 0 && rb <= maxECChunk {
+			return rb
+		}
+	}
 	ss := l.StripeSize
 	if ss <= maxExtent {
 		return ss
@@ -172,6 +183,7 @@ func (st *inodeState) sendLocked(e *extent) {
 	// once per write, marks every stripe an acknowledged write touched.
 	for _, x := range exts {
 		st.unsynced[x.Stripe] = true
+		st.written[x.Stripe] = max(st.written[x.Stripe], x.ObjOff+x.Len)
 	}
 	st.c.wg.Add(1)
 	go st.c.writeBehind(st, pw, l, exts, e.buf)

@@ -11,6 +11,29 @@
 // path; it is told about data only when a file is flushed or synced
 // (MetaService.WriteDone records the size and mtime).
 //
+// # Mirrored files
+//
+// A mirrored layout (layout.Mirror) has several copies of every stripe
+// object on distinct servers (mirror.go). Writes, truncates and syncs go to
+// every copy not marked stale; one succeeds when at least one copy took
+// it and every copy that failed (or did not answer within
+// Config.MirrorGrace of another) was marked stale on the metadata server
+// (proto.StaleMarker) first, so an acknowledged write is on every copy not
+// marked stale. Reads go to one fresh copy, spread by stripe unit, and fail
+// over to the next; stale copies are never read. Every open takes the
+// server's stale marks. Resync repairs stale copies (copy from a fresh
+// copy, truncate, sync, clear the marks); the server refuses to clear them
+// while the file is open for writing or if it changed during the repair.
+//
+// # Erasure-coded files and lost objects
+//
+// EC files (ec.go) are written row by row (ECData stripe units of one
+// stripe, contiguous in the file) under a per-row lock of this client:
+// whole rows are encoded from the write, partial ones read, merge and
+// re-encode; reads reconstruct stale or failing shards. New files' objects
+// are kept as long as their share of the recorded size (sized.go), so a
+// shorter object is lost data: read from redundancy, or EIO.
+//
 // # Consistency semantics
 //
 //   - Close-to-open. Open asks the metadata server for fresh attributes.

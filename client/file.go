@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"syscall"
 	"time"
@@ -40,15 +41,19 @@ type inodeState struct {
 	gen  uint64 // the file's generation: part of every object's name
 	refs int    // guarded by Client.mu
 
-	mu         sync.Mutex
-	cond       *sync.Cond
-	layout     layout.Layout
-	metaSize   uint64
-	end        uint64
-	dirty      bool
-	seq        uint64 // counts accepted writes, so a WriteDone knows what it covered
-	lastWrite  int64  // unix ns of the last accepted write (reported as mtime while dirty)
-	unsynced   map[int]bool
+	mu        sync.Mutex
+	cond      *sync.Cond
+	layout    layout.Layout
+	metaSize  uint64
+	end       uint64
+	dirty     bool
+	seq       uint64 // counts accepted writes, so a WriteDone knows what it covered
+	lastWrite int64  // unix ns of the last accepted write (reported as mtime while dirty)
+	unsynced  map[int]bool
+	// written is, per stripe, the end of the bytes this client sent to
+	// its objects since the last truncate: with metaSize, what Flush
+	// knows the objects already reach (sized.go).
+	written    map[int]uint64
 	open       []*extent
 	inflight   []*pendingWrite
 	held       uint64
@@ -94,6 +99,10 @@ func (st *inodeState) mergeAttr(a *proto.Attr) {
 	}
 	if st.end == 0 && !st.dirty && len(a.Layout.Targets) > 0 {
 		st.layout = a.Layout.Clone()
+	} else if slices.Equal(st.layout.Targets, a.Layout.Targets) {
+		// The server's stale marks include every mark this client made
+		// (it marks there first); a repair cleared the others.
+		st.layout.Stale = slices.Clone(a.Layout.Stale)
 	}
 }
 
@@ -128,6 +137,7 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 	defer st.mu.Unlock()
 	st.metaSize = a.Size
 	st.end = min(st.end, size)
+	clear(st.written) // every object is its share of size now
 	if st.dirty {
 		a.Mtime = max(a.Mtime, st.lastWrite)
 	}
@@ -160,7 +170,7 @@ func (c *Client) acquire(a *proto.Attr) *inodeState {
 		// None yet, or one for an earlier file that had this inode number
 		// (reused after a metadata rollback), which keeps serving its own
 		// handles but is no longer found by number.
-		st = &inodeState{c: c, ino: a.Ino, gen: a.Gen, unsynced: map[int]bool{}}
+		st = &inodeState{c: c, ino: a.Ino, gen: a.Gen, unsynced: map[int]bool{}, written: map[int]uint64{}}
 		st.cond = sync.NewCond(&st.mu)
 		st.layout = a.Layout.Clone()
 		st.metaSize = a.Size
@@ -342,18 +352,22 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, exts []layout.Extent, buf []byte) {
 	defer c.wg.Done()
 	ctx, cancel := context.WithTimeout(c.base, c.cfg.Timeout)
-	err := parallel(len(exts), func(i int) error {
+	write := func(i int) error {
 		e := exts[i]
 		data := buf[e.FileOff-pw.off:][:e.Len]
-		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(e.Stripe), Gen: st.gen}
-		if err := st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
-			_, err := c.storage.Write(ctx, l.Targets[e.Stripe], obj, e.ObjOff, data)
-			return err
-		}); err != nil {
-			return fmt.Errorf("client: write ino %d [%d,+%d) to target %d: %w", st.ino, e.FileOff, e.Len, l.Targets[e.Stripe], err)
-		}
-		return nil
-	})
+		return c.onStripe(ctx, st, l, e.Stripe, fmt.Sprintf("write [%d,+%d) to", e.FileOff, e.Len), func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+			return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+				_, err := c.storage.Write(ctx, t, obj, e.ObjOff, data)
+				return err
+			})
+		})
+	}
+	var err error
+	if l.Kind == layout.EC {
+		err = c.ecWrite(ctx, st, l, pw.off, buf[:pw.end-pw.off])
+	} else {
+		err = parallel(len(exts), write)
+	}
 	cancel()
 	if err != nil {
 		c.log.Warn("background write failed", "ino", st.ino, "err", err)
@@ -506,22 +520,13 @@ func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, 
 // readRange fills p with the file bytes at off, fetching stripe units
 // concurrently; holes and short objects read as zeros.
 func (c *Client) readRange(ctx context.Context, st *inodeState, l layout.Layout, off uint64, p []byte) error {
-	ino := st.ino
 	exts := l.Extents(off, uint64(len(p)))
 	return parallel(len(exts), func(i int) error {
 		e := exts[i]
 		dst := p[e.FileOff-off:][:e.Len]
-		obj := proto.ObjectID{Ino: ino, Stripe: uint32(e.Stripe), Gen: st.gen}
-		var got int
-		err := st.withCap(ctx, proto.AccessRead, func(ctx context.Context) (err error) {
-			got, err = c.storage.Read(ctx, l.Targets[e.Stripe], obj, e.ObjOff, dst)
-			return err
-		})
-		if errors.Is(err, syscall.ENOENT) {
-			got, err = 0, nil // an object never written is a hole
-		}
+		got, err := c.readExtent(ctx, st, l, e, dst)
 		if err != nil {
-			return fmt.Errorf("client: read ino %d [%d,+%d) from target %d: %w", ino, e.FileOff, e.Len, l.Targets[e.Stripe], err)
+			return err
 		}
 		clear(dst[got:])
 		return nil
@@ -567,7 +572,12 @@ func (f *File) writeDone(ctx context.Context) error {
 		return nil
 	}
 	seq, end := st.seq, st.end
+	ext := st.extendsLocked(end)
+	l := st.layout
 	st.mu.Unlock()
+	if err := f.c.extendObjects(ctx, st, l, ext, end); err != nil {
+		return err
+	}
 	rctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
 	var a proto.Attr
@@ -616,14 +626,14 @@ func (f *File) Fsync(ctx context.Context) error {
 	if len(stripes) > 0 {
 		rctx, cancel := f.c.rpcCtx(ctx)
 		err := parallel(len(stripes), func(i int) error {
-			s := stripes[i]
-			obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(s), Gen: st.gen}
-			if err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
-				return f.c.storage.Sync(ctx, l.Targets[s], obj)
-			}); err != nil {
-				return fmt.Errorf("client: sync ino %d stripe %d on target %d: %w", st.ino, s, l.Targets[s], err)
+			if l.Kind == layout.EC {
+				return f.c.ecSync(rctx, st, l, stripes[i])
 			}
-			return nil
+			return f.c.onStripe(rctx, st, l, stripes[i], "sync", func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+				return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+					return f.c.storage.Sync(ctx, t, obj)
+				})
+			})
 		})
 		cancel()
 		if err != nil {

@@ -120,3 +120,14 @@ func (s *resolvingStorage) Sync(ctx context.Context, t proto.TargetID, obj proto
 	s.r.invalidate(err)
 	return err
 }
+
+// Extend implements proto.ObjectExtender when the storage client does.
+func (s *resolvingStorage) Extend(ctx context.Context, t proto.TargetID, obj proto.ObjectID, size uint64) error {
+	x, ok := s.StorageService.(proto.ObjectExtender)
+	if !ok {
+		return fmt.Errorf("client: storage cannot extend objects: %w", syscall.ENOSYS)
+	}
+	err := x.Extend(ctx, t, obj, size)
+	s.r.invalidate(err)
+	return err
+}

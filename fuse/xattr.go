@@ -16,14 +16,59 @@ const (
 	xattrLayout = "user.weft.layout"
 	xattrDF     = "user.weft.df"
 	xattrMeta   = "user.weft.meta" // the metadata server's address, for admin tools
+	// xattrResync, set (any value) on a mirrored file, repairs its stale
+	// copies (client.Resync); `weft resync` sets it.
+	xattrResync = "user.weft.resync"
 	weftPrefix  = "user.weft."
 )
 
-// layoutJSON is the value of user.weft.layout.
+// layoutJSON is the value of user.weft.layout. Kind is "raid0" (or
+// absent: raid0), "mirror" (Mirror copies) or "ec" (ECData+ECParity);
+// Targets lists a file's objects slot by slot (layout.Layout), Stale the
+// slots that missed writes.
 type layoutJSON struct {
+	Kind        string           `json:"kind,omitempty"`
+	Mirror      uint8            `json:"mirror,omitempty"`
+	ECData      uint8            `json:"ec_k,omitempty"`
+	ECParity    uint8            `json:"ec_m,omitempty"`
 	StripeSize  uint64           `json:"stripe_size"`
 	StripeCount int32            `json:"stripe_count"`
 	Targets     []proto.TargetID `json:"targets"`
+	Stale       []uint32         `json:"stale,omitempty"`
+}
+
+func toLayoutJSON(l layout.Layout) layoutJSON {
+	return layoutJSON{
+		Kind: l.Kind.String(), Mirror: l.Mirror, ECData: l.ECData, ECParity: l.ECParity,
+		StripeSize: l.StripeSize, StripeCount: l.StripeCount,
+		Targets: append([]proto.TargetID{}, l.Targets...), Stale: l.Stale,
+	}
+}
+
+// fromLayoutJSON reads a layout request; unknown kinds are ErrInvalid.
+func fromLayoutJSON(j layoutJSON) (layout.Layout, error) {
+	l := layout.Layout{Mirror: j.Mirror, ECData: j.ECData, ECParity: j.ECParity,
+		StripeSize: j.StripeSize, StripeCount: j.StripeCount, Targets: j.Targets}
+	switch j.Kind {
+	case "", "raid0":
+		l.Kind = layout.RAID0
+	case "mirror":
+		l.Kind = layout.Mirror
+	case "ec":
+		l.Kind = layout.EC
+	default:
+		return layout.Layout{}, layout.ErrInvalid
+	}
+	if l.StripeSize == 0 {
+		l.StripeSize = layout.DefaultStripeSize
+	}
+	if l.StripeCount == 0 {
+		l.StripeCount = layout.DefaultStripeCount
+		if w := l.Width(); len(l.Targets) > 0 && w > 0 {
+			l.StripeCount = int32(len(l.Targets) / w)
+		}
+	}
+	return l, l.ValidatePolicy()
 }
 
 // xattrNamespace classifies a name: "user", "security", or "other" (trusted,
@@ -66,7 +111,7 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, 
 		if err != nil {
 			return 0, n.fsys.errno("getxattr", err)
 		}
-		v, _ = json.Marshal(layoutJSON{StripeSize: l.StripeSize, StripeCount: l.StripeCount, Targets: append([]proto.TargetID{}, l.Targets...)})
+		v, _ = json.Marshal(toLayoutJSON(l))
 	case xattrMeta:
 		v = []byte(n.fsys.meta)
 	case xattrDF:
@@ -121,25 +166,20 @@ func (n *node) Setxattr(ctx context.Context, name string, data []byte, flags uin
 	case "security", "other":
 		return syscall.EOPNOTSUPP
 	}
+	if name == xattrResync {
+		_, err := n.fsys.c.Resync(ctx, n.ino())
+		return n.fsys.errno("resync", err)
+	}
 	if name == xattrLayout {
 		var j layoutJSON
 		if err := json.Unmarshal(data, &j); err != nil {
 			return syscall.EINVAL
 		}
-		l := layout.Layout{StripeSize: j.StripeSize, StripeCount: j.StripeCount, Targets: j.Targets}
-		if l.StripeSize == 0 {
-			l.StripeSize = layout.DefaultStripeSize
-		}
-		if l.StripeCount == 0 {
-			l.StripeCount = layout.DefaultStripeCount
-			if len(l.Targets) > 0 {
-				l.StripeCount = int32(len(l.Targets))
-			}
-		}
-		if err := l.ValidatePolicy(); err != nil {
+		l, err := fromLayoutJSON(j)
+		if err != nil {
 			return syscall.EINVAL
 		}
-		_, err := n.fsys.c.SetLayout(ctx, n.ino(), l)
+		_, err = n.fsys.c.SetLayout(ctx, n.ino(), l)
 		return n.fsys.errno("setxattr", err)
 	}
 	if strings.HasPrefix(name, weftPrefix) {

@@ -59,13 +59,15 @@ type Target struct {
 	FilesFree uint64           `json:"files_free"`
 	Device    string           `json:"device,omitempty"`
 	IO        proto.IOCounters `json:"io"`
+	// Domain is the failure domain: "domain NAME" or "server ADDR".
+	Domain string `json:"domain"`
 }
 
 // TargetOf is t as reported (also the elements of the mount's
 // user.weft.df attribute).
 func TargetOf(t proto.TargetInfo) Target {
 	return Target{ID: uint32(t.ID), Addr: t.Addr, Total: t.Total, Used: t.Used, Free: t.Free, Up: t.Up,
-		Objects: t.Objects, FilesFree: t.FilesFree, Device: t.Device, IO: t.IO}
+		Objects: t.Objects, FilesFree: t.FilesFree, Device: t.Device, IO: t.IO, Domain: t.FailureDomain()}
 }
 
 // Client is one mounted client's session.

@@ -94,30 +94,106 @@ func TestValidate(t *testing.T) {
 	}
 }
 
+func TestValidateKinds(t *testing.T) {
+	m2 := Layout{Kind: Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 2, Targets: []TargetID{1, 2, 3, 4}}
+	for _, tc := range []struct {
+		name         string
+		l            Layout
+		policy, file bool
+	}{
+		{"mirror 2 policy", Layout{Kind: Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 4}, true, false},
+		{"mirror 2 file", m2, true, true},
+		{"mirror 1", Layout{Kind: Mirror, Mirror: 1, StripeSize: 1 << 20, StripeCount: 1}, false, false},
+		{"mirror 9", Layout{Kind: Mirror, Mirror: 9, StripeSize: 1 << 20, StripeCount: 1}, false, false},
+		{"mirror 6", Layout{Kind: Mirror, Mirror: 6, StripeSize: 1 << 20, StripeCount: 1}, false, false},
+		{"mirror 5", Layout{Kind: Mirror, Mirror: 5, StripeSize: 1 << 20, StripeCount: 1}, true, false},
+		{"raid0 with copies", Layout{Mirror: 2, StripeSize: 1 << 20, StripeCount: 1}, false, false},
+		{"ec 8+2", Layout{Kind: EC, ECData: 8, ECParity: 2, StripeSize: 1 << 20, StripeCount: 1}, true, false},
+		{"ec 16+4", Layout{Kind: EC, ECData: 16, ECParity: 4, StripeSize: 1 << 20, StripeCount: 1}, true, false},
+		{"ec 20+1", Layout{Kind: EC, ECData: 20, ECParity: 1, StripeSize: 1 << 20, StripeCount: 1}, false, false},
+		{"ec 4+5", Layout{Kind: EC, ECData: 4, ECParity: 5, StripeSize: 1 << 20, StripeCount: 1}, false, false},
+		{"ec 4+0", Layout{Kind: EC, ECData: 4, StripeSize: 1 << 20, StripeCount: 1}, false, false},
+		{"ec 2+1 file", Layout{Kind: EC, ECData: 2, ECParity: 1, StripeSize: 1 << 20, StripeCount: 1, Targets: []TargetID{1, 2, 3}}, true, true},
+		{"unknown kind", Layout{Kind: 7, StripeSize: 1 << 20, StripeCount: 1}, false, false},
+		{"mirror short of targets", Layout{Kind: Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 2, Targets: []TargetID{1, 2, 3}}, true, false},
+		{"one stale copy", m2.WithStale(1), true, true},
+		{"both copies stale", m2.WithStale(0, 1), true, false},
+		{"stale past the end", m2.WithStale(4), true, false},
+		{"raid0 stale", Layout{StripeSize: 1 << 20, StripeCount: 1, Targets: []TargetID{1}, Stale: []uint32{0}}, true, false},
+		{"too many objects", Layout{Kind: Mirror, Mirror: 5, StripeSize: 1 << 20, StripeCount: 1000}, false, false},
+	} {
+		if err := tc.l.ValidatePolicy(); (err == nil) != tc.policy {
+			t.Errorf("%s: ValidatePolicy = %v", tc.name, err)
+		}
+		if err := tc.l.ValidateFile(); (err == nil) != tc.file {
+			t.Errorf("%s: ValidateFile = %v", tc.name, err)
+		}
+	}
+}
+
+func TestStaleSet(t *testing.T) {
+	l := Layout{Kind: Mirror, Mirror: 3, StripeSize: 1 << 20, StripeCount: 1, Targets: []TargetID{1, 2, 3}}
+	s := l.WithStale(2, 0, 2)
+	if !reflect.DeepEqual(s.Stale, []uint32{0, 2}) || !s.IsStale(2) || s.IsStale(1) || len(l.Stale) != 0 {
+		t.Fatalf("WithStale: %v (original %v)", s.Stale, l.Stale)
+	}
+	if c := s.WithoutStale(0, 2); c.Stale != nil || !reflect.DeepEqual(s.Stale, []uint32{0, 2}) {
+		t.Fatalf("WithoutStale: %v (original %v)", c.Stale, s.Stale)
+	}
+	if l.Slot(0, 2) != 2 || (Layout{Kind: EC, ECData: 4, ECParity: 2}).Slot(3, 1) != 19 {
+		t.Fatal("Slot")
+	}
+}
+
 func TestEncodeRoundTrip(t *testing.T) {
-	l := Layout{StripeSize: 4 << 20, StripeCount: 3, Targets: []TargetID{5, 1, 9}}
-	var e wire.Encoder
-	l.Encode(&e)
-	d := wire.NewDecoder(e.B)
-	got := Decode(d)
-	if err := d.Done(); err != nil || !reflect.DeepEqual(got, l) {
-		t.Fatalf("round trip: %v %v", got, err)
+	for _, l := range []Layout{
+		{StripeSize: 4 << 20, StripeCount: 3, Targets: []TargetID{5, 1, 9}},
+		{Kind: Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1, Targets: []TargetID{5, 1}, Stale: []uint32{1}, ObjectsSized: true},
+		{Kind: EC, ECData: 8, ECParity: 2, StripeSize: 1 << 20, StripeCount: -1},
+	} {
+		var e wire.Encoder
+		l.EncodeV2(&e)
+		d := wire.NewDecoder(e.B)
+		if got := DecodeV2(d); d.Done() != nil || !reflect.DeepEqual(got, l) {
+			t.Fatalf("format 2 round trip of %v: %v %v", l, got, d.Done())
+		}
+		if l.Kind != RAID0 {
+			continue
+		}
+		e = wire.Encoder{}
+		l.EncodeV1(&e)
+		d = wire.NewDecoder(e.B)
+		if got := DecodeV1(d); d.Done() != nil || !reflect.DeepEqual(got, l) {
+			t.Fatalf("format 1 round trip of %v: %v %v", l, got, d.Done())
+		}
+	}
+}
+
+// Format 1 bytes are frozen: these are the bytes every RAID-0 layout was
+// stored as before kinds existed.
+func TestFormat1Bytes(t *testing.T) {
+	b := []byte{0, 0, 16, 0, 0, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 7, 0, 0, 0, 9, 0, 0, 0}
+	d := wire.NewDecoder(b)
+	got := DecodeV1(d)
+	want := Layout{StripeSize: 1 << 20, StripeCount: 2, Targets: []TargetID{7, 9}}
+	if d.Done() != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("format 1: %v %v", got, d.Done())
 	}
 }
 
 func FuzzDecode(f *testing.F) {
 	var e wire.Encoder
-	Default().Encode(&e)
+	Default().EncodeV2(&e)
 	f.Add(e.B)
 	f.Add([]byte{1, 2, 3})
 	f.Fuzz(func(t *testing.T, b []byte) {
 		d := wire.NewDecoder(b)
-		l := Decode(d)
+		l := DecodeV2(d)
 		if d.Done() != nil {
 			return
 		}
 		var e wire.Encoder
-		l.Encode(&e)
+		l.EncodeV2(&e)
 		if string(e.B) != string(b) {
 			t.Fatalf("re-encoding differs")
 		}

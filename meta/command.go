@@ -31,7 +31,8 @@ const (
 	OpReclaim        Op = 15 // delete an orphan with no opens, queue its objects
 	OpGCDone         Op = 16 // drop removed objects from the GC queue
 	OpSessionDrop    Op = 17 // forget the remembered replies of a session that ended
-	opMax            Op = 18
+	OpStale          Op = 18 // mark (or, with staleClear, clear) stale slots of a protected file
+	opMax            Op = 19
 )
 
 var opNames = [...]string{
@@ -39,7 +40,7 @@ var opNames = [...]string{
 	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpSetAttr: "setattr",
 	OpSetXattr: "setxattr", OpRemoveXattr: "removexattr", OpWriteDone: "writedone",
 	OpSetLayout: "setlayout", OpRegisterTarget: "register-target", OpReclaim: "reclaim",
-	OpGCDone: "gc-done", OpSessionDrop: "session-drop",
+	OpGCDone: "gc-done", OpSessionDrop: "session-drop", OpStale: "stale",
 }
 
 func (o Op) String() string {
@@ -86,6 +87,13 @@ type Command struct {
 	// placement fails with.
 	Candidates []proto.TargetID
 	PlaceErr   uint32
+	// Domains names the failure domain of each candidate (equal numbers:
+	// the same server or domain), so apply places the copies or shards of
+	// a stripe in distinct domains. Empty: every candidate is its own.
+	Domains []uint32
+
+	// Slots are the objects (layout slots) an OpStale marks or clears.
+	Slots []uint32
 
 	TargetID proto.TargetID // register-target: the id the target claims (0 = new)
 	Objects  []GCObject     // gc-done
@@ -116,8 +124,9 @@ const (
 	// Version 3 appended Gen and the generation of each of Objects;
 	// earlier commands decode with generation 0. Version 4 appended
 	// Session, SessionName and Seq; earlier commands decode with Seq 0 (no
-	// dedupe).
-	cmdVersion = 4
+	// dedupe). Version 5 holds Layout in layout format 2 (kinds, stale
+	// slots) and appends Domains and Slots; earlier commands hold format 1.
+	cmdVersion = 5
 )
 
 // Encode returns the command's binary form (the raft log entry format).
@@ -143,7 +152,7 @@ func (c *Command) Encode() []byte {
 	c.SetAttr.Encode(e)
 	e.Bool(c.Layout != nil)
 	if c.Layout != nil {
-		c.Layout.Encode(e)
+		encodeLayoutDisk(e, *c.Layout)
 	}
 	e.U32(uint32(len(c.Candidates)))
 	for _, t := range c.Candidates {
@@ -178,6 +187,14 @@ func (c *Command) Encode() []byte {
 	e.U64(binary.LittleEndian.Uint64(c.Session[8:]))
 	e.String(c.SessionName)
 	e.U64(c.Seq)
+	e.U32(uint32(len(c.Domains)))
+	for _, d := range c.Domains {
+		e.U32(d)
+	}
+	e.U32(uint32(len(c.Slots)))
+	for _, s := range c.Slots {
+		e.U32(s)
+	}
 	return e.B
 }
 
@@ -210,7 +227,11 @@ func DecodeCommand(b []byte) (*Command, error) {
 	}
 	c.SetAttr.Decode(d)
 	if d.Bool() {
-		l := layout.Decode(d)
+		lf := diskLayoutFormat
+		if v < 5 {
+			lf = 1
+		}
+		l := layoutDecoder(lf)(d)
 		c.Layout = &l
 	}
 	if n := d.Count(maxCmdList, 4); n > 0 {
@@ -256,6 +277,20 @@ func DecodeCommand(b []byte) (*Command, error) {
 		binary.LittleEndian.PutUint64(c.Session[8:], d.U64())
 		c.SessionName = d.StringMax(maxCmdString)
 		c.Seq = d.U64()
+	}
+	if v >= 5 {
+		if n := d.Count(maxCmdList, 4); n > 0 {
+			c.Domains = make([]uint32, n)
+			for i := range c.Domains {
+				c.Domains[i] = d.U32()
+			}
+		}
+		if n := d.Count(maxCmdList, 4); n > 0 {
+			c.Slots = make([]uint32, n)
+			for i := range c.Slots {
+				c.Slots[i] = d.U32()
+			}
+		}
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode command: %w", err)

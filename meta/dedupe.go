@@ -37,29 +37,37 @@ import (
 //	u8   version
 //	u64  the request's sequence number
 //	u32  errno (0: success)
-//	attr the attributes returned (proto.Attr encoding)
+//	attr the attributes returned (as in an inode record, layoutdisk.go)
 //	attr the parent directory's attributes returned
-const replyVersion = 1
+//
+// Version 1 held the attributes as inode records of version 2 (layout
+// format 1); version 2 as version 3 (layout format 2).
+const replyVersion = 2
 
 func encodeReply(seq uint64, errno syscall.Errno, res *applyResult) []byte {
 	e := wire.NewEncoder(168)
 	e.U8(replyVersion)
 	e.U64(seq)
 	e.U32(uint32(errno))
-	res.attr.Encode(e)
-	res.parent.Encode(e)
+	encodeAttrDisk(e, &res.attr)
+	encodeAttrDisk(e, &res.parent)
 	return e.B
 }
 
 func decodeReply(b []byte) (seq uint64, errno syscall.Errno, res applyResult, err error) {
 	d := wire.NewDecoder(b)
-	if v := d.U8(); d.Err() == nil && v != replyVersion {
+	v := d.U8()
+	if d.Err() == nil && v != 1 && v != replyVersion {
 		return 0, 0, res, fmt.Errorf("meta: stored reply version %d not supported", v)
+	}
+	lf := diskLayoutFormat
+	if v == 1 {
+		lf = 1
 	}
 	seq = d.U64()
 	errno = syscall.Errno(d.U32())
-	res.attr.Decode(d)
-	res.parent.Decode(d)
+	decodeAttrDisk(d, &res.attr, lf, true)
+	decodeAttrDisk(d, &res.parent, lf, true)
 	if err := d.Done(); err != nil {
 		return 0, 0, res, fmt.Errorf("meta: decode stored reply: %w", err)
 	}

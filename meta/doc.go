@@ -22,7 +22,19 @@
 //     takes the first StripeCount of them for the layout policy it finds at
 //     apply time (stripe count -1 or more than there are: all). An empty
 //     list fails with Command.PlaceErr: EIO when no target is up, ENOSPC
-//     when all are full.
+//     when all are full. For a protected layout (mirror N) each stripe
+//     takes Width() candidates of distinct failure domains
+//     (Command.Domains: the storage server, or its --domain), as many
+//     stripes as fit; none fitting fails with ENOSPC, as does a protected
+//     directory default that the domains up cannot satisfy.
+//   - every file placed gets layout.ObjectsSized: its clients keep its
+//     objects as long as their share of the size recorded here (package
+//     client, sized.go), so a shorter object is lost data.
+//   - stale copies: OpStale marks slots of a mirrored file stale (a client
+//     whose write missed a copy, before acknowledging it) or clears them
+//     (a repair; refused while the file is open for writing, and by apply
+//     if its mtime changed since the repair began). Marking the last
+//     readable copy of a stripe is refused with EIO.
 //
 // Apply validates against the state (ENOENT, EEXIST, ENOTEMPTY, ENOTDIR,
 // EISDIR, EINVAL for moving a directory into its own subtree, ENAMETOOLONG,
@@ -338,9 +350,9 @@
 // version 2). A store formatted before ids (format 1) adopts one at its
 // first start (OpInit with initAdoptFSID, which changes nothing else).
 // Server.FSID returns it; Run logs it at start; the durable mark records
-// it. Storage targets do not learn it yet: RegisterTarget's reply is
-// unchanged and target.json does not record it (issue 9 makes targets
-// refuse another file system's metadata server, and the reverse).
+// it. Storage targets ask for it (metarpc OpFSID) at their first
+// registration and record it in target.json; a registration that carries
+// another file system's id is refused with EPERM.
 //
 // # Generations: object names are never reused
 //

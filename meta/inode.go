@@ -20,13 +20,14 @@ type inode struct {
 }
 
 // inodeVersion 2 added the generation (proto.Attr.Gen, encoded with the
-// attributes); version 1 records decode with generation 0.
-const inodeVersion = 2
+// attributes); version 1 records decode with generation 0. Version 3 holds
+// the layout in format 2 (kinds, stale slots; layoutdisk.go).
+const inodeVersion = 3
 
 func (n *inode) encode() []byte {
 	e := wire.NewEncoder(96 + len(n.Symlink) + 4*len(n.Layout.Targets))
 	e.U8(inodeVersion)
-	n.Attr.Encode(e)
+	encodeAttrDisk(e, &n.Attr)
 	e.U64(uint64(n.Parent))
 	e.Bool(n.Written)
 	e.String(n.Symlink)
@@ -36,14 +37,17 @@ func (n *inode) encode() []byte {
 func decodeInode(b []byte) (*inode, error) {
 	d := wire.NewDecoder(b)
 	v := d.U8()
-	if d.Err() == nil && v != 1 && v != inodeVersion {
+	if d.Err() == nil && (v < 1 || v > inodeVersion) {
 		return nil, fmt.Errorf("meta: inode record version %d not supported", v)
 	}
 	n := &inode{}
-	if v == 1 {
-		n.Attr.DecodeNoGen(d)
-	} else {
-		n.Attr.Decode(d)
+	switch v {
+	case 1:
+		decodeAttrDisk(d, &n.Attr, 1, false)
+	case 2:
+		decodeAttrDisk(d, &n.Attr, 1, true)
+	default:
+		decodeAttrDisk(d, &n.Attr, diskLayoutFormat, true)
 	}
 	n.Parent = proto.Ino(d.U64())
 	n.Written = d.Bool()

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/weft-fs/weft/internal/testutil"
+	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/wire"
@@ -409,22 +411,34 @@ func TestGenerations(t *testing.T) {
 	}
 }
 
-// Inode records of version 1 (before generations) still decode, with
-// generation 0, so files made then keep their objects' old names.
-func TestInodeVersion1(t *testing.T) {
-	n := &inode{Attr: proto.Attr{Ino: 5, Mode: 0o100644, Nlink: 1, Size: 9}, Written: true}
-	v2 := n.encode()
-	// Version 1: the same bytes without the generation after the layout.
-	e := wire.NewEncoder(64)
-	e.U8(1)
-	n.Attr.Encode(e)
-	v1 := append(e.B[:len(e.B)-8], v2[len(e.B):]...)
-	got, err := decodeInode(v1)
-	if err != nil || got.Gen != 0 || got.Size != 9 || !got.Written || got.Ino != 5 {
+// Inode records of versions 1 (before generations) and 2 (layout format
+// 1, before kinds) still decode: version 1 with generation 0, so files made
+// then keep their objects' old names, and both as RAID-0 layouts.
+func TestInodeOldVersions(t *testing.T) {
+	l := layout.Layout{StripeSize: 1 << 20, StripeCount: 2, Targets: []proto.TargetID{3, 4}}
+	n := &inode{Attr: proto.Attr{Ino: 5, Mode: 0o100644, Nlink: 1, Size: 9, Layout: l, Gen: 0xabc}, Written: true}
+	old := func(version uint8) []byte {
+		e := wire.NewEncoder(64)
+		e.U8(version)
+		n.Attr.EncodeFields(e, func(e *wire.Encoder, l layout.Layout) { l.EncodeV1(e) })
+		if version == 1 {
+			e.B = e.B[:len(e.B)-8] // no generation
+		}
+		e.U64(uint64(n.Parent))
+		e.Bool(n.Written)
+		e.String(n.Symlink)
+		return e.B
+	}
+	got, err := decodeInode(old(1))
+	if err != nil || got.Gen != 0 || got.Size != 9 || !got.Written || got.Ino != 5 || !reflect.DeepEqual(got.Layout, l) {
 		t.Fatalf("version 1: %+v %v", got, err)
 	}
-	n.Gen = 0xabc
-	if got, err := decodeInode(n.encode()); err != nil || got.Gen != 0xabc {
+	if got, err := decodeInode(old(2)); err != nil || got.Gen != 0xabc || !reflect.DeepEqual(got.Layout, l) {
 		t.Fatalf("version 2: %+v %v", got, err)
+	}
+	// Version 3 keeps a mirror layout with its stale slots.
+	n.Layout = layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1, Targets: []proto.TargetID{3, 4}, Stale: []uint32{1}}
+	if got, err := decodeInode(n.encode()); err != nil || got.Gen != 0xabc || !reflect.DeepEqual(got.Layout, n.Layout) {
+		t.Fatalf("version 3: %+v %v", got, err)
 	}
 }

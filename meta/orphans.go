@@ -139,6 +139,18 @@ func (s *Server) holdsWriteOpen(sess session, ino proto.Ino) bool {
 	return o.n > 0 && o.write
 }
 
+// anyWriteOpen reports whether any session holds ino open for writing.
+func (s *Server) anyWriteOpen(ino proto.Ino) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, m := range s.sessOpens {
+		if o := m[ino]; o.n > 0 && o.write {
+			return true
+		}
+	}
+	return false
+}
+
 // release drops one open count of sess on ino, if sess has one, and
 // reports whether it was the last of all sessions.
 func (s *Server) release(sess session, ino proto.Ino) bool {

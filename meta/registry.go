@@ -182,6 +182,7 @@ func (r *registry) heartbeat(uuid string, who registrant, info proto.TargetInfo)
 func (r *registry) refresh(t *targetState, info proto.TargetInfo) {
 	t.info.Total, t.info.Used, t.info.Free = info.Total, info.Used, info.Free
 	t.info.Objects, t.info.FilesFree, t.info.Device, t.info.IO = info.Objects, info.FilesFree, info.Device, info.IO
+	t.info.Domain = info.Domain
 	t.lastSeen = r.now()
 	t.heard = true
 	t.placed = 0
@@ -250,8 +251,9 @@ func (r *registry) addr(id proto.TargetID) (string, bool) {
 // stripes were placed there since its last heartbeat, so that both free
 // space and recent load are balanced. It returns the errno a placement
 // fails with when the list is empty: EIO (no target up) or ENOSPC (all up
-// targets full).
-func (r *registry) candidates() ([]proto.TargetID, syscall.Errno) {
+// targets full). domains numbers each candidate's failure domain
+// (proto.TargetInfo.FailureDomain; equal numbers, same domain).
+func (r *registry) candidates() (_ []proto.TargetID, domains []uint32, _ syscall.Errno) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.now()
@@ -285,10 +287,10 @@ func (r *registry) candidates() ([]proto.TargetID, syscall.Errno) {
 		cs = append(cs, cand{t.info.ID, float64(free) / float64(1+t.placed)})
 	}
 	if !anyUp {
-		return nil, syscall.EIO
+		return nil, nil, syscall.EIO
 	}
 	if len(cs) == 0 {
-		return nil, syscall.ENOSPC
+		return nil, nil, syscall.ENOSPC
 	}
 	// Map iteration order is random; sort first so a seeded rand gives a
 	// reproducible order in tests.
@@ -310,7 +312,18 @@ func (r *registry) candidates() ([]proto.TargetID, syscall.Errno) {
 		out = append(out, cs[i].id)
 		cs = append(cs[:i], cs[i+1:]...)
 	}
-	return out, 0
+	domains = make([]uint32, len(out))
+	seen := map[string]uint32{}
+	for i, id := range out {
+		name := r.byID[id].info.FailureDomain()
+		n, ok := seen[name]
+		if !ok {
+			n = uint32(len(seen))
+			seen[name] = n
+		}
+		domains[i] = n
+	}
+	return out, domains, 0
 }
 
 // maxHeardFree is the most free space an up target reported.

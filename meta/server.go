@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -719,8 +720,9 @@ func (s *Server) Targets(ctx context.Context) ([]proto.TargetInfo, error) {
 // --- mutations ---
 
 func (s *Server) placement(c *Command) {
-	cands, errno := s.reg.candidates()
+	cands, domains, errno := s.reg.candidates()
 	c.Candidates = cands
+	c.Domains = domains
 	c.PlaceErr = uint32(errno)
 }
 
@@ -987,6 +989,46 @@ func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (prot
 	return r.attr, err
 }
 
+// MarkStale implements proto.StaleMarker: it records that the objects in
+// slots of the file (generation gen) missed a write, so that no client
+// reads them until they are repaired (ClearStale).
+func (s *Server) MarkStale(ctx context.Context, ino proto.Ino, gen uint64, slots []uint32) (proto.Attr, error) {
+	return s.staleOp(ctx, ino, gen, slots, 0, 0)
+}
+
+// ClearStale implements proto.StaleMarker: the objects in slots were
+// repaired from a file whose mtime was mtime. It is refused (EBUSY) while
+// any session holds the file open for writing, and by apply if the mtime
+// changed: a write the repair may have missed.
+func (s *Server) ClearStale(ctx context.Context, ino proto.Ino, gen uint64, slots []uint32, mtime int64) (proto.Attr, error) {
+	if s.anyWriteOpen(ino) {
+		return proto.Attr{}, errnof(syscall.EBUSY, "inode %d is open for writing: repair it when it is closed", ino)
+	}
+	return s.staleOp(ctx, ino, gen, slots, staleClear, mtime)
+}
+
+func (s *Server) staleOp(ctx context.Context, ino proto.Ino, gen uint64, slots []uint32, flags uint32, mtime int64) (proto.Attr, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	if len(slots) == 0 || len(slots) > layout.MaxStripeCount {
+		return proto.Attr{}, errnof(syscall.EINVAL, "%d slots", len(slots))
+	}
+	c := &Command{Op: OpStale, Now: s.now(), Ino: ino, Gen: gen, Flags: flags, Slots: slices.Clone(slots), Cred: cl.cred}
+	c.SetAttr.Mtime = mtime // OpStale with staleClear: the mtime the repair started from
+	if s.holdsWriteOpen(cl.sess, ino) {
+		c.Flags |= writeViaHandle
+	}
+	if flags&staleClear == 0 {
+		s.log.Warn("meta: objects marked stale (missed a write)", "ino", ino, "slots", slots)
+	} else {
+		s.log.Info("meta: stale objects repaired", "ino", ino, "slots", slots)
+	}
+	r, err := s.proposeAs(ctx, cl, c)
+	return r.attr, err
+}
+
 // SetLayout implements proto.MetaService.
 func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {
 	cl, err := s.caller(ctx)
@@ -995,7 +1037,9 @@ func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) 
 	}
 	l = l.Clone()
 	c := &Command{Op: OpSetLayout, Now: s.now(), Ino: ino, Layout: &l, Cred: cl.cred}
-	if len(l.Targets) == 0 {
+	if len(l.Targets) == 0 || l.Kind != layout.RAID0 {
+		// A protected directory default is checked against the
+		// failure domains up now.
 		s.placement(c)
 	}
 	r, err := s.proposeAs(ctx, cl, c)
@@ -1019,6 +1063,9 @@ func (s *Server) RegisterTarget(ctx context.Context, uuid string, info proto.Tar
 	who, err := s.registrant(ctx)
 	if err == nil {
 		err = checkUsage(info)
+	}
+	if err == nil && info.FSID != "" && s.FSID() != "" && info.FSID != s.FSID() {
+		err = errnof(syscall.EPERM, "target %s belongs to file system %s, this is %s", uuid, info.FSID, s.FSID())
 	}
 	if err != nil {
 		return 0, s.refuseRegistration(ctx, uuid, info, err)

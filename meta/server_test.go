@@ -432,6 +432,9 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: OpMkdir, Ino: 9, Parent: 1, Name: "d", Cred: &proto.Cred{}},
 		{Op: OpCreate, Ino: 11, Parent: 1, Name: "g", Session: proto.SessionID{1, 2, 15: 3}, SessionName: "mount-1", Seq: 7},
 		{Op: OpSessionDrop, Session: proto.SessionID{4}, SessionName: "m"},
+		{Op: OpSetLayout, Ino: 12, Layout: &layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1, Targets: []proto.TargetID{1, 2}, Stale: []uint32{1}},
+			Candidates: []proto.TargetID{1, 2, 3}, Domains: []uint32{0, 1, 0}},
+		{Op: OpStale, Ino: 12, Gen: 5, Flags: 1, Slots: []uint32{1, 3}},
 	}
 	for _, c := range cmds {
 		got, err := DecodeCommand(c.Encode())
@@ -444,10 +447,18 @@ func TestCommandRoundTrip(t *testing.T) {
 	}
 	// Version 4 appended the request id (session id, name, seq), version
 	// 3 Gen (8 bytes for a command without Objects).
-	const v4Tail, v3Tail = 16 + 4 + 8, 8
+	// Version 5 appended Domains and Slots (4 bytes each when empty).
+	const v5Tail, v4Tail, v3Tail = 4 + 4, 16 + 4 + 8, 8
+	// A version-4 command holds its layout in format 1.
+	v4 := (&Command{Op: OpCreate, Name: "f"}).Encode()
+	v4 = v4[:len(v4)-v5Tail]
+	v4[0] = 4
+	if got, err := DecodeCommand(v4); err != nil || got.Layout != nil || got.Name != "f" {
+		t.Fatalf("version 4 command: %+v %v", got, err)
+	}
 	// A version-3 command (no request id) decodes without dedupe.
 	v3 := (&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 3}}).Encode()
-	v3 = v3[:len(v3)-v4Tail]
+	v3 = v3[:len(v3)-v5Tail-v4Tail]
 	v3[0] = 3
 	if got, err := DecodeCommand(v3); err != nil || got.Cred == nil || got.Cred.Uid != 3 || got.Seq != 0 {
 		t.Fatalf("version 3 command: %+v %v", got, err)
@@ -460,14 +471,14 @@ func TestCommandRoundTrip(t *testing.T) {
 	}
 	// A version-1 command (no Cred, no Gen) still decodes, as a trusted one.
 	v1 := (&Command{Op: OpUnlink, Name: "x"}).Encode()
-	v1 = v1[:len(v1)-v4Tail-v3Tail-1] // the request id, Gen, the Cred-present flag
+	v1 = v1[:len(v1)-v5Tail-v4Tail-v3Tail-1] // the request id, Gen, the Cred-present flag
 	v1[0] = 1
 	if got, err := DecodeCommand(v1); err != nil || got.Cred != nil || got.Name != "x" {
 		t.Fatalf("version 1 command: %+v %v", got, err)
 	}
 	// A version-2 command (no Gen) decodes with generation 0.
 	v2 = (&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5}}}}).Encode()
-	v2 = v2[:len(v2)-v4Tail-8-8] // the request id, Gen, the object's gen
+	v2 = v2[:len(v2)-v5Tail-v4Tail-8-8] // the request id, Gen, the object's gen
 	v2[0] = 2
 	if got, err := DecodeCommand(v2); err != nil || got.Objects[0].Obj != (proto.ObjectID{Ino: 5}) {
 		t.Fatalf("version 2 command: %+v %v", got, err)

@@ -308,6 +308,8 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.writeDone(c)
 	case OpSetLayout:
 		err = t.setLayout(c)
+	case OpStale:
+		err = t.stale(c)
 	case OpRegisterTarget:
 		err = t.registerTarget(c)
 	case OpReclaim:
@@ -529,15 +531,21 @@ func (t *txn) create(c *Command) error {
 }
 
 // placeFile resolves a file's layout from a policy (the parent's default or
-// an explicit setstripe) and the proposer's ranked candidates.
+// an explicit setstripe) and the proposer's ranked candidates. The copies
+// or shards of one stripe go to distinct failure domains (Command.Domains);
+// when not even one stripe can be placed so, the create fails with ENOSPC:
+// a file is never less protected than its policy asks.
 func (t *txn) placeFile(pol layout.Layout, c *Command) (layout.Layout, error) {
 	if err := pol.ValidatePolicy(); err != nil {
 		return layout.Layout{}, errnof(syscall.EINVAL, "%v", err)
 	}
 	l := pol.Clone()
+	l.Stale = nil
+	l.ObjectsSized = true // clients of this version keep objects as long as their share
+	w := l.Width()
 	if len(l.Targets) > 0 {
 		if l.StripeCount == layout.AllTargets {
-			l.StripeCount = int32(len(l.Targets))
+			l.StripeCount = int32(len(l.Targets) / w)
 		}
 		if err := l.ValidateFile(); err != nil {
 			return layout.Layout{}, errnof(syscall.EINVAL, "%v", err)
@@ -545,6 +553,11 @@ func (t *txn) placeFile(pol layout.Layout, c *Command) (layout.Layout, error) {
 		for _, id := range l.Targets {
 			if _, ok := t.targetUUID(id); !ok {
 				return layout.Layout{}, errnof(syscall.EINVAL, "target %d is not registered", id)
+			}
+		}
+		if w > 1 {
+			if err := checkDomains(l, c); err != nil {
+				return layout.Layout{}, err
 			}
 		}
 		return l, nil
@@ -556,16 +569,125 @@ func (t *txn) placeFile(pol layout.Layout, c *Command) (layout.Layout, error) {
 		}
 		return layout.Layout{}, errnof(errno, "no storage target available for a new file")
 	}
-	n := int(l.StripeCount)
-	if n == layout.AllTargets || n > len(c.Candidates) {
-		n = len(c.Candidates)
+	want := int(l.StripeCount)
+	if want == layout.AllTargets {
+		want = len(c.Candidates)
 	}
-	l.StripeCount = int32(n)
-	l.Targets = slices.Clone(c.Candidates[:n])
+	groups := placeGroups(c.Candidates, c.Domains, w, want)
+	if len(groups) == 0 {
+		return layout.Layout{}, errnof(syscall.ENOSPC, "%s needs %d storage servers (failure domains) with free space; %d are up and not full",
+			kindName(l), w, countDomains(c.Candidates, c.Domains))
+	}
+	l.StripeCount = int32(len(groups))
+	l.Targets = make([]proto.TargetID, 0, len(groups)*w)
+	for _, g := range groups {
+		l.Targets = append(l.Targets, g...)
+	}
 	if err := l.ValidateFile(); err != nil {
 		return layout.Layout{}, errnof(syscall.EINVAL, "%v", err)
 	}
 	return l, nil
+}
+
+// checkPolicyDomains refuses a protected directory default that the up
+// failure domains cannot satisfy, so setstripe fails at once rather than
+// every create in the directory afterwards.
+func checkPolicyDomains(l layout.Layout, c *Command) error {
+	w := l.Width()
+	if w == 1 {
+		return nil
+	}
+	if n := countDomains(c.Candidates, c.Domains); n < w {
+		return errnof(syscall.ENOSPC, "%s needs %d storage servers (failure domains) with free space; %d are up and not full", kindName(l), w, n)
+	}
+	return nil
+}
+
+func kindName(l layout.Layout) string {
+	switch l.Kind {
+	case layout.Mirror:
+		return fmt.Sprintf("mirror %d", l.Mirror)
+	case layout.EC:
+		return fmt.Sprintf("ec %d+%d", l.ECData, l.ECParity)
+	}
+	return "raid0"
+}
+
+// domainOf returns candidate i's failure domain: from domains when the
+// command carries them, else the candidate's own (commands before version
+// 5, and tests).
+func domainOf(cands []proto.TargetID, domains []uint32, i int) uint64 {
+	if len(domains) == len(cands) {
+		return uint64(domains[i])
+	}
+	return 1<<32 | uint64(cands[i])
+}
+
+func countDomains(cands []proto.TargetID, domains []uint32) int {
+	seen := map[uint64]bool{}
+	for i := range cands {
+		seen[domainOf(cands, domains, i)] = true
+	}
+	return len(seen)
+}
+
+// placeGroups takes, in rank order, up to want groups of w candidates,
+// each group's members in distinct domains, no candidate twice.
+func placeGroups(cands []proto.TargetID, domains []uint32, w, want int) [][]proto.TargetID {
+	used := make([]bool, len(cands))
+	var groups [][]proto.TargetID
+	for len(groups) < want {
+		g := make([]proto.TargetID, 0, w)
+		var picked []int
+		inGroup := map[uint64]bool{}
+		for i := range cands {
+			d := domainOf(cands, domains, i)
+			if used[i] || inGroup[d] {
+				continue
+			}
+			inGroup[d] = true
+			picked = append(picked, i)
+			g = append(g, cands[i])
+			if len(g) == w {
+				break
+			}
+		}
+		if len(g) < w {
+			break
+		}
+		for _, i := range picked {
+			used[i] = true
+		}
+		groups = append(groups, g)
+	}
+	return groups
+}
+
+// checkDomains checks explicitly chosen targets of a protected layout: each
+// is up (a candidate) and the objects of each stripe are in distinct
+// failure domains.
+func checkDomains(l layout.Layout, c *Command) error {
+	idx := make(map[proto.TargetID]int, len(c.Candidates))
+	for i, id := range c.Candidates {
+		idx[id] = i
+	}
+	w := l.Width()
+	for s := 0; s < int(l.StripeCount); s++ {
+		seen := map[uint64]proto.TargetID{}
+		for j := range w {
+			id := l.Targets[l.Slot(s, j)]
+			i, ok := idx[id]
+			if !ok {
+				return errnof(syscall.EINVAL, "target %d is not up with free space", id)
+			}
+			d := domainOf(c.Candidates, c.Domains, i)
+			if other, dup := seen[d]; dup {
+				return errnof(syscall.EINVAL, "targets %d and %d of stripe %d are in one failure domain", other, id, s)
+			}
+			seen[d] = id
+		}
+	}
+	return nil
 }
 
 func (t *txn) targetUUID(id proto.TargetID) (string, bool) {
@@ -1005,15 +1127,20 @@ func (t *txn) setLayout(c *Command) error {
 		}
 	}
 	l := c.Layout.Clone()
+	l.Stale = nil // stale marks are the state of a file's objects, never asked for
+	l.ObjectsSized = false
 	if err := l.ValidatePolicy(); err != nil {
 		return errnof(syscall.EINVAL, "%v", err)
 	}
 	switch {
 	case n.IsDir():
+		if err := checkPolicyDomains(l, c); err != nil {
+			return err
+		}
 		if len(l.Targets) > 0 {
 			probe := l.Clone()
 			if probe.StripeCount == layout.AllTargets {
-				probe.StripeCount = int32(len(probe.Targets))
+				probe.StripeCount = int32(len(probe.Targets) / probe.Width())
 			}
 			if err := probe.ValidateFile(); err != nil {
 				return errnof(syscall.EINVAL, "%v", err)
@@ -1135,5 +1262,55 @@ func (t *txn) reclaimInode(n *inode) error {
 	t.deleted[ino] = true
 	t.inodes--
 	t.res.orphans = slices.DeleteFunc(t.res.orphans, func(o proto.Ino) bool { return o == ino })
+	return nil
+}
+
+// staleClear in an OpStale's Flags clears the slots instead of marking them.
+const staleClear = 2
+
+// stale marks slots of a protected file stale (a copy or shard that missed
+// a write: never read until repaired) or clears them (repaired). Marking
+// the last readable copies of a stripe is refused with EIO: the writer
+// then fails its write rather than acknowledge bytes no copy holds. The
+// caller must be allowed to write the file (or hold a write handle).
+func (t *txn) stale(c *Command) error {
+	n, err := t.get(c.Ino)
+	if err != nil {
+		return err
+	}
+	if !n.IsRegular() {
+		return errnof(syscall.EINVAL, "inode %d is not a regular file", c.Ino)
+	}
+	if n.Gen != c.Gen {
+		return errnof(syscall.ESTALE, "inode %d is generation %#x, not %#x", c.Ino, n.Gen, c.Gen)
+	}
+	if c.Flags&writeViaHandle == 0 {
+		if err := may(c.Cred, &n.Attr, accessWrite, "mark objects of"); err != nil {
+			return err
+		}
+	}
+	if n.Layout.Kind == layout.RAID0 {
+		return errnof(syscall.EINVAL, "inode %d is not protected: nothing can be stale", c.Ino)
+	}
+	for _, s := range c.Slots {
+		if int(s) >= len(n.Layout.Targets) {
+			return errnof(syscall.EINVAL, "inode %d has no slot %d", c.Ino, s)
+		}
+	}
+	var l layout.Layout
+	if c.Flags&staleClear != 0 {
+		if n.Mtime != c.SetAttr.Mtime {
+			return errnof(syscall.EBUSY, "inode %d was written during its repair (mtime %d, repair began at %d): repair again", c.Ino, n.Mtime, c.SetAttr.Mtime)
+		}
+		l = n.Layout.WithoutStale(c.Slots...)
+	} else {
+		l = n.Layout.WithStale(c.Slots...)
+	}
+	if err := l.ValidateFile(); err != nil {
+		return errnof(syscall.EIO, "inode %d: marking slots %v stale leaves a stripe unreadable: %v", c.Ino, c.Slots, err)
+	}
+	n.Layout = l
+	t.put(n)
+	t.res.attr = n.Attr
 	return nil
 }

@@ -1,14 +1,44 @@
 package proto
 
 import (
+	"fmt"
+
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/wire"
 )
 
-// Encode appends a to e. The metadata server stores inodes in this form and
-// sends attributes in it, so the two never drift apart; a change here is a
-// change of the on-disk format and needs a version bump where it is stored.
+// LayoutWireFormat is the version byte before every layout in an RPC
+// message: 2, layout format 2 (layout.EncodeV2: kinds and stale slots).
+// RPC messages before it carried layout format 1 with no version byte. The
+// metadata server's store has formats of its own (package meta), so a
+// change here never changes what is on disk, nor the reverse.
+const LayoutWireFormat = 2
+
+// EncodeLayout appends l in the wire form.
+func EncodeLayout(e *wire.Encoder, l layout.Layout) {
+	e.U8(LayoutWireFormat)
+	l.EncodeV2(e)
+}
+
+// DecodeLayout reads a layout written by EncodeLayout; a version it does
+// not know is an error left in d.
+func DecodeLayout(d *wire.Decoder) layout.Layout {
+	if v := d.U8(); d.Err() == nil && v != LayoutWireFormat {
+		d.Fail(fmt.Errorf("proto: layout wire format %d not supported", v))
+		return layout.Layout{}
+	}
+	return layout.DecodeV2(d)
+}
+
+// Encode appends a to e in the wire form (RPC messages). The metadata
+// server's store keeps inodes in a format of its own (meta/inode.go).
 func (a *Attr) Encode(e *wire.Encoder) {
+	a.EncodeFields(e, EncodeLayout)
+}
+
+// EncodeFields appends a's fields in order, the layout written by enc: the
+// shared body of the wire form and of meta's disk form.
+func (a *Attr) EncodeFields(e *wire.Encoder, enc func(*wire.Encoder, layout.Layout)) {
 	e.U64(uint64(a.Ino))
 	e.U32(a.Mode)
 	e.U32(a.Nlink)
@@ -19,19 +49,19 @@ func (a *Attr) Encode(e *wire.Encoder) {
 	e.I64(a.Atime)
 	e.I64(a.Mtime)
 	e.I64(a.Ctime)
-	a.Layout.Encode(e)
+	enc(e, a.Layout)
 	e.U64(a.Gen)
 }
 
 // Decode reads what Encode wrote into a; errors are left in d.
 func (a *Attr) Decode(d *wire.Decoder) {
-	a.DecodeNoGen(d)
-	a.Gen = d.U64()
+	a.DecodeFields(d, DecodeLayout, true)
 }
 
-// DecodeNoGen reads the encoding of Attr from before generations (which
-// ended with the layout): for meta's version 1 inode records.
-func (a *Attr) DecodeNoGen(d *wire.Decoder) {
+// DecodeFields reads what EncodeFields wrote, the layout read by dec;
+// withGen false reads the fields from before generations (ending with the
+// layout).
+func (a *Attr) DecodeFields(d *wire.Decoder, dec func(*wire.Decoder) layout.Layout, withGen bool) {
 	a.Ino = Ino(d.U64())
 	a.Mode = d.U32()
 	a.Nlink = d.U32()
@@ -42,7 +72,10 @@ func (a *Attr) DecodeNoGen(d *wire.Decoder) {
 	a.Atime = d.I64()
 	a.Mtime = d.I64()
 	a.Ctime = d.I64()
-	a.Layout = layout.Decode(d)
+	a.Layout = dec(d)
+	if withGen {
+		a.Gen = d.U64()
+	}
 }
 
 // Encode appends s to e. The metadata server's command log and its RPC

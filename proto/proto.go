@@ -130,11 +130,29 @@ type TargetInfo struct {
 	// IO counts what the target served since its server started: rates
 	// are differences between heartbeats (a smaller count: a restart).
 	IO IOCounters
+	// Domain is the failure domain the storage server was started in
+	// (`weft storage --domain`, e.g. a rack); "" when none was given, and
+	// then the server's address is its domain. Copies and shards of one
+	// stripe are placed in distinct domains.
+	Domain string
+	// FSID is, in a registration, the file system id the target was
+	// formatted for (its target.json); "" before its first registration.
+	// The metadata server refuses a target of another file system.
+	FSID string
 }
 
 // IOCounters are cumulative counts of reads and writes served.
 type IOCounters struct {
 	Reads, ReadBytes, Writes, WriteBytes uint64
+}
+
+// FailureDomain returns the name placement keeps copies apart by: the
+// domain, or the server's address when there is none.
+func (t TargetInfo) FailureDomain() string {
+	if t.Domain != "" {
+		return "domain " + t.Domain
+	}
+	return "server " + t.Addr
 }
 
 // StatFS is the filesystem-wide usage: sums over all targets, plus inodes.
@@ -223,6 +241,29 @@ type StorageService interface {
 	// have been removed already; removing is idempotent, so the caller
 	// retries the whole list.
 	RemoveMany(ctx context.Context, t TargetID, objs []ObjectID) error
+}
+
+// ObjectExtender is what storage offers besides StorageService for files
+// whose objects are kept as long as their share of the file
+// (layout.Layout.ObjectsSized): Extend makes obj at least size bytes long
+// (the new bytes a hole) and never shortens it. A missing object is
+// created.
+type ObjectExtender interface {
+	Extend(ctx context.Context, t TargetID, obj ObjectID, size uint64) error
+}
+
+// StaleMarker is what a client asks of the metadata server for protected
+// (mirror, EC) files: MarkStale records that the objects in slots of the
+// file (of generation gen) missed a write, before the write is
+// acknowledged, so that no client reads them until repaired; ClearStale
+// records that they were repaired. Both return the file's attributes with
+// the new layout. Marking the last readable copies of a stripe fails with
+// EIO. ClearStale takes the file's mtime from before the repair copied
+// anything and fails with EBUSY if the file changed since or is open for
+// writing: the repair may have missed those writes.
+type StaleMarker interface {
+	MarkStale(ctx context.Context, ino Ino, gen uint64, slots []uint32) (Attr, error)
+	ClearStale(ctx context.Context, ino Ino, gen uint64, slots []uint32, mtime int64) (Attr, error)
 }
 
 // TargetRegistry is what a storage server asks of the metadata server.

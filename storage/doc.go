@@ -7,7 +7,8 @@
 //
 // A target is a directory:
 //
-//	target.json                {"uuid": "...", "id": N}
+//	target.json                {"uuid": "...", "id": N, "fsid": "..."}
+//	target.lock                flock(2)ed by the serving process
 //	objects/00 .. objects/ff   fan-out by the low byte of the inode number
 //	objects/<xx>/<ino>.<gen>.<stripe>      the object's bytes (a plain, maybe sparse, file)
 //	objects/<xx>/<ino>.<gen>.<stripe>.crc  the object's sidecar
@@ -25,12 +26,26 @@
 // on the first RegisterTarget and stored, and every later registration must
 // return the same id (Run fails otherwise, as it does when the metadata
 // server refuses the target: EINVAL, EPERM for a uuid another storage
-// server registered, EACCES). target.json does not yet say which file
-// system the target belongs to: a storage server pointed at another file
-// system's metadata server registers its targets there under their stored
-// ids unless those ids are taken (issue 9: the metadata server has a
-// file system id since format version 2, meta.Server.FSID, but neither
-// RegisterTarget's reply nor target.json carries it yet).
+// server registered or a target of another file system, EACCES).
+//
+// A target belongs to one file system: at its first registration Run asks
+// the metadata server for its file system id (metarpc OpFSID) and records
+// it in target.json ("fsid"); at every later start it compares, and a
+// target pointed at another file system's metadata server fails to start
+// with ErrForeignFS, naming both ids, before it registers anything. Every
+// registration carries the id too, and the metadata server refuses (EPERM)
+// a target of another file system.
+//
+// A target directory is served by one process at a time: OpenTarget takes
+// an exclusive flock(2) of target.lock (vfs.FS.Lock) and holds it until
+// Close, and a second server (or a second --target of the same directory)
+// fails at once with an error wrapping vfs.ErrLocked.
+//
+// Extend (storagerpc OpExtend) makes an object at least a given length
+// (the new bytes a hole) and never shortens it: clients keep the objects
+// of files with layout.ObjectsSized as long as their share of the file's
+// recorded size, so that a shorter object shows as lost data, and a
+// concurrent writer's bytes past that length are never cut.
 //
 // Read buffers are bounded per connection and per server (Config
 // ReadBytesPerConn, 64 MiB, and ReadBytesPerServer, 512 MiB; see package

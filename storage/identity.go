@@ -15,11 +15,22 @@ import (
 
 const identityFile = "target.json"
 
-// identity is what target.json holds.
+// identity is what target.json holds. FSID is the file system the target
+// was formatted for: learned from the metadata server at the first
+// registration (targets made before file system ids adopt it then), and
+// checked against it at every start after.
 type identity struct {
 	UUID string         `json:"uuid"`
 	ID   proto.TargetID `json:"id"`
+	FSID string         `json:"fsid,omitempty"`
 }
+
+// lockFile is held (flock) by the process serving the target.
+const lockFile = "target.lock"
+
+// ErrForeignFS is returned when a target belongs to another file system
+// than the metadata server it is told to register with.
+var ErrForeignFS = errors.New("storage: target belongs to another file system")
 
 func newUUID() (string, error) {
 	var b [16]byte

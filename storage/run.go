@@ -55,6 +55,10 @@ type Config struct {
 	// AllowUnauthenticated trusts peers of a transport without security
 	// like servers (see storagerpc.Options). Tests only.
 	AllowUnauthenticated bool
+	// Domain is the failure domain of this server's targets (a rack, a
+	// power feed): the copies and shards of a stripe are placed in
+	// distinct domains. "": the server is its own domain.
+	Domain string
 
 	capKey *capability.Key
 }
@@ -232,6 +236,8 @@ func registerLoop(ctx context.Context, cfg Config, addr string, srv *Server, t *
 			backoff = cfg.HeartbeatInterval
 		case ctx.Err() != nil:
 			return nil
+		case errors.Is(err, ErrForeignFS):
+			return err
 		case errors.Is(err, syscall.EINVAL), errors.Is(err, syscall.EEXIST),
 			errors.Is(err, syscall.EPERM), errors.Is(err, syscall.EACCES):
 			// Refusals that retrying does not change: a wrong id, usage
@@ -257,6 +263,33 @@ func registerLoop(ctx context.Context, cfg Config, addr string, srv *Server, t *
 	}
 }
 
+// fsidSource is a registry that tells its file system id (metarpc.Client).
+type fsidSource interface {
+	FSID(ctx context.Context) (string, error)
+}
+
+// checkFSID makes sure, once per process and target, that t belongs to the
+// registry's file system (recording it at the first registration). A
+// registry that cannot say (a test fake) is not checked.
+func checkFSID(ctx context.Context, cfg Config, t *Target) error {
+	src, ok := cfg.Registry.(fsidSource)
+	if !ok || t.fsidChecked.Load() {
+		return nil
+	}
+	fsid, err := src.FSID(ctx)
+	if errors.Is(err, syscall.ENOSYS) || (err == nil && fsid == "") {
+		return nil // a metadata server without file system ids
+	}
+	if err != nil {
+		return err
+	}
+	if err := t.CheckFSID(fsid); err != nil {
+		return err
+	}
+	t.fsidChecked.Store(true)
+	return nil
+}
+
 // register makes one RegisterTarget call (first registration or heartbeat).
 func register(ctx context.Context, cfg Config, addr string, srv *Server, t *Target) error {
 	u, err := t.Usage()
@@ -265,7 +298,10 @@ func register(ctx context.Context, cfg Config, addr string, srv *Server, t *Targ
 	}
 	ctx, cancel := context.WithTimeout(ctx, max(10*time.Second, 2*cfg.HeartbeatInterval))
 	defer cancel()
-	info := proto.TargetInfo{ID: t.ID(), Addr: addr, Total: u.Total, Used: u.Used, Free: u.Free, Up: true,
+	if err := checkFSID(ctx, cfg, t); err != nil {
+		return err
+	}
+	info := proto.TargetInfo{ID: t.ID(), Addr: addr, Total: u.Total, Used: u.Used, Free: u.Free, Up: true, Domain: cfg.Domain, FSID: t.FSID(),
 		Objects: uint64(max(u.Objects, 0)), FilesFree: u.FilesFree, Device: u.Device, IO: u.IO}
 	id, err := cfg.Registry.RegisterTarget(ctx, t.UUID(), info)
 	if err != nil {

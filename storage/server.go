@@ -95,6 +95,15 @@ func (s *Server) Truncate(ctx context.Context, id proto.TargetID, obj proto.Obje
 	return t.Truncate(ctx, obj, size)
 }
 
+// Extend implements proto.ObjectExtender.
+func (s *Server) Extend(ctx context.Context, id proto.TargetID, obj proto.ObjectID, size uint64) error {
+	t, err := s.Target(id)
+	if err != nil {
+		return err
+	}
+	return t.Extend(ctx, obj, size)
+}
+
 func (s *Server) Sync(ctx context.Context, id proto.TargetID, obj proto.ObjectID) error {
 	t, err := s.Target(id)
 	if err != nil {

@@ -68,9 +68,12 @@ type Target struct {
 	// I/O served since the target was opened (Usage), for throughput.
 	reads, readBytes, writes, writeBytes atomic.Uint64
 
-	mu       sync.Mutex
-	ident    identity
-	newFiles map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
+	mu    sync.Mutex
+	ident identity
+	lock  io.Closer // the flock of target.lock, nil once closed
+
+	fsidChecked atomic.Bool                 // Run checked the file system id with the registry
+	newFiles    map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
 }
 
 // OpenTarget opens (creating if needed) the target in dir. dir's parent must
@@ -90,9 +93,26 @@ func OpenTarget(dir string, opts TargetOptions) (*Target, error) {
 	if _, err := fs.Stat(filepath.Dir(filepath.Clean(dir))); err != nil {
 		return nil, fmt.Errorf("storage: target %s: parent directory: %w", dir, err)
 	}
+	if err := fs.MkdirAll(dir, 0o755); err != nil {
+		return nil, fmt.Errorf("storage: target %s: %w", dir, err)
+	}
+	lock, err := fs.Lock(filepath.Join(dir, lockFile))
+	if errors.Is(err, vfs.ErrLocked) {
+		return nil, fmt.Errorf("storage: target %s is in use by another storage server (it holds %s); a target is served by one server at a time: %w", dir, lockFile, err)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("storage: target %s: lock: %w", dir, err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			lock.Close()
+		}
+	}()
 	t := &Target{
 		dir:      dir,
 		fs:       fs,
+		lock:     lock,
 		capacity: opts.Capacity,
 		cache:    newHandleCache(opts.MaxOpen),
 		newFiles: make(map[proto.ObjectID]struct{}),
@@ -114,6 +134,7 @@ func OpenTarget(dir string, opts TargetOptions) (*Target, error) {
 	if err := t.scan(); err != nil {
 		return nil, err
 	}
+	ok = true
 	return t, nil
 }
 
@@ -226,7 +247,44 @@ func (t *Target) Usage() (Usage, error) {
 // with their own handles.
 func (t *Target) Close() error {
 	t.cache.closeAll()
+	t.mu.Lock()
+	lock := t.lock
+	t.lock = nil
+	t.mu.Unlock()
+	if lock != nil {
+		return lock.Close()
+	}
 	return nil
+}
+
+// FSID returns the file system id the target was formatted for, "" before
+// its first registration.
+func (t *Target) FSID() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.ident.FSID
+}
+
+// CheckFSID makes the target belong to file system fsid: it records fsid
+// if the target has none yet, and fails with ErrForeignFS if it has
+// another.
+func (t *Target) CheckFSID(fsid string) error {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch t.ident.FSID {
+	case fsid:
+		return nil
+	case "":
+		ni := t.ident
+		ni.FSID = fsid
+		if err := storeIdentity(t.fs, t.dir, ni); err != nil {
+			return err
+		}
+		t.ident = ni
+		return nil
+	}
+	return fmt.Errorf("%w: target %s was formatted for file system %s, the metadata server serves %s (point it at its own metadata server, or give it an empty directory)",
+		ErrForeignFS, t.dir, t.ident.FSID, fsid)
 }
 
 func (t *Target) fanoutDir(i int) string {
@@ -640,6 +698,19 @@ func (t *Target) reserve(n uint64) error {
 // space). Truncating a missing object to 0 does nothing; to a larger size it
 // creates the object. The object's version is increased.
 func (t *Target) Truncate(ctx context.Context, obj proto.ObjectID, size uint64) error {
+	return t.resize(ctx, obj, size, false)
+}
+
+// Extend makes obj at least size bytes long, the new bytes a hole, and
+// never shortens it: a client that recorded a larger file size makes every
+// object as long as its share (so a shortened object shows as lost data),
+// without cutting what a concurrent writer on another mount wrote past it.
+// A missing object is created.
+func (t *Target) Extend(ctx context.Context, obj proto.ObjectID, size uint64) error {
+	return t.resize(ctx, obj, size, true)
+}
+
+func (t *Target) resize(ctx context.Context, obj proto.ObjectID, size uint64, growOnly bool) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
@@ -657,7 +728,7 @@ func (t *Target) Truncate(ctx context.Context, obj proto.ObjectID, size uint64) 
 		return err
 	}
 	defer t.cache.release(h)
-	if size == h.size {
+	if size == h.size || (growOnly && size < h.size) {
 		return nil
 	}
 	wrap := func(err error) error {

@@ -19,22 +19,57 @@ import (
 // writers, so any read-modify-write of a whole page or stripe by a client
 // clobbers someone else's bytes. Every byte is checked from both mounts.
 func TestIORHard(t *testing.T) {
-	const (
-		recsize = 47008
-		perProc = 30
-		mounts  = 2
-		procs   = 3
-		nproc   = mounts * procs
-		nrec    = nproc * perProc // 180 records, 8.1 MiB
-	)
-	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4, Mounts: mounts})
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4, Mounts: 2})
 	name := "ior-hard.dat"
 	f, err := os.Create(filepath.Join(c.Mount(0), name))
 	if err != nil {
 		t.Fatal(err)
 	}
 	f.Close()
+	runIORHard(t, c, name)
+}
 
+// TestIORHardMirror runs the same on a mirror 2 file (2 stripes, 2 copies
+// each): both mounts' writers reach both copies of every stripe, and every
+// byte reads back from both mounts and from each copy alone.
+func TestIORHardMirror(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4, Mounts: 2})
+	name := "ior-hard.dat"
+	weft(t, c, "setstripe", "--mirror", "2", "-c", "2", "-S", "1M", filepath.Join(c.Mount(0), name))
+	runIORHard(t, c, name)
+	if l, err := testcluster.GetLayout(filepath.Join(c.Mount(0), name)); err != nil || l.Kind != "mirror" || len(l.Stale) != 0 {
+		t.Fatalf("layout after the run: %+v %v", l, err)
+	}
+	// Each server alone holds one copy of every stripe: read with the
+	// other stopped, from a new mount.
+	for s := range 2 {
+		c.StopStorage(s)
+		m := c.AddMount()
+		checkIORHard(t, c.Mount(m), name, 1)
+		c.StopMount(m)
+		c.StartStorage(s)
+		c.WaitTargetsUp(4)
+	}
+}
+
+const (
+	iorRecsize = 47008
+	iorPerProc = 30
+	iorMounts  = 2
+	iorProcs   = 3
+	iorNproc   = iorMounts * iorProcs
+	iorNrec    = iorNproc * iorPerProc // 180 records, 8.1 MiB
+)
+
+// runIORHard writes the ior-hard pattern into name through the cluster's
+// first two mounts and checks every byte from both.
+func runIORHard(t *testing.T, c *testcluster.Cluster, name string) {
+	const (
+		recsize = iorRecsize
+		mounts  = iorMounts
+		nproc   = iorNproc
+		nrec    = iorNrec
+	)
 	start := time.Now()
 	var wg sync.WaitGroup
 	results := make([]string, nproc)
@@ -55,22 +90,29 @@ func TestIORHard(t *testing.T) {
 			t.Errorf("writer %d: %s", i, r)
 		}
 	}
+	for m := 0; m < mounts; m++ {
+		checkIORHard(t, c.Mount(m), name, m)
+	}
+}
 
+// checkIORHard reads name through the mount at mnt and compares every
+// record.
+func checkIORHard(t *testing.T, mnt, name string, m int) {
+	t.Helper()
+	const recsize, nrec = iorRecsize, iorNrec
 	want := make([]byte, nrec*recsize)
 	for k := 0; k < nrec; k++ {
 		fillRecord(want[k*recsize:(k+1)*recsize], k)
 	}
-	for m := 0; m < mounts; m++ {
-		got, size, err := readAllFstat(filepath.Join(c.Mount(m), name))
-		if err != nil {
-			t.Fatalf("mount %d: %v", m, err)
-		}
-		if size != int64(len(want)) {
-			t.Errorf("mount %d: size %d, want %d", m, size, len(want))
-		}
-		if !bytes.Equal(got, want) {
-			t.Errorf("mount %d: %s; bad records: %s", m, firstDiff(got, want), badRecords(got, want, recsize))
-		}
+	got, size, err := readAllFstat(filepath.Join(mnt, name))
+	if err != nil {
+		t.Fatalf("mount %d: %v", m, err)
+	}
+	if size != int64(len(want)) {
+		t.Errorf("mount %d: size %d, want %d", m, size, len(want))
+	}
+	if !bytes.Equal(got, want) {
+		t.Errorf("mount %d: %s; bad records: %s", m, firstDiff(got, want), badRecords(got, want, recsize))
 	}
 }
 

@@ -192,6 +192,11 @@ func TestUpRestart(t *testing.T) {
 			t.Errorf("%s after restart: %v %s", name, err, firstDiff(got, want))
 		}
 	}
+	// The first run made the file system's default layout survive the loss
+	// of a storage server (weft up --mirror, default 2).
+	if l, err := testcluster.GetLayout(mnt); err != nil || l.Kind != "mirror" || l.Mirror != 2 {
+		t.Errorf("root layout after weft up: %+v %v, want mirror 2", l, err)
+	}
 	if l, err := os.Readlink(filepath.Join(mnt, "link")); l != "x/f1" {
 		t.Errorf("symlink after restart: %q %v", l, err)
 	}

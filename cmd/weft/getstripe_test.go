@@ -18,6 +18,8 @@ func TestPrintLayout(t *testing.T) {
 			"/mnt/weft/f\nlmm_stripe_count:  3\nlmm_stripe_size:   1048576\nlmm_pattern:       raid0\nlmm_stripe_offset: 2\n\tobdidx\n\t     2\n\t     0\n\t    11\n"},
 		{"directory", layoutJSON{StripeSize: 4 << 20, StripeCount: -1},
 			"/mnt/weft/f\nlmm_stripe_count:  -1\nlmm_stripe_size:   4194304\nlmm_pattern:       raid0\n"},
+		{"mirror", layoutJSON{Kind: "mirror", Mirror: 2, StripeSize: 1 << 20, StripeCount: 2, Targets: []uint32{1, 2, 3, 4}, Stale: []uint32{2}},
+			"/mnt/weft/f\nlmm_stripe_count:  2\nlmm_stripe_size:   1048576\nlmm_pattern:       mirror 2\nlmm_stripe_offset: 1\n\tstripe  copies\n\t     0      1      2\n\t     1      3(stale)      4\n"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var b bytes.Buffer
@@ -34,8 +36,14 @@ func TestPrintLayoutJSON(t *testing.T) {
 		l    layoutJSON
 		want string
 	}{
-		{layoutJSON{StripeSize: 1 << 20, StripeCount: 2, Targets: []uint32{1, 0}}, `{"path":"/p","stripe_size":1048576,"stripe_count":2,"targets":[1,0]}` + "\n"},
-		{layoutJSON{StripeSize: 65536, StripeCount: -1}, `{"path":"/p","stripe_size":65536,"stripe_count":-1,"targets":[]}` + "\n"},
+		{layoutJSON{StripeSize: 1 << 20, StripeCount: 2, Targets: []uint32{1, 0}},
+			`{"path":"/p","kind":"raid0","mirror":0,"ec_k":0,"ec_m":0,"stripe_size":1048576,"stripe_count":2,"targets":[1,0],"stripes":[{"targets":[1],"stale":[]},{"targets":[0],"stale":[]}]}` + "\n"},
+		{layoutJSON{StripeSize: 65536, StripeCount: -1},
+			`{"path":"/p","kind":"raid0","mirror":0,"ec_k":0,"ec_m":0,"stripe_size":65536,"stripe_count":-1,"targets":[],"stripes":[]}` + "\n"},
+		{layoutJSON{Kind: "mirror", Mirror: 2, StripeSize: 1 << 20, StripeCount: 2, Targets: []uint32{1, 2, 3, 4}, Stale: []uint32{3}},
+			`{"path":"/p","kind":"mirror","mirror":2,"ec_k":0,"ec_m":0,"stripe_size":1048576,"stripe_count":2,"targets":[1,2,3,4],"stripes":[{"targets":[1,2],"stale":[]},{"targets":[3,4],"stale":[4]}]}` + "\n"},
+		{layoutJSON{Kind: "ec", ECData: 2, ECParity: 1, StripeSize: 1 << 20, StripeCount: 1, Targets: []uint32{5, 6, 7}},
+			`{"path":"/p","kind":"ec","mirror":0,"ec_k":2,"ec_m":1,"stripe_size":1048576,"stripe_count":1,"targets":[5,6,7],"stripes":[{"targets":[5,6,7],"stale":[]}]}` + "\n"},
 	} {
 		var b bytes.Buffer
 		if err := printLayoutJSONPath(&b, "/p", tc.l); err != nil {

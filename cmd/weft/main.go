@@ -24,6 +24,7 @@ func newRootCmd() *cobra.Command {
 		newMountCmd(),
 		newSetstripeCmd(),
 		newGetstripeCmd(),
+		newResyncCmd(),
 		newDfCmd(),
 		newBenchCmd(),
 		newVersionCmd(),

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -20,6 +22,13 @@ type stripeRequest struct {
 	Count   int32
 	Size    units.Size
 	Targets []uint32
+	// Protection: at most one of Mirror (copies), EC ("K+M") and RAID0
+	// (none); none set keeps what the path has.
+	Mirror int
+	EC     string
+	RAID0  bool
+
+	ecK, ecM int // parsed from EC by validate
 }
 
 func newSetstripeCmd() *cobra.Command {
@@ -29,7 +38,7 @@ func newSetstripeCmd() *cobra.Command {
 		toDefault bool
 	)
 	cmd := &cobra.Command{
-		Use:   "setstripe [-c COUNT] [-S SIZE] [-o ID,ID,...] PATH | setstripe -d DIR",
+		Use:   "setstripe [-c COUNT] [-S SIZE] [--mirror N | --ec K+M | --raid0] [-o ID,ID,...] PATH | setstripe -d DIR",
 		Short: "Set the layout of a new file or the default layout of a directory",
 		Long: `Set how files are striped over storage targets.
 
@@ -42,20 +51,30 @@ A file that holds data keeps its layout; copy it into a directory with the
 layout you want instead. COUNT -1 means every storage target. SIZE accepts
 units (1M, 4MiB) and must be a multiple of 64KiB.
 
+Protection (see docs/data-protection.md):
+  --mirror N   keep N copies (2..5) of every stripe, on N distinct storage
+               servers (failure domains); reads survive the loss of N-1.
+  --ec K+M     Reed-Solomon with K data shards (1..16) and M parity shards
+               (1..4) per stripe, on K+M distinct servers.
+  --raid0      no protection (the default).
+Asking for more copies or shards than there are storage servers up fails
+and changes nothing. With -o, give COUNT x N targets, stripe after stripe.
+
 -d DIR gives DIR the file system's default layout again (the root
 directory's; on the root itself, weft's built-in default).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			fl := cmd.Flags()
-			given := fl.Changed("stripe-count") || fl.Changed("stripe-size") || fl.Changed("targets")
+			given := fl.Changed("stripe-count") || fl.Changed("stripe-size") || fl.Changed("targets") ||
+				fl.Changed("mirror") || fl.Changed("ec") || fl.Changed("raid0")
 			if toDefault {
 				if given {
-					return errors.New("-d resets a directory to the file system's default: it takes no -c, -S or -o")
+					return errors.New("-d resets a directory to the file system's default: it takes no -c, -S, -o, --mirror, --ec or --raid0")
 				}
 				return setstripeDefault(args[0])
 			}
 			if !given {
-				return errors.New("nothing to set: give -c COUNT, -S SIZE or -o IDS (or -d DIR to go back to the file system's default); weft getstripe shows the current layout")
+				return errors.New("nothing to set: give -c COUNT, -S SIZE, -o IDS, --mirror N, --ec K+M or --raid0 (or -d DIR to go back to the file system's default); weft getstripe shows the current layout")
 			}
 			if fl.Changed("stripe-count") && req.Count == 0 {
 				return fmt.Errorf("-c 0: want -1 (all targets) or 1..%d (-d DIR goes back to the file system's default)", layout.MaxStripeCount)
@@ -69,7 +88,7 @@ directory's; on the root itself, weft's built-in default).`,
 			if err := req.validate(); err != nil {
 				return err
 			}
-			return setstripe(args[0], req)
+			return setstripe(args[0], &req)
 		},
 	}
 	fs := cmd.Flags()
@@ -77,10 +96,36 @@ directory's; on the root itself, weft's built-in default).`,
 	fs.VarP(&req.Size, "stripe-size", "S", "bytes per stripe unit, e.g. 1M, 4MiB (default: inherited)")
 	fs.UintSliceVarP(&targets, "targets", "o", nil, "the target ids to use, in stripe order (default: the servers choose)")
 	fs.BoolVarP(&toDefault, "delete", "d", false, "give DIR the file system's default layout (the root directory's)")
+	fs.IntVar(&req.Mirror, "mirror", 0, "keep N copies (2..5) of every stripe on distinct servers")
+	fs.StringVar(&req.EC, "ec", "", "erasure-code every stripe: K+M, K data (1..16) and M parity (1..4) shards")
+	fs.BoolVar(&req.RAID0, "raid0", false, "no protection: one object per stripe")
 	return cmd
 }
 
-func (r stripeRequest) validate() error {
+func (r *stripeRequest) validate() error {
+	kinds := 0
+	if r.Mirror != 0 {
+		kinds++
+		if r.Mirror < layout.MinMirror || r.Mirror > layout.MaxMirror {
+			return fmt.Errorf("--mirror %d: want %d..%d copies", r.Mirror, layout.MinMirror, layout.MaxMirror)
+		}
+	}
+	if r.EC != "" {
+		kinds++
+		k, m, ok := strings.Cut(r.EC, "+")
+		var err1, err2 error
+		r.ecK, err1 = strconv.Atoi(k)
+		r.ecM, err2 = strconv.Atoi(m)
+		if !ok || err1 != nil || err2 != nil || r.ecK < 1 || r.ecK > layout.MaxECData || r.ecM < 1 || r.ecM > layout.MaxECParity {
+			return fmt.Errorf("--ec %s: want K+M with K 1..%d data shards and M 1..%d parity shards (e.g. 8+2)", r.EC, layout.MaxECData, layout.MaxECParity)
+		}
+	}
+	if r.RAID0 {
+		kinds++
+	}
+	if kinds > 1 {
+		return fmt.Errorf("--mirror, --ec and --raid0 exclude each other")
+	}
 	if r.Count < layout.AllTargets || r.Count > layout.MaxStripeCount {
 		return fmt.Errorf("-c %d: want -1 (all targets) or 1..%d", r.Count, layout.MaxStripeCount)
 	}
@@ -90,7 +135,11 @@ func (r stripeRequest) validate() error {
 				units.FormatSize(uint64(r.Size)), units.FormatSize(layout.MinStripeSize), units.FormatSize(layout.MaxStripeSize))
 		}
 	}
-	if len(r.Targets) > 0 {
+	if len(r.Targets) > 0 && r.width() > 1 {
+		if len(r.Targets)%r.width() != 0 || r.Count == layout.AllTargets || (r.Count != 0 && int(r.Count)*r.width() != len(r.Targets)) {
+			return fmt.Errorf("-o: %d targets do not make whole stripes of %d (-c %d)", len(r.Targets), r.width(), r.Count)
+		}
+	} else if len(r.Targets) > 0 {
 		if r.Count == layout.AllTargets || (r.Count != 0 && int(r.Count) != len(r.Targets)) {
 			return fmt.Errorf("-c %d does not match the %d targets given with -o", r.Count, len(r.Targets))
 		}
@@ -105,11 +154,32 @@ func (r stripeRequest) validate() error {
 	return nil
 }
 
+// width is the objects per stripe the request asks for (1 if it does not
+// ask for protection).
+func (r *stripeRequest) width() int {
+	switch {
+	case r.Mirror != 0:
+		return r.Mirror
+	case r.EC != "":
+		return r.ecK + r.ecM
+	}
+	return 1
+}
+
 // apply returns cur with the requested fields replaced. The targets of cur
 // are dropped unless -o gave new ones: the servers choose targets to match
 // the new count.
-func (r stripeRequest) apply(cur layoutJSON) layoutJSON {
-	out := layoutJSON{StripeSize: cur.StripeSize, StripeCount: cur.StripeCount}
+func (r *stripeRequest) apply(cur layoutJSON) layoutJSON {
+	out := layoutJSON{Kind: cur.Kind, Mirror: cur.Mirror, ECData: cur.ECData, ECParity: cur.ECParity,
+		StripeSize: cur.StripeSize, StripeCount: cur.StripeCount}
+	switch {
+	case r.Mirror != 0:
+		out.Kind, out.Mirror, out.ECData, out.ECParity = "mirror", r.Mirror, 0, 0
+	case r.EC != "":
+		out.Kind, out.Mirror, out.ECData, out.ECParity = "ec", 0, r.ecK, r.ecM
+	case r.RAID0:
+		out.Kind, out.Mirror, out.ECData, out.ECParity = "raid0", 0, 0, 0
+	}
 	if r.Size != 0 {
 		out.StripeSize = uint64(r.Size)
 	}
@@ -118,7 +188,7 @@ func (r stripeRequest) apply(cur layoutJSON) layoutJSON {
 	}
 	if len(r.Targets) > 0 {
 		out.Targets = r.Targets
-		out.StripeCount = int32(len(r.Targets))
+		out.StripeCount = int32(len(r.Targets) / out.width())
 	}
 	if out.StripeSize == 0 {
 		out.StripeSize = layout.DefaultStripeSize
@@ -129,7 +199,34 @@ func (r stripeRequest) apply(cur layoutJSON) layoutJSON {
 	return out
 }
 
-func setstripe(path string, req stripeRequest) error {
+// checkDomains refuses, before anything is changed, protection that needs
+// more storage servers (failure domains) than are up: the metadata server
+// refuses it too, but here the error can say what is missing.
+func checkDomains(path string, l layoutJSON) error {
+	w := l.width()
+	if w == 1 {
+		return nil
+	}
+	ts, err := getDF(path)
+	if err != nil {
+		return err
+	}
+	up := map[string]bool{}
+	all := map[string]bool{}
+	for _, t := range ts {
+		all[t.Domain] = true
+		if t.Up {
+			up[t.Domain] = true
+		}
+	}
+	if len(up) < w {
+		return fmt.Errorf("%s: %s needs %d storage servers (failure domains) up, and %d of %d are (see weft df); nothing changed",
+			path, l.kindString(), w, len(up), len(all))
+	}
+	return nil
+}
+
+func setstripe(path string, req *stripeRequest) error {
 	fi, err := os.Stat(path)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
@@ -141,7 +238,11 @@ func setstripe(path string, req stripeRequest) error {
 		if err != nil {
 			return err
 		}
-		return setLayout(path, req.apply(cur))
+		l := req.apply(cur)
+		if err := checkDomains(path, l); err != nil {
+			return err
+		}
+		return setLayout(path, l)
 	case fi.Mode().IsRegular():
 		if fi.Size() > 0 {
 			return fmt.Errorf("%s holds %d bytes: a file's layout is fixed once written (copy it into a directory with the layout you want: weft setstripe -c N -S SIZE DIR)", path, fi.Size())
@@ -150,7 +251,11 @@ func setstripe(path string, req stripeRequest) error {
 		if err != nil {
 			return err
 		}
-		return setLayout(path, req.apply(cur))
+		l := req.apply(cur)
+		if err := checkDomains(path, l); err != nil {
+			return err
+		}
+		return setLayout(path, l)
 	}
 	return fmt.Errorf("%s is neither a directory nor a regular file", path)
 }
@@ -176,7 +281,7 @@ func setstripeDefault(dir string) error {
 		if def, err = getLayout(root); err != nil {
 			return err
 		}
-		def.Targets = nil
+		def.Targets, def.Stale = nil, nil
 	}
 	return setLayout(dir, def)
 }
@@ -219,10 +324,14 @@ func sameFile(a, b string) (bool, error) {
 
 // setstripeNewFile creates path with the requested layout, or leaves
 // nothing behind.
-func setstripeNewFile(path string, req stripeRequest) error {
+func setstripeNewFile(path string, req *stripeRequest) error {
 	// Check the directory first: on another file system we must not create
 	// a file at all.
-	if _, err := getLayout(filepath.Dir(path)); err != nil {
+	dirLayout, err := getLayout(filepath.Dir(path))
+	if err != nil {
+		return err
+	}
+	if err := checkDomains(filepath.Dir(path), req.apply(dirLayout)); err != nil {
 		return err
 	}
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o666)
@@ -261,6 +370,8 @@ func setLayout(path string, l layoutJSON) error {
 		return fmt.Errorf("%s: layout %s refused as invalid (is a target id unknown? see weft df)", path, v)
 	case errors.Is(err, unix.EBUSY):
 		return fmt.Errorf("%s: the file has been written, so its layout is fixed (copy it into a directory with the layout you want)", path)
+	case errors.Is(err, unix.ENOSPC) && l.width() > 1:
+		return fmt.Errorf("%s: %s needs %d storage servers (failure domains) with free space up (see weft df); nothing changed", path, l.kindString(), l.width())
 	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EIO):
 		return fmt.Errorf("%s: set layout %s: %w (are the storage targets up? see weft df)", path, v, err)
 	case errors.Is(err, unix.ENOTSUP):

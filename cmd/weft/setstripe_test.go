@@ -28,6 +28,16 @@ func TestStripeRequestValidate(t *testing.T) {
 		{"targets and wrong count", stripeRequest{Count: 3, Targets: []uint32{3, 1}}, "does not match"},
 		{"targets and all", stripeRequest{Count: -1, Targets: []uint32{3, 1}}, "does not match"},
 		{"duplicate target", stripeRequest{Targets: []uint32{3, 3}}, "given twice"},
+		{"mirror 2", stripeRequest{Mirror: 2}, ""},
+		{"mirror 9", stripeRequest{Mirror: 9}, "--mirror 9: want 2..5 copies"},
+		{"mirror 1", stripeRequest{Mirror: 1}, "want 2..5"},
+		{"ec 8+2", stripeRequest{EC: "8+2"}, ""},
+		{"ec 20+1", stripeRequest{EC: "20+1"}, "--ec 20+1: want K+M with K 1..16 data shards and M 1..4 parity shards"},
+		{"ec 4+5", stripeRequest{EC: "4+5"}, "M 1..4"},
+		{"ec garbage", stripeRequest{EC: "eight"}, "want K+M"},
+		{"mirror and ec", stripeRequest{Mirror: 2, EC: "2+1"}, "exclude each other"},
+		{"mirror targets", stripeRequest{Mirror: 2, Targets: []uint32{1, 2, 3, 4}}, ""},
+		{"mirror odd targets", stripeRequest{Mirror: 2, Targets: []uint32{1, 2, 3}}, "whole stripes of 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			err := tc.req.validate()
@@ -55,10 +65,18 @@ func TestStripeRequestApply(t *testing.T) {
 		{"explicit targets set the count", stripeRequest{Targets: []uint32{5, 2}}, file, layoutJSON{StripeSize: 1 << 20, StripeCount: 2, Targets: []uint32{5, 2}}},
 		{"inheriting directory gets defaults", stripeRequest{Count: -1}, layoutJSON{}, layoutJSON{StripeSize: 1 << 20, StripeCount: -1}},
 		{"nothing asked on empty", stripeRequest{}, layoutJSON{}, layoutJSON{StripeSize: 1 << 20, StripeCount: 4}},
+		{"mirror kept", stripeRequest{Count: 2}, layoutJSON{Kind: "mirror", Mirror: 3, StripeSize: 1 << 20, StripeCount: 1}, layoutJSON{Kind: "mirror", Mirror: 3, StripeSize: 1 << 20, StripeCount: 2}},
+		{"mirror asked", stripeRequest{Mirror: 2}, file, layoutJSON{Kind: "mirror", Mirror: 2, StripeSize: 1 << 20, StripeCount: 4}},
+		{"raid0 asked", stripeRequest{RAID0: true}, layoutJSON{Kind: "mirror", Mirror: 3, StripeSize: 1 << 20, StripeCount: 1}, layoutJSON{Kind: "raid0", StripeSize: 1 << 20, StripeCount: 1}},
+		{"mirror targets", stripeRequest{Mirror: 2, Targets: []uint32{1, 2, 3, 4}}, file, layoutJSON{Kind: "mirror", Mirror: 2, StripeSize: 1 << 20, StripeCount: 2, Targets: []uint32{1, 2, 3, 4}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			if err := tc.req.validate(); err != nil {
+				t.Fatal(err)
+			}
 			got := tc.req.apply(tc.cur)
-			if got.StripeSize != tc.want.StripeSize || got.StripeCount != tc.want.StripeCount || !slices.Equal(got.Targets, tc.want.Targets) {
+			if got.StripeSize != tc.want.StripeSize || got.StripeCount != tc.want.StripeCount || !slices.Equal(got.Targets, tc.want.Targets) ||
+				got.Kind != tc.want.Kind || got.Mirror != tc.want.Mirror || got.ECData != tc.want.ECData || got.ECParity != tc.want.ECParity {
 				t.Fatalf("apply = %+v, want %+v", got, tc.want)
 			}
 		})
@@ -82,6 +100,8 @@ func TestSetstripeFlags(t *testing.T) {
 	wantErr(t, execute(newSetstripeCmd(), "-S", "0", dir), "-S 0", "-d DIR")
 	wantErr(t, execute(newSetstripeCmd(), "-d", "-c", "2", dir), "takes no -c")
 	wantErr(t, execute(newSetstripeCmd(), "-d", full), "not a directory")
+	wantErr(t, execute(newSetstripeCmd(), "--ec", "20+1", dir), "--ec 20+1: want K+M")
+	wantErr(t, execute(newSetstripeCmd(), "--mirror", "9", dir), "--mirror 9: want 2..5 copies")
 	// A file with data keeps its layout, and is left untouched.
 	wantErr(t, execute(newSetstripeCmd(), "-c", "2", "-S", "4MiB", full), "holds 4 bytes", "copy it into a directory")
 	if b, err := os.ReadFile(full); err != nil || string(b) != "data" {

@@ -28,6 +28,7 @@ type storageOptions struct {
 	HeartbeatInterval units.Duration `toml:"heartbeat_interval"`
 	ReadBufferPerConn units.Size     `toml:"read_buffer_per_conn"`
 	ReadBufferTotal   units.Size     `toml:"read_buffer_total"`
+	Domain            string         `toml:"domain"`
 	daemonOptions
 }
 
@@ -72,6 +73,7 @@ It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 		}
 		return pflag.NormalizedName(name)
 	})
+	fs.StringVar(&o.Domain, "domain", "", "failure domain of this server (e.g. a rack): copies and shards of a stripe go to distinct domains (default: the server is its own)")
 	fs.Var(&o.Capacity, "capacity", "per-target byte limit, e.g. 500GiB (default 0: what the disk has)")
 	o.HeartbeatInterval = units.Duration(2 * time.Second)
 	fs.Var(&o.HeartbeatInterval, "heartbeat-interval", "how often to report usage to the metadata server")
@@ -156,5 +158,6 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 		Logger:             d.log,
 		Transport:          d.transport,
 		Registry:           metarpc.NewClient(pool, o.Meta),
+		Domain:             o.Domain,
 	})
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/weft-fs/weft/auth"
 	"github.com/weft-fs/weft/internal/units"
+	"github.com/weft-fs/weft/layout"
 )
 
 // upOptions are the settings of `weft up`.
@@ -34,12 +35,13 @@ type upOptions struct {
 	BasePort int
 	LogLevel string // of the children
 	Encrypt  bool   // every child encrypts its connections (--encrypt)
+	Mirror   int    // copies the file system's default layout keeps (--mirror; 1: none)
 }
 
 func newUpCmd() *cobra.Command {
 	var o upOptions
 	cmd := &cobra.Command{
-		Use:   "up [--data DIR] [--mount MNT] [--targets N] [--servers S] [--base-port P]",
+		Use:   "up [--data DIR] [--mount MNT] [--targets N] [--servers S] [--mirror C] [--base-port P]",
 		Short: "Run a whole weft on this machine: meta, storage servers and a mount",
 		Long: `Run a complete weft on this machine, in the foreground, as real processes
 of this binary talking over TCP on 127.0.0.1:
@@ -53,7 +55,13 @@ Each process logs to DIR/logs/<name>.log. Once every target is up, weft up
 prints where everything is, the per-target usage, and checks that a file
 written through the mount reads back. Ctrl-C (or SIGTERM) unmounts and
 stops everything; running weft up again on the same DIR brings every file
-back. If one of the processes dies, weft up says which, shows the end of its
+back.
+
+On its first run weft up sets the file system's default layout (the root
+directory's) to --mirror C copies (default 2, on distinct storage servers),
+so every file survives the loss of one storage server; with the default 3
+servers new files can still be created while one is down. --mirror 1 keeps
+plain striping. weft setstripe on the mountpoint changes it later. If one of the processes dies, weft up says which, shows the end of its
 log, stops the others and exits non-zero.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -73,7 +81,8 @@ log, stops the others and exits non-zero.`,
 	fs.StringVar(&o.Data, "data", "", "directory for all server data and logs (default $HOME/weft/data; created)")
 	fs.StringVar(&o.Mount, "mount", "", "mountpoint (default $HOME/weft/mnt; created)")
 	fs.IntVar(&o.Targets, "targets", 4, "number of storage targets")
-	fs.IntVar(&o.Servers, "servers", 2, "number of storage server processes the targets are spread over")
+	fs.IntVar(&o.Servers, "servers", 3, "number of storage server processes the targets are spread over")
+	fs.IntVar(&o.Mirror, "mirror", 2, "copies of every file in the default layout, on distinct servers (1: no protection)")
 	fs.IntVar(&o.BasePort, "base-port", 7400, "meta listens on this port, storage servers on base-port+10 and up")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level of the child processes (their logs are in DIR/logs)")
 	fs.BoolVar(&o.Encrypt, "encrypt", false, "encrypt every connection between the processes (TLS; see docs/security.md for its cost)")
@@ -111,6 +120,12 @@ func (o *upOptions) resolve() error {
 	if o.Servers < 1 || o.Servers > o.Targets {
 		return fmt.Errorf("--servers %d: want 1..%d (at most one server per target)", o.Servers, o.Targets)
 	}
+	if o.Mirror == 0 {
+		o.Mirror = 1 // no protection
+	}
+	if o.Mirror < 1 || o.Mirror > layout.MaxMirror || o.Mirror > o.Servers {
+		return fmt.Errorf("--mirror %d: want 1..%d, and at most --servers (%d): copies go to distinct servers", o.Mirror, min(layout.MaxMirror, o.Servers), o.Servers)
+	}
 	if o.BasePort < 1 || o.BasePort+10+o.Servers-1 > 65535 {
 		return fmt.Errorf("--base-port %d: the ports %d..%d must lie in 1..65535", o.BasePort, o.BasePort, o.BasePort+10+o.Servers-1)
 	}
@@ -134,6 +149,7 @@ type upPlan struct {
 	Data, Mount, MetaAddr string
 	Keys                  string // DATA/keys: the cluster key set, made on first run
 	Targets               int
+	Mirror                int // the default layout's copies, set on the first run
 	Meta                  childSpec
 	Storage               []childSpec
 	Mounter               childSpec
@@ -150,7 +166,7 @@ func planUp(o upOptions) upPlan {
 		childFlags = append(childFlags, "--encrypt")
 	}
 	keys := filepath.Join(o.Data, "keys")
-	p := upPlan{Data: o.Data, Mount: o.Mount, MetaAddr: metaAddr, Targets: o.Targets, Keys: keys}
+	p := upPlan{Data: o.Data, Mount: o.Mount, MetaAddr: metaAddr, Targets: o.Targets, Keys: keys, Mirror: o.Mirror}
 	metaDir := filepath.Join(o.Data, "meta")
 	p.Meta = childSpec{
 		Name: "meta",
@@ -344,7 +360,12 @@ func runUp(ctx context.Context, exe string, p upPlan, out io.Writer) (err error)
 		return s.interrupted(err)
 	}
 
+	protection, err := protectDefault(p)
+	if err != nil {
+		return fmt.Errorf("up: set the default layout: %w", err)
+	}
 	printUpReport(out, p)
+	fmt.Fprintf(out, "default layout: %s\n", protection)
 	fmt.Fprintln(out)
 	if err := printDF(out, p.Mount, targets); err != nil {
 		return err
@@ -712,4 +733,45 @@ func logTail(path string, n int) string {
 func indent(s string) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	return "    " + strings.Join(lines, "\n    ") + "\n"
+}
+
+// protectDefault sets, on the first run over DATA, the root's default layout
+// to p.Mirror copies (a marker in DATA records that it was done, so a
+// later setstripe of the root is never undone), and describes the default
+// layout in force.
+func protectDefault(p upPlan) (string, error) {
+	marker := filepath.Join(p.Data, "default-layout-set")
+	if _, err := os.Stat(marker); errors.Is(err, os.ErrNotExist) && p.Mirror > 1 {
+		cur, err := getLayout(p.Mount)
+		if err != nil {
+			return "", err
+		}
+		req := stripeRequest{Mirror: p.Mirror}
+		if err := req.validate(); err != nil {
+			return "", err
+		}
+		if err := setLayout(p.Mount, req.apply(cur)); err != nil {
+			return "", err
+		}
+		if err := os.WriteFile(marker, []byte("the root's default layout was set by weft up\n"), 0o644); err != nil {
+			return "", err
+		}
+	}
+	cur, err := getLayout(p.Mount)
+	if err != nil {
+		return "", err
+	}
+	desc := fmt.Sprintf("%s, stripe count %d, stripe size %s", cur.kindString(), cur.StripeCount, units.FormatSize(cur.StripeSize))
+	if w := cur.width(); w > 1 {
+		desc += fmt.Sprintf(" (survives the loss of %d storage server(s))", survives(cur))
+	}
+	return desc, nil
+}
+
+// survives is how many servers a layout's files can lose.
+func survives(l layoutJSON) int {
+	if l.Kind == "ec" {
+		return l.ECParity
+	}
+	return l.width() - 1
 }

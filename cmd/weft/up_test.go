@@ -42,6 +42,8 @@ func TestUpResolve(t *testing.T) {
 		{"data inside mount", upOptions{Data: "/x/m/d", Mount: "/x/m", Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info"}, "must not contain each other"},
 		{"same dir", upOptions{Data: "/x", Mount: "/x/", Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info"}, "must not contain each other"},
 		{"bad log level", upOptions{Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "chatty"}, "--log-level"},
+		{"more copies than servers", upOptions{Targets: 4, Servers: 2, Mirror: 3, BasePort: 7400, LogLevel: "info"}, "--mirror 3: want 1..2"},
+		{"too many copies", upOptions{Targets: 8, Servers: 8, Mirror: 6, BasePort: 7400, LogLevel: "info"}, "--mirror 6: want 1..5"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o
@@ -53,6 +55,7 @@ func TestUpResolve(t *testing.T) {
 func TestUpFlags(t *testing.T) {
 	wantErr(t, execute(newUpCmd(), "--targets", "x"), "invalid argument")
 	wantErr(t, execute(newUpCmd(), "--servers", "5", "--targets", "4"), "--servers 5")
+	wantErr(t, execute(newUpCmd(), "--servers", "2", "--mirror", "3"), "--mirror 3")
 	wantErr(t, execute(newUpCmd(), "extra"), "unknown command")
 }
 

@@ -22,14 +22,46 @@ const (
 	xattrLayout = "user.weft.layout" // get: a file's layout or a directory's default; set: the same JSON
 	xattrDF     = "user.weft.df"     // get: per-target usage
 	xattrMeta   = "user.weft.meta"   // get: the metadata server's address
+	xattrResync = "user.weft.resync" // set: repair a mirrored file's stale copies
 )
 
 // layoutJSON is the value of user.weft.layout. StripeCount -1 means "every
-// target"; Targets is set for files and empty for directory defaults.
+// target"; Targets is set for files and empty for directory defaults. Kind
+// is "raid0" (or absent), "mirror" (Mirror copies of every stripe) or "ec"
+// (ECData data and ECParity parity shards); a file's Targets then hold
+// Width() targets per stripe, stripe after stripe, and Stale the indices
+// into Targets of objects that missed writes.
 type layoutJSON struct {
+	Kind        string   `json:"kind,omitempty"`
+	Mirror      int      `json:"mirror,omitempty"`
+	ECData      int      `json:"ec_k,omitempty"`
+	ECParity    int      `json:"ec_m,omitempty"`
 	StripeSize  uint64   `json:"stripe_size"`
 	StripeCount int32    `json:"stripe_count"`
 	Targets     []uint32 `json:"targets"`
+	Stale       []uint32 `json:"stale,omitempty"`
+}
+
+// width is the number of objects per stripe.
+func (l layoutJSON) width() int {
+	switch l.Kind {
+	case "mirror":
+		return max(l.Mirror, 1)
+	case "ec":
+		return max(l.ECData+l.ECParity, 1)
+	}
+	return 1
+}
+
+// kindString names the protection as setstripe's flags do.
+func (l layoutJSON) kindString() string {
+	switch l.Kind {
+	case "mirror":
+		return fmt.Sprintf("mirror %d", l.Mirror)
+	case "ec":
+		return fmt.Sprintf("ec %d+%d", l.ECData, l.ECParity)
+	}
+	return "raid0"
 }
 
 // targetJSON is one element of the user.weft.df array.

@@ -687,13 +687,18 @@ type TargetInfo struct {
 	Objects   uint64 `json:"objects"`
 	FilesFree uint64 `json:"files_free"`
 	Device    string `json:"device"`
+	// Domain is the failure domain: "server ADDR" or "domain NAME".
+	Domain string `json:"domain"`
 }
 
 // Layout is the value of user.weft.layout.
 type Layout struct {
+	Kind        string   `json:"kind"`
+	Mirror      int      `json:"mirror"`
 	StripeSize  uint64   `json:"stripe_size"`
 	StripeCount int32    `json:"stripe_count"`
 	Targets     []uint32 `json:"targets"`
+	Stale       []uint32 `json:"stale"` // indices into Targets of copies that missed writes
 }
 
 // DF reads user.weft.df on path.

@@ -299,6 +299,24 @@ func (c *Client) StatFS(ctx context.Context) (proto.StatFS, error) {
 	return r.S, err
 }
 
+// MarkStale implements proto.StaleMarker. It is a mutation, retried after
+// a broken connection like the others (marking twice changes nothing).
+func (c *Client) MarkStale(ctx context.Context, ino proto.Ino, gen uint64, slots []uint32) (proto.Attr, error) {
+	return c.mutAttr(ctx, OpMarkStale, &staleReq{Ino: ino, Gen: gen, Slots: slots})
+}
+
+// ClearStale implements proto.StaleMarker.
+func (c *Client) ClearStale(ctx context.Context, ino proto.Ino, gen uint64, slots []uint32, mtime int64) (proto.Attr, error) {
+	return c.mutAttr(ctx, OpClearStale, &staleReq{Ino: ino, Gen: gen, Slots: slots, Mtime: mtime})
+}
+
+// FSID returns the file system id of the metadata server (OpFSID).
+func (c *Client) FSID(ctx context.Context) (string, error) {
+	var r stringResp
+	err := c.do(ctx, OpFSID, &emptyMsg{}, &r)
+	return r.S, err
+}
+
 func (c *Client) Targets(ctx context.Context) ([]proto.TargetInfo, error) {
 	var r targetsResp
 	err := c.do(ctx, OpTargets, &emptyMsg{}, &r)

@@ -60,6 +60,14 @@ const (
 	// OpAppendReclaim tells a restarted server how far a client's append
 	// reservations reached.
 	OpAppendReclaim uint16 = 53
+	// Data protection (issue 9; ops 70..79). OpFSID returns the file
+	// system id, which storage targets record in target.json at their
+	// first registration and check at every start.
+	OpFSID uint16 = 70
+	// OpMarkStale and OpClearStale (proto.StaleMarker) mark and clear
+	// objects of a protected file that missed writes.
+	OpMarkStale  uint16 = 71
+	OpClearStale uint16 = 72
 
 	// Retired op codes, never to be reused: 17 (Open) and 31 (CreateOpen)
 	// before capabilities changed their bodies. They are answered ENOSYS,
@@ -140,7 +148,7 @@ func (m *createReq) encode(e *wire.Encoder) {
 	e.Bool(in.Exclusive)
 	e.Bool(in.Layout != nil)
 	if in.Layout != nil {
-		in.Layout.Encode(e)
+		proto.EncodeLayout(e, *in.Layout)
 	}
 }
 
@@ -154,7 +162,7 @@ func (m *createReq) decode(d *wire.Decoder) {
 	in.Gid = d.U32()
 	in.Exclusive = d.Bool()
 	if d.Bool() {
-		l := layout.Decode(d)
+		l := proto.DecodeLayout(d)
 		in.Layout = &l
 	}
 }
@@ -332,10 +340,40 @@ type setLayoutReq struct {
 	Layout layout.Layout
 }
 
-func (m *setLayoutReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); m.Layout.Encode(e) }
+func (m *setLayoutReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); proto.EncodeLayout(e, m.Layout) }
 func (m *setLayoutReq) decode(d *wire.Decoder) {
 	m.Ino = proto.Ino(d.U64())
-	m.Layout = layout.Decode(d)
+	m.Layout = proto.DecodeLayout(d)
+}
+
+// staleReq names objects (layout slots) of one generation of a file.
+type staleReq struct {
+	Ino   proto.Ino
+	Gen   uint64
+	Slots []uint32
+	Mtime int64 // OpClearStale: the file's mtime before the repair
+}
+
+func (m *staleReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Ino))
+	e.U64(m.Gen)
+	e.I64(m.Mtime)
+	e.U32(uint32(len(m.Slots)))
+	for _, s := range m.Slots {
+		e.U32(s)
+	}
+}
+
+func (m *staleReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	m.Gen = d.U64()
+	m.Mtime = d.I64()
+	if n := d.Count(layout.MaxStripeCount, 4); n > 0 {
+		m.Slots = make([]uint32, n)
+		for i := range m.Slots {
+			m.Slots[i] = d.U32()
+		}
+	}
 }
 
 type registerReq struct {
@@ -343,8 +381,19 @@ type registerReq struct {
 	Info proto.TargetInfo
 }
 
-func (m *registerReq) encode(e *wire.Encoder) { e.String(m.UUID); encodeTarget(e, &m.Info) }
-func (m *registerReq) decode(d *wire.Decoder) { m.UUID = d.String(); decodeTarget(d, &m.Info) }
+// registerReq carries, after the target, the file system id the target
+// was formatted for ("" before its first registration).
+func (m *registerReq) encode(e *wire.Encoder) {
+	e.String(m.UUID)
+	encodeTarget(e, &m.Info)
+	e.String(m.Info.FSID)
+}
+
+func (m *registerReq) decode(d *wire.Decoder) {
+	m.UUID = d.String()
+	decodeTarget(d, &m.Info)
+	m.Info.FSID = d.String()
+}
 
 func encodeTarget(e *wire.Encoder, t *proto.TargetInfo) {
 	e.U32(uint32(t.ID))
@@ -360,6 +409,7 @@ func encodeTarget(e *wire.Encoder, t *proto.TargetInfo) {
 	e.U64(t.IO.ReadBytes)
 	e.U64(t.IO.Writes)
 	e.U64(t.IO.WriteBytes)
+	e.String(t.Domain)
 }
 
 func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
@@ -373,6 +423,7 @@ func decodeTarget(d *wire.Decoder, t *proto.TargetInfo) {
 	t.FilesFree = d.U64()
 	t.Device = d.StringMax(maxDevice)
 	t.IO = proto.IOCounters{Reads: d.U64(), ReadBytes: d.U64(), Writes: d.U64(), WriteBytes: d.U64()}
+	t.Domain = d.StringMax(256)
 }
 
 // maxDevice bounds a target's Device name.
@@ -603,7 +654,7 @@ func (m *targetsResp) encode(e *wire.Encoder) {
 }
 
 func (m *targetsResp) decode(d *wire.Decoder) {
-	n := d.Count(maxList, 4+4+3*8+1+2*8+4+4*8)
+	n := d.Count(maxList, 4+4+3*8+1+2*8+4+4*8+4)
 	m.T = make([]proto.TargetInfo, n)
 	for i := range m.T {
 		decodeTarget(d, &m.T[i])
@@ -664,6 +715,10 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &targetsResp{}, true
 	case OpRegisterTarget:
 		return &registerReq{}, &targetIDResp{}, true
+	case OpFSID:
+		return &emptyMsg{}, &stringResp{}, true
+	case OpMarkStale, OpClearStale:
+		return &staleReq{}, &attrResp{}, true
 	case OpCreateOpen:
 		return &createOpenReq{}, &createOpenResp{}, true
 	case OpUnlinkAt, OpRmdirAt:

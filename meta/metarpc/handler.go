@@ -182,7 +182,22 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		case OpTargets:
 			ts, err := s.Targets(ctx)
 			return &targetsResp{ts}, err
+		case OpFSID:
+			f, ok := h.reg.(interface{ FSID() string })
+			if !ok {
+				return nil, fmt.Errorf("metarpc: no file system id here: %w", syscall.ENOSYS)
+			}
+			return &stringResp{f.FSID()}, nil
 		}
+	case *staleReq:
+		sm, ok := s.(proto.StaleMarker)
+		if !ok {
+			return nil, fmt.Errorf("metarpc: no stale marks here: %w", syscall.ENOSYS)
+		}
+		if op == OpClearStale {
+			return attrOut(sm.ClearStale(ctx, r.Ino, r.Gen, r.Slots, r.Mtime))
+		}
+		return attrOut(sm.MarkStale(ctx, r.Ino, r.Gen, r.Slots))
 	case *registerReq:
 		if h.reg == nil {
 			return nil, fmt.Errorf("metarpc: no target registry here: %w", syscall.ENOSYS)

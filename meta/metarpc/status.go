@@ -83,7 +83,7 @@ func (m *statusResp) decode(d *wire.Decoder) {
 		}
 		s.Replica = r
 	}
-	if n := d.Count(maxList, 4+4+3*8+1+2*8+4+4*8); n > 0 {
+	if n := d.Count(maxList, 4+4+3*8+1+2*8+4+4*8+4); n > 0 {
 		s.Targets = make([]proto.TargetInfo, n)
 		for i := range s.Targets {
 			decodeTarget(d, &s.Targets[i])

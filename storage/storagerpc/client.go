@@ -85,6 +85,13 @@ func (c *Client) Truncate(ctx context.Context, t proto.TargetID, obj proto.Objec
 	return err
 }
 
+// Extend implements proto.ObjectExtender.
+func (c *Client) Extend(ctx context.Context, t proto.TargetID, obj proto.ObjectID, size uint64) error {
+	req := TruncateReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}, Size: size}
+	_, err := c.call(ctx, t, OpExtend, req.Encode())
+	return err
+}
+
 func (c *Client) Sync(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
 	_, err := c.call(ctx, t, OpSync, SyncReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}}.Encode())
 	return err

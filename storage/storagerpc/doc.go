@@ -9,6 +9,7 @@
 //	OpWrite    107  cap, target u32, ino u64, stripe u32, off u64, data (u32 length + bytes) -> version u64
 //	OpTruncate 108  cap, target u32, ino u64, stripe u32, size u64          -> empty
 //	OpSync     109  cap, target u32, ino u64, stripe u32                    -> empty
+//	OpExtend   115  cap, target u32, ino u64, stripe u32, size u64          -> empty (grow only)
 //	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
 //

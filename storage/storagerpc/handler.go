@@ -268,6 +268,19 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 			return nil, err
 		}
 		return nil, svc.Truncate(ctx, r.Target, r.Obj, r.Size)
+	case OpExtend:
+		r, err := DecodeTruncate(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessWrite); err != nil {
+			return nil, err
+		}
+		x, ok := svc.(proto.ObjectExtender)
+		if !ok {
+			return nil, fmt.Errorf("storagerpc: this storage cannot extend objects: %w", syscall.ENOSYS)
+		}
+		return nil, x.Extend(ctx, r.Target, r.Obj, r.Size)
 	case OpSync:
 		r, err := DecodeSync(req)
 		if err != nil {

@@ -24,6 +24,9 @@ const (
 	// OpRemoveMany removes a list of objects of one target in one round
 	// trip (the metadata server's object GC).
 	OpRemoveMany uint16 = 105
+	// OpExtend makes an object at least a size long, never shorter
+	// (proto.ObjectExtender); its body is OpTruncate's.
+	OpExtend uint16 = 115
 )
 
 // MaxRemoveMany bounds the objects of one RemoveMany RPC; the Client splits

@@ -16,6 +16,8 @@ func OpName(op uint16) string {
 		return "remove"
 	case OpRemoveMany:
 		return "remove_many"
+	case OpExtend:
+		return "extend"
 	}
 	return ""
 }

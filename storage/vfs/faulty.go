@@ -1,6 +1,7 @@
 package vfs
 
 import (
+	"io"
 	"os"
 	"strings"
 	"sync"
@@ -206,6 +207,13 @@ func (f *Faulty) Statfs(path string) (Usage, error) {
 		return Usage{}, err
 	}
 	return f.fs.Statfs(path)
+}
+
+func (f *Faulty) Lock(name string) (io.Closer, error) {
+	if err := f.fail(OpOpen, "lock", name); err != nil {
+		return nil, err
+	}
+	return f.fs.Lock(name)
 }
 
 type faultyFile struct {

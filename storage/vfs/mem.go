@@ -17,9 +17,41 @@ import (
 // nothing), so reopening a target on the same MemFS models a restart after
 // kill -9, when the kernel's page cache keeps every completed write.
 type MemFS struct {
-	mu    sync.Mutex
-	root  *memNode
-	total uint64 // reported by Statfs
+	mu     sync.Mutex
+	root   *memNode
+	total  uint64          // reported by Statfs
+	locked map[string]bool // names held by Lock; guarded by mu
+}
+
+// Lock implements FS: one holder per name within this MemFS.
+func (m *MemFS) Lock(name string) (io.Closer, error) {
+	f, err := m.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	f.Close()
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.locked[name] {
+		return nil, &os.PathError{Op: "lock", Path: name, Err: ErrLocked}
+	}
+	if m.locked == nil {
+		m.locked = map[string]bool{}
+	}
+	m.locked[name] = true
+	return memLock{m, name}, nil
+}
+
+type memLock struct {
+	m    *MemFS
+	name string
+}
+
+func (l memLock) Close() error {
+	l.m.mu.Lock()
+	defer l.m.mu.Unlock()
+	delete(l.m.locked, l.name)
+	return nil
 }
 
 type memNode struct {

@@ -1,7 +1,9 @@
 package vfs
 
 import (
+	"errors"
 	"fmt"
+	"io"
 	"os"
 	"sort"
 	"strings"
@@ -64,3 +66,18 @@ var machineID = sync.OnceValue(func() string {
 	h, _ := os.Hostname()
 	return h
 })
+
+func (osFS) Lock(name string) (io.Closer, error) {
+	f, err := os.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, &os.PathError{Op: "flock", Path: name, Err: ErrLocked}
+		}
+		return nil, &os.PathError{Op: "flock", Path: name, Err: err}
+	}
+	return f, nil // closing the file releases the lock
+}

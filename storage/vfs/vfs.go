@@ -1,8 +1,10 @@
 package vfs
 
 import (
+	"fmt"
 	"io"
 	"os"
+	"syscall"
 )
 
 // File is an open file. ReadAt and WriteAt are positional and safe to call
@@ -45,4 +47,14 @@ type FS interface {
 	ReadDir(dir string) ([]string, error)
 	// Statfs reports the size and free space of the filesystem holding path.
 	Statfs(path string) (Usage, error)
+	// Lock takes an exclusive lock named by the file name (created if
+	// missing) without waiting, held until the returned Closer is closed
+	// or the process ends: flock(2) on a real disk, so that two processes
+	// never serve one storage target. A lock held elsewhere fails with an
+	// error matching ErrLocked.
+	Lock(name string) (io.Closer, error)
 }
+
+// ErrLocked is returned by Lock for a lock another holder has; it matches
+// syscall.EWOULDBLOCK.
+var ErrLocked = fmt.Errorf("vfs: locked by another process: %w", syscall.EWOULDBLOCK)

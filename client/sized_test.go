@@ -1,0 +1,104 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+)
+
+func createWith(t *testing.T, c *Client, name string, l layout.Layout) (*File, proto.Attr) {
+	t.Helper()
+	f, a, _, err := c.CreateOpen(context.Background(), proto.CreateIn{Parent: proto.RootIno, Name: name, Mode: syscall.S_IFREG | 0o644, Exclusive: true, Layout: &l}, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !a.Layout.ObjectsSized {
+		t.Fatalf("a new file's layout is not sized: %v", a.Layout)
+	}
+	return f, a
+}
+
+func writeClose(t *testing.T, f *File, p []byte, off uint64) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := f.Write(ctx, p, off); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Holes stay holes: a file with a hole at its end (a write far past the
+// others, so some objects were never written) and a file grown by
+// truncate read back with zeros, not as lost data.
+func TestSizedHolesAreNotLoss(t *testing.T) {
+	e := newMirrorEnv(t)
+	c := e.client(t)
+	ctx := context.Background()
+	raid0 := layout.Layout{StripeSize: 64 << 10, StripeCount: 3}
+	f, a := createWith(t, c, "hole", raid0)
+	writeClose(t, f, []byte("tail"), 1<<20)
+	want := append(make([]byte, 1<<20), "tail"...)
+	if got := readAll(t, e.client(t), a.Ino, len(want)); !bytes.Equal(got, want) {
+		t.Fatalf("file with a hole: %d bytes, differ", len(got))
+	}
+	f, a = createWith(t, c, "grown", raid0)
+	writeClose(t, f, []byte("head"), 0)
+	if _, err := c.SetAttr(ctx, a.Ino, proto.SetAttrIn{Valid: proto.SetSize, Size: 700 << 10}); err != nil {
+		t.Fatal(err)
+	}
+	want = append([]byte("head"), make([]byte, 700<<10-4)...)
+	if got := readAll(t, e.client(t), a.Ino, len(want)); !bytes.Equal(got, want) {
+		t.Fatalf("file grown by truncate: %d bytes, differ", len(got))
+	}
+}
+
+// A deleted or shortened object of an unprotected file reads as EIO, not
+// as zeros; one of a mirrored file is read from the other copy and marked
+// stale.
+func TestSizedLostObject(t *testing.T) {
+	e := newMirrorEnv(t)
+	c := e.client(t)
+	ctx := context.Background()
+	want := bytes.Repeat([]byte("0123456789abcdef"), 300<<10/16)
+
+	f, a := createWith(t, c, "raid0", layout.Layout{StripeSize: 64 << 10, StripeCount: 2})
+	writeClose(t, f, want, 0)
+	obj := proto.ObjectID{Ino: a.Ino, Stripe: 1, Gen: a.Gen}
+	if err := e.storage.Truncate(ctx, a.Layout.Targets[1], obj, 10<<10); err != nil {
+		t.Fatal(err)
+	}
+	rf, _, err := e.client(t).Open(ctx, a.Ino, proto.AccessRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, len(want))
+	if _, err := rf.Read(ctx, buf, 0); !errors.Is(err, syscall.EIO) || !errors.Is(err, errShortObject) {
+		t.Fatalf("read of a file with a shortened object: %v, want EIO", err)
+	}
+	rf.Release(ctx)
+
+	f, a = createWith(t, c, "mirror", layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 64 << 10, StripeCount: 1})
+	writeClose(t, f, want, 0)
+	for _, slot := range []int{0, 1} {
+		// Lose one copy's object; the next read finds it short whichever
+		// copy it tries first.
+		if err := e.storage.Remove(ctx, a.Layout.Targets[slot], proto.ObjectID{Ino: a.Ino, Stripe: uint32(slot), Gen: a.Gen}); err != nil {
+			t.Fatal(err)
+		}
+		if got := readAll(t, e.client(t), a.Ino, len(want)); !bytes.Equal(got, want) {
+			t.Fatalf("mirror with copy %d lost: %d bytes, differ", slot, len(got))
+		}
+		got, _ := e.meta.GetAttr(ctx, a.Ino)
+		if !got.Layout.IsStale(slot) {
+			t.Fatalf("the lost copy %d is not marked stale: %v", slot, got.Layout)
+		}
+		resyncEventually(t, e.client(t), a.Ino, 1)
+	}
+}
