@@ -49,6 +49,14 @@
 //     bytes and waits for the writes in flight, truncates every object to its share of the new size,
 //     then records the size on the metadata server.
 //   - Holes. Bytes within the file size that no object holds read as zeros.
+//   - Times. A file's mtime is the time of its last write (this client's
+//     clock when the write was accepted), reported with WriteDone, or of
+//     the last explicit set: a close long after the last write does not
+//     move it. Before a SetAttr that sets mtime (utimensat, futimens,
+//     utime) the client sends, waits for and records this mount's accepted
+//     writes to the file (settle), so writes buffered before the set can
+//     never move the time it set; stat then shows exactly that time on
+//     every mount.
 //
 // # Capabilities
 //

@@ -558,20 +558,27 @@ func (f *File) Flush(ctx context.Context) error {
 	return f.writeDone(ctx)
 }
 
-func (f *File) writeDone(ctx context.Context) error {
-	st := f.st
+func (f *File) writeDone(ctx context.Context) error { return f.st.writeDone(ctx, f.gen) }
+
+// writeDone records the acknowledged writes on the metadata server, if
+// there are any not yet recorded: the highest byte written and the time of
+// the last write, which becomes the file's mtime (so a close long after the
+// last write does not move mtime). gen is the session generation the call
+// belongs to (handleCall).
+func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 	st.mu.Lock()
 	if !st.dirty {
 		st.mu.Unlock()
 		return nil
 	}
-	seq, end := st.seq, st.end
+	seq, end, mtime := st.seq, st.end, st.lastWrite
 	st.mu.Unlock()
-	rctx, cancel := f.c.rpcCtx(ctx)
+	c := st.c
+	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	var a proto.Attr
-	err := f.c.handleCall(rctx, st.ino, f.gen, func() (err error) {
-		a, err = f.c.meta.WriteDone(rctx, st.ino, end)
+	err := c.handleCall(rctx, st.ino, gen, func() (err error) {
+		a, err = c.meta.WriteDone(rctx, st.ino, end, mtime)
 		return err
 	})
 	if err != nil {
@@ -584,6 +591,23 @@ func (f *File) writeDone(ctx context.Context) error {
 	}
 	st.mu.Unlock()
 	return nil
+}
+
+// settle makes the metadata server's attributes account for every write
+// this client accepted so far: it sends them, waits for them and records
+// them (writeDone). It is what an explicit time set does first, so that
+// writes buffered before it cannot move the mtime it sets. A failed
+// background write is left latched for the next write, close or fsync to
+// report, and nothing is recorded then.
+func (st *inodeState) settle(ctx context.Context, gen uint64) error {
+	st.mu.Lock()
+	st.drainLocked()
+	failed := st.err != nil
+	st.mu.Unlock()
+	if failed {
+		return nil
+	}
+	return st.writeDone(ctx, gen)
 }
 
 // Fsync sends the unsent writes, waits for the writes in flight, makes every object written since

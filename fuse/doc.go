@@ -51,6 +51,11 @@
 //     buffered in the client (write-behind, bounded) and a failed background
 //     write is reported by the next write, close or fsync (see package
 //     client).
+//   - Times are exact: a setattr that sets mtime first records this mount's
+//     buffered writes to the file (see package client, "Times"), so stat
+//     shows the times set on every mount and close does not move them; a
+//     file's mtime is otherwise the time of its last write, not of its
+//     close.
 //   - While a file is written here, the size this mount reports includes its
 //     own unreported writes, so O_APPEND writes (placed by the kernel at its
 //     idea of the end of file) land at the end.

@@ -538,7 +538,7 @@ func TestApplyDeterministic(t *testing.T) {
 			e.srv.Unlink(ctx, d.Ino, fmt.Sprint(i))
 		}
 		if i%4 == 0 {
-			e.srv.WriteDone(ctx, a.Ino, uint64(i))
+			e.srv.WriteDone(ctx, a.Ino, uint64(i), 0)
 		}
 	}
 	e.srv.Rename(ctx, d.Ino, "1", proto.RootIno, "moved", 0)

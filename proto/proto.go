@@ -175,9 +175,13 @@ type MetaService interface {
 	// capability of a file that stays open, and to truncate by path.
 	Capability(ctx context.Context, ino Ino, want Access) ([]byte, error)
 	// WriteDone records that data up to end was written and acknowledged by
-	// the storage targets: size becomes max(size, end), mtime and ctime the
-	// server's now. Called on fsync and on close of a written file.
-	WriteDone(ctx context.Context, ino Ino, end uint64) (Attr, error)
+	// the storage targets: size becomes max(size, end), ctime the server's
+	// now, and mtime the time of the last write, mtime (the writer's clock;
+	// 0: the server's now), unless the file's mtime is already later and not
+	// in the future (a later write elsewhere, or a truncate). Called on
+	// fsync and on close of a written file, and before an explicit time
+	// set, so that buffered writes never move an explicitly set mtime.
+	WriteDone(ctx context.Context, ino Ino, end uint64, mtime int64) (Attr, error)
 	// Release drops an open handle taken by Open.
 	Release(ctx context.Context, ino Ino) error
 

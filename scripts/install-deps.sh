@@ -2,7 +2,7 @@
 # Install what weft needs to build, run and be tested on Debian/Ubuntu.
 # Idempotent: each step checks first and does nothing when already done.
 #
-#   FUSE 3 (fusermount3, /dev/fuse), iproute2 (ss), psmisc (fuser),
+#   FUSE 3 (fusermount3, /dev/fuse), iproute2 (ss), psmisc (fuser), rsync,
 #   fs.pipe-max-size = 2 MiB (so 1 MiB FUSE reads can be spliced),
 #   user_allow_other in /etc/fuse.conf, a user and a group named "tests"
 #   (pjdfstest runs as them), pjdfstest and fsx (cargo), and a Go toolchain.
@@ -29,7 +29,7 @@ fi
 
 # --- Debian packages ---------------------------------------------------------
 need=()
-for pkg in fuse3 iproute2 psmisc ca-certificates curl; do
+for pkg in fuse3 iproute2 psmisc ca-certificates curl rsync; do
 	if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
 		need+=("$pkg")
 	fi

@@ -636,7 +636,7 @@ func (m *Meta) Open(_ context.Context, ino proto.Ino, want proto.Access) (proto.
 }
 
 // WriteDone implements proto.MetaService.
-func (m *Meta) WriteDone(_ context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
+func (m *Meta) WriteDone(_ context.Context, ino proto.Ino, end uint64, mtime int64) (proto.Attr, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n, err := m.get(ino)
@@ -644,7 +644,14 @@ func (m *Meta) WriteDone(_ context.Context, ino proto.Ino, end uint64) (proto.At
 		return proto.Attr{}, err
 	}
 	n.attr.Size = max(n.attr.Size, end)
+	old := n.attr.Mtime
 	m.touch(n)
+	if mtime != 0 {
+		n.attr.Mtime = mtime
+		if old > mtime && old <= n.attr.Ctime {
+			n.attr.Mtime = old
+		}
+	}
 	return m.attr(ino), nil
 }
 

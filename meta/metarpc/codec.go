@@ -311,13 +311,37 @@ func (m *setXattrReq) decode(d *wire.Decoder) {
 	m.Flags = d.U32()
 }
 
+// writeDoneReq is u64 ino, u64 end, then an optional extension: u8
+// version (writeDoneV1) and, in version 1, i64 mtime (the time of the last
+// write, the writer's clock). A request without the extension (from a
+// client before it) has mtime 0: the server's clock.
 type writeDoneReq struct {
-	Ino proto.Ino
-	End uint64
+	Ino   proto.Ino
+	End   uint64
+	Mtime int64
 }
 
-func (m *writeDoneReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); e.U64(m.End) }
-func (m *writeDoneReq) decode(d *wire.Decoder) { m.Ino = proto.Ino(d.U64()); m.End = d.U64() }
+const writeDoneV1 = 1
+
+func (m *writeDoneReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Ino))
+	e.U64(m.End)
+	e.U8(writeDoneV1)
+	e.I64(m.Mtime)
+}
+
+func (m *writeDoneReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	m.End = d.U64()
+	if d.Err() != nil || len(d.Remaining()) == 0 {
+		return
+	}
+	if v := d.U8(); v != writeDoneV1 {
+		d.Fail(fmt.Errorf("metarpc: writedone extension version %d not supported", v))
+		return
+	}
+	m.Mtime = d.I64()
+}
 
 type setLayoutReq struct {
 	Ino    proto.Ino

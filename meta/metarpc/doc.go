@@ -62,6 +62,11 @@
 // empty if none; package capability). Open and CreateOpen had op codes 17
 // and 31 before they did; those are retired.
 //
+// WriteDone (18) is u64 ino, u64 end and an extension: u8 version (1),
+// i64 mtime, the time of the writer's last write, which becomes the file's
+// mtime (package meta). A request without the extension (from a client
+// before it) is still read, as mtime 0: the server's clock.
+//
 // Invariants:
 //   - Decoding never panics and never allocates more than the input can
 //     justify (wire.Decoder bounds every length and count); FuzzDecode runs
