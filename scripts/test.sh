@@ -32,7 +32,7 @@ go build -o bin/weft ./cmd/weft
 step "go test"
 pkgs=("$@")
 [ "${#pkgs[@]}" -gt 0 ] || pkgs=(./...)
-go test -count=1 -timeout 20m "${pkgs[@]}"
+go test -count=1 -timeout 90m "${pkgs[@]}" # a hang guard: no test has a time limit of its own
 
 if [ "$#" -eq 0 ]; then
 	step "fuzz (short runs)"

@@ -9,14 +9,13 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/weft-fs/weft/internal/testcluster"
 )
 
 func weft(t testing.TB, c *testcluster.Cluster, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	out, err := c.Weft(ctx, args...)
 	if err != nil {
@@ -135,7 +134,7 @@ func TestStriping(t *testing.T) {
 		t.Errorf("setstripe on an empty file: %+v %v", l3, err)
 	}
 	// A written file cannot change layout: its data is already placed.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	if out, err := c.Weft(ctx, "setstripe", "-c", "2", "-S", "64K", p); err == nil {
 		t.Errorf("setstripe on a written file succeeded: %s", out)

@@ -2,7 +2,6 @@ package tests
 
 import (
 	"bufio"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -110,20 +109,17 @@ utimensat = {}
 [settings]
 naptime = 0.01
 `), 0o644)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
 	secondary := filepath.Join(c.Dir(), "pjd-secondary")
 	os.Mkdir(secondary, 0o755)
-	cmd := exec.CommandContext(ctx, bin, "-c", cfg, "-p", dir, "-s", secondary)
+	// No time limit but the test binary's own (go test -timeout): a slow
+	// run on a loaded machine is not a failure.
+	cmd := exec.Command(bin, "-c", cfg, "-p", dir, "-s", secondary)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "NO_COLOR=1", "CLICOLOR=0")
 	start := time.Now()
 	outb, err := cmd.CombinedOutput()
 	out := string(outb)
 	el := time.Since(start)
-	if ctx.Err() != nil {
-		t.Fatalf("pjdfstest did not finish within 8 minutes (hangs?); output so far:\n%s", tailString(out, 60))
-	}
 	rs := parsePjdfstest(out)
 	counts := map[string]int{}
 	var unexpected, expected []string
@@ -195,16 +191,14 @@ fsync = 1
 	artifacts := filepath.Join(c.Dir(), "fsx-artifacts")
 	os.Mkdir(artifacts, 0o755)
 	file := filepath.Join(dir, "fsx.bin")
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
+	// No time limit but the test binary's own (go test -timeout): fsx
+	// fails the test only when it finds a wrong byte or an error, never
+	// because a loaded machine made it slow. Its rate is logged.
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, bin, "-f", cfg, "-N", "100000", "-S", "4242", "-P", artifacts, file)
+	cmd := exec.Command(bin, "-f", cfg, "-N", "100000", "-S", "4242", "-P", artifacts, file)
 	out, err := cmd.CombinedOutput()
 	el := time.Since(start)
 	t.Logf("fsx: 100000 ops in %v (%.0f ops/s)", el.Round(time.Millisecond), 100000/el.Seconds())
-	if ctx.Err() != nil {
-		t.Fatalf("fsx did not finish within 8 minutes:\n%s", tailString(string(out), 40))
-	}
 	if err != nil {
 		t.Fatalf("fsx failed: %v\n%s", err, tailString(string(out), 60))
 	}
