@@ -23,6 +23,18 @@
 // batches of 1000 names and answer READDIRPLUS with the attributes that come
 // with each entry. No file descriptor is held per file.
 //
+// # Shutdown
+//
+// Run serves until ctx ends (weft mount: SIGINT, SIGTERM), then calls
+// Server.Shutdown, which returns in bounded time whatever holds the mount:
+// it unmounts; a mount still busy or still served after
+// Config.UnmountTimeout (a file open on it; a copy of it in another mount
+// namespace, which keeps the kernel's connection alive after the unmount
+// here, so go-fuse's own Unmount would wait for its read loops forever) is
+// detached lazily (MNT_DETACH); if the serving loops still run after as
+// long again, the connection is aborted through fusectl, and Shutdown
+// returns even if that fails. Each step taken is logged at warn.
+//
 // # Consistency and caching
 //
 //   - Attributes and directory names are cached by the kernel for 1 s;

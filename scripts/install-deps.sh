@@ -47,6 +47,15 @@ if [ ! -e /dev/fuse ]; then
 	say "warning: /dev/fuse is missing (in a container, start it with --device /dev/fuse --cap-add SYS_ADMIN)"
 fi
 
+# --- fusectl: lets `weft mount` abort a FUSE connection that outlives it ------
+if [ -d /sys/fs/fuse/connections ] && ! grep -q " /sys/fs/fuse/connections fusectl " /proc/mounts; then
+	if "${SUDO[@]}" mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null; then
+		say "mounted fusectl on /sys/fs/fuse/connections"
+	else
+		say "note: cannot mount fusectl; weft mount cannot abort a FUSE connection held elsewhere at shutdown"
+	fi
+fi
+
 # --- sysctl: splice for 1 MiB reads needs pipes of 2 MiB ----------------------
 want_pipe=$((2 << 20))
 cur_pipe=$(cat /proc/sys/fs/pipe-max-size 2>/dev/null || echo 0)
