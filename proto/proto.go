@@ -212,7 +212,39 @@ type StorageService interface {
 	// have been removed already; removing is idempotent, so the caller
 	// retries the whole list.
 	RemoveMany(ctx context.Context, t TargetID, objs []ObjectID) error
+	// Space changes how [off, off+n) of obj is backed (fallocate(2) on one
+	// object; see SpaceMode). It never changes what reads return outside
+	// the range, and never shrinks the object.
+	Space(ctx context.Context, t TargetID, obj ObjectID, mode SpaceMode, off, n uint64) error
+	// Seek returns the first offset at or after off where obj has data
+	// (what == SeekData) or a hole (SeekHole); the end of the object counts
+	// as a hole. Data is what the target has allocated: written blocks and
+	// blocks reserved by SpaceAllocate. ENXIO: no data at or after off.
+	Seek(ctx context.Context, t TargetID, obj ObjectID, off uint64, what SeekWhat) (uint64, error)
 }
+
+// SpaceMode is what StorageService.Space does to a range of an object.
+type SpaceMode uint8
+
+const (
+	// SpaceAllocate reserves the range's blocks (counted as used, so a
+	// later write there cannot fail with ENOSPC); the object grows to cover
+	// it; blocks that held data keep it, holes read as zeros.
+	SpaceAllocate SpaceMode = 1
+	// SpacePunch makes the range read as zeros and frees its whole blocks.
+	SpacePunch SpaceMode = 2
+	// SpaceZero makes the range read as zeros and leaves it allocated
+	// (SpacePunch, then SpaceAllocate).
+	SpaceZero SpaceMode = 3
+)
+
+// SeekWhat says what StorageService.Seek looks for.
+type SeekWhat uint8
+
+const (
+	SeekData SeekWhat = 1
+	SeekHole SeekWhat = 2
+)
 
 // TargetRegistry is what a storage server asks of the metadata server.
 type TargetRegistry interface {

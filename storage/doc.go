@@ -78,6 +78,23 @@
 //     the blocks of the interrupted update; it is an accounting figure, not
 //     an integrity one.
 //
+// # Space and seek
+//
+// Space (fallocate on one object, proto.SpaceMode) punches, zeroes and
+// reserves ranges; Seek finds an object's next data or hole from its
+// sidecar: a block is data when its entry is allocated (cur != 0), so
+// blocks reserved by SpaceAllocate, whose entries hold the CRC of a zero
+// block, count as data and as used space. A punch writes zeros over the
+// partial blocks at its edges as a write does, then turns the entries of
+// the whole blocks into {hole, old CRC}, punches the data file (a real
+// hole where the disk's file system can, zeros otherwise: vfs.Punch),
+// then punches the sidecar's entries (holes read as hole entries) and
+// writes the header: a kill at any step leaves every block matching cur
+// or prev. An allocation counts the holes it fills first and fails with
+// ENOSPC before any change past the capacity; it reserves them in the
+// data file (vfs.Allocate; the object grows to cover the range) before
+// marking them allocated.
+//
 // # Crash reasoning
 //
 // A write of [off, off+n) goes, under the object's exclusive lock:

@@ -736,6 +736,8 @@ const (
 	OpWrite    Op = "write"
 	OpTruncate Op = "truncate"
 	OpSync     Op = "sync"
+	OpSpace    Op = "space"
+	OpSeek     Op = "seek"
 )
 
 // Storage is an in-memory proto.StorageService holding objects per target.
@@ -911,6 +913,48 @@ func (s *Storage) Sync(ctx context.Context, t proto.TargetID, obj proto.ObjectID
 	defer s.mu.Unlock()
 	s.syncs[obj]++
 	return nil
+}
+
+// Space implements proto.StorageService: punched and zeroed ranges become
+// zeros, allocation grows the object. The fake has no holes.
+func (s *Storage) Space(ctx context.Context, t proto.TargetID, obj proto.ObjectID, mode proto.SpaceMode, off, n uint64) error {
+	if err := s.enter(ctx, OpSpace, t, obj, off, int(n)); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	objs := s.objects[t]
+	if objs == nil {
+		objs = map[proto.ObjectID][]byte{}
+		s.objects[t] = objs
+	}
+	b := objs[obj]
+	if mode != proto.SpaceAllocate && off < uint64(len(b)) {
+		clear(b[off:min(off+n, uint64(len(b)))])
+	}
+	if mode != proto.SpacePunch && off+n > uint64(len(b)) {
+		b = append(b, make([]byte, off+n-uint64(len(b)))...)
+	}
+	objs[obj] = b
+	s.versions[obj]++
+	return nil
+}
+
+// Seek implements proto.StorageService: every byte of an object is data.
+func (s *Storage) Seek(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, what proto.SeekWhat) (uint64, error) {
+	if err := s.enter(ctx, OpSeek, t, obj, off, 0); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	size := uint64(len(s.objects[t][obj]))
+	switch {
+	case what == proto.SeekHole:
+		return max(off, size), nil
+	case off < size:
+		return off, nil
+	}
+	return 0, syscall.ENXIO
 }
 
 // Remove implements proto.StorageService.

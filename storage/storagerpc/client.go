@@ -90,6 +90,25 @@ func (c *Client) Sync(ctx context.Context, t proto.TargetID, obj proto.ObjectID)
 	return err
 }
 
+func (c *Client) Space(ctx context.Context, t proto.TargetID, obj proto.ObjectID, mode proto.SpaceMode, off, n uint64) error {
+	req := SpaceReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}, Mode: mode, Off: off, Len: n}
+	_, err := c.call(ctx, t, OpSpace, req.Encode())
+	return err
+}
+
+func (c *Client) Seek(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, what proto.SeekWhat) (uint64, error) {
+	req := SeekReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off, What: what}
+	resp, err := c.call(ctx, t, OpSeek, req.Encode())
+	if err != nil {
+		return 0, err
+	}
+	res, err := DecodeVersion(resp) // one u64, as a write's version
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", err, syscall.EIO)
+	}
+	return res, nil
+}
+
 func (c *Client) Remove(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
 	_, err := c.call(ctx, t, OpRemove, ObjectReq{Target: t, Obj: obj}.Encode())
 	return err

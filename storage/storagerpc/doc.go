@@ -9,6 +9,8 @@
 //	OpWrite    107  cap, target u32, ino u64, stripe u32, off u64, data (u32 length + bytes) -> version u64
 //	OpTruncate 108  cap, target u32, ino u64, stripe u32, size u64          -> empty
 //	OpSync     109  cap, target u32, ino u64, stripe u32                    -> empty
+//	OpSpace    110  cap, target u32, ino u64, stripe u32, mode u8, off u64, len u64 -> empty
+//	OpSeek     111  cap, target u32, ino u64, stripe u32, off u64, what u8  -> offset u64
 //	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
 //
@@ -30,8 +32,8 @@
 //   - a client (RoleClient): Read needs a capability that verifies with
 //     Options.CapabilityKey, is not expired (capability.Skew tolerated),
 //     names the object's inode, grants read and, if bound to a holder,
-//     names the peer's certificate name; Write, Truncate and Sync need one
-//     granting write; Remove and RemoveMany are refused.
+//     names the peer's certificate name; Seek needs one granting read
+//     too; Write, Truncate, Sync and Space need one granting write; Remove and RemoveMany are refused.
 //
 // A refusal is EACCES, logged at warn with the peer's address, role, name,
 // the op and the reason, at most once a second (the count of refusals not

@@ -277,6 +277,28 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 			return nil, err
 		}
 		return nil, svc.Sync(ctx, r.Target, r.Obj)
+	case OpSpace:
+		r, err := DecodeSpace(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessWrite); err != nil {
+			return nil, err
+		}
+		return nil, svc.Space(ctx, r.Target, r.Obj, r.Mode, r.Off, r.Len)
+	case OpSeek:
+		r, err := DecodeSeek(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessRead); err != nil {
+			return nil, err
+		}
+		off, err := svc.Seek(ctx, r.Target, r.Obj, r.Off, r.What)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeVersion(off), nil
 	case OpRemove:
 		r, err := DecodeRemove(req)
 		if err != nil {

@@ -12,6 +12,10 @@ func OpName(op uint16) string {
 		return "truncate"
 	case OpSync:
 		return "sync"
+	case OpSpace:
+		return "space"
+	case OpSeek:
+		return "seek"
 	case OpRemove:
 		return "remove"
 	case OpRemoveMany:
