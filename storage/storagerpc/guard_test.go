@@ -68,7 +68,9 @@ func TestCapabilityChecks(t *testing.T) {
 	space := func(c []byte) []byte {
 		return storagerpc.SpaceReq{Cap: c, ObjectReq: obj, Mode: proto.SpacePunch, Off: 0, Len: 4096}.Encode()
 	}
-	seek := func(c []byte) []byte { return storagerpc.SeekReq{Cap: c, ObjectReq: obj, What: proto.SeekHole}.Encode() }
+	seek := func(c []byte) []byte {
+		return storagerpc.SeekReq{Cap: c, ObjectReq: obj, What: proto.SeekHole}.Encode()
+	}
 	removeMany := storagerpc.RemoveManyReq{Target: 1, Objs: []proto.ObjectID{obj.Obj}}.Encode()
 
 	server := transport.Peer{Addr: "10.0.0.1:7000", Role: transport.RoleMeta, Name: "meta-1"}
