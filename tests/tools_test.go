@@ -165,7 +165,10 @@ naptime = 0.01
 
 // TestFsx runs fsx for 100,000 operations on a file striped over 4
 // targets in 64 KiB units, with a 1 MiB maximum length so that reads,
-// writes, truncates and mmaps cross stripe and object boundaries.
+// writes, truncates and mmaps cross stripe and object boundaries, with
+// every operation fsx has that weft supports: posix_fallocate and
+// punch_hole (weft's Space on the targets), copy_file_range (the kernel's
+// copy through the mount), sendfile, fadvise, fsync and fdatasync.
 func TestFsx(t *testing.T) {
 	bin := requireTool(t, "fsx")
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
@@ -187,6 +190,12 @@ mapwrite = 5
 invalidate = 1
 truncate = 3
 fsync = 1
+fdatasync = 1
+posix_fallocate = 2
+punch_hole = 2
+copy_file_range = 2
+sendfile = 1
+posix_fadvise = 1
 `), 0o644)
 	artifacts := filepath.Join(c.Dir(), "fsx-artifacts")
 	os.Mkdir(artifacts, 0o755)

@@ -1,0 +1,155 @@
+package tests
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-fs/weft/internal/testcluster"
+)
+
+// spaceStep is one operation applied to the local file and to weft's.
+type spaceStep struct {
+	what      string
+	mode      uint32 // fallocate mode, for what == "fallocate"
+	off, n    int64
+	seekCheck bool // compare SEEK_DATA/SEEK_HOLE afterwards
+}
+
+// TestSpaceCalls applies the same writes and fallocate calls (mode 0,
+// KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE) to a file on the local disk and to
+// one striped over 4 targets on weft, and compares after every step the
+// size, every byte (read on the mount and on a second one), and, while
+// only writes and punches shaped the file, where SEEK_DATA and SEEK_HOLE
+// land from many offsets. (Ranges reserved by fallocate are data to weft,
+// unwritten extents, i.e. holes, to ext4: there the answers differ by
+// design.) Unsupported modes fail as on Linux.
+func TestSpaceCalls(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4, Mounts: 2})
+	mnt, other := c.Mount(0), c.Mount(1)
+	if err := os.Mkdir(filepath.Join(mnt, "s"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	weft(t, c, "setstripe", "-c", "4", "-S", "64K", filepath.Join(mnt, "s"))
+	local, err := os.Create(filepath.Join(t.TempDir(), "local"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	remote, err := os.Create(filepath.Join(mnt, "s", "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+
+	const K, M = 1 << 10, 1 << 20
+	keep, punch, zero := uint32(unix.FALLOC_FL_KEEP_SIZE), uint32(unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE), uint32(unix.FALLOC_FL_ZERO_RANGE)
+	steps := []spaceStep{
+		{what: "write", off: 0, n: 300 * K, seekCheck: true},
+		{what: "write", off: 512 * K, n: 100 * K, seekCheck: true},
+		{what: "write", off: 2*M + 5, n: 70*K + 3, seekCheck: true},
+		{what: "fallocate", mode: punch, off: 64 * K, n: 128 * K, seekCheck: true},   // whole units of two stripes
+		{what: "fallocate", mode: punch, off: 8*K + 100, n: 20 * K, seekCheck: true}, // unaligned edges
+		{what: "fallocate", mode: punch, off: 2 * M, n: 4 * M, seekCheck: true},      // past the end: size stays
+		{what: "fallocate", mode: punch, off: 600 * K, n: 4 * K, seekCheck: true},    // an aligned block
+		{what: "fallocate", mode: keep, off: 3 * M, n: 256 * K},                      // reserve past the end: size stays
+		{what: "fallocate", mode: 0, off: 2*M + 100*K, n: 300 * K},                   // grows the file
+		{what: "fallocate", mode: zero, off: 10 * K, n: 200 * K},                     // zero, stays allocated
+		{what: "fallocate", mode: zero | keep, off: 2*M + 380*K, n: 200 * K},         // past the end, keep size
+		{what: "fallocate", mode: zero, off: 2*M + 390*K, n: 30 * K},                 // past the end: grows
+		{what: "write", off: 2*M + 100*K + 7, n: 9 * K},                              // into a reserved range
+		{what: "fallocate", mode: punch, off: 2*M + 100*K, n: 64 * K},                // punch a reserved range
+	}
+	buf := pattern(5, 0, 4*M)
+	for i, s := range steps {
+		for _, f := range []*os.File{local, remote} {
+			var err error
+			if s.what == "write" {
+				_, err = f.WriteAt(buf[s.off:s.off+s.n], s.off)
+			} else {
+				err = unix.Fallocate(int(f.Fd()), s.mode, s.off, s.n)
+			}
+			if err != nil {
+				t.Fatalf("step %d (%s %#x [%d,+%d)) on %s: %v", i, s.what, s.mode, s.off, s.n, f.Name(), err)
+			}
+		}
+		compareFiles(t, i, local, remote, s.seekCheck)
+		// A second mount sees the same bytes once the writer fsynced.
+		if err := remote.Sync(); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := os.ReadFile(local.Name())
+		got, err := os.ReadFile(filepath.Join(other, "s", "f"))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Fatalf("step %d: the other mount read %d bytes (%v), want %d: %s", i, len(got), err, len(want), firstDiff(got, want))
+		}
+	}
+
+	// Modes weft does not support fail as Linux says.
+	for _, tc := range []struct {
+		mode uint32
+		want syscall.Errno
+	}{
+		{unix.FALLOC_FL_PUNCH_HOLE, syscall.EOPNOTSUPP}, // without KEEP_SIZE (refused by the kernel already)
+		{unix.FALLOC_FL_COLLAPSE_RANGE, syscall.EOPNOTSUPP},
+		{unix.FALLOC_FL_INSERT_RANGE, syscall.EOPNOTSUPP},
+	} {
+		if err := unix.Fallocate(int(remote.Fd()), tc.mode, 0, 64*K); !errors.Is(err, tc.want) {
+			t.Errorf("fallocate mode %#x: %v, want %v", tc.mode, err, tc.want)
+		}
+	}
+	// SEEK_DATA at or past the end: ENXIO, as everywhere.
+	fi, _ := remote.Stat()
+	if _, err := unix.Seek(int(remote.Fd()), fi.Size(), unix.SEEK_DATA); !errors.Is(err, syscall.ENXIO) {
+		t.Errorf("SEEK_DATA at the end: %v, want ENXIO", err)
+	}
+}
+
+// compareFiles compares size and bytes of the two files and, if seek, the
+// answers of SEEK_DATA and SEEK_HOLE from offsets every 4 KiB + 1.
+func compareFiles(t *testing.T, step int, local, remote *os.File, seek bool) {
+	t.Helper()
+	lfi, _ := local.Stat()
+	rfi, err := remote.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lfi.Size() != rfi.Size() {
+		t.Fatalf("step %d: size %d, local file system %d", step, rfi.Size(), lfi.Size())
+	}
+	want := make([]byte, lfi.Size())
+	got := make([]byte, rfi.Size())
+	if _, err := local.ReadAt(want, 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := remote.ReadAt(got, 0); err != nil {
+		t.Fatalf("step %d: read: %v", step, err)
+	}
+	if !bytes.Equal(got, want) {
+		t.Fatalf("step %d: content: %s", step, firstDiff(got, want))
+	}
+	if !seek {
+		return
+	}
+	bad := 0
+	for off := int64(0); off <= lfi.Size()+1; off += 4<<10 + 1 {
+		for _, whence := range []int{unix.SEEK_DATA, unix.SEEK_HOLE} {
+			w, werr := unix.Seek(int(local.Fd()), off, whence)
+			g, gerr := unix.Seek(int(remote.Fd()), off, whence)
+			if w != g || errnoOf(werr) != errnoOf(gerr) {
+				bad++
+				if bad <= 10 {
+					t.Errorf("step %d: lseek(%d, %s) = %d, %v; local file system: %d, %v", step, off, map[int]string{unix.SEEK_DATA: "SEEK_DATA", unix.SEEK_HOLE: "SEEK_HOLE"}[whence], g, gerr, w, werr)
+				}
+			}
+		}
+	}
+	if bad > 0 {
+		t.Fatalf("step %d: %d lseek answers differ", step, bad)
+	}
+}
