@@ -14,7 +14,7 @@ func (l Layout) ObjectOffset(stripe int, off uint64) uint64 {
 	case unit%c == i:
 		return (unit/c)*s + in
 	case unit%c < i:
-		return (first/c)*s // the stripe's unit later in the same row
+		return (first / c) * s // the stripe's unit later in the same row
 	default:
 		return (first/c + 1) * s // the stripe's unit in the next row
 	}
