@@ -48,6 +48,7 @@ type inodeState struct {
 	dirty      bool
 	seq        uint64 // counts accepted writes, so a WriteDone knows what it covered
 	lastWrite  int64  // unix ns of the last accepted write (reported as mtime while dirty)
+	allocEnd   uint64 // the end of the furthest range fallocate reserved here (objects may hold blocks past the size)
 	unsynced   map[int]bool
 	open       []*extent
 	inflight   []*pendingWrite
@@ -128,8 +129,16 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 	defer st.mu.Unlock()
 	st.metaSize = a.Size
 	st.end = min(st.end, size)
+	st.allocEnd = min(st.allocEnd, size)
 	if st.dirty {
 		a.Mtime = max(a.Mtime, st.lastWrite)
+	}
+	if a.Blocks > 0 {
+		// The server's block count is only an upper bound now: have the
+		// next flush count and report the real one (the mtime it sends,
+		// of an earlier write, does not undo the truncate's).
+		st.dirty = true
+		st.seq++
 	}
 }
 
@@ -572,13 +581,15 @@ func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 		return nil
 	}
 	seq, end, mtime := st.seq, st.end, st.lastWrite
+	l, span := st.layout, max(st.size(), st.allocEnd)
 	st.mu.Unlock()
 	c := st.c
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
+	blocks := st.allocatedBlocks(rctx, l, span)
 	var a proto.Attr
 	err := c.handleCall(rctx, st.ino, gen, func() (err error) {
-		a, err = c.meta.WriteDone(rctx, st.ino, end, mtime)
+		a, err = c.meta.WriteDone(rctx, st.ino, end, mtime, blocks)
 		return err
 	})
 	if err != nil {

@@ -9,6 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
 )
 
@@ -88,13 +89,19 @@ func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
 	defer st.mu.Unlock()
 	grows := !keep && end > st.size()
 	if sm == proto.SpaceAllocate && !grows {
-		return nil // nothing a reader can see changed
+		// Nothing a reader can see changed, so mtime stays; the blocks
+		// reserved are reported at the next flush of a write.
+		st.allocEnd = max(st.allocEnd, end)
+		return nil
 	}
 	for s := range l.Targets {
 		st.unsynced[s] = true
 	}
 	if grows {
 		st.end = max(st.end, end)
+	}
+	if sm != proto.SpacePunch {
+		st.allocEnd = max(st.allocEnd, end)
 	}
 	st.dirty = true
 	st.seq++
@@ -178,4 +185,43 @@ func (f *File) Lseek(ctx context.Context, off uint64, whence int) (uint64, error
 		return 0, syscall.ENXIO
 	}
 	return max(res, off), nil
+}
+
+// allocatedBlocks returns what the file's objects hold on their targets, in
+// 512-byte units (stat's st_blocks), for a file whose objects may hold
+// bytes up to file offset span: it asks every object that may hold any
+// (StorageService.Allocated), concurrently. It is reported with WriteDone.
+// If a target does not answer it returns proto.NoBlocks (the count on the
+// metadata server stays as it was): a flush does not fail for an
+// accounting figure.
+func (st *inodeState) allocatedBlocks(ctx context.Context, l layout.Layout, span uint64) uint64 {
+	if len(l.Targets) == 0 || l.StripeSize == 0 {
+		return proto.NoBlocks
+	}
+	// Any capability will do; a file being flushed was written, so the
+	// one for writing is normally there.
+	want := proto.AccessWrite
+	if st.caps.get(want) == nil {
+		want = proto.AccessRead
+	}
+	got := make([]uint64, len(l.Targets))
+	err := parallel(len(l.Targets), func(s int) error {
+		if l.ObjectSize(span, s) == 0 {
+			return nil // no byte of the file maps into this object
+		}
+		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(s), Gen: st.gen}
+		return st.withCap(ctx, want, func(ctx context.Context) (err error) {
+			got[s], err = st.c.storage.Allocated(ctx, l.Targets[s], obj)
+			return err
+		})
+	})
+	if err != nil {
+		st.c.log.Debug("client: cannot count the blocks of a file", "ino", st.ino, "err", err)
+		return proto.NoBlocks
+	}
+	var total uint64
+	for _, n := range got {
+		total += n
+	}
+	return total / 512
 }

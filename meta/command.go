@@ -105,6 +105,10 @@ type Command struct {
 	Session     proto.SessionID
 	SessionName string
 	Seq         uint64
+
+	// Blocks is a write-done's report of what the file's objects hold
+	// (proto.Attr.Blocks); nil: not reported (command version 5).
+	Blocks *uint64
 }
 
 // Command encoding limits: bounds for the decoder, not policy.
@@ -116,8 +120,8 @@ const (
 	// Version 3 appended Gen and the generation of each of Objects;
 	// earlier commands decode with generation 0. Version 4 appended
 	// Session, SessionName and Seq; earlier commands decode with Seq 0 (no
-	// dedupe).
-	cmdVersion = 4
+	// dedupe). Version 5 appended Blocks; earlier commands report none.
+	cmdVersion = 5
 )
 
 // Encode returns the command's binary form (the raft log entry format).
@@ -178,6 +182,10 @@ func (c *Command) Encode() []byte {
 	e.U64(binary.LittleEndian.Uint64(c.Session[8:]))
 	e.String(c.SessionName)
 	e.U64(c.Seq)
+	e.Bool(c.Blocks != nil)
+	if c.Blocks != nil {
+		e.U64(*c.Blocks)
+	}
 	return e.B
 }
 
@@ -256,6 +264,10 @@ func DecodeCommand(b []byte) (*Command, error) {
 		binary.LittleEndian.PutUint64(c.Session[8:], d.U64())
 		c.SessionName = d.StringMax(maxCmdString)
 		c.Seq = d.U64()
+	}
+	if v >= 5 && d.Bool() {
+		b := d.U64()
+		c.Blocks = &b
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode command: %w", err)

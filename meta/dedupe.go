@@ -39,7 +39,10 @@ import (
 //	u32  errno (0: success)
 //	attr the attributes returned (proto.Attr encoding)
 //	attr the parent directory's attributes returned
-const replyVersion = 1
+//
+// Version 2 has Attr.Blocks in both attrs; version 1 replies are read
+// without them.
+const replyVersion = 2
 
 func encodeReply(seq uint64, errno syscall.Errno, res *applyResult) []byte {
 	e := wire.NewEncoder(168)
@@ -53,13 +56,19 @@ func encodeReply(seq uint64, errno syscall.Errno, res *applyResult) []byte {
 
 func decodeReply(b []byte) (seq uint64, errno syscall.Errno, res applyResult, err error) {
 	d := wire.NewDecoder(b)
-	if v := d.U8(); d.Err() == nil && v != replyVersion {
+	v := d.U8()
+	if d.Err() == nil && v != 1 && v != replyVersion {
 		return 0, 0, res, fmt.Errorf("meta: stored reply version %d not supported", v)
 	}
 	seq = d.U64()
 	errno = syscall.Errno(d.U32())
-	res.attr.Decode(d)
-	res.parent.Decode(d)
+	if v == 1 {
+		res.attr.DecodeNoBlocks(d)
+		res.parent.DecodeNoBlocks(d)
+	} else {
+		res.attr.Decode(d)
+		res.parent.Decode(d)
+	}
 	if err := d.Done(); err != nil {
 		return 0, 0, res, fmt.Errorf("meta: decode stored reply: %w", err)
 	}

@@ -82,6 +82,9 @@ func (f *fakeStorage) Sync(context.Context, proto.TargetID, proto.ObjectID) erro
 func (f *fakeStorage) Space(context.Context, proto.TargetID, proto.ObjectID, proto.SpaceMode, uint64, uint64) error {
 	return syscall.ENOSYS
 }
+func (f *fakeStorage) Allocated(context.Context, proto.TargetID, proto.ObjectID) (uint64, error) {
+	return 0, syscall.ENOSYS
+}
 func (f *fakeStorage) Seek(context.Context, proto.TargetID, proto.ObjectID, uint64, proto.SeekWhat) (uint64, error) {
 	return 0, syscall.ENOSYS
 }

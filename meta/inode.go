@@ -20,8 +20,11 @@ type inode struct {
 }
 
 // inodeVersion 2 added the generation (proto.Attr.Gen, encoded with the
-// attributes); version 1 records decode with generation 0.
-const inodeVersion = 2
+// attributes); version 1 records decode with generation 0. Version 3 added
+// the allocated blocks (proto.Attr.Blocks); a regular file of an earlier
+// record gets its size in blocks, what stat reported before, until its
+// next WriteDone reports them.
+const inodeVersion = 3
 
 func (n *inode) encode() []byte {
 	e := wire.NewEncoder(96 + len(n.Symlink) + 4*len(n.Layout.Targets))
@@ -36,14 +39,20 @@ func (n *inode) encode() []byte {
 func decodeInode(b []byte) (*inode, error) {
 	d := wire.NewDecoder(b)
 	v := d.U8()
-	if d.Err() == nil && v != 1 && v != inodeVersion {
+	if d.Err() == nil && (v < 1 || v > inodeVersion) {
 		return nil, fmt.Errorf("meta: inode record version %d not supported", v)
 	}
 	n := &inode{}
-	if v == 1 {
+	switch v {
+	case 1:
 		n.Attr.DecodeNoGen(d)
-	} else {
+	case 2:
+		n.Attr.DecodeNoBlocks(d)
+	default:
 		n.Attr.Decode(d)
+	}
+	if v < 3 && n.IsRegular() {
+		n.Blocks = (n.Size + 511) / 512
 	}
 	n.Parent = proto.Ino(d.U64())
 	n.Written = d.Bool()

@@ -410,21 +410,28 @@ func TestGenerations(t *testing.T) {
 }
 
 // Inode records of version 1 (before generations) still decode, with
-// generation 0, so files made then keep their objects' old names.
+// generation 0, so files made then keep their objects' old names; records
+// of version 2 (before blocks) decode with their size in blocks.
 func TestInodeVersion1(t *testing.T) {
-	n := &inode{Attr: proto.Attr{Ino: 5, Mode: 0o100644, Nlink: 1, Size: 9}, Written: true}
-	v2 := n.encode()
-	// Version 1: the same bytes without the generation after the layout.
+	n := &inode{Attr: proto.Attr{Ino: 5, Mode: 0o100644, Nlink: 1, Size: 9, Gen: 0xabc, Blocks: 77}, Written: true}
+	v3 := n.encode()
 	e := wire.NewEncoder(64)
 	e.U8(1)
 	n.Attr.Encode(e)
-	v1 := append(e.B[:len(e.B)-8], v2[len(e.B):]...)
-	got, err := decodeInode(v1)
-	if err != nil || got.Gen != 0 || got.Size != 9 || !got.Written || got.Ino != 5 {
+	attrEnd := len(e.B)
+	// Version 2: the same bytes without the blocks after the generation.
+	v2 := append(append([]byte{2}, v3[1:attrEnd-8]...), v3[attrEnd:]...)
+	got, err := decodeInode(v2)
+	if err != nil || got.Gen != 0xabc || got.Size != 9 || got.Blocks != 1 || !got.Written || got.Ino != 5 {
+		t.Fatalf("version 2: %+v %v", got, err)
+	}
+	// Version 1: without the generation either.
+	v1 := append(append([]byte{1}, v3[1:attrEnd-16]...), v3[attrEnd:]...)
+	got, err = decodeInode(v1)
+	if err != nil || got.Gen != 0 || got.Size != 9 || got.Blocks != 1 || !got.Written || got.Ino != 5 {
 		t.Fatalf("version 1: %+v %v", got, err)
 	}
-	n.Gen = 0xabc
-	if got, err := decodeInode(n.encode()); err != nil || got.Gen != 0xabc {
-		t.Fatalf("version 2: %+v %v", got, err)
+	if got, err := decodeInode(v3); err != nil || got.Gen != 0xabc || got.Blocks != 77 {
+		t.Fatalf("version 3: %+v %v", got, err)
 	}
 }

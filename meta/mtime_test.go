@@ -24,7 +24,7 @@ func TestWriteDoneMtime(t *testing.T) {
 	e.clock.Advance(10 * time.Second)
 	step := func(what string, mtime int64, want int64) {
 		t.Helper()
-		got, err := e.srv.WriteDone(ctx, a.Ino, 10, mtime)
+		got, err := e.srv.WriteDone(ctx, a.Ino, 10, mtime, proto.NoBlocks)
 		if err != nil {
 			t.Fatal(err)
 		}

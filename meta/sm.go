@@ -871,6 +871,10 @@ func (t *txn) setAttr(c *Command) error {
 		killSuid(c.Cred, &n.Attr)
 		n.Size = in.Size
 		n.Mtime = c.Now
+		// The client truncates the objects to their shares of the new
+		// size before it sends this, so they hold at most its blocks
+		// (exactly 0 for 0); the next WriteDone reports the real count.
+		n.Blocks = min(n.Blocks, (in.Size+4095)/4096*8)
 	}
 	switch {
 	case in.Valid&proto.SetAtimeNow != 0:
@@ -972,6 +976,9 @@ func (t *txn) writeDone(c *Command) error {
 	n.Size = max(n.Size, c.Size)
 	n.Mtime = writeMtime(n.Mtime, c)
 	n.Ctime = c.Now
+	if c.Blocks != nil {
+		n.Blocks = *c.Blocks
+	}
 	n.Written = true
 	t.put(n)
 	t.res.attr = n.Attr

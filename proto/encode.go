@@ -21,10 +21,19 @@ func (a *Attr) Encode(e *wire.Encoder) {
 	e.I64(a.Ctime)
 	a.Layout.Encode(e)
 	e.U64(a.Gen)
+	e.U64(a.Blocks)
 }
 
 // Decode reads what Encode wrote into a; errors are left in d.
 func (a *Attr) Decode(d *wire.Decoder) {
+	a.DecodeNoBlocks(d)
+	a.Blocks = d.U64()
+}
+
+// DecodeNoBlocks reads the encoding of Attr from before Blocks (which
+// ended with the generation): for meta's version 2 inode records and
+// version 1 stored replies.
+func (a *Attr) DecodeNoBlocks(d *wire.Decoder) {
 	a.DecodeNoGen(d)
 	a.Gen = d.U64()
 }

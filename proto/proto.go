@@ -44,6 +44,10 @@ type Attr struct {
 	// created, part of its objects' names (ObjectID.Gen); 0 for other
 	// inodes and for files created before generations.
 	Gen uint64
+	// Blocks is what a regular file's objects hold on their targets, in
+	// 512-byte units (stat's st_blocks), as its writers last reported it
+	// (WriteDone); holes cost nothing.
+	Blocks uint64
 }
 
 // IsDir, IsRegular and IsSymlink test the file type bits.
@@ -178,10 +182,12 @@ type MetaService interface {
 	// the storage targets: size becomes max(size, end), ctime the server's
 	// now, and mtime the time of the last write, mtime (the writer's clock;
 	// 0: the server's now), unless the file's mtime is already later and not
-	// in the future (a later write elsewhere, or a truncate). Called on
-	// fsync and on close of a written file, and before an explicit time
-	// set, so that buffered writes never move an explicitly set mtime.
-	WriteDone(ctx context.Context, ino Ino, end uint64, mtime int64) (Attr, error)
+	// in the future (a later write elsewhere, or a truncate); Attr.Blocks
+	// becomes blocks, what the file's objects hold (NoBlocks: unchanged).
+	// Called on fsync and on close of a written file, and before an
+	// explicit time set, so that buffered writes never move an explicitly
+	// set mtime.
+	WriteDone(ctx context.Context, ino Ino, end uint64, mtime int64, blocks uint64) (Attr, error)
 	// Release drops an open handle taken by Open.
 	Release(ctx context.Context, ino Ino) error
 
@@ -221,7 +227,13 @@ type StorageService interface {
 	// as a hole. Data is what the target has allocated: written blocks and
 	// blocks reserved by SpaceAllocate. ENXIO: no data at or after off.
 	Seek(ctx context.Context, t TargetID, obj ObjectID, off uint64, what SeekWhat) (uint64, error)
+	// Allocated returns the bytes obj holds on its target: its allocated
+	// blocks (holes cost nothing); 0 for a missing object.
+	Allocated(ctx context.Context, t TargetID, obj ObjectID) (uint64, error)
 }
+
+// NoBlocks in WriteDone leaves the file's Attr.Blocks as it is.
+const NoBlocks = ^uint64(0)
 
 // SpaceMode is what StorageService.Space does to a range of an object.
 type SpaceMode uint8

@@ -141,3 +141,11 @@ func (s *Server) Seek(ctx context.Context, id proto.TargetID, obj proto.ObjectID
 	}
 	return t.Seek(ctx, obj, off, what)
 }
+
+func (s *Server) Allocated(ctx context.Context, id proto.TargetID, obj proto.ObjectID) (uint64, error) {
+	t, err := s.Target(id)
+	if err != nil {
+		return 0, err
+	}
+	return t.Allocated(ctx, obj)
+}

@@ -237,6 +237,26 @@ func (t *Target) eachDataEntries(h *handle, b0, b1 uint64, fn func(b uint64, es 
 	}
 }
 
+// Allocated returns the bytes obj's allocated blocks take (the sidecar
+// header's count), 0 for a missing object.
+func (t *Target) Allocated(ctx context.Context, obj proto.ObjectID) (uint64, error) {
+	if err := checkCtx(ctx); err != nil {
+		return 0, err
+	}
+	l := t.lockFor(obj)
+	l.RLock()
+	defer l.RUnlock()
+	h, err := t.acquire(obj, false)
+	if errors.Is(err, errMissing) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer t.cache.release(h)
+	return h.hdr.Blocks * BlockSize, nil
+}
+
 // Seek implements proto.StorageService.Seek for one object, from its
 // checksum entries: a block is data when its entry is allocated. A missing
 // object is all hole.

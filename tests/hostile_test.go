@@ -693,7 +693,7 @@ func (h *hostile) credentials(t *testing.T) {
 		wantErrno(t, "touch root's file", err, syscall.EACCES)
 		_, err = a.meta.SetAttr(ctx, ino, proto.SetAttrIn{Valid: proto.SetSize | proto.SetHandle, Size: 0})
 		wantErrno(t, "truncate root's file", err, syscall.EACCES)
-		_, err = a.meta.WriteDone(ctx, ino, 1<<40, 0)
+		_, err = a.meta.WriteDone(ctx, ino, 1<<40, 0, proto.NoBlocks)
 		wantErrno(t, "WriteDone on root's file", err, syscall.EACCES, syscall.EPERM)
 		_, err = a.meta.SetLayout(ctx, ino, layout.Layout{StripeSize: 1 << 20, StripeCount: 1})
 		wantErrno(t, "SetLayout of root's file", err, syscall.EACCES, syscall.EPERM)
@@ -704,7 +704,7 @@ func (h *hostile) credentials(t *testing.T) {
 	}
 	_, err = a.meta.SetAttr(ctx, h.pub, proto.SetAttrIn{Valid: proto.SetSize | proto.SetHandle, Size: 0})
 	wantErrno(t, "ftruncate through a read-only handle", err, syscall.EACCES)
-	_, err = a.meta.WriteDone(ctx, h.pub, 1<<40, 0)
+	_, err = a.meta.WriteDone(ctx, h.pub, 1<<40, 0, proto.NoBlocks)
 	wantErrno(t, "WriteDone through a read-only handle", err, syscall.EACCES, syscall.EPERM)
 	if err := a.meta.Release(ctx, h.pub); err != nil {
 		t.Errorf("Release of its own handle: %v", err)

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 
@@ -151,5 +154,89 @@ func compareFiles(t *testing.T, step int, local, remote *os.File, seek bool) {
 	}
 	if bad > 0 {
 		t.Fatalf("step %d: %d lseek answers differ", step, bad)
+	}
+}
+
+// TestBlocks checks st_blocks (and so du) of a sparse file: a 1 GiB file
+// with a few written blocks, after a punch, a zeroed (allocated) range and
+// an ftruncate, on the writing mount and on a second one. weft counts
+// exactly the data blocks the targets hold; the local file system (ext4)
+// says the same or a few blocks more (its extent tree blocks count too).
+func TestBlocks(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4, Mounts: 2})
+	mnt, other := c.Mount(0), c.Mount(1)
+	if err := os.Mkdir(filepath.Join(mnt, "s"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	weft(t, c, "setstripe", "-c", "4", "-S", "64K", filepath.Join(mnt, "s"))
+	local, err := os.Create(filepath.Join(t.TempDir(), "local"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer local.Close()
+	remote, err := os.Create(filepath.Join(mnt, "s", "sparse"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer remote.Close()
+	const K, M, G = 1 << 10, 1 << 20, 1 << 30
+	data := pattern(3, 0, 200*K)
+	steps := []struct {
+		what   string
+		blocks int64 // 512-byte units of data
+		do     func(f *os.File) error
+	}{
+		{"writes at 0, 300 MiB and the last 4 KiB of 1 GiB", (4*K + 100*K + 4*K) / 512, func(f *os.File) error {
+			_, e1 := f.WriteAt(data[:4*K], 0)
+			_, e2 := f.WriteAt(data[:100*K], 300*M)
+			_, e3 := f.WriteAt(data[:4*K], G-4*K)
+			return errors.Join(e1, e2, e3)
+		}},
+		{"punch 8 KiB inside", (100*K - 8*K + 8*K) / 512, func(f *os.File) error {
+			return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_KEEP_SIZE, 300*M+32*K, 8*K)
+		}},
+		{"zero 64 KiB of a hole", (100*K + 64*K) / 512, func(f *os.File) error {
+			return unix.Fallocate(int(f.Fd()), unix.FALLOC_FL_ZERO_RANGE, 500*M, 64*K)
+		}},
+		{"ftruncate to 400 MiB", (4*K + 92*K) / 512, func(f *os.File) error { return f.Truncate(400 * M) }},
+	}
+	for _, s := range steps {
+		for _, f := range []*os.File{local, remote} {
+			if err := s.do(f); err != nil {
+				t.Fatalf("%s on %s: %v", s.what, f.Name(), err)
+			}
+			if err := f.Sync(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var ls, rs, os2 unix.Stat_t
+		if err := unix.Fstat(int(local.Fd()), &ls); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Stat(remote.Name(), &rs); err != nil {
+			t.Fatal(err)
+		}
+		if err := unix.Stat(filepath.Join(other, "s", "sparse"), &os2); err != nil {
+			t.Fatal(err)
+		}
+		t.Logf("%s: st_blocks %d (other mount %d), local file system %d, size %d", s.what, rs.Blocks, os2.Blocks, ls.Blocks, rs.Size)
+		if rs.Size != ls.Size || rs.Blocks != s.blocks || os2.Blocks != s.blocks {
+			t.Errorf("%s: size %d st_blocks %d (other mount %d), want size %d st_blocks %d", s.what, rs.Size, rs.Blocks, os2.Blocks, ls.Size, s.blocks)
+		}
+		if ls.Blocks < s.blocks || ls.Blocks > s.blocks+16 {
+			t.Errorf("%s: the local file system says st_blocks %d: the test's expectation %d is wrong", s.what, ls.Blocks, s.blocks)
+		}
+	}
+	want := strconv.FormatInt(steps[len(steps)-1].blocks*512, 10)
+	// du agrees (it adds up st_blocks).
+	out := func(args ...string) string {
+		b, err := exec.Command("du", args...).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.Fields(string(b))[0]
+	}
+	if r := out("-B1", remote.Name()); r != want {
+		t.Errorf("du: %s bytes on weft, want %s (local file system: %s)", r, want, out("-B1", local.Name()))
 	}
 }

@@ -636,7 +636,7 @@ func (m *Meta) Open(_ context.Context, ino proto.Ino, want proto.Access) (proto.
 }
 
 // WriteDone implements proto.MetaService.
-func (m *Meta) WriteDone(_ context.Context, ino proto.Ino, end uint64, mtime int64) (proto.Attr, error) {
+func (m *Meta) WriteDone(_ context.Context, ino proto.Ino, end uint64, mtime int64, blocks uint64) (proto.Attr, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n, err := m.get(ino)
@@ -644,6 +644,9 @@ func (m *Meta) WriteDone(_ context.Context, ino proto.Ino, end uint64, mtime int
 		return proto.Attr{}, err
 	}
 	n.attr.Size = max(n.attr.Size, end)
+	if blocks != proto.NoBlocks {
+		n.attr.Blocks = blocks
+	}
 	old := n.attr.Mtime
 	m.touch(n)
 	if mtime != 0 {
@@ -955,6 +958,14 @@ func (s *Storage) Seek(ctx context.Context, t proto.TargetID, obj proto.ObjectID
 		return off, nil
 	}
 	return 0, syscall.ENXIO
+}
+
+// Allocated implements proto.StorageService: the fake has no holes, so
+// an object holds its length.
+func (s *Storage) Allocated(_ context.Context, t proto.TargetID, obj proto.ObjectID) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return uint64(len(s.objects[t][obj])), nil
 }
 
 // Remove implements proto.StorageService.

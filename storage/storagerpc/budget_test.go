@@ -191,6 +191,9 @@ func (blockingReader) Space(context.Context, proto.TargetID, proto.ObjectID, pro
 func (blockingReader) Seek(context.Context, proto.TargetID, proto.ObjectID, uint64, proto.SeekWhat) (uint64, error) {
 	return 0, syscall.ENOSYS
 }
+func (blockingReader) Allocated(context.Context, proto.TargetID, proto.ObjectID) (uint64, error) {
+	return 0, syscall.ENOSYS
+}
 func (blockingReader) Remove(context.Context, proto.TargetID, proto.ObjectID) error {
 	return syscall.ENOSYS
 }

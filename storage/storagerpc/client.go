@@ -109,6 +109,18 @@ func (c *Client) Seek(ctx context.Context, t proto.TargetID, obj proto.ObjectID,
 	return res, nil
 }
 
+func (c *Client) Allocated(ctx context.Context, t proto.TargetID, obj proto.ObjectID) (uint64, error) {
+	resp, err := c.call(ctx, t, OpAllocated, SyncReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}}.Encode())
+	if err != nil {
+		return 0, err
+	}
+	n, err := DecodeVersion(resp) // one u64
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", err, syscall.EIO)
+	}
+	return n, nil
+}
+
 func (c *Client) Remove(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
 	_, err := c.call(ctx, t, OpRemove, ObjectReq{Target: t, Obj: obj}.Encode())
 	return err

@@ -11,6 +11,7 @@
 //	OpSync     109  cap, target u32, ino u64, stripe u32                    -> empty
 //	OpSpace    110  cap, target u32, ino u64, stripe u32, mode u8, off u64, len u64 -> empty
 //	OpSeek     111  cap, target u32, ino u64, stripe u32, off u64, what u8  -> offset u64
+//	OpAllocated 112 cap, target u32, ino u64, stripe u32                    -> bytes u64
 //	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
 //
@@ -33,7 +34,7 @@
 //     Options.CapabilityKey, is not expired (capability.Skew tolerated),
 //     names the object's inode, grants read and, if bound to a holder,
 //     names the peer's certificate name; Seek needs one granting read
-//     too; Write, Truncate, Sync and Space need one granting write; Remove and RemoveMany are refused.
+//     too, Allocated one granting anything; Write, Truncate, Sync and Space need one granting write; Remove and RemoveMany are refused.
 //
 // A refusal is EACCES, logged at warn with the peer's address, role, name,
 // the op and the reason, at most once a second (the count of refusals not

@@ -299,6 +299,19 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 			return nil, err
 		}
 		return EncodeVersion(off), nil
+	case OpAllocated: // any capability for the inode: a writer may know the space its file takes
+		r, err := DecodeSync(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, 0); err != nil {
+			return nil, err
+		}
+		n, err := svc.Allocated(ctx, r.Target, r.Obj)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeVersion(n), nil
 	case OpRemove:
 		r, err := DecodeRemove(req)
 		if err != nil {

@@ -28,6 +28,9 @@ const (
 	// one object).
 	OpSpace uint16 = 110
 	OpSeek  uint16 = 111
+	// OpAllocated: the bytes an object's allocated blocks take (a Sync
+	// request's body; the response is a u64).
+	OpAllocated uint16 = 112
 )
 
 // MaxRemoveMany bounds the objects of one RemoveMany RPC; the Client splits

@@ -16,6 +16,8 @@ func OpName(op uint16) string {
 		return "space"
 	case OpSeek:
 		return "seek"
+	case OpAllocated:
+		return "allocated"
 	case OpRemove:
 		return "remove"
 	case OpRemoveMany:
