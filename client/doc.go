@@ -58,6 +58,20 @@
 //     never move the time it set; stat then shows exactly that time on
 //     every mount.
 //
+// # Space calls and allocation
+//
+// File.Allocate (fallocate) sends one StorageService.Space per object for
+// its share of the range (layout.ObjectOffset), concurrently, ordered
+// after this client's accepted writes as a truncate is; a range that
+// grows the file or changes bytes counts as a write (size and mtime
+// recorded at the next flush). File.Lseek asks every object for its next
+// data or hole (StorageService.Seek) and answers the nearest in file
+// offsets. At every WriteDone the client first asks each object that may
+// hold bytes of the file how much it holds (StorageService.Allocated) and
+// reports the sum as the file's blocks (proto.Attr.Blocks, st_blocks); if
+// a target does not answer, the count is left as it was. After a truncate
+// through a handle the next flush counts again.
+//
 // # Capabilities
 //
 // Storage servers serve a client's request only with a capability (package

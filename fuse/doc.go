@@ -72,6 +72,17 @@
 //     own unreported writes, so O_APPEND writes (placed by the kernel at its
 //     idea of the end of file) land at the end.
 //
+// # Space calls
+//
+// fallocate (handle.Allocate) and lseek SEEK_DATA/SEEK_HOLE
+// (handle.Lseek) go to client.File.Allocate and Lseek, which work on the
+// file's objects on their targets; the kernel itself drops its cached pages
+// of a punched or zeroed range. st_blocks is Attr.Blocks for regular files
+// (what the targets hold, as last reported by a writer's close or fsync)
+// and the size in 512-byte units for anything else. copy_file_range is
+// not implemented: the kernel copies through the mount with reads and
+// writes.
+//
 // # Extended attributes
 //
 // user.* names are stored by the metadata server. security.* reads answer

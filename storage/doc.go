@@ -78,7 +78,10 @@
 //     the blocks of the interrupted update; it is an accounting figure, not
 //     an integrity one.
 //
-// # Space and seek
+// # Space, seek and allocated bytes
+//
+// Allocated returns the header's count of allocated blocks, in bytes: what
+// clients report as a file's st_blocks.
 //
 // Space (fallocate on one object, proto.SpaceMode) punches, zeroes and
 // reserves ranges; Seek finds an object's next data or hole from its
