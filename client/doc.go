@@ -70,7 +70,10 @@
 // hold bytes of the file how much it holds (StorageService.Allocated) and
 // reports the sum as the file's blocks (proto.Attr.Blocks, st_blocks); if
 // a target does not answer, the count is left as it was. After a truncate
-// through a handle the next flush counts again.
+// through a handle the next flush counts again. Client.CopyRange
+// (copy_file_range) cuts the range where a stripe unit of either file ends
+// and sends each piece as one StorageService.Copy to the destination
+// object's server, which reads the source object itself.
 //
 // # Capabilities
 //

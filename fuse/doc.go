@@ -79,9 +79,10 @@
 // file's objects on their targets; the kernel itself drops its cached pages
 // of a punched or zeroed range. st_blocks is Attr.Blocks for regular files
 // (what the targets hold, as last reported by a writer's close or fsync)
-// and the size in 512-byte units for anything else. copy_file_range is
-// not implemented: the kernel copies through the mount with reads and
-// writes.
+// and the size in 512-byte units for anything else. copy_file_range
+// between two weft files (node.CopyFileRange) is client.CopyRange, done by
+// the storage servers; if they cannot (EOPNOTSUPP) the kernel copies
+// through the mount with reads and writes.
 //
 // # Extended attributes
 //

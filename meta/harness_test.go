@@ -85,6 +85,9 @@ func (f *fakeStorage) Space(context.Context, proto.TargetID, proto.ObjectID, pro
 func (f *fakeStorage) Allocated(context.Context, proto.TargetID, proto.ObjectID) (uint64, error) {
 	return 0, syscall.ENOSYS
 }
+func (f *fakeStorage) Copy(context.Context, proto.TargetID, proto.ObjectID, uint64, proto.TargetID, proto.ObjectID, uint64, uint64, []byte) error {
+	return syscall.ENOSYS
+}
 func (f *fakeStorage) Seek(context.Context, proto.TargetID, proto.ObjectID, uint64, proto.SeekWhat) (uint64, error) {
 	return 0, syscall.ENOSYS
 }

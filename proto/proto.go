@@ -230,6 +230,13 @@ type StorageService interface {
 	// Allocated returns the bytes obj holds on its target: its allocated
 	// blocks (holes cost nothing); 0 for a missing object.
 	Allocated(ctx context.Context, t TargetID, obj ObjectID) (uint64, error)
+	// Copy writes n bytes of object src on target srcT, from srcOff, into
+	// object dst on target t at dstOff, as Write would write them (bytes
+	// past src's end, and its holes, are zeros). The server serving t reads
+	// src itself, from its own target or from srcT's server: the bytes do
+	// not pass through the caller. ctx's capability must grant write on
+	// dst, srcCap read on src.
+	Copy(ctx context.Context, t TargetID, dst ObjectID, dstOff uint64, srcT TargetID, src ObjectID, srcOff, n uint64, srcCap []byte) error
 }
 
 // NoBlocks in WriteDone leaves the file's Attr.Blocks as it is.

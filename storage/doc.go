@@ -81,7 +81,13 @@
 // # Space, seek and allocated bytes
 //
 // Allocated returns the header's count of allocated blocks, in bytes: what
-// clients report as a file's st_blocks.
+// clients report as a file's st_blocks. Server.Copy (copy_file_range)
+// writes into an object of one of its targets what it reads from the
+// source object: from its own target, or from the server of the source's
+// target through the peers Run gives it (a storagerpc client that finds
+// servers in the metadata server's target list and calls them as a
+// storage server); the RPC handler has checked the client's capabilities
+// for both objects first.
 //
 // Space (fallocate on one object, proto.SpaceMode) punches, zeroes and
 // reserves ranges; Seek finds an object's next data or hole from its

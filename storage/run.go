@@ -150,6 +150,16 @@ func Run(ctx context.Context, cfg Config) error {
 		defer pool.Close()
 		cfg.Registry = metarpc.NewClient(pool, cfg.MetaAddr)
 	}
+	// Copy reads sources on other servers' targets through them, found
+	// in the registry's target list (a metadata server's has one).
+	var peers proto.StorageService
+	if lister, ok := cfg.Registry.(interface {
+		Targets(context.Context) ([]proto.TargetInfo, error)
+	}); ok {
+		pool := transport.NewPool(tr, transport.PoolOptions{})
+		defer pool.Close()
+		peers = storagerpc.NewClient(pool, (&peerResolver{list: lister.Targets}).resolve)
+	}
 
 	var targets []*Target
 	defer func() {
@@ -158,6 +168,9 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}()
 	srv := NewServer()
+	if peers != nil {
+		srv.SetPeers(peers)
+	}
 	for _, dir := range cfg.Targets {
 		t, err := OpenTarget(dir, TargetOptions{FS: cfg.FS, Capacity: cfg.Capacity, MaxOpen: cfg.MaxOpenObjects, Logger: log})
 		if err != nil {

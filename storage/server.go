@@ -23,6 +23,7 @@ var ErrUnknownTarget = errors.New("storage: unknown target")
 type Server struct {
 	mu      sync.RWMutex
 	targets map[proto.TargetID]*Target
+	peers   proto.StorageService // other servers' targets, for Copy (SetPeers)
 }
 
 var _ proto.StorageService = (*Server)(nil)

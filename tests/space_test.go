@@ -240,3 +240,87 @@ func TestBlocks(t *testing.T) {
 		t.Errorf("du: %s bytes on weft, want %s (local file system: %s)", r, want, out("-B1", local.Name()))
 	}
 }
+
+// TestCopyFileRange copies ranges between files of different layouts and
+// within one file with copy_file_range(2), on weft and on the local file
+// system, and compares the results. The bytes do not pass through the
+// mount: its read requests stay as they were, and it sent copy requests to
+// the storage servers.
+func TestCopyFileRange(t *testing.T) {
+	metrics := freeAddr(t)
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4, MountArgs: []string{"--metrics", metrics}})
+	mnt := c.Mount(0)
+	for _, d := range []struct{ name, count, size string }{{"a", "4", "64K"}, {"b", "2", "128K"}} {
+		if err := os.Mkdir(filepath.Join(mnt, d.name), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		weft(t, c, "setstripe", "-c", d.count, "-S", d.size, filepath.Join(mnt, d.name))
+	}
+	tmp := t.TempDir()
+	const K, M = 1 << 10, 1 << 20
+	srcData := pattern(21, 0, 3*M+777)
+	dstData := pattern(22, 0, 1*M)
+	open := func(p string, data []byte) *os.File {
+		if err := os.WriteFile(p, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() })
+		return f
+	}
+	files := map[string][2]*os.File{} // name -> {local, weft}
+	for _, f := range []struct {
+		name string
+		data []byte
+	}{{"a/src", srcData}, {"b/dst", dstData}} {
+		files[f.name] = [2]*os.File{open(filepath.Join(tmp, filepath.Base(f.name)), f.data), open(filepath.Join(mnt, f.name), f.data)}
+	}
+	before := scrape(t, metrics)
+	copies := []struct {
+		src, dst       string
+		srcOff, dstOff int64
+		n              int
+	}{
+		{"a/src", "b/dst", 100*K + 3, 50*K + 7, 2 * M},  // unaligned, across units of both layouts, grows dst
+		{"a/src", "b/dst", 3*M + 700, 10, 4 * K},        // runs into src's end: short
+		{"a/src", "a/src", 0, 3*M + 777 + 5*K, 300 * K}, // within one file, past its end
+		{"b/dst", "a/src", 1*M + 1, 64 * K, 200*K + 9},  // back the other way
+	}
+	for i, cp := range copies {
+		var got [2]int
+		for side := range 2 {
+			src, dst := files[cp.src][side], files[cp.dst][side]
+			so, do := cp.srcOff, cp.dstOff
+			n, err := unix.CopyFileRange(int(src.Fd()), &so, int(dst.Fd()), &do, cp.n, 0)
+			if err != nil {
+				t.Fatalf("copy %d on %s: %v", i, []string{"the local file system", "weft"}[side], err)
+			}
+			got[side] = n
+		}
+		if got[0] != got[1] {
+			t.Errorf("copy %d: weft copied %d bytes, the local file system %d", i, got[1], got[0])
+		}
+	}
+	after := scrape(t, metrics)
+	for _, name := range []string{"weft_rpc_client_requests_total"} {
+		if b, a := value(before, name, "read"), value(after, name, "read"); a != b {
+			t.Errorf("the mount sent %v read requests during the copies: the data went through it", a-b)
+		}
+		if b, a := value(before, name, "copy"), value(after, name, "copy"); a-max(b, 0) < float64(len(copies)) {
+			t.Errorf("the mount sent %v copy requests, want at least %d", a-max(b, 0), len(copies))
+		}
+	}
+	for name, fs := range files {
+		if err := fs[1].Sync(); err != nil {
+			t.Fatal(err)
+		}
+		want, _ := os.ReadFile(fs[0].Name())
+		got, err := os.ReadFile(filepath.Join(mnt, name))
+		if err != nil || !bytes.Equal(got, want) {
+			t.Errorf("%s: %v, %d bytes, want %d: %s", name, err, len(got), len(want), firstDiff(got, want))
+		}
+	}
+}

@@ -968,6 +968,18 @@ func (s *Storage) Allocated(_ context.Context, t proto.TargetID, obj proto.Objec
 	return uint64(len(s.objects[t][obj])), nil
 }
 
+// Copy implements proto.StorageService, as a Read and a Write.
+func (s *Storage) Copy(ctx context.Context, t proto.TargetID, dst proto.ObjectID, dstOff uint64, srcT proto.TargetID, src proto.ObjectID, srcOff, n uint64, _ []byte) error {
+	buf := make([]byte, n)
+	got, err := s.Read(ctx, srcT, src, srcOff, buf)
+	if err != nil {
+		return err
+	}
+	clear(buf[got:])
+	_, err = s.Write(ctx, t, dst, dstOff, buf)
+	return err
+}
+
 // Remove implements proto.StorageService.
 func (s *Storage) Remove(_ context.Context, t proto.TargetID, obj proto.ObjectID) error {
 	s.mu.Lock()

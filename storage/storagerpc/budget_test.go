@@ -194,6 +194,9 @@ func (blockingReader) Seek(context.Context, proto.TargetID, proto.ObjectID, uint
 func (blockingReader) Allocated(context.Context, proto.TargetID, proto.ObjectID) (uint64, error) {
 	return 0, syscall.ENOSYS
 }
+func (blockingReader) Copy(context.Context, proto.TargetID, proto.ObjectID, uint64, proto.TargetID, proto.ObjectID, uint64, uint64, []byte) error {
+	return syscall.ENOSYS
+}
 func (blockingReader) Remove(context.Context, proto.TargetID, proto.ObjectID) error {
 	return syscall.ENOSYS
 }

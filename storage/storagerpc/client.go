@@ -121,6 +121,20 @@ func (c *Client) Allocated(ctx context.Context, t proto.TargetID, obj proto.Obje
 	return n, nil
 }
 
+// Copy sends the copy to dst's server, in requests of at most MaxCopy.
+func (c *Client) Copy(ctx context.Context, t proto.TargetID, dst proto.ObjectID, dstOff uint64, srcT proto.TargetID, src proto.ObjectID, srcOff, n uint64, srcCap []byte) error {
+	for done := uint64(0); done < n; {
+		k := min(n-done, MaxCopy)
+		req := CopyReq{Cap: proto.CapabilityFrom(ctx), Dst: ObjectReq{Target: t, Obj: dst}, DstOff: dstOff + done,
+			SrcCap: srcCap, Src: ObjectReq{Target: srcT, Obj: src}, SrcOff: srcOff + done, Len: k}
+		if _, err := c.call(ctx, t, OpCopy, req.Encode()); err != nil {
+			return err
+		}
+		done += k
+	}
+	return nil
+}
+
 func (c *Client) Remove(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
 	_, err := c.call(ctx, t, OpRemove, ObjectReq{Target: t, Obj: obj}.Encode())
 	return err

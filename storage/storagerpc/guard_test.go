@@ -68,6 +68,9 @@ func TestCapabilityChecks(t *testing.T) {
 	space := func(c []byte) []byte {
 		return storagerpc.SpaceReq{Cap: c, ObjectReq: obj, Mode: proto.SpacePunch, Off: 0, Len: 4096}.Encode()
 	}
+	copyReq := func(dstCap, srcCap []byte) []byte {
+		return storagerpc.CopyReq{Cap: dstCap, Dst: obj, SrcCap: srcCap, Src: obj, Len: 10}.Encode()
+	}
 	seek := func(c []byte) []byte {
 		return storagerpc.SeekReq{Cap: c, ObjectReq: obj, What: proto.SeekHole}.Encode()
 	}
@@ -99,6 +102,10 @@ func TestCapabilityChecks(t *testing.T) {
 		{"space with read-only", &client, storagerpc.OpSpace, space(ro), "does not grant"},
 		{"space without capability", &client, storagerpc.OpSpace, space(nil), "none attached"},
 		{"client seek ro", &client, storagerpc.OpSeek, seek(ro), ""},
+		{"client copy", &client, storagerpc.OpCopy, copyReq(rw, ro), ""},
+		{"copy without write on the destination", &client, storagerpc.OpCopy, copyReq(ro, ro), "does not grant"},
+		{"copy without read on the source", &client, storagerpc.OpCopy, copyReq(rw, wo), "does not grant"},
+		{"copy from another inode", &client, storagerpc.OpCopy, copyReq(rw, other), "another inode"},
 		{"seek with write-only", &client, storagerpc.OpSeek, seek(wo), "does not grant"},
 		{"wrong inode", &client, storagerpc.OpRead, read(other), "another inode"},
 		// The object of another generation of inode 42 (its number reused

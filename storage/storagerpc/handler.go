@@ -312,6 +312,18 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 			return nil, err
 		}
 		return EncodeVersion(n), nil
+	case OpCopy:
+		r, err := DecodeCopy(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Dst.Obj, proto.AccessWrite); err != nil {
+			return nil, err
+		}
+		if err := h.guard.object(ctx, op, r.SrcCap, r.Src.Obj, proto.AccessRead); err != nil {
+			return nil, err
+		}
+		return nil, svc.Copy(ctx, r.Dst.Target, r.Dst.Obj, r.DstOff, r.Src.Target, r.Src.Obj, r.SrcOff, r.Len, r.SrcCap)
 	case OpRemove:
 		r, err := DecodeRemove(req)
 		if err != nil {

@@ -31,7 +31,13 @@ const (
 	// OpAllocated: the bytes an object's allocated blocks take (a Sync
 	// request's body; the response is a u64).
 	OpAllocated uint16 = 112
+	// OpCopy: copy a range of one object into another (copy_file_range),
+	// sent to the destination's server, which reads the source itself.
+	OpCopy uint16 = 113
 )
+
+// MaxCopy bounds the bytes of one Copy RPC; the Client splits longer ones.
+const MaxCopy = 64 << 20
 
 // MaxRemoveMany bounds the objects of one RemoveMany RPC; the Client splits
 // longer lists and the handler refuses them with EINVAL.
@@ -233,6 +239,44 @@ func DecodeSeek(b []byte) (SeekReq, error) {
 	}
 	if r.What != proto.SeekData && r.What != proto.SeekHole {
 		return SeekReq{}, fmt.Errorf("storagerpc: seek request: unknown kind %d", r.What)
+	}
+	return r, nil
+}
+
+// CopyReq copies Len bytes of Src at SrcOff into Dst at DstOff
+// (proto.StorageService.Copy). Cap must grant write on Dst, SrcCap read on
+// Src. The response body is empty.
+type CopyReq struct {
+	Cap    []byte
+	Dst    ObjectReq
+	DstOff uint64
+	SrcCap []byte
+	Src    ObjectReq
+	SrcOff uint64
+	Len    uint64
+}
+
+func (r CopyReq) Encode() []byte {
+	e := wire.NewEncoder(96 + len(r.Cap) + len(r.SrcCap))
+	e.Bytes(r.Cap)
+	r.Dst.encode(e)
+	e.U64(r.DstOff)
+	e.Bytes(r.SrcCap)
+	r.Src.encode(e)
+	e.U64(r.SrcOff)
+	e.U64(r.Len)
+	return e.B
+}
+
+// DecodeCopy decodes a Copy request; more than MaxCopy bytes is an error.
+func DecodeCopy(b []byte) (CopyReq, error) {
+	d := wire.NewDecoder(b)
+	r := CopyReq{Cap: decodeCap(d), Dst: decodeObject(d), DstOff: d.U64(), SrcCap: decodeCap(d), Src: decodeObject(d), SrcOff: d.U64(), Len: d.U64()}
+	if err := d.Done(); err != nil {
+		return CopyReq{}, fmt.Errorf("storagerpc: copy request: %w", err)
+	}
+	if r.Len > MaxCopy {
+		return CopyReq{}, fmt.Errorf("storagerpc: copy request of %d bytes (at most %d)", r.Len, MaxCopy)
 	}
 	return r, nil
 }

@@ -18,6 +18,8 @@ func OpName(op uint16) string {
 		return "seek"
 	case OpAllocated:
 		return "allocated"
+	case OpCopy:
+		return "copy"
 	case OpRemove:
 		return "remove"
 	case OpRemoveMany:
