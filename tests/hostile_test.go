@@ -885,6 +885,19 @@ func (h *hostile) capabilities(t *testing.T) {
 			wantErrno(t, what+": Remove", err, syscall.EACCES)
 			err = a.storage.RemoveMany(cctx, tg, []proto.ObjectID{obj})
 			wantErrno(t, what+": RemoveMany", err, syscall.EACCES)
+			err = a.storage.Space(cctx, tg, obj, proto.SpacePunch, 0, 1<<20)
+			wantErrno(t, what+": Space (punch)", err, syscall.EACCES)
+			_, err = a.storage.Seek(cctx, tg, obj, 0, proto.SeekData)
+			wantErrno(t, what+": Seek", err, syscall.EACCES)
+			_, err = a.storage.Allocated(cctx, tg, obj)
+			wantErrno(t, what+": Allocated", err, syscall.EACCES)
+			// Copying secret into its own object (its own capability for
+			// the destination, this one for the source) is reading it.
+			err = a.storage.Copy(proto.WithCapability(ctx, mineCap), mineTgt, mineObj, 0, tg, obj, 0, 4096, c.cap)
+			wantErrno(t, what+": Copy out of secret", err, syscall.EACCES)
+			// And copying its own bytes over secret is writing it.
+			err = a.storage.Copy(cctx, tg, obj, 0, mineTgt, mineObj, 0, 4, mineCap)
+			wantErrno(t, what+": Copy over secret", err, syscall.EACCES)
 		}
 	}
 	// The read capability of pub allows no write to pub either, and no
