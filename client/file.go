@@ -135,10 +135,11 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 	}
 	if a.Blocks > 0 {
 		// The server's block count is only an upper bound now: have the
-		// next flush count and report the real one (the mtime it sends,
-		// of an earlier write, does not undo the truncate's).
+		// next flush count and report the real one, with the truncate's
+		// mtime as the last change (a close later does not move it).
 		st.dirty = true
 		st.seq++
+		st.lastWrite = max(st.lastWrite, a.Mtime)
 	}
 }
 

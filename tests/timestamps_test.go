@@ -204,6 +204,40 @@ func TestTimestamps(t *testing.T) {
 		}
 	})
 
+	t.Run("close after ftruncate does not move mtime", func(t *testing.T) {
+		p := filepath.Join(a, "striped", "late-close-truncate")
+		if err := os.WriteFile(p, make([]byte, 300<<10), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(p, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := f.Truncate(100 << 10); err != nil {
+			t.Fatal(err)
+		}
+		var st unix.Stat_t
+		if err := unix.Fstat(int(f.Fd()), &st); err != nil {
+			t.Fatal(err)
+		}
+		truncated := st.Mtim.Nano()
+		for time.Now().UnixNano() < truncated+int64(50*time.Millisecond) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []string{a, b} {
+			if err := unix.Stat(filepath.Join(m, "striped", "late-close-truncate"), &st); err != nil {
+				t.Fatal(err)
+			}
+			if st.Mtim.Nano() != truncated || st.Size != 100<<10 {
+				t.Errorf("%s: mtime %d size %d after close, want the truncate's %d and %d", m, st.Mtim.Nano(), st.Size, truncated, 100<<10)
+			}
+		}
+	})
+
 	t.Run("futimens with unsent writes", func(t *testing.T) {
 		p := filepath.Join(a, "striped", "futimens")
 		f, err := os.Create(p)
