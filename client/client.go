@@ -264,7 +264,17 @@ func (c *Client) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error)
 // SetAttr changes attributes. A size change waits for this mount's
 // outstanding writes to the file, truncates (or extends) every object on its
 // target, then records the new size on the metadata server.
+//
+// A time set (utimensat, futimens, utime) first records this mount's
+// accepted writes to the file on the metadata server (inodeState.settle),
+// so that the times it sets are the ones stat shows afterwards: writes
+// buffered before it can no longer move its mtime at close.
 func (c *Client) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
+	if in.Valid&(proto.SetMtime|proto.SetMtimeNow) != 0 {
+		if err := c.settle(ctx, ino); err != nil {
+			return proto.Attr{}, err
+		}
+	}
 	if in.Valid&proto.SetSize != 0 {
 		return c.truncate(ctx, ino, in)
 	}
@@ -275,6 +285,22 @@ func (c *Client) SetAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 		c.merge(&a)
 	}
 	return a, err
+}
+
+// settle records this mount's accepted writes to ino, if it has the file
+// open (see inodeState.settle).
+func (c *Client) settle(ctx context.Context, ino proto.Ino) error {
+	c.mu.Lock()
+	st := c.open[ino]
+	if st != nil {
+		st.refs++
+	}
+	c.mu.Unlock()
+	if st == nil {
+		return nil
+	}
+	defer c.unref(st)
+	return st.settle(ctx, c.sessGen())
 }
 
 // setAttr is MetaService.SetAttr; through a handle (proto.SetHandle) it

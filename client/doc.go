@@ -72,6 +72,31 @@
 //     bytes and waits for the writes in flight, truncates every object to its share of the new size,
 //     then records the size on the metadata server.
 //   - Holes. Bytes within the file size that no object holds read as zeros.
+//   - Times. A file's mtime is the time of its last write (this client's
+//     clock when the write was accepted), reported with WriteDone, or of
+//     the last explicit set: a close long after the last write does not
+//     move it. Before a SetAttr that sets mtime (utimensat, futimens,
+//     utime) the client sends, waits for and records this mount's accepted
+//     writes to the file (settle), so writes buffered before the set can
+//     never move the time it set; stat then shows exactly that time on
+//     every mount.
+//
+// # Space calls and allocation
+//
+// File.Allocate (fallocate) sends one StorageService.Space per object for
+// its share of the range (layout.ObjectOffset), concurrently, ordered
+// after this client's accepted writes as a truncate is; a range that
+// grows the file or changes bytes counts as a write (size and mtime
+// recorded at the next flush). File.Lseek asks every object for its next
+// data or hole (StorageService.Seek) and answers the nearest in file
+// offsets. At every WriteDone the client first asks each object that may
+// hold bytes of the file how much it holds (StorageService.Allocated) and
+// reports the sum as the file's blocks (proto.Attr.Blocks, st_blocks); if
+// a target does not answer, the count is left as it was. After a truncate
+// through a handle the next flush counts again. Client.CopyRange
+// (copy_file_range) cuts the range where a stripe unit of either file ends
+// and sends each piece as one StorageService.Copy to the destination
+// object's server, which reads the source object itself.
 //
 // # Locks and O_APPEND
 //

@@ -49,6 +49,7 @@ type inodeState struct {
 	dirty     bool
 	seq       uint64 // counts accepted writes, so a WriteDone knows what it covered
 	lastWrite int64  // unix ns of the last accepted write (reported as mtime while dirty)
+	allocEnd  uint64 // the end of the furthest range fallocate reserved here (objects may hold blocks past the size)
 	unsynced  map[int]bool
 	// written is, per stripe, the end of the bytes this client sent to
 	// its objects since the last truncate: with metaSize, what Flush
@@ -138,8 +139,17 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 	st.metaSize = a.Size
 	st.end = min(st.end, size)
 	clear(st.written) // every object is its share of size now
+	st.allocEnd = min(st.allocEnd, size)
 	if st.dirty {
 		a.Mtime = max(a.Mtime, st.lastWrite)
+	}
+	if a.Blocks > 0 {
+		// The server's block count is only an upper bound now: have the
+		// next flush count and report the real one, with the truncate's
+		// mtime as the last change (a close later does not move it).
+		st.dirty = true
+		st.seq++
+		st.lastWrite = max(st.lastWrite, a.Mtime)
 	}
 }
 
@@ -564,25 +574,33 @@ func (f *File) Flush(ctx context.Context) error {
 	return f.writeDone(ctx)
 }
 
-func (f *File) writeDone(ctx context.Context) error {
-	st := f.st
+func (f *File) writeDone(ctx context.Context) error { return f.st.writeDone(ctx, f.gen) }
+
+// writeDone records the acknowledged writes on the metadata server, if
+// there are any not yet recorded: the highest byte written and the time of
+// the last write, which becomes the file's mtime (so a close long after the
+// last write does not move mtime). gen is the session generation the call
+// belongs to (handleCall).
+func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 	st.mu.Lock()
 	if !st.dirty {
 		st.mu.Unlock()
 		return nil
 	}
-	seq, end := st.seq, st.end
+	seq, end, mtime := st.seq, st.end, st.lastWrite
 	ext := st.extendsLocked(end)
-	l := st.layout
+	l, span := st.layout, max(st.size(), st.allocEnd)
 	st.mu.Unlock()
-	if err := f.c.extendObjects(ctx, st, l, ext, end); err != nil {
+	c := st.c
+	if err := c.extendObjects(ctx, st, l, ext, end); err != nil {
 		return err
 	}
-	rctx, cancel := f.c.rpcCtx(ctx)
+	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
+	blocks := st.allocatedBlocks(rctx, l, span)
 	var a proto.Attr
-	err := f.c.handleCall(rctx, st.ino, f.gen, func() (err error) {
-		a, err = f.c.meta.WriteDone(rctx, st.ino, end)
+	err := c.handleCall(rctx, st.ino, gen, func() (err error) {
+		a, err = c.meta.WriteDone(rctx, st.ino, end, mtime, blocks)
 		return err
 	})
 	if err != nil {
@@ -595,6 +613,23 @@ func (f *File) writeDone(ctx context.Context) error {
 	}
 	st.mu.Unlock()
 	return nil
+}
+
+// settle makes the metadata server's attributes account for every write
+// this client accepted so far: it sends them, waits for them and records
+// them (writeDone). It is what an explicit time set does first, so that
+// writes buffered before it cannot move the mtime it sets. A failed
+// background write is left latched for the next write, close or fsync to
+// report, and nothing is recorded then.
+func (st *inodeState) settle(ctx context.Context, gen uint64) error {
+	st.mu.Lock()
+	st.drainLocked()
+	failed := st.err != nil
+	st.mu.Unlock()
+	if failed {
+		return nil
+	}
+	return st.writeDone(ctx, gen)
 }
 
 // Fsync sends the unsent writes, waits for the writes in flight, makes every object written since

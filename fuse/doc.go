@@ -23,6 +23,18 @@
 // batches of 1000 names and answer READDIRPLUS with the attributes that come
 // with each entry. No file descriptor is held per file.
 //
+// # Shutdown
+//
+// Run serves until ctx ends (weft mount: SIGINT, SIGTERM), then calls
+// Server.Shutdown, which returns in bounded time whatever holds the mount:
+// it unmounts; a mount still busy or still served after
+// Config.UnmountTimeout (a file open on it; a copy of it in another mount
+// namespace, which keeps the kernel's connection alive after the unmount
+// here, so go-fuse's own Unmount would wait for its read loops forever) is
+// detached lazily (MNT_DETACH); if the serving loops still run after as
+// long again, the connection is aborted through fusectl, and Shutdown
+// returns even if that fails. Each step taken is logged at warn.
+//
 // # Consistency and caching
 //
 //   - Attributes and directory names are cached by the kernel for 1 s;
@@ -51,6 +63,11 @@
 //     buffered in the client (write-behind, bounded) and a failed background
 //     write is reported by the next write, close or fsync (see package
 //     client).
+//   - Times are exact: a setattr that sets mtime first records this mount's
+//     buffered writes to the file (see package client, "Times"), so stat
+//     shows the times set on every mount and close does not move them; a
+//     file's mtime is otherwise the time of its last write, not of its
+//     close.
 //   - While a file is written here, the size this mount reports includes its
 //     own unreported writes.
 //   - O_APPEND is atomic across mounts: a handle opened with O_APPEND
@@ -79,6 +96,18 @@
 // rawFS) to hand it over, keyed by the request's cancel channel; the
 // handle's Flush then releases that owner's POSIX locks. The flock and OFD
 // locks of an open file description go at its release.
+//
+// # Space calls
+//
+// fallocate (handle.Allocate) and lseek SEEK_DATA/SEEK_HOLE
+// (handle.Lseek) go to client.File.Allocate and Lseek, which work on the
+// file's objects on their targets; the kernel itself drops its cached pages
+// of a punched or zeroed range. st_blocks is Attr.Blocks for regular files
+// (what the targets hold, as last reported by a writer's close or fsync)
+// and the size in 512-byte units for anything else. copy_file_range
+// between two weft files (node.CopyFileRange) is client.CopyRange, done by
+// the storage servers; if they cannot (EOPNOTSUPP) the kernel copies
+// through the mount with reads and writes.
 //
 // # Extended attributes
 //

@@ -54,7 +54,7 @@ func (b *backend) mount(t *testing.T) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := srv.Unmount(); err != nil {
+		if err := srv.Shutdown(0); err != nil {
 			t.Errorf("unmount: %v", err)
 		}
 		_ = cl.Close()

@@ -5,8 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
+	"sync"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
@@ -31,7 +35,14 @@ type Config struct {
 	AllowOther bool
 	// Debug logs every FUSE request.
 	Debug bool
+	// UnmountTimeout bounds each step of the shutdown (Server.Shutdown);
+	// 0 = DefaultUnmountTimeout.
+	UnmountTimeout time.Duration
 }
+
+// DefaultUnmountTimeout is how long each step of a shutdown may take
+// before the next, harsher one (see Server.Shutdown).
+const DefaultUnmountTimeout = 10 * time.Second
 
 // ClientConfig returns the client part of the configuration.
 func (c Config) ClientConfig() client.Config {
@@ -74,8 +85,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}()
 	select {
 	case <-ctx.Done():
-		err = srv.Unmount()
-		<-done
+		err = srv.Shutdown(cfg.UnmountTimeout)
 	case <-done:
 	}
 	return errors.Join(err, cl.Close())
@@ -109,7 +119,11 @@ func waitForMeta(ctx context.Context, cl *client.Client, cfg Config) error {
 type Server struct {
 	srv        *gofuse.Server
 	mountpoint string
+	dev        uint64 // the mount's device number: its FUSE connection is minor(dev)
 	log        *slog.Logger
+
+	waitOnce sync.Once
+	served   chan struct{} // closed when the serving loops have ended
 }
 
 // Mount mounts a filesystem served by cl at cfg.Mountpoint (only the
@@ -162,23 +176,103 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 	if err := bdi.SetReadAhead(cfg.Mountpoint, maxIO); err != nil {
 		log.Info("fuse: keeping the kernel's read-ahead window", "err", err)
 	}
-	return &Server{srv: srv, mountpoint: cfg.Mountpoint, log: log}, nil
+	s := &Server{srv: srv, mountpoint: cfg.Mountpoint, log: log, served: make(chan struct{})}
+	var st unix.Stat_t
+	if err := unix.Stat(cfg.Mountpoint, &st); err == nil {
+		s.dev = st.Dev
+	}
+	return s, nil
 }
 
 // Wait blocks until the filesystem is unmounted.
-func (s *Server) Wait() { s.srv.Wait() }
+func (s *Server) Wait() { <-s.loopsDone() }
 
-// Unmount unmounts the filesystem and waits for the serving loops to end. If
-// the mount stays busy, it is detached lazily (MNT_DETACH): it disappears
-// from the namespace at once and goes away when its last file is closed.
-func (s *Server) Unmount() error {
-	err := s.srv.Unmount()
-	if err == nil {
-		return nil
+// loopsDone returns a channel closed once go-fuse's serving loops ended
+// (the kernel ended the connection: unmounted, or aborted).
+func (s *Server) loopsDone() <-chan struct{} {
+	s.waitOnce.Do(func() {
+		go func() {
+			s.srv.Wait()
+			close(s.served)
+		}()
+	})
+	return s.served
+}
+
+// Shutdown unmounts the file system and returns once it is no longer
+// served, in bounded time whatever holds it, each step taking at most
+// bound (0: DefaultUnmountTimeout), so at most about 3*bound in all:
+//
+//  1. unmount; it completes once the kernel ends the connection, which
+//     ends the serving loops;
+//  2. if the mount is busy (a file open on it) or the loops have not ended
+//     (the mount lives on elsewhere, e.g. in another mount namespace),
+//     detach it lazily (MNT_DETACH): it leaves this namespace at once;
+//  3. if the loops still run, abort the FUSE connection (fusectl's
+//     /sys/fs/fuse/connections/N/abort, when mounted): every process still
+//     using the mount gets ENOTCONN;
+//  4. if even that did not end them (no fusectl, or the connection is
+//     held through a duplicate of the FUSE descriptor in another process),
+//     return anyway: the connection ends when its last holder closes it.
+//
+// Each step that had to be taken is logged at warn, saying why. The error
+// says what could not be done.
+func (s *Server) Shutdown(bound time.Duration) error {
+	if bound <= 0 {
+		bound = DefaultUnmountTimeout
 	}
-	s.log.Warn("unmount failed; detaching lazily", "mountpoint", s.mountpoint, "err", err)
-	if derr := syscall.Unmount(s.mountpoint, syscall.MNT_DETACH); derr != nil {
-		return fmt.Errorf("fuse: unmount %s: %w (lazy: %v)", s.mountpoint, err, derr)
+	served := s.loopsDone()
+	unmounted := make(chan error, 1)
+	go func() { unmounted <- s.srv.Unmount() }()
+	timer := time.NewTimer(bound)
+	defer timer.Stop()
+	var why string
+	select {
+	case err := <-unmounted:
+		if err == nil {
+			return nil
+		}
+		why = fmt.Sprintf("unmount failed (%v)", err)
+	case <-timer.C:
+		why = fmt.Sprintf("the FUSE connection did not end within %v of the unmount (the mount is still in use elsewhere, e.g. in another mount namespace)", bound)
+	}
+	switch err := unix.Unmount(s.mountpoint, unix.MNT_DETACH); {
+	case errors.Is(err, unix.EINVAL):
+		s.log.Warn("fuse: "+why+"; not mounted here any more, nothing to detach", "mountpoint", s.mountpoint)
+	case err != nil:
+		s.log.Warn("fuse: "+why+"; lazy detach failed too", "mountpoint", s.mountpoint, "err", err)
+	default:
+		s.log.Warn("fuse: "+why+"; detached lazily: gone from this namespace, the kernel drops it when its last user is gone", "mountpoint", s.mountpoint)
+	}
+	timer.Reset(bound)
+	select {
+	case <-served:
+		return nil
+	case <-timer.C:
+	}
+	if err := s.abort(); err != nil {
+		s.log.Warn("fuse: the FUSE connection is still in use and cannot be aborted; exiting anyway", "mountpoint", s.mountpoint, "err", err)
+		return fmt.Errorf("fuse: shutdown of %s: connection still in use after %v, abort: %w", s.mountpoint, 2*bound, err)
+	}
+	s.log.Warn(fmt.Sprintf("fuse: the FUSE connection was still in use %v after the lazy detach: aborted the FUSE connection (its users get ENOTCONN)", bound), "mountpoint", s.mountpoint, "connection", unix.Minor(s.dev))
+	timer.Reset(bound)
+	select {
+	case <-served:
+		return nil
+	case <-timer.C:
+		s.log.Warn("fuse: serving loops still running after the abort (the FUSE descriptor is held by another process); exiting anyway", "mountpoint", s.mountpoint)
+		return fmt.Errorf("fuse: shutdown of %s: serving loops did not end within %v of aborting the connection", s.mountpoint, bound)
+	}
+}
+
+// abort aborts the mount's FUSE connection through fusectl.
+func (s *Server) abort() error {
+	if s.dev == 0 {
+		return errors.New("fuse: device number of the mount unknown")
+	}
+	p := fmt.Sprintf("/sys/fs/fuse/connections/%d/abort", unix.Minor(s.dev))
+	if err := os.WriteFile(p, []byte("1"), 0); err != nil {
+		return fmt.Errorf("fuse: abort connection (is fusectl mounted on /sys/fs/fuse/connections?): %w", err)
 	}
 	return nil
 }

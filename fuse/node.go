@@ -156,6 +156,9 @@ func fillAttr(out *gofuse.Attr, a proto.Attr) {
 	out.Ino = uint64(a.Ino)
 	out.Size = a.Size
 	out.Blocks = (a.Size + 511) / 512
+	if a.IsRegular() {
+		out.Blocks = a.Blocks // what the targets hold (holes are free), as last reported
+	}
 	out.Atime, out.Atimensec = uint64(a.Atime/1e9), uint32(a.Atime%1e9)
 	out.Mtime, out.Mtimensec = uint64(a.Mtime/1e9), uint32(a.Mtime%1e9)
 	out.Ctime, out.Ctimensec = uint64(a.Ctime/1e9), uint32(a.Ctime%1e9)

@@ -113,6 +113,10 @@ type Command struct {
 	Session     proto.SessionID
 	SessionName string
 	Seq         uint64
+
+	// Blocks is a write-done's report of what the file's objects hold
+	// (proto.Attr.Blocks); nil: not reported (command version 5).
+	Blocks *uint64
 }
 
 // Command encoding limits: bounds for the decoder, not policy.
@@ -125,7 +129,8 @@ const (
 	// earlier commands decode with generation 0. Version 4 appended
 	// Session, SessionName and Seq; earlier commands decode with Seq 0 (no
 	// dedupe). Version 5 holds Layout in layout format 2 (kinds, stale
-	// slots) and appends Domains and Slots; earlier commands hold format 1.
+	// slots) and appends Domains, Slots and Blocks; earlier commands hold
+	// format 1 and report no blocks.
 	cmdVersion = 5
 )
 
@@ -194,6 +199,10 @@ func (c *Command) Encode() []byte {
 	e.U32(uint32(len(c.Slots)))
 	for _, s := range c.Slots {
 		e.U32(s)
+	}
+	e.Bool(c.Blocks != nil)
+	if c.Blocks != nil {
+		e.U64(*c.Blocks)
 	}
 	return e.B
 }
@@ -290,6 +299,10 @@ func DecodeCommand(b []byte) (*Command, error) {
 			for i := range c.Slots {
 				c.Slots[i] = d.U32()
 			}
+		}
+		if d.Bool() {
+			b := d.U64()
+			c.Blocks = &b
 		}
 	}
 	if err := d.Done(); err != nil {

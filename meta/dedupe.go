@@ -41,7 +41,8 @@ import (
 //	attr the parent directory's attributes returned
 //
 // Version 1 held the attributes as inode records of version 2 (layout
-// format 1); version 2 as version 3 (layout format 2).
+// format 1, no allocated blocks); version 2 as version 3 (layout format 2,
+// Attr.Blocks).
 const replyVersion = 2
 
 func encodeReply(seq uint64, errno syscall.Errno, res *applyResult) []byte {
@@ -66,8 +67,8 @@ func decodeReply(b []byte) (seq uint64, errno syscall.Errno, res applyResult, er
 	}
 	seq = d.U64()
 	errno = syscall.Errno(d.U32())
-	decodeAttrDisk(d, &res.attr, lf, true)
-	decodeAttrDisk(d, &res.parent, lf, true)
+	decodeAttrDisk(d, &res.attr, lf, true, v >= 2)
+	decodeAttrDisk(d, &res.parent, lf, true, v >= 2)
 	if err := d.Done(); err != nil {
 		return 0, 0, res, fmt.Errorf("meta: decode stored reply: %w", err)
 	}

@@ -68,6 +68,15 @@
 // the store directly, without a command; they may observe a change of the
 // group being synced a moment before it is acknowledged.
 //
+// # Allocated blocks
+//
+// An inode's Attr.Blocks (st_blocks) is what its objects hold on their
+// targets as the last WriteDone reported it (the client counts it at
+// flush and fsync); the server cannot count it itself, the storage being
+// off its path. A size change caps it at the blocks the new size can hold
+// (0 for 0). Inode records before format version 3 read their size in
+// blocks until their next WriteDone.
+//
 // # Callers and permissions
 //
 // Every Server method first decides who the request acts for (access.go):

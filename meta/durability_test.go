@@ -189,7 +189,7 @@ func TestAckedIsDurable(t *testing.T) {
 				wt := want{name: name}
 				switch i % 3 {
 				case 1:
-					if _, err := e.srv.WriteDone(ctx, a.Ino, uint64(i+1)); err != nil {
+					if _, err := e.srv.WriteDone(ctx, a.Ino, uint64(i+1), 0, proto.NoBlocks); err != nil {
 						t.Error(err)
 						return
 					}

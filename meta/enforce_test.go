@@ -228,7 +228,7 @@ func TestPermKillSuid(t *testing.T) {
 		if tc.truncate {
 			_, err = s.SetAttr(tc.c, f, proto.SetAttrIn{Valid: proto.SetSize, Size: 10})
 		} else {
-			_, err = s.WriteDone(tc.c, f, 100)
+			_, err = s.WriteDone(tc.c, f, 100, 0, proto.NoBlocks)
 		}
 		e.must(err)
 		if m := e.attr("/home/u/f").Mode & 07777; m != tc.want {
@@ -247,11 +247,11 @@ func TestPermKillSuid(t *testing.T) {
 	e.must(err)
 	_, err = s.SetAttr(ctx, f, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0644})
 	e.must(err)
-	_, err = s.WriteDone(asV, f, 200)
+	_, err = s.WriteDone(asV, f, 200, 0, proto.NoBlocks)
 	wantErrno(t, "writedone without permission or handle", err, syscall.EACCES)
-	_, err = s.WriteDone(sessR, f, 200)
+	_, err = s.WriteDone(sessR, f, 200, 0, proto.NoBlocks)
 	wantErrno(t, "writedone through a read-only handle", err, syscall.EACCES)
-	_, err = s.WriteDone(sess, f, 200)
+	_, err = s.WriteDone(sess, f, 200, 0, proto.NoBlocks)
 	wantErrno(t, "writedone through the session's handle", err, 0)
 }
 

@@ -79,6 +79,18 @@ func (f *fakeStorage) Truncate(context.Context, proto.TargetID, proto.ObjectID, 
 	return syscall.ENOSYS
 }
 func (f *fakeStorage) Sync(context.Context, proto.TargetID, proto.ObjectID) error { return nil }
+func (f *fakeStorage) Space(context.Context, proto.TargetID, proto.ObjectID, proto.SpaceMode, uint64, uint64) error {
+	return syscall.ENOSYS
+}
+func (f *fakeStorage) Allocated(context.Context, proto.TargetID, proto.ObjectID) (uint64, error) {
+	return 0, syscall.ENOSYS
+}
+func (f *fakeStorage) Copy(context.Context, proto.TargetID, proto.ObjectID, uint64, proto.TargetID, proto.ObjectID, uint64, uint64, []byte) error {
+	return syscall.ENOSYS
+}
+func (f *fakeStorage) Seek(context.Context, proto.TargetID, proto.ObjectID, uint64, proto.SeekWhat) (uint64, error) {
+	return 0, syscall.ENOSYS
+}
 func (f *fakeStorage) Remove(ctx context.Context, t proto.TargetID, o proto.ObjectID) error {
 	f.mu.Lock()
 	defer f.mu.Unlock()

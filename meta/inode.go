@@ -21,7 +21,10 @@ type inode struct {
 
 // inodeVersion 2 added the generation (proto.Attr.Gen, encoded with the
 // attributes); version 1 records decode with generation 0. Version 3 holds
-// the layout in format 2 (kinds, stale slots; layoutdisk.go).
+// the layout in format 2 (kinds, stale slots; layoutdisk.go) and the
+// allocated blocks (proto.Attr.Blocks); a regular file of an earlier
+// record gets its size in blocks, what stat reported before, until its
+// next WriteDone reports them.
 const inodeVersion = 3
 
 func (n *inode) encode() []byte {
@@ -43,11 +46,14 @@ func decodeInode(b []byte) (*inode, error) {
 	n := &inode{}
 	switch v {
 	case 1:
-		decodeAttrDisk(d, &n.Attr, 1, false)
+		decodeAttrDisk(d, &n.Attr, 1, false, false)
 	case 2:
-		decodeAttrDisk(d, &n.Attr, 1, true)
+		decodeAttrDisk(d, &n.Attr, 1, true, false)
 	default:
-		decodeAttrDisk(d, &n.Attr, diskLayoutFormat, true)
+		decodeAttrDisk(d, &n.Attr, diskLayoutFormat, true, true)
+	}
+	if v < 3 && n.IsRegular() {
+		n.Blocks = (n.Size + 511) / 512
 	}
 	n.Parent = proto.Ino(d.U64())
 	n.Written = d.Bool()

@@ -412,15 +412,17 @@ func TestGenerations(t *testing.T) {
 }
 
 // Inode records of versions 1 (before generations) and 2 (layout format
-// 1, before kinds) still decode: version 1 with generation 0, so files made
-// then keep their objects' old names, and both as RAID-0 layouts.
+// 1, before kinds and blocks) still decode: version 1 with generation 0, so
+// files made then keep their objects' old names, both as RAID-0 layouts
+// and with their size in blocks.
 func TestInodeOldVersions(t *testing.T) {
 	l := layout.Layout{StripeSize: 1 << 20, StripeCount: 2, Targets: []proto.TargetID{3, 4}}
-	n := &inode{Attr: proto.Attr{Ino: 5, Mode: 0o100644, Nlink: 1, Size: 9, Layout: l, Gen: 0xabc}, Written: true}
+	n := &inode{Attr: proto.Attr{Ino: 5, Mode: 0o100644, Nlink: 1, Size: 9, Layout: l, Gen: 0xabc, Blocks: 77}, Written: true}
 	old := func(version uint8) []byte {
 		e := wire.NewEncoder(64)
 		e.U8(version)
 		n.Attr.EncodeFields(e, func(e *wire.Encoder, l layout.Layout) { l.EncodeV1(e) })
+		e.B = e.B[:len(e.B)-8] // no blocks
 		if version == 1 {
 			e.B = e.B[:len(e.B)-8] // no generation
 		}
@@ -430,15 +432,15 @@ func TestInodeOldVersions(t *testing.T) {
 		return e.B
 	}
 	got, err := decodeInode(old(1))
-	if err != nil || got.Gen != 0 || got.Size != 9 || !got.Written || got.Ino != 5 || !reflect.DeepEqual(got.Layout, l) {
+	if err != nil || got.Gen != 0 || got.Size != 9 || got.Blocks != 1 || !got.Written || got.Ino != 5 || !reflect.DeepEqual(got.Layout, l) {
 		t.Fatalf("version 1: %+v %v", got, err)
 	}
-	if got, err := decodeInode(old(2)); err != nil || got.Gen != 0xabc || !reflect.DeepEqual(got.Layout, l) {
+	if got, err := decodeInode(old(2)); err != nil || got.Gen != 0xabc || got.Blocks != 1 || !reflect.DeepEqual(got.Layout, l) {
 		t.Fatalf("version 2: %+v %v", got, err)
 	}
 	// Version 3 keeps a mirror layout with its stale slots.
 	n.Layout = layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1, Targets: []proto.TargetID{3, 4}, Stale: []uint32{1}}
-	if got, err := decodeInode(n.encode()); err != nil || got.Gen != 0xabc || !reflect.DeepEqual(got.Layout, n.Layout) {
+	if got, err := decodeInode(n.encode()); err != nil || got.Gen != 0xabc || got.Blocks != 77 || !reflect.DeepEqual(got.Layout, n.Layout) {
 		t.Fatalf("version 3: %+v %v", got, err)
 	}
 }

@@ -34,7 +34,8 @@ func layoutDecoder(format int) func(*wire.Decoder) layout.Layout {
 func encodeAttrDisk(e *wire.Encoder, a *proto.Attr) { a.EncodeFields(e, encodeLayoutDisk) }
 
 // decodeAttrDisk reads attributes stored with the given layout format and,
-// if withGen, a generation.
-func decodeAttrDisk(d *wire.Decoder, a *proto.Attr, layoutFormat int, withGen bool) {
-	a.DecodeFields(d, layoutDecoder(layoutFormat), withGen)
+// if withGen, a generation, and then, if withBlocks, the allocated blocks.
+// Records of every format this version writes have both.
+func decodeAttrDisk(d *wire.Decoder, a *proto.Attr, layoutFormat int, withGen, withBlocks bool) {
+	a.DecodeFields(d, layoutDecoder(layoutFormat), withGen, withBlocks)
 }

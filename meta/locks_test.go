@@ -199,7 +199,7 @@ func TestAppend(t *testing.T) {
 		t.Fatalf("ends after appends of 10 and 5: %d, %d", a1.Size, b1.Size)
 	}
 	// a records its range; the next append still goes after b's.
-	w, err := e.srv.WriteDone(a, f, 10)
+	w, err := e.srv.WriteDone(a, f, 10, 0, proto.NoBlocks)
 	e.must(err)
 	if w.Size != 10 {
 		t.Fatalf("recorded size %d, want 10", w.Size)

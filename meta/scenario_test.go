@@ -271,7 +271,7 @@ func (e *env) run(t *testing.T, d *datadriven.TestData) string {
 		if err != nil {
 			t.Fatal(err)
 		}
-		return attrOut(e.srv.WriteDone(ctx, ino, end))
+		return attrOut(e.srv.WriteDone(ctx, ino, end, 0, proto.NoBlocks))
 	case "setlayout":
 		ino, err := e.ino(t, d, 0)
 		if err != nil {

@@ -973,7 +973,7 @@ func (s *Server) RemoveXattr(ctx context.Context, ino proto.Ino, name string) er
 }
 
 // WriteDone implements proto.MetaService.
-func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
+func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64, mtime int64, blocks uint64) (proto.Attr, error) {
 	cl, err := s.caller(ctx)
 	if err != nil {
 		return proto.Attr{}, err
@@ -982,6 +982,12 @@ func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (prot
 		return proto.Attr{}, err
 	}
 	c := &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: end, Cred: cl.cred}
+	if mtime != 0 {
+		c.SetAttr = proto.SetAttrIn{Valid: proto.SetMtime, Mtime: mtime}
+	}
+	if blocks != proto.NoBlocks {
+		c.Blocks = &blocks
+	}
 	if s.holdsWriteOpen(cl.sess, ino) {
 		c.Flags |= writeViaHandle
 	}

@@ -445,20 +445,25 @@ func TestCommandRoundTrip(t *testing.T) {
 			t.Fatalf("%v: round trip\n got %+v\nwant %+v", c.Op, got, c)
 		}
 	}
-	// Version 4 appended the request id (session id, name, seq), version
-	// 3 Gen (8 bytes for a command without Objects).
-	// Version 5 appended Domains and Slots (4 bytes each when empty).
-	const v5Tail, v4Tail, v3Tail = 4 + 4, 16 + 4 + 8, 8
-	// A version-4 command holds its layout in format 1.
-	v4 := (&Command{Op: OpCreate, Name: "f"}).Encode()
+	// Version 5 appended Domains, Slots (4 bytes each when empty) and
+	// Blocks (a bool for a command without), version 4 the request id
+	// (session id, name, seq), version 3 Gen (8 bytes for a command
+	// without Objects).
+	const v5Tail, v4Tail, v3Tail = 4 + 4 + 1, 16 + 4 + 8, 8
+	blocks := uint64(12)
+	if got, err := DecodeCommand((&Command{Op: OpWriteDone, Ino: 3, Blocks: &blocks}).Encode()); err != nil || got.Blocks == nil || *got.Blocks != 12 {
+		t.Fatalf("write-done with blocks: %+v %v", got, err)
+	}
+	// A version-4 command holds its layout in format 1 and reports no blocks.
+	v4 := (&Command{Op: OpCreate, Name: "f", Seq: 9}).Encode()
 	v4 = v4[:len(v4)-v5Tail]
 	v4[0] = 4
-	if got, err := DecodeCommand(v4); err != nil || got.Layout != nil || got.Name != "f" {
+	if got, err := DecodeCommand(v4); err != nil || got.Layout != nil || got.Name != "f" || got.Blocks != nil || got.Seq != 9 {
 		t.Fatalf("version 4 command: %+v %v", got, err)
 	}
 	// A version-3 command (no request id) decodes without dedupe.
 	v3 := (&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 3}}).Encode()
-	v3 = v3[:len(v3)-v5Tail-v4Tail]
+	v3 = v3[:len(v3)-v4Tail-v5Tail]
 	v3[0] = 3
 	if got, err := DecodeCommand(v3); err != nil || got.Cred == nil || got.Cred.Uid != 3 || got.Seq != 0 {
 		t.Fatalf("version 3 command: %+v %v", got, err)
@@ -471,14 +476,14 @@ func TestCommandRoundTrip(t *testing.T) {
 	}
 	// A version-1 command (no Cred, no Gen) still decodes, as a trusted one.
 	v1 := (&Command{Op: OpUnlink, Name: "x"}).Encode()
-	v1 = v1[:len(v1)-v5Tail-v4Tail-v3Tail-1] // the request id, Gen, the Cred-present flag
+	v1 = v1[:len(v1)-v5Tail-v4Tail-v3Tail-1] // blocks, the request id, Gen, the Cred-present flag
 	v1[0] = 1
 	if got, err := DecodeCommand(v1); err != nil || got.Cred != nil || got.Name != "x" {
 		t.Fatalf("version 1 command: %+v %v", got, err)
 	}
 	// A version-2 command (no Gen) decodes with generation 0.
 	v2 = (&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5}}}}).Encode()
-	v2 = v2[:len(v2)-v5Tail-v4Tail-8-8] // the request id, Gen, the object's gen
+	v2 = v2[:len(v2)-v5Tail-v4Tail-8-8] // blocks, the request id, Gen, the object's gen
 	v2[0] = 2
 	if got, err := DecodeCommand(v2); err != nil || got.Objects[0].Obj != (proto.ObjectID{Ino: 5}) {
 		t.Fatalf("version 2 command: %+v %v", got, err)
@@ -549,7 +554,7 @@ func TestApplyDeterministic(t *testing.T) {
 			e.srv.Unlink(ctx, d.Ino, fmt.Sprint(i))
 		}
 		if i%4 == 0 {
-			e.srv.WriteDone(ctx, a.Ino, uint64(i))
+			e.srv.WriteDone(ctx, a.Ino, uint64(i), 0, proto.NoBlocks)
 		}
 	}
 	e.srv.Rename(ctx, d.Ino, "1", proto.RootIno, "moved", 0)

@@ -91,7 +91,7 @@ func TestSessionExpiry(t *testing.T) {
 	wantErrno(t, "renew of an expired session", err, syscall.ESTALE)
 	wantErrno(t, "release", e.srv.Release(dead, inos[0]), syscall.ESTALE)
 	wantErrno(t, "release many", e.srv.ReleaseMany(dead, inos[:1]), syscall.ESTALE)
-	_, err = e.srv.WriteDone(dead, inos[0], 10)
+	_, err = e.srv.WriteDone(dead, inos[0], 10, 0, proto.NoBlocks)
 	wantErrno(t, "writedone", err, syscall.ESTALE)
 	_, err = e.srv.SetAttr(dead, inos[0], proto.SetAttrIn{Valid: proto.SetSize | proto.SetHandle})
 	wantErrno(t, "truncate through a handle", err, syscall.ESTALE)

@@ -1004,6 +1004,10 @@ func (t *txn) setAttr(c *Command) error {
 		killSuid(c.Cred, &n.Attr)
 		n.Size = in.Size
 		n.Mtime = c.Now
+		// The client truncates the objects to their shares of the new
+		// size before it sends this, so they hold at most its blocks
+		// (exactly 0 for 0); the next WriteDone reports the real count.
+		n.Blocks = min(n.Blocks, (in.Size+4095)/4096*8)
 	}
 	switch {
 	case in.Valid&proto.SetAtimeNow != 0:
@@ -1103,11 +1107,31 @@ func (t *txn) writeDone(c *Command) error {
 	}
 	killSuid(c.Cred, &n.Attr)
 	n.Size = max(n.Size, c.Size)
-	n.Mtime, n.Ctime = c.Now, c.Now
+	n.Mtime = writeMtime(n.Mtime, c)
+	n.Ctime = c.Now
+	if c.Blocks != nil {
+		n.Blocks = *c.Blocks
+	}
 	n.Written = true
 	t.put(n)
 	t.res.attr = n.Attr
 	return nil
+}
+
+// writeMtime is a file's mtime after the WriteDone c: the time of the
+// writer's last write (c.SetAttr.Mtime with SetMtime; without it, c.Now),
+// unless the file's mtime cur is later and not in the future, which means
+// something changed the file after that write (a write recorded by another
+// client, a truncate). An explicit set to a future time does not outlast a
+// later write, as on ext4.
+func writeMtime(cur int64, c *Command) int64 {
+	if c.SetAttr.Valid&proto.SetMtime == 0 {
+		return c.Now
+	}
+	if m := c.SetAttr.Mtime; cur <= m || cur > c.Now {
+		return m
+	}
+	return cur
 }
 
 func (t *txn) setLayout(c *Command) error {

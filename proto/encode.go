@@ -51,17 +51,19 @@ func (a *Attr) EncodeFields(e *wire.Encoder, enc func(*wire.Encoder, layout.Layo
 	e.I64(a.Ctime)
 	enc(e, a.Layout)
 	e.U64(a.Gen)
+	e.U64(a.Blocks)
 }
 
 // Decode reads what Encode wrote into a; errors are left in d.
 func (a *Attr) Decode(d *wire.Decoder) {
-	a.DecodeFields(d, DecodeLayout, true)
+	a.DecodeFields(d, DecodeLayout, true, true)
 }
 
 // DecodeFields reads what EncodeFields wrote, the layout read by dec;
 // withGen false reads the fields from before generations (ending with the
-// layout).
-func (a *Attr) DecodeFields(d *wire.Decoder, dec func(*wire.Decoder) layout.Layout, withGen bool) {
+// layout), withBlocks false those from before Blocks (ending with the
+// generation).
+func (a *Attr) DecodeFields(d *wire.Decoder, dec func(*wire.Decoder) layout.Layout, withGen, withBlocks bool) {
 	a.Ino = Ino(d.U64())
 	a.Mode = d.U32()
 	a.Nlink = d.U32()
@@ -75,6 +77,9 @@ func (a *Attr) DecodeFields(d *wire.Decoder, dec func(*wire.Decoder) layout.Layo
 	a.Layout = dec(d)
 	if withGen {
 		a.Gen = d.U64()
+	}
+	if withGen && withBlocks {
+		a.Blocks = d.U64()
 	}
 }
 

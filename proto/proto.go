@@ -44,6 +44,10 @@ type Attr struct {
 	// created, part of its objects' names (ObjectID.Gen); 0 for other
 	// inodes and for files created before generations.
 	Gen uint64
+	// Blocks is what a regular file's objects hold on their targets, in
+	// 512-byte units (stat's st_blocks), as its writers last reported it
+	// (WriteDone); holes cost nothing.
+	Blocks uint64
 }
 
 // IsDir, IsRegular and IsSymlink test the file type bits.
@@ -208,9 +212,15 @@ type MetaService interface {
 	// capability of a file that stays open, and to truncate by path.
 	Capability(ctx context.Context, ino Ino, want Access) ([]byte, error)
 	// WriteDone records that data up to end was written and acknowledged by
-	// the storage targets: size becomes max(size, end), mtime and ctime the
-	// server's now. Called on fsync and on close of a written file.
-	WriteDone(ctx context.Context, ino Ino, end uint64) (Attr, error)
+	// the storage targets: size becomes max(size, end), ctime the server's
+	// now, and mtime the time of the last write, mtime (the writer's clock;
+	// 0: the server's now), unless the file's mtime is already later and not
+	// in the future (a later write elsewhere, or a truncate); Attr.Blocks
+	// becomes blocks, what the file's objects hold (NoBlocks: unchanged).
+	// Called on fsync and on close of a written file, and before an
+	// explicit time set, so that buffered writes never move an explicitly
+	// set mtime.
+	WriteDone(ctx context.Context, ino Ino, end uint64, mtime int64, blocks uint64) (Attr, error)
 	// Release drops an open handle taken by Open.
 	Release(ctx context.Context, ino Ino) error
 
@@ -241,6 +251,25 @@ type StorageService interface {
 	// have been removed already; removing is idempotent, so the caller
 	// retries the whole list.
 	RemoveMany(ctx context.Context, t TargetID, objs []ObjectID) error
+	// Space changes how [off, off+n) of obj is backed (fallocate(2) on one
+	// object; see SpaceMode). It never changes what reads return outside
+	// the range, and never shrinks the object.
+	Space(ctx context.Context, t TargetID, obj ObjectID, mode SpaceMode, off, n uint64) error
+	// Seek returns the first offset at or after off where obj has data
+	// (what == SeekData) or a hole (SeekHole); the end of the object counts
+	// as a hole. Data is what the target has allocated: written blocks and
+	// blocks reserved by SpaceAllocate. ENXIO: no data at or after off.
+	Seek(ctx context.Context, t TargetID, obj ObjectID, off uint64, what SeekWhat) (uint64, error)
+	// Allocated returns the bytes obj holds on its target: its allocated
+	// blocks (holes cost nothing); 0 for a missing object.
+	Allocated(ctx context.Context, t TargetID, obj ObjectID) (uint64, error)
+	// Copy writes n bytes of object src on target srcT, from srcOff, into
+	// object dst on target t at dstOff, as Write would write them (bytes
+	// past src's end, and its holes, are zeros). The server serving t reads
+	// src itself, from its own target or from srcT's server: the bytes do
+	// not pass through the caller. ctx's capability must grant write on
+	// dst, srcCap read on src.
+	Copy(ctx context.Context, t TargetID, dst ObjectID, dstOff uint64, srcT TargetID, src ObjectID, srcOff, n uint64, srcCap []byte) error
 }
 
 // ObjectExtender is what storage offers besides StorageService for files
@@ -265,6 +294,32 @@ type StaleMarker interface {
 	MarkStale(ctx context.Context, ino Ino, gen uint64, slots []uint32) (Attr, error)
 	ClearStale(ctx context.Context, ino Ino, gen uint64, slots []uint32, mtime int64) (Attr, error)
 }
+
+// NoBlocks in WriteDone leaves the file's Attr.Blocks as it is.
+const NoBlocks = ^uint64(0)
+
+// SpaceMode is what StorageService.Space does to a range of an object.
+type SpaceMode uint8
+
+const (
+	// SpaceAllocate reserves the range's blocks (counted as used, so a
+	// later write there cannot fail with ENOSPC); the object grows to cover
+	// it; blocks that held data keep it, holes read as zeros.
+	SpaceAllocate SpaceMode = 1
+	// SpacePunch makes the range read as zeros and frees its whole blocks.
+	SpacePunch SpaceMode = 2
+	// SpaceZero makes the range read as zeros and leaves it allocated
+	// (SpacePunch, then SpaceAllocate).
+	SpaceZero SpaceMode = 3
+)
+
+// SeekWhat says what StorageService.Seek looks for.
+type SeekWhat uint8
+
+const (
+	SeekData SeekWhat = 1
+	SeekHole SeekWhat = 2
+)
 
 // TargetRegistry is what a storage server asks of the metadata server.
 type TargetRegistry interface {

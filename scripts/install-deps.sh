@@ -8,7 +8,8 @@
 #       a Go toolchain. scripts/up.sh runs this.
 #   scripts/install-deps.sh         all that, and what the tests need:
 #       iproute2 (ip netns, ss), psmisc (fuser), python3 with its sqlite3
-#       module (the lock tests' helpers), nftables (the firewall
+#       module (the lock tests' helpers), rsync (the timestamp test),
+#       nftables (the firewall
 #       test), chromium (the dashboard test, headless), a user and a group
 #       named "tests" (pjdfstest runs as them), pjdfstest and fsx (cargo).
 #       scripts/test.sh runs this.
@@ -47,7 +48,7 @@ fi
 need=()
 pkgs=(fuse3 ca-certificates curl)
 if [ "$MODE" = test ]; then
-	pkgs+=(iproute2 psmisc nftables chromium python3)
+	pkgs+=(iproute2 psmisc nftables chromium python3 rsync)
 fi
 for pkg in "${pkgs[@]}"; do
 	if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed"; then
@@ -65,6 +66,15 @@ if [ ! -e /dev/fuse ]; then
 fi
 if [ ! -e /dev/fuse ]; then
 	say "warning: /dev/fuse is missing (in a container, start it with --device /dev/fuse --cap-add SYS_ADMIN)"
+fi
+
+# --- fusectl: lets `weft mount` abort a FUSE connection that outlives it ------
+if [ -d /sys/fs/fuse/connections ] && ! grep -q " /sys/fs/fuse/connections fusectl " /proc/mounts; then
+	if "${SUDO[@]}" mount -t fusectl none /sys/fs/fuse/connections 2>/dev/null; then
+		say "mounted fusectl on /sys/fs/fuse/connections"
+	else
+		say "note: cannot mount fusectl; weft mount cannot abort a FUSE connection held elsewhere at shutdown"
+	fi
 fi
 
 # --- sysctl: splice for 1 MiB reads needs pipes of 2 MiB ----------------------

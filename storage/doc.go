@@ -93,6 +93,32 @@
 //     the blocks of the interrupted update; it is an accounting figure, not
 //     an integrity one.
 //
+// # Space, seek and allocated bytes
+//
+// Allocated returns the header's count of allocated blocks, in bytes: what
+// clients report as a file's st_blocks. Server.Copy (copy_file_range)
+// writes into an object of one of its targets what it reads from the
+// source object: from its own target, or from the server of the source's
+// target through the peers Run gives it (a storagerpc client that finds
+// servers in the metadata server's target list and calls them as a
+// storage server); the RPC handler has checked the client's capabilities
+// for both objects first.
+//
+// Space (fallocate on one object, proto.SpaceMode) punches, zeroes and
+// reserves ranges; Seek finds an object's next data or hole from its
+// sidecar: a block is data when its entry is allocated (cur != 0), so
+// blocks reserved by SpaceAllocate, whose entries hold the CRC of a zero
+// block, count as data and as used space. A punch writes zeros over the
+// partial blocks at its edges as a write does, then turns the entries of
+// the whole blocks into {hole, old CRC}, punches the data file (a real
+// hole where the disk's file system can, zeros otherwise: vfs.Punch),
+// then punches the sidecar's entries (holes read as hole entries) and
+// writes the header: a kill at any step leaves every block matching cur
+// or prev. An allocation counts the holes it fills first and fails with
+// ENOSPC before any change past the capacity; it reserves them in the
+// data file (vfs.Allocate; the object grows to cover the range) before
+// marking them allocated.
+//
 // # Crash reasoning
 //
 // A write of [off, off+n) goes, under the object's exclusive lock:

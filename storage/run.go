@@ -154,6 +154,16 @@ func Run(ctx context.Context, cfg Config) error {
 		defer pool.Close()
 		cfg.Registry = metarpc.NewClient(pool, cfg.MetaAddr)
 	}
+	// Copy reads sources on other servers' targets through them, found
+	// in the registry's target list (a metadata server's has one).
+	var peers proto.StorageService
+	if lister, ok := cfg.Registry.(interface {
+		Targets(context.Context) ([]proto.TargetInfo, error)
+	}); ok {
+		pool := transport.NewPool(tr, transport.PoolOptions{})
+		defer pool.Close()
+		peers = storagerpc.NewClient(pool, (&peerResolver{list: lister.Targets}).resolve)
+	}
 
 	// Listen before opening the targets: a port already in use must fail
 	// before a new target directory is formatted. Until a target is added
@@ -161,6 +171,9 @@ func Run(ctx context.Context, cfg Config) error {
 	// sends any: the metadata server learns of this server only when a
 	// target registers).
 	srv := NewServer()
+	if peers != nil {
+		srv.SetPeers(peers)
+	}
 	h := storagerpc.New(srv, storagerpc.Options{
 		Logger: log, CapabilityKey: cfg.capKey, AllowUnauthenticated: cfg.AllowUnauthenticated,
 		ReadBytesPerConn: cfg.ReadBytesPerConn, ReadBytesPerServer: cfg.ReadBytesPerServer,

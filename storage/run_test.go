@@ -95,7 +95,7 @@ func startRun(t *testing.T, cfg Config) (stop func() error) {
 			cancel()
 			select {
 			case err = <-done:
-			case <-time.After(10 * time.Second):
+			case <-time.After(5 * time.Minute):
 				err = errors.New("Run did not return after cancel")
 			}
 		})
@@ -200,7 +200,7 @@ func TestRunRefusedID(t *testing.T) {
 	stop()
 	// A registry that does not know the target (a different metadata
 	// server) refuses its stored id: Run fails.
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	err := Run(ctx, Config{ListenAddr: "127.0.0.1:0", Targets: []string{dir}, Registry: newFakeRegistry(0)})
 	if !errors.Is(err, syscall.EINVAL) {

@@ -23,6 +23,7 @@ var ErrUnknownTarget = errors.New("storage: unknown target")
 type Server struct {
 	mu      sync.RWMutex
 	targets map[proto.TargetID]*Target
+	peers   proto.StorageService // other servers' targets, for Copy (SetPeers)
 }
 
 var _ proto.StorageService = (*Server)(nil)
@@ -133,4 +134,28 @@ func (s *Server) RemoveMany(ctx context.Context, id proto.TargetID, objs []proto
 		}
 	}
 	return nil
+}
+
+func (s *Server) Space(ctx context.Context, id proto.TargetID, obj proto.ObjectID, mode proto.SpaceMode, off, n uint64) error {
+	t, err := s.Target(id)
+	if err != nil {
+		return err
+	}
+	return t.Space(ctx, obj, mode, off, n)
+}
+
+func (s *Server) Seek(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off uint64, what proto.SeekWhat) (uint64, error) {
+	t, err := s.Target(id)
+	if err != nil {
+		return 0, err
+	}
+	return t.Seek(ctx, obj, off, what)
+}
+
+func (s *Server) Allocated(ctx context.Context, id proto.TargetID, obj proto.ObjectID) (uint64, error) {
+	t, err := s.Target(id)
+	if err != nil {
+		return 0, err
+	}
+	return t.Allocated(ctx, obj)
 }

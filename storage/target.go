@@ -562,6 +562,12 @@ func (t *Target) Write(ctx context.Context, obj proto.ObjectID, off uint64, data
 	l := t.lockFor(obj)
 	l.Lock()
 	defer l.Unlock()
+	return t.write(obj, off, data)
+}
+
+// write is Write under the object's exclusive lock.
+func (t *Target) write(obj proto.ObjectID, off uint64, data []byte) (uint64, error) {
+	end := off + uint64(len(data))
 	if len(data) == 0 {
 		h, err := t.acquire(obj, false)
 		if errors.Is(err, errMissing) {

@@ -25,7 +25,7 @@ func TestForeignKeysRefused(t *testing.T) {
 	if err := os.Mkdir(mnt, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, c.Bin(), "mount", "--meta", c.MetaAddr(), "--timeout", "2s",
 		"--keys", filepath.Join(foreign, "client"), mnt).CombinedOutput()
@@ -46,16 +46,16 @@ func TestForeignKeysRefused(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { storage.Process.Kill(); storage.Wait() }()
-	deadline := time.Now().Add(30 * time.Second)
+	deadline := time.Now().Add(hangGuard)
 	for !strings.Contains(c.Log("meta"), "refusing connection") {
 		if time.Now().After(deadline) {
-			t.Fatalf("meta logged no refusal within 30s; meta log:\n%s", c.Log("meta"))
+			t.Fatalf("meta logged no refusal within %v; meta log:\n%s", hangGuard, c.Log("meta"))
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
 	for !strings.Contains(slog.String(), "authentication failed") {
 		if time.Now().After(deadline) {
-			t.Fatalf("the foreign storage server did not report an authentication failure within 30s:\n%s", slog.String())
+			t.Fatalf("the foreign storage server did not report an authentication failure within %v:\n%s", hangGuard, slog.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

@@ -6,7 +6,6 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
-	"time"
 
 	"github.com/weft-fs/weft/internal/testcluster"
 )
@@ -17,7 +16,7 @@ import (
 func TestBenchIO500Quick(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
 	out := filepath.Join(t.TempDir(), "io500.json")
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	if txt, err := c.Weft(ctx, "bench", "io500", "--quick", "--procs", "2", "--json", out, c.Mount(0)); err != nil {
 		t.Fatalf("weft bench io500: %v\n%s", err, txt)

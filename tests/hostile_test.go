@@ -176,7 +176,7 @@ func (h *hostile) checkHonest(t *testing.T) {
 	h.honestN++
 	p := filepath.Join(h.mnt, fmt.Sprintf("honest-%d", h.honestN))
 	data := pattern(uint32(1000+h.honestN), 0, 1<<20+h.honestN)
-	err := within(t, 2*time.Minute, "honest write/read on the mount", func() error {
+	err := within(t, "honest write/read on the mount", func() error {
 		if err := os.WriteFile(p, data, 0o644); err != nil {
 			return err
 		}
@@ -244,7 +244,7 @@ func newAttacker(t testing.TB, c *testcluster.Cluster, sec *transport.Security) 
 	// anyone with a client key may. Without a valid key this fails like
 	// everything else (the subtests check those refusals themselves).
 	if sec != nil {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 		defer cancel()
 		_, _ = a.meta.OpenSession(ctx, nil)
 	}
@@ -252,7 +252,7 @@ func newAttacker(t testing.TB, c *testcluster.Cluster, sec *transport.Security) 
 }
 
 func ctxT(t testing.TB) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	t.Cleanup(cancel)
 	return ctx
 }
@@ -310,10 +310,11 @@ func wantErrno(t testing.TB, what string, err error, errnos ...syscall.Errno) {
 	t.Errorf("%s: got %v, want %v", what, err, errnos)
 }
 
-// waitUntil polls cond every 50 ms until it returns "" (done) or d passes;
-// then it fails with cond's last explanation.
-func waitUntil(t testing.TB, d time.Duration, cond func() string) {
+// waitUntil polls cond every 50 ms until it returns "" (done); after
+// hangGuard it fails with cond's last explanation.
+func waitUntil(t testing.TB, cond func() string) {
 	t.Helper()
+	d := hangGuard
 	deadline := time.Now().Add(d)
 	for {
 		why := cond()
@@ -428,7 +429,7 @@ func (h *hostile) noKey(t *testing.T) {
 	// the server's log shows its refusal with that address (the log is
 	// rate-limited: retry if the line was suppressed).
 	for _, srv := range []struct{ name, addr string }{{"meta", h.c.MetaAddr()}, {"storage-0", h.c.StorageAddr(0)}} {
-		waitUntil(t, time.Minute, func() string {
+		waitUntil(t, func() string {
 			nc, err := dialFrom(srv.addr)
 			if err != nil {
 				return err.Error()
@@ -534,7 +535,7 @@ func (h *hostile) foreignKeys(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { rogue.Process.Kill(); rogue.Wait() }()
-	waitUntil(t, time.Minute, func() string {
+	waitUntil(t, func() string {
 		if strings.Contains(rlog.String(), "authentication failed") {
 			return ""
 		}
@@ -692,7 +693,7 @@ func (h *hostile) credentials(t *testing.T) {
 		wantErrno(t, "touch root's file", err, syscall.EACCES)
 		_, err = a.meta.SetAttr(ctx, ino, proto.SetAttrIn{Valid: proto.SetSize | proto.SetHandle, Size: 0})
 		wantErrno(t, "truncate root's file", err, syscall.EACCES)
-		_, err = a.meta.WriteDone(ctx, ino, 1<<40)
+		_, err = a.meta.WriteDone(ctx, ino, 1<<40, 0, proto.NoBlocks)
 		wantErrno(t, "WriteDone on root's file", err, syscall.EACCES, syscall.EPERM)
 		_, err = a.meta.SetLayout(ctx, ino, layout.Layout{StripeSize: 1 << 20, StripeCount: 1})
 		wantErrno(t, "SetLayout of root's file", err, syscall.EACCES, syscall.EPERM)
@@ -703,7 +704,7 @@ func (h *hostile) credentials(t *testing.T) {
 	}
 	_, err = a.meta.SetAttr(ctx, h.pub, proto.SetAttrIn{Valid: proto.SetSize | proto.SetHandle, Size: 0})
 	wantErrno(t, "ftruncate through a read-only handle", err, syscall.EACCES)
-	_, err = a.meta.WriteDone(ctx, h.pub, 1<<40)
+	_, err = a.meta.WriteDone(ctx, h.pub, 1<<40, 0, proto.NoBlocks)
 	wantErrno(t, "WriteDone through a read-only handle", err, syscall.EACCES, syscall.EPERM)
 	if err := a.meta.Release(ctx, h.pub); err != nil {
 		t.Errorf("Release of its own handle: %v", err)
@@ -777,7 +778,7 @@ func (h *hostile) releaseOthersHandle(t *testing.T) {
 		t.Fatal(err)
 	}
 	cf.Close()
-	waitUntil(t, time.Minute, func() string {
+	waitUntil(t, func() string {
 		_, err := a.meta.GetAttr(root, cino)
 		if errors.Is(err, syscall.ENOENT) {
 			return ""
@@ -797,7 +798,7 @@ func (h *hostile) releaseOthersHandle(t *testing.T) {
 		t.Errorf("root's fd on its unlinked file after the attack: %d bytes (%v): %s", n, err, firstDiff(got[:n], data))
 	}
 	f.Close()
-	waitUntil(t, time.Minute, func() string {
+	waitUntil(t, func() string {
 		_, err := a.meta.GetAttr(root, ino)
 		if errors.Is(err, syscall.ENOENT) {
 			return ""
@@ -884,6 +885,19 @@ func (h *hostile) capabilities(t *testing.T) {
 			wantErrno(t, what+": Remove", err, syscall.EACCES)
 			err = a.storage.RemoveMany(cctx, tg, []proto.ObjectID{obj})
 			wantErrno(t, what+": RemoveMany", err, syscall.EACCES)
+			err = a.storage.Space(cctx, tg, obj, proto.SpacePunch, 0, 1<<20)
+			wantErrno(t, what+": Space (punch)", err, syscall.EACCES)
+			_, err = a.storage.Seek(cctx, tg, obj, 0, proto.SeekData)
+			wantErrno(t, what+": Seek", err, syscall.EACCES)
+			_, err = a.storage.Allocated(cctx, tg, obj)
+			wantErrno(t, what+": Allocated", err, syscall.EACCES)
+			// Copying secret into its own object (its own capability for
+			// the destination, this one for the source) is reading it.
+			err = a.storage.Copy(proto.WithCapability(ctx, mineCap), mineTgt, mineObj, 0, tg, obj, 0, 4096, c.cap)
+			wantErrno(t, what+": Copy out of secret", err, syscall.EACCES)
+			// And copying its own bytes over secret is writing it.
+			err = a.storage.Copy(cctx, tg, obj, 0, mineTgt, mineObj, 0, 4, mineCap)
+			wantErrno(t, what+": Copy over secret", err, syscall.EACCES)
 		}
 	}
 	// The read capability of pub allows no write to pub either, and no
@@ -955,7 +969,7 @@ func (h *hostile) registration(t *testing.T) {
 	h.checkTargets(t)
 
 	// weft storage with the client bundle stops at start, naming the role.
-	sctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	sctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	out, err := exec.CommandContext(sctx, h.c.Bin(), "storage", "--listen", freeAddr(t), "--meta", h.c.MetaAddr(),
 		"--keys", h.c.Keys("client"), "--target", t.TempDir()).CombinedOutput()
@@ -998,7 +1012,7 @@ func (h *hostile) rootSquash(t *testing.T) {
 		// directory; then user 4242 makes a 0600 file in it.
 		srv := newAttacker(t, c, bundle(t, c.Keys("meta")).Security(false))
 		ctx := proto.WithCred(ctxT(t), proto.RootCred)
-		waitUntil(t, time.Minute, func() string {
+		waitUntil(t, func() string {
 			ts, err := srv.meta.Targets(ctx)
 			if err != nil || len(ts) == 0 || !ts[0].Up {
 				return fmt.Sprintf("no target up: %+v, %v", ts, err)
@@ -1135,7 +1149,7 @@ func (h *hostile) stalledBodies(t *testing.T) {
 		}
 		// Wait until the server has read everything sent (its sockets'
 		// receive queues are empty), then measure.
-		waitUntil(t, time.Minute, func() string { return serverReadAll(srv.addr, ncs) })
+		waitUntil(t, func() string { return serverReadAll(srv.addr, ncs) })
 		h.checkHonest(t)
 		rss, vm := procStatus(t, pid, "VmRSS"), procStatus(t, pid, "VmSize")
 		t.Logf("%s with %d stalled 72 MiB bodies (%d KiB sent each): RSS %+d MiB, VmSize %+d MiB", srv.name, conns, sent>>10, (rss-rss0)>>20, (vm-vm0)>>20)
@@ -1243,7 +1257,7 @@ func (h *hostile) handshakeFlood(t *testing.T) {
 	// The server has decided on every connection once each is either
 	// closed by it or one of the few it keeps in the handshake.
 	srv := procAddr(h.c.MetaAddr())
-	waitUntil(t, time.Minute, func() string {
+	waitUntil(t, func() string {
 		open := 0
 		for _, c := range readTCP(t) {
 			// Our end, still established (state 1): the server kept it.
@@ -1265,7 +1279,7 @@ func (h *hostile) handshakeFlood(t *testing.T) {
 	// The refusals are logged with the attacker's address (rate-limited:
 	// knock again, while the flood holds its handshake slots, until a line
 	// gets through).
-	waitUntil(t, time.Minute, func() string {
+	waitUntil(t, func() string {
 		for _, line := range strings.Split(h.c.Log("meta"), "\n") {
 			if strings.Contains(line, "MaxHandshakesPerIP") && strings.Contains(line, "remote="+attackerIP+":") {
 				return ""
@@ -1336,7 +1350,7 @@ func (h *hostile) unreadResponses(t *testing.T) {
 	// (the handler returned; the rest wait for budget, in flight).
 	budgetReads := float64(storagerpc.DefaultReadBytesPerConn / size)
 	var served, inflight float64
-	waitUntil(t, time.Minute, func() string {
+	waitUntil(t, func() string {
 		fams := scrape(t, h.storageMetrics)
 		arrived := value(fams, "weft_rpc_server_requests_total", "read") - arrived0
 		served = value(fams, "weft_rpc_server_seconds", "read") - ended0

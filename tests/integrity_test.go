@@ -82,7 +82,7 @@ func TestIntegrity(t *testing.T) {
 	}
 	defer f.Close()
 	buf := make([]byte, 4096)
-	err = within(t, 30*time.Second, "read of the corrupt range", func() error {
+	err = within(t, "read of the corrupt range", func() error {
 		_, err := f.ReadAt(buf, badOff-100)
 		return err
 	})
@@ -149,7 +149,7 @@ func TestIntegrityMetaRefusesDamagedStore(t *testing.T) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); c.PIDs()["meta"] != 0; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(hangGuard); c.PIDs()["meta"] != 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the metadata server did not exit within a minute of SIGTERM")
 		}
@@ -192,7 +192,7 @@ func TestIntegrityMetaRefusesDamagedStore(t *testing.T) {
 			if err := tc.damage(wal, size); err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 			defer cancel()
 			out, err := c.Weft(ctx, "meta", "--listen", "127.0.0.1:0", "--data", dir, "--keys", c.Keys("meta"))
 			if err == nil || ctx.Err() != nil {
@@ -220,7 +220,7 @@ func stopMetaCleanly(t *testing.T, c *testcluster.Cluster) {
 	if err := syscall.Kill(pid, syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
-	for deadline := time.Now().Add(time.Minute); c.PIDs()["meta"] != 0; time.Sleep(20 * time.Millisecond) {
+	for deadline := time.Now().Add(hangGuard); c.PIDs()["meta"] != 0; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the metadata server did not exit within a minute of SIGTERM")
 		}

@@ -11,7 +11,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
-	"time"
 
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
@@ -168,12 +167,12 @@ func TestMetricsBusyPort(t *testing.T) {
 	}
 	defer ln.Close()
 	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 1, Mounts: -1})
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, c.Bin(), "storage", "--listen", freeAddr(t), "--meta", c.MetaAddr(), "--keys", c.Keys("storage"),
 		"--target", t.TempDir(), "--metrics", ln.Addr().String()).CombinedOutput()
 	if ctx.Err() != nil {
-		t.Fatalf("storage with a busy --metrics port still running after 10s:\n%s", out)
+		t.Fatalf("storage with a busy --metrics port still running after %v:\n%s", hangGuard, out)
 	}
 	if err == nil {
 		t.Fatalf("storage started with a busy --metrics port:\n%s", out)

@@ -13,7 +13,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+	"unsafe"
 
+	"golang.org/x/sys/unix"
 	"pgregory.net/rapid"
 
 	"github.com/weft-fs/weft/internal/testcluster"
@@ -23,6 +25,10 @@ import (
 type minode struct {
 	dir  bool
 	data []byte
+	// mtime was set explicitly (utimensat, futimens) and nothing changed
+	// the data since: stat must show exactly it.
+	mtime    int64
+	mtimeSet bool
 }
 
 // fsModel is the in-memory file system the real mount is compared with:
@@ -106,6 +112,7 @@ func (m *fsModel) write(p string, off int, data []byte) syscall.Errno {
 	if len(data) == 0 {
 		return 0 // a zero-length write does not extend the file
 	}
+	n.mtimeSet = false
 	if end := off + len(data); end > len(n.data) {
 		n.data = append(n.data, make([]byte, end-len(n.data))...)
 	}
@@ -118,10 +125,48 @@ func (m *fsModel) truncate(p string, size int) syscall.Errno {
 	if e != 0 {
 		return e
 	}
+	n.mtimeSet = false
 	if size < len(n.data) {
 		n.data = n.data[:size]
 	} else {
 		n.data = append(n.data, make([]byte, size-len(n.data))...)
+	}
+	return 0
+}
+
+// setMtime is utimensat with an explicit mtime (directories are not
+// tracked: creating in them moves their mtime).
+func (m *fsModel) setMtime(p string, mtime int64) syscall.Errno {
+	if e := m.resolveParent(p); e != 0 {
+		return e
+	}
+	n := m.ents[p]
+	if n == nil {
+		return syscall.ENOENT
+	}
+	if !n.dir {
+		n.mtime, n.mtimeSet = mtime, true
+	}
+	return 0
+}
+
+// fallocate is fallocate(2) with the modes weft supports.
+func (m *fsModel) fallocate(p string, mode uint32, off, n int) syscall.Errno {
+	f, e := m.file(p)
+	if e != 0 {
+		return e
+	}
+	keep := mode&unix.FALLOC_FL_KEEP_SIZE != 0
+	end := off + n
+	if mode&(unix.FALLOC_FL_PUNCH_HOLE|unix.FALLOC_FL_ZERO_RANGE) != 0 {
+		if off < len(f.data) {
+			clear(f.data[off:min(end, len(f.data))])
+		}
+		f.mtimeSet = false
+	}
+	if !keep && end > len(f.data) {
+		f.data = append(f.data, make([]byte, end-len(f.data))...)
+		f.mtimeSet = false
 	}
 	return 0
 }
@@ -241,6 +286,7 @@ type realEntry struct {
 	dir   bool
 	data  []byte
 	nlink uint64
+	mtime int64
 }
 
 // snapshot walks the real tree under root.
@@ -278,7 +324,7 @@ func snapshot(root string) (map[string]realEntry, error) {
 			if int64(len(b)) != st.Size {
 				return fmt.Errorf("%s: stat size %d, read %d bytes", p, st.Size, len(b))
 			}
-			out[p] = realEntry{data: b, nlink: uint64(st.Nlink)}
+			out[p] = realEntry{data: b, nlink: uint64(st.Nlink), mtime: st.Mtim.Nano()}
 		}
 		return nil
 	}
@@ -327,6 +373,9 @@ func (m *fsModel) compare(root string) error {
 			if want := m.nlink(n); r.nlink != uint64(want) {
 				return fmt.Errorf("%s: nlink %d, want %d", p, r.nlink, want)
 			}
+			if n.mtimeSet && r.mtime != n.mtime {
+				return fmt.Errorf("%s: mtime %d, want %d (set explicitly)", p, r.mtime, n.mtime)
+			}
 		}
 	}
 	return nil
@@ -336,7 +385,11 @@ var modelPaths = []string{"a", "b", "c", "d", "e", "d/a", "d/b", "d/e", "e/a", "
 
 // TestModel runs random sequences of file operations on a weft mount and on
 // fsModel, comparing results (errno included) after every step, and the
-// whole tree (names, types, contents, sizes, link counts) after every step.
+// whole tree (names, types, contents, sizes, link counts, explicitly set
+// mtimes) after every step. Besides namespace operations, reads, writes and
+// truncates, it sets times explicitly (by path, or through a descriptor
+// right after a write it has not flushed) and calls fallocate in every mode
+// weft supports.
 func TestModel(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
 	base := filepath.Join(c.Mount(0), "model")
@@ -363,7 +416,7 @@ func TestModel(t *testing.T) {
 		n := rapid.IntRange(1, 80).Draw(rt, "steps")
 		for i := 0; i < n; i++ {
 			steps++
-			op := rapid.SampledFrom([]string{"create", "write", "write", "truncate", "rename", "unlink", "mkdir", "rmdir", "link", "read", "stat"}).Draw(rt, "op")
+			op := rapid.SampledFrom([]string{"create", "write", "write", "truncate", "rename", "unlink", "mkdir", "rmdir", "link", "read", "stat", "settimes", "fallocate"}).Draw(rt, "op")
 			var want syscall.Errno
 			var err error
 			var what string
@@ -397,6 +450,46 @@ func TestModel(t *testing.T) {
 				what = fmt.Sprintf("truncate %s %d", p, size)
 				want = m.truncate(p, size)
 				err = os.Truncate(filepath.Join(root, p), int64(size))
+			case "settimes":
+				p := path.Draw(rt, "path")
+				mtime := rapid.Int64Range(0, 4e18).Draw(rt, "mtime")
+				ts := []unix.Timespec{unix.NsecToTimespec(mtime / 2), unix.NsecToTimespec(mtime)}
+				if rapid.Bool().Draw(rt, "through a descriptor after a write") {
+					off := rapid.IntRange(0, 200<<10).Draw(rt, "off")
+					data := pattern(rapid.Uint32().Draw(rt, "seed"), int64(off), rapid.IntRange(1, 70<<10).Draw(rt, "size"))
+					what = fmt.Sprintf("write %s [%d,%d) then futimens %d", p, off, off+len(data), mtime)
+					if want = m.write(p, off, data); want == 0 {
+						want = m.setMtime(p, mtime)
+					}
+					var f *os.File
+					f, err = os.OpenFile(filepath.Join(root, p), os.O_WRONLY, 0)
+					if err == nil {
+						_, err = f.WriteAt(data, int64(off))
+						if err == nil { // futimens(fd, ts) is utimensat(fd, NULL, ts, 0)
+							if _, _, e := unix.Syscall6(unix.SYS_UTIMENSAT, f.Fd(), 0, uintptr(unsafe.Pointer(&ts[0])), 0, 0, 0); e != 0 {
+								err = e
+							}
+						}
+						err = errors.Join(err, f.Close())
+					}
+				} else {
+					what = fmt.Sprintf("utimensat %s %d", p, mtime)
+					want = m.setMtime(p, mtime)
+					err = unix.UtimesNanoAt(unix.AT_FDCWD, filepath.Join(root, p), ts, unix.AT_SYMLINK_NOFOLLOW)
+				}
+			case "fallocate":
+				p := path.Draw(rt, "path")
+				mode := rapid.SampledFrom([]uint32{0, unix.FALLOC_FL_KEEP_SIZE, unix.FALLOC_FL_PUNCH_HOLE | unix.FALLOC_FL_KEEP_SIZE,
+					unix.FALLOC_FL_ZERO_RANGE, unix.FALLOC_FL_ZERO_RANGE | unix.FALLOC_FL_KEEP_SIZE}).Draw(rt, "mode")
+				off := rapid.IntRange(0, 400<<10).Draw(rt, "off")
+				size := rapid.IntRange(1, 200<<10).Draw(rt, "size")
+				what = fmt.Sprintf("fallocate %s mode %#x [%d,%d)", p, mode, off, off+size)
+				want = m.fallocate(p, mode, off, size)
+				var f *os.File
+				f, err = os.OpenFile(filepath.Join(root, p), os.O_WRONLY, 0)
+				if err == nil {
+					err = errors.Join(unix.Fallocate(int(f.Fd()), mode, int64(off), int64(size)), f.Close())
+				}
 			case "rename":
 				a, b := path.Draw(rt, "from"), path.Draw(rt, "to")
 				what = "rename " + a + " " + b

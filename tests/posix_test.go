@@ -470,6 +470,9 @@ func TestPOSIX(t *testing.T) {
 		var st syscall.Stat_t
 		syscall.Stat(p, &st)
 		t.Logf("sparse file of %d bytes: %d blocks of 512", fi.Size(), st.Blocks)
+		if st.Blocks != 2*4096/512 { // two 4 KiB blocks hold data; the rest is a hole
+			t.Errorf("sparse file of %d bytes: st_blocks %d, want %d", fi.Size(), st.Blocks, 2*4096/512)
+		}
 	})
 
 	t.Run("append", func(t *testing.T) {

@@ -118,7 +118,7 @@ func (ld *mirrorLoad) verify(t *testing.T, mnt string) {
 	for i := range protectFiles {
 		p := filepath.Join(mnt, filepath.Base(ld.dir), fmt.Sprintf("f%d", i))
 		var got []byte
-		err := within(t, 2*time.Minute, "read "+p, func() (err error) {
+		err := within(t, "read "+p, func() (err error) {
 			got, err = os.ReadFile(p)
 			return err
 		})

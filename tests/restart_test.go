@@ -70,7 +70,7 @@ func startUp(t *testing.T, bin, data, mnt string, base int, logPath string) *upP
 	u := &upProc{cmd: cmd, done: make(chan struct{}), log: logPath}
 	go func() { cmd.Wait(); lf.Close(); close(u.done) }()
 	t.Cleanup(func() { u.kill() })
-	deadline := time.Now().Add(90 * time.Second)
+	deadline := time.Now().Add(hangGuard)
 	for {
 		ts, err := testcluster.DF(mnt)
 		up := 0
@@ -90,7 +90,7 @@ func startUp(t *testing.T, bin, data, mnt string, base int, logPath string) *upP
 		}
 		if time.Now().After(deadline) {
 			b, _ := os.ReadFile(logPath)
-			t.Fatalf("weft up: mount %s not ready after 90s (df: %d up, %v)\n%s", mnt, up, err, b)
+			t.Fatalf("weft up: mount %s not ready after %v (df: %d up, %v)\n%s", mnt, hangGuard, up, err, b)
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
@@ -117,9 +117,9 @@ func (u *upProc) stop(t *testing.T) {
 	u.cmd.Process.Signal(syscall.SIGTERM)
 	select {
 	case <-u.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(hangGuard):
 		b, _ := os.ReadFile(u.log)
-		t.Fatalf("weft up did not stop within 30s of SIGTERM\n%s", b)
+		t.Fatalf("weft up did not stop within %v of SIGTERM\n%s", hangGuard, b)
 	}
 	if code := u.cmd.ProcessState.ExitCode(); code != 0 {
 		t.Errorf("weft up exited with %d after SIGTERM", code)

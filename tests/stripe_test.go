@@ -11,14 +11,13 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/weft-fs/weft/internal/testcluster"
 )
 
 func weft(t testing.TB, c *testcluster.Cluster, args ...string) string {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	out, err := c.Weft(ctx, args...)
 	if err != nil {
@@ -163,7 +162,7 @@ func TestStriping(t *testing.T) {
 		t.Errorf("setstripe on an empty file: %+v %v", l3, err)
 	}
 	// A written file cannot change layout: its data is already placed.
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	if out, err := c.Weft(ctx, "setstripe", "-c", "2", "-S", "64K", p); err == nil {
 		t.Errorf("setstripe on a written file succeeded: %s", out)

@@ -3,7 +3,6 @@ package tests
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -112,20 +111,17 @@ utimensat = {}
 [settings]
 naptime = 0.01
 `), 0o644)
-	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
-	defer cancel()
 	secondary := filepath.Join(c.Dir(), "pjd-secondary")
 	os.Mkdir(secondary, 0o755)
-	cmd := exec.CommandContext(ctx, bin, "-c", cfg, "-p", dir, "-s", secondary)
+	// No time limit but the test binary's own (go test -timeout): a slow
+	// run on a loaded machine is not a failure.
+	cmd := exec.Command(bin, "-c", cfg, "-p", dir, "-s", secondary)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "NO_COLOR=1", "CLICOLOR=0")
 	start := time.Now()
 	outb, err := cmd.CombinedOutput()
 	out := string(outb)
 	el := time.Since(start)
-	if ctx.Err() != nil {
-		t.Fatalf("pjdfstest did not finish within 8 minutes (hangs?); output so far:\n%s", tailString(out, 60))
-	}
 	rs := parsePjdfstest(out)
 	counts := map[string]int{}
 	var unexpected, expected []string
@@ -171,7 +167,10 @@ naptime = 0.01
 
 // TestFsx runs fsx for 100,000 operations on a file striped over 4
 // targets in 64 KiB units, with a 1 MiB maximum length so that reads,
-// writes, truncates and mmaps cross stripe and object boundaries.
+// writes, truncates and mmaps cross stripe and object boundaries, with
+// every operation fsx has that weft supports: posix_fallocate and
+// punch_hole (weft's Space on the targets), copy_file_range (the kernel's
+// copy through the mount), sendfile, fadvise, fsync and fdatasync.
 func TestFsx(t *testing.T) {
 	bin := requireTool(t, "fsx")
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
@@ -259,22 +258,24 @@ mapwrite = 5
 invalidate = 1
 truncate = 3
 fsync = 1
+fdatasync = 1
+posix_fallocate = 2
+punch_hole = 2
+copy_file_range = 2
+sendfile = 1
+posix_fadvise = 1
 `), 0o644)
 	artifacts := filepath.Join(c.Dir(), "fsx-artifacts")
 	os.Mkdir(artifacts, 0o755)
 	file := filepath.Join(dir, "fsx.bin")
-	// A hang guard only: on a loaded 2-core machine fsx on an EC file
-	// (every partial write reads its row) has taken over 8 minutes.
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Minute)
-	defer cancel()
+	// No time limit but the test binary's own (go test -timeout): fsx
+	// fails the test only when it finds a wrong byte or an error, never
+	// because a loaded machine made it slow. Its rate is logged.
 	start := time.Now()
-	cmd := exec.CommandContext(ctx, bin, "-f", cfg, "-N", "100000", "-S", "4242", "-P", artifacts, file)
+	cmd := exec.Command(bin, "-f", cfg, "-N", "100000", "-S", "4242", "-P", artifacts, file)
 	out, err := cmd.CombinedOutput()
 	el := time.Since(start)
 	t.Logf("fsx: 100000 ops in %v (%.0f ops/s)", el.Round(time.Millisecond), 100000/el.Seconds())
-	if ctx.Err() != nil {
-		t.Fatalf("fsx did not finish within 20 minutes:\n%s", tailString(string(out), 40))
-	}
 	if err != nil {
 		t.Fatalf("fsx failed: %v\n%s", err, tailString(string(out), 60))
 	}

@@ -264,7 +264,7 @@ func TestHandlerWorkers(t *testing.T) {
 	for range 2 {
 		select {
 		case <-blocked:
-		case <-time.After(5 * time.Second):
+		case <-time.After(5 * time.Minute):
 			t.Fatal("blocking handlers did not start")
 		}
 	}
@@ -315,7 +315,7 @@ func TestHandlersInFlightTogether(t *testing.T) {
 				}
 			})
 			c := dial(t, tr, l.Addr())
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			var wg sync.WaitGroup
 			errs := make(chan error, n)

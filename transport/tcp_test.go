@@ -80,7 +80,7 @@ func TestOutOfOrder(t *testing.T) {
 		return append([]byte("re:"), req...), nil
 	})
 	c := dial(t, tr, l.Addr())
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	var wg sync.WaitGroup
 	errs := make(chan error, n)

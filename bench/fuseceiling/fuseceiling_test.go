@@ -23,7 +23,7 @@ func TestMountServesBackingDir(t *testing.T) {
 	unmounted := false
 	t.Cleanup(func() {
 		if !unmounted {
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			m.Unmount(ctx)
 		}
@@ -45,7 +45,7 @@ func TestMountServesBackingDir(t *testing.T) {
 		t.Fatalf("%s not in mountinfo", mnt)
 	}
 
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if err := m.Unmount(ctx); err != nil {
 		t.Fatal(err)

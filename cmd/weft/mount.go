@@ -26,6 +26,9 @@ type mountOptions struct {
 	AllowOther bool           `toml:"allow_other"`
 	NonEmpty   bool           `toml:"nonempty"`
 	Debug      bool           `toml:"debug"`
+	// UnmountTimeout bounds each step of the shutdown on SIGINT/SIGTERM
+	// (unmount, lazy detach, abort of the FUSE connection).
+	UnmountTimeout units.Duration `toml:"unmount_timeout"`
 	daemonOptions
 }
 
@@ -43,7 +46,10 @@ func mountCommand(run func(context.Context, *mountOptions) error) *cobra.Command
 		Short: "Mount weft at MOUNTPOINT (FUSE) and serve it in the foreground",
 		Long: `Mount weft at MOUNTPOINT through FUSE and serve it until SIGINT or
 SIGTERM (then it unmounts) or until it is unmounted from outside
-(fusermount3 -u MOUNTPOINT). The mountpoint may also come from the config
+(fusermount3 -u MOUNTPOINT). On SIGINT/SIGTERM it exits in bounded time
+whatever holds the mount: a mount still busy after --unmount-timeout is
+detached lazily, and a FUSE connection still in use after as long again is
+aborted (its users get ENOTCONN); the log says which step was needed. The mountpoint may also come from the config
 file (key "mountpoint"); the argument wins.`,
 		Args: cobra.MaximumNArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
@@ -65,6 +71,8 @@ file (key "mountpoint"); the argument wins.`,
 	fs.BoolVar(&o.AllowOther, "allow-other", true, "let users other than the one who mounted use the mount (FUSE allow_other)")
 	fs.BoolVar(&o.NonEmpty, "nonempty", false, "mount over a directory that is not empty (its files are hidden while mounted)")
 	fs.BoolVar(&o.Debug, "debug", false, "log every FUSE request (very verbose)")
+	o.UnmountTimeout = units.Duration(fuse.DefaultUnmountTimeout)
+	fs.Var(&o.UnmountTimeout, "unmount-timeout", "on SIGINT/SIGTERM: if the unmount has not completed after this long, detach the mount lazily; if it is still served after as long again, abort its FUSE connection and exit")
 	o.daemonOptions.addFlags(fs)
 	return cmd
 }
@@ -87,6 +95,9 @@ func (o *mountOptions) resolve(cmd *cobra.Command, configPath string, args []str
 	}
 	if o.Timeout <= 0 {
 		return errors.New("--timeout must be positive")
+	}
+	if o.UnmountTimeout <= 0 {
+		return errors.New("--unmount-timeout must be positive")
 	}
 	if o.CacheLimit < minCacheLimit {
 		return fmt.Errorf("--cache-limit %s is too small: the mount needs at least %s (its FUSE request buffers alone take up to %s)",
@@ -162,5 +173,7 @@ func runMount(ctx context.Context, o *mountOptions) error {
 		Mountpoint: o.Mountpoint,
 		AllowOther: o.AllowOther,
 		Debug:      o.Debug,
+
+		UnmountTimeout: time.Duration(o.UnmountTimeout),
 	})
 }

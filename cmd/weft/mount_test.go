@@ -62,7 +62,7 @@ func TestMountDefaultsAndConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := mountOptions{Meta: "10.0.0.1:7400", Mountpoint: mnt, Timeout: units.Duration(30 * time.Second),
-		CacheLimit: 1 << 30, AllowOther: true, daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "warn", LogFormat: "text"}}}
+		CacheLimit: 1 << 30, AllowOther: true, UnmountTimeout: units.Duration(10 * time.Second), daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "warn", LogFormat: "text"}}}
 	if got != want {
 		t.Fatalf("defaults %+v, want %+v", got, want)
 	}
@@ -74,6 +74,7 @@ timeout = "2m"
 cache_limit = "4GiB"
 allow_other = false
 debug = true
+unmount_timeout = "3s"
 log_level = "error"
 log_format = "json"
 `)
@@ -81,7 +82,7 @@ log_format = "json"
 		t.Fatal(err)
 	}
 	want = mountOptions{Meta: "10.0.0.9:7400", Mountpoint: mnt, Timeout: units.Duration(2 * time.Minute),
-		CacheLimit: 4 << 30, AllowOther: false, Debug: true, daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "error", LogFormat: "json"}}}
+		CacheLimit: 4 << 30, AllowOther: false, Debug: true, UnmountTimeout: units.Duration(3 * time.Second), daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "error", LogFormat: "json"}}}
 	if got != want {
 		t.Fatalf("from file %+v, want %+v", got, want)
 	}

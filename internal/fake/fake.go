@@ -636,7 +636,7 @@ func (m *Meta) Open(_ context.Context, ino proto.Ino, want proto.Access) (proto.
 }
 
 // WriteDone implements proto.MetaService.
-func (m *Meta) WriteDone(_ context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
+func (m *Meta) WriteDone(_ context.Context, ino proto.Ino, end uint64, mtime int64, blocks uint64) (proto.Attr, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	n, err := m.get(ino)
@@ -644,7 +644,17 @@ func (m *Meta) WriteDone(_ context.Context, ino proto.Ino, end uint64) (proto.At
 		return proto.Attr{}, err
 	}
 	n.attr.Size = max(n.attr.Size, end)
+	if blocks != proto.NoBlocks {
+		n.attr.Blocks = blocks
+	}
+	old := n.attr.Mtime
 	m.touch(n)
+	if mtime != 0 {
+		n.attr.Mtime = mtime
+		if old > mtime && old <= n.attr.Ctime {
+			n.attr.Mtime = old
+		}
+	}
 	return m.attr(ino), nil
 }
 
@@ -729,6 +739,8 @@ const (
 	OpWrite    Op = "write"
 	OpTruncate Op = "truncate"
 	OpSync     Op = "sync"
+	OpSpace    Op = "space"
+	OpSeek     Op = "seek"
 )
 
 // Storage is an in-memory proto.StorageService holding objects per target.
@@ -904,6 +916,68 @@ func (s *Storage) Sync(ctx context.Context, t proto.TargetID, obj proto.ObjectID
 	defer s.mu.Unlock()
 	s.syncs[obj]++
 	return nil
+}
+
+// Space implements proto.StorageService: punched and zeroed ranges become
+// zeros, allocation grows the object. The fake has no holes.
+func (s *Storage) Space(ctx context.Context, t proto.TargetID, obj proto.ObjectID, mode proto.SpaceMode, off, n uint64) error {
+	if err := s.enter(ctx, OpSpace, t, obj, off, int(n)); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	objs := s.objects[t]
+	if objs == nil {
+		objs = map[proto.ObjectID][]byte{}
+		s.objects[t] = objs
+	}
+	b := objs[obj]
+	if mode != proto.SpaceAllocate && off < uint64(len(b)) {
+		clear(b[off:min(off+n, uint64(len(b)))])
+	}
+	if mode != proto.SpacePunch && off+n > uint64(len(b)) {
+		b = append(b, make([]byte, off+n-uint64(len(b)))...)
+	}
+	objs[obj] = b
+	s.versions[obj]++
+	return nil
+}
+
+// Seek implements proto.StorageService: every byte of an object is data.
+func (s *Storage) Seek(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, what proto.SeekWhat) (uint64, error) {
+	if err := s.enter(ctx, OpSeek, t, obj, off, 0); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	size := uint64(len(s.objects[t][obj]))
+	switch {
+	case what == proto.SeekHole:
+		return max(off, size), nil
+	case off < size:
+		return off, nil
+	}
+	return 0, syscall.ENXIO
+}
+
+// Allocated implements proto.StorageService: the fake has no holes, so
+// an object holds its length.
+func (s *Storage) Allocated(_ context.Context, t proto.TargetID, obj proto.ObjectID) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return uint64(len(s.objects[t][obj])), nil
+}
+
+// Copy implements proto.StorageService, as a Read and a Write.
+func (s *Storage) Copy(ctx context.Context, t proto.TargetID, dst proto.ObjectID, dstOff uint64, srcT proto.TargetID, src proto.ObjectID, srcOff, n uint64, _ []byte) error {
+	buf := make([]byte, n)
+	got, err := s.Read(ctx, srcT, src, srcOff, buf)
+	if err != nil {
+		return err
+	}
+	clear(buf[got:])
+	_, err = s.Write(ctx, t, dst, dstOff, buf)
+	return err
 }
 
 // Remove implements proto.StorageService.

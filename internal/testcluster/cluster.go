@@ -629,6 +629,10 @@ func unescapeMountinfo(s string) string {
 func isMountpoint(path string) bool { return mountType(path) != "" }
 func isFuseMount(path string) bool  { return strings.HasPrefix(mountType(path), "fuse") }
 
+// IsFuseMount reports whether a FUSE file system is mounted at path (in
+// this process's mount namespace).
+func IsFuseMount(path string) bool { return isFuseMount(path) }
+
 // freeAddr picks a loopback port that is free now. Another process may take
 // it before ours binds it; startListener retries with a new one.
 func freeAddr(t testing.TB) string {

@@ -216,8 +216,8 @@ func (c *Client) Capability(ctx context.Context, ino proto.Ino, want proto.Acces
 	return r.Cap, err
 }
 
-func (c *Client) WriteDone(ctx context.Context, ino proto.Ino, end uint64) (proto.Attr, error) {
-	return c.mutAttr(ctx, OpWriteDone, &writeDoneReq{ino, end})
+func (c *Client) WriteDone(ctx context.Context, ino proto.Ino, end uint64, mtime int64, blocks uint64) (proto.Attr, error) {
+	return c.mutAttr(ctx, OpWriteDone, &writeDoneReq{ino, end, mtime, blocks})
 }
 
 func (c *Client) Release(ctx context.Context, ino proto.Ino) error {

@@ -79,7 +79,7 @@ const (
 const (
 	maxList   = 1 << 20
 	maxValue  = 1 << 20 // an xattr value (the server allows 64 KiB)
-	attrBytes = 8 + 5*4 + 8 + 3*8 + 8 + 4 + 4 + 8
+	attrBytes = 8 + 5*4 + 8 + 3*8 + 8 + 4 + 4 + 8 + 8
 	maxCap    = 1024 // a capability (version 1 is at most 315 bytes)
 )
 
@@ -327,13 +327,45 @@ func (m *setXattrReq) decode(d *wire.Decoder) {
 	m.Flags = d.U32()
 }
 
+// writeDoneReq is u64 ino, u64 end, then an optional extension: u8
+// version, then i64 mtime (the time of the last write, the writer's
+// clock) and, since version 2, u64 blocks (proto.NoBlocks: not reported).
+// A request without the extension (from a client before it) has mtime 0,
+// the server's clock; one of version 1 reports no blocks.
 type writeDoneReq struct {
-	Ino proto.Ino
-	End uint64
+	Ino    proto.Ino
+	End    uint64
+	Mtime  int64
+	Blocks uint64
 }
 
-func (m *writeDoneReq) encode(e *wire.Encoder) { e.U64(uint64(m.Ino)); e.U64(m.End) }
-func (m *writeDoneReq) decode(d *wire.Decoder) { m.Ino = proto.Ino(d.U64()); m.End = d.U64() }
+const writeDoneVersion = 2
+
+func (m *writeDoneReq) encode(e *wire.Encoder) {
+	e.U64(uint64(m.Ino))
+	e.U64(m.End)
+	e.U8(writeDoneVersion)
+	e.I64(m.Mtime)
+	e.U64(m.Blocks)
+}
+
+func (m *writeDoneReq) decode(d *wire.Decoder) {
+	m.Ino = proto.Ino(d.U64())
+	m.End = d.U64()
+	m.Blocks = proto.NoBlocks
+	if d.Err() != nil || len(d.Remaining()) == 0 {
+		return
+	}
+	v := d.U8()
+	if v < 1 || v > writeDoneVersion {
+		d.Fail(fmt.Errorf("metarpc: writedone extension version %d not supported", v))
+		return
+	}
+	m.Mtime = d.I64()
+	if v >= 2 {
+		m.Blocks = d.U64()
+	}
+}
 
 type setLayoutReq struct {
 	Ino    proto.Ino

@@ -49,7 +49,8 @@ func samples() []message {
 		&renameReq{1, "a", 2, "b", 2},
 		&readDirReq{1, "after", 100},
 		&setXattrReq{1, "user.x", []byte("v"), 1},
-		&writeDoneReq{1, 1 << 40},
+		&writeDoneReq{1, 1 << 40, 0, proto.NoBlocks},
+		&writeDoneReq{1, 1 << 40, 1_700_000_000_123_456_789, 4096},
 		&setLayoutReq{1, l},
 		&registerReq{"uuid", proto.TargetInfo{ID: 1, Addr: "h:1", Total: 3, Used: 2, Free: 1, Up: true}},
 		&emptyMsg{},
@@ -101,6 +102,9 @@ func TestRoundTrip(t *testing.T) {
 		}
 		// Every truncation fails cleanly, and so does a trailing byte.
 		for i := range len(b) {
+			if _, ok := m.(*writeDoneReq); ok && i == 16 {
+				continue // a write-done without its extension (an older client's) is valid
+			}
 			if err := unmarshal(b[:i], reflect.New(reflect.TypeOf(m).Elem()).Interface().(message)); err == nil {
 				t.Fatalf("%T: truncated to %d bytes decoded", m, i)
 			}

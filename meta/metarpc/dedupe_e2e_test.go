@@ -73,7 +73,7 @@ func TestRetryAfterLostReply(t *testing.T) {
 	pool := transport.NewPool(lossy, transport.PoolOptions{})
 	defer pool.Close()
 	c := metarpc.NewClient(pool, ln.Addr(), metarpc.WithSession(proto.NewSessionID()))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	if _, err := srv.RegisterTarget(ctx, "u1", proto.TargetInfo{Addr: "h:1", Total: 1 << 30, Free: 1 << 30}); err != nil {
 		t.Fatal(err)

@@ -79,6 +79,16 @@
 // empty if none; package capability). Open and CreateOpen had op codes 17
 // and 31 before they did; those are retired.
 //
+// WriteDone (18) is u64 ino, u64 end and an extension: u8 version (2),
+// i64 mtime, the time of the writer's last write, which becomes the file's
+// mtime (package meta), and u64 blocks, what the file's objects hold in
+// 512-byte units (proto.NoBlocks: not reported). A request without the
+// extension (from a client before it) is still read, as mtime 0 (the
+// server's clock), and one of version 1 as reporting no blocks.
+//
+// Attributes (proto.Attr) end with u64 blocks (st_blocks) since it was
+// added; peers from before it cannot read them.
+//
 // Invariants:
 //   - Decoding never panics and never allocates more than the input can
 //     justify (wire.Decoder bounds every length and count); FuzzDecode runs

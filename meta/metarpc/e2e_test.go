@@ -132,7 +132,7 @@ func exercise(t *testing.T, srv *meta.Server, c client) {
 	must(c.RemoveXattr(ctx, f.Ino, "user.a"))
 	_, _, err = c.Open(ctx, f.Ino, proto.AccessRead)
 	must(err)
-	if a, err := c.WriteDone(ctx, f.Ino, 1234); err != nil || a.Size != 1234 {
+	if a, err := c.WriteDone(ctx, f.Ino, 1234, 0, proto.NoBlocks); err != nil || a.Size != 1234 {
 		t.Fatalf("writedone %+v %v", a, err)
 	}
 	must(c.Release(ctx, f.Ino))

@@ -171,7 +171,7 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 	case *setXattrReq:
 		return &emptyMsg{}, s.SetXattr(ctx, r.Ino, r.Name, r.Value, r.Flags)
 	case *writeDoneReq:
-		return attrOut(s.WriteDone(ctx, r.Ino, r.End))
+		return attrOut(s.WriteDone(ctx, r.Ino, r.End, r.Mtime, r.Blocks))
 	case *setLayoutReq:
 		return attrOut(s.SetLayout(ctx, r.Ino, r.Layout))
 	case *emptyMsg:

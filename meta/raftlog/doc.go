@@ -39,7 +39,8 @@
 //
 //  1. persist the Ready's snapshot, HardState and entries in one pebble
 //     batch, fsync'd when Ready.MustSync (new entries, a new term or
-//     vote);
+//     vote) or when it holds a snapshot (which the state machine then
+//     restores durably: the log must not end before it after a crash);
 //  2. only then send its messages: a vote or an append acknowledgement
 //     never leaves the node before what it promises is on disk;
 //  3. restore a received snapshot into the state machine, then apply the

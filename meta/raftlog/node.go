@@ -655,10 +655,14 @@ func (n *Node) run() {
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	n.noteIndexes(rd.Entries)
-	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.MustSync); err != nil {
+	// A received snapshot is synced too (raft's MustSync does not ask for
+	// it): the state machine restores it durably next, and a log that lost
+	// it in a crash would end before the state it holds.
+	newSnap := rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot)
+	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.MustSync || newSnap); err != nil {
 		return err
 	}
-	if rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot) {
+	if newSnap {
 		idx := rd.Snapshot.GetMetadata().GetIndex()
 		if err := n.restore(rd.Snapshot); err != nil {
 			return err

@@ -92,7 +92,7 @@ func TestTCP(t *testing.T) {
 	})
 
 	// Generous bounds against hangs; nothing here measures time.
-	deadline := time.After(60 * time.Second)
+	deadline := time.After(5 * time.Minute)
 	waitUntil := func(what string, cond func() bool) {
 		t.Helper()
 		for !cond() {

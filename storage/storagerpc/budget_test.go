@@ -185,6 +185,18 @@ func (blockingReader) Truncate(context.Context, proto.TargetID, proto.ObjectID, 
 func (blockingReader) Sync(context.Context, proto.TargetID, proto.ObjectID) error {
 	return syscall.ENOSYS
 }
+func (blockingReader) Space(context.Context, proto.TargetID, proto.ObjectID, proto.SpaceMode, uint64, uint64) error {
+	return syscall.ENOSYS
+}
+func (blockingReader) Seek(context.Context, proto.TargetID, proto.ObjectID, uint64, proto.SeekWhat) (uint64, error) {
+	return 0, syscall.ENOSYS
+}
+func (blockingReader) Allocated(context.Context, proto.TargetID, proto.ObjectID) (uint64, error) {
+	return 0, syscall.ENOSYS
+}
+func (blockingReader) Copy(context.Context, proto.TargetID, proto.ObjectID, uint64, proto.TargetID, proto.ObjectID, uint64, uint64, []byte) error {
+	return syscall.ENOSYS
+}
 func (blockingReader) Remove(context.Context, proto.TargetID, proto.ObjectID) error {
 	return syscall.ENOSYS
 }

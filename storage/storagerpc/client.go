@@ -97,6 +97,51 @@ func (c *Client) Sync(ctx context.Context, t proto.TargetID, obj proto.ObjectID)
 	return err
 }
 
+func (c *Client) Space(ctx context.Context, t proto.TargetID, obj proto.ObjectID, mode proto.SpaceMode, off, n uint64) error {
+	req := SpaceReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}, Mode: mode, Off: off, Len: n}
+	_, err := c.call(ctx, t, OpSpace, req.Encode())
+	return err
+}
+
+func (c *Client) Seek(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, what proto.SeekWhat) (uint64, error) {
+	req := SeekReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off, What: what}
+	resp, err := c.call(ctx, t, OpSeek, req.Encode())
+	if err != nil {
+		return 0, err
+	}
+	res, err := DecodeVersion(resp) // one u64, as a write's version
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", err, syscall.EIO)
+	}
+	return res, nil
+}
+
+func (c *Client) Allocated(ctx context.Context, t proto.TargetID, obj proto.ObjectID) (uint64, error) {
+	resp, err := c.call(ctx, t, OpAllocated, SyncReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}}.Encode())
+	if err != nil {
+		return 0, err
+	}
+	n, err := DecodeVersion(resp) // one u64
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", err, syscall.EIO)
+	}
+	return n, nil
+}
+
+// Copy sends the copy to dst's server, in requests of at most MaxCopy.
+func (c *Client) Copy(ctx context.Context, t proto.TargetID, dst proto.ObjectID, dstOff uint64, srcT proto.TargetID, src proto.ObjectID, srcOff, n uint64, srcCap []byte) error {
+	for done := uint64(0); done < n; {
+		k := min(n-done, MaxCopy)
+		req := CopyReq{Cap: proto.CapabilityFrom(ctx), Dst: ObjectReq{Target: t, Obj: dst}, DstOff: dstOff + done,
+			SrcCap: srcCap, Src: ObjectReq{Target: srcT, Obj: src}, SrcOff: srcOff + done, Len: k}
+		if _, err := c.call(ctx, t, OpCopy, req.Encode()); err != nil {
+			return err
+		}
+		done += k
+	}
+	return nil
+}
+
 func (c *Client) Remove(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
 	_, err := c.call(ctx, t, OpRemove, ObjectReq{Target: t, Obj: obj}.Encode())
 	return err

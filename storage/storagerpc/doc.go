@@ -9,9 +9,19 @@
 //	OpWrite    107  cap, target u32, ino u64, stripe u32, off u64, data (u32 length + bytes) -> version u64
 //	OpTruncate 108  cap, target u32, ino u64, stripe u32, size u64          -> empty
 //	OpSync     109  cap, target u32, ino u64, stripe u32                    -> empty
+//	OpSpace    110  cap, target u32, ino u64, stripe u32, mode u8, off u64, len u64 -> empty
+//	OpSeek     111  cap, target u32, ino u64, stripe u32, off u64, what u8  -> offset u64
+//	OpAllocated 112 cap, target u32, ino u64, stripe u32                    -> bytes u64
+//	OpCopy     113  cap, dst (target u32, ino u64, stripe u32), dstOff u64,
+//	                srcCap, src (target u32, ino u64, stripe u32), srcOff u64, len u64 -> empty
 //	OpExtend   115  cap, target u32, ino u64, stripe u32, size u64          -> empty (grow only)
 //	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
+//
+// OpCopy goes to the destination's server, which reads the source itself
+// (its own target, or the source's server as a storage server, through
+// the peers storage.Run gives it): copy_file_range without the data
+// passing through the client.
 //
 // cap is a capability (package capability) as u32 length + bytes, at most
 // MaxCapability; length 0 is none. The Client takes it from the request's
@@ -31,8 +41,9 @@
 //   - a client (RoleClient): Read needs a capability that verifies with
 //     Options.CapabilityKey, is not expired (capability.Skew tolerated),
 //     names the object's inode, grants read and, if bound to a holder,
-//     names the peer's certificate name; Write, Truncate and Sync need one
-//     granting write; Remove and RemoveMany are refused.
+//     names the peer's certificate name; Seek needs one granting read
+//     too, Allocated one granting anything, Copy one granting write on
+//     the destination and one (srcCap) granting read on the source; Write, Truncate, Sync and Space need one granting write; Remove and RemoveMany are refused.
 //
 // A refusal is EACCES, logged at warn with the peer's address, role, name,
 // the op and the reason, at most once a second (the count of refusals not

@@ -65,6 +65,15 @@ func TestCapabilityChecks(t *testing.T) {
 	}
 	trunc := func(c []byte) []byte { return storagerpc.TruncateReq{Cap: c, ObjectReq: obj, Size: 1}.Encode() }
 	sync := func(c []byte) []byte { return storagerpc.SyncReq{Cap: c, ObjectReq: obj}.Encode() }
+	space := func(c []byte) []byte {
+		return storagerpc.SpaceReq{Cap: c, ObjectReq: obj, Mode: proto.SpacePunch, Off: 0, Len: 4096}.Encode()
+	}
+	copyReq := func(dstCap, srcCap []byte) []byte {
+		return storagerpc.CopyReq{Cap: dstCap, Dst: obj, SrcCap: srcCap, Src: obj, Len: 10}.Encode()
+	}
+	seek := func(c []byte) []byte {
+		return storagerpc.SeekReq{Cap: c, ObjectReq: obj, What: proto.SeekHole}.Encode()
+	}
 	removeMany := storagerpc.RemoveManyReq{Target: 1, Objs: []proto.ObjectID{obj.Obj}}.Encode()
 
 	server := transport.Peer{Addr: "10.0.0.1:7000", Role: transport.RoleMeta, Name: "meta-1"}
@@ -92,6 +101,15 @@ func TestCapabilityChecks(t *testing.T) {
 		{"write with read-only", &client, storagerpc.OpWrite, write(ro), "does not grant"},
 		{"truncate with read-only", &client, storagerpc.OpTruncate, trunc(ro), "does not grant"},
 		{"sync with read-only", &client, storagerpc.OpSync, sync(ro), "does not grant"},
+		{"client space rw", &client, storagerpc.OpSpace, space(rw), ""},
+		{"space with read-only", &client, storagerpc.OpSpace, space(ro), "does not grant"},
+		{"space without capability", &client, storagerpc.OpSpace, space(nil), "none attached"},
+		{"client seek ro", &client, storagerpc.OpSeek, seek(ro), ""},
+		{"client copy", &client, storagerpc.OpCopy, copyReq(rw, ro), ""},
+		{"copy without write on the destination", &client, storagerpc.OpCopy, copyReq(ro, ro), "does not grant"},
+		{"copy without read on the source", &client, storagerpc.OpCopy, copyReq(rw, wo), "does not grant"},
+		{"copy from another inode", &client, storagerpc.OpCopy, copyReq(rw, other), "another inode"},
+		{"seek with write-only", &client, storagerpc.OpSeek, seek(wo), "does not grant"},
 		{"wrong inode", &client, storagerpc.OpRead, read(other), "another inode"},
 		// The object of another generation of inode 42 (its number reused
 		// after a metadata rollback): the capability for 42 does not reach it.

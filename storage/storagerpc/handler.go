@@ -290,6 +290,53 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 			return nil, err
 		}
 		return nil, svc.Sync(ctx, r.Target, r.Obj)
+	case OpSpace:
+		r, err := DecodeSpace(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessWrite); err != nil {
+			return nil, err
+		}
+		return nil, svc.Space(ctx, r.Target, r.Obj, r.Mode, r.Off, r.Len)
+	case OpSeek:
+		r, err := DecodeSeek(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessRead); err != nil {
+			return nil, err
+		}
+		off, err := svc.Seek(ctx, r.Target, r.Obj, r.Off, r.What)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeVersion(off), nil
+	case OpAllocated: // any capability for the inode: a writer may know the space its file takes
+		r, err := DecodeSync(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Obj, 0); err != nil {
+			return nil, err
+		}
+		n, err := svc.Allocated(ctx, r.Target, r.Obj)
+		if err != nil {
+			return nil, err
+		}
+		return EncodeVersion(n), nil
+	case OpCopy:
+		r, err := DecodeCopy(req)
+		if err != nil {
+			return h.bad(op, req, err)
+		}
+		if err := h.guard.object(ctx, op, r.Cap, r.Dst.Obj, proto.AccessWrite); err != nil {
+			return nil, err
+		}
+		if err := h.guard.object(ctx, op, r.SrcCap, r.Src.Obj, proto.AccessRead); err != nil {
+			return nil, err
+		}
+		return nil, svc.Copy(ctx, r.Dst.Target, r.Dst.Obj, r.DstOff, r.Src.Target, r.Src.Obj, r.SrcOff, r.Len, r.SrcCap)
 	case OpRemove:
 		r, err := DecodeRemove(req)
 		if err != nil {

@@ -24,10 +24,23 @@ const (
 	// OpRemoveMany removes a list of objects of one target in one round
 	// trip (the metadata server's object GC).
 	OpRemoveMany uint16 = 105
+	// OpSpace (fallocate on one object) and OpSeek (SEEK_DATA/SEEK_HOLE on
+	// one object).
+	OpSpace uint16 = 110
+	OpSeek  uint16 = 111
+	// OpAllocated: the bytes an object's allocated blocks take (a Sync
+	// request's body; the response is a u64).
+	OpAllocated uint16 = 112
+	// OpCopy: copy a range of one object into another (copy_file_range),
+	// sent to the destination's server, which reads the source itself.
+	OpCopy uint16 = 113
 	// OpExtend makes an object at least a size long, never shorter
 	// (proto.ObjectExtender); its body is OpTruncate's.
 	OpExtend uint16 = 115
 )
+
+// MaxCopy bounds the bytes of one Copy RPC; the Client splits longer ones.
+const MaxCopy = 64 << 20
 
 // MaxRemoveMany bounds the objects of one RemoveMany RPC; the Client splits
 // longer lists and the handler refuses them with EINVAL.
@@ -166,6 +179,107 @@ func DecodeTruncate(b []byte) (TruncateReq, error) {
 	r := TruncateReq{Cap: decodeCap(d), ObjectReq: decodeObject(d), Size: d.U64()}
 	if err := d.Done(); err != nil {
 		return TruncateReq{}, fmt.Errorf("storagerpc: truncate request: %w", err)
+	}
+	return r, nil
+}
+
+// SpaceReq changes how a range of an object is backed
+// (proto.StorageService.Space). The response body is empty.
+type SpaceReq struct {
+	Cap []byte // the capability (nil: none)
+	ObjectReq
+	Mode     proto.SpaceMode
+	Off, Len uint64
+}
+
+func (r SpaceReq) Encode() []byte {
+	e := wire.NewEncoder(48 + len(r.Cap))
+	e.Bytes(r.Cap)
+	r.encode(e)
+	e.U8(uint8(r.Mode))
+	e.U64(r.Off)
+	e.U64(r.Len)
+	return e.B
+}
+
+// DecodeSpace decodes a Space request; an unknown mode is an error.
+func DecodeSpace(b []byte) (SpaceReq, error) {
+	d := wire.NewDecoder(b)
+	r := SpaceReq{Cap: decodeCap(d), ObjectReq: decodeObject(d), Mode: proto.SpaceMode(d.U8()), Off: d.U64(), Len: d.U64()}
+	if err := d.Done(); err != nil {
+		return SpaceReq{}, fmt.Errorf("storagerpc: space request: %w", err)
+	}
+	if r.Mode < proto.SpaceAllocate || r.Mode > proto.SpaceZero {
+		return SpaceReq{}, fmt.Errorf("storagerpc: space request: unknown mode %d", r.Mode)
+	}
+	return r, nil
+}
+
+// SeekReq asks where an object's next data or hole is
+// (proto.StorageService.Seek). The response is the offset, u64.
+type SeekReq struct {
+	Cap []byte // the capability (nil: none)
+	ObjectReq
+	Off  uint64
+	What proto.SeekWhat
+}
+
+func (r SeekReq) Encode() []byte {
+	e := wire.NewEncoder(40 + len(r.Cap))
+	e.Bytes(r.Cap)
+	r.encode(e)
+	e.U64(r.Off)
+	e.U8(uint8(r.What))
+	return e.B
+}
+
+// DecodeSeek decodes a Seek request; an unknown What is an error.
+func DecodeSeek(b []byte) (SeekReq, error) {
+	d := wire.NewDecoder(b)
+	r := SeekReq{Cap: decodeCap(d), ObjectReq: decodeObject(d), Off: d.U64(), What: proto.SeekWhat(d.U8())}
+	if err := d.Done(); err != nil {
+		return SeekReq{}, fmt.Errorf("storagerpc: seek request: %w", err)
+	}
+	if r.What != proto.SeekData && r.What != proto.SeekHole {
+		return SeekReq{}, fmt.Errorf("storagerpc: seek request: unknown kind %d", r.What)
+	}
+	return r, nil
+}
+
+// CopyReq copies Len bytes of Src at SrcOff into Dst at DstOff
+// (proto.StorageService.Copy). Cap must grant write on Dst, SrcCap read on
+// Src. The response body is empty.
+type CopyReq struct {
+	Cap    []byte
+	Dst    ObjectReq
+	DstOff uint64
+	SrcCap []byte
+	Src    ObjectReq
+	SrcOff uint64
+	Len    uint64
+}
+
+func (r CopyReq) Encode() []byte {
+	e := wire.NewEncoder(96 + len(r.Cap) + len(r.SrcCap))
+	e.Bytes(r.Cap)
+	r.Dst.encode(e)
+	e.U64(r.DstOff)
+	e.Bytes(r.SrcCap)
+	r.Src.encode(e)
+	e.U64(r.SrcOff)
+	e.U64(r.Len)
+	return e.B
+}
+
+// DecodeCopy decodes a Copy request; more than MaxCopy bytes is an error.
+func DecodeCopy(b []byte) (CopyReq, error) {
+	d := wire.NewDecoder(b)
+	r := CopyReq{Cap: decodeCap(d), Dst: decodeObject(d), DstOff: d.U64(), SrcCap: decodeCap(d), Src: decodeObject(d), SrcOff: d.U64(), Len: d.U64()}
+	if err := d.Done(); err != nil {
+		return CopyReq{}, fmt.Errorf("storagerpc: copy request: %w", err)
+	}
+	if r.Len > MaxCopy {
+		return CopyReq{}, fmt.Errorf("storagerpc: copy request of %d bytes (at most %d)", r.Len, MaxCopy)
 	}
 	return r, nil
 }

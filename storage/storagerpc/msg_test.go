@@ -30,6 +30,10 @@ func TestRoundTrip(t *testing.T) {
 		{"empty write", func() []byte { return WriteReq{sampleCap, sampleObj, 0, []byte{}}.EncodeHeader() },
 			func(b []byte) (any, error) { return DecodeWrite(b) }, WriteReq{sampleCap, sampleObj, 0, []byte{}}},
 		{"truncate", TruncateReq{sampleCap, sampleObj, 1 << 33}.Encode, func(b []byte) (any, error) { return DecodeTruncate(b) }, TruncateReq{sampleCap, sampleObj, 1 << 33}},
+		{"space", SpaceReq{sampleCap, sampleObj, proto.SpacePunch, 4096, 1 << 40}.Encode, func(b []byte) (any, error) { return DecodeSpace(b) },
+			SpaceReq{sampleCap, sampleObj, proto.SpacePunch, 4096, 1 << 40}},
+		{"seek", SeekReq{sampleCap, sampleObj, 77, proto.SeekHole}.Encode, func(b []byte) (any, error) { return DecodeSeek(b) }, SeekReq{sampleCap, sampleObj, 77, proto.SeekHole}},
+		{"copy", sampleCopy.Encode, func(b []byte) (any, error) { return DecodeCopy(b) }, sampleCopy},
 		{"sync", sampleSync.Encode, func(b []byte) (any, error) { return DecodeSync(b) }, sampleSync},
 		{"read without capability", ReadReq{nil, sampleObj, 1, 2}.Encode, func(b []byte) (any, error) { return DecodeRead(b) }, ReadReq{nil, sampleObj, 1, 2}},
 		{"remove", sampleObj.Encode, func(b []byte) (any, error) { return DecodeRemove(b) }, sampleObj},
@@ -108,6 +112,35 @@ func FuzzDecodeTruncate(f *testing.F) {
 	f.Add(TruncateReq{sampleCap, sampleObj, 9}.Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		if r, err := DecodeTruncate(b); err == nil && !bytes.Equal(r.Encode(), b) {
+			t.Fatalf("%+v does not re-encode to its input", r)
+		}
+	})
+}
+
+func FuzzDecodeSpace(f *testing.F) {
+	f.Add(SpaceReq{sampleCap, sampleObj, proto.SpaceZero, 9, 10}.Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeSpace(b); err == nil && !bytes.Equal(r.Encode(), b) {
+			t.Fatalf("%+v does not re-encode to its input", r)
+		}
+	})
+}
+
+func FuzzDecodeSeek(f *testing.F) {
+	f.Add(SeekReq{sampleCap, sampleObj, 9, proto.SeekData}.Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeSeek(b); err == nil && !bytes.Equal(r.Encode(), b) {
+			t.Fatalf("%+v does not re-encode to its input", r)
+		}
+	})
+}
+
+var sampleCopy = CopyReq{sampleCap, ObjectReq{Target: 2, Obj: proto.ObjectID{Ino: 9, Stripe: 1, Gen: 5}}, 4097, []byte("source cap"), sampleObj, 77, 1 << 20}
+
+func FuzzDecodeCopy(f *testing.F) {
+	f.Add(sampleCopy.Encode())
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if r, err := DecodeCopy(b); err == nil && !bytes.Equal(r.Encode(), b) {
 			t.Fatalf("%+v does not re-encode to its input", r)
 		}
 	})

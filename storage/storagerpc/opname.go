@@ -12,6 +12,14 @@ func OpName(op uint16) string {
 		return "truncate"
 	case OpSync:
 		return "sync"
+	case OpSpace:
+		return "space"
+	case OpSeek:
+		return "seek"
+	case OpAllocated:
+		return "allocated"
+	case OpCopy:
+		return "copy"
 	case OpRemove:
 		return "remove"
 	case OpRemoveMany:

@@ -212,7 +212,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 			return fmt.Errorf("write %s: %w", in.Name, err)
 		}
 		return call(func(ctx context.Context) error {
-			_, err := meta.WriteDone(ctx, a.Ino, uint64(len(data)))
+			_, err := meta.WriteDone(ctx, a.Ino, uint64(len(data)), 0, proto.NoBlocks)
 			return err
 		})
 	}

@@ -1,0 +1,100 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/proto"
+)
+
+// copyPar bounds the Copy RPCs of one CopyRange in flight.
+const copyPar = 16
+
+// CopyRange is copy_file_range(2): it copies up to n bytes of src from
+// srcOff to dst at dstOff, stopping at the end of src, and returns how many
+// it copied. The bytes do not pass through this client: the range is cut
+// where a stripe unit of either file ends, and each piece is one
+// StorageService.Copy to the destination object's server, which reads the
+// source object itself (capabilities: dst's for writing, src's for
+// reading). This client's accepted writes to src are sent first; writes to
+// dst are held back meanwhile, as during a truncate. The copy counts as a
+// write to dst (size and mtime recorded at its next flush). Overlapping
+// ranges of one file fail with EINVAL; a storage server that cannot copy
+// (ENOSYS from an older one, EXDEV without peers) makes it fail with
+// EOPNOTSUPP, and the kernel then copies through the mount.
+func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *File, dstOff, n uint64) (uint64, error) {
+	ss, ds := src.st, dst.st
+	if ss == nil || ds == nil {
+		return 0, syscall.EINVAL
+	}
+	if err := src.stale(ctx); err != nil {
+		return 0, err
+	}
+	if err := dst.stale(ctx); err != nil {
+		return 0, err
+	}
+	ss.mu.Lock()
+	ss.drainLocked()
+	size, sl := ss.size(), ss.layout
+	ss.mu.Unlock()
+	if srcOff >= size || n == 0 {
+		return 0, nil
+	}
+	n = min(n, size-srcOff)
+	if ss == ds && srcOff < dstOff+n && dstOff < srcOff+n {
+		return 0, fmt.Errorf("client: copy within ino %d: overlapping ranges: %w", ss.ino, syscall.EINVAL)
+	}
+	dl := ds.beginTruncate()
+	defer ds.endTruncate()
+	if !usable(sl) || !usable(dl) {
+		return 0, fmt.Errorf("client: copy ino %d to %d: no usable layout: %w", ss.ino, ds.ino, syscall.EIO)
+	}
+	srcCap := ss.caps.get(proto.AccessRead)
+	if srcCap == nil {
+		return 0, fmt.Errorf("client: copy from ino %d: not open for reading: %w", ss.ino, syscall.EBADF)
+	}
+	type piece struct{ s, d layout.Extent }
+	var pieces []piece
+	for off := uint64(0); off < n; {
+		s, d := srcOff+off, dstOff+off
+		k := min(n-off, sl.StripeSize-s%sl.StripeSize, dl.StripeSize-d%dl.StripeSize)
+		pieces = append(pieces, piece{sl.Extents(s, k)[0], dl.Extents(d, k)[0]})
+		off += k
+	}
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	sem := make(chan struct{}, copyPar)
+	err := parallel(len(pieces), func(i int) error {
+		sem <- struct{}{}
+		defer func() { <-sem }()
+		p := pieces[i]
+		sobj := proto.ObjectID{Ino: ss.ino, Stripe: uint32(p.s.Stripe), Gen: ss.gen}
+		dobj := proto.ObjectID{Ino: ds.ino, Stripe: uint32(p.d.Stripe), Gen: ds.gen}
+		return ds.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
+			return c.storage.Copy(ctx, dl.Targets[p.d.Stripe], dobj, p.d.ObjOff, sl.Targets[p.s.Stripe], sobj, p.s.ObjOff, p.s.Len, srcCap.b)
+		})
+	})
+	if errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EXDEV) {
+		return 0, fmt.Errorf("client: copy ino %d to %d on the storage servers: %w (%v)", ss.ino, ds.ino, syscall.EOPNOTSUPP, err)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("client: copy ino %d to %d: %w", ss.ino, ds.ino, err)
+	}
+	ds.mu.Lock()
+	ds.end = max(ds.end, dstOff+n)
+	for s := range dl.Targets {
+		ds.unsynced[s] = true
+	}
+	ds.dirty = true
+	ds.seq++
+	ds.lastWrite = time.Now().UnixNano()
+	ds.dropRALocked()
+	ds.mu.Unlock()
+	return n, nil
+}
+
+func usable(l layout.Layout) bool { return len(l.Targets) > 0 && l.StripeSize > 0 }

@@ -1,0 +1,28 @@
+package layout
+
+// ObjectOffset returns the first offset of object stripe whose bytes lie
+// at or after file offset off: off's own place in the object if off falls
+// in a unit of that stripe, else the start of the stripe's next unit. So
+// the file range [a, b) occupies [ObjectOffset(s, a), ObjectOffset(s, b))
+// of each object s. The layout must be a valid file layout.
+func (l Layout) ObjectOffset(stripe int, off uint64) uint64 {
+	s, c := l.StripeSize, uint64(l.StripeCount)
+	unit, in := off/s, off%s
+	first := unit - unit%c // the first unit of off's row
+	i := uint64(stripe)
+	switch {
+	case unit%c == i:
+		return (unit/c)*s + in
+	case unit%c < i:
+		return (first / c) * s // the stripe's unit later in the same row
+	default:
+		return (first/c + 1) * s // the stripe's unit in the next row
+	}
+}
+
+// FileOffset returns the file offset of byte objOff of object stripe.
+func (l Layout) FileOffset(stripe int, objOff uint64) uint64 {
+	s, c := l.StripeSize, uint64(l.StripeCount)
+	k, in := objOff/s, objOff%s
+	return (k*c+uint64(stripe))*s + in
+}
