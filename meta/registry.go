@@ -135,6 +135,16 @@ func newRegistry(timeout time.Duration, now func() time.Time, seed uint64) *regi
 	}
 }
 
+// reload forgets what the registry knows and loads it again from st (a
+// new leader: its registry was not kept up to date as a follower).
+func (r *registry) reload(st store.Reader) error {
+	r.mu.Lock()
+	clear(r.byID)
+	clear(r.byUUID)
+	r.mu.Unlock()
+	return r.load(st)
+}
+
 func (r *registry) load(st store.Reader) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -20,6 +20,10 @@ type Replica struct {
 	// Peers are the initial voters' ids (this one's included): they
 	// bootstrap an empty log, and must be the same on every member.
 	Peers []uint64
+	// Addrs are the members' addresses by id (where clients and peers
+	// reach them): a follower names the leader's to clients
+	// (NotLeaderError, Members). Optional in tests.
+	Addrs map[uint64]string
 	// Log is the raft log, a pebble instance of its own (not Store). The
 	// caller opens and closes it.
 	Log *raftlog.Storage
@@ -53,6 +57,7 @@ type raftLog struct {
 	// Written by OnLeader and read by ProposeIf's check, both on the node
 	// goroutine.
 	minIno           uint64
+	notLeader        func(error) error // Server.notLeader
 	groups, commands atomic.Uint64
 }
 
@@ -114,7 +119,7 @@ func (l *raftLog) propose(ctx context.Context, c *Command) (applyResult, error) 
 		// ended or the outcome is unknown (ETIMEDOUT): the command may
 		// yet be applied.
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ETIMEDOUT) {
-			return applyResult{}, fmt.Errorf("meta: %w", err)
+			return applyResult{}, fmt.Errorf("meta: %w", l.notLeader(err))
 		}
 		return applyResult{}, fmt.Errorf("meta: %v: %w", err, syscall.ETIMEDOUT)
 	}
@@ -139,7 +144,7 @@ func (s *Server) startReplica(r *Replica) error {
 	case tick < 0:
 		tick = 0
 	}
-	l := &raftLog{}
+	l := &raftLog{notLeader: s.notLeader}
 	cfg := raftlog.Config{
 		ID: r.ID, Peers: r.Peers, Storage: r.Log, Transport: r.Transport,
 		SM:           &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno},
@@ -149,6 +154,7 @@ func (s *Server) startReplica(r *Replica) error {
 			s.raiseIno(s.sm.nextIno)
 			l.minIno = s.nextIno.Load()
 			s.log.Info("meta: leader", "id", r.ID, "term", term, "applied", s.sm.applied)
+			s.becameLeader(term)
 			if s.sm.nextIno == 0 {
 				s.bg.Add(1)
 				go func() {
@@ -195,7 +201,7 @@ func (s *Server) reader(ctx context.Context) (caller, error) {
 	}
 	if err := s.replica.readIndex(ctx); err != nil {
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) {
-			return cl, fmt.Errorf("meta: read: %w", err)
+			return cl, fmt.Errorf("meta: read: %w", s.notLeader(err))
 		}
 		return cl, fmt.Errorf("meta: read: %v: %w", err, syscall.ETIMEDOUT)
 	}

@@ -129,7 +129,8 @@ type Server struct {
 	// graceUntil ends the grace period after a restart (zero on a freshly
 	// formatted store): until then clients re-register the sessions the
 	// server forgot, and no orphan is reclaimed.
-	graceUntil time.Time
+	// (atomic: a new leader restarts it from the raft node's goroutine).
+	graceUntil atomic.Int64 // unix ns; 0: none
 	reclaiming map[proto.Ino]bool
 	pending    []proto.Ino // orphans to reclaim
 
@@ -258,7 +259,7 @@ func New(opts Options) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if sm.nextIno != 0 {
 		// A restart: open handles and sessions were in memory only.
-		s.graceUntil = time.Now().Add(opts.OrphanGrace)
+		s.graceUntil.Store(time.Now().Add(opts.OrphanGrace).UnixNano())
 	}
 	if opts.Replica == nil && (sm.nextIno == 0 || sm.fsid == "") {
 		fsid, err := newFSID()
@@ -324,7 +325,7 @@ func newGen() uint64 {
 }
 
 // FSID returns the file system's uuid, made when the store was formatted.
-func (s *Server) FSID() string { return s.sm.fsid }
+func (s *Server) FSID() string { return s.sm.fsidNow() }
 
 // checkMark refuses a store of another file system than its durable mark
 // names, and one that knows less than the mark.
@@ -371,6 +372,10 @@ func (s *Server) writeMark(force bool) error {
 // applied. It never blocks a commit: the mark only ever claims what a
 // synced batch already made durable, so it may lag but never lead.
 func (s *Server) markLoop() {
+	if s.marker == nil {
+		s.bg.Done() // a replica keeps no mark: its raft log is the record
+		return
+	}
 	s.every(s.opts.MarkInterval, func() {
 		if err := s.writeMark(false); err != nil {
 			s.log.Error("meta: durable mark not written", "err", err)
@@ -990,6 +995,13 @@ func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) 
 // a probe (EHOSTUNREACH otherwise). Every refusal is logged at warn with
 // the peer's address, rate-limited.
 func (s *Server) RegisterTarget(ctx context.Context, uuid string, info proto.TargetInfo) (proto.TargetID, error) {
+	if s.replica != nil {
+		// Heartbeats keep liveness in the leader's memory; a follower's
+		// registry is not used.
+		if err := s.leading(); err != nil {
+			return 0, err
+		}
+	}
 	who, err := s.registrant(ctx)
 	if err == nil {
 		err = checkUsage(info)

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/weft-fs/weft/layout"
@@ -56,8 +57,11 @@ type stateMachine struct {
 	// single server the log holds only commands that wrote (localLog), so
 	// applied counts the batches committed, as the durable mark
 	// (store.Mark) expects; on a replica it is the raft index.
-	applied  uint64
-	fsid     string // the file system's uuid ("" before format)
+	applied uint64
+	fsid    string // the file system's uuid ("" before format)
+	// fsidPub is fsid for readers on other goroutines than the applier's
+	// (Members, while a replica applies its first entries).
+	fsidPub  atomic.Pointer[string]
 	uuidToID map[string]proto.TargetID
 	idToUUID map[proto.TargetID]string
 }
@@ -78,6 +82,14 @@ type applyResult struct {
 	fsid string // init: the file system id stored
 }
 
+// fsidNow returns the file system id; safe on any goroutine.
+func (sm *stateMachine) fsidNow() string {
+	if p := sm.fsidPub.Load(); p != nil {
+		return *p
+	}
+	return ""
+}
+
 func errnof(errno syscall.Errno, format string, args ...any) error {
 	return fmt.Errorf("meta: "+format+": %w", append(args, errno)...)
 }
@@ -96,6 +108,7 @@ func openStateMachine(st store.Store) (*stateMachine, error) {
 	}
 	if v, err := st.Get(store.CounterKey(store.CounterFSID)); err == nil {
 		sm.fsid = string(v)
+		sm.fsidPub.Store(&sm.fsid)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
@@ -330,6 +343,7 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 	}
 	if t.res.fsid != "" {
 		sm.fsid = t.res.fsid
+		sm.fsidPub.Store(&t.res.fsid)
 	}
 	if c.Op == OpRegisterTarget {
 		sm.uuidToID[c.Text] = t.res.target

@@ -53,6 +53,13 @@ const (
 	OpSessionRenew uint16 = 39
 	OpSessionClose uint16 = 40
 
+	// OpMembers asks any member of a replicated metadata group what it
+	// knows of the group: its members' addresses and the leader
+	// (GroupService). Clients ask it when a member answers EAGAIN (not
+	// the leader) to learn where the leader is. 41..44 are reserved for
+	// the replicated group's client operations.
+	OpMembers uint16 = 41
+
 	// Retired op codes, never to be reused: 17 (Open) and 31 (CreateOpen)
 	// before capabilities changed their bodies. They are answered ENOSYS,
 	// so a client and a server of different versions fail plainly (the
@@ -583,6 +590,8 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &leaseResp{}, true
 	case OpSessionClose:
 		return &emptyMsg{}, &emptyMsg{}, true
+	case OpMembers:
+		return &emptyMsg{}, &membersResp{}, true
 	}
 	return nil, nil, false
 }
@@ -603,3 +612,50 @@ func request(op uint16) (message, bool) {
 }
 
 func errIO(err error) error { return fmt.Errorf("%w: %w", err, syscall.EIO) }
+
+// membersVersion is the format of an OpMembers answer:
+//
+//	u8      version
+//	string  fsid ("" before the file system is formatted)
+//	u64     the answering member's id (0: a single server)
+//	u64     the leader's id (0: none known)
+//	string  the leader's address ("" if not known)
+//	u64     the raft term
+//	u32     n, then n × (u64 id, string address)
+const membersVersion = 1
+
+// maxMembers bounds the members an answer may list (raft groups are 3 or
+// 5; the bound is the decoder's, not policy).
+const maxMembers = 64
+
+type membersResp struct{ M Membership }
+
+func (m *membersResp) encode(e *wire.Encoder) {
+	e.U8(membersVersion)
+	e.String(m.M.FSID)
+	e.U64(m.M.ID)
+	e.U64(m.M.Leader)
+	e.String(m.M.LeaderAddr)
+	e.U64(m.M.Term)
+	e.U32(uint32(len(m.M.Members)))
+	for _, x := range m.M.Members {
+		e.U64(x.ID)
+		e.String(x.Addr)
+	}
+}
+
+func (m *membersResp) decode(d *wire.Decoder) {
+	if v := d.U8(); d.Err() == nil && v != membersVersion {
+		d.Fail(fmt.Errorf("metarpc: members answer of version %d, want %d", v, membersVersion))
+		return
+	}
+	m.M.FSID = d.String()
+	m.M.ID = d.U64()
+	m.M.Leader = d.U64()
+	m.M.LeaderAddr = d.String()
+	m.M.Term = d.U64()
+	n := d.Count(maxMembers, 12)
+	for i := 0; i < n && d.Err() == nil; i++ {
+		m.M.Members = append(m.M.Members, Member{ID: d.U64(), Addr: d.String()})
+	}
+}

@@ -20,6 +20,7 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h := &handler{svc: svc, reg: reg, log: log}
 	h.ext, _ = svc.(Extended)
 	h.sess, _ = svc.(SessionService)
+	h.grp, _ = svc.(GroupService)
 	return h.serve
 }
 
@@ -27,6 +28,7 @@ type handler struct {
 	svc  proto.MetaService
 	ext  Extended       // nil if svc does not offer it
 	sess SessionService // nil if svc does not offer it
+	grp  GroupService   // nil if svc does not offer it
 	reg  proto.TargetRegistry
 	log  *slog.Logger
 }
@@ -70,6 +72,12 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 			return nil, errNoExt
 		}
 		return h.callExt(ctx, op, req)
+	case OpMembers:
+		if h.grp == nil {
+			return nil, fmt.Errorf("metarpc: the service has no group: %w", syscall.ENOSYS)
+		}
+		m, err := h.grp.Members(ctx)
+		return &membersResp{m}, err
 	case OpSessionOpen, OpSessionRenew, OpSessionClose:
 		if h.sess == nil {
 			return nil, fmt.Errorf("metarpc: the service has no sessions: %w", syscall.ENOSYS)

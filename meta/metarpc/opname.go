@@ -12,7 +12,7 @@ var opNames = map[uint16]string{
 	OpTargets: "targets", OpRegisterTarget: "register_target", OpCreateOpen: "create_open",
 	OpUnlinkAt: "unlink_at", OpRmdirAt: "rmdir_at", OpReleaseMany: "release_many",
 	OpCapability: "capability", OpSessionOpen: "session_open", OpSessionRenew: "session_renew",
-	OpSessionClose: "session_close",
+	OpSessionClose: "session_close", OpMembers: "members",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.
