@@ -223,7 +223,7 @@ func (c *Cluster) storageMetaAddr(i int) string {
 		_, port, _ := net.SplitHostPort(c.meta.addr)
 		return net.JoinHostPort(c.nets.hostIP(i), port)
 	}
-	return c.meta.addr
+	return c.MetaAddr()
 }
 
 // StorageNetNS returns the network namespace of storage server i, or ""
