@@ -38,13 +38,13 @@ type Options struct {
 	// it off while it keeps running (see netns.go). The metadata server
 	// then listens on every address (0.0.0.0) to be reachable from the
 	// namespaces; MetaAddr stays a loopback address.
-	NetNS       bool
-	MetaArgs    []string // extra `weft meta` flags
+	NetNS    bool
+	MetaArgs []string // extra `weft meta` flags
 	// MetaReplicas, above 1, runs a replicated metadata group of that
 	// many `weft meta --id --peers` members instead of one server
 	// (replicas.go); clients get every member's address. Not with NetNS.
 	MetaReplicas int
-	StorageArgs []string // extra `weft storage` flags
+	StorageArgs  []string // extra `weft storage` flags
 }
 
 func (o *Options) fill() {
