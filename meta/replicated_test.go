@@ -24,11 +24,16 @@ type replicaSet struct {
 	stores map[uint64]*store.Mem
 	logs   map[uint64]*raftlog.Storage
 	srvs   map[uint64]*Server
+	// addrs, if set, are the members' client addresses (Replica.Addrs);
+	// the servers then admit unauthenticated peers (tests without TLS).
+	addrs map[uint64]string
 }
 
-func newReplicaSet(t *testing.T, n int) *replicaSet {
+func newReplicaSet(t *testing.T, n int) *replicaSet { return newReplicaSetAddrs(t, n, nil) }
+
+func newReplicaSetAddrs(t *testing.T, n int, addrs map[uint64]string) *replicaSet {
 	r := &replicaSet{t: t, nw: raftlog.NewMemNetwork(), fs: map[uint64]vfs.FS{}, stores: map[uint64]*store.Mem{},
-		logs: map[uint64]*raftlog.Storage{}, srvs: map[uint64]*Server{}}
+		logs: map[uint64]*raftlog.Storage{}, srvs: map[uint64]*Server{}, addrs: addrs}
 	for i := 1; i <= n; i++ {
 		id := uint64(i)
 		r.ids = append(r.ids, id)
@@ -56,8 +61,9 @@ func (r *replicaSet) start(id uint64) {
 	}
 	srv, err := New(Options{
 		Store: r.stores[id], Storage: newFakeStorage(), Seed: 1, OrphanGrace: time.Hour,
+		AllowUnauthenticated: r.addrs != nil,
 		Replica: &Replica{
-			ID: id, Peers: r.ids, Log: lg, Transport: r.nw.Transport(id),
+			ID: id, Peers: r.ids, Addrs: r.addrs, Log: lg, Transport: r.nw.Transport(id),
 			Started: func(n *raftlog.Node) { r.nw.Attach(id, n) },
 			// A 250 ms election timeout: long enough that a loaded test
 			// machine does not depose the leader mid-test (the test

@@ -1,0 +1,111 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
+)
+
+// TestReplicatedClientFollowsLeader serves a group of three replicated
+// servers over real TCP (metarpc) and gives a client only one follower's
+// address: it finds the leader (Members), its requests (in a session) work, and when the
+// leader stops it follows the new one and its requests go on working;
+// the followers refuse requests with EAGAIN naming the leader.
+func TestReplicatedClientFollowsLeader(t *testing.T) {
+	quiet := slog.New(slog.DiscardHandler)
+	tr := transport.NewTCPWith(transport.TCPOptions{Logger: quiet})
+	var (
+		mu   sync.Mutex
+		srvs = map[uint64]*Server{}
+		lns  = map[uint64]transport.Listener{}
+	)
+	addrs := map[uint64]string{}
+	for id := uint64(1); id <= 3; id++ {
+		ln, err := tr.Listen("127.0.0.1:0", func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+			mu.Lock()
+			s := srvs[id]
+			mu.Unlock()
+			if s == nil {
+				return nil, syscall.EAGAIN
+			}
+			return metarpc.NewHandler(s, s, quiet)(ctx, op, req)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		lns[id], addrs[id] = ln, ln.Addr()
+		t.Cleanup(func() { ln.Close() })
+	}
+	r := newReplicaSetAddrs(t, 3, addrs)
+	mu.Lock()
+	for id, s := range r.srvs {
+		srvs[id] = s
+	}
+	mu.Unlock()
+	lead := r.leader()
+	follower := lead%3 + 1
+
+	pool := transport.NewPool(tr, transport.PoolOptions{})
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // against hangs only
+	defer cancel()
+
+	// A follower refuses, naming the leader.
+	direct := metarpc.NewConnClient(dial(t, tr, addrs[follower]))
+	_, err := direct.Mkdir(ctx, proto.RootIno, "x", 0o755, 0, 0)
+	if !errors.Is(err, syscall.EAGAIN) {
+		t.Fatalf("mkdir on follower %d: %v, want EAGAIN", follower, err)
+	}
+	m, err := direct.Members(ctx)
+	if err != nil || m.Leader != lead || m.LeaderAddr != addrs[lead] || len(m.Members) != 3 || m.ID != follower {
+		t.Fatalf("follower %d's Members: %+v, %v; want leader %d at %s", follower, m, err, lead, addrs[lead])
+	}
+
+	c := metarpc.NewClient(pool, addrs[follower], metarpc.WithSession(proto.NewSessionID()))
+	if _, err := c.OpenSession(ctx, nil); err != nil {
+		t.Fatal(err)
+	}
+	d, err := c.Mkdir(ctx, proto.RootIno, "d", 0o755, 0, 0)
+	if err != nil {
+		t.Fatalf("mkdir through a client given a follower's address: %v", err)
+	}
+	if _, err := c.Symlink(ctx, d.Ino, "before", "t", 0, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	// The leader stops; the client's next requests go to the new one.
+	r.stop(lead)
+	mu.Lock()
+	delete(srvs, lead)
+	mu.Unlock()
+	lns[lead].Close()
+	if _, err := c.Symlink(ctx, d.Ino, "after", "t", 0, 0); err != nil {
+		t.Fatalf("create after the leader stopped: %v", err)
+	}
+	for _, name := range []string{"before", "after"} {
+		if _, err := c.Lookup(ctx, d.Ino, name); err != nil {
+			t.Errorf("lookup %s after the failover: %v", name, err)
+		}
+	}
+	if now := r.leader(); now == lead {
+		t.Fatalf("stopped member %d still leads", lead)
+	}
+}
+
+func dial(t *testing.T, tr transport.Transport, addr string) transport.Conn {
+	t.Helper()
+	conn, err := tr.Dial(context.Background(), addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	return conn
+}
