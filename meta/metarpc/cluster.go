@@ -48,7 +48,7 @@ func (c *Client) Members(ctx context.Context) (Membership, error) {
 // followMax.
 const (
 	followFirst = 20 * time.Millisecond
-	followMax   = 500 * time.Millisecond
+	followMax   = 250 * time.Millisecond
 )
 
 // cluster sends requests to the leader of a replicated metadata group,

@@ -75,7 +75,7 @@ func (s *seqs) end(seq uint64) {
 // Retry backoff of a mutation whose connection broke.
 const (
 	retryFirst = 10 * time.Millisecond
-	retryMax   = time.Second
+	retryMax   = 250 * time.Millisecond
 )
 
 // retryable reports whether err says the request may not have reached the
