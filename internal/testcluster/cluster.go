@@ -44,7 +44,11 @@ type Options struct {
 	// many `weft meta --id --peers` members instead of one server
 	// (replicas.go); clients get every member's address. Not with NetNS.
 	MetaReplicas int
-	StorageArgs  []string // extra `weft storage` flags
+	// MetaNetNS runs each member of the metadata group in a network
+	// namespace of its own (metanetns.go), so that PartitionMetaMember can
+	// cut one off while it runs. Needs MetaReplicas.
+	MetaNetNS   bool
+	StorageArgs []string // extra `weft storage` flags
 }
 
 func (o *Options) fill() {
@@ -111,7 +115,8 @@ type Cluster struct {
 	targets  [][]string // target dirs of each storage server
 	mounts   []*proc
 	mntPaths []string
-	nets     *netns // set when opts.NetNS
+	nets     *netns    // set when opts.NetNS
+	metaNets *metaNets // set when opts.MetaNetNS
 }
 
 // Start builds weft if needed, starts a cluster as opts describe and waits
@@ -152,6 +157,8 @@ func Start(t testing.TB, opts Options) *Cluster {
 			t.Fatal("testcluster: MetaReplicas with NetNS is not supported yet")
 		}
 		c.setupReplicas()
+	} else if opts.MetaNetNS {
+		t.Fatal("testcluster: MetaNetNS needs MetaReplicas")
 	} else {
 		c.meta = &proc{name: "meta", addr: freeAddr(t), log: c.logPath("meta")}
 		c.meta.args = func() []string {
@@ -176,6 +183,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 		p := &proc{name: fmt.Sprintf("storage-%d", i), addr: freeAddr(t), log: c.logPath(fmt.Sprintf("storage-%d", i))}
 		if c.nets != nil {
 			p.addr, p.netns = c.nets.storageAddr(i), c.nets.name(i)
+		}
+		if c.metaNets != nil {
+			// Members in namespaces reach the host at its bridge address.
+			_, port, _ := net.SplitHostPort(p.addr)
+			p.addr = net.JoinHostPort(c.metaNets.hostIP(), port)
 		}
 		p.args = func() []string {
 			a := []string{"storage", "--listen", p.addr, "--meta", c.storageMetaAddr(i), "--keys", c.Keys("storage")}

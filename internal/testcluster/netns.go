@@ -134,6 +134,9 @@ func (c *Cluster) setupNetNS() {
 // teardownNetNS deletes what setupNetNS created; it runs after the
 // processes are killed and tolerates a partial setup.
 func (c *Cluster) teardownNetNS() {
+	if c.metaNets != nil {
+		c.metaNets.teardown(c.t.Logf)
+	}
 	n := c.nets
 	if n == nil {
 		return

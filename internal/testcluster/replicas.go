@@ -19,8 +19,17 @@ import (
 func (c *Cluster) setupReplicas() {
 	n := c.opts.MetaReplicas
 	peers := make([]string, n)
+	var nets *metaNets
+	if c.opts.MetaNetNS {
+		nets = c.setupMetaNetNS(n)
+	}
 	for i := range n {
-		p := &proc{name: fmt.Sprintf("meta-%d", i+1), addr: freeAddr(c.t), log: c.logPath(fmt.Sprintf("meta-%d", i+1))}
+		p := &proc{name: fmt.Sprintf("meta-%d", i+1), log: c.logPath(fmt.Sprintf("meta-%d", i+1))}
+		if nets != nil {
+			p.addr, p.netns = nets.memberAddr(i), nets.member(i)
+		} else {
+			p.addr = freeAddr(c.t)
+		}
 		peers[i] = fmt.Sprintf("%d=%s", i+1, p.addr)
 		c.metas = append(c.metas, p)
 	}

@@ -51,6 +51,17 @@ const (
 	followMax   = 250 * time.Millisecond
 )
 
+// attemptTimeout bounds one attempt at a member when the client knows
+// several: a member cut off by a partition drops packets and nothing
+// else tells (no refusal, no reset), so without it the first request to
+// a cut-off leader would wait out the caller's whole deadline. An attempt
+// that gets no answer in time counts as unreachable: the transport's pool
+// then suspects the address (later calls to it fail at once until it
+// answers a probe) and the request moves on to the next member if it may
+// be sent again. A live but slow leader costs a retry, which the dedupe
+// makes harmless.
+const attemptTimeout = 5 * time.Second
+
 // cluster sends requests to the leader of a replicated metadata group,
 // given the addresses of some of its members (a single server: one
 // address, and nothing changes). It starts with the first address; a
@@ -143,7 +154,12 @@ func (c *cluster) call(ctx context.Context, op uint16, resend bool, parts ...[]b
 	wait := followFirst
 	for {
 		addr, n := c.current()
-		b, err := c.pool.Call(ctx, addr, op, parts...)
+		actx, cancel := ctx, context.CancelFunc(func() {})
+		if n > 1 {
+			actx, cancel = context.WithTimeout(ctx, attemptTimeout)
+		}
+		b, err := c.pool.Call(actx, addr, op, parts...)
+		cancel()
 		if err == nil {
 			return b, nil
 		}
@@ -152,7 +168,7 @@ func (c *cluster) call(ctx context.Context, op uint16, resend bool, parts ...[]b
 			if c.follow(ctx, addr) {
 				continue // to the leader at once
 			}
-		case unreachable(err) && n > 1:
+		case unreachable(err) && n > 1 && ctx.Err() == nil:
 			c.moveOn(addr)
 			if !resend {
 				return nil, err
