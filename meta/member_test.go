@@ -141,4 +141,3 @@ func freePort(t *testing.T) string {
 	defer l.Close()
 	return l.Addr().String()
 }
-
