@@ -100,10 +100,10 @@ func (s *Server) Members(ctx context.Context) (metarpc.Membership, error) {
 // followers update only through applied commands, and every registered
 // target counts as up for one heartbeat timeout.
 func (s *Server) becameLeader(term uint64) {
-	if s.sm.nextIno == 0 {
-		return // a new file system: nothing to remember, no grace needed
+	fresh := s.sm.nextIno == 0 // not formatted yet: no handle can exist, no grace needed
+	if !fresh {
+		s.graceUntil.Store(time.Now().Add(s.opts.OrphanGrace).UnixNano())
 	}
-	s.graceUntil.Store(time.Now().Add(s.opts.OrphanGrace).UnixNano())
 	s.mu.Lock()
 	clear(s.sessions)
 	clear(s.sessOpens)
@@ -112,6 +112,9 @@ func (s *Server) becameLeader(term uint64) {
 	s.mu.Unlock()
 	if err := s.reg.reload(s.st); err != nil {
 		s.log.Error("meta: reload the target registry as new leader", "err", err)
+	}
+	if fresh {
+		return
 	}
 	s.bg.Add(1)
 	go func() {
