@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -58,6 +59,7 @@ type raftLog struct {
 	// goroutine.
 	minIno           uint64
 	notLeader        func(error) error // Server.notLeader
+	reads            readBarrier
 	groups, commands atomic.Uint64
 }
 
@@ -104,7 +106,7 @@ func (l *raftLog) stats() (groups, commands uint64)    { return l.groups.Load(),
 func isNewInode(c *Command) bool                       { return c.Op == OpCreate || c.Op == OpMkdir || c.Op == OpSymlink }
 func (l *raftLog) status() raftlog.Status              { return l.node.Status() }
 func (l *raftLog) stop()                               { l.node.Stop() }
-func (l *raftLog) readIndex(ctx context.Context) error { return l.node.ReadIndex(ctx) }
+func (l *raftLog) readIndex(ctx context.Context) error { return l.reads.wait(ctx, l.node.ReadIndex) }
 func (l *raftLog) propose(ctx context.Context, c *Command) (applyResult, error) {
 	check := func() error {
 		if isNewInode(c) && uint64(c.Ino) < l.minIno {
@@ -225,4 +227,68 @@ func (s *Server) ReplicaStatus() (st raftlog.Status, ok bool) {
 		return raftlog.Status{}, false
 	}
 	return s.replica.status(), true
+}
+
+// readRoundTimeout bounds one ReadIndex of the read barrier: a leader cut
+// off from its quorum never confirms, and its readers must not wait for
+// it longer than this (they get ETIMEDOUT and try another member).
+const readRoundTimeout = 5 * time.Second
+
+// readBarrier coalesces the read barriers of concurrent reads: a read
+// joins the next round of raft's ReadIndex that has not been issued yet,
+// or starts one; while a round is under way, reads that arrive join the
+// round after it. Every round is issued after each of its reads arrived,
+// so it confirms leadership and the commit index as of a moment after
+// the read arrived, which is what a linearizable read needs; but a burst
+// of N concurrent reads costs one or two quorum rounds, not N.
+type readBarrier struct {
+	mu       sync.Mutex
+	next     *readRound // the round arriving reads join; nil: none yet
+	inflight bool       // a round is being issued
+}
+
+type readRound struct {
+	done  chan struct{}
+	err   error
+	reads int // how many reads joined (tests)
+}
+
+// wait returns once a round issued after the call has confirmed (or
+// failed: its error), or when ctx ends.
+func (b *readBarrier) wait(ctx context.Context, issue func(context.Context) error) error {
+	b.mu.Lock()
+	r := b.next
+	if r == nil {
+		r = &readRound{done: make(chan struct{})}
+		b.next = r
+	}
+	r.reads++
+	if !b.inflight {
+		b.inflight, b.next = true, nil
+		go b.run(r, issue)
+	}
+	b.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("meta: read barrier: %w", ctx.Err())
+	}
+}
+
+// run issues round r, then every round that filled meanwhile, until none
+// waits.
+func (b *readBarrier) run(r *readRound, issue func(context.Context) error) {
+	for r != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), readRoundTimeout)
+		r.err = issue(ctx)
+		cancel()
+		close(r.done)
+		b.mu.Lock()
+		r, b.next = b.next, nil
+		if r == nil {
+			b.inflight = false
+		}
+		b.mu.Unlock()
+	}
 }
