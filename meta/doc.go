@@ -333,7 +333,10 @@
 // StatFS) pass a read barrier (Server.reader): only the leader answers, once
 // raft's ReadIndex confirmed with a quorum that it is still leader and it
 // has applied everything committed by then; a follower fails with EAGAIN
-// naming the leader. A single server reads at once, as before.
+// naming the leader. Concurrent reads share ReadIndex rounds (readBarrier:
+// a read joins the next round not yet issued, so its round always starts
+// after it arrived; one round at a time, bounded by 5 s). A single server
+// reads at once, as before.
 //
 // Every request to a member that is not the ready leader is refused
 // before anything is done (caller, leader.go): EAGAIN with a
