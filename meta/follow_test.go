@@ -109,3 +109,49 @@ func dial(t *testing.T, tr transport.Transport, addr string) transport.Conn {
 	t.Cleanup(func() { conn.Close() })
 	return conn
 }
+
+// TestReplicatedCreateOpenRetryAfterFailover: a CreateOpen applied by a
+// leader that then stopped, retried with the same sequence number on the
+// new leader (its reply was lost with the old one), answers the first
+// attempt's file, neither EEXIST nor a second file, and the new leader
+// counts its handle (the old leader's count died with it), so the file
+// is not reclaimed under the client.
+func TestReplicatedCreateOpenRetryAfterFailover(t *testing.T) {
+	r := newReplicaSet(t, 3)
+	r.do(func(s *Server) error {
+		_, err := s.RegisterTarget(ctx, "t1", proto.TargetInfo{Addr: "host:t1", Total: 2 << 30, Used: 1 << 30, Free: 1 << 30})
+		return err
+	})
+	lead := r.leader()
+	s := r.srvs[lead]
+	if _, err := s.OpenSession(req(7, 0), nil); err != nil {
+		t.Fatal(err)
+	}
+	in := proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0o644, Exclusive: true}
+	a1, _, _, err := s.CreateOpen(req(7, 1), in, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.converged()
+	r.stop(lead)
+
+	now := r.leader()
+	s2 := r.srvs[now]
+	if _, err := s2.OpenSession(req(7, 0), nil); err != nil {
+		t.Fatalf("re-register the session with the new leader: %v", err)
+	}
+	a2, _, _, err := s2.CreateOpen(req(7, 1), in, proto.AccessReadWrite)
+	if err != nil || a2.Ino != a1.Ino {
+		t.Fatalf("retried CreateOpen on the new leader: %+v, %v; want inode %d", a2, err, a1.Ino)
+	}
+	if n := s2.OpenCount(a1.Ino); n != 1 {
+		t.Fatalf("the new leader counts %d handles on the file, want 1", n)
+	}
+	// A second retry on the same leader counts nothing more.
+	if _, _, _, err := s2.CreateOpen(req(7, 1), in, proto.AccessReadWrite); err != nil {
+		t.Fatal(err)
+	}
+	if n := s2.OpenCount(a1.Ino); n != 1 {
+		t.Fatalf("after a second retry the new leader counts %d handles, want 1", n)
+	}
+}

@@ -768,6 +768,7 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 	} else {
 		open = false
 	}
+	seenHere := false // this server saw the request before (and counted its handle)
 	if open {
 		// The new inode number is never used before this command, so the
 		// handle can be counted before it exists: it cannot be reclaimed
@@ -777,6 +778,9 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 			s.mu.Unlock()
 			return proto.Attr{}, proto.Attr{}, nil, err
 		}
+		// An unregistered (in-process) session keeps no request numbers:
+		// its retries are taken to have come here.
+		seenHere = s.sessions[cl.sess] == nil || s.seenLocked(cl.sess, cl.seq)
 		s.countOpenLocked(cl.sess, c.Ino, want.Has(proto.AccessWrite))
 		s.mu.Unlock()
 	}
@@ -795,7 +799,14 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 	}
 	if r.dup {
 		// A retry of a request that was applied: its first attempt
-		// counted the handle already.
+		// counted the handle, if it reached this server; if it reached
+		// another (the leader before a failover), the handle is counted
+		// here now.
+		if !seenHere && r.attr.Ino != 0 {
+			s.mu.Lock()
+			s.countOpenLocked(cl.sess, r.attr.Ino, want.Has(proto.AccessWrite))
+			s.mu.Unlock()
+		}
 		cap, err := s.issue(ctx, &r.attr, want)
 		return r.attr, r.parent, cap, err
 	}
