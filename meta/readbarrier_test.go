@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"github.com/weft-fs/weft/meta/raftlog"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -72,5 +73,47 @@ func TestReadBarrier(t *testing.T) {
 	wg.Wait()
 	if n := issued.Load(); n != 2 {
 		t.Fatalf("%d rounds for 9 reads, want 2", n)
+	}
+}
+
+// TestReadBarrierLease: after a round confirmed leadership, reads within
+// the lease need no round while the member leads in the same term; a new
+// term, a lost leadership, or the lease's end need a round again.
+func TestReadBarrierLease(t *testing.T) {
+	var st atomic.Pointer[raftlog.Status]
+	st.Store(&raftlog.Status{Ready: true, IsLeader: true, Term: 3})
+	b := readBarrier{lease: time.Hour, status: func() raftlog.Status { return *st.Load() }}
+	var rounds atomic.Int64
+	issue := func(context.Context) error { rounds.Add(1); return nil }
+	read := func() {
+		t.Helper()
+		if err := b.wait(context.Background(), issue); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read()
+	for range 5 {
+		read()
+	}
+	if n := rounds.Load(); n != 1 {
+		t.Fatalf("%d rounds for 6 reads within the lease, want 1", n)
+	}
+	st.Store(&raftlog.Status{Ready: true, IsLeader: true, Term: 4}) // leader again, in a new term
+	read()
+	if n := rounds.Load(); n != 2 {
+		t.Fatalf("a read in a new term took %d rounds in all, want 2", n)
+	}
+	st.Store(&raftlog.Status{Term: 4}) // not leader: no lease (the round fails elsewhere)
+	read()
+	if n := rounds.Load(); n != 3 {
+		t.Fatalf("a read on a member that does not lead: %d rounds in all, want 3", n)
+	}
+	st.Store(&raftlog.Status{Ready: true, IsLeader: true, Term: 4})
+	b.mu.Lock()
+	b.leaseUntil = time.Now().Add(-time.Second) // the lease ran out
+	b.mu.Unlock()
+	read()
+	if n := rounds.Load(); n != 4 {
+		t.Fatalf("a read after the lease: %d rounds in all, want 4", n)
 	}
 }

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -40,6 +41,14 @@ type Replica struct {
 	// (default 1).
 	TickInterval                time.Duration
 	ElectionTick, HeartbeatTick int
+	// ReadLease, if positive, lets the leader answer reads without a
+	// quorum round for this long after a ReadIndex round confirmed its
+	// leadership (readBarrier). It must be below the election timeout
+	// (ElectionTick ticks): followers that acknowledged the round refuse
+	// to vote for anyone else for that long (raft's CheckQuorum lease), so
+	// no other leader can commit anything meanwhile. 0: every read waits
+	// for a round of its own.
+	ReadLease time.Duration
 }
 
 // raftLog is the commit path of a replicated server. Proposals go to the
@@ -147,6 +156,15 @@ func (s *Server) startReplica(r *Replica) error {
 		tick = 0
 	}
 	l := &raftLog{notLeader: s.notLeader}
+	et := tick * time.Duration(cmp.Or(r.ElectionTick, 10))
+	if r.ReadLease > 0 && tick > 0 && r.ReadLease >= et {
+		return fmt.Errorf("meta: read lease %v must be shorter than the election timeout %v", r.ReadLease, et)
+	}
+	if tick > 0 {
+		// Without a clock (tests tick by hand) there is no lease.
+		l.reads.lease = r.ReadLease
+	}
+	l.reads.status = func() raftlog.Status { return l.node.Status() }
 	cfg := raftlog.Config{
 		ID: r.ID, Peers: r.Peers, Storage: r.Log, Transport: r.Transport,
 		SM:           &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno},
@@ -241,10 +259,26 @@ const readRoundTimeout = 5 * time.Second
 // so it confirms leadership and the commit index as of a moment after
 // the read arrived, which is what a linearizable read needs; but a burst
 // of N concurrent reads costs one or two quorum rounds, not N.
+//
+// With a lease (Replica.ReadLease), a round that confirmed leadership
+// also lets reads that arrive within the lease after the round was issued
+// be answered at once, while this member still leads in the same term:
+// the followers that acknowledged the round will not vote for another
+// member until an election timeout after it, so no other leader can have
+// committed anything; and every change this leader acknowledged is
+// applied here. The lease is measured on the monotonic clock from before
+// the round was issued; it assumes clocks that advance at about the same
+// rate on every member (the lease is half the election timeout to leave
+// room for that).
 type readBarrier struct {
 	mu       sync.Mutex
 	next     *readRound // the round arriving reads join; nil: none yet
 	inflight bool       // a round is being issued
+
+	lease      time.Duration         // 0: no lease reads
+	status     func() raftlog.Status // the node's status
+	leaseUntil time.Time             // reads before it (in leaseTerm) need no round
+	leaseTerm  uint64
 }
 
 type readRound struct {
@@ -256,6 +290,15 @@ type readRound struct {
 // wait returns once a round issued after the call has confirmed (or
 // failed: its error), or when ctx ends.
 func (b *readBarrier) wait(ctx context.Context, issue func(context.Context) error) error {
+	if b.lease > 0 {
+		st := b.status()
+		b.mu.Lock()
+		ok := st.Ready && st.Term == b.leaseTerm && time.Now().Before(b.leaseUntil)
+		b.mu.Unlock()
+		if ok {
+			return nil
+		}
+	}
 	b.mu.Lock()
 	r := b.next
 	if r == nil {
@@ -280,9 +323,23 @@ func (b *readBarrier) wait(ctx context.Context, issue func(context.Context) erro
 // waits.
 func (b *readBarrier) run(r *readRound, issue func(context.Context) error) {
 	for r != nil {
+		var (
+			start = time.Now()
+			st    raftlog.Status
+		)
+		if b.lease > 0 {
+			st = b.status()
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), readRoundTimeout)
 		r.err = issue(ctx)
 		cancel()
+		if r.err == nil && b.lease > 0 && st.Ready {
+			if now := b.status(); now.Ready && now.Term == st.Term {
+				b.mu.Lock()
+				b.leaseUntil, b.leaseTerm = start.Add(b.lease), st.Term
+				b.mu.Unlock()
+			}
+		}
 		close(r.done)
 		b.mu.Lock()
 		r, b.next = b.next, nil

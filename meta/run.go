@@ -60,6 +60,10 @@ type Config struct {
 	// heartbeats every HeartbeatTicks (default 1).
 	TickInterval                  time.Duration
 	ElectionTicks, HeartbeatTicks int
+	// LeaseReads lets the leader answer reads for half an election
+	// timeout after a quorum confirmed its leadership, instead of a
+	// quorum round per burst of reads (Replica.ReadLease).
+	LeaseReads bool
 }
 
 // Validate checks the configuration and reports the first problem.

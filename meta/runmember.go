@@ -1,12 +1,14 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/meta/raftlog"
@@ -66,8 +68,13 @@ func startMember(ctx context.Context, cfg Config, tr transport.Transport, st *st
 		m.close()
 		return nil, fmt.Errorf("meta: %w", err)
 	}
+	var lease time.Duration
+	if cfg.LeaseReads {
+		lease = cmp.Or(cfg.TickInterval, 100*time.Millisecond) * time.Duration(cmp.Or(cfg.ElectionTicks, 10)) / 2
+	}
 	m.replica = &Replica{
-		ID: cfg.ID, Peers: cfg.Peers.IDs(), Addrs: cfg.Peers, Log: lg, Transport: m.tcp,
+		ReadLease: lease,
+		ID:        cfg.ID, Peers: cfg.Peers.IDs(), Addrs: cfg.Peers, Log: lg, Transport: m.tcp,
 		Started:      m.tcp.Start,
 		TickInterval: cfg.TickInterval, ElectionTick: cfg.ElectionTicks, HeartbeatTick: cfg.HeartbeatTicks,
 	}

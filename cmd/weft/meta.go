@@ -33,6 +33,7 @@ type metaOptions struct {
 	RaftTick       units.Duration `toml:"raft_tick"`
 	ElectionTicks  int            `toml:"election_ticks"`
 	HeartbeatTicks int            `toml:"heartbeat_ticks"`
+	LeaseReads     bool           `toml:"lease_reads"`
 	peers          meta.Peers
 	accessOptions
 	daemonOptions
@@ -121,6 +122,7 @@ group serves while a majority of its members run.`,
 	fs.Var(&o.RaftTick, "raft-tick", "raft's clock tick (replicated group)")
 	fs.IntVar(&o.ElectionTicks, "election-ticks", 10, "ticks without a leader before a member calls an election (raft randomizes between this and twice it)")
 	fs.IntVar(&o.HeartbeatTicks, "heartbeat-ticks", 1, "ticks between the leader's heartbeats")
+	fs.BoolVar(&o.LeaseReads, "lease-reads", true, "the leader answers reads for half an election timeout after a quorum confirmed it leads (false: a quorum round for every burst of reads)")
 	fs.BoolVar(&o.AcceptRollback, "accept-rollback", false,
 		"serve a store that has fewer changes than it had durably applied before (an older backup restored on purpose)")
 	o.accessOptions.addFlags(fs)
@@ -210,6 +212,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		TickInterval:     time.Duration(o.RaftTick),
 		ElectionTicks:    o.ElectionTicks,
 		HeartbeatTicks:   o.HeartbeatTicks,
+		LeaseReads:       o.LeaseReads,
 		Logger:           d.log,
 		Transport:        d.transport,
 		Access:           acc,
