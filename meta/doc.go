@@ -335,8 +335,16 @@
 // has applied everything committed by then; a follower fails with EAGAIN
 // naming the leader. Concurrent reads share ReadIndex rounds (readBarrier:
 // a read joins the next round not yet issued, so its round always starts
-// after it arrived; one round at a time, bounded by 5 s). A single server
-// reads at once, as before.
+// after it arrived; one round at a time, bounded by 5 s). With
+// Replica.ReadLease (Config.LeaseReads, `weft meta --lease-reads`, on by
+// default: half the election timeout) a round that confirmed leadership
+// also covers the reads that arrive within the lease after it was issued,
+// in the same term: the followers that acknowledged it will not vote for
+// anyone else within an election timeout (CheckQuorum's lease), so no
+// other leader can have committed anything, and everything this leader
+// acknowledged is applied here. It assumes clock rates that differ by
+// less than the margin (half the timeout). A single server reads at once,
+// as before.
 //
 // Every request to a member that is not the ready leader is refused
 // before anything is done (caller, leader.go): EAGAIN with a

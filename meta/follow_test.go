@@ -155,3 +155,38 @@ func TestReplicatedCreateOpenRetryAfterFailover(t *testing.T) {
 		t.Fatalf("after a second retry the new leader counts %d handles, want 1", n)
 	}
 }
+
+// TestReplicatedTargetsAfterFailover: a new leader reloads the target
+// registry from its store; a target registered well before counts up at
+// once (files can be placed right after a failover), while one whose
+// registration it applied only moments ago (while taking over: its
+// server may not have the reply, and so its id, yet) counts down until
+// its server is heard from.
+func TestReplicatedTargetsAfterFailover(t *testing.T) {
+	r := newReplicaSet(t, 3)
+	info := proto.TargetInfo{Addr: "host:t1", Total: 2 << 30, Used: 1 << 30, Free: 1 << 30}
+	r.do(func(s *Server) error { _, err := s.RegisterTarget(ctx, "t1", info); return err })
+	r.converged()
+	time.Sleep(r.srvs[r.leader()].electionTimeout) // the registration is not recent any more
+	r.stop(r.leader())
+	s := r.srvs[r.leader()]
+	ts, err := s.Targets(ctx)
+	if err != nil || len(ts) != 1 || !ts[0].Up {
+		t.Fatalf("on the new leader: %+v, %v; want t1 up", ts, err)
+	}
+
+	// The registry of a member that applied t1's registration just now.
+	s.reg.noteApplied(ts[0].ID)
+	if err := s.reg.reload(s.st, time.Hour); err != nil {
+		t.Fatal(err)
+	}
+	if ts, _ := s.Targets(ctx); len(ts) != 1 || ts[0].Up {
+		t.Fatalf("a target registered moments before the reload: %+v, want down until heard", ts)
+	}
+	if _, err := s.RegisterTarget(ctx, "t1", info); err != nil {
+		t.Fatal(err)
+	}
+	if ts, _ := s.Targets(ctx); len(ts) != 1 || !ts[0].Up {
+		t.Fatalf("after its heartbeat: %+v, want up", ts)
+	}
+}

@@ -110,7 +110,7 @@ func (s *Server) becameLeader(term uint64) {
 	clear(s.opens)
 	s.pending = nil
 	s.mu.Unlock()
-	if err := s.reg.reload(s.st); err != nil {
+	if err := s.reg.reload(s.st, s.electionTimeout/2); err != nil {
 		s.log.Error("meta: reload the target registry as new leader", "err", err)
 	}
 	if fresh {

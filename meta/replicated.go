@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weft-fs/weft/meta/raftlog"
+	"github.com/weft-fs/weft/proto"
 )
 
 // Replica makes a Server one member of a raft group (Options.Replica; nil:
@@ -81,6 +82,8 @@ type raftApplier struct {
 	// high-water mark, on every member (a follower's allocator is the
 	// one a new leader starts from).
 	raise func(next uint64)
+	// registered is told the id of every target registration applied.
+	registered func(proto.TargetID)
 }
 
 // appliedEntry is what Apply returns to the proposer.
@@ -101,6 +104,9 @@ func (a *raftApplier) Apply(index uint64, data []byte) any {
 	res, err := a.sm.applyAt(c, index, false)
 	if err == nil {
 		a.raise(a.sm.nextIno)
+		if c.Op == OpRegisterTarget && a.registered != nil {
+			a.registered(res.target)
+		}
 	}
 	return appliedEntry{res, err}
 }
@@ -157,6 +163,7 @@ func (s *Server) startReplica(r *Replica) error {
 	}
 	l := &raftLog{notLeader: s.notLeader}
 	et := tick * time.Duration(cmp.Or(r.ElectionTick, 10))
+	s.electionTimeout = et
 	if r.ReadLease > 0 && tick > 0 && r.ReadLease >= et {
 		return fmt.Errorf("meta: read lease %v must be shorter than the election timeout %v", r.ReadLease, et)
 	}
@@ -167,7 +174,7 @@ func (s *Server) startReplica(r *Replica) error {
 	l.reads.status = func() raftlog.Status { return l.node.Status() }
 	cfg := raftlog.Config{
 		ID: r.ID, Peers: r.Peers, Storage: r.Log, Transport: r.Transport,
-		SM:           &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno},
+		SM:           &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno, registered: s.reg.noteApplied},
 		TickInterval: tick, ElectionTick: r.ElectionTick, HeartbeatTick: r.HeartbeatTick,
 		Logger: s.log,
 		OnLeader: func(term uint64) {

@@ -116,6 +116,9 @@ type Server struct {
 	commits commitLog
 	local   *localLog // commits when it is the local log (tests look inside)
 	replica *raftLog  // commits when replicated
+	// electionTimeout is the replicated group's (TickInterval ×
+	// ElectionTick); 0 for a single server.
+	electionTimeout time.Duration
 
 	mu       sync.Mutex
 	closed   bool
