@@ -328,3 +328,43 @@ func TestPlanUpReplicas(t *testing.T) {
 		t.Errorf("clients do not get every member: storage %q, mount %q", p.Storage[0].Args, p.Mounter.Args)
 	}
 }
+
+// TestSupervisorMetaMemberDies: when a member of a metadata group of
+// three exits, weft up says so and keeps going while two run; when a
+// second one exits, the group has no majority and weft up gives up.
+func TestSupervisorMetaMemberDies(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	s := newSupervisor("/bin/sh", &out, 3)
+	defer s.stopAll(dir)
+	p := upPlan{Metas: []childSpec{{Name: "meta-1"}, {Name: "meta-2"}, {Name: "meta-3"}}}
+	var kids []*child
+	for _, name := range []string{"meta-1", "meta-2", "meta-3"} {
+		c, err := s.start(shSpec(dir, name, "exec sleep 60"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kids = append(kids, c)
+	}
+	kill := func(c *child) *child {
+		t.Helper()
+		c.cmd.Process.Kill()
+		return <-s.exited
+	}
+	if c := kill(kids[1]); !s.survives(c, p) {
+		t.Fatalf("one of three members died: weft up gave up\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "meta-2 exited") || !strings.Contains(out.String(), "keeps serving with 2 of 3 members") {
+		t.Fatalf("output: %s", out.String())
+	}
+	if c := kill(kids[0]); s.survives(c, p) {
+		t.Fatal("two of three members died: weft up went on without a majority")
+	}
+	if !strings.Contains(out.String(), "fewer than a majority") {
+		t.Fatalf("output: %s", out.String())
+	}
+	// A storage server or the mount is never survivable.
+	if s.survives(&child{spec: childSpec{Name: "storage-0"}, done: make(chan struct{})}, p) {
+		t.Fatal("a dead storage server was taken as survivable")
+	}
+}
