@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/transport"
 )
 
@@ -140,4 +141,28 @@ func freePort(t *testing.T) string {
 	}
 	defer l.Close()
 	return l.Addr().String()
+}
+
+// TestCheckPeersFSID: a member whose store belongs to another file system
+// than a peer's is refused (ErrForeignStore); a peer not running, or a
+// store not formatted yet on either side, is no reason to refuse.
+func TestCheckPeersFSID(t *testing.T) {
+	peers := Peers{1: "a:1", 2: "b:1", 3: "c:1"}
+	members := []metarpc.Member{{ID: 1, Addr: "a:1"}, {ID: 2, Addr: "b:1"}, {ID: 3, Addr: "c:1"}}
+	ask := func(fsid string) func(context.Context, string) (metarpc.Membership, error) {
+		return func(_ context.Context, addr string) (metarpc.Membership, error) {
+			if addr == "c:1" {
+				return metarpc.Membership{}, errors.New("connection refused") // not running
+			}
+			return metarpc.Membership{ID: 2, FSID: fsid, Members: members}, nil
+		}
+	}
+	if err := checkPeers(context.Background(), ask("fs-x"), 1, peers, "fs-y"); !errors.Is(err, ErrForeignStore) {
+		t.Fatalf("a store of another file system than its peer's: %v, want ErrForeignStore", err)
+	}
+	for _, tc := range [][2]string{{"fs-x", "fs-x"}, {"", "fs-y"}, {"fs-x", ""}} {
+		if err := checkPeers(context.Background(), ask(tc[0]), 1, peers, tc[1]); err != nil {
+			t.Errorf("peer fsid %q, own %q: %v", tc[0], tc[1], err)
+		}
+	}
 }
