@@ -92,7 +92,22 @@ func (c caller) isRoot() bool { return c.cred == nil || c.cred.Uid == 0 }
 //   - a client peer must come from Access.ClientNetworks (if set), must
 //     carry credentials, and its root is squashed if Access.RootSquash;
 //   - a server peer (meta, storage) acts as the Cred it sent, or root.
+//
+// On a replicated server every request is first refused (EAGAIN, naming
+// the leader) unless this member is the leader and ready (leader.go):
+// clients find the leader, proposals are never forwarded.
 func (s *Server) caller(ctx context.Context) (caller, error) {
+	if s.replica != nil {
+		if err := s.leading(); err != nil {
+			return caller{}, err
+		}
+	}
+	return s.authorize(ctx)
+}
+
+// authorize is caller without the leader check (requests any member
+// answers: Members).
+func (s *Server) authorize(ctx context.Context) (caller, error) {
 	var c caller
 	c.cred = proto.CredPtr(ctx) // shared with ctx: never modified, only replaced
 	c.sess.id, _ = proto.SessionFrom(ctx)

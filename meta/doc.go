@@ -428,13 +428,18 @@
 // StatFS) pass a read barrier (Server.reader): only the leader answers, once
 // raft's ReadIndex confirmed with a quorum that it is still leader and it
 // has applied everything committed by then; a follower fails with EAGAIN
-// naming the leader. A single server reads at once, as before.
-//
-// Not yet replicated-aware (see the issue): open counts, sessions and
-// their expiry, the lock table, the reclaim queue, the GC loop, orphan grace and the
-// target registry's liveness are per server and should run on the leader
-// only (today a follower's loops propose and fail with EAGAIN); clients
-// know one address and do not follow the leader.
+// naming the leader. Concurrent reads share ReadIndex rounds (readBarrier:
+// a read joins the next round not yet issued, so its round always starts
+// after it arrived; one round at a time, bounded by 5 s). With
+// Replica.ReadLease (Config.LeaseReads, `weft meta --lease-reads`, on by
+// default: half the election timeout) a round that confirmed leadership
+// also covers the reads that arrive within the lease after it was issued,
+// in the same term: the followers that acknowledged it will not vote for
+// anyone else within an election timeout (CheckQuorum's lease), so no
+// other leader can have committed anything, and everything this leader
+// acknowledged is applied here. It assumes clock rates that differ by
+// less than the margin (half the timeout). A single server reads at once,
+// as before.
 //
 // Snapshots (snapshot.go): with a pebble store (store.Checkpointer) a
 // replica takes a snapshot every Replica.SnapshotEvery applied entries
@@ -480,12 +485,65 @@
 // not use the durable mark (the raft log is the record of what was
 // acknowledged).
 //
-// Sessions on a new leader: it should start as a restarted server does: in
-// the grace period, rebuilding sessions, open counts and locks from the
-// clients' re-registrations (which the clients send to whichever server leads),
-// reclaiming nothing until it ends. The dedupe replies are replicated with
-// the commands, so a request retried against the new leader is answered
-// from them.
+// Every request to a member that is not the ready leader is refused
+// before anything is done (caller, leader.go): EAGAIN with a
+// *NotLeaderError naming the leader's id and address (Replica.Addrs) when
+// it is known. Any member answers Group (metarpc.OpGroup 41: the
+// group's members, the leader and its address, the term, the fsid),
+// authenticated but not leader-gated: that is how clients find the leader
+// (metarpc's cluster: a client given any members' addresses, even
+// followers' only, asks the member that refused it and goes to the
+// leader; with no leader known it backs off and tries the others). A
+// request refused with EAGAIN was not applied and is always sent again; a
+// mutation whose member died under it is sent again with its sequence
+// number, and the dedupe answers it with the first attempt's reply if it
+// had been applied, so a create retried across a failover neither fails
+// with EEXIST nor creates twice.
+//
+// # Sessions and background work under replication
+//
+// Sessions and open counts are not replicated state: they are rebuilt on
+// a new leader from the clients, as after a restart (every open and
+// release would otherwise become a synced, replicated command). When a
+// member becomes leader (becameLeader, from raftlog's OnLeader once it
+// has applied every earlier entry) it forgets any sessions and counts it
+// kept from an earlier term as leader, and starts a grace period of
+// Options.OrphanGrace: clients' renewals get ESTALE and they re-register
+// their sessions with the handles they hold (their in-flight opens, which
+// fail with ESTALE, are recovered the same way and tried once more), and
+// nothing is reclaimed; at its end, if it still leads in that term, it
+// forgets the replies of sessions that did not come back and reclaims
+// the orphans nobody re-registered (orphanSweep). The dedupe replies, by
+// contrast, are replicated with the commands.
+//
+// Background work that changes the file system runs on the leader only
+// and moves with leadership (isLeader): session expiry, reclaim (its
+// commands fail with EAGAIN elsewhere anyway), the object GC (a follower
+// removes nothing from the targets) and the orphan sweep. The target
+// registry is the leader's: storage servers' registrations and heartbeats
+// go to the leader (a follower refuses them), a new leader reloads the
+// registry from its store (a follower's is not kept up to date) and
+// counts every registered target up for one HeartbeatTimeout, as after a
+// restart.
+//
+// # Members across processes
+//
+// Run with Config.ID and Config.Peers (`weft meta --id N --peers
+// 1=h1:7400,2=h2:7400,3=h3:7400`) makes the server a member
+// (runmember.go): its raft log is a pebble instance of its own in
+// DataDir/raft, raft messages travel over the framed transport to the
+// same address clients use (ops raftlog.OpFirst..OpLast go to the raft
+// transport, the rest to metarpc), only from peers authenticated as meta
+// servers. At its first start a member records its id and the peer list
+// in DataDir/WEFT-MEMBER (JSON, version 1) and refuses, at every later
+// start, another id or another list (ErrWrongMember); a first start needs
+// an empty directory (a single server's store cannot join a group). Before
+// it serves, it asks every other member that answers (Group) and
+// refuses to start, changing nothing, if a peer's list differs from its
+// own, a peer answers as another id, or a peer's store belongs to another
+// file system (ErrForeignStore). Raft's timing is Config.TickInterval
+// (default 100 ms), ElectionTicks (10: a follower that hears no leader for
+// 10 to 20 ticks campaigns) and HeartbeatTicks (1).
 //
 // What integrity leaves to raft: with a replicated log the raft log, not
 // the mark, is the record of what was acknowledged. The applied counter

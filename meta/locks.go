@@ -308,7 +308,7 @@ func (s *Server) LockWait(ctx context.Context, ino proto.Ino, lk proto.Lock) err
 	defer stop()
 	var err error
 	if s.inGrace() {
-		t := time.NewTimer(time.Until(s.graceUntil))
+		t := time.NewTimer(time.Until(time.Unix(0, s.graceUntil.Load())))
 		defer t.Stop()
 		select {
 		case <-t.C:

@@ -271,6 +271,16 @@ func (s *Server) orphanLoop() {
 		return
 	case <-t.C:
 	}
+	if s.replica != nil {
+		return // a replicated member sweeps when it becomes leader (becameLeader)
+	}
+	s.orphanSweep()
+}
+
+// orphanSweep, at the end of a grace period, forgets the replies of the
+// sessions that did not come back and reclaims the orphans that no client
+// re-registered.
+func (s *Server) orphanSweep() {
 	s.sweepReplies()
 	inos, err := s.Orphans()
 	if err != nil {
@@ -297,7 +307,9 @@ func (s *Server) gcLoop() {
 		// Targets that failed a removal are skipped for the rest of this
 		// round, so one down target does not hold up the others.
 		down := map[proto.TargetID]bool{}
-		for s.gcOnce(s.ctx, down) {
+		// Only the leader removes objects: it is the one that can
+		// record their removal (OpGCDone).
+		for s.isLeader() && s.gcOnce(s.ctx, down) {
 		}
 		select {
 		case <-s.ctx.Done():

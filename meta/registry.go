@@ -124,6 +124,13 @@ type registry struct {
 	rnd     *rand.Rand
 	byID    map[proto.TargetID]*targetState
 	byUUID  map[string]proto.TargetID
+	// appliedAt: when a replicated member applied each target's latest
+	// registration (monotonic clock). A new leader's reload counts a
+	// target registered moments ago down until it is heard from: its
+	// server may not have received the reply yet (the registration was
+	// committed as leadership changed) and would refuse data for an id it
+	// does not know.
+	appliedAt map[proto.TargetID]time.Time
 }
 
 func newRegistry(timeout time.Duration, now func() time.Time, seed uint64) *registry {
@@ -133,6 +140,53 @@ func newRegistry(timeout time.Duration, now func() time.Time, seed uint64) *regi
 		byID:   map[proto.TargetID]*targetState{},
 		byUUID: map[string]proto.TargetID{},
 	}
+}
+
+// reload forgets what the registry knows and loads it again from st (a
+// new leader: its registry was not kept up to date as a follower). A
+// target whose registration was applied within the last recent counts
+// down until its server is heard from (see appliedAt); the others count
+// up for one timeout, as after a restart.
+//
+// A new leader applies the entries its predecessor committed but could
+// not tell the followers about just before it takes over (less than an
+// election timeout before); an entry applied earlier reached the
+// followers with the old leader's heartbeats, while it still led and
+// answered its registrant. recent is therefore half an election timeout:
+// the registrations whose replies may have been lost, and not the ones of
+// servers that registered a little earlier, which would otherwise count
+// down (no placement on them) until their next heartbeat.
+func (r *registry) reload(st store.Reader, recent time.Duration) error {
+	r.mu.Lock()
+	clear(r.byID)
+	clear(r.byUUID)
+	r.mu.Unlock()
+	if err := r.load(st); err != nil {
+		return err
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for id, at := range r.appliedAt {
+		if time.Since(at) >= recent {
+			delete(r.appliedAt, id)
+			continue
+		}
+		if t := r.byID[id]; t != nil && !t.heard {
+			t.lastSeen = time.Time{}
+		}
+	}
+	return nil
+}
+
+// noteApplied records that a replicated member applied a registration of
+// target id just now.
+func (r *registry) noteApplied(id proto.TargetID) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.appliedAt == nil {
+		r.appliedAt = map[proto.TargetID]time.Time{}
+	}
+	r.appliedAt[id] = time.Now()
 }
 
 func (r *registry) load(st store.Reader) error {

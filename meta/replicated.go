@@ -1,14 +1,17 @@
 package meta
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
 
 	"github.com/weft-fs/weft/meta/raftlog"
+	"github.com/weft-fs/weft/proto"
 )
 
 // Replica makes a Server one member of a raft group (Options.Replica; nil:
@@ -20,6 +23,10 @@ type Replica struct {
 	// Peers are the initial voters' ids (this one's included): they
 	// bootstrap an empty log, and must be the same on every member.
 	Peers []uint64
+	// Addrs are the members' addresses by id (where clients and peers
+	// reach them): a follower names the leader's to clients
+	// (NotLeaderError, Members). Optional in tests.
+	Addrs map[uint64]string
 	// Log is the raft log, a pebble instance of its own (not Store). The
 	// caller opens and closes it.
 	Log *raftlog.Storage
@@ -49,6 +56,14 @@ type Replica struct {
 	// leader (a snapshot, then the log). It must know the others'
 	// addresses (its transport's peers).
 	Join bool
+	// ReadLease, if positive, lets the leader answer reads without a
+	// quorum round for this long after a ReadIndex round confirmed its
+	// leadership (readBarrier). It must be below the election timeout
+	// (ElectionTick ticks): followers that acknowledged the round refuse
+	// to vote for anyone else for that long (raft's CheckQuorum lease), so
+	// no other leader can commit anything meanwhile. 0: every read waits
+	// for a round of its own.
+	ReadLease time.Duration
 }
 
 // raftLog is the commit path of a replicated server. Proposals go to the
@@ -67,6 +82,8 @@ type raftLog struct {
 	// Written by OnLeader and read by ProposeIf's check, both on the node
 	// goroutine.
 	minIno           uint64
+	notLeader        func(error) error // Server.notLeader
+	reads            readBarrier
 	groups, commands atomic.Uint64
 }
 
@@ -82,6 +99,8 @@ type raftApplier struct {
 	// restored reloads the server's in-memory state after Restore
 	// (snapshot.go).
 	restored func() error
+	// registered is told the id of every target registration applied.
+	registered func(proto.TargetID)
 }
 
 // appliedEntry is what Apply returns to the proposer.
@@ -102,6 +121,9 @@ func (a *raftApplier) Apply(index uint64, data []byte) any {
 	res, err := a.sm.applyAt(c, index, false)
 	if err == nil {
 		a.raise(a.sm.nextIno)
+		if c.Op == OpRegisterTarget && a.registered != nil {
+			a.registered(res.target)
+		}
 	}
 	return appliedEntry{res, err}
 }
@@ -112,7 +134,7 @@ func (l *raftLog) stats() (groups, commands uint64)    { return l.groups.Load(),
 func isNewInode(c *Command) bool                       { return c.Op == OpCreate || c.Op == OpMkdir || c.Op == OpSymlink }
 func (l *raftLog) status() raftlog.Status              { return l.node.Status() }
 func (l *raftLog) stop()                               { l.node.Stop() }
-func (l *raftLog) readIndex(ctx context.Context) error { return l.node.ReadIndex(ctx) }
+func (l *raftLog) readIndex(ctx context.Context) error { return l.reads.wait(ctx, l.node.ReadIndex) }
 func (l *raftLog) propose(ctx context.Context, c *Command) (applyResult, error) {
 	check := func() error {
 		if isNewInode(c) && uint64(c.Ino) < l.minIno {
@@ -127,7 +149,7 @@ func (l *raftLog) propose(ctx context.Context, c *Command) (applyResult, error) 
 		// ended or the outcome is unknown (ETIMEDOUT): the command may
 		// yet be applied.
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ETIMEDOUT) {
-			return applyResult{}, fmt.Errorf("meta: %w", err)
+			return applyResult{}, fmt.Errorf("meta: %w", l.notLeader(err))
 		}
 		return applyResult{}, fmt.Errorf("meta: %v: %w", err, syscall.ETIMEDOUT)
 	}
@@ -152,16 +174,27 @@ func (s *Server) startReplica(r *Replica) error {
 	case tick < 0:
 		tick = 0
 	}
-	l := &raftLog{}
+	l := &raftLog{notLeader: s.notLeader}
+	et := tick * time.Duration(cmp.Or(r.ElectionTick, 10))
+	s.electionTimeout = et
+	if r.ReadLease > 0 && tick > 0 && r.ReadLease >= et {
+		return fmt.Errorf("meta: read lease %v must be shorter than the election timeout %v", r.ReadLease, et)
+	}
+	if tick > 0 {
+		// Without a clock (tests tick by hand) there is no lease.
+		l.reads.lease = r.ReadLease
+	}
+	l.reads.status = func() raftlog.Status { return l.node.Status() }
 	cfg := raftlog.Config{
 		ID: r.ID, Peers: r.Peers, Storage: r.Log, Transport: r.Transport,
-		SM:           &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno, restored: s.restored},
+		SM:           &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno, restored: s.restored, registered: s.reg.noteApplied},
 		TickInterval: tick, ElectionTick: r.ElectionTick, HeartbeatTick: r.HeartbeatTick,
 		Logger: s.log,
 		OnLeader: func(term uint64) {
 			s.raiseIno(s.sm.nextIno)
 			l.minIno = s.nextIno.Load()
 			s.log.Info("meta: leader", "id", r.ID, "term", term, "applied", s.sm.applied)
+			s.becameLeader(term)
 			if s.sm.nextIno == 0 {
 				s.bg.Add(1)
 				go func() {
@@ -211,7 +244,7 @@ func (s *Server) reader(ctx context.Context) (caller, error) {
 	}
 	if err := s.replica.readIndex(ctx); err != nil {
 		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) {
-			return cl, fmt.Errorf("meta: read: %w", err)
+			return cl, fmt.Errorf("meta: read: %w", s.notLeader(err))
 		}
 		return cl, fmt.Errorf("meta: read: %v: %w", err, syscall.ETIMEDOUT)
 	}
@@ -235,4 +268,107 @@ func (s *Server) ReplicaStatus() (st raftlog.Status, ok bool) {
 		return raftlog.Status{}, false
 	}
 	return s.replica.status(), true
+}
+
+// readRoundTimeout bounds one ReadIndex of the read barrier: a leader cut
+// off from its quorum never confirms, and its readers must not wait for
+// it longer than this (they get ETIMEDOUT and try another member).
+const readRoundTimeout = 5 * time.Second
+
+// readBarrier coalesces the read barriers of concurrent reads: a read
+// joins the next round of raft's ReadIndex that has not been issued yet,
+// or starts one; while a round is under way, reads that arrive join the
+// round after it. Every round is issued after each of its reads arrived,
+// so it confirms leadership and the commit index as of a moment after
+// the read arrived, which is what a linearizable read needs; but a burst
+// of N concurrent reads costs one or two quorum rounds, not N.
+//
+// With a lease (Replica.ReadLease), a round that confirmed leadership
+// also lets reads that arrive within the lease after the round was issued
+// be answered at once, while this member still leads in the same term:
+// the followers that acknowledged the round will not vote for another
+// member until an election timeout after it, so no other leader can have
+// committed anything; and every change this leader acknowledged is
+// applied here. The lease is measured on the monotonic clock from before
+// the round was issued; it assumes clocks that advance at about the same
+// rate on every member (the lease is half the election timeout to leave
+// room for that).
+type readBarrier struct {
+	mu       sync.Mutex
+	next     *readRound // the round arriving reads join; nil: none yet
+	inflight bool       // a round is being issued
+
+	lease      time.Duration         // 0: no lease reads
+	status     func() raftlog.Status // the node's status
+	leaseUntil time.Time             // reads before it (in leaseTerm) need no round
+	leaseTerm  uint64
+}
+
+type readRound struct {
+	done  chan struct{}
+	err   error
+	reads int // how many reads joined (tests)
+}
+
+// wait returns once a round issued after the call has confirmed (or
+// failed: its error), or when ctx ends.
+func (b *readBarrier) wait(ctx context.Context, issue func(context.Context) error) error {
+	if b.lease > 0 {
+		st := b.status()
+		b.mu.Lock()
+		ok := st.Ready && st.Term == b.leaseTerm && time.Now().Before(b.leaseUntil)
+		b.mu.Unlock()
+		if ok {
+			return nil
+		}
+	}
+	b.mu.Lock()
+	r := b.next
+	if r == nil {
+		r = &readRound{done: make(chan struct{})}
+		b.next = r
+	}
+	r.reads++
+	if !b.inflight {
+		b.inflight, b.next = true, nil
+		go b.run(r, issue)
+	}
+	b.mu.Unlock()
+	select {
+	case <-r.done:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("meta: read barrier: %w", ctx.Err())
+	}
+}
+
+// run issues round r, then every round that filled meanwhile, until none
+// waits.
+func (b *readBarrier) run(r *readRound, issue func(context.Context) error) {
+	for r != nil {
+		var (
+			start = time.Now()
+			st    raftlog.Status
+		)
+		if b.lease > 0 {
+			st = b.status()
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), readRoundTimeout)
+		r.err = issue(ctx)
+		cancel()
+		if r.err == nil && b.lease > 0 && st.Ready {
+			if now := b.status(); now.Ready && now.Term == st.Term {
+				b.mu.Lock()
+				b.leaseUntil, b.leaseTerm = start.Add(b.lease), st.Term
+				b.mu.Unlock()
+			}
+		}
+		close(r.done)
+		b.mu.Lock()
+		r, b.next = b.next, nil
+		if r == nil {
+			b.inflight = false
+		}
+		b.mu.Unlock()
+	}
 }

@@ -24,11 +24,16 @@ type replicaSet struct {
 	stores map[uint64]*store.Mem
 	logs   map[uint64]*raftlog.Storage
 	srvs   map[uint64]*Server
+	// addrs, if set, are the members' client addresses (Replica.Addrs);
+	// the servers then admit unauthenticated peers (tests without TLS).
+	addrs map[uint64]string
 }
 
-func newReplicaSet(t *testing.T, n int) *replicaSet {
+func newReplicaSet(t *testing.T, n int) *replicaSet { return newReplicaSetAddrs(t, n, nil) }
+
+func newReplicaSetAddrs(t *testing.T, n int, addrs map[uint64]string) *replicaSet {
 	r := &replicaSet{t: t, nw: raftlog.NewMemNetwork(), fs: map[uint64]vfs.FS{}, stores: map[uint64]*store.Mem{},
-		logs: map[uint64]*raftlog.Storage{}, srvs: map[uint64]*Server{}}
+		logs: map[uint64]*raftlog.Storage{}, srvs: map[uint64]*Server{}, addrs: addrs}
 	for i := 1; i <= n; i++ {
 		id := uint64(i)
 		r.ids = append(r.ids, id)
@@ -56,13 +61,18 @@ func (r *replicaSet) start(id uint64) {
 	}
 	srv, err := New(Options{
 		Store: r.stores[id], Storage: newFakeStorage(), Seed: 1, OrphanGrace: time.Hour,
+		AllowUnauthenticated: r.addrs != nil,
 		Replica: &Replica{
-			ID: id, Peers: r.ids, Log: lg, Transport: r.nw.Transport(id),
+			ID: id, Peers: r.ids, Addrs: r.addrs, Log: lg, Transport: r.nw.Transport(id),
 			Started: func(n *raftlog.Node) { r.nw.Attach(id, n) },
 			// A 250 ms election timeout: long enough that a loaded test
 			// machine does not depose the leader mid-test (the test
 			// asserts who leads), short enough for a quick failover.
 			TickInterval: 5 * time.Millisecond, ElectionTick: 50,
+			// Reads within half the election timeout of a confirmed
+			// round are answered at once (the partition test checks a
+			// deposed leader still never answers stale).
+			ReadLease: 125 * time.Millisecond,
 		},
 	})
 	if err != nil {
@@ -219,8 +229,10 @@ func TestReplicatedServers(t *testing.T) {
 }
 
 // TestReplicatedPartition: a leader cut off from the others acknowledges
-// no change and answers no read (a deposed leader never serves stale
-// data), while the majority elects a new leader and goes on; after the
+// no change and never answers a read with stale data (a lookup of what the
+// majority made after the cut does not answer ENOENT: with read leases it
+// may answer reads only within its lease, before any other leader can
+// exist), while the majority elects a new leader and goes on; after the
 // partition heals, every store is the same and holds none of the minority
 // side's change.
 func TestReplicatedPartition(t *testing.T) {
@@ -244,13 +256,6 @@ func TestReplicatedPartition(t *testing.T) {
 		_, err := r.srvs[old].Mkdir(c, proto.RootIno, "minority", 0755, 0, 0)
 		minority <- err
 	}()
-	go func() {
-		c, cancel := context.WithTimeout(ctx, time.Minute)
-		defer cancel()
-		_, err := r.srvs[old].Lookup(c, proto.RootIno, "before")
-		minority <- err
-	}()
-
 	var lead uint64
 	r.eventually("a leader on the majority side", func() bool {
 		for _, id := range rest {
@@ -264,6 +269,12 @@ func TestReplicatedPartition(t *testing.T) {
 	if _, err := r.srvs[lead].Mkdir(ctx, proto.RootIno, "majority", 0755, 0, 0); err != nil {
 		t.Fatalf("mkdir on the majority's leader: %v", err)
 	}
+	go func() {
+		c, cancel := context.WithTimeout(ctx, time.Minute)
+		defer cancel()
+		_, err := r.srvs[old].Lookup(c, proto.RootIno, "majority")
+		minority <- err
+	}()
 	select {
 	case err := <-minority:
 		if err == nil {

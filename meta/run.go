@@ -51,6 +51,23 @@ type Config struct {
 	CapabilityLifetime time.Duration
 	// AcceptRollback: see Options.AcceptRollback.
 	AcceptRollback bool
+
+	// ID, if not 0, makes the server member ID of the replicated group
+	// Peers (every member's id and address, this one's included; the same
+	// on every member). Members serve clients and each other on their
+	// Peers address; ListenAddr must be it (or empty: then it is).
+	ID    uint64
+	Peers Peers
+	// Raft's timing: a tick every TickInterval (default 100ms); a follower
+	// that hears no leader for ElectionTicks ticks (default 10; raft
+	// randomizes it up to twice that) starts an election; the leader sends
+	// heartbeats every HeartbeatTicks (default 1).
+	TickInterval                  time.Duration
+	ElectionTicks, HeartbeatTicks int
+	// LeaseReads lets the leader answer reads for half an election
+	// timeout after a quorum confirmed its leadership, instead of a
+	// quorum round per burst of reads (Replica.ReadLease).
+	LeaseReads bool
 }
 
 // Validate checks the configuration and reports the first problem.
@@ -64,6 +81,26 @@ func (c *Config) Validate() error {
 	}
 	if !fi.IsDir() {
 		return fmt.Errorf("meta: data directory %s is not a directory", c.DataDir)
+	}
+	if c.ID != 0 {
+		addr, ok := c.Peers[c.ID]
+		if !ok {
+			return fmt.Errorf("meta: member id %d is not in the peer list %s", c.ID, c.Peers)
+		}
+		if c.ListenAddr == "" {
+			c.ListenAddr = addr
+		}
+		if c.ListenAddr != addr {
+			return fmt.Errorf("meta: member %d listens on %s but the peer list names %s for it", c.ID, c.ListenAddr, addr)
+		}
+		if c.TickInterval < 0 || c.ElectionTicks < 0 || c.HeartbeatTicks < 0 {
+			return errors.New("meta: raft timing must not be negative")
+		}
+		if c.ElectionTicks != 0 && c.ElectionTicks <= max(c.HeartbeatTicks, 1) {
+			return fmt.Errorf("meta: the election timeout (%d ticks) must be longer than the heartbeat interval (%d ticks)", c.ElectionTicks, max(c.HeartbeatTicks, 1))
+		}
+	} else if len(c.Peers) > 0 {
+		return errors.New("meta: a peer list needs the member id of this server")
 	}
 	if c.ListenAddr == "" {
 		return errors.New("meta: Config.ListenAddr is required")
@@ -94,9 +131,34 @@ func Run(ctx context.Context, cfg Config) error {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	tr := cfg.Transport
+	if tr == nil {
+		tr = transport.NewTCP()
+	}
+	var (
+		fresh bool
+		err   error
+	)
+	if cfg.ID != 0 {
+		if fresh, err = checkMemberDir(cfg.DataDir, cfg.ID, cfg.Peers); err != nil {
+			return err
+		}
+	}
 	st, err := store.OpenPebble(cfg.DataDir, store.PebbleOptions{Logger: log})
 	if err != nil {
 		return fmt.Errorf("meta: %w", err)
+	}
+	var rep *member
+	if cfg.ID != 0 {
+		rep, err = startMember(ctx, cfg, tr, st, fresh, log)
+		if err != nil {
+			st.Close()
+			if fresh {
+				// The directory was empty: leave it so.
+				clearDir(cfg.DataDir)
+			}
+			return err
+		}
 	}
 	var pool *transport.Pool
 	if cfg.Storage == nil && cfg.NewStorage == nil {
@@ -117,12 +179,13 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 		return nil
 	}
-	tr := cfg.Transport
-	if tr == nil {
-		tr = transport.NewTCP()
+	var replica *Replica
+	if rep != nil {
+		replica = rep.replica
 	}
 	srv, err := New(Options{
-		Store: st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
+		Replica: replica,
+		Store:   st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		OrphanGrace: cfg.OrphanGrace, SessionLease: cfg.SessionLease, Logger: log, Access: cfg.Access,
 		AllowUnauthenticated: cfg.AllowUnauthenticated,
 		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
@@ -131,21 +194,30 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	if err != nil {
 		closePool()
+		rep.close()
 		st.Close()
 		return err
 	}
-	serve := metarpc.NewHandler(srv, srv, log)
+	handler := metarpc.NewHandler(srv, srv, log)
+	if rep != nil {
+		handler = rep.handler(handler)
+	}
 	ln, err := tr.Listen(cfg.ListenAddr, func(ctx context.Context, op uint16, body []byte) ([]byte, error) {
 		srv.requests.Add(1)
-		return serve(ctx, op, body)
+		return handler(ctx, op, body)
 	})
 	if err != nil {
 		srv.Close()
 		closePool()
+		rep.close()
 		st.Close()
 		return fmt.Errorf("meta: %w", err)
 	}
-	log.Info("meta: serving", "addr", ln.Addr(), "data", cfg.DataDir, "fsid", srv.FSID())
+	if rep != nil {
+		log.Info("meta: serving as a member of a replicated group", "addr", ln.Addr(), "data", cfg.DataDir, "id", cfg.ID, "peers", cfg.Peers.String(), "fsid", srv.FSID())
+	} else {
+		log.Info("meta: serving", "addr", ln.Addr(), "data", cfg.DataDir, "fsid", srv.FSID())
+	}
 	if cfg.Ready != nil {
 		cfg.Ready(ln.Addr())
 	}
@@ -155,6 +227,6 @@ func Run(ctx context.Context, cfg Config) error {
 	<-ctx.Done()
 	groups, commands := srv.GroupStats()
 	log.Info("meta: shutting down", "group_commits", groups, "commands", commands)
-	errs := []error{ln.Close(), srv.Close(), closePool(), st.Close()}
+	errs := []error{ln.Close(), srv.Close(), closePool(), rep.close(), st.Close()}
 	return errors.Join(errs...)
 }

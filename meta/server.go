@@ -117,6 +117,9 @@ type Server struct {
 	commits commitLog
 	local   *localLog // commits when it is the local log (tests look inside)
 	replica *raftLog  // commits when replicated
+	// electionTimeout is the replicated group's (TickInterval ×
+	// ElectionTick); 0 for a single server.
+	electionTimeout time.Duration
 
 	started  time.Time     // for Status's uptime
 	requests atomic.Uint64 // requests served over the network (Run counts them)
@@ -142,7 +145,8 @@ type Server struct {
 	// graceUntil ends the grace period after a restart (zero on a freshly
 	// formatted store): until then clients re-register the sessions the
 	// server forgot, and no orphan is reclaimed.
-	graceUntil time.Time
+	// (atomic: a new leader restarts it from the raft node's goroutine).
+	graceUntil atomic.Int64 // unix ns; 0: none
 	reclaiming map[proto.Ino]bool
 	pending    []proto.Ino // orphans to reclaim
 
@@ -277,7 +281,7 @@ func New(opts Options) (*Server, error) {
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	if sm.nextIno != 0 {
 		// A restart: open handles and sessions were in memory only.
-		s.graceUntil = time.Now().Add(opts.OrphanGrace)
+		s.graceUntil.Store(time.Now().Add(opts.OrphanGrace).UnixNano())
 	}
 	if opts.Replica == nil && (sm.nextIno == 0 || sm.fsid == "") {
 		fsid, err := newFSID()
@@ -343,7 +347,7 @@ func newGen() uint64 {
 }
 
 // FSID returns the file system's uuid, made when the store was formatted.
-func (s *Server) FSID() string { return s.sm.fsid }
+func (s *Server) FSID() string { return s.sm.fsidNow() }
 
 // checkMark refuses a store of another file system than its durable mark
 // names, and one that knows less than the mark.
@@ -393,6 +397,10 @@ func (s *Server) writeMark(force bool) error {
 // applied. It never blocks a commit: the mark only ever claims what a
 // synced batch already made durable, so it may lag but never lead.
 func (s *Server) markLoop() {
+	if s.marker == nil {
+		s.bg.Done() // a replica keeps no mark: its raft log is the record
+		return
+	}
 	s.every(s.opts.MarkInterval, func() {
 		if err := s.writeMark(false); err != nil {
 			s.log.Error("meta: durable mark not written", "err", err)
@@ -791,6 +799,7 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 	} else {
 		open = false
 	}
+	seenHere := false // this server saw the request before (and counted its handle)
 	if open {
 		// The new inode number is never used before this command, so the
 		// handle can be counted before it exists: it cannot be reclaimed
@@ -800,6 +809,9 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 			s.mu.Unlock()
 			return proto.Attr{}, proto.Attr{}, nil, err
 		}
+		// An unregistered (in-process) session keeps no request numbers:
+		// its retries are taken to have come here.
+		seenHere = s.sessions[cl.sess] == nil || s.seenLocked(cl.sess, cl.seq)
 		s.countOpenLocked(cl.sess, c.Ino, want.Has(proto.AccessWrite))
 		s.mu.Unlock()
 	}
@@ -818,13 +830,23 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 	}
 	if r.dup {
 		// A retry of a request that was applied: its first attempt
-		// counted the handle already.
+		// counted the handle, if it reached this server; if it reached
+		// another (the leader before a failover), the handle is counted
+		// here now.
+		if !seenHere && r.attr.Ino != 0 {
+			s.mu.Lock()
+			s.countOpenLocked(cl.sess, r.attr.Ino, want.Has(proto.AccessWrite))
+			s.mu.Unlock()
+		}
 		cap, err := s.issue(ctx, &r.attr, want)
 		return r.attr, r.parent, cap, err
 	}
 	if r.attr.Ino != c.Ino {
-		// An existing file (not exclusive): open it as Open does.
-		a, cap, err := s.Open(ctx, r.attr.Ino, want)
+		// An existing file (not exclusive): open it as Open does. The
+		// request's number was recorded above (seenLocked): Open must not
+		// take this first attempt for a retry of itself, so it gets none
+		// (a retry of this CreateOpen is answered above, as r.dup).
+		a, cap, err := s.Open(proto.WithSeq(ctx, 0), r.attr.Ino, want)
 		return a, r.parent, cap, err
 	}
 	if cap, err = s.issue(ctx, &r.attr, want); err != nil {
@@ -1066,6 +1088,13 @@ func (s *Server) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) 
 // a probe (EHOSTUNREACH otherwise). Every refusal is logged at warn with
 // the peer's address, rate-limited.
 func (s *Server) RegisterTarget(ctx context.Context, uuid string, info proto.TargetInfo) (proto.TargetID, error) {
+	if s.replica != nil {
+		// Heartbeats keep liveness in the leader's memory; a follower's
+		// registry is not used.
+		if err := s.leading(); err != nil {
+			return 0, err
+		}
+	}
 	who, err := s.registrant(ctx)
 	if err == nil {
 		err = checkUsage(info)

@@ -74,7 +74,8 @@ func (s *Server) sessionLease() time.Duration { return s.opts.SessionLease }
 // inGrace reports whether the server is within the grace period after a
 // restart, when clients re-register the sessions and handles it forgot.
 func (s *Server) inGrace() bool {
-	return !s.graceUntil.IsZero() && time.Now().Before(s.graceUntil)
+	g := s.graceUntil.Load()
+	return g != 0 && time.Now().UnixNano() < g
 }
 
 // checkSessionLocked decides whether a request may use (take, hold or
@@ -322,6 +323,11 @@ func (s *Server) sessionLoop() {
 
 // expireSessions drops every session whose lease ran out.
 func (s *Server) expireSessions() {
+	if !s.isLeader() {
+		// A follower's sessions (from an earlier term as leader) are
+		// stale; becameLeader forgets them.
+		return
+	}
 	now := time.Now()
 	type drop struct {
 		sess session

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/weft-fs/weft/layout"
@@ -63,8 +64,11 @@ type stateMachine struct {
 	// state machine whose store is replaced (a snapshot restored) must be
 	// made anew or have this map cleared.
 	newestSeq map[replySession]uint64
-	uuidToID  map[string]proto.TargetID
-	idToUUID  map[proto.TargetID]string
+	// fsidPub is fsid for readers on other goroutines than the applier's
+	// (Members, while a replica applies its first entries).
+	fsidPub  atomic.Pointer[string]
+	uuidToID map[string]proto.TargetID
+	idToUUID map[proto.TargetID]string
 }
 
 // applyResult is what a command did, for the proposer's in-memory work.
@@ -81,6 +85,14 @@ type applyResult struct {
 	// reply (attr, parent, and the error), and nothing was applied now.
 	dup  bool
 	fsid string // init: the file system id stored
+}
+
+// fsidNow returns the file system id; safe on any goroutine.
+func (sm *stateMachine) fsidNow() string {
+	if p := sm.fsidPub.Load(); p != nil {
+		return *p
+	}
+	return ""
 }
 
 func errnof(errno syscall.Errno, format string, args ...any) error {
@@ -101,6 +113,7 @@ func openStateMachine(st store.Store) (*stateMachine, error) {
 	}
 	if v, err := st.Get(store.CounterKey(store.CounterFSID)); err == nil {
 		sm.fsid = string(v)
+		sm.fsidPub.Store(&sm.fsid)
 	} else if !errors.Is(err, store.ErrNotFound) {
 		return nil, err
 	}
@@ -261,6 +274,17 @@ func (t *txn) commit() error {
 
 // apply is applyAt at the index after the last one recorded, unsynced
 // (tests that drive the state machine without a log).
+// replaceWith makes sm the state machine fresh is (opened on the store
+// sm's was replaced with): every field, and the published fsid.
+func (sm *stateMachine) replaceWith(fresh *stateMachine) {
+	sm.st, sm.nextIno, sm.inodes, sm.nextTarget = fresh.st, fresh.nextIno, fresh.inodes, fresh.nextTarget
+	sm.applied, sm.fsid, sm.newestSeq = fresh.applied, fresh.fsid, fresh.newestSeq
+	sm.uuidToID, sm.idToUUID = fresh.uuidToID, fresh.idToUUID
+	if fresh.fsid != "" {
+		sm.fsidPub.Store(&fresh.fsid)
+	}
+}
+
 func (sm *stateMachine) apply(c *Command) (applyResult, error) {
 	return sm.applyAt(c, sm.applied+1, false)
 }
@@ -343,6 +367,7 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 	}
 	if t.res.fsid != "" {
 		sm.fsid = t.res.fsid
+		sm.fsidPub.Store(&t.res.fsid)
 	}
 	if c.Op == OpRegisterTarget {
 		sm.uuidToID[c.Text] = t.res.target

@@ -62,7 +62,7 @@ func (a *raftApplier) Restore(index uint64, dir string) error {
 	if fresh.applied > index {
 		return fmt.Errorf("meta: restore snapshot at %d: the checkpoint applied entry %d, beyond it", index, fresh.applied)
 	}
-	*a.sm = *fresh
+	a.sm.replaceWith(fresh)
 	if a.sm.applied < index {
 		if err := a.sm.recordApplied(index, true); err != nil {
 			return err
@@ -98,20 +98,11 @@ func (sm *stateMachine) recordApplied(index uint64, sync bool) error {
 // restored reloads, after a snapshot replaced the store, what the server
 // keeps in memory of it.
 func (s *Server) restored() error {
-	if err := s.reg.reload(s.st); err != nil {
+	if err := s.reg.reload(s.st, 0); err != nil {
 		return fmt.Errorf("meta: reload target registry: %w", err)
 	}
 	s.raiseIno(s.sm.nextIno)
 	return nil
-}
-
-// reload replaces the registry's targets with the store's.
-func (r *registry) reload(st store.Reader) error {
-	r.mu.Lock()
-	clear(r.byID)
-	clear(r.byUUID)
-	r.mu.Unlock()
-	return r.load(st)
 }
 
 // configure sets up what this file and members.go add to a replica's raft

@@ -6,7 +6,7 @@
 # the phases of one build are never compared with a run made at another time.
 #
 #   scripts/bench-ab.sh [--rounds 3] [--procs 4] [--stonewall 10s] [--out DIR]
-#                       [--up-a "ARGS"] [--up-b "ARGS"] REV_A REV_B
+#                       [--base-port 7470] [--up-a "ARGS"] [--up-b "ARGS"] REV_A REV_B
 #
 # REV_A or REV_B may be "." for the working tree (both "." with different
 # --up-a/--up-b compares settings, e.g. --up-b --encrypt). Each side gets a
@@ -21,6 +21,7 @@ stonewall=10s
 out=/tmp/weft-bench-ab
 up_a=
 up_b=
+base_port=7470
 while [ $# -gt 2 ]; do
 	case "$1" in
 	--rounds) rounds=$2; shift 2 ;;
@@ -29,6 +30,7 @@ while [ $# -gt 2 ]; do
 	--out) out=$2; shift 2 ;;
 	--up-a) up_a=$2; shift 2 ;;
 	--up-b) up_b=$2; shift 2 ;;
+	--base-port) base_port=$2; shift 2 ;;
 	*) echo "bench-ab: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -66,7 +68,7 @@ run() { # run SIDE ROUND
 	if [ "$1" = a ]; then extra=$up_a; else extra=$up_b; fi
 	rm -rf "$data"
 	mkdir -p "$out/mnt"
-	"$bin" up --data "$data" --mount "$out/mnt" --base-port 7470 --log-level warn $extra >"$log" 2>&1 &
+	"$bin" up --data "$data" --mount "$out/mnt" --base-port "$base_port" --log-level warn $extra >"$log" 2>&1 &
 	up_pid=$!
 	for _ in $(seq 240); do
 		grep -q "weft is up" "$log" && break

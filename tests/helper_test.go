@@ -60,6 +60,16 @@ func helperMain(args []string) int {
 			}
 		}
 		err = writeRecords(args[1], n[0], n[1], n[2], n[3])
+	case "meta": // meta ADDR KEYS OP NAME: OP (lookup, mkdir) of NAME in the root, sent to ADDR only
+		if len(args) != 5 {
+			return 2
+		}
+		err = metaCall(args[1], args[2], args[3], args[4])
+		if err != nil {
+			// The errno, then what the server (or transport) said.
+			fmt.Println(errName(err), strings.ReplaceAll(err.Error(), "\n", " "))
+			return 0
+		}
 	default:
 		fmt.Fprintln(os.Stderr, "helper: unknown command", args[0])
 		return 2

@@ -24,13 +24,14 @@ type upProc struct {
 	log  string
 }
 
-// freeBasePort finds a base port for `weft up` whose meta port and
-// storage ports (base+10, base+11, ...) are all free now.
+// freeBasePort finds a base port for `weft up` whose meta ports (base,
+// +1, +2: three members by default) and storage ports (base+10, base+11,
+// ...) are all free now.
 func freeBasePort(t *testing.T, servers int) int {
 	for i := 0; i < 200; i++ {
 		base := 20000 + rand.IntN(30000)
 		ok := true
-		for _, p := range append([]int{base}, seq(base+10, servers)...) {
+		for _, p := range append(seq(base, 3), seq(base+10, servers)...) {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
 			if err != nil {
 				ok = false
@@ -156,7 +157,7 @@ func TestUpRestart(t *testing.T) {
 		if t.Failed() {
 			b, _ := os.ReadFile(filepath.Join(dir, "up.log"))
 			t.Logf("weft up output:\n%s", b)
-			for _, n := range []string{"meta", "storage-0", "storage-1", "mount"} {
+			for _, n := range []string{"meta-1", "meta-2", "meta-3", "storage-0", "storage-1", "mount"} {
 				b, _ := os.ReadFile(filepath.Join(data, "logs", n+".log"))
 				t.Logf("---- %s.log ----\n%s", n, tailBytes(b, 40))
 			}

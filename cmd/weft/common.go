@@ -109,6 +109,20 @@ func checkAddr(flag, addr string, listen bool) error {
 	return nil
 }
 
+// checkAddrList validates a flag that takes one address or a
+// comma-separated list (the members of a replicated metadata group).
+func checkAddrList(flag, list string) error {
+	if strings.TrimSpace(list) == "" {
+		return checkAddr(flag, "", false)
+	}
+	for _, a := range strings.Split(list, ",") {
+		if err := checkAddr(flag, strings.TrimSpace(a), false); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 func unwrapAddrErr(err error) string {
 	var ae *net.AddrError
 	if errors.As(err, &ae) {

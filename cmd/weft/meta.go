@@ -32,6 +32,15 @@ type metaOptions struct {
 	// AcceptRollback is a flag only: serving an older store is a decision
 	// for one start, not a setting to leave in a file.
 	AcceptRollback bool `toml:"-"`
+	// A member of a replicated group: its id and every member's id and
+	// address ("1=h1:7400,2=h2:7400,3=h3:7400"); raft's timing.
+	ID             uint64         `toml:"id"`
+	Peers          string         `toml:"peers"`
+	RaftTick       units.Duration `toml:"raft_tick"`
+	ElectionTicks  int            `toml:"election_ticks"`
+	HeartbeatTicks int            `toml:"heartbeat_ticks"`
+	LeaseReads     bool           `toml:"lease_reads"`
+	peers          meta.Peers
 	accessOptions
 	daemonOptions
 }
@@ -80,11 +89,19 @@ func metaCommand(run func(context.Context, *metaOptions) error) *cobra.Command {
 		configPath string
 	)
 	cmd := &cobra.Command{
-		Use:   "meta --data DIR [--listen HOST:PORT]",
+		Use:   "meta --data DIR [--listen HOST:PORT | --id N --peers 1=H1:P,2=H2:P,3=H3:P]",
 		Short: "Run the metadata server",
 		Long: `Run the metadata server: it keeps the namespace (directories, inodes,
 layouts) in a pebble database under --data and the registry of storage
-targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
+targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.
+
+Alone (--listen), it is the whole metadata service. With --id and --peers
+it is one member of a replicated group of 3 (or 5) servers that keep the
+same namespace with raft: start every member with the same --peers and its
+own --id and empty --data directory. It listens on its own address from
+--peers; clients, storage servers and tools take the list of addresses
+(--meta h1:7400,h2:7400,h3:7400) and find the leader themselves. The
+group serves while a majority of its members run.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.resolve(cmd, configPath); err != nil {
@@ -106,6 +123,13 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	o.OrphanGrace = units.Duration(meta.DefaultOrphanGrace)
 	fs.StringVar(&o.HTTP, "http", "", "serve the web dashboard (health, capacity, throughput, clients) on http://ADDR/, e.g. 127.0.0.1:7480 (default off; it names client hosts: keep it on the management network)")
 	fs.Var(&o.OrphanGrace, "orphan-grace", "after a restart, how long mounts have to re-register their open files and locks (no new locks meanwhile) before unlinked files nobody holds are deleted")
+	fs.Uint64Var(&o.ID, "id", 0, "this member's id in --peers (a replicated group)")
+	fs.StringVar(&o.Peers, "peers", "", "every member of the replicated group as ID=HOST:PORT,... (the same on every member)")
+	o.RaftTick = units.Duration(100 * time.Millisecond)
+	fs.Var(&o.RaftTick, "raft-tick", "raft's clock tick (replicated group)")
+	fs.IntVar(&o.ElectionTicks, "election-ticks", 10, "ticks without a leader before a member calls an election (raft randomizes between this and twice it)")
+	fs.IntVar(&o.HeartbeatTicks, "heartbeat-ticks", 1, "ticks between the leader's heartbeats")
+	fs.BoolVar(&o.LeaseReads, "lease-reads", true, "the leader answers reads for half an election timeout after a quorum confirmed it leads (false: a quorum round for every burst of reads)")
 	fs.BoolVar(&o.AcceptRollback, "accept-rollback", false,
 		"serve a store that has fewer changes than it had durably applied before (an older backup restored on purpose)")
 	o.accessOptions.addFlags(fs)
@@ -118,6 +142,34 @@ targets. It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	if err := loadConfig(cmd, configPath, o); err != nil {
 		return err
+	}
+	if o.Peers != "" || o.ID != 0 {
+		if o.Peers == "" || o.ID == 0 {
+			return fmt.Errorf("--id and --peers go together (a member of a replicated group)")
+		}
+		p, err := meta.ParsePeers(o.Peers)
+		if err != nil {
+			return fmt.Errorf("--peers: %w", err)
+		}
+		for id, a := range p {
+			if err := checkAddr(fmt.Sprintf("peers (member %d)", id), a, false); err != nil {
+				return err
+			}
+		}
+		self, ok := p[o.ID]
+		if !ok {
+			return fmt.Errorf("--id %d is not one of the members in --peers %s", o.ID, p)
+		}
+		if !cmd.Flags().Changed("listen") && o.Listen == "127.0.0.1:7400" {
+			o.Listen = self // a member listens on its own address in --peers
+		}
+		if o.Listen != self {
+			return fmt.Errorf("--listen %s: member %d's address in --peers is %s (leave --listen out)", o.Listen, o.ID, self)
+		}
+		if o.RaftTick <= 0 || o.ElectionTicks < 2 || o.HeartbeatTicks < 1 || o.ElectionTicks <= o.HeartbeatTicks {
+			return fmt.Errorf("--raft-tick must be positive, --heartbeat-ticks at least 1 and --election-ticks more than it")
+		}
+		o.peers = p
 	}
 	if err := checkAddr("listen", o.Listen, true); err != nil {
 		return err
@@ -177,6 +229,12 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		SessionLease:     time.Duration(o.SessionLease),
 		OrphanGrace:      time.Duration(o.OrphanGrace),
 		AcceptRollback:   o.AcceptRollback,
+		ID:               o.ID,
+		Peers:            o.peers,
+		TickInterval:     time.Duration(o.RaftTick),
+		ElectionTicks:    o.ElectionTicks,
+		HeartbeatTicks:   o.HeartbeatTicks,
+		LeaseReads:       o.LeaseReads,
 		Logger:           d.log,
 		Transport:        d.transport,
 		Access:           acc,

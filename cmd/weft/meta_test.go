@@ -33,6 +33,15 @@ func TestMetaFlags(t *testing.T) {
 		{"bad client network", []string{"--data", dir, "--client-networks", "10.0.0.0/33"}, []string{"--client-networks", "10.0.0.0/33"}},
 		{"bad squash exempt", []string{"--data", dir, "--root-squash-exempt", "nowhere"}, []string{"--root-squash-exempt"}},
 		{"squash to root", []string{"--data", dir, "--squash-uid", "0"}, []string{"must not be 0"}},
+		{"peers without id", []string{"--data", dir, "--peers", "1=a:1,2=b:1,3=c:1"}, []string{"--id and --peers go together"}},
+		{"id without peers", []string{"--data", dir, "--id", "1"}, []string{"--id and --peers go together"}},
+		{"duplicate member id", []string{"--data", dir, "--id", "1", "--peers", "1=a:1,2=b:1,1=c:1"}, []string{"--peers", "member id 1 appears twice"}},
+		{"duplicate member address", []string{"--data", dir, "--id", "1", "--peers", "1=a:1,2=a:1"}, []string{"--peers", "same address a:1"}},
+		{"id not a member", []string{"--data", dir, "--id", "4", "--peers", "1=a:1,2=b:1,3=c:1"}, []string{"--id 4 is not one of the members"}},
+		{"peer without port", []string{"--data", dir, "--id", "1", "--peers", "1=a:1,2=b"}, []string{"member 2", "missing port"}},
+		{"peer id zero", []string{"--data", dir, "--id", "1", "--peers", "0=a:1,1=b:1"}, []string{"1 to 65535"}},
+		{"listen is not own peer address", []string{"--data", dir, "--id", "1", "--peers", "1=a:1,2=b:1", "--listen", "c:1"}, []string{"--listen c:1", "a:1"}},
+		{"election not above heartbeat", []string{"--data", dir, "--id", "1", "--peers", "1=a:1,2=b:1,3=c:1", "--election-ticks", "2", "--heartbeat-ticks", "2"}, []string{"--election-ticks more than it"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ran := false
@@ -66,6 +75,7 @@ log_format = "json"
 	}
 	want := metaOptions{Listen: "127.0.0.1:9000", Data: dir, HeartbeatTimeout: units.Duration(45 * time.Second),
 		SessionLease: units.Duration(2 * time.Second), OrphanGrace: units.Duration(time.Minute),
+		RaftTick: units.Duration(100 * time.Millisecond), ElectionTicks: 10, HeartbeatTicks: 1, LeaseReads: true,
 		accessOptions: accessOptions{RootSquash: true, SquashUid: 99, SquashGid: 65534, RootSquashExempt: []string{"10.0.0.0/8"}},
 		daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
 	if !reflect.DeepEqual(got, want) {
@@ -111,5 +121,28 @@ func TestMetaAcceptRollback(t *testing.T) {
 	cfg := writeFile(t, dir, "meta.toml", "data = \""+dir+"\"\naccept_rollback = true\n")
 	if err := execute(metaCommand(func(context.Context, *metaOptions) error { return nil }), "--config", cfg); err == nil {
 		t.Fatal("accept_rollback accepted as a config key")
+	}
+}
+
+// TestMetaConfigReplicated: the replicated group's keys in the config
+// file; the member listens on its own address from peers.
+func TestMetaConfigReplicated(t *testing.T) {
+	dir := t.TempDir()
+	cfg := writeFile(t, dir, "meta.toml", `
+data = "`+dir+`"
+id = 2
+peers = "1=10.0.0.1:7400,2=10.0.0.2:7400,3=10.0.0.3:7400"
+raft_tick = "50ms"
+election_ticks = 20
+heartbeat_ticks = 2
+`)
+	var got metaOptions
+	run := func(_ context.Context, o *metaOptions) error { got = *o; return nil }
+	if err := execute(metaCommand(run), "--config", cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got.Listen != "10.0.0.2:7400" || got.ID != 2 || len(got.peers) != 3 || got.peers[3] != "10.0.0.3:7400" ||
+		got.RaftTick != units.Duration(50*time.Millisecond) || got.ElectionTicks != 20 || got.HeartbeatTicks != 2 {
+		t.Fatalf("resolved %+v", got)
 	}
 }

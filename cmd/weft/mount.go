@@ -63,7 +63,7 @@ file (key "mountpoint"); the argument wins.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&configPath, "config", "", "TOML config file (keys: "+keyList(&o)+"); flags override it")
-	fs.StringVar(&o.Meta, "meta", "", "address of the metadata server (host:port)")
+	fs.StringVar(&o.Meta, "meta", "", "address of the metadata server (host:port), or of the members of a replicated group (h1:7400,h2:7400,h3:7400)")
 	o.Timeout = units.Duration(30 * time.Second)
 	fs.Var(&o.Timeout, "timeout", "give up on a server request after this long; the operation then fails with ETIMEDOUT")
 	o.CacheLimit = units.Size(1 << 30)
@@ -84,7 +84,7 @@ func (o *mountOptions) resolve(cmd *cobra.Command, configPath string, args []str
 	if len(args) == 1 {
 		o.Mountpoint = args[0]
 	}
-	if err := checkAddr("meta", o.Meta, false); err != nil {
+	if err := checkAddrList("meta", o.Meta); err != nil {
 		return err
 	}
 	if o.Mountpoint == "" {

@@ -63,7 +63,7 @@ It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.StringVar(&configPath, "config", "", "TOML config file (keys: "+keyList(&o)+"); flags override it")
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:7410", "address to serve on (host:port)")
 	fs.StringVar(&o.Advertise, "advertise", "", "address clients dial to reach this server (default: --listen); required when --listen has no host or 0.0.0.0")
-	fs.StringVar(&o.Meta, "meta", "", "address of the metadata server (host:port)")
+	fs.StringVar(&o.Meta, "meta", "", "address of the metadata server (host:port), or of the members of a replicated group (h1:7400,h2:7400,h3:7400)")
 	fs.StringArrayVar(&o.Targets, "targets", nil, "storage target directory (must exist); repeat for several targets (--target is the same flag)")
 	// --target (one directory per flag) and --targets (config key targets)
 	// are one flag.
@@ -102,7 +102,7 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 	} else if isUnspecifiedHost(o.Listen) {
 		return fmt.Errorf("--listen %q binds every interface: also give --advertise HOST:PORT, the address clients should dial", o.Listen)
 	}
-	if err := checkAddr("meta", o.Meta, false); err != nil {
+	if err := checkAddrList("meta", o.Meta); err != nil {
 		return err
 	}
 	if len(o.Targets) == 0 {

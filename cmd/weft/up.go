@@ -36,20 +36,33 @@ type upOptions struct {
 	LogLevel string // of the children
 	Encrypt  bool   // every child encrypts its connections (--encrypt)
 	Mirror   int    // copies the file system's default layout keeps (--mirror; 1: none)
+	// MetaReplicas is 1 (one metadata server) or the members of a
+	// replicated metadata group (3 or 5); RaftTick and ElectionTicks are
+	// the group's raft timing.
+	MetaReplicas  int
+	RaftTick      units.Duration
+	ElectionTicks int
 }
 
 func newUpCmd() *cobra.Command {
 	var o upOptions
 	cmd := &cobra.Command{
-		Use:   "up [--data DIR] [--mount MNT] [--targets N] [--servers S] [--mirror C] [--base-port P]",
+		Use:   "up [--data DIR] [--mount MNT] [--targets N] [--servers S] [--mirror C] [--base-port P] [--meta-replicas 1|3|5]",
 		Short: "Run a whole weft on this machine: meta, storage servers and a mount",
 		Long: `Run a complete weft on this machine, in the foreground, as real processes
 of this binary talking over TCP on 127.0.0.1:
 
-  weft meta      on BASE-PORT, database in DIR/meta
+  weft meta      R members of a replicated metadata group (--meta-replicas,
+                 default 3) on BASE-PORT, +1, ..., databases in
+                 DIR/meta-1 .. DIR/meta-R; with --meta-replicas 1 one
+                 server on BASE-PORT, database in DIR/meta
   weft storage   S servers on BASE-PORT+10, +11, ..., holding the N
                  targets DIR/target-0 .. DIR/target-N-1 between them
   weft mount     at MNT
+
+When a member of the metadata group dies, weft up says so and keeps the
+rest running as long as a majority of the members runs (kill -9 the
+leader to watch a failover); the dead member is not restarted.
 
 Each process logs to DIR/logs/<name>.log. Once every target is up, weft up
 prints where everything is, the per-target usage, and checks that a file
@@ -85,6 +98,10 @@ log, stops the others and exits non-zero.`,
 	fs.IntVar(&o.Mirror, "mirror", 2, "copies of every file in the default layout, on distinct servers (1: no protection)")
 	fs.IntVar(&o.BasePort, "base-port", 7400, "meta listens on this port, storage servers on base-port+10 and up")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level of the child processes (their logs are in DIR/logs)")
+	fs.IntVar(&o.MetaReplicas, "meta-replicas", 3, "metadata servers: 1 (one server) or 3 or 5 (a replicated group that survives the loss of 1 or 2)")
+	o.RaftTick = units.Duration(100 * time.Millisecond)
+	fs.Var(&o.RaftTick, "raft-tick", "the metadata group's raft tick (weft meta --raft-tick)")
+	fs.IntVar(&o.ElectionTicks, "election-ticks", 10, "the metadata group's election timeout in ticks (weft meta --election-ticks)")
 	fs.BoolVar(&o.Encrypt, "encrypt", false, "encrypt every connection between the processes (TLS; see docs/security.md for its cost)")
 	return cmd
 }
@@ -126,6 +143,24 @@ func (o *upOptions) resolve() error {
 	if o.Mirror < 1 || o.Mirror > layout.MaxMirror || o.Mirror > o.Servers {
 		return fmt.Errorf("--mirror %d: want 1..%d, and at most --servers (%d): copies go to distinct servers", o.Mirror, min(layout.MaxMirror, o.Servers), o.Servers)
 	}
+	if o.MetaReplicas == 0 {
+		o.MetaReplicas = 3
+	}
+	if o.RaftTick == 0 {
+		o.RaftTick = units.Duration(100 * time.Millisecond)
+	}
+	if o.ElectionTicks == 0 {
+		o.ElectionTicks = 10
+	}
+	if o.MetaReplicas != 1 && o.MetaReplicas != 3 && o.MetaReplicas != 5 {
+		return fmt.Errorf("--meta-replicas %d: want 1, 3 or 5", o.MetaReplicas)
+	}
+	if o.RaftTick <= 0 || o.ElectionTicks < 2 {
+		return fmt.Errorf("--raft-tick must be positive and --election-ticks at least 2")
+	}
+	if err := checkMetaLayout(o.Data, o.MetaReplicas); err != nil {
+		return err
+	}
 	if o.BasePort < 1 || o.BasePort+10+o.Servers-1 > 65535 {
 		return fmt.Errorf("--base-port %d: the ports %d..%d must lie in 1..65535", o.BasePort, o.BasePort, o.BasePort+10+o.Servers-1)
 	}
@@ -146,13 +181,54 @@ type childSpec struct {
 
 // upPlan is everything weft up will start, in start order.
 type upPlan struct {
-	Data, Mount, MetaAddr string
-	Keys                  string // DATA/keys: the cluster key set, made on first run
-	Targets               int
-	Mirror                int // the default layout's copies, set on the first run
-	Meta                  childSpec
-	Storage               []childSpec
-	Mounter               childSpec
+	Data, Mount string
+	MetaAddr    string // the metadata service: one address, or the group's, comma-separated
+	Keys        string // DATA/keys: the cluster key set, made on first run
+	Targets     int
+	Mirror      int         // the default layout's copies, set on the first run
+	Metas       []childSpec // one server, or the members of the group
+	Storage     []childSpec
+	Mounter     childSpec
+}
+
+// metaDirs returns the metadata directories weft up uses in data for
+// replicas metadata servers.
+func metaDirs(data string, replicas int) []string {
+	if replicas == 1 {
+		return []string{filepath.Join(data, "meta")}
+	}
+	dirs := make([]string, replicas)
+	for i := range dirs {
+		dirs[i] = filepath.Join(data, fmt.Sprintf("meta-%d", i+1))
+	}
+	return dirs
+}
+
+// checkMetaLayout refuses a --meta-replicas that does not match the
+// metadata a data directory already holds: starting a group beside a
+// single server's store (or the reverse) would start an empty file system
+// and hide the files.
+func checkMetaLayout(data string, replicas int) error {
+	has := func(dir string) bool {
+		ents, err := os.ReadDir(dir)
+		return err == nil && len(ents) > 0
+	}
+	single := has(filepath.Join(data, "meta"))
+	members := 0
+	for i := 1; i <= 5; i++ {
+		if has(filepath.Join(data, fmt.Sprintf("meta-%d", i))) {
+			members = i
+		}
+	}
+	switch {
+	case replicas > 1 && single:
+		return fmt.Errorf("--meta-replicas %d: %s holds the metadata of one server (%s); run with --meta-replicas 1, or use another --data",
+			replicas, data, filepath.Join(data, "meta"))
+	case members > 0 && members != replicas:
+		return fmt.Errorf("--meta-replicas %d: %s holds the metadata of a group of %d (meta-1..meta-%d); run with --meta-replicas %d, or use another --data",
+			replicas, data, members, members, members)
+	}
+	return nil
 }
 
 // planUp lays out the processes: target i goes to server i mod S, so the
@@ -167,19 +243,40 @@ func planUp(o upOptions) upPlan {
 	}
 	keys := filepath.Join(o.Data, "keys")
 	p := upPlan{Data: o.Data, Mount: o.Mount, MetaAddr: metaAddr, Targets: o.Targets, Keys: keys, Mirror: o.Mirror}
-	metaDir := filepath.Join(o.Data, "meta")
-	p.Meta = childSpec{
-		Name: "meta",
-		Args: append([]string{"meta", "--listen", metaAddr, "--data", metaDir, "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, childFlags...),
-		Addr: metaAddr,
-		Log:  filepath.Join(logs, "meta.log"),
-		Dirs: []string{metaDir},
+	dirs := metaDirs(o.Data, max(o.MetaReplicas, 1))
+	if len(dirs) == 1 {
+		p.Metas = []childSpec{{
+			Name: "meta",
+			Args: append([]string{"meta", "--listen", metaAddr, "--data", dirs[0], "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, childFlags...),
+			Addr: metaAddr,
+			Log:  filepath.Join(logs, "meta.log"),
+			Dirs: dirs,
+		}}
+	} else {
+		var peers, addrs []string
+		for i := range dirs {
+			a := net.JoinHostPort("127.0.0.1", strconv.Itoa(o.BasePort+i))
+			peers = append(peers, fmt.Sprintf("%d=%s", i+1, a))
+			addrs = append(addrs, a)
+		}
+		p.MetaAddr = strings.Join(addrs, ",")
+		for i, d := range dirs {
+			p.Metas = append(p.Metas, childSpec{
+				Name: fmt.Sprintf("meta-%d", i+1),
+				Args: append([]string{"meta", "--id", strconv.Itoa(i + 1), "--peers", strings.Join(peers, ","), "--data", d,
+					"--keys", filepath.Join(keys, auth.ClusterMetaDir), "--raft-tick", o.RaftTick.String(),
+					"--election-ticks", strconv.Itoa(o.ElectionTicks)}, childFlags...),
+				Addr: addrs[i],
+				Log:  filepath.Join(logs, fmt.Sprintf("meta-%d.log", i+1)),
+				Dirs: []string{d},
+			})
+		}
 	}
 	for s := range o.Servers {
 		addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(o.BasePort+10+s))
 		c := childSpec{
 			Name: fmt.Sprintf("storage-%d", s),
-			Args: []string{"storage", "--listen", addr, "--meta", metaAddr, "--keys", filepath.Join(keys, auth.ClusterStorageDir)},
+			Args: []string{"storage", "--listen", addr, "--meta", p.MetaAddr, "--keys", filepath.Join(keys, auth.ClusterStorageDir)},
 			Addr: addr,
 			Log:  filepath.Join(logs, fmt.Sprintf("storage-%d.log", s)),
 		}
@@ -193,7 +290,7 @@ func planUp(o upOptions) upPlan {
 	}
 	p.Mounter = childSpec{
 		Name: "mount",
-		Args: append([]string{"mount", "--meta", metaAddr, "--keys", filepath.Join(keys, auth.ClusterClientDir),
+		Args: append([]string{"mount", "--meta", p.MetaAddr, "--keys", filepath.Join(keys, auth.ClusterClientDir),
 			"--allow-other=" + strconv.FormatBool(allowOtherPossible())}, append(childFlags, o.Mount)...),
 		Log:  filepath.Join(logs, "mount.log"),
 		Dirs: []string{o.Mount},
@@ -286,15 +383,15 @@ func runUp(ctx context.Context, exe string, p upPlan, out io.Writer) (err error)
 		return err
 	}
 	defer unlock()
-	addrs := []string{p.Meta.Addr}
-	for _, s := range p.Storage {
+	var addrs []string
+	for _, s := range append(append([]childSpec(nil), p.Metas...), p.Storage...) {
 		addrs = append(addrs, s.Addr)
 	}
 	if err := checkPortsFree(addrs); err != nil {
 		return err
 	}
-	all := append(append([]childSpec{p.Meta}, p.Storage...), p.Mounter)
-	if err := os.MkdirAll(filepath.Dir(p.Meta.Log), 0o755); err != nil {
+	all := append(append(append([]childSpec(nil), p.Metas...), p.Storage...), p.Mounter)
+	if err := os.MkdirAll(filepath.Dir(p.Mounter.Log), 0o755); err != nil {
 		return fmt.Errorf("up: %w", err)
 	}
 	for _, c := range all {
@@ -318,15 +415,19 @@ func runUp(ctx context.Context, exe string, p upPlan, out io.Writer) (err error)
 			fmt.Fprintln(out, "weft up: stopped; everything is kept in", p.Data)
 		}
 	}()
-	fmt.Fprintf(out, "weft up: data in %s, logs in %s\n", p.Data, filepath.Dir(p.Meta.Log))
+	fmt.Fprintf(out, "weft up: data in %s, logs in %s\n", p.Data, filepath.Dir(p.Mounter.Log))
 
-	if _, err := s.start(p.Meta); err != nil {
-		return err
+	for _, m := range p.Metas {
+		if _, err := s.start(m); err != nil {
+			return err
+		}
 	}
-	if err := s.waitFor(ctx, "meta to listen on "+p.Meta.Addr, 30*time.Second, func() (bool, error) {
-		return dialable(p.Meta.Addr), nil
-	}); err != nil {
-		return s.interrupted(err)
+	for _, m := range p.Metas {
+		if err := s.waitFor(ctx, m.Name+" to listen on "+m.Addr, 30*time.Second, func() (bool, error) {
+			return dialable(m.Addr), nil
+		}); err != nil {
+			return s.interrupted(err)
+		}
 	}
 	for _, sp := range p.Storage {
 		if _, err := s.start(sp); err != nil {
@@ -380,12 +481,48 @@ func runUp(ctx context.Context, exe string, p upPlan, out io.Writer) (err error)
 	fmt.Fprintf(out, "Health of the whole cluster: weft status --meta %s --keys %s\n", p.MetaAddr, filepath.Join(p.Keys, "client"))
 	fmt.Fprintln(out, "Press Ctrl-C to unmount and stop (the data stays; weft up again brings it back).")
 
+	for {
+		select {
+		case <-ctx.Done():
+			fmt.Fprintln(out, "\nweft up: stopping")
+			return nil
+		case c := <-s.exited:
+			if !s.survives(c, p) {
+				return s.died(c)
+			}
+		}
+	}
+}
+
+// survives reports whether the file system still works without c, which
+// exited: only a member of a metadata group can be lost, while a majority
+// of the members runs. It says so, with the end of c's log.
+func (s *supervisor) survives(c *child, p upPlan) bool {
+	if len(p.Metas) < 2 || !strings.HasPrefix(c.spec.Name, "meta-") {
+		return false
+	}
+	running := 0
+	for _, ch := range s.children {
+		if strings.HasPrefix(ch.spec.Name, "meta-") && ch.running() {
+			running++
+		}
+	}
+	if running <= len(p.Metas)/2 {
+		fmt.Fprintf(s.out, "weft up: %s exited (%v): only %d of %d metadata servers run, fewer than a majority: the file system cannot work\n",
+			c.spec.Name, exitStatus(c.err), running, len(p.Metas))
+		return false
+	}
+	fmt.Fprintf(s.out, "weft up: %s exited (%v); the metadata group keeps serving with %d of %d members (another %d may fail). The end of %s:\n%s",
+		c.spec.Name, exitStatus(c.err), running, len(p.Metas), running-len(p.Metas)/2-1, c.spec.Log, indent(logTail(c.spec.Log, 5)))
+	return true
+}
+
+func (c *child) running() bool {
 	select {
-	case <-ctx.Done():
-		fmt.Fprintln(out, "\nweft up: stopping")
-		return nil
-	case c := <-s.exited:
-		return s.died(c)
+	case <-c.done:
+		return false
+	default:
+		return true
 	}
 }
 
@@ -459,11 +596,13 @@ func unmountFuse(mnt string, lazy bool) error {
 
 func printUpReport(w io.Writer, p upPlan) {
 	width := len(p.Mount)
-	for _, s := range append([]childSpec{p.Meta}, p.Storage...) {
+	for _, s := range append(append([]childSpec(nil), p.Metas...), p.Storage...) {
 		width = max(width, len(s.Addr))
 	}
 	fmt.Fprintf(w, "\nweft is running:\n")
-	fmt.Fprintf(w, "  %-10s %-*s  %s\n", "meta", width, p.Meta.Addr, "database "+p.Meta.Dirs[0])
+	for _, m := range p.Metas {
+		fmt.Fprintf(w, "  %-10s %-*s  %s\n", m.Name, width, m.Addr, "database "+m.Dirs[0])
+	}
 	for _, s := range p.Storage {
 		names := make([]string, len(s.Dirs))
 		for i, d := range s.Dirs {
@@ -473,7 +612,7 @@ func printUpReport(w io.Writer, p upPlan) {
 	}
 	fmt.Fprintf(w, "  %-10s %-*s  %s\n", "mount", width, p.Mount, "client of meta "+p.MetaAddr)
 	fmt.Fprintf(w, "logs:\n")
-	for _, c := range append(append([]childSpec{p.Meta}, p.Storage...), p.Mounter) {
+	for _, c := range append(append(append([]childSpec(nil), p.Metas...), p.Storage...), p.Mounter) {
 		fmt.Fprintf(w, "  %-10s %s\n", c.Name, c.Log)
 	}
 }

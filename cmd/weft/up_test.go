@@ -28,6 +28,14 @@ func TestUpResolve(t *testing.T) {
 	if _, err := os.Stat(o.Data); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("resolve created %s: %v", o.Data, err)
 	}
+	// Data directories that already hold metadata: one server's, a group of 3's.
+	single, group := t.TempDir(), t.TempDir()
+	for _, d := range []string{filepath.Join(single, "meta"), filepath.Join(group, "meta-1"), filepath.Join(group, "meta-2"), filepath.Join(group, "meta-3")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, d, "CURRENT", "x")
+	}
 	for _, tc := range []struct {
 		name string
 		o    upOptions
@@ -44,6 +52,13 @@ func TestUpResolve(t *testing.T) {
 		{"bad log level", upOptions{Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "chatty"}, "--log-level"},
 		{"more copies than servers", upOptions{Targets: 4, Servers: 2, Mirror: 3, BasePort: 7400, LogLevel: "info"}, "--mirror 3: want 1..2"},
 		{"too many copies", upOptions{Targets: 8, Servers: 8, Mirror: 6, BasePort: 7400, LogLevel: "info"}, "--mirror 6: want 1..5"},
+		{"two meta replicas", upOptions{Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info", MetaReplicas: 2}, "--meta-replicas 2: want 1, 3 or 5"},
+		{"group beside a single server", upOptions{Data: single, Mount: "/x/m", Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info", MetaReplicas: 3},
+			"holds the metadata of one server"},
+		{"single server beside a group", upOptions{Data: group, Mount: "/x/m", Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info", MetaReplicas: 1},
+			"holds the metadata of a group of 3"},
+		{"group of another size", upOptions{Data: group, Mount: "/x/m", Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info", MetaReplicas: 5},
+			"holds the metadata of a group of 3"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			o := tc.o
@@ -61,11 +76,11 @@ func TestUpFlags(t *testing.T) {
 
 func TestPlanUp(t *testing.T) {
 	p := planUp(upOptions{Data: "/d", Mount: "/m", Targets: 5, Servers: 3, BasePort: 7400, LogLevel: "info"})
-	if p.MetaAddr != "127.0.0.1:7400" || p.Meta.Addr != p.MetaAddr || p.Meta.Log != "/d/logs/meta.log" {
-		t.Fatalf("meta: %+v", p.Meta)
+	if p.MetaAddr != "127.0.0.1:7400" || p.Metas[0].Addr != p.MetaAddr || p.Metas[0].Log != "/d/logs/meta.log" {
+		t.Fatalf("meta: %+v", p.Metas)
 	}
-	if want := []string{"meta", "--listen", "127.0.0.1:7400", "--data", "/d/meta", "--keys", "/d/keys/meta", "--log-level", "info"}; !slices.Equal(p.Meta.Args, want) {
-		t.Fatalf("meta args %q, want %q", p.Meta.Args, want)
+	if want := []string{"meta", "--listen", "127.0.0.1:7400", "--data", "/d/meta", "--keys", "/d/keys/meta", "--log-level", "info"}; !slices.Equal(p.Metas[0].Args, want) {
+		t.Fatalf("meta args %q, want %q", p.Metas[0].Args, want)
 	}
 	wantTargets := [][]string{{"/d/target-0", "/d/target-3"}, {"/d/target-1", "/d/target-4"}, {"/d/target-2"}}
 	if len(p.Storage) != 3 {
@@ -98,7 +113,7 @@ func TestPlanUp(t *testing.T) {
 func TestPlanUpArgsValidate(t *testing.T) {
 	dir := t.TempDir()
 	p := planUp(upOptions{Data: dir + "/data", Mount: dir + "/mnt", Targets: 3, Servers: 2, BasePort: 7400, LogLevel: "debug"})
-	for _, c := range append(append([]childSpec{p.Meta}, p.Storage...), p.Mounter) {
+	for _, c := range append(append(append([]childSpec(nil), p.Metas...), p.Storage...), p.Mounter) {
 		for _, d := range c.Dirs {
 			if err := mkdir(d); err != nil {
 				t.Fatal(err)
@@ -112,7 +127,7 @@ func TestPlanUpArgsValidate(t *testing.T) {
 			t.Fatalf("%s %q: %v", c.Name, c.Args, err)
 		}
 	}
-	check(p.Meta, execute(metaCommand(func(context.Context, *metaOptions) error { ran++; return nil }), p.Meta.Args[1:]...))
+	check(p.Metas[0], execute(metaCommand(func(context.Context, *metaOptions) error { ran++; return nil }), p.Metas[0].Args[1:]...))
 	for _, s := range p.Storage {
 		check(s, execute(storageCommand(func(context.Context, *storageOptions) error { ran++; return nil }), s.Args[1:]...))
 	}
@@ -274,7 +289,7 @@ logs:
 func TestPlanUpEncrypt(t *testing.T) {
 	for _, enc := range []bool{false, true} {
 		p := planUp(upOptions{Data: "/d", Mount: "/m", Targets: 2, Servers: 2, BasePort: 7400, LogLevel: "info", Encrypt: enc})
-		for _, c := range append([]childSpec{p.Meta, p.Mounter}, p.Storage...) {
+		for _, c := range append(append([]childSpec(nil), p.Metas...), append(p.Storage, p.Mounter)...) {
 			if got := slices.Contains(c.Args, "--encrypt"); got != enc {
 				t.Errorf("encrypt %v: %s args %q", enc, c.Name, c.Args)
 			}
@@ -298,4 +313,80 @@ func TestUpLockData(t *testing.T) {
 		t.Fatalf("after unlock: %v", err)
 	}
 	unlock()
+}
+
+// TestPlanUpReplicas: three members on base-port, +1, +2 with the same
+// --peers, and every client given all three addresses.
+func TestPlanUpReplicas(t *testing.T) {
+	o := upOptions{Data: "/d", Mount: "/m", Targets: 2, Servers: 1, BasePort: 7400, LogLevel: "info", MetaReplicas: 3}
+	if err := o.resolve(); err != nil {
+		t.Fatal(err)
+	}
+	p := planUp(o)
+	const list = "127.0.0.1:7400,127.0.0.1:7401,127.0.0.1:7402"
+	if p.MetaAddr != list || len(p.Metas) != 3 {
+		t.Fatalf("meta %s, %d members", p.MetaAddr, len(p.Metas))
+	}
+	for i, m := range p.Metas {
+		want := []string{"meta", "--id", fmt.Sprint(i + 1), "--peers", "1=127.0.0.1:7400,2=127.0.0.1:7401,3=127.0.0.1:7402",
+			"--data", fmt.Sprintf("/d/meta-%d", i+1), "--keys", "/d/keys/meta", "--raft-tick", "100ms", "--election-ticks", "10",
+			"--log-level", "info"}
+		if !slices.Equal(m.Args, want) || m.Addr != fmt.Sprintf("127.0.0.1:%d", 7400+i) {
+			t.Errorf("member %d: %s %q, want %q", i+1, m.Addr, m.Args, want)
+		}
+		// The member's flags resolve as `weft meta` would take them.
+		dir := t.TempDir()
+		args := slices.Clone(m.Args[1:])
+		args[slices.Index(args, "--data")+1] = dir
+		var got metaOptions
+		if err := execute(metaCommand(func(_ context.Context, o *metaOptions) error { got = *o; return nil }), args...); err != nil {
+			t.Fatal(err)
+		}
+		if got.Listen != m.Addr || got.ID != uint64(i+1) {
+			t.Errorf("member %d resolves to listen %s id %d", i+1, got.Listen, got.ID)
+		}
+	}
+	if !slices.Contains(p.Storage[0].Args, list) || !slices.Contains(p.Mounter.Args, list) {
+		t.Errorf("clients do not get every member: storage %q, mount %q", p.Storage[0].Args, p.Mounter.Args)
+	}
+}
+
+// TestSupervisorMetaMemberDies: when a member of a metadata group of
+// three exits, weft up says so and keeps going while two run; when a
+// second one exits, the group has no majority and weft up gives up.
+func TestSupervisorMetaMemberDies(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	s := newSupervisor("/bin/sh", &out, 3)
+	defer s.stopAll(dir)
+	p := upPlan{Metas: []childSpec{{Name: "meta-1"}, {Name: "meta-2"}, {Name: "meta-3"}}}
+	var kids []*child
+	for _, name := range []string{"meta-1", "meta-2", "meta-3"} {
+		c, err := s.start(shSpec(dir, name, "exec sleep 60"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kids = append(kids, c)
+	}
+	kill := func(c *child) *child {
+		t.Helper()
+		c.cmd.Process.Kill()
+		return <-s.exited
+	}
+	if c := kill(kids[1]); !s.survives(c, p) {
+		t.Fatalf("one of three members died: weft up gave up\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "meta-2 exited") || !strings.Contains(out.String(), "keeps serving with 2 of 3 members") {
+		t.Fatalf("output: %s", out.String())
+	}
+	if c := kill(kids[0]); s.survives(c, p) {
+		t.Fatal("two of three members died: weft up went on without a majority")
+	}
+	if !strings.Contains(out.String(), "fewer than a majority") {
+		t.Fatalf("output: %s", out.String())
+	}
+	// A storage server or the mount is never survivable.
+	if s.survives(&child{spec: childSpec{Name: "storage-0"}, done: make(chan struct{})}, p) {
+		t.Fatal("a dead storage server was taken as survivable")
+	}
 }

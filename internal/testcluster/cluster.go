@@ -38,8 +38,16 @@ type Options struct {
 	// it off while it keeps running (see netns.go). The metadata server
 	// then listens on every address (0.0.0.0) to be reachable from the
 	// namespaces; MetaAddr stays a loopback address.
-	NetNS       bool
-	MetaArgs    []string // extra `weft meta` flags
+	NetNS    bool
+	MetaArgs []string // extra `weft meta` flags
+	// MetaReplicas, above 1, runs a replicated metadata group of that
+	// many `weft meta --id --peers` members instead of one server
+	// (replicas.go); clients get every member's address. Not with NetNS.
+	MetaReplicas int
+	// MetaNetNS runs each member of the metadata group in a network
+	// namespace of its own (metanetns.go), so that PartitionMetaMember can
+	// cut one off while it runs. Needs MetaReplicas.
+	MetaNetNS   bool
 	StorageArgs []string // extra `weft storage` flags
 }
 
@@ -101,12 +109,14 @@ type Cluster struct {
 	dir  string
 
 	mu       sync.Mutex
-	meta     *proc
+	meta     *proc   // the metadata server, or the first member of a group
+	metas    []*proc // every metadata server (meta alone, or the group's members)
 	storage  []*proc
 	targets  [][]string // target dirs of each storage server
 	mounts   []*proc
 	mntPaths []string
-	nets     *netns // set when opts.NetNS
+	nets     *netns    // set when opts.NetNS
+	metaNets *metaNets // set when opts.MetaNetNS
 }
 
 // Start builds weft if needed, starts a cluster as opts describe and waits
@@ -142,10 +152,20 @@ func Start(t testing.TB, opts Options) *Cluster {
 		t.Fatal(err)
 	}
 
-	c.meta = &proc{name: "meta", addr: freeAddr(t), log: c.logPath("meta")}
-	c.meta.args = func() []string {
-		a := []string{"meta", "--listen", c.metaListen(), "--data", filepath.Join(c.dir, "meta"), "--keys", c.Keys("meta")}
-		return append(a, c.opts.MetaArgs...)
+	if opts.MetaReplicas > 1 {
+		if opts.NetNS {
+			t.Fatal("testcluster: MetaReplicas with NetNS is not supported yet")
+		}
+		c.setupReplicas()
+	} else if opts.MetaNetNS {
+		t.Fatal("testcluster: MetaNetNS needs MetaReplicas")
+	} else {
+		c.meta = &proc{name: "meta", addr: freeAddr(t), log: c.logPath("meta")}
+		c.meta.args = func() []string {
+			a := []string{"meta", "--listen", c.metaListen(), "--data", filepath.Join(c.dir, "meta"), "--keys", c.Keys("meta")}
+			return append(a, c.opts.MetaArgs...)
+		}
+		c.metas = []*proc{c.meta}
 	}
 	c.targets = make([][]string, opts.Servers)
 	for i := 0; i < opts.Targets; i++ {
@@ -164,6 +184,11 @@ func Start(t testing.TB, opts Options) *Cluster {
 		if c.nets != nil {
 			p.addr, p.netns = c.nets.storageAddr(i), c.nets.name(i)
 		}
+		if c.metaNets != nil {
+			// Members in namespaces reach the host at its bridge address.
+			_, port, _ := net.SplitHostPort(p.addr)
+			p.addr = net.JoinHostPort(c.metaNets.hostIP(), port)
+		}
 		p.args = func() []string {
 			a := []string{"storage", "--listen", p.addr, "--meta", c.storageMetaAddr(i), "--keys", c.Keys("storage")}
 			for _, td := range c.targets[i] {
@@ -177,7 +202,10 @@ func Start(t testing.TB, opts Options) *Cluster {
 		c.storage = append(c.storage, p)
 	}
 
-	c.StartMeta()
+	for _, m := range c.metas {
+		// A group's members name each other's ports: they keep theirs.
+		c.startListener(m, len(c.metas) == 1)
+	}
 	for i := range c.storage {
 		c.StartStorage(i)
 	}
@@ -212,7 +240,15 @@ func (c *Cluster) Dir() string { return c.dir }
 func (c *Cluster) Bin() string { return c.bin }
 
 // MetaAddr is the metadata server's address.
-func (c *Cluster) MetaAddr() string { return c.meta.addr }
+// With MetaReplicas, it is every member's address, comma-separated, as
+// clients take it.
+func (c *Cluster) MetaAddr() string {
+	addrs := make([]string, len(c.metas))
+	for i, m := range c.metas {
+		addrs[i] = m.addr
+	}
+	return strings.Join(addrs, ",")
+}
 
 // StorageAddr is the address of storage server i.
 func (c *Cluster) StorageAddr(i int) string { return c.storage[i].addr }
@@ -391,7 +427,7 @@ func (c *Cluster) AddMount() int {
 	mnt := filepath.Join(c.dir, fmt.Sprintf("mnt-%d", i))
 	p := &proc{name: fmt.Sprintf("mount-%d", i), log: c.logPath(fmt.Sprintf("mount-%d", i))}
 	p.args = func() []string {
-		a := []string{"mount", "--meta", c.meta.addr, "--timeout", c.opts.Timeout, "--allow-other", "--keys", c.Keys("client")}
+		a := []string{"mount", "--meta", c.MetaAddr(), "--timeout", c.opts.Timeout, "--allow-other", "--keys", c.Keys("client")}
 		if c.opts.CacheLimit != "" {
 			a = append(a, "--cache-limit", c.opts.CacheLimit)
 		}
@@ -481,7 +517,7 @@ func (c *Cluster) WaitTargetsUp(n int) {
 // waits for them, as a power cut would stop them (minus the page cache).
 func (c *Cluster) KillAll() {
 	c.mu.Lock()
-	procs := append([]*proc{c.meta}, c.storage...)
+	procs := append(append([]*proc(nil), c.metas...), c.storage...)
 	procs = append(procs, c.mounts...)
 	c.mu.Unlock()
 	for _, p := range procs {
@@ -498,8 +534,10 @@ func (c *Cluster) KillAll() {
 // and directories, and remounts every mount; it returns when all are ready.
 func (c *Cluster) Restart() {
 	c.t.Helper()
-	if !c.meta.running() {
-		c.StartMeta()
+	for _, m := range c.metas {
+		if !m.running() {
+			c.startListener(m, false)
+		}
 	}
 	for i, p := range c.storage {
 		if !p.running() {
@@ -529,7 +567,7 @@ func (c *Cluster) PIDs() map[string]int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	m := map[string]int{}
-	for _, p := range append(append([]*proc{c.meta}, c.storage...), c.mounts...) {
+	for _, p := range append(append(append([]*proc(nil), c.metas...), c.storage...), c.mounts...) {
 		if p.running() {
 			m[p.name] = p.cmd.Process.Pid
 		}
@@ -550,7 +588,7 @@ func (c *Cluster) Weft(ctx context.Context, args ...string) (string, error) {
 func (c *Cluster) cleanup() {
 	c.mu.Lock()
 	mnts := append([]string(nil), c.mntPaths...)
-	procs := append([]*proc{c.meta}, c.storage...)
+	procs := append(append([]*proc(nil), c.metas...), c.storage...)
 	procs = append(procs, c.mounts...)
 	c.mu.Unlock()
 	for _, m := range mnts {

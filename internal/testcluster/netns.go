@@ -134,6 +134,9 @@ func (c *Cluster) setupNetNS() {
 // teardownNetNS deletes what setupNetNS created; it runs after the
 // processes are killed and tolerates a partial setup.
 func (c *Cluster) teardownNetNS() {
+	if c.metaNets != nil {
+		c.metaNets.teardown(c.t.Logf)
+	}
 	n := c.nets
 	if n == nil {
 		return
@@ -223,7 +226,7 @@ func (c *Cluster) storageMetaAddr(i int) string {
 		_, port, _ := net.SplitHostPort(c.meta.addr)
 		return net.JoinHostPort(c.nets.hostIP(i), port)
 	}
-	return c.meta.addr
+	return c.MetaAddr()
 }
 
 // StorageNetNS returns the network namespace of storage server i, or ""

@@ -17,7 +17,9 @@ import (
 // or the transport's (ETIMEDOUT, EIO); a response that does not decode is
 // EIO.
 type Client struct {
-	call func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error)
+	// call sends a request; resend: it may be sent again after its
+	// server became unreachable (see cluster).
+	call func(ctx context.Context, op uint16, resend bool, parts ...[]byte) ([]byte, error)
 	cred proto.Cred // for calls whose ctx carries no proto.Cred
 	sess atomic.Pointer[clientSession]
 }
@@ -36,6 +38,7 @@ var (
 	_ Extended             = (*Client)(nil)
 	_ SessionService       = (*Client)(nil)
 	_ proto.LockService    = (*Client)(nil)
+	_ GroupService         = (*Client)(nil)
 )
 
 // Extended is what a metadata service offers beyond proto.MetaService to
@@ -73,22 +76,29 @@ type SessionService interface {
 	CloseSession(ctx context.Context) error
 }
 
-// NewClient returns a client that calls the metadata server at addr
-// through pool. Every request carries the caller's credentials from its
-// ctx (proto.WithCred), or, if ctx has none, this process's own (see
-// WithCred), and the client's session id (see WithSession).
-func NewClient(pool *transport.Pool, addr string, opts ...Option) *Client {
-	return newClient(func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error) {
-		return pool.Call(ctx, addr, op, parts...)
-	}, opts)
+// NewClient returns a client that calls the metadata service at addrs
+// through pool: one server's address, or a comma-separated list of
+// members of a replicated group (any of them; the client finds the leader
+// and follows it across elections, see cluster). Every request carries
+// the caller's credentials from its ctx (proto.WithCred), or, if ctx has
+// none, this process's own (see WithCred), and the client's session id
+// (see WithSession).
+func NewClient(pool *transport.Pool, addrs string, opts ...Option) *Client {
+	list := splitAddrs(addrs)
+	if len(list) == 0 {
+		list = []string{addrs} // the pool's dial reports the bad address
+	}
+	return newClient(newCluster(pool, list).call, opts)
 }
 
 // NewConnClient returns a client over one connection.
 func NewConnClient(c transport.Conn, opts ...Option) *Client {
-	return newClient(c.Call, opts)
+	return newClient(func(ctx context.Context, op uint16, _ bool, parts ...[]byte) ([]byte, error) {
+		return c.Call(ctx, op, parts...)
+	}, opts)
 }
 
-func newClient(call func(ctx context.Context, op uint16, parts ...[]byte) ([]byte, error), opts []Option) *Client {
+func newClient(call func(ctx context.Context, op uint16, resend bool, parts ...[]byte) ([]byte, error), opts []Option) *Client {
 	c := &Client{call: call, cred: processCred()}
 	c.SetSession(proto.SessionID{})
 	for _, o := range opts {
@@ -108,8 +118,14 @@ func (c *Client) SetSession(id proto.SessionID) {
 	c.sess.Store(&clientSession{id: id, defHeader: e.B, seqs: newSeqs()})
 }
 
+// do sends a request that may be sent again if its server became
+// unreachable: a read, a session call, a registration (all idempotent).
 func (c *Client) do(ctx context.Context, op uint16, req, resp message) error {
-	b, err := c.call(ctx, op, c.header(ctx, c.sess.Load(), 0), marshal(req))
+	return c.send(ctx, op, true, req, resp)
+}
+
+func (c *Client) send(ctx context.Context, op uint16, resend bool, req, resp message) error {
+	b, err := c.call(ctx, op, resend, c.header(ctx, c.sess.Load(), 0), marshal(req))
 	if err != nil {
 		return err
 	}

@@ -68,6 +68,12 @@ const (
 	// objects of a protected file that missed writes.
 	OpMarkStale  uint16 = 71
 	OpClearStale uint16 = 72
+	// OpGroup asks any member of a replicated metadata group what it
+	// knows of the group: its members' addresses and the leader
+	// (GroupService). Clients ask it when a member answers EAGAIN (not
+	// the leader) to learn where the leader is. 41..44 are reserved for
+	// the replicated group's client operations.
+	OpGroup uint16 = 41
 
 	// Retired op codes, never to be reused: 17 (Open) and 31 (CreateOpen)
 	// before capabilities changed their bodies. They are answered ENOSYS,
@@ -779,6 +785,8 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &membersResp{}, true
 	case OpMemberAdd, OpMemberRemove:
 		return &memberReq{}, &emptyMsg{}, true
+	case OpGroup:
+		return &emptyMsg{}, &groupResp{}, true
 	}
 	return nil, nil, false
 }
@@ -799,3 +807,50 @@ func request(op uint16) (message, bool) {
 }
 
 func errIO(err error) error { return fmt.Errorf("%w: %w", err, syscall.EIO) }
+
+// groupVersion is the format of an OpGroup answer:
+//
+//	u8      version
+//	string  fsid ("" before the file system is formatted)
+//	u64     the answering member's id (0: a single server)
+//	u64     the leader's id (0: none known)
+//	string  the leader's address ("" if not known)
+//	u64     the raft term
+//	u32     n, then n × (u64 id, string address)
+const groupVersion = 1
+
+// maxGroupMembers bounds the members an answer may list (raft groups are 3 or
+// 5; the bound is the decoder's, not policy).
+const maxGroupMembers = 64
+
+type groupResp struct{ M Membership }
+
+func (m *groupResp) encode(e *wire.Encoder) {
+	e.U8(groupVersion)
+	e.String(m.M.FSID)
+	e.U64(m.M.ID)
+	e.U64(m.M.Leader)
+	e.String(m.M.LeaderAddr)
+	e.U64(m.M.Term)
+	e.U32(uint32(len(m.M.Members)))
+	for _, x := range m.M.Members {
+		e.U64(x.ID)
+		e.String(x.Addr)
+	}
+}
+
+func (m *groupResp) decode(d *wire.Decoder) {
+	if v := d.U8(); d.Err() == nil && v != groupVersion {
+		d.Fail(fmt.Errorf("metarpc: group answer of version %d, want %d", v, groupVersion))
+		return
+	}
+	m.M.FSID = d.StringMax(256)
+	m.M.ID = d.U64()
+	m.M.Leader = d.U64()
+	m.M.LeaderAddr = d.StringMax(1024)
+	m.M.Term = d.U64()
+	n := d.Count(maxGroupMembers, 12)
+	for i := 0; i < n && d.Err() == nil; i++ {
+		m.M.Members = append(m.M.Members, GroupMember{ID: d.U64(), Addr: d.StringMax(1024)})
+	}
+}

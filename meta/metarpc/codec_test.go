@@ -21,7 +21,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup,
 	}
 }
 

@@ -1,7 +1,8 @@
 // Package metarpc carries proto.MetaService and proto.TargetRegistry over
 // the transport: request and response codecs for every operation (op codes
-// 1..99), a Client that implements both interfaces, and a Handler that
-// serves them.
+// 1..59; raft's are 60..69, package meta/raftlog), a Client that
+// implements both interfaces and follows the leader of a replicated
+// group, and a Handler that serves them.
 //
 // Each message is a flat sequence of wire fields (little-endian integers,
 // length-prefixed strings). A request body is the request header followed
@@ -73,6 +74,28 @@
 // leaves the same state); Append is numbered and retried too, and the
 // server answers a retry with the range it already gave; tests and waits
 // are sent once.
+//
+// # A replicated metadata group: finding and following the leader
+//
+// NewClient takes one address or a comma-separated list of members of a
+// replicated group (any of them: followers' only will do). Requests go to
+// one member at a time (cluster.go). A member that is not the leader
+// answers EAGAIN, with nothing done; the client then asks that member
+// OpGroup (41; 41..44 are the group's) — u8 version, fsid, the
+// member's id, the leader's id and address, the term, and the members'
+// ids and addresses — learns the members and goes to the leader, or, with
+// no leader known (an election), backs off (20 ms doubling to 250 ms) and
+// tries again, until the caller's ctx ends. A request refused with EAGAIN
+// is always sent again. When the member cannot be reached (refused,
+// broken, or no answer within 5 s per attempt when there are several
+// members: a partitioned member only drops packets) the next member
+// becomes current; the request is sent again there if it is a read or a
+// session call (do), or a mutation in a session (mutate: same sequence
+// number, so the server's dedupe answers it with the first attempt's reply
+// if that was applied; a server's ETIMEDOUT, outcome unknown, is retried
+// the same way). A mutation without a session is never sent twice. A
+// single server never answers EAGAIN for this, and with one address
+// nothing changes.
 //
 // Open (36), CreateOpen (37) and Capability (35) carry an access mode
 // (proto.Access, u8) and answer with a capability (u32 length + bytes,

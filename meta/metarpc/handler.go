@@ -24,6 +24,7 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h.find, _ = svc.(FindService)
 	h.locks, _ = svc.(proto.LockService)
 	h.admin, _ = svc.(MemberAdmin)
+	h.grp, _ = svc.(GroupService)
 	return h.serve
 }
 
@@ -35,6 +36,7 @@ type handler struct {
 	find   FindService       // nil if svc does not offer it
 	locks  proto.LockService // nil if svc does not offer it
 	admin  MemberAdmin       // nil if svc does not offer it (admin.go)
+	grp    GroupService      // nil if svc does not offer it (cluster.go)
 	reg    proto.TargetRegistry
 	log    *slog.Logger
 }
@@ -80,6 +82,12 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 			return nil, errNoExt
 		}
 		return h.callExt(ctx, op, req)
+	case OpGroup:
+		if h.grp == nil {
+			return nil, fmt.Errorf("metarpc: the service has no group: %w", syscall.ENOSYS)
+		}
+		m, err := h.grp.Group(ctx)
+		return &groupResp{m}, err
 	case OpSessionOpen, OpSessionRenew, OpSessionClose:
 		if h.sess == nil {
 			return nil, fmt.Errorf("metarpc: the service has no sessions: %w", syscall.ENOSYS)

@@ -75,7 +75,7 @@ func (s *seqs) end(seq uint64) {
 // Retry backoff of a mutation whose connection broke.
 const (
 	retryFirst = 10 * time.Millisecond
-	retryMax   = time.Second
+	retryMax   = 250 * time.Millisecond
 )
 
 // retryable reports whether err says the request may not have reached the
@@ -89,6 +89,16 @@ func retryable(err error) bool {
 	return errors.Is(err, syscall.EIO) || errors.Is(err, syscall.ETIMEDOUT)
 }
 
+// outcomeUnknown reports whether err is a server's answer that it cannot
+// tell whether the request was applied (ETIMEDOUT: a replicated server
+// lost leadership, or its deadline passed, after the request was
+// proposed). In a session the request is sent again with its number:
+// the dedupe answers it with the first attempt's reply if it was applied.
+func outcomeUnknown(err error) bool {
+	var re *transport.RemoteError
+	return errors.As(err, &re) && re.Errno == syscall.ETIMEDOUT
+}
+
 // mutate sends a mutation. In a session it carries a sequence number, and
 // when the connection breaks (the request may or may not have been
 // applied) it is sent again with the same number until ctx ends: the
@@ -98,7 +108,8 @@ func retryable(err error) bool {
 func (c *Client) mutate(ctx context.Context, op uint16, req, resp message) error {
 	sess := c.sess.Load()
 	if sess.id == (proto.SessionID{}) {
-		return c.do(ctx, op, req, resp)
+		// Not deduplicated: never sent twice.
+		return c.send(ctx, op, false, req, resp)
 	}
 	seq, err := sess.seqs.begin(ctx)
 	if err != nil {
@@ -108,14 +119,14 @@ func (c *Client) mutate(ctx context.Context, op uint16, req, resp message) error
 	hdr, body := c.header(ctx, sess, seq), marshal(req)
 	wait := retryFirst
 	for {
-		b, err := c.call(ctx, op, hdr, body)
+		b, err := c.call(ctx, op, false, hdr, body)
 		if err == nil {
 			if err := unmarshal(b, resp); err != nil {
 				return errIO(err)
 			}
 			return nil
 		}
-		if !retryable(err) || ctx.Err() != nil {
+		if !(retryable(err) || outcomeUnknown(err)) || ctx.Err() != nil {
 			return err
 		}
 		t := time.NewTimer(wait)
