@@ -200,10 +200,10 @@ func (e *env) addTarget(uuid string, free uint64) proto.TargetID {
 	return id
 }
 
-// waitFor polls cond for up to 5 seconds.
+// waitFor polls cond (for up to 2 minutes, a hang guard).
 func waitFor(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // a hang guard
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -3,6 +3,7 @@ package meta
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -101,10 +102,11 @@ func TestLockConflicts(t *testing.T) {
 // TestLockRelease: a session's locks go when it closes or expires, and
 // when its last handle on the file is released.
 func TestLockRelease(t *testing.T) {
-	e, a, b, f := lockEnv(t, func(o *Options) { o.SessionLease = 100 * time.Millisecond })
-	stop := make(chan struct{})
-	renewing := renewUntil(t, b, e.srv, stop)
-	defer func() { close(stop); <-renewing }()
+	var clock atomic.Int64 // the leases' clock, moved by the test
+	e, a, b, f := lockEnv(t, func(o *Options) {
+		o.SessionLease = 100 * time.Millisecond
+		o.leaseClock = func() time.Time { return time.Unix(0, clock.Load()) }
+	})
 	free := func() bool {
 		got, err := e.srv.Lock(b, f, wr(2, 0, proto.LockEOF), proto.LockTest)
 		e.must(err)
@@ -116,6 +118,10 @@ func TestLockRelease(t *testing.T) {
 	if free() {
 		t.Fatal("a's lock does not show")
 	}
+	clock.Add(int64(60 * time.Millisecond))
+	_, err = e.srv.RenewSession(b)
+	e.must(err)
+	clock.Add(int64(60 * time.Millisecond)) // a's lease is over, b's is not
 	waitFor(t, "a's session to expire and its lock to go", free)
 
 	// The last handle's release.

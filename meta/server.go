@@ -92,6 +92,9 @@ type Options struct {
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
 	applyHook func(*Command)
+	// leaseClock, if set, is the clock of session leases (default
+	// time.Now): tests move it instead of waiting for leases to run out.
+	leaseClock func() time.Time
 }
 
 // Server is the metadata service: it implements proto.MetaService and

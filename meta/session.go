@@ -130,7 +130,7 @@ func (s *Server) OpenSession(ctx context.Context, reclaim []proto.OpenHandle) (t
 	lease := s.sessionLease()
 	s.mu.Lock()
 	if st, ok := s.sessions[cl.sess]; ok {
-		st.expires = time.Now().Add(lease)
+		st.expires = s.leaseNow().Add(lease)
 		s.mu.Unlock()
 		return lease, nil
 	}
@@ -158,10 +158,10 @@ func (s *Server) OpenSession(ctx context.Context, reclaim []proto.OpenHandle) (t
 		return 0, errClosed
 	}
 	if st, ok := s.sessions[cl.sess]; ok { // a concurrent open of the same session
-		st.expires = time.Now().Add(lease)
+		st.expires = s.leaseNow().Add(lease)
 		return lease, nil
 	}
-	st := &sessionState{expires: time.Now().Add(lease), opened: time.Now(), version: proto.ClientVersionFrom(ctx)}
+	st := &sessionState{expires: s.leaseNow().Add(lease), opened: time.Now(), version: proto.ClientVersionFrom(ctx)}
 	if p, ok := transport.PeerFrom(ctx); ok {
 		st.addr = p.Addr
 	}
@@ -193,7 +193,7 @@ func (s *Server) RenewSession(ctx context.Context) (time.Duration, error) {
 	if !ok {
 		return 0, staleSession(cl.sess)
 	}
-	st.expires = time.Now().Add(lease)
+	st.expires = s.leaseNow().Add(lease)
 	return lease, nil
 }
 
@@ -317,6 +317,14 @@ func (s *Server) sweepReplies() {
 }
 
 // sessionLoop expires sessions whose lease ran out, a few times per lease.
+// leaseNow is the clock session leases are measured with.
+func (s *Server) leaseNow() time.Time {
+	if s.opts.leaseClock != nil {
+		return s.opts.leaseClock()
+	}
+	return time.Now()
+}
+
 func (s *Server) sessionLoop() {
 	s.every(max(s.sessionLease()/4, time.Millisecond), s.expireSessions)
 }
@@ -328,7 +336,7 @@ func (s *Server) expireSessions() {
 		// stale; becameLeader forgets them.
 		return
 	}
-	now := time.Now()
+	now := s.leaseNow()
 	type drop struct {
 		sess session
 		d    droppedSession

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,33 +20,16 @@ func remote(name string, id byte) context.Context {
 	return proto.WithSession(c, proto.SessionID{id})
 }
 
-// renewUntil renews the session of c every few milliseconds until stop is
-// closed, as a live client's heartbeats would.
-func renewUntil(t *testing.T, c context.Context, srv *Server, stop chan struct{}) chan struct{} {
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for {
-			select {
-			case <-stop:
-				return
-			case <-time.After(5 * time.Millisecond):
-			}
-			if _, err := srv.RenewSession(c); err != nil {
-				t.Errorf("renew: %v", err)
-				return
-			}
-		}
-	}()
-	return done
-}
-
 // TestSessionExpiry: a session that is not renewed expires; its handles
 // are dropped, so its unlinked-but-open file is reclaimed and its objects
 // removed, while a live session's open unlinked file stays. The expired
 // session's handles answer ESTALE; a new session works.
 func TestSessionExpiry(t *testing.T) {
-	e := newEnv(t, func(o *Options) { o.SessionLease = 100 * time.Millisecond })
+	// The leases run on a clock the test moves, so a slow machine cannot
+	// let the live session's lease run out between two renewals.
+	var clock atomic.Int64
+	now := func() time.Time { return time.Unix(0, clock.Load()) }
+	e := newEnv(t, func(o *Options) { o.SessionLease = 100 * time.Millisecond; o.leaseClock = now })
 	e.addTarget("t1", 1<<30)
 	dead, live := remote("dead", 1), remote("live", 2)
 	for _, c := range []context.Context{dead, live} {
@@ -55,9 +39,6 @@ func TestSessionExpiry(t *testing.T) {
 			t.Fatalf("lease %v", lease)
 		}
 	}
-	stop := make(chan struct{})
-	renewing := renewUntil(t, live, e.srv, stop)
-	defer func() { close(stop); <-renewing }()
 
 	var inos []proto.Ino
 	for i, c := range []context.Context{dead, live} {
@@ -67,6 +48,12 @@ func TestSessionExpiry(t *testing.T) {
 		e.must(e.srv.Unlink(c, proto.RootIno, name))
 		inos = append(inos, a.Ino)
 	}
+	// 60 ms on, the live session renews (its lease now ends at 160 ms);
+	// at 120 ms the dead one's lease (100 ms) is over, the live one's not.
+	clock.Add(int64(60 * time.Millisecond))
+	_, err := e.srv.RenewSession(live)
+	e.must(err)
+	clock.Add(int64(60 * time.Millisecond))
 	waitFor(t, "the dead session's orphan to be reclaimed", func() bool {
 		_, err := e.srv.GetAttr(ctx, inos[0])
 		return errors.Is(err, syscall.ENOENT)
@@ -87,7 +74,7 @@ func TestSessionExpiry(t *testing.T) {
 
 	// The dead session comes back: everything that needs its handles is
 	// stale, reclaiming them is refused (no restart), a new session works.
-	_, err := e.srv.RenewSession(dead)
+	_, err = e.srv.RenewSession(dead)
 	wantErrno(t, "renew of an expired session", err, syscall.ESTALE)
 	wantErrno(t, "release", e.srv.Release(dead, inos[0]), syscall.ESTALE)
 	wantErrno(t, "release many", e.srv.ReleaseMany(dead, inos[:1]), syscall.ESTALE)

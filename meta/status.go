@@ -45,7 +45,7 @@ func (s *Server) Status(ctx context.Context) (proto.ClusterStatus, error) {
 		}
 		out.Clients = append(out.Clients, proto.ClientStatus{
 			Name: sess.name, Session: sess.id, Addr: st.addr, Version: st.version,
-			Age: now.Sub(st.opened), LeaseLeft: max(0, st.expires.Sub(now)), Handles: handles,
+			Age: now.Sub(st.opened), LeaseLeft: max(0, st.expires.Sub(s.leaseNow())), Handles: handles,
 		})
 	}
 	s.mu.Unlock()

@@ -73,7 +73,7 @@ func (r *fakeRegistry) snapshot() (map[proto.TargetID]proto.TargetInfo, map[prot
 
 func waitFor(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // a hang guard
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

@@ -113,7 +113,7 @@ func TestAfterResponse(t *testing.T) {
 			t.Fatalf("call %d: %v", i, err)
 		}
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(2 * time.Minute) // a hang guard
 	for hooks.Load() < calls && time.Now().Before(deadline) {
 		time.Sleep(time.Millisecond)
 	}
