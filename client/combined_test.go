@@ -32,7 +32,7 @@ func newMetaServer(t *testing.T) *meta.Server {
 
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); !cond(); time.Sleep(time.Millisecond) {
+	for deadline := time.Now().Add(2 * time.Minute); !cond(); time.Sleep(time.Millisecond) { // a hang guard
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)
 		}
