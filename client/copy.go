@@ -48,6 +48,11 @@ func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *F
 	if ss == ds && srcOff < dstOff+n && dstOff < srcOff+n {
 		return 0, fmt.Errorf("client: copy within ino %d: overlapping ranges: %w", ss.ino, syscall.EINVAL)
 	}
+	if sl.Kind != layout.RAID0 || ds.protected() {
+		// The storage servers copy one object per stripe; copies and
+		// shards are copied by the kernel through the mount instead.
+		return 0, fmt.Errorf("client: copy ino %d to %d: mirrored or erasure-coded: %w", ss.ino, ds.ino, syscall.EOPNOTSUPP)
+	}
 	dl := ds.beginTruncate()
 	defer ds.endTruncate()
 	if !usable(sl) || !usable(dl) {

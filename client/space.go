@@ -56,6 +56,9 @@ func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
 	if n == 0 || end < off {
 		return syscall.EINVAL
 	}
+	if st.protected() {
+		return fmt.Errorf("client: fallocate of ino %d: not for mirrored or erasure-coded files yet: %w", st.ino, syscall.EOPNOTSUPP)
+	}
 	l := st.beginTruncate() // waits for the writes in flight, holds new ones back
 	defer st.endTruncate()
 	st.mu.Lock()
@@ -147,7 +150,9 @@ func (f *File) Lseek(ctx context.Context, off uint64, whence int) (uint64, error
 	if off >= size {
 		return 0, syscall.ENXIO
 	}
-	if len(l.Targets) == 0 || l.StripeSize == 0 {
+	if len(l.Targets) == 0 || l.StripeSize == 0 || l.Kind != layout.RAID0 {
+		// No layout, or copies and shards (whose holes are not asked yet):
+		// all data up to the size, the hole at the end.
 		if what == proto.SeekData {
 			return 0, syscall.ENXIO
 		}
@@ -195,7 +200,9 @@ func (f *File) Lseek(ctx context.Context, off uint64, whence int) (uint64, error
 // metadata server stays as it was): a flush does not fail for an
 // accounting figure.
 func (st *inodeState) allocatedBlocks(ctx context.Context, l layout.Layout, span uint64) uint64 {
-	if len(l.Targets) == 0 || l.StripeSize == 0 {
+	if len(l.Targets) == 0 || l.StripeSize == 0 || l.Kind != layout.RAID0 {
+		// Copies' and shards' blocks are not counted yet: the metadata
+		// server's count stays (the size in blocks).
 		return proto.NoBlocks
 	}
 	// Any capability will do; a file being flushed was written, so the
@@ -224,4 +231,12 @@ func (st *inodeState) allocatedBlocks(ctx context.Context, l layout.Layout, span
 		total += n
 	}
 	return total / 512
+}
+
+// protected reports whether the file's layout keeps copies or shards (the
+// space calls here know one object per stripe, RAID-0's, only).
+func (st *inodeState) protected() bool {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.layout.Kind != layout.RAID0
 }

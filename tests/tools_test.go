@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -245,6 +246,12 @@ func runFsx(t *testing.T, c *testcluster.Cluster, bin string, stripe ...string) 
 		t.Fatal(err)
 	}
 	weft(t, c, append(append([]string{"setstripe"}, stripe...), dir)...)
+	// Mirrored and erasure-coded files do not take the space calls yet
+	// (EOPNOTSUPP): fsx runs without them there.
+	space := "posix_fallocate = 2\npunch_hole = 2\ncopy_file_range = 2\n"
+	if slices.Contains(stripe, "--mirror") || slices.Contains(stripe, "--ec") {
+		space = ""
+	}
 	cfg := filepath.Join(c.Dir(), "fsx.toml")
 	os.WriteFile(cfg, []byte(`flen = 1048576
 [opsize]
@@ -259,12 +266,9 @@ invalidate = 1
 truncate = 3
 fsync = 1
 fdatasync = 1
-posix_fallocate = 2
-punch_hole = 2
-copy_file_range = 2
 sendfile = 1
 posix_fadvise = 1
-`), 0o644)
+`+space), 0o644)
 	artifacts := filepath.Join(c.Dir(), "fsx-artifacts")
 	os.Mkdir(artifacts, 0o755)
 	file := filepath.Join(dir, "fsx.bin")
