@@ -116,9 +116,6 @@ func (d *Dashboard) add(st proto.ClusterStatus, now time.Time) {
 		before[t.ID] = t.IO
 	}
 	for _, t := range st.Targets {
-		if t.Up {
-			s.TargetsUp++
-		}
 		b, ok := before[t.ID]
 		if !ok {
 			continue
@@ -129,13 +126,12 @@ func (d *Dashboard) add(st proto.ClusterStatus, now time.Time) {
 		s.Writes += rate(b.Writes, t.IO.Writes, secs)
 	}
 	s.MetaRequests = rate(prev.Requests, st.Requests, secs)
-	r := health.Judge("", st)
-	for _, t := range r.Targets {
-		if t.Up {
-			s.UsedBytes += t.Used
-		}
+	ts := make([]health.Target, len(st.Targets))
+	for i, t := range st.Targets {
+		ts[i] = health.TargetOf(t)
 	}
-	s.TotalBytes = totalOnce(r.Targets)
+	sum := health.Sum(ts)
+	s.UsedBytes, s.TotalBytes, s.TargetsUp = sum.Used, sum.Total, sum.Up
 	d.samples = append(d.samples, s)
 	if len(d.samples) > d.opts.Keep {
 		d.samples = append(d.samples[:0], d.samples[len(d.samples)-d.opts.Keep:]...)
@@ -149,26 +145,6 @@ func rate(a, b uint64, secs float64) float64 {
 		return 0
 	}
 	return float64(b-a) / secs
-}
-
-// totalOnce sums the size of the targets that are up, a shared file
-// system (same Device) once.
-func totalOnce(ts []health.Target) uint64 {
-	seen := map[string]bool{}
-	var total uint64
-	for _, t := range ts {
-		if !t.Up {
-			continue
-		}
-		if t.Device != "" {
-			if seen[t.Device] {
-				continue
-			}
-			seen[t.Device] = true
-		}
-		total += t.Total
-	}
-	return total
 }
 
 // History returns the samples, oldest first.

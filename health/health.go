@@ -133,3 +133,37 @@ func servers(ts []proto.TargetInfo) []Server {
 	slices.SortFunc(out, func(a, b Server) int { return strings.Compare(a.Addr, b.Addr) })
 	return out
 }
+
+// Totals is what the targets that are up hold together.
+type Totals struct {
+	Total, Used, Free  uint64 // bytes
+	Objects, FilesFree uint64
+	Up                 int // targets up
+}
+
+// Sum adds up the targets that are up. A file system that several targets
+// share (the same Device: several targets on one disk) counts its size,
+// free space and free inodes once; Used and Objects are what each target
+// holds. A down target's last report is stale and its space cannot be used.
+func Sum(ts []Target) Totals {
+	var s Totals
+	seen := map[string]bool{}
+	for _, t := range ts {
+		if !t.Up {
+			continue
+		}
+		s.Up++
+		s.Used += t.Used
+		s.Objects += t.Objects
+		if t.Device != "" {
+			if seen[t.Device] {
+				continue
+			}
+			seen[t.Device] = true
+		}
+		s.Total += t.Total
+		s.Free += t.Free
+		s.FilesFree += t.FilesFree
+	}
+	return s
+}

@@ -119,12 +119,11 @@ type findFrame struct {
 }
 
 func findMatches(f *proto.FindFilter, name string, a *proto.Attr) bool {
-	if f.Name != "" && name != "" {
-		if ok, _ := path.Match(f.Name, name); !ok {
+	if f.Name != "" {
+		// The start itself ("") has no name of its own to match.
+		if ok, _ := path.Match(f.Name, name); !ok || name == "" {
 			return false
 		}
-	} else if f.Name != "" {
-		return false // the start itself has no name of its own to match
 	}
 	switch f.Type {
 	case 'f':

@@ -49,7 +49,6 @@ func (s *Server) Status(ctx context.Context) (proto.ClusterStatus, error) {
 		})
 	}
 	s.mu.Unlock()
-	slices.SortFunc(out.Targets, func(a, b proto.TargetInfo) int { return int(a.ID) - int(b.ID) })
 	slices.SortFunc(out.Clients, func(a, b proto.ClientStatus) int {
 		if c := strings.Compare(a.Name, b.Name); c != 0 {
 			return c

@@ -16,7 +16,9 @@ import (
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
+	"github.com/weft-fs/weft/auth"
 	"github.com/weft-fs/weft/internal/config"
+	"github.com/weft-fs/weft/transport"
 )
 
 // logOptions are the logging settings shared by the long-running commands.
@@ -175,3 +177,14 @@ func signalContext(parent context.Context) (context.Context, context.CancelFunc)
 // isStaleMount reports whether err comes from a FUSE mount whose daemon is
 // gone: the kernel answers ENOTCONN ("transport endpoint is not connected").
 func isStaleMount(err error) bool { return errors.Is(err, syscall.ENOTCONN) }
+
+// adminPool loads the key bundle in dir (of any role) and returns a pool of
+// authenticated connections for an admin tool (status, find); the caller
+// closes it.
+func adminPool(dir string) (*transport.Pool, error) {
+	keys, err := auth.Load(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--keys %s: %w", dir, err)
+	}
+	return transport.NewPool(transport.NewTCPWith(transport.TCPOptions{Security: keys.Security(false)}), transport.PoolOptions{}), nil
+}

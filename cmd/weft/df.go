@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
 
+	"github.com/weft-fs/weft/health"
 	"github.com/weft-fs/weft/internal/units"
 )
 
@@ -78,26 +79,8 @@ type dfSummary struct {
 // same device) count its size and free space once, so four targets on
 // one disk do not show four disks; Used is what the targets hold.
 func summarize(ts []targetJSON) dfSummary {
-	s := dfSummary{Targets: len(ts)}
-	seen := map[string]bool{}
-	for _, t := range ts {
-		if !t.Up {
-			continue
-		}
-		s.Up++
-		s.Used += t.Used
-		s.Objects += t.Objects
-		if t.Device != "" {
-			if seen[t.Device] {
-				continue
-			}
-			seen[t.Device] = true
-		}
-		s.Total += t.Total
-		s.Free += t.Free
-		s.FilesFree += t.FilesFree
-	}
-	return s
+	h := health.Sum(ts)
+	return dfSummary{Total: h.Total, Used: h.Used, Free: h.Free, Targets: len(ts), Up: h.Up, Objects: h.Objects, FilesFree: h.FilesFree}
 }
 
 // usePercent is df(1)'s Use%: used over what users can have (used + free),

@@ -15,7 +15,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/weft-fs/weft/auth"
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
@@ -61,10 +60,15 @@ only: run it as root). The metadata server's address comes from the mount.`,
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), o.Timeout)
 			defer cancel()
+			pool, err := adminPool(o.Keys)
+			if err != nil {
+				return fmt.Errorf("%w (weft find needs a key bundle of the cluster: run it as root)", err)
+			}
+			defer pool.Close()
 			w := bufio.NewWriter(cmd.OutOrStdout())
 			defer w.Flush()
 			for _, p := range args {
-				if err := o.find(ctx, w, p, f); err != nil {
+				if err := o.find(ctx, w, pool, p, f); err != nil {
 					return err
 				}
 			}
@@ -162,7 +166,7 @@ func parseCmp(flag, s string, num func(string) (int64, error)) (proto.Cmp, error
 }
 
 // find prints the matches below root, one path per line.
-func (o *findOptions) find(ctx context.Context, w io.Writer, root string, f proto.FindFilter) error {
+func (o *findOptions) find(ctx context.Context, w io.Writer, pool *transport.Pool, root string, f proto.FindFilter) error {
 	var st syscall.Stat_t
 	if err := syscall.Stat(root, &st); err != nil {
 		return fmt.Errorf("find: %s: %w", root, err)
@@ -175,12 +179,6 @@ func (o *findOptions) find(ctx context.Context, w io.Writer, root string, f prot
 		}
 		addr = string(v)
 	}
-	keys, err := auth.Load(o.Keys)
-	if err != nil {
-		return fmt.Errorf("--keys %s: %w (weft find needs a key bundle of the cluster: run it as root)", o.Keys, err)
-	}
-	pool := transport.NewPool(transport.NewTCPWith(transport.TCPOptions{Security: keys.Security(false)}), transport.PoolOptions{})
-	defer pool.Close()
 	mc := metarpc.NewClient(pool, addr)
 	var cursor []byte
 	for {

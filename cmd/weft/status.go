@@ -11,12 +11,10 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/weft-fs/weft/auth"
 	"github.com/weft-fs/weft/health"
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
-	"github.com/weft-fs/weft/transport"
 )
 
 type statusOptions struct {
@@ -81,12 +79,10 @@ without a leader) or the service cannot be asked: usable from monitoring.`,
 }
 
 func fetchStatus(ctx context.Context, o *statusOptions) (proto.ClusterStatus, error) {
-	keys, err := auth.Load(o.Keys)
+	pool, err := adminPool(o.Keys)
 	if err != nil {
-		return proto.ClusterStatus{}, fmt.Errorf("--keys %s: %w", o.Keys, err)
+		return proto.ClusterStatus{}, err
 	}
-	tr := transport.NewTCPWith(transport.TCPOptions{Security: keys.Security(false)})
-	pool := transport.NewPool(tr, transport.PoolOptions{})
 	defer pool.Close()
 	st, err := metarpc.NewClient(pool, o.Meta).Status(ctx)
 	if err != nil {
