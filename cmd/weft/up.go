@@ -42,6 +42,10 @@ type upOptions struct {
 	MetaReplicas  int
 	RaftTick      units.Duration
 	ElectionTicks int
+	// PprofPort, when not 0, serves each child's Go profiles on
+	// 127.0.0.1: metadata server i (1-based) on PprofPort+i-1, storage server s on
+	// PprofPort+10+s, the mount on PprofPort+20.
+	PprofPort int
 }
 
 func newUpCmd() *cobra.Command {
@@ -74,8 +78,14 @@ On its first run weft up sets the file system's default layout (the root
 directory's) to --mirror C copies (default 2, on distinct storage servers),
 so every file survives the loss of one storage server; with the default 3
 servers new files can still be created while one is down. --mirror 1 keeps
-plain striping. weft setstripe on the mountpoint changes it later. If one of the processes dies, weft up says which, shows the end of its
-log, stops the others and exits non-zero.`,
+plain striping. weft setstripe on the mountpoint changes it later.
+
+If one of the processes dies, weft up says which, shows the end of its
+log, stops the others and exits non-zero.
+
+--pprof-port P serves every process's Go profiles (net/http/pprof) on
+127.0.0.1: metadata server i on P+i-1, storage server s on P+10+s, the
+mount on P+20; for go tool pprof while a benchmark runs.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := o.resolve(); err != nil {
@@ -102,6 +112,7 @@ log, stops the others and exits non-zero.`,
 	o.RaftTick = units.Duration(100 * time.Millisecond)
 	fs.Var(&o.RaftTick, "raft-tick", "the metadata group's raft tick (weft meta --raft-tick)")
 	fs.IntVar(&o.ElectionTicks, "election-ticks", 10, "the metadata group's election timeout in ticks (weft meta --election-ticks)")
+	fs.IntVar(&o.PprofPort, "pprof-port", 0, "serve each process's Go profiles (weft meta --pprof) on 127.0.0.1: metadata server i on this port +i-1, storage servers on +10 and up, the mount on +20 (default off)")
 	fs.BoolVar(&o.Encrypt, "encrypt", false, "encrypt every connection between the processes (TLS; see docs/security.md for its cost)")
 	return cmd
 }
@@ -294,6 +305,18 @@ func planUp(o upOptions) upPlan {
 			"--allow-other=" + strconv.FormatBool(allowOtherPossible())}, append(childFlags, o.Mount)...),
 		Log:  filepath.Join(logs, "mount.log"),
 		Dirs: []string{o.Mount},
+	}
+	if o.PprofPort != 0 {
+		pprof := func(c *childSpec, off int) {
+			c.Args = append([]string{c.Args[0], "--pprof", net.JoinHostPort("127.0.0.1", strconv.Itoa(o.PprofPort+off))}, c.Args[1:]...)
+		}
+		for i := range p.Metas {
+			pprof(&p.Metas[i], i)
+		}
+		for s := range p.Storage {
+			pprof(&p.Storage[s], 10+s)
+		}
+		pprof(&p.Mounter, 20)
 	}
 	return p
 }

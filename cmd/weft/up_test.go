@@ -112,7 +112,7 @@ func TestPlanUp(t *testing.T) {
 // The children's command lines parse and validate with the real commands.
 func TestPlanUpArgsValidate(t *testing.T) {
 	dir := t.TempDir()
-	p := planUp(upOptions{Data: dir + "/data", Mount: dir + "/mnt", Targets: 3, Servers: 2, BasePort: 7400, LogLevel: "debug"})
+	p := planUp(upOptions{Data: dir + "/data", Mount: dir + "/mnt", Targets: 3, Servers: 2, BasePort: 7400, LogLevel: "debug", PprofPort: 7450})
 	for _, c := range append(append(append([]childSpec(nil), p.Metas...), p.Storage...), p.Mounter) {
 		for _, d := range c.Dirs {
 			if err := mkdir(d); err != nil {
@@ -286,6 +286,27 @@ logs:
 }
 
 // TestPlanUpEncrypt: --encrypt reaches every process weft up starts.
+// TestPlanUpPprof: --pprof-port gives every child its own profile port.
+func TestPlanUpPprof(t *testing.T) {
+	p := planUp(upOptions{Data: "/d", Mount: "/m", Targets: 2, Servers: 2, BasePort: 7400, LogLevel: "info", MetaReplicas: 3, PprofPort: 7450})
+	want := map[string]string{"meta-1": "127.0.0.1:7450", "meta-3": "127.0.0.1:7452", "storage-1": "127.0.0.1:7461", "mount": "127.0.0.1:7470"}
+	seen := map[string]bool{}
+	for _, c := range append(append([]childSpec(nil), p.Metas...), append(p.Storage, p.Mounter)...) {
+		i := slices.Index(c.Args, "--pprof")
+		if i < 0 || i+1 >= len(c.Args) || seen[c.Args[i+1]] {
+			t.Errorf("%s args %q: want a --pprof address of its own", c.Name, c.Args)
+			continue
+		}
+		seen[c.Args[i+1]] = true
+		if w, ok := want[c.Name]; ok && c.Args[i+1] != w {
+			t.Errorf("%s: --pprof %s, want %s", c.Name, c.Args[i+1], w)
+		}
+	}
+	if p := planUp(upOptions{Data: "/d", Mount: "/m", Targets: 2, Servers: 2, BasePort: 7400}); slices.Contains(p.Mounter.Args, "--pprof") {
+		t.Errorf("no --pprof-port: mount args %q", p.Mounter.Args)
+	}
+}
+
 func TestPlanUpEncrypt(t *testing.T) {
 	for _, enc := range []bool{false, true} {
 		p := planUp(upOptions{Data: "/d", Mount: "/m", Targets: 2, Servers: 2, BasePort: 7400, LogLevel: "info", Encrypt: enc})
