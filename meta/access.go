@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"syscall"
 
+	"github.com/weft-fs/weft/internal/checks"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
@@ -143,6 +144,10 @@ func (s *Server) authorize(ctx context.Context) (caller, error) {
 	if c.cred == nil {
 		s.refuse(p, "request without credentials")
 		return caller{}, errnof(syscall.EACCES, "client %s sent no credentials", p.Addr)
+	}
+	if checks.Off {
+		c.cred = nil // a benchmark build without checks: everyone is root
+		return c, nil
 	}
 	if acc.RootSquash && c.cred.Uid == 0 && !inPrefixes(addr, acc.RootSquashExempt) {
 		uid, gid := acc.squashIDs()

@@ -6,10 +6,13 @@
 # the phases of one build are never compared with a run made at another time.
 #
 #   scripts/bench-ab.sh [--rounds 3] [--procs 4] [--stonewall 10s] [--out DIR]
-#                       [--base-port 7470] [--up-a "ARGS"] [--up-b "ARGS"] REV_A REV_B
+#                       [--base-port 7470] [--up-a "ARGS"] [--up-b "ARGS"]
+#                       [--tags-a TAGS] [--tags-b TAGS] REV_A REV_B
 #
 # REV_A or REV_B may be "." for the working tree (both "." with different
-# --up-a/--up-b compares settings, e.g. --up-b --encrypt). Each side gets a
+# --up-a/--up-b compares settings, e.g. --up-b --encrypt; or different
+# build tags: --tags-b weft_nocheck measures what permission and capability
+# checks cost, internal/checks). Each side gets a
 # fresh `weft up` (its own data directory, that build's defaults plus its
 # --up-* arguments) per round.
 set -euo pipefail
@@ -21,6 +24,8 @@ stonewall=10s
 out=/tmp/weft-bench-ab
 up_a=
 up_b=
+tags_a=
+tags_b=
 base_port=7470
 while [ $# -gt 2 ]; do
 	case "$1" in
@@ -31,6 +36,8 @@ while [ $# -gt 2 ]; do
 	--up-a) up_a=$2; shift 2 ;;
 	--up-b) up_b=$2; shift 2 ;;
 	--base-port) base_port=$2; shift 2 ;;
+	--tags-a) tags_a=$2; shift 2 ;;
+	--tags-b) tags_b=$2; shift 2 ;;
 	*) echo "bench-ab: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -40,18 +47,18 @@ rev_a=$1 rev_b=$2
 rm -rf "$out"
 mkdir -p "$out"
 
-build() { # build REV NAME: bin/weft of REV into $out/NAME
+build() { # build REV NAME TAGS: bin/weft of REV into $out/NAME
 	if [ "$1" = . ]; then
-		go build -o "$out/$2" ./cmd/weft
+		go build -tags "$3" -o "$out/$2" ./cmd/weft
 		return
 	fi
 	local src=$out/src-$2
 	git worktree add -q --detach "$src" "$1"
-	(cd "$src" && go build -o "$out/$2" ./cmd/weft)
+	(cd "$src" && go build -tags "$3" -o "$out/$2" ./cmd/weft)
 	git worktree remove --force "$src"
 }
-build "$rev_a" weft-a
-build "$rev_b" weft-b
+build "$rev_a" weft-a "$tags_a"
+build "$rev_b" weft-b "$tags_b"
 
 up_pid=
 stop_up() {
@@ -88,7 +95,7 @@ for r in $(seq "$rounds"); do
 	run b "$r"
 done
 
-python3 - "$out" "$rounds" "$rev_a $up_a" "$rev_b $up_b" <<'PY'
+python3 - "$out" "$rounds" "$rev_a${tags_a:+ -tags $tags_a} $up_a" "$rev_b${tags_b:+ -tags $tags_b} $up_b" <<'PY'
 import json, statistics, sys
 out, rounds, ra, rb = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4]
 phases = ["ior-easy-write", "ior-easy-read", "ior-hard-write", "ior-hard-read", "ior-rnd4K-easy-read",

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/weft-fs/weft/auth"
+	"github.com/weft-fs/weft/internal/checks"
 	"github.com/weft-fs/weft/internal/version"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/metrics"
@@ -89,6 +90,9 @@ func (o *daemonOptions) start(cmd string, role transport.Role) (*daemon, error) 
 		Security: keys.Security(o.Encrypt),
 	})}
 	log.Info(cmd+" starting", "version", version.String(), "protocol", transport.ProtocolVersion)
+	if checks.Off {
+		log.Error(cmd + " is a benchmark build without permission and capability checks (go build -tags weft_nocheck): never serve real data with it")
+	}
 	log.Info("keys loaded", "dir", o.Keys, "role", keys.Role(), "name", keys.Name(), "encrypt", o.Encrypt)
 	if o.Pprof != "" {
 		stop, err := serveHTTP("pprof", o.Pprof, pprofMux(), d.log)

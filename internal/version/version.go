@@ -9,6 +9,8 @@ import (
 	"runtime"
 	"runtime/debug"
 	"sync"
+
+	"github.com/weft-fs/weft/internal/checks"
 )
 
 // Release is the version of this source tree. Bumped at each release;
@@ -63,6 +65,9 @@ func (i Info) String() string {
 	rev := i.Revision
 	if rev == "" {
 		rev = "unknown revision"
+	}
+	if checks.Off {
+		return fmt.Sprintf("%s (%s, %s, checks OFF: a benchmark build, never serve real data with it)", i.Release, rev, i.Go)
 	}
 	return fmt.Sprintf("%s (%s, %s)", i.Release, rev, i.Go)
 }
