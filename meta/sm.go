@@ -176,7 +176,10 @@ type txn struct {
 	cache   map[proto.Ino]*inode
 	dirty   map[proto.Ino]bool
 	deleted map[proto.Ino]bool
-	res     applyResult
+	// orig is each inode's quota charge as read from the store (absent:
+	// new in this command), for chargeQuota (quota.go).
+	orig map[proto.Ino]charge
+	res  applyResult
 
 	nextIno, inodes uint64
 	nextTarget      uint32
@@ -196,6 +199,7 @@ func (t *txn) get(ino proto.Ino) (*inode, error) {
 		return nil, err
 	}
 	t.cache[ino] = n
+	t.orig[ino] = chargeOf(n)
 	return n, nil
 }
 
@@ -344,8 +348,16 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		}
 	case OpSessionDrop:
 		t.b.DeletePrefix(store.ReplyPrefix(c.Session, c.SessionName))
+	case OpSetQuota:
+		err = t.setQuota(c)
+	case OpSetProject:
+		err = t.setProject(c)
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
+	}
+	if err == nil {
+		// Usage follows the inode changes, in the same batch.
+		err = t.chargeQuota(c)
 	}
 	if err != nil {
 		if dedupe {
@@ -380,6 +392,7 @@ func (sm *stateMachine) newTxn(sync bool, index uint64) *txn {
 	return &txn{
 		sm: sm, b: sm.st.NewBatch(), sync: sync, index: index,
 		cache: map[proto.Ino]*inode{}, dirty: map[proto.Ino]bool{}, deleted: map[proto.Ino]bool{},
+		orig:    map[proto.Ino]charge{},
 		nextIno: sm.nextIno, inodes: sm.inodes, nextTarget: sm.nextTarget,
 	}
 }
@@ -486,7 +499,7 @@ func (t *txn) create(c *Command) error {
 	n := &inode{Attr: proto.Attr{
 		Ino: c.Ino, Nlink: 1, Uid: c.Uid, Gid: c.Gid,
 		Atime: c.Now, Mtime: c.Now, Ctime: c.Now,
-	}}
+	}, Project: parent.Project}
 	perm := c.Mode & 07777
 	sgidDir := parent.Mode&syscall.S_ISGID != 0
 	if sgidDir {
