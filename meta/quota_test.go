@@ -99,7 +99,10 @@ func TestQuotaInodeLimit(t *testing.T) {
 		e.must(err)
 	}
 	for _, op := range []func() error{
-		func() error { _, err := e.srv.Create(asU, proto.CreateIn{Parent: pub.Ino, Name: "x", Mode: 0644}); return err },
+		func() error {
+			_, err := e.srv.Create(asU, proto.CreateIn{Parent: pub.Ino, Name: "x", Mode: 0644})
+			return err
+		},
 		func() error { _, err := e.srv.Mkdir(asU, pub.Ino, "x", 0755, 0, 0); return err },
 		func() error { _, err := e.srv.Symlink(asU, pub.Ino, "x", "t", 0, 0); return err },
 	} {
