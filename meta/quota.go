@@ -31,10 +31,11 @@ import (
 // usage changes in the same batch as the inodes that cause it, so a crash
 // or a replay cannot make them disagree.
 //
-// Limits are enforced at apply time, against the state, for callers other
-// than root (and trusted in-process callers): a command that would raise
-// an account's inodes or bytes above a non-zero limit fails with EDQUOT
-// and changes nothing. A command that lowers usage, or leaves it
+// Limits are enforced at apply time, against the state: a command that
+// would raise an account's inodes or bytes above a non-zero limit fails
+// with EDQUOT and changes nothing. Root is exempt from inode limits and
+// from the byte limits of a chown, not from byte limits of writes and
+// truncates (see chargeQuota); trusted in-process callers from all. A command that lowers usage, or leaves it
 // unchanged, is never refused, even over a limit (one lowered below the
 // usage). Since commands apply one at a time, concurrent clients can
 // never take an account past its limit together.
@@ -145,7 +146,13 @@ func (t *txn) chargeQuota(c *Command) error {
 		}
 	}
 	slices.SortFunc(keys, func(a, b quotaKey) int { return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.id, b.id)) })
-	enforce := c.Cred != nil && c.Cred.Uid != 0
+	// Inode limits and ownership changes bind callers other than root;
+	// byte limits bind every size growth of a file, root's too (only a
+	// trusted in-process caller is exempt): a mount records the size a
+	// user wrote at the file's release, which the kernel sends without
+	// the writer's credentials.
+	enforce := !isRootCred(c.Cred)
+	enforceBytes := enforce || (c.Cred != nil && (c.Op == OpWriteDone || (c.Op == OpSetAttr && c.SetAttr.Valid&proto.SetSize != 0)))
 	for _, k := range keys {
 		d := deltas[k]
 		r, err := loadQuota(t.sm.st, k)
@@ -158,6 +165,8 @@ func (t *txn) chargeQuota(c *Command) error {
 			if d.inodes > 0 && r.limits.Inodes != 0 && newInodes > r.limits.Inodes {
 				return errnof(syscall.EDQUOT, "%s %d: inode quota of %d exceeded", metarpc.QuotaKind(k.kind), k.id, r.limits.Inodes)
 			}
+		}
+		if enforceBytes {
 			if d.bytes > 0 && r.limits.Bytes != 0 && newBytes > r.limits.Bytes {
 				return errnof(syscall.EDQUOT, "%s %d: byte quota of %d exceeded (%d in use, %d more asked)", metarpc.QuotaKind(k.kind), k.id, r.limits.Bytes, u.Bytes, d.bytes)
 			}

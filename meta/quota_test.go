@@ -196,6 +196,11 @@ func TestQuotaByteLimit(t *testing.T) {
 	_, err = e.srv.SetAttr(asU, a.Ino, proto.SetAttrIn{Valid: proto.SetSize, Size: 10})
 	e.must(err)
 	e.wantUsage(metarpc.QuotaUser, credU.Uid, 5, 2010)
+	// Root's writes to u's files count against u's limit too (a mount
+	// records sizes at release with root's credentials).
+	if _, err := e.srv.WriteDone(asRoot, b.Ino, 5000, 0, proto.NoBlocks); !errors.Is(err, syscall.EDQUOT) {
+		t.Fatalf("root's write over u's byte limit: %v, want EDQUOT", err)
+	}
 	// A write that does not grow the file is not refused.
 	_, err = e.srv.WriteDone(asU, b.Ino, 1000, 0, proto.NoBlocks)
 	e.must(err)
