@@ -39,7 +39,8 @@ const (
 const (
 	OpSetQuota   Op = 23 // set an account's limits (root only)
 	OpSetProject Op = 24 // tag inodes (Inos) with a project id (root only)
-	opQuotaMax   Op = 25
+	OpRecount    Op = 25 // recount every account's usage from the inodes (root only)
+	opQuotaMax   Op = 26
 )
 
 var opNames = [...]string{
@@ -48,7 +49,7 @@ var opNames = [...]string{
 	OpSetXattr: "setxattr", OpRemoveXattr: "removexattr", OpWriteDone: "writedone",
 	OpSetLayout: "setlayout", OpRegisterTarget: "register-target", OpReclaim: "reclaim",
 	OpGCDone: "gc-done", OpSessionDrop: "session-drop", OpStale: "stale",
-	OpSetQuota: "set-quota", OpSetProject: "set-project",
+	OpSetQuota: "set-quota", OpSetProject: "set-project", OpRecount: "quota-recount",
 }
 
 // validOp reports whether o is a known command op.

@@ -236,6 +236,55 @@ func (t *txn) setProject(c *Command) error {
 	return nil
 }
 
+// recount sets every account's usage to a recount from the inodes,
+// keeping the limits, and marks the store's usage complete (counter
+// quotas). A store formatted before quotas gets it once at start; weft
+// quota check --repair proposes it. It scans every inode, in one batch.
+func (t *txn) recount(c *Command) error {
+	if !isRootCred(c.Cred) {
+		return errnof(syscall.EPERM, "only root may recount quotas")
+	}
+	cs, err := checkQuota(t.sm.st)
+	if err != nil {
+		return err
+	}
+	for _, x := range cs {
+		k := quotaKey{uint8(x.Kind), x.ID}
+		r, err := loadQuota(t.sm.st, k)
+		if err != nil {
+			return err
+		}
+		if r.usage == x.Counted {
+			continue
+		}
+		r.usage = x.Counted
+		t.b.Set(store.QuotaKey(k.kind, k.id), r.encode())
+	}
+	t.b.Set(store.CounterKey(store.CounterQuotas), u64(1))
+	return nil
+}
+
+// quotasCounted reports whether the store's usage counts every inode.
+func quotasCounted(st store.Reader) (bool, error) {
+	_, err := st.Get(store.CounterKey(store.CounterQuotas))
+	if errors.Is(err, store.ErrNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// recountIfNeeded recounts the usage of a store formatted before quotas
+// (once: the recount sets counter quotas).
+func (s *Server) recountIfNeeded(ctx context.Context) error {
+	ok, err := quotasCounted(s.st)
+	if err != nil || ok {
+		return err
+	}
+	s.log.Info("meta: counting quota usage of a store formatted before quotas")
+	_, err = s.propose(ctx, &Command{Op: OpRecount, Now: s.now()})
+	return err
+}
+
 func isErrno(err error, e syscall.Errno) bool { return errors.Is(err, e) }
 
 // --- Server: metarpc.QuotaService ---
@@ -358,12 +407,23 @@ func (s *Server) SetProject(ctx context.Context, ino proto.Ino, id uint32, recur
 	return tagged, tag(batch)
 }
 
-// CheckQuota implements metarpc.QuotaService: root only. It counts every
+// CheckQuota implements metarpc.QuotaService: root only. With repair it
+// first sets every account's usage to a recount (one command; see
+// recount), then checks. Without, it counts every
 // account's usage from the inodes and returns it beside the recorded
 // usage, for every account that has a record or a use. It reads one
 // consistent snapshot of the store (inode and quota records are scanned
 // together), so it is exact under load; it costs a scan of all inodes.
-func (s *Server) CheckQuota(ctx context.Context) ([]metarpc.QuotaCheck, error) {
+func (s *Server) CheckQuota(ctx context.Context, repair bool) ([]metarpc.QuotaCheck, error) {
+	if repair {
+		cl, err := s.caller(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := s.proposeAs(ctx, cl, &Command{Op: OpRecount, Now: s.now(), Cred: cl.cred}); err != nil {
+			return nil, err
+		}
+	}
 	cl, err := s.reader(ctx)
 	if err != nil {
 		return nil, err

@@ -267,7 +267,7 @@ func TestQuotaPermissions(t *testing.T) {
 			t.Fatalf("a user reads %s %d: %v", k.kind, k.id, err)
 		}
 	}
-	if _, err := e.srv.CheckQuota(asU); !errors.Is(err, syscall.EPERM) {
+	if _, err := e.srv.CheckQuota(asU, false); !errors.Is(err, syscall.EPERM) {
 		t.Fatalf("quota check by a user: %v, want EPERM", err)
 	}
 	if err := e.srv.SetQuota(asRoot, metarpc.QuotaKind(9), 1, metarpc.QuotaAmounts{}); !errors.Is(err, syscall.EINVAL) {
@@ -350,4 +350,56 @@ func TestQuotaReplay(t *testing.T) {
 		t.Fatal("replaying the command log does not reproduce the state")
 	}
 	checkQuotaExact(t, m)
+}
+
+// TestQuotaRecountOldStore: a store formatted before quotas (no counter
+// quotas, no accounts) gets its usage counted at its next start; a
+// damaged account is repaired by CheckQuota with repair.
+func TestQuotaRecountOldStore(t *testing.T) {
+	e := permEnv(t)
+	pub, err := e.resolve("/pub")
+	e.must(err)
+	a, err := e.srv.Create(asU, proto.CreateIn{Parent: pub.Ino, Name: "f", Mode: 0644})
+	e.must(err)
+	_, err = e.srv.WriteDone(asU, a.Ino, 999, 0, proto.NoBlocks)
+	e.must(err)
+	e.must(e.srv.SetQuota(asRoot, metarpc.QuotaUser, credU.Uid, metarpc.QuotaAmounts{Inodes: 50}))
+	want := e.usage(metarpc.QuotaUser, credU.Uid)
+	e.srv.Close()
+	// Make it look like a store of before quotas: usage never counted.
+	b := e.st.NewBatch()
+	b.DeletePrefix([]byte{store.PrefixQuota})
+	b.Delete(store.CounterKey(store.CounterQuotas))
+	e.must(b.Commit(true))
+	e.start()
+	if got := e.usage(metarpc.QuotaUser, credU.Uid); got != want {
+		t.Fatalf("after the recount at start u uses %+v, want %+v", got, want)
+	}
+	checkQuotaExact(t, e.st)
+	// Damage one account; check finds it, repair mends it, limits stay.
+	b = e.st.NewBatch()
+	b.Set(store.QuotaKey(uint8(metarpc.QuotaUser), credU.Uid), quotaRecord{usage: metarpc.QuotaAmounts{Inodes: 1}, limits: metarpc.QuotaAmounts{Inodes: 50}}.encode())
+	e.must(b.Commit(true))
+	cs, err := e.srv.CheckQuota(asRoot, false)
+	e.must(err)
+	differ := 0
+	for _, c := range cs {
+		if c.Recorded != c.Counted {
+			differ++
+		}
+	}
+	if differ != 1 {
+		t.Fatalf("check found %d accounts that differ, want 1: %+v", differ, cs)
+	}
+	if _, err := e.srv.CheckQuota(asU, true); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("repair by a user: %v, want EPERM", err)
+	}
+	_, err = e.srv.CheckQuota(asRoot, true)
+	e.must(err)
+	checkQuotaExact(t, e.st)
+	q, err := e.srv.GetQuota(ctx, metarpc.QuotaUser, credU.Uid)
+	e.must(err)
+	if q.Usage != want || q.Limits.Inodes != 50 {
+		t.Fatalf("after repair: %+v, want usage %+v and the limit kept", q, want)
+	}
 }

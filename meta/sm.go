@@ -352,6 +352,8 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.setQuota(c)
 	case OpSetProject:
 		err = t.setProject(c)
+	case OpRecount:
+		err = t.recount(c)
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
 	}
@@ -423,6 +425,7 @@ func (t *txn) init(c *Command) error {
 	}
 	t.put(root)
 	t.b.Set(store.CounterKey(store.CounterFormat), u64(formatVersion))
+	t.b.Set(store.CounterKey(store.CounterQuotas), u64(1)) // every inode is counted from the first
 	t.nextIno = uint64(proto.RootIno) + 1
 	t.inodes = 1
 	t.nextTarget = 1

@@ -302,11 +302,15 @@ func printQuotas(w io.Writer, qs []quotaJSON) error {
 
 func newQuotaCheckCmd() *cobra.Command {
 	var c quotaConn
-	var asJSON bool
+	var asJSON, repair bool
 	cmd := &cobra.Command{
-		Use:   "check [--json] PATH",
+		Use:   "check [--repair] [--json] PATH",
 		Short: "Recount usage from the inodes and compare it with the recorded usage (root only); exits 1 on a difference",
-		Args:  cobra.ExactArgs(1),
+		Long: `Recount every account's usage from the inodes, in one consistent read of
+the metadata store, and print it beside the recorded usage; exit 1 if any
+differ. With --repair, first set the recorded usage to a recount (one
+command, applied like any change; the limits stay).`,
+		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			mc, _, done, err := c.client(args[0])
 			if err != nil {
@@ -315,7 +319,7 @@ func newQuotaCheckCmd() *cobra.Command {
 			defer done()
 			ctx, cancel := context.WithTimeout(cmd.Context(), c.Timeout)
 			defer cancel()
-			cs, err := mc.CheckQuota(ctx)
+			cs, err := mc.CheckQuota(ctx, repair)
 			if err != nil {
 				return fmt.Errorf("quota check: %w", err)
 			}
@@ -358,6 +362,7 @@ func newQuotaCheckCmd() *cobra.Command {
 	}
 	c.flags(cmd)
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON")
+	cmd.Flags().BoolVar(&repair, "repair", false, "first set the recorded usage to a recount")
 	return cmd
 }
 

@@ -794,7 +794,7 @@ func messages(op uint16) (req, resp message, ok bool) {
 	case OpSetProject:
 		return &projectReq{}, &countResp{}, true
 	case OpCheckQuota:
-		return &emptyMsg{}, &quotaCheckResp{}, true
+		return &checkReq{}, &quotaCheckResp{}, true
 	}
 	return nil, nil, false
 }

@@ -37,6 +37,7 @@ func samples() []message {
 		&quotaResp{Quota{QuotaProject, 9, QuotaAmounts{3, 4096}, QuotaAmounts{10, 0}}},
 		&projectReq{12, 9, true},
 		&countResp{77},
+		&checkReq{true},
 		&quotaCheckResp{[]QuotaCheck{{QuotaUser, 1000, QuotaAmounts{1, 2}, QuotaAmounts{1, 3}}}},
 		&membersResp{[]Member{{ID: 1, Addr: "h1:7400", Leader: true, Active: true, Match: 9}, {ID: 4, Learner: true, Snapshot: true}}},
 		&inoReq{5},

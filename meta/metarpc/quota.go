@@ -74,7 +74,9 @@ type QuotaService interface {
 	// SetProject tags ino with project id; with recursive, every inode
 	// below it too. It returns how many inodes it tagged.
 	SetProject(ctx context.Context, ino proto.Ino, id uint32, recursive bool) (uint64, error)
-	CheckQuota(ctx context.Context) ([]QuotaCheck, error)
+	// CheckQuota recounts usage and returns it beside the recorded usage;
+	// with repair the recorded usage is first set to a recount.
+	CheckQuota(ctx context.Context, repair bool) ([]QuotaCheck, error)
 }
 
 // quotaVersion is the format of the quota messages (their first byte).
@@ -171,6 +173,15 @@ type countResp struct{ N uint64 }
 func (m *countResp) encode(e *wire.Encoder) { e.U64(m.N) }
 func (m *countResp) decode(d *wire.Decoder) { m.N = d.U64() }
 
+type checkReq struct{ Repair bool }
+
+func (m *checkReq) encode(e *wire.Encoder) { e.U8(quotaVersion); e.Bool(m.Repair) }
+func (m *checkReq) decode(d *wire.Decoder) {
+	if checkQuotaVersion(d) {
+		m.Repair = d.Bool()
+	}
+}
+
 type quotaCheckResp struct{ Checks []QuotaCheck }
 
 func (m *quotaCheckResp) encode(e *wire.Encoder) {
@@ -217,7 +228,7 @@ func (h *handler) callQuota(ctx context.Context, op uint16, req message) (messag
 		n, err := h.quota.SetProject(ctx, r.Ino, r.ID, r.Recursive)
 		return &countResp{n}, err
 	default:
-		cs, err := h.quota.CheckQuota(ctx)
+		cs, err := h.quota.CheckQuota(ctx, req.(*checkReq).Repair)
 		return &quotaCheckResp{cs}, err
 	}
 }
@@ -242,8 +253,8 @@ func (c *Client) SetProject(ctx context.Context, ino proto.Ino, id uint32, recur
 }
 
 // CheckQuota implements QuotaService.
-func (c *Client) CheckQuota(ctx context.Context) ([]QuotaCheck, error) {
+func (c *Client) CheckQuota(ctx context.Context, repair bool) ([]QuotaCheck, error) {
 	var r quotaCheckResp
-	err := c.do(ctx, OpCheckQuota, &emptyMsg{}, &r)
+	err := c.do(ctx, OpCheckQuota, &checkReq{Repair: repair}, &r)
 	return r.Checks, err
 }

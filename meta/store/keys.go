@@ -34,6 +34,9 @@ const (
 	// CounterFSID ("c fsid") holds the file system's uuid, made at format:
 	// a string, not a counter.
 	CounterFSID = "fsid"
+	// CounterQuotas is 1 once quota usage counts every inode of the store:
+	// set at format, or by the recount of a store formatted before quotas.
+	CounterQuotas = "quotas"
 )
 
 // CounterKey is "c" + name.
