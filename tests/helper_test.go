@@ -45,7 +45,7 @@ func helperMain(args []string) int {
 		if err == nil {
 			err = f.Close()
 		}
-	case "creates", "write": // quota_test.go: creates DIR N; write PATH SIZE
+	case "creates", "write", "writesync": // quota_test.go: creates DIR N; write(sync) PATH SIZE
 		if len(args) != 3 {
 			return 2
 		}

@@ -20,6 +20,9 @@ import (
 //	creates DIR N   creates DIR/f0..f(N-1); prints "ok=A EDQUOT=B other=C"
 //	write PATH SIZE creates PATH, writes SIZE bytes, closes it; prints the
 //	                errno name of the first failure, or ok
+//	writesync PATH SIZE
+//	                creates PATH, writes SIZE bytes, fsyncs, writes 1 MiB
+//	                more; prints "fsync=ERR write=ERR"
 func quotaHelper(cmd, a, b string) string {
 	n, err := strconv.Atoi(b)
 	if err != nil {
@@ -49,6 +52,15 @@ func quotaHelper(cmd, a, b string) string {
 		buf := make([]byte, 1<<20)
 		for left := n; left > 0 && err == nil; left -= len(buf) {
 			_, err = f.Write(buf[:min(left, len(buf))])
+		}
+		if cmd == "writesync" {
+			defer f.Close()
+			if err != nil {
+				return "write:" + errName(err)
+			}
+			serr := f.Sync()
+			_, werr := f.Write(buf)
+			return fmt.Sprintf("fsync=%s write=%s", errName(serr), errName(werr))
 		}
 		if cerr := f.Close(); err == nil {
 			err = cerr
@@ -180,6 +192,10 @@ func TestQuotaByteLimitTwoWriters(t *testing.T) {
 	q := quotaShow(t, c, root, "--user", fmt.Sprint(nobody.Uid))
 	if q.Bytes != size || q.ByteLimit != limit {
 		t.Fatalf("quota show: %+v, want %d bytes used of %d", q, size, limit)
+	}
+	// Once a size was refused, write(2) itself fails past the recorded size.
+	if got := runHelper(t, nobody, "writesync", filepath.Join(root, "w2"), fmt.Sprint(4<<20)); got != "fsync=EDQUOT write=EDQUOT" {
+		t.Fatalf("write, fsync over the limit, write: %s", got)
 	}
 	quotaCheck(t, c, root)
 }
