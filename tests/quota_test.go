@@ -249,15 +249,36 @@ func TestQuotaProjectTree(t *testing.T) {
 }
 
 // TestQuotaExactAfterMetaKill: kill -9 of the metadata server during a
-// load of creates and deletes; after its restart, weft quota check finds
-// the recorded usage equal to a recount.
+// load of creates and deletes from two mounts; after its restart, weft
+// quota check finds the recorded usage equal to a recount.
 func TestQuotaExactAfterMetaKill(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 2, Mounts: 2})
+	quotaLoadThrough(t, c, func() {
+		c.StopMeta() // kill -9
+		c.StartMeta()
+	})
+}
+
+// TestQuotaExactAfterLeaderKill: the same with a replicated metadata
+// group whose leader is killed (-9) under the load: the new leader's
+// accounts match a recount.
+func TestQuotaExactAfterLeaderKill(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 2, Mounts: 2, MetaReplicas: 3, Timeout: "30s"})
+	quotaLoadThrough(t, c, func() {
+		c.StopMetaMember(c.WaitMetaLeader()) // kill -9
+		c.WaitMetaLeader()
+	})
+}
+
+// quotaLoadThrough runs creates, writes and deletes from every mount,
+// calls disrupt once they are under way, lets them go on for a while
+// after, stops them and runs weft quota check.
+func quotaLoadThrough(t *testing.T, c *testcluster.Cluster, disrupt func()) {
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done := 0
-	for i := range 2 {
+	for i := range c.NumMounts() {
 		dir := filepath.Join(c.Mount(i), fmt.Sprint("load", i))
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
@@ -271,7 +292,7 @@ func TestQuotaExactAfterMetaKill(t *testing.T) {
 					return
 				default:
 				}
-				// Errors are expected while the server is down.
+				// Errors are expected while no server leads.
 				p := filepath.Join(dir, fmt.Sprint("f", k%50))
 				if os.WriteFile(p, make([]byte, k%3*4096), 0o644) == nil && k%2 == 0 {
 					os.Remove(p)
@@ -282,8 +303,12 @@ func TestQuotaExactAfterMetaKill(t *testing.T) {
 			}
 		}()
 	}
+	// Stop the load on every way out (a failed wait included).
+	end := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer end()
 	progress := func(n int) {
-		deadline := time.Now().Add(hangGuard)
+		t.Helper()
+		deadline := time.Now().Add(hangGuard) // against hangs only
 		for time.Now().Before(deadline) {
 			mu.Lock()
 			d := done
@@ -296,13 +321,11 @@ func TestQuotaExactAfterMetaKill(t *testing.T) {
 		t.Fatalf("the load made no progress")
 	}
 	progress(100)
-	c.StopMeta() // kill -9
-	c.StartMeta()
+	disrupt()
 	mu.Lock()
 	after := done
 	mu.Unlock()
 	progress(after + 100)
-	close(stop)
-	wg.Wait()
+	end()
 	quotaCheck(t, c, c.Mount(0))
 }
