@@ -112,6 +112,32 @@ func loadQuota(st store.Reader, k quotaKey) (quotaRecord, error) {
 	return r, nil
 }
 
+// quota returns account k as this command sees it: as it wrote it, or as
+// committed (the state machine's cache, else the store, then cached).
+func (t *txn) quota(k quotaKey) (quotaRecord, error) {
+	if r, ok := t.quotaW[k]; ok {
+		return r, nil
+	}
+	if r, ok := t.sm.quotas[k]; ok {
+		return r, nil
+	}
+	r, err := loadQuota(t.sm.st, k)
+	if err == nil {
+		t.sm.quotas[k] = r // committed state: safe to keep whatever this command does
+	}
+	return r, err
+}
+
+// setQuotaRecord writes account k in the command's batch; the state
+// machine's cache takes it when the batch is committed.
+func (t *txn) setQuotaRecord(k quotaKey, r quotaRecord) {
+	if t.quotaW == nil {
+		t.quotaW = map[quotaKey]quotaRecord{}
+	}
+	t.quotaW[k] = r
+	t.b.Set(store.QuotaKey(k.kind, k.id), r.encode())
+}
+
 // delta is a signed change of an account's usage.
 type delta struct{ inodes, bytes int64 }
 
@@ -155,7 +181,7 @@ func (t *txn) chargeQuota(c *Command) error {
 	enforceBytes := enforce || (c.Cred != nil && (c.Op == OpWriteDone || (c.Op == OpSetAttr && c.SetAttr.Valid&proto.SetSize != 0)))
 	for _, k := range keys {
 		d := deltas[k]
-		r, err := loadQuota(t.sm.st, k)
+		r, err := t.quota(k)
 		if err != nil {
 			return err
 		}
@@ -172,7 +198,7 @@ func (t *txn) chargeQuota(c *Command) error {
 			}
 		}
 		u.Inodes, u.Bytes = newInodes, newBytes
-		t.b.Set(store.QuotaKey(k.kind, k.id), r.encode())
+		t.setQuotaRecord(k, r)
 	}
 	return nil
 }
@@ -200,12 +226,12 @@ func (t *txn) setQuota(c *Command) error {
 		return errnof(syscall.EINVAL, "set-quota without a valid account")
 	}
 	k := quotaKey{q.Kind, q.ID}
-	r, err := loadQuota(t.sm.st, k)
+	r, err := t.quota(k)
 	if err != nil {
 		return err
 	}
 	r.limits = metarpc.QuotaAmounts{Inodes: q.Inodes, Bytes: q.Bytes}
-	t.b.Set(store.QuotaKey(k.kind, k.id), r.encode())
+	t.setQuotaRecord(k, r)
 	return nil
 }
 
@@ -249,16 +275,19 @@ func (t *txn) recount(c *Command) error {
 		return err
 	}
 	for _, x := range cs {
+		// From the store, not the cache: a repair is for records that
+		// disagree with the inodes, whatever the cause.
 		k := quotaKey{uint8(x.Kind), x.ID}
 		r, err := loadQuota(t.sm.st, k)
 		if err != nil {
 			return err
 		}
 		if r.usage == x.Counted {
+			t.sm.quotas[k] = r
 			continue
 		}
 		r.usage = x.Counted
-		t.b.Set(store.QuotaKey(k.kind, k.id), r.encode())
+		t.setQuotaRecord(k, r)
 	}
 	t.b.Set(store.CounterKey(store.CounterQuotas), u64(1))
 	return nil

@@ -69,6 +69,9 @@ type stateMachine struct {
 	fsidPub  atomic.Pointer[string]
 	uuidToID map[string]proto.TargetID
 	idToUUID map[proto.TargetID]string
+	// quotas caches the quota records read or written (quota.go), so a
+	// command's accounts cost no store reads; a function of the store.
+	quotas map[quotaKey]quotaRecord
 }
 
 // applyResult is what a command did, for the proposer's in-memory work.
@@ -100,7 +103,8 @@ func errnof(errno syscall.Errno, format string, args ...any) error {
 }
 
 func openStateMachine(st store.Store) (*stateMachine, error) {
-	sm := &stateMachine{st: st, newestSeq: map[replySession]uint64{}, uuidToID: map[string]proto.TargetID{}, idToUUID: map[proto.TargetID]string{}}
+	sm := &stateMachine{st: st, newestSeq: map[replySession]uint64{}, uuidToID: map[string]proto.TargetID{}, idToUUID: map[proto.TargetID]string{},
+		quotas: map[quotaKey]quotaRecord{}}
 	var err error
 	if sm.nextIno, err = getCounter(st, store.CounterNextIno); err != nil {
 		return nil, err
@@ -179,7 +183,9 @@ type txn struct {
 	// orig is each inode's quota charge as read from the store (absent:
 	// new in this command), for chargeQuota (quota.go).
 	orig map[proto.Ino]charge
-	res  applyResult
+	// quotaW are the quota records this command writes (quota.go).
+	quotaW map[quotaKey]quotaRecord
+	res    applyResult
 
 	nextIno, inodes uint64
 	nextTarget      uint32
@@ -270,6 +276,9 @@ func (t *txn) commit() error {
 		return errnof(syscall.EIO, "commit: %v", err)
 	}
 	t.sm.nextIno, t.sm.inodes, t.sm.nextTarget = t.nextIno, t.inodes, t.nextTarget
+	for k, r := range t.quotaW {
+		t.sm.quotas[k] = r
+	}
 	t.sm.applied = t.index
 	t.res.wrote = true
 	t.res.synced = t.sync
@@ -284,6 +293,7 @@ func (sm *stateMachine) replaceWith(fresh *stateMachine) {
 	sm.st, sm.nextIno, sm.inodes, sm.nextTarget = fresh.st, fresh.nextIno, fresh.inodes, fresh.nextTarget
 	sm.applied, sm.fsid, sm.newestSeq = fresh.applied, fresh.fsid, fresh.newestSeq
 	sm.uuidToID, sm.idToUUID = fresh.uuidToID, fresh.idToUUID
+	sm.quotas = fresh.quotas
 	if fresh.fsid != "" {
 		sm.fsidPub.Store(&fresh.fsid)
 	}
