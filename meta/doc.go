@@ -425,9 +425,10 @@
 //     exceeds the applied count the store has made durable.
 //   - A regular file's generation never changes and is never 0 for a file
 //     created since format version 2.
-//   - The state machine's in-memory fields (counters, uuid↔id maps) are a
-//     function of the store: a replica that opens the same store and applies
-//     the same commands reaches byte-identical state (TestApplyDeterministic).
+//   - The state machine's in-memory fields (counters, uuid↔id maps, the
+//     cache of quota records) are a function of the store: a replica that
+//     opens the same store and applies the same commands reaches
+//     byte-identical state (TestApplyDeterministic).
 //
 // # How raft slots in
 //
