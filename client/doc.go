@@ -11,6 +11,15 @@
 // path; it is told about data only when a file is flushed or synced
 // (MetaService.WriteDone records the size and mtime).
 //
+// # Quotas
+//
+// The metadata service enforces quotas (package meta, docs/quotas.md): a
+// create over an inode limit fails with EDQUOT, and so does a WriteDone
+// whose size would take an account over a byte limit, which the client
+// reports at flush, fsync or close. After such a refusal, writes that
+// would grow the file past its recorded size fail with EDQUOT at once
+// (quota.go) until a WriteDone succeeds again.
+//
 // # Mirrored files
 //
 // A mirrored layout (layout.Mirror) has several copies of every stripe

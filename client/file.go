@@ -62,7 +62,10 @@ type inodeState struct {
 	timerArmed bool
 	truncating int
 	err        error
-	ra         readAhead
+	// overQuota: the last WriteDone was refused with EDQUOT (quota.go):
+	// writes past the recorded size fail with EDQUOT until one succeeds.
+	overQuota bool
+	ra        readAhead
 
 	caps caps // the capabilities its storage requests carry (capability.go)
 }
@@ -310,6 +313,10 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	c := f.c
 	st.mu.Lock()
 	if err := st.err; err != nil {
+		st.mu.Unlock()
+		return 0, err
+	}
+	if err := st.quotaCheckLocked(end); err != nil {
 		st.mu.Unlock()
 		return 0, err
 	}
@@ -603,6 +610,7 @@ func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 		a, err = c.meta.WriteDone(rctx, st.ino, end, mtime, blocks)
 		return err
 	})
+	st.noteQuota(err)
 	if err != nil {
 		return err
 	}

@@ -35,16 +35,28 @@ const (
 	opMax            Op = 19
 )
 
+// Quota commands (quota.go): 23..26 are the quotas'.
+const (
+	OpSetQuota   Op = 23 // set an account's limits (root only)
+	OpSetProject Op = 24 // tag inodes (Inos) with a project id (root only)
+	OpRecount    Op = 25 // recount every account's usage from the inodes (root only)
+	opQuotaMax   Op = 26
+)
+
 var opNames = [...]string{
 	OpInit: "init", OpCreate: "create", OpMkdir: "mkdir", OpSymlink: "symlink", OpLink: "link",
 	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpSetAttr: "setattr",
 	OpSetXattr: "setxattr", OpRemoveXattr: "removexattr", OpWriteDone: "writedone",
 	OpSetLayout: "setlayout", OpRegisterTarget: "register-target", OpReclaim: "reclaim",
 	OpGCDone: "gc-done", OpSessionDrop: "session-drop", OpStale: "stale",
+	OpSetQuota: "set-quota", OpSetProject: "set-project", OpRecount: "quota-recount",
 }
 
+// validOp reports whether o is a known command op.
+func validOp(o Op) bool { return (o > 0 && o < opMax) || (o >= OpSetQuota && o < opQuotaMax) }
+
 func (o Op) String() string {
-	if o > 0 && o < opMax {
+	if validOp(o) {
 		return opNames[o]
 	}
 	return fmt.Sprintf("op(%d)", uint8(o))
@@ -117,6 +129,17 @@ type Command struct {
 	// Blocks is a write-done's report of what the file's objects hold
 	// (proto.Attr.Blocks); nil: not reported (command version 5).
 	Blocks *uint64
+
+	// Quota is what OpSetQuota sets (an account and its limits) and, for
+	// OpSetProject, the project id (Quota.ID) (command version 6).
+	Quota *QuotaSpec
+}
+
+// QuotaSpec names a quota account and its limits (0 = none).
+type QuotaSpec struct {
+	Kind          uint8
+	ID            uint32
+	Inodes, Bytes uint64
 }
 
 // Command encoding limits: bounds for the decoder, not policy.
@@ -130,8 +153,8 @@ const (
 	// Session, SessionName and Seq; earlier commands decode with Seq 0 (no
 	// dedupe). Version 5 holds Layout in layout format 2 (kinds, stale
 	// slots) and appends Domains, Slots and Blocks; earlier commands hold
-	// format 1 and report no blocks.
-	cmdVersion = 5
+	// format 1 and report no blocks. Version 6 appends Quota.
+	cmdVersion = 6
 )
 
 // Encode returns the command's binary form (the raft log entry format).
@@ -203,6 +226,13 @@ func (c *Command) Encode() []byte {
 	e.Bool(c.Blocks != nil)
 	if c.Blocks != nil {
 		e.U64(*c.Blocks)
+	}
+	e.Bool(c.Quota != nil)
+	if q := c.Quota; q != nil {
+		e.U8(q.Kind)
+		e.U32(q.ID)
+		e.U64(q.Inodes)
+		e.U64(q.Bytes)
 	}
 	return e.B
 }
@@ -305,10 +335,13 @@ func DecodeCommand(b []byte) (*Command, error) {
 			c.Blocks = &b
 		}
 	}
+	if v >= 6 && d.Bool() {
+		c.Quota = &QuotaSpec{Kind: d.U8(), ID: d.U32(), Inodes: d.U64(), Bytes: d.U64()}
+	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode command: %w", err)
 	}
-	if c.Op == 0 || c.Op >= opMax {
+	if !validOp(c.Op) {
 		return nil, fmt.Errorf("meta: decode command: unknown op %d", c.Op)
 	}
 	return c, nil

@@ -384,6 +384,32 @@
 // never the old file's bytes; two files with one number share a
 // generation with probability 2^-64.
 //
+// # Quotas
+//
+// Every inode counts against three accounts (quota.go): its uid's, its
+// gid's and its project's (inode.Project, inode record version 4; new
+// inodes take their parent's). It counts one inode, a regular file also
+// its size in bytes (the size, not allocated blocks: the server decides
+// it, and protected copies would count several times). An account's
+// usage and limits are one record (store key "q"). Usage is not counted
+// by each command: txn.get remembers each inode's charge as read, and
+// chargeQuota, after the command's changes and before its batch is
+// written, adds the difference between what each changed or deleted inode
+// counts now and what it counted then, in the same batch. So every
+// command that changes inodes keeps usage exact, on every replica and
+// across crashes and replays, and a change that would take an account
+// over a non-zero limit fails with EDQUOT at apply (serialized: concurrent
+// clients cannot overshoot together). Root is exempt from inode limits
+// and chown's byte changes; byte growth (WriteDone, truncate up) is
+// refused for every remote caller, since mounts record sizes at release
+// with root's credentials. Commands: OpSetQuota (23), OpSetProject (24:
+// a batch of inodes; Server.SetProject walks a tree breadth first, each
+// directory tagged before it is listed), OpRecount (25: recount every
+// account from the inodes, proposed once at start for a store formatted
+// before quotas, counter "quotas" absent, or by CheckQuota with repair).
+// CheckQuota recounts in one store scan over inodes and accounts, one
+// consistent snapshot. See docs/quotas.md.
+//
 // # Invariants
 //
 //   - Every directory entry names an existing inode, and its type matches.
@@ -392,14 +418,17 @@
 //   - Every inode with nlink 0 is in the orphan set, and no other is.
 //   - Every stored inode number is below next_ino; counter inodes equals
 //     the number of stored inodes.
+//   - Once counter quotas is set, every quota account's usage equals what
+//     the stored inodes count against it (checkQuota; TestInvariants).
 //   - Counter applied is the log index of the last batch: on a single
 //     server it counts the batches committed; the durable mark never
 //     exceeds the applied count the store has made durable.
 //   - A regular file's generation never changes and is never 0 for a file
 //     created since format version 2.
-//   - The state machine's in-memory fields (counters, uuid↔id maps) are a
-//     function of the store: a replica that opens the same store and applies
-//     the same commands reaches byte-identical state (TestApplyDeterministic).
+//   - The state machine's in-memory fields (counters, uuid↔id maps, the
+//     cache of quota records) are a function of the store: a replica that
+//     opens the same store and applies the same commands reaches
+//     byte-identical state (TestApplyDeterministic).
 //
 // # How raft slots in
 //

@@ -17,6 +17,9 @@ type inode struct {
 	Parent  proto.Ino // directories: the one parent (for the rename subtree check); root: itself
 	Written bool      // regular files: data was ever written (setstripe is refused after)
 	Symlink string    // symlinks: the target
+	// Project is the project id the inode counts against (quota.go); new
+	// inodes take their parent directory's. 0: no project.
+	Project uint32
 }
 
 // inodeVersion 2 added the generation (proto.Attr.Gen, encoded with the
@@ -24,8 +27,9 @@ type inode struct {
 // the layout in format 2 (kinds, stale slots; layoutdisk.go) and the
 // allocated blocks (proto.Attr.Blocks); a regular file of an earlier
 // record gets its size in blocks, what stat reported before, until its
-// next WriteDone reports them.
-const inodeVersion = 3
+// next WriteDone reports them. Version 4 appends the project id
+// (quota.go); earlier records decode with project 0.
+const inodeVersion = 4
 
 func (n *inode) encode() []byte {
 	e := wire.NewEncoder(96 + len(n.Symlink) + 4*len(n.Layout.Targets))
@@ -34,6 +38,7 @@ func (n *inode) encode() []byte {
 	e.U64(uint64(n.Parent))
 	e.Bool(n.Written)
 	e.String(n.Symlink)
+	e.U32(n.Project)
 	return e.B
 }
 
@@ -58,6 +63,9 @@ func decodeInode(b []byte) (*inode, error) {
 	n.Parent = proto.Ino(d.U64())
 	n.Written = d.Bool()
 	n.Symlink = d.String()
+	if v >= 4 {
+		n.Project = d.U32()
+	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode inode: %w", err)
 	}

@@ -116,7 +116,14 @@ func (s *Server) becameLeader(term uint64) {
 	if fresh {
 		return
 	}
-	s.bg.Add(1)
+	s.bg.Add(2)
+	go func() {
+		defer s.bg.Done()
+		// A group formatted before quotas counts its usage once.
+		if err := s.recountIfNeeded(s.ctx); err != nil {
+			s.log.Warn("meta: count quota usage as new leader", "err", err)
+		}
+	}()
 	go func() {
 		defer s.bg.Done()
 		t := time.NewTimer(s.opts.OrphanGrace)

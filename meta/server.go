@@ -301,6 +301,12 @@ func New(opts Options) (*Server, error) {
 			return nil, fmt.Errorf("meta: format store: %w", err)
 		}
 	}
+	if opts.Replica == nil {
+		if err := s.recountIfNeeded(s.ctx); err != nil {
+			s.Close()
+			return nil, fmt.Errorf("meta: count quota usage: %w", err)
+		}
+	}
 	s.nextIno.Store(sm.nextIno)
 	if marker != nil {
 		if err := s.writeMark(true); err != nil {

@@ -69,6 +69,9 @@ type stateMachine struct {
 	fsidPub  atomic.Pointer[string]
 	uuidToID map[string]proto.TargetID
 	idToUUID map[proto.TargetID]string
+	// quotas caches the quota records read or written (quota.go), so a
+	// command's accounts cost no store reads; a function of the store.
+	quotas map[quotaKey]quotaRecord
 }
 
 // applyResult is what a command did, for the proposer's in-memory work.
@@ -100,7 +103,8 @@ func errnof(errno syscall.Errno, format string, args ...any) error {
 }
 
 func openStateMachine(st store.Store) (*stateMachine, error) {
-	sm := &stateMachine{st: st, newestSeq: map[replySession]uint64{}, uuidToID: map[string]proto.TargetID{}, idToUUID: map[proto.TargetID]string{}}
+	sm := &stateMachine{st: st, newestSeq: map[replySession]uint64{}, uuidToID: map[string]proto.TargetID{}, idToUUID: map[proto.TargetID]string{},
+		quotas: map[quotaKey]quotaRecord{}}
 	var err error
 	if sm.nextIno, err = getCounter(st, store.CounterNextIno); err != nil {
 		return nil, err
@@ -176,7 +180,12 @@ type txn struct {
 	cache   map[proto.Ino]*inode
 	dirty   map[proto.Ino]bool
 	deleted map[proto.Ino]bool
-	res     applyResult
+	// orig is each inode's quota charge as read from the store (absent:
+	// new in this command), for chargeQuota (quota.go).
+	orig map[proto.Ino]charge
+	// quotaW are the quota records this command writes (quota.go).
+	quotaW map[quotaKey]quotaRecord
+	res    applyResult
 
 	nextIno, inodes uint64
 	nextTarget      uint32
@@ -196,6 +205,7 @@ func (t *txn) get(ino proto.Ino) (*inode, error) {
 		return nil, err
 	}
 	t.cache[ino] = n
+	t.orig[ino] = chargeOf(n)
 	return n, nil
 }
 
@@ -266,6 +276,9 @@ func (t *txn) commit() error {
 		return errnof(syscall.EIO, "commit: %v", err)
 	}
 	t.sm.nextIno, t.sm.inodes, t.sm.nextTarget = t.nextIno, t.inodes, t.nextTarget
+	for k, r := range t.quotaW {
+		t.sm.quotas[k] = r
+	}
 	t.sm.applied = t.index
 	t.res.wrote = true
 	t.res.synced = t.sync
@@ -280,6 +293,7 @@ func (sm *stateMachine) replaceWith(fresh *stateMachine) {
 	sm.st, sm.nextIno, sm.inodes, sm.nextTarget = fresh.st, fresh.nextIno, fresh.inodes, fresh.nextTarget
 	sm.applied, sm.fsid, sm.newestSeq = fresh.applied, fresh.fsid, fresh.newestSeq
 	sm.uuidToID, sm.idToUUID = fresh.uuidToID, fresh.idToUUID
+	sm.quotas = fresh.quotas
 	if fresh.fsid != "" {
 		sm.fsidPub.Store(&fresh.fsid)
 	}
@@ -344,8 +358,18 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		}
 	case OpSessionDrop:
 		t.b.DeletePrefix(store.ReplyPrefix(c.Session, c.SessionName))
+	case OpSetQuota:
+		err = t.setQuota(c)
+	case OpSetProject:
+		err = t.setProject(c)
+	case OpRecount:
+		err = t.recount(c)
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
+	}
+	if err == nil {
+		// Usage follows the inode changes, in the same batch.
+		err = t.chargeQuota(c)
 	}
 	if err != nil {
 		if dedupe {
@@ -380,6 +404,7 @@ func (sm *stateMachine) newTxn(sync bool, index uint64) *txn {
 	return &txn{
 		sm: sm, b: sm.st.NewBatch(), sync: sync, index: index,
 		cache: map[proto.Ino]*inode{}, dirty: map[proto.Ino]bool{}, deleted: map[proto.Ino]bool{},
+		orig:    map[proto.Ino]charge{},
 		nextIno: sm.nextIno, inodes: sm.inodes, nextTarget: sm.nextTarget,
 	}
 }
@@ -410,6 +435,7 @@ func (t *txn) init(c *Command) error {
 	}
 	t.put(root)
 	t.b.Set(store.CounterKey(store.CounterFormat), u64(formatVersion))
+	t.b.Set(store.CounterKey(store.CounterQuotas), u64(1)) // every inode is counted from the first
 	t.nextIno = uint64(proto.RootIno) + 1
 	t.inodes = 1
 	t.nextTarget = 1
@@ -486,7 +512,7 @@ func (t *txn) create(c *Command) error {
 	n := &inode{Attr: proto.Attr{
 		Ino: c.Ino, Nlink: 1, Uid: c.Uid, Gid: c.Gid,
 		Atime: c.Now, Mtime: c.Now, Ctime: c.Now,
-	}}
+	}, Project: parent.Project}
 	perm := c.Mode & 07777
 	sgidDir := parent.Mode&syscall.S_ISGID != 0
 	if sgidDir {

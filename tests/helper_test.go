@@ -45,6 +45,12 @@ func helperMain(args []string) int {
 		if err == nil {
 			err = f.Close()
 		}
+	case "creates", "write", "writesync": // quota_test.go: creates DIR N; write(sync) PATH SIZE
+		if len(args) != 3 {
+			return 2
+		}
+		fmt.Println(quotaHelper(args[0], args[1], args[2]))
+		return 0
 	case "mkdir": // mkdir PATH
 		err = os.Mkdir(args[1], 0o755)
 	case "unlink":

@@ -31,6 +31,8 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(),
 		newFindCmd(),
 		newAdminCmd(),
+		newQuotaCmd(),
+		newProjectCmd(),
 	)
 	setVersions(root)
 	return root

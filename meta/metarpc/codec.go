@@ -787,6 +787,14 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &memberReq{}, &emptyMsg{}, true
 	case OpGroup:
 		return &emptyMsg{}, &groupResp{}, true
+	case OpSetQuota:
+		return &quotaReq{}, &emptyMsg{}, true
+	case OpGetQuota:
+		return &quotaReq{}, &quotaResp{}, true
+	case OpSetProject:
+		return &projectReq{}, &countResp{}, true
+	case OpCheckQuota:
+		return &checkReq{}, &quotaCheckResp{}, true
 	}
 	return nil, nil, false
 }

@@ -21,7 +21,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup, OpSetQuota, OpGetQuota, OpSetProject, OpCheckQuota,
 	}
 }
 
@@ -33,6 +33,12 @@ func samples() []message {
 	l := layout.Layout{StripeSize: 64 << 10, StripeCount: -1}
 	return []message{
 		&memberReq{4, "h4:7400"},
+		&quotaReq{QuotaGroup, 7, QuotaAmounts{10, 1 << 30}},
+		&quotaResp{Quota{QuotaProject, 9, QuotaAmounts{3, 4096}, QuotaAmounts{10, 0}}},
+		&projectReq{12, 9, true},
+		&countResp{77},
+		&checkReq{true},
+		&quotaCheckResp{[]QuotaCheck{{QuotaUser, 1000, QuotaAmounts{1, 2}, QuotaAmounts{1, 3}}}},
 		&membersResp{[]Member{{ID: 1, Addr: "h1:7400", Leader: true, Active: true, Match: 9}, {ID: 4, Learner: true, Snapshot: true}}},
 		&inoReq{5},
 		&nameReq{5, "name"},

@@ -97,6 +97,14 @@
 // single server never answers EAGAIN for this, and with one address
 // nothing changes.
 //
+// Quotas (quota.go, QuotaService; 86..89 are the quotas'): OpSetQuota
+// (86: kind, id, inode and byte limits), OpGetQuota (87: kind and id; the
+// usage and limits), OpSetProject (88: ino, project id, recursive; the
+// count tagged) and OpCheckQuota (89: repair; every account's recorded
+// and recounted usage), each message starting with u8 version 1. They are
+// sent like reads (do): each is idempotent, so sending one again after a
+// broken connection leaves the same state.
+//
 // Open (36), CreateOpen (37) and Capability (35) carry an access mode
 // (proto.Access, u8) and answer with a capability (u32 length + bytes,
 // empty if none; package capability). Open and CreateOpen had op codes 17

@@ -25,6 +25,7 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h.locks, _ = svc.(proto.LockService)
 	h.admin, _ = svc.(MemberAdmin)
 	h.grp, _ = svc.(GroupService)
+	h.quota, _ = svc.(QuotaService)
 	return h.serve
 }
 
@@ -37,6 +38,7 @@ type handler struct {
 	locks  proto.LockService // nil if svc does not offer it
 	admin  MemberAdmin       // nil if svc does not offer it (admin.go)
 	grp    GroupService      // nil if svc does not offer it (cluster.go)
+	quota  QuotaService      // nil if svc does not offer it (quota.go)
 	reg    proto.TargetRegistry
 	log    *slog.Logger
 }
@@ -77,6 +79,8 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 	switch op {
 	case OpMembers, OpMemberAdd, OpMemberRemove:
 		return h.callAdmin(ctx, op, req)
+	case OpSetQuota, OpGetQuota, OpSetProject, OpCheckQuota:
+		return h.callQuota(ctx, op, req)
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {
 			return nil, errNoExt

@@ -16,7 +16,8 @@ var opNames = map[uint16]string{
 	OpLock: "lock", OpLockWait: "lock_wait", OpAppend: "append", OpAppendReclaim: "append_reclaim",
 	OpMembers: "members", OpMemberAdd: "member_add", OpMemberRemove: "member_remove",
 	OpFSID: "fsid", OpMarkStale: "mark_stale", OpClearStale: "clear_stale",
-	OpGroup: "group",
+	OpGroup: "group", OpSetQuota: "set_quota", OpGetQuota: "get_quota",
+	OpSetProject: "set_project", OpCheckQuota: "check_quota",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.

@@ -30,6 +30,8 @@
 //	s <session:16> <n:2> <name:n> <slot:8>
 //	                                remembered reply of a client request (request
 //	                                dedupe): its seq, errno, attributes, parent's
+//	q <kind:1> <id:4>               quota account of a user (1), group (2) or project (3):
+//	                                inodes and bytes in use, and their limits
 //
 // A directory listing is a prefix scan of "d"+parent, continued after a name
 // by starting at "d"+parent+name+"\x00": listing is O(entries returned) at

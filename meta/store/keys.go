@@ -17,6 +17,7 @@ const (
 	PrefixTargetID  = 't'
 	PrefixTargetUID = 'u'
 	PrefixReply     = 's' // remembered replies of client requests, per session
+	PrefixQuota     = 'q' // one quota account: usage and limits of a user, group or project
 )
 
 // Counter names.
@@ -33,6 +34,9 @@ const (
 	// CounterFSID ("c fsid") holds the file system's uuid, made at format:
 	// a string, not a counter.
 	CounterFSID = "fsid"
+	// CounterQuotas is 1 once quota usage counts every inode of the store:
+	// set at format, or by the recount of a store formatted before quotas.
+	CounterQuotas = "quotas"
 )
 
 // CounterKey is "c" + name.
@@ -114,6 +118,20 @@ func ParseReplyKey(k []byte) (prefix []byte, slot uint64, ok bool) {
 		return nil, 0, false
 	}
 	return k[:len(k)-8], binary.BigEndian.Uint64(k[len(k)-8:]), true
+}
+
+// QuotaKey is "q" + kind + id: the account of one user (kind 1), group
+// (2) or project (3).
+func QuotaKey(kind uint8, id uint32) []byte {
+	return binary.BigEndian.AppendUint32([]byte{PrefixQuota, kind}, id)
+}
+
+// ParseQuotaKey splits a quota key; ok is false for a malformed key.
+func ParseQuotaKey(k []byte) (kind uint8, id uint32, ok bool) {
+	if len(k) != 6 || k[0] != PrefixQuota {
+		return 0, 0, false
+	}
+	return k[1], binary.BigEndian.Uint32(k[2:]), true
 }
 
 // TargetIDKey is "t" + id.
