@@ -252,17 +252,16 @@ func (c *Client) seekColumn(ctx context.Context, st *inodeState, l layout.Layout
 // every shard of each row the range touches reserves its share. Punching
 // and zeroing whole rows do the same to every shard of those rows: zero
 // data has zero parity, so data and parity still agree. The partial rows
-// at the edges are written with zeros through the EC write path (ecWrite:
-// it reads the rest of the row and writes the new parity), up to size
-// only (past it there is nothing to make zero).
+// at the edges get the same on their data shards and then new parity
+// (ecSpaceEdge), up to size only (past it there is nothing to make zero).
 func (c *Client) ecSpace(ctx context.Context, st *inodeState, l layout.Layout, mode proto.SpaceMode, off, end, size uint64) error {
 	rb := l.RowBytes()
 	if mode == proto.SpaceAllocate {
 		return c.ecSpaceRows(ctx, st, l, mode, off/rb, (end+rb-1)/rb)
 	}
-	q0, q1 := (off+rb-1)/rb, end/rb // the rows the range covers whole
-	edges := [][2]uint64{{off, end}}
-	if q0 < q1 {
+	q0, q1 := (off+rb-1)/rb, end/rb  // the rows the range covers whole
+	edges := [][2]uint64{{off, end}} // within one row
+	if q0 <= q1 {
 		if err := c.ecSpaceRows(ctx, st, l, mode, q0, q1); err != nil {
 			return err
 		}
@@ -273,11 +272,65 @@ func (c *Client) ecSpace(ctx context.Context, st *inodeState, l layout.Layout, m
 		if a >= b {
 			continue
 		}
-		if err := c.ecWrite(ctx, st, st.currentLayout(l), a, make([]byte, b-a)); err != nil {
+		if err := c.ecSpaceEdge(ctx, st, mode, a, b, size); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// ecSpaceEdge punches or zeroes [a, b), within one row of an EC file of
+// size bytes: on the data shards themselves (so punched blocks become
+// holes there, as SEEK_HOLE and st_blocks show), then the row's parity is
+// recomputed from them, under the row's lock. If a shard of the stripe is
+// stale, or becomes so, its bytes would be reconstructed from parity that
+// never saw the punch: the range is then written with zeros through the EC
+// write path instead, which encodes parity for them.
+func (c *Client) ecSpaceEdge(ctx context.Context, st *inodeState, mode proto.SpaceMode, a, b, size uint64) error {
+	l := st.currentLayout(layout.Layout{})
+	rb, s, k := l.RowBytes(), l.StripeSize, int(l.ECData)
+	q := a / rb
+	g := int(q % uint64(l.StripeCount))
+	rowOff, objOff := q*rb, (q/uint64(l.StripeCount))*s
+	anyStale := func(l layout.Layout) bool {
+		for j := range l.Width() {
+			if l.IsStale(l.Slot(g, j)) {
+				return true
+			}
+		}
+		return false
+	}
+	if !anyStale(l) {
+		mu := c.rows.lock(st.ino, st.gen, q)
+		mu.Lock()
+		type span struct{ lo, hi uint64 }
+		spans := map[int]span{}
+		var slots []int
+		for j := range k {
+			lo, hi := max(a, rowOff+uint64(j)*s), min(b, rowOff+uint64(j+1)*s)
+			if lo < hi {
+				slot := l.Slot(g, j)
+				slots = append(slots, slot)
+				spans[slot] = span{objOff + lo - rowOff - uint64(j)*s, objOff + hi - rowOff - uint64(j)*s}
+			}
+		}
+		err := c.fanOut(ctx, st, l, slots, "fallocate", func(ctx context.Context, slot int) error {
+			sp := spans[slot]
+			return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+				return c.storage.Space(ctx, l.Targets[slot], st.objectOf(slot), mode, sp.lo, sp.hi-sp.lo)
+			})
+		})
+		if err == nil && !anyStale(st.currentLayout(l)) {
+			err = c.ecUpdateRow(ctx, st, l, q, 0, nil, size, false)
+			mu.Unlock()
+			return err
+		}
+		mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return c.ecWrite(ctx, st, st.currentLayout(l), a, make([]byte, b-a))
 }
 
 // ecSpaceRows applies mode to rows [q0, q1) of every shard, data and
@@ -285,6 +338,9 @@ func (c *Client) ecSpace(ctx context.Context, st *inodeState, l layout.Layout, m
 // contiguous in its objects.
 func (c *Client) ecSpaceRows(ctx context.Context, st *inodeState, l layout.Layout, mode proto.SpaceMode, q0, q1 uint64) error {
 	l = st.currentLayout(l)
+	if q0 >= q1 {
+		return nil
+	}
 	sc, s := uint64(l.StripeCount), l.StripeSize
 	type span struct{ lo, hi uint64 }
 	spans := map[int]span{} // slot -> its object range

@@ -91,6 +91,9 @@ func spaceModel(t *testing.T, l layout.Layout, seed uint64) {
 				clear(model[off:min(off+n, len(model))])
 			}
 		}
+		if testing.Verbose() {
+			t.Logf("op %d: size %d off %d n %d", i, len(model), off, n)
+		}
 		if i%6 == 5 {
 			if err := f.Fsync(ctx); err != nil {
 				t.Fatal(err)
