@@ -389,10 +389,13 @@ func runStorage(t *testing.T, bin string, args ...string) (string, error) {
 func TestTargetIdentity(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 1})
 	dir := c.TargetDirs(0)[0]
-	before, err := os.ReadFile(filepath.Join(dir, "target.json"))
-	if err != nil || !strings.Contains(string(before), `"fsid"`) {
-		t.Fatalf("target.json %s %v: want a fsid", before, err)
-	}
+	// The server records the id the metadata server gave the target after
+	// the target is registered (and reported up): wait for it to be there.
+	var before []byte
+	waitFor(t, "target.json with the target's id", func() bool {
+		before, _ = os.ReadFile(filepath.Join(dir, "target.json"))
+		return strings.Contains(string(before), `"fsid"`) && !strings.Contains(string(before), `"id":0,`)
+	})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
