@@ -17,9 +17,13 @@
 #
 #   scripts/fuzz.sh                  every target, 100,000 inputs each
 #   FUZZTIME=2000000x scripts/fuzz.sh longer
+#   FUZZPARALLEL=1 scripts/fuzz.sh   one fuzzing worker (default: one per CPU);
+#                                    scripts/test.sh runs it so, beside the tests
 set -euo pipefail
 cd "$(dirname "$0")/.."
 fuzztime=${FUZZTIME:-100000x}
+parallel=()
+[ -z "${FUZZPARALLEL:-}" ] || parallel=(-test.parallel="$FUZZPARALLEL")
 module=$(go list -m)
 cache=$(go env GOCACHE)/fuzz
 bins=$(mktemp -d)
@@ -48,7 +52,7 @@ for t in "${targets[@]}"; do
 	echo "--- fuzz $dir $name ($fuzztime)"
 	f=$SECONDS
 	(cd "$dir" && "$bin" -test.run='^$' -test.fuzz="^${name}\$" -test.fuzztime="$fuzztime" \
-		-test.fuzzcachedir="$cache/$pkg")
+		-test.fuzzcachedir="$cache/$pkg" "${parallel[@]}")
 	echo "--- fuzzed $dir $name ($((SECONDS - f))s)"
 done
 echo "fuzzed ${#targets[@]} targets in $((SECONDS - start))s"

@@ -249,6 +249,7 @@ func TestMirrorStorageKilled(t *testing.T) {
 // after the mount gives up on the frozen copy, reads return every
 // acknowledged byte from the other one.
 func TestMirrorStorageFrozen(t *testing.T) {
+	t.Parallel() // waits on timeouts, on a cluster of its own
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 2, Mounts: 2, Timeout: "10s"})
 	d := mirrorSetup(t, c)
 	stop := make(chan struct{})
@@ -432,6 +433,7 @@ func TestTargetIdentity(t *testing.T) {
 // no I/O error, every acknowledged byte reads back, the copies it missed
 // are stale; after the link heals, resync repairs them.
 func TestMirrorStoragePartitioned(t *testing.T) {
+	t.Parallel() // waits on timeouts, on a cluster of its own
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 2, Mounts: 2, Timeout: "10s", NetNS: true})
 	d := mirrorSetup(t, c)
 	stop := make(chan struct{})

@@ -83,6 +83,7 @@ func pjdExceptions(t *testing.T) map[string]string {
 // with a reason; an exception that passes fails it too, so the list stays
 // as short as the truth.
 func TestPjdfstest(t *testing.T) {
+	t.Parallel() // waits on FUSE round trips, on a cluster of its own
 	bin := requireTool(t, "pjdfstest")
 	for _, name := range []string{"tests", "nobody"} {
 		if _, err := user.Lookup(name); err != nil {
@@ -174,6 +175,7 @@ naptime = 0.01
 // punch_hole (weft's Space on the targets), copy_file_range (the kernel's
 // copy through the mount), sendfile, fadvise, fsync and fdatasync.
 func TestFsx(t *testing.T) {
+	t.Parallel() // fsx waits on FUSE round trips, on a cluster of its own
 	bin := requireTool(t, "fsx")
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
 	file := runFsx(t, c, bin, "-c", "4", "-S", "64K")
@@ -185,6 +187,7 @@ func TestFsx(t *testing.T) {
 // TestFsxMirror runs the same on a mirror 2 file of 2 stripes, and then
 // checks that the two copies of each stripe hold the same bytes.
 func TestFsxMirror(t *testing.T) {
+	t.Parallel() // fsx waits on FUSE round trips, on a cluster of its own
 	bin := requireTool(t, "fsx")
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
 	file := runFsx(t, c, bin, "--mirror", "2", "-c", "2", "-S", "64K")
@@ -199,6 +202,7 @@ func TestFsxMirror(t *testing.T) {
 // partial writes read, merge and re-encode rows, and then checks that the
 // parity shard is the parity of the data shards.
 func TestFsxEC(t *testing.T) {
+	t.Parallel() // fsx waits on FUSE round trips, on a cluster of its own
 	bin := requireTool(t, "fsx")
 	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 3})
 	file := runFsx(t, c, bin, "--ec", "2+1", "-c", "1", "-S", "64K")
