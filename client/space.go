@@ -98,13 +98,17 @@ func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
 	if err != nil {
 		return fmt.Errorf("client: fallocate ino %d [%d,+%d): %w", st.ino, off, n, err)
 	}
+	reserved := end // objects may hold blocks up to this file offset
+	if rb := l.RowBytes(); l.Kind == layout.EC && sm == proto.SpaceAllocate {
+		reserved = (end + rb - 1) / rb * rb // whole rows are reserved
+	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	grows := !keep && end > st.size()
 	if sm == proto.SpaceAllocate && !grows {
 		// Nothing a reader can see changed, so mtime stays; the blocks
 		// reserved are reported at the next flush of a write.
-		st.allocEnd = max(st.allocEnd, end)
+		st.allocEnd = max(st.allocEnd, reserved)
 		return nil
 	}
 	for col := range l.Columns() {
@@ -114,7 +118,7 @@ func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
 		st.end = max(st.end, end)
 	}
 	if sm != proto.SpacePunch {
-		st.allocEnd = max(st.allocEnd, end)
+		st.allocEnd = max(st.allocEnd, reserved)
 	}
 	st.dirty = true
 	st.seq++
