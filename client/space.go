@@ -26,7 +26,8 @@ import (
 // every fresh copy of a mirrored stripe, as writes do (a copy that fails
 // is marked stale; the call succeeds when one copy took it), and for an
 // EC file every shard of the whole rows in the range, the partial rows at
-// its edges being written with zeros (ecSpace). A
+// its edges being punched or zeroed on their data shards and their parity
+// recomputed (ecSpace). A
 // size change or a changed range counts as a write: the size and mtime
 // are recorded on the metadata server at the next flush or fsync.
 func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
@@ -167,7 +168,7 @@ func (f *File) Lseek(ctx context.Context, off uint64, whence int) (uint64, error
 		return 0, syscall.ENXIO
 	}
 	if !usable(l) {
-		// No object yet: all data up to the size, the hole at the end.
+		// No object yet: the whole file is a hole.
 		if what == proto.SeekData {
 			return 0, syscall.ENXIO
 		}
