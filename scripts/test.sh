@@ -38,7 +38,8 @@ if [ "${#pkgs[@]}" -gt 0 ]; then
 fi
 
 # The integration tests (./tests) take most of the time, and most of it is
-# spent waiting: on FUSE round trips (fsx, pjdfstest, the model test), on
+# spent waiting: on FUSE round trips (fsx, pjdfstest, the model test, tar
+# and rsync), on
 # synced creates, on timeouts and elections. So the slow ones among them
 # run in parallel (t.Parallel, 4 at a time: each has a cluster of its own),
 # and the fuzzers run alongside them with one worker each (the same inputs,
