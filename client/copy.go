@@ -22,8 +22,14 @@ const copyPar = 16
 // source object itself (capabilities: dst's for writing, src's for
 // reading). This client's accepted writes to src are sent first; writes to
 // dst are held back meanwhile, as during a truncate. The copy counts as a
-// write to dst (size and mtime recorded at its next flush). Overlapping
-// ranges of one file fail with EINVAL; a storage server that cannot copy
+// write to dst (size and mtime recorded at its next flush). Between
+// mirrored (or RAID-0) files every fresh copy of the destination is
+// written, each from a fresh copy of the source (sourceCopy); a copy that
+// fails is marked stale, as a write's would be (if the source copy was at
+// fault, the destination copy is repaired by resync needlessly, never
+// lost). Erasure-coded files on either side fail with EOPNOTSUPP, and
+// the kernel copies through the mount (FUSE falls back on EOPNOTSUPP and
+// EXDEV). Overlapping ranges of one file fail with EINVAL; a storage server that cannot copy
 // (ENOSYS from an older one, EXDEV without peers) makes it fail with
 // EOPNOTSUPP, and the kernel then copies through the mount.
 func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *File, dstOff, n uint64) (uint64, error) {
@@ -48,10 +54,11 @@ func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *F
 	if ss == ds && srcOff < dstOff+n && dstOff < srcOff+n {
 		return 0, fmt.Errorf("client: copy within ino %d: overlapping ranges: %w", ss.ino, syscall.EINVAL)
 	}
-	if sl.Kind != layout.RAID0 || ds.protected() {
-		// The storage servers copy one object per stripe; copies and
-		// shards are copied by the kernel through the mount instead.
-		return 0, fmt.Errorf("client: copy ino %d to %d: mirrored or erasure-coded: %w", ss.ino, ds.ino, syscall.EOPNOTSUPP)
+	if sl.Kind == layout.EC || ds.kind() == layout.EC {
+		// A shard is not a byte range of the file, and a copy into one
+		// must rewrite parity: the kernel copies through the mount instead
+		// (it does so on EOPNOTSUPP).
+		return 0, fmt.Errorf("client: copy ino %d to %d: erasure-coded: %w", ss.ino, ds.ino, syscall.EOPNOTSUPP)
 	}
 	dl := ds.beginTruncate()
 	defer ds.endTruncate()
@@ -77,10 +84,16 @@ func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *F
 		sem <- struct{}{}
 		defer func() { <-sem }()
 		p := pieces[i]
-		sobj := proto.ObjectID{Ino: ss.ino, Stripe: uint32(p.s.Stripe), Gen: ss.gen}
-		dobj := proto.ObjectID{Ino: ds.ino, Stripe: uint32(p.d.Stripe), Gen: ds.gen}
-		return ds.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
-			return c.storage.Copy(ctx, dl.Targets[p.d.Stripe], dobj, p.d.ObjOff, sl.Targets[p.s.Stripe], sobj, p.s.ObjOff, p.s.Len, srcCap.b)
+		// Every fresh copy of the destination stripe (onStripe: copies
+		// that fail are marked stale) reads from a fresh copy of the
+		// source stripe: its own number if the layouts have as many
+		// copies, so the copies are made side by side.
+		return c.onStripe(rctx, ds, dl, p.d.Stripe, "copy", func(ctx context.Context, t proto.TargetID, dobj proto.ObjectID) error {
+			from := sourceCopy(c, sl, p.s.Stripe, int(dobj.Stripe)%dl.Width(), dl.Width())
+			sobj := ss.objectOf(from)
+			return ds.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+				return c.storage.Copy(ctx, t, dobj, p.d.ObjOff, sl.Targets[from], sobj, p.s.ObjOff, p.s.Len, srcCap.b)
+			})
 		})
 	})
 	if errors.Is(err, syscall.ENOSYS) || errors.Is(err, syscall.EXDEV) {
@@ -91,8 +104,8 @@ func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *F
 	}
 	ds.mu.Lock()
 	ds.end = max(ds.end, dstOff+n)
-	for s := range dl.Targets {
-		ds.unsynced[s] = true
+	for col := range dl.Columns() {
+		ds.unsynced[col] = true
 	}
 	ds.dirty = true
 	ds.seq++
@@ -103,3 +116,22 @@ func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *F
 }
 
 func usable(l layout.Layout) bool { return len(l.Targets) > 0 && l.StripeSize > 0 }
+
+// sourceCopy returns the slot of src's stripe to copy from into copy j of
+// a destination with width copies: copy j when src has as many and it is
+// fresh, else the first fresh copy to read from.
+func sourceCopy(c *Client, src layout.Layout, stripe, j, width int) int {
+	if src.Width() == width && !src.IsStale(src.Slot(stripe, j)) {
+		return src.Slot(stripe, j)
+	}
+	if order := c.readOrder(src, stripe, 0); len(order) > 0 {
+		return order[0]
+	}
+	return src.Slot(stripe, 0)
+}
+
+func (st *inodeState) kind() layout.Kind {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.layout.Kind
+}

@@ -94,18 +94,25 @@
 //
 // File.Allocate (fallocate) sends one StorageService.Space per object for
 // its share of the range (layout.ObjectOffset), concurrently, ordered
-// after this client's accepted writes as a truncate is; a range that
-// grows the file or changes bytes counts as a write (size and mtime
-// recorded at the next flush). File.Lseek asks every object for its next
-// data or hole (StorageService.Seek) and answers the nearest in file
-// offsets. At every WriteDone the client first asks each object that may
-// hold bytes of the file how much it holds (StorageService.Allocated) and
-// reports the sum as the file's blocks (proto.Attr.Blocks, st_blocks); if
-// a target does not answer, the count is left as it was. After a truncate
-// through a handle the next flush counts again. Client.CopyRange
-// (copy_file_range) cuts the range where a stripe unit of either file ends
-// and sends each piece as one StorageService.Copy to the destination
-// object's server, which reads the source object itself.
+// after this client's accepted writes as a truncate is: to every fresh
+// copy of a mirrored stripe (failed copies marked stale, as for writes);
+// for an EC file to every shard of the whole rows in the range, the
+// partial rows at its edges being punched on their data shards and their
+// parity recomputed (ecSpace). A range that grows the file or changes
+// bytes counts as a write (size and mtime recorded at the next flush).
+// File.Lseek asks every data column (one fresh copy, or the EC data
+// shard) for its next data or hole (StorageService.Seek) and answers the
+// nearest in file offsets. At every WriteDone the client first asks each
+// fresh object that may hold bytes of the file, copies and parity
+// included, how much it holds (StorageService.Allocated) and reports the
+// sum as the file's blocks (proto.Attr.Blocks, st_blocks): what the file
+// occupies; if a target does not answer, the count is left as it was.
+// After a truncate through a handle the next flush counts again.
+// Client.CopyRange (copy_file_range) cuts the range where a stripe unit of
+// either file ends and sends each piece as one StorageService.Copy to the
+// destination object's server (each fresh copy of a mirrored one), which
+// reads the source object itself; EC files on either side get EOPNOTSUPP,
+// and the kernel copies through the mount.
 //
 // # Locks and O_APPEND
 //

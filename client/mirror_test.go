@@ -79,6 +79,20 @@ func (f *flakyStorage) Extend(ctx context.Context, t proto.TargetID, o proto.Obj
 	return f.StorageService.(proto.ObjectExtender).Extend(ctx, t, o, size)
 }
 
+func (f *flakyStorage) Space(ctx context.Context, t proto.TargetID, o proto.ObjectID, mode proto.SpaceMode, off, n uint64) error {
+	if err := f.check(ctx, t); err != nil {
+		return err
+	}
+	return f.StorageService.Space(ctx, t, o, mode, off, n)
+}
+
+func (f *flakyStorage) Seek(ctx context.Context, t proto.TargetID, o proto.ObjectID, off uint64, what proto.SeekWhat) (uint64, error) {
+	if err := f.check(ctx, t); err != nil {
+		return 0, err
+	}
+	return f.StorageService.Seek(ctx, t, o, off, what)
+}
+
 func (f *flakyStorage) Sync(ctx context.Context, t proto.TargetID, o proto.ObjectID) error {
 	if err := f.check(ctx, t); err != nil {
 		return err

@@ -22,7 +22,12 @@ import (
 // fails with EOPNOTSUPP, PUNCH_HOLE without KEEP_SIZE with EINVAL, as on
 // Linux. Each object of the file gets one StorageService.Space for its
 // share of the range, concurrently, after this client's writes accepted
-// before (like a truncate, it waits for them and holds new ones back). A
+// before (like a truncate, it waits for them and holds new ones back):
+// every fresh copy of a mirrored stripe, as writes do (a copy that fails
+// is marked stale; the call succeeds when one copy took it), and for an
+// EC file every shard of the whole rows in the range, the partial rows at
+// its edges being punched or zeroed on their data shards and their parity
+// recomputed (ecSpace). A
 // size change or a changed range counts as a write: the size and mtime
 // are recorded on the metadata server at the next flush or fsync.
 func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
@@ -56,37 +61,47 @@ func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
 	if n == 0 || end < off {
 		return syscall.EINVAL
 	}
-	if st.protected() {
-		return fmt.Errorf("client: fallocate of ino %d: not for mirrored or erasure-coded files yet: %w", st.ino, syscall.EOPNOTSUPP)
-	}
 	l := st.beginTruncate() // waits for the writes in flight, holds new ones back
 	defer st.endTruncate()
 	st.mu.Lock()
 	err := st.takeErrLocked()
+	size := st.size()
 	st.mu.Unlock()
 	if err != nil {
 		return err
 	}
-	if len(l.Targets) == 0 || l.StripeSize == 0 {
+	if !usable(l) {
 		return fmt.Errorf("client: ino %d has no usable layout (%v): %w", st.ino, l, syscall.EIO)
 	}
 	rctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
-	err = parallel(len(l.Targets), func(s int) error {
-		lo, hi := l.ObjectOffset(s, off), l.ObjectOffset(s, end)
-		if hi <= lo {
-			return nil
+	if l.Kind == layout.EC {
+		newSize := size
+		if !keep {
+			newSize = max(size, end)
 		}
-		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(s), Gen: st.gen}
-		if err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
-			return f.c.storage.Space(ctx, l.Targets[s], obj, sm, lo, hi-lo)
-		}); err != nil {
-			return fmt.Errorf("client: fallocate ino %d stripe %d [%d,+%d) on target %d: %w", st.ino, s, lo, hi-lo, l.Targets[s], err)
-		}
-		return nil
-	})
+		err = f.c.ecSpace(rctx, st, l, sm, off, end, newSize)
+	} else {
+		// RAID-0: the one object of each stripe; mirror: every fresh copy
+		// of it (onStripe marks the copies that fail stale).
+		err = parallel(l.Columns(), func(col int) error {
+			lo, hi := l.ObjectOffset(col, off), l.ObjectOffset(col, end)
+			if hi <= lo {
+				return nil
+			}
+			return f.c.onStripe(rctx, st, l, col, "fallocate", func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+				return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+					return f.c.storage.Space(ctx, t, obj, sm, lo, hi-lo)
+				})
+			})
+		})
+	}
 	if err != nil {
-		return err
+		return fmt.Errorf("client: fallocate ino %d [%d,+%d): %w", st.ino, off, n, err)
+	}
+	reserved := end // objects may hold blocks up to this file offset
+	if rb := l.RowBytes(); l.Kind == layout.EC && sm == proto.SpaceAllocate {
+		reserved = (end + rb - 1) / rb * rb // whole rows are reserved
 	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
@@ -94,17 +109,17 @@ func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
 	if sm == proto.SpaceAllocate && !grows {
 		// Nothing a reader can see changed, so mtime stays; the blocks
 		// reserved are reported at the next flush of a write.
-		st.allocEnd = max(st.allocEnd, end)
+		st.allocEnd = max(st.allocEnd, reserved)
 		return nil
 	}
-	for s := range l.Targets {
-		st.unsynced[s] = true
+	for col := range l.Columns() {
+		st.unsynced[col] = true
 	}
 	if grows {
 		st.end = max(st.end, end)
 	}
 	if sm != proto.SpacePunch {
-		st.allocEnd = max(st.allocEnd, end)
+		st.allocEnd = max(st.allocEnd, reserved)
 	}
 	st.dirty = true
 	st.seq++
@@ -116,8 +131,10 @@ func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
 // offset at or after off that is data, or a hole (the end of the file
 // counts as one), as the storage targets see the file after this client's
 // accepted writes reached them (it sends and waits for them first). Every
-// object is asked (StorageService.Seek) where its next data or hole is,
-// concurrently; the answer is the nearest, in file offsets. Past the end
+// data column is asked (seekColumn: one fresh copy of a mirrored stripe,
+// the data shard of an EC one) where its next data or hole is,
+// concurrently; the answer is the nearest, in file offsets. A stale EC
+// data shard counts as data. Past the end
 // of the file, or SEEK_DATA with no data after off, fails with ENXIO.
 // Ranges reserved by fallocate count as data.
 func (f *File) Lseek(ctx context.Context, off uint64, whence int) (uint64, error) {
@@ -150,32 +167,35 @@ func (f *File) Lseek(ctx context.Context, off uint64, whence int) (uint64, error
 	if off >= size {
 		return 0, syscall.ENXIO
 	}
-	if len(l.Targets) == 0 || l.StripeSize == 0 || l.Kind != layout.RAID0 {
-		// No layout, or copies and shards (whose holes are not asked yet):
-		// all data up to the size, the hole at the end.
+	if !usable(l) {
+		// No object yet: the whole file is a hole.
 		if what == proto.SeekData {
 			return 0, syscall.ENXIO
 		}
 		return off, nil
 	}
-	found := make([]uint64, len(l.Targets))
+	cols := l.Columns()
+	found := make([]uint64, cols)
 	rctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
-	err := parallel(len(l.Targets), func(s int) error {
-		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(s), Gen: st.gen}
-		lo := l.ObjectOffset(s, off)
-		var r uint64
-		err := st.withCap(rctx, proto.AccessRead, func(ctx context.Context) (err error) {
-			r, err = f.c.storage.Seek(ctx, l.Targets[s], obj, lo, what)
-			return err
-		})
+	err := parallel(cols, func(col int) error {
+		lo := l.ObjectOffset(col, off)
+		r, err := f.c.seekColumn(rctx, st, l, col, lo, what)
 		switch {
+		case errors.Is(err, errNoCopyToAsk):
+			// A stale EC data shard (reads reconstruct it): its bytes
+			// count as data, so neither answer skips anything.
+			if what == proto.SeekData {
+				found[col] = min(l.FileOffset(col, lo), size)
+			} else {
+				found[col] = size
+			}
 		case errors.Is(err, syscall.ENXIO):
-			found[s] = size // no data in this object from lo on
+			found[col] = size // no data in this column from lo on
 		case err != nil:
-			return fmt.Errorf("client: seek ino %d stripe %d from %d on target %d: %w", st.ino, s, lo, l.Targets[s], err)
+			return fmt.Errorf("client: seek ino %d column %d from %d: %w", st.ino, col, lo, err)
 		default:
-			found[s] = min(l.FileOffset(s, r), size)
+			found[col] = min(l.FileOffset(col, r), size)
 		}
 		return nil
 	})
@@ -192,17 +212,190 @@ func (f *File) Lseek(ctx context.Context, off uint64, whence int) (uint64, error
 	return max(res, off), nil
 }
 
+// errNoCopyToAsk: a data column has no fresh object to ask (a stale EC
+// data shard).
+var errNoCopyToAsk = errors.New("client: no fresh object holds this column")
+
+// seekColumn asks the object(s) of data column col where their next data
+// or hole at or after lo is (StorageService.Seek): the one object of a
+// RAID-0 stripe, a fresh copy of a mirrored one (the next if it fails:
+// fresh copies hold the same bytes and the same holes, since every space
+// call and write went to each), the data shard of an EC stripe.
+func (c *Client) seekColumn(ctx context.Context, st *inodeState, l layout.Layout, col int, lo uint64, what proto.SeekWhat) (uint64, error) {
+	var slots []int
+	switch l.Kind {
+	case layout.Mirror:
+		slots = c.readOrder(l, col, 0)
+	case layout.EC:
+		if slot := l.ColumnSlot(col); !l.IsStale(slot) {
+			slots = []int{slot}
+		}
+	default:
+		slots = []int{l.Slot(col, 0)}
+	}
+	if len(slots) == 0 {
+		return 0, errNoCopyToAsk
+	}
+	var errs []error
+	for _, slot := range slots {
+		var r uint64
+		err := st.withCap(ctx, proto.AccessRead, func(ctx context.Context) (err error) {
+			r, err = c.storage.Seek(ctx, l.Targets[slot], st.objectOf(slot), lo, what)
+			return err
+		})
+		if err == nil || errors.Is(err, syscall.ENXIO) {
+			return r, err
+		}
+		c.noteSuspect(l.Targets[slot])
+		errs = append(errs, fmt.Errorf("slot %d on target %d: %w", slot, l.Targets[slot], err))
+	}
+	return 0, errors.Join(errs...)
+}
+
+// ecSpace applies mode to [off, end) of an EC file whose size is size
+// once the call is done. Reserving (SpaceAllocate) changes no byte, so
+// every shard of each row the range touches reserves its share. Punching
+// and zeroing whole rows do the same to every shard of those rows: zero
+// data has zero parity, so data and parity still agree. The partial rows
+// at the edges get the same on their data shards and then new parity
+// (ecSpaceEdge), up to size only (past it there is nothing to make zero).
+func (c *Client) ecSpace(ctx context.Context, st *inodeState, l layout.Layout, mode proto.SpaceMode, off, end, size uint64) error {
+	rb := l.RowBytes()
+	if mode == proto.SpaceAllocate {
+		return c.ecSpaceRows(ctx, st, l, mode, off/rb, (end+rb-1)/rb)
+	}
+	q0, q1 := (off+rb-1)/rb, end/rb  // the rows the range covers whole
+	edges := [][2]uint64{{off, end}} // within one row
+	if q0 <= q1 {
+		if err := c.ecSpaceRows(ctx, st, l, mode, q0, q1); err != nil {
+			return err
+		}
+		edges = [][2]uint64{{off, q0 * rb}, {q1 * rb, end}}
+	}
+	for _, e := range edges {
+		a, b := e[0], min(e[1], size)
+		if a >= b {
+			continue
+		}
+		if err := c.ecSpaceEdge(ctx, st, mode, a, b, size); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ecSpaceEdge punches or zeroes [a, b), within one row of an EC file of
+// size bytes: on the data shards themselves (so punched blocks become
+// holes there, as SEEK_HOLE and st_blocks show), then the row's parity is
+// recomputed from them, under the row's lock. If a shard of the stripe is
+// stale, or becomes so, its bytes would be reconstructed from parity that
+// never saw the punch: the range is then written with zeros through the EC
+// write path instead, which encodes parity for them.
+func (c *Client) ecSpaceEdge(ctx context.Context, st *inodeState, mode proto.SpaceMode, a, b, size uint64) error {
+	l := st.currentLayout(layout.Layout{})
+	rb, s, k := l.RowBytes(), l.StripeSize, int(l.ECData)
+	q := a / rb
+	g := int(q % uint64(l.StripeCount))
+	rowOff, objOff := q*rb, (q/uint64(l.StripeCount))*s
+	anyStale := func(l layout.Layout) bool {
+		for j := range l.Width() {
+			if l.IsStale(l.Slot(g, j)) {
+				return true
+			}
+		}
+		return false
+	}
+	if !anyStale(l) {
+		mu := c.rows.lock(st.ino, st.gen, q)
+		mu.Lock()
+		type span struct{ lo, hi uint64 }
+		spans := map[int]span{}
+		var slots []int
+		for j := range k {
+			lo, hi := max(a, rowOff+uint64(j)*s), min(b, rowOff+uint64(j+1)*s)
+			if lo < hi {
+				slot := l.Slot(g, j)
+				slots = append(slots, slot)
+				spans[slot] = span{objOff + lo - rowOff - uint64(j)*s, objOff + hi - rowOff - uint64(j)*s}
+			}
+		}
+		err := c.fanOut(ctx, st, l, slots, "fallocate", func(ctx context.Context, slot int) error {
+			sp := spans[slot]
+			return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+				return c.storage.Space(ctx, l.Targets[slot], st.objectOf(slot), mode, sp.lo, sp.hi-sp.lo)
+			})
+		})
+		if err == nil && !anyStale(st.currentLayout(l)) {
+			err = c.ecUpdateRow(ctx, st, l, q, 0, nil, size, false)
+			mu.Unlock()
+			return err
+		}
+		mu.Unlock()
+		if err != nil {
+			return err
+		}
+	}
+	return c.ecWrite(ctx, st, st.currentLayout(l), a, make([]byte, b-a))
+}
+
+// ecSpaceRows applies mode to rows [q0, q1) of every shard, data and
+// parity, of an EC file. The rows of one stripe in that range are
+// contiguous in its objects.
+func (c *Client) ecSpaceRows(ctx context.Context, st *inodeState, l layout.Layout, mode proto.SpaceMode, q0, q1 uint64) error {
+	l = st.currentLayout(l)
+	if q0 >= q1 {
+		return nil
+	}
+	sc, s := uint64(l.StripeCount), l.StripeSize
+	type span struct{ lo, hi uint64 }
+	spans := map[int]span{} // slot -> its object range
+	var slots []int
+	for g := range sc {
+		r0 := q0 + (g+sc-q0%sc)%sc // the first row of stripe g at or after q0
+		r1 := q1 + (g+sc-q1%sc)%sc
+		lo, hi := (r0/sc)*s, (r1/sc)*s
+		if hi <= lo {
+			continue
+		}
+		for j := range l.Width() {
+			if slot := l.Slot(int(g), j); !l.IsStale(slot) {
+				slots = append(slots, slot)
+				spans[slot] = span{lo, hi}
+			}
+		}
+	}
+	return c.fanOut(ctx, st, l, slots, "fallocate", func(ctx context.Context, slot int) error {
+		sp := spans[slot]
+		return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+			return c.storage.Space(ctx, l.Targets[slot], st.objectOf(slot), mode, sp.lo, sp.hi-sp.lo)
+		})
+	})
+}
+
+// currentLayout returns st's layout, with the stale marks made since l
+// was taken, or l if st has none (a file handled by path).
+func (st *inodeState) currentLayout(l layout.Layout) layout.Layout {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	if len(st.layout.Targets) > 0 {
+		return st.layout
+	}
+	return l
+}
+
 // allocatedBlocks returns what the file's objects hold on their targets, in
 // 512-byte units (stat's st_blocks), for a file whose objects may hold
-// bytes up to file offset span: it asks every object that may hold any
-// (StorageService.Allocated), concurrently. It is reported with WriteDone.
+// bytes up to file offset span: it asks every fresh object that may hold
+// any (StorageService.Allocated), concurrently. Every copy of a mirrored
+// file and every shard of an EC file, parity included, counts: st_blocks
+// (and du) say what the file occupies on the targets, as Lustre counts
+// every mirror's objects, so a mirror 2 file of 1 MiB of data counts
+// 2 MiB. It is reported with WriteDone.
 // If a target does not answer it returns proto.NoBlocks (the count on the
 // metadata server stays as it was): a flush does not fail for an
 // accounting figure.
 func (st *inodeState) allocatedBlocks(ctx context.Context, l layout.Layout, span uint64) uint64 {
-	if len(l.Targets) == 0 || l.StripeSize == 0 || l.Kind != layout.RAID0 {
-		// Copies' and shards' blocks are not counted yet: the metadata
-		// server's count stays (the size in blocks).
+	if !usable(l) {
 		return proto.NoBlocks
 	}
 	// Any capability will do; a file being flushed was written, so the
@@ -212,13 +405,15 @@ func (st *inodeState) allocatedBlocks(ctx context.Context, l layout.Layout, span
 		want = proto.AccessRead
 	}
 	got := make([]uint64, len(l.Targets))
-	err := parallel(len(l.Targets), func(s int) error {
-		if l.ObjectSize(span, s) == 0 {
+	err := parallel(len(l.Targets), func(slot int) error {
+		if l.IsStale(slot) {
+			return nil // missed writes: repaired, not counted
+		}
+		if l.ObjectSize(span, slotColumn(l, slot)) == 0 {
 			return nil // no byte of the file maps into this object
 		}
-		obj := proto.ObjectID{Ino: st.ino, Stripe: uint32(s), Gen: st.gen}
 		return st.withCap(ctx, want, func(ctx context.Context) (err error) {
-			got[s], err = st.c.storage.Allocated(ctx, l.Targets[s], obj)
+			got[slot], err = st.c.storage.Allocated(ctx, l.Targets[slot], st.objectOf(slot))
 			return err
 		})
 	})
@@ -233,10 +428,18 @@ func (st *inodeState) allocatedBlocks(ctx context.Context, l layout.Layout, span
 	return total / 512
 }
 
-// protected reports whether the file's layout keeps copies or shards (the
-// space calls here know one object per stripe, RAID-0's, only).
-func (st *inodeState) protected() bool {
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	return st.layout.Kind != layout.RAID0
+// slotColumn returns the data column whose length bounds the object in
+// slot: its stripe's (RAID-0, mirror), its own (an EC data shard) or its
+// stripe's first (an EC parity shard, as long as that one).
+func slotColumn(l layout.Layout, slot int) int {
+	w := l.Width()
+	g, j := slot/w, slot%w
+	if l.Kind != layout.EC {
+		return g
+	}
+	k := int(l.ECData)
+	if j >= k {
+		j = 0
+	}
+	return g*k + j
 }

@@ -106,8 +106,11 @@
 // (what the targets hold, as last reported by a writer's close or fsync)
 // and the size in 512-byte units for anything else. copy_file_range
 // between two weft files (node.CopyFileRange) is client.CopyRange, done by
-// the storage servers; if they cannot (EOPNOTSUPP) the kernel copies
-// through the mount with reads and writes.
+// the storage servers; if they cannot (EOPNOTSUPP: an older storage
+// server, or an erasure-coded file on either side) the kernel copies
+// through the mount with reads and writes. The kernel falls back so on
+// EOPNOTSUPP and EXDEV; an ENOSYS reply would turn copy_file_range off for
+// the whole connection, so the client never lets one through.
 //
 // # Extended attributes
 //

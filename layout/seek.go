@@ -1,12 +1,13 @@
 package layout
 
-// ObjectOffset returns the first offset of object stripe whose bytes lie
-// at or after file offset off: off's own place in the object if off falls
-// in a unit of that stripe, else the start of the stripe's next unit. So
-// the file range [a, b) occupies [ObjectOffset(s, a), ObjectOffset(s, b))
-// of each object s. The layout must be a valid file layout.
+// ObjectOffset returns the first offset of data column stripe (a RAID-0
+// or mirror stripe, an EC data shard: see Columns) whose bytes lie at or
+// after file offset off: off's own place in the object if off falls in a
+// unit of that column, else the start of the column's next unit. So the
+// file range [a, b) occupies [ObjectOffset(s, a), ObjectOffset(s, b)) of
+// each column s. The layout must be a valid file layout.
 func (l Layout) ObjectOffset(stripe int, off uint64) uint64 {
-	s, c := l.StripeSize, uint64(l.StripeCount)
+	s, c := l.StripeSize, uint64(l.Columns())
 	unit, in := off/s, off%s
 	first := unit - unit%c // the first unit of off's row
 	i := uint64(stripe)
@@ -20,9 +21,9 @@ func (l Layout) ObjectOffset(stripe int, off uint64) uint64 {
 	}
 }
 
-// FileOffset returns the file offset of byte objOff of object stripe.
+// FileOffset returns the file offset of byte objOff of data column stripe.
 func (l Layout) FileOffset(stripe int, objOff uint64) uint64 {
-	s, c := l.StripeSize, uint64(l.StripeCount)
+	s, c := l.StripeSize, uint64(l.Columns())
 	k, in := objOff/s, objOff%s
 	return (k*c+uint64(stripe))*s + in
 }

@@ -31,14 +31,34 @@ go build -buildvcs=auto -o bin/weft ./cmd/weft
 
 step "go test"
 pkgs=("$@")
-[ "${#pkgs[@]}" -gt 0 ] || pkgs=(./...)
-# The tests package runs fsx three times (RAID-0, mirror, EC); no test has
-# a time limit of its own: the timeout is a hang guard only.
-go test -count=1 -timeout 90m "${pkgs[@]}"
+if [ "${#pkgs[@]}" -gt 0 ]; then
+	go test -count=1 -timeout 90m "${pkgs[@]}"
+	step "all tests passed"
+	exit 0
+fi
 
-if [ "$#" -eq 0 ]; then
-	step "fuzz (short runs)"
-	scripts/fuzz.sh
+# The integration tests (./tests) take most of the time, and most of it is
+# spent waiting: on FUSE round trips (fsx, pjdfstest, the model test, tar
+# and rsync), on
+# synced creates, on timeouts and elections. So the slow ones among them
+# run in parallel (t.Parallel, 4 at a time: each has a cluster of its own),
+# and the fuzzers run alongside them with one worker each (the same inputs,
+# on the CPU the waiting leaves idle). No test has a time limit of its own:
+# the timeout is a hang guard only.
+fuzzlog=$(mktemp)
+FUZZPARALLEL=1 scripts/fuzz.sh >"$fuzzlog" 2>&1 &
+fuzzpid=$!
+trap 'kill "$fuzzpid" 2>/dev/null || true; rm -f "$fuzzlog"' EXIT
+testrc=0
+go test -count=1 -timeout 90m -parallel 4 ./... || testrc=$?
+
+step "fuzz (short runs, alongside the tests)"
+fuzzrc=0
+wait "$fuzzpid" || fuzzrc=$?
+cat "$fuzzlog"
+if [ "$testrc" -ne 0 ] || [ "$fuzzrc" -ne 0 ]; then
+	echo "FAILED: go test exit $testrc, fuzz exit $fuzzrc"
+	exit 1
 fi
 
 step "all tests passed"

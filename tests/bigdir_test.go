@@ -19,6 +19,7 @@ import (
 // deadline only guards against a hang. The kernel serialises creates in one
 // directory, so the rate is 1 / (LOOKUP + synced CREATE latency).
 func TestBigDirectory(t *testing.T) {
+	t.Parallel() // waits on synced creates, on a cluster of its own
 	const (
 		nfiles  = 100_000
 		workers = 32

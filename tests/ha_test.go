@@ -30,6 +30,7 @@ import (
 // retried across the failover neither failed (EEXIST) nor made a second
 // entry.
 func TestHAKillLeader(t *testing.T) {
+	t.Parallel() // waits on elections, on a cluster of its own
 	c := testcluster.Start(t, testcluster.Options{
 		Servers: 1, Targets: 2, MetaReplicas: 3,
 		// The mount's RPC timeout bounds how long it follows the group
@@ -211,6 +212,7 @@ func runHelperIn(t testing.TB, ns string, args ...string) string {
 // answer ENOENT); once healed it rejoins as a follower and every
 // acknowledged create is there exactly once.
 func TestHAPartitionLeader(t *testing.T) {
+	t.Parallel() // waits on elections, on a cluster of its own
 	c := testcluster.Start(t, testcluster.Options{
 		Servers: 1, Targets: 2, MetaReplicas: 3, MetaNetNS: true, Timeout: "30s",
 	})

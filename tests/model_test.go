@@ -391,6 +391,7 @@ var modelPaths = []string{"a", "b", "c", "d", "e", "d/a", "d/b", "d/e", "e/a", "
 // right after a write it has not flushed) and calls fallocate in every mode
 // weft supports.
 func TestModel(t *testing.T) {
+	t.Parallel() // waits on FUSE round trips, on a cluster of its own
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
 	base := filepath.Join(c.Mount(0), "model")
 	if err := os.Mkdir(base, 0o755); err != nil {

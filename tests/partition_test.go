@@ -43,6 +43,7 @@ type dfJSON struct {
 // partition starts (a call goes unanswered); mount 2 has none (its dial
 // goes unanswered). Neither has the file read in its page cache.
 func TestPartition(t *testing.T) {
+	t.Parallel() // waits on timeouts, on a cluster of its own
 	c := testcluster.Start(t, testcluster.Options{
 		Servers: 2, Targets: 4, Mounts: 3, Timeout: "3s", NetNS: true,
 		MetaArgs:    []string{"--heartbeat-timeout", partitionHeartbeatTimeout.String()},

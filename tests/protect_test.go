@@ -249,6 +249,7 @@ func TestMirrorStorageKilled(t *testing.T) {
 // after the mount gives up on the frozen copy, reads return every
 // acknowledged byte from the other one.
 func TestMirrorStorageFrozen(t *testing.T) {
+	t.Parallel() // waits on timeouts, on a cluster of its own
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 2, Mounts: 2, Timeout: "10s"})
 	d := mirrorSetup(t, c)
 	stop := make(chan struct{})
@@ -389,10 +390,13 @@ func runStorage(t *testing.T, bin string, args ...string) (string, error) {
 func TestTargetIdentity(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 1})
 	dir := c.TargetDirs(0)[0]
-	before, err := os.ReadFile(filepath.Join(dir, "target.json"))
-	if err != nil || !strings.Contains(string(before), `"fsid"`) {
-		t.Fatalf("target.json %s %v: want a fsid", before, err)
-	}
+	// The server records the id the metadata server gave the target after
+	// the target is registered (and reported up): wait for it to be there.
+	var before []byte
+	waitFor(t, "target.json with the target's id", func() bool {
+		before, _ = os.ReadFile(filepath.Join(dir, "target.json"))
+		return strings.Contains(string(before), `"fsid"`) && !strings.Contains(string(before), `"id":0,`)
+	})
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -429,6 +433,7 @@ func TestTargetIdentity(t *testing.T) {
 // no I/O error, every acknowledged byte reads back, the copies it missed
 // are stale; after the link heals, resync repairs them.
 func TestMirrorStoragePartitioned(t *testing.T) {
+	t.Parallel() // waits on timeouts, on a cluster of its own
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 2, Mounts: 2, Timeout: "10s", NetNS: true})
 	d := mirrorSetup(t, c)
 	stop := make(chan struct{})

@@ -71,6 +71,21 @@ func startMount(t *testing.T, c *testcluster.Cluster, extra ...string) (*exec.Cm
 			t.Fatalf("weft mount did not mount %s\n%s", mnt, log.String())
 		}
 	}
+	// The cluster was started without a mount, so nothing waited for its
+	// targets to register: a create before that fails (EIO on a loaded
+	// machine). Wait for them, as testcluster.Start does through a mount.
+	waitFor(t, "the cluster's targets up", func() bool {
+		ts, err := testcluster.DF(mnt)
+		if err != nil || len(ts) == 0 {
+			return false
+		}
+		for _, ti := range ts {
+			if !ti.Up {
+				return false
+			}
+		}
+		return true
+	})
 	return cmd, mnt, log, done
 }
 

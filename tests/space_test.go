@@ -24,27 +24,50 @@ type spaceStep struct {
 	seekCheck bool // compare SEEK_DATA/SEEK_HOLE afterwards
 }
 
+// spaceLayouts are the layouts the space tests run on, as setstripe
+// flags, on a cluster of 3 servers with 2 targets each: RAID-0 over 4
+// targets, mirror 2 over 2 stripes (the default of `weft up`), and EC 2+1
+// over 2 stripes (rows of 128 KiB).
+var spaceLayouts = []struct {
+	name  string
+	flags []string
+}{
+	{"raid0", []string{"-c", "4", "-S", "64K"}},
+	{"mirror", []string{"--mirror", "2", "-c", "2", "-S", "64K"}},
+	{"ec", []string{"--ec", "2+1", "-c", "2", "-S", "64K"}},
+}
+
+var spaceCluster = testcluster.Options{Servers: 3, Targets: 6, Mounts: 2}
+
 // TestSpaceCalls applies the same writes and fallocate calls (mode 0,
 // KEEP_SIZE, PUNCH_HOLE, ZERO_RANGE) to a file on the local disk and to
-// one striped over 4 targets on weft, and compares after every step the
+// one on weft, for each of spaceLayouts, and compares after every step the
 // size, every byte (read on the mount and on a second one), and, while
 // only writes and punches shaped the file, where SEEK_DATA and SEEK_HOLE
 // land from many offsets. (Ranges reserved by fallocate are data to weft,
 // unwritten extents, i.e. holes, to ext4: there the answers differ by
-// design.) Unsupported modes fail as on Linux.
+// design.) Unsupported modes fail as on Linux. Then every copy of a
+// mirrored stripe (and every EC shard, rebuilt from the others) must give
+// the same bytes: each server is stopped in turn and the file read again.
 func TestSpaceCalls(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4, Mounts: 2})
+	c := testcluster.Start(t, spaceCluster)
+	for _, sl := range spaceLayouts {
+		t.Run(sl.name, func(t *testing.T) { spaceCalls(t, c, sl.name, sl.flags) })
+	}
+}
+
+func spaceCalls(t *testing.T, c *testcluster.Cluster, name string, flags []string) {
 	mnt, other := c.Mount(0), c.Mount(1)
-	if err := os.Mkdir(filepath.Join(mnt, "s"), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(mnt, name), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	weft(t, c, "setstripe", "-c", "4", "-S", "64K", filepath.Join(mnt, "s"))
+	weft(t, c, append(append([]string{"setstripe"}, flags...), filepath.Join(mnt, name))...)
 	local, err := os.Create(filepath.Join(t.TempDir(), "local"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer local.Close()
-	remote, err := os.Create(filepath.Join(mnt, "s", "f"))
+	remote, err := os.Create(filepath.Join(mnt, name, "f"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +110,7 @@ func TestSpaceCalls(t *testing.T) {
 			t.Fatal(err)
 		}
 		want, _ := os.ReadFile(local.Name())
-		got, err := os.ReadFile(filepath.Join(other, "s", "f"))
+		got, err := os.ReadFile(filepath.Join(other, name, "f"))
 		if err != nil || !bytes.Equal(got, want) {
 			t.Fatalf("step %d: the other mount read %d bytes (%v), want %d: %s", i, len(got), err, len(want), firstDiff(got, want))
 		}
@@ -111,6 +134,11 @@ func TestSpaceCalls(t *testing.T) {
 	if _, err := unix.Seek(int(remote.Fd()), fi.Size(), unix.SEEK_DATA); !errors.Is(err, syscall.ENXIO) {
 		t.Errorf("SEEK_DATA at the end: %v, want ENXIO", err)
 	}
+	// Every copy took every call; EC parity matches the data.
+	if err := remote.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	checkObjectsAgree(t, c, remote.Name())
 }
 
 // compareFiles compares size and bytes of the two files and, if seek, the
@@ -159,26 +187,45 @@ func compareFiles(t *testing.T, step int, local, remote *os.File, seek bool) {
 
 // TestBlocks checks st_blocks (and so du) of a sparse file: a 1 GiB file
 // with a few written blocks, after a punch, a zeroed (allocated) range and
-// an ftruncate, on the writing mount and on a second one. weft counts
-// exactly the data blocks the targets hold; the local file system (ext4)
-// says the same or a few blocks more (its extent tree blocks count too).
+// an ftruncate, on the writing mount and on a second one, for each of
+// spaceLayouts. weft counts exactly the blocks the targets hold; the
+// local file system (ext4) says the same or a few blocks more (its extent
+// tree blocks count too) of a file with one copy of the data. Every copy
+// counts: a mirror 2 file counts twice its data; an EC 2+1 file counts its
+// data and at most one 64 KiB parity unit per row written (4 rows here).
 func TestBlocks(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4, Mounts: 2})
+	c := testcluster.Start(t, spaceCluster)
+	for _, sl := range spaceLayouts {
+		t.Run(sl.name, func(t *testing.T) { blocks(t, c, sl.name, sl.flags) })
+	}
+}
+
+func blocks(t *testing.T, c *testcluster.Cluster, name string, flags []string) {
 	mnt, other := c.Mount(0), c.Mount(1)
-	if err := os.Mkdir(filepath.Join(mnt, "s"), 0o755); err != nil {
+	if err := os.Mkdir(filepath.Join(mnt, name), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	weft(t, c, "setstripe", "-c", "4", "-S", "64K", filepath.Join(mnt, "s"))
+	weft(t, c, append(append([]string{"setstripe"}, flags...), filepath.Join(mnt, name))...)
 	local, err := os.Create(filepath.Join(t.TempDir(), "local"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer local.Close()
-	remote, err := os.Create(filepath.Join(mnt, "s", "sparse"))
+	remote, err := os.Create(filepath.Join(mnt, name, "sparse"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer remote.Close()
+	// What weft should count for data blocks of one copy.
+	inRange := func(got, data int64) bool {
+		switch name {
+		case "mirror":
+			return got == 2*data
+		case "ec":
+			return got >= data && got <= data+4*(64<<10)/512
+		}
+		return got == data
+	}
 	const K, M, G = 1 << 10, 1 << 20, 1 << 30
 	data := pattern(3, 0, 200*K)
 	steps := []struct {
@@ -216,18 +263,22 @@ func TestBlocks(t *testing.T) {
 		if err := unix.Stat(remote.Name(), &rs); err != nil {
 			t.Fatal(err)
 		}
-		if err := unix.Stat(filepath.Join(other, "s", "sparse"), &os2); err != nil {
+		if err := unix.Stat(filepath.Join(other, name, "sparse"), &os2); err != nil {
 			t.Fatal(err)
 		}
 		t.Logf("%s: st_blocks %d (other mount %d), local file system %d, size %d", s.what, rs.Blocks, os2.Blocks, ls.Blocks, rs.Size)
-		if rs.Size != ls.Size || rs.Blocks != s.blocks || os2.Blocks != s.blocks {
-			t.Errorf("%s: size %d st_blocks %d (other mount %d), want size %d st_blocks %d", s.what, rs.Size, rs.Blocks, os2.Blocks, ls.Size, s.blocks)
+		if rs.Size != ls.Size || !inRange(rs.Blocks, s.blocks) || os2.Blocks != rs.Blocks {
+			t.Errorf("%s: size %d st_blocks %d (other mount %d), want size %d and st_blocks for %d blocks of data", s.what, rs.Size, rs.Blocks, os2.Blocks, ls.Size, s.blocks)
 		}
 		if ls.Blocks < s.blocks || ls.Blocks > s.blocks+16 {
 			t.Errorf("%s: the local file system says st_blocks %d: the test's expectation %d is wrong", s.what, ls.Blocks, s.blocks)
 		}
 	}
-	want := strconv.FormatInt(steps[len(steps)-1].blocks*512, 10)
+	var last unix.Stat_t
+	if err := unix.Stat(remote.Name(), &last); err != nil {
+		t.Fatal(err)
+	}
+	want := strconv.FormatInt(last.Blocks*512, 10)
 	// du agrees (it adds up st_blocks).
 	out := func(args ...string) string {
 		b, err := exec.Command("du", args...).Output()
@@ -243,18 +294,30 @@ func TestBlocks(t *testing.T) {
 
 // TestCopyFileRange copies ranges between files of different layouts and
 // within one file with copy_file_range(2), on weft and on the local file
-// system, and compares the results. The bytes do not pass through the
-// mount: its read requests stay as they were, and it sent copy requests to
-// the storage servers.
+// system, and compares the results. Between RAID-0 and mirrored files the
+// bytes do not pass through the mount: its read requests stay as they
+// were, and it sent copy requests to the storage servers (every copy of a
+// mirrored destination is written; the copies then agree). From and to
+// erasure-coded files the mount answers EOPNOTSUPP and the kernel copies
+// through it: the calls still succeed with the same bytes.
 func TestCopyFileRange(t *testing.T) {
 	metrics := freeAddr(t)
-	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4, MountArgs: []string{"--metrics", metrics}})
+	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 6, MountArgs: []string{"--metrics", metrics}})
 	mnt := c.Mount(0)
-	for _, d := range []struct{ name, count, size string }{{"a", "4", "64K"}, {"b", "2", "128K"}} {
+	for _, d := range []struct {
+		name  string
+		flags []string
+	}{
+		{"a", []string{"-c", "4", "-S", "64K"}},
+		{"b", []string{"-c", "2", "-S", "128K"}},
+		{"m", []string{"--mirror", "2", "-c", "2", "-S", "64K"}},
+		{"n", []string{"--mirror", "2", "-c", "1", "-S", "128K"}},
+		{"e", []string{"--ec", "2+1", "-c", "2", "-S", "64K"}},
+	} {
 		if err := os.Mkdir(filepath.Join(mnt, d.name), 0o755); err != nil {
 			t.Fatal(err)
 		}
-		weft(t, c, "setstripe", "-c", d.count, "-S", d.size, filepath.Join(mnt, d.name))
+		weft(t, c, append(append([]string{"setstripe"}, d.flags...), filepath.Join(mnt, d.name))...)
 	}
 	tmp := t.TempDir()
 	const K, M = 1 << 10, 1 << 20
@@ -275,44 +338,56 @@ func TestCopyFileRange(t *testing.T) {
 	for _, f := range []struct {
 		name string
 		data []byte
-	}{{"a/src", srcData}, {"b/dst", dstData}} {
-		files[f.name] = [2]*os.File{open(filepath.Join(tmp, filepath.Base(f.name)), f.data), open(filepath.Join(mnt, f.name), f.data)}
+	}{{"a/src", srcData}, {"b/dst", dstData}, {"m/src", srcData}, {"n/dst", dstData}, {"e/ec", dstData}} {
+		files[f.name] = [2]*os.File{open(filepath.Join(tmp, strings.ReplaceAll(f.name, "/", "_")), f.data), open(filepath.Join(mnt, f.name), f.data)}
 	}
-	before := scrape(t, metrics)
-	copies := []struct {
+	type copyCall struct {
 		src, dst       string
 		srcOff, dstOff int64
 		n              int
-	}{
+	}
+	run := func(copies []copyCall) {
+		for i, cp := range copies {
+			var got [2]int
+			for side := range 2 {
+				src, dst := files[cp.src][side], files[cp.dst][side]
+				so, do := cp.srcOff, cp.dstOff
+				n, err := unix.CopyFileRange(int(src.Fd()), &so, int(dst.Fd()), &do, cp.n, 0)
+				if err != nil {
+					t.Fatalf("copy %d (%s to %s) on %s: %v", i, cp.src, cp.dst, []string{"the local file system", "weft"}[side], err)
+				}
+				got[side] = n
+			}
+			if got[0] != got[1] {
+				t.Errorf("copy %d (%s to %s): weft copied %d bytes, the local file system %d", i, cp.src, cp.dst, got[1], got[0])
+			}
+		}
+	}
+	before := scrape(t, metrics)
+	onStorage := []copyCall{
 		{"a/src", "b/dst", 100*K + 3, 50*K + 7, 2 * M},  // unaligned, across units of both layouts, grows dst
 		{"a/src", "b/dst", 3*M + 700, 10, 4 * K},        // runs into src's end: short
 		{"a/src", "a/src", 0, 3*M + 777 + 5*K, 300 * K}, // within one file, past its end
 		{"b/dst", "a/src", 1*M + 1, 64 * K, 200*K + 9},  // back the other way
+		{"m/src", "n/dst", 70*K + 1, 30 * K, 1*M + 5},   // mirror to mirror, different units
+		{"a/src", "m/src", 5 * K, 3 * M, 400 * K},       // raid0 to mirror, grows it
+		{"n/dst", "b/dst", 0, 2 * M, 300 * K},           // mirror to raid0
 	}
-	for i, cp := range copies {
-		var got [2]int
-		for side := range 2 {
-			src, dst := files[cp.src][side], files[cp.dst][side]
-			so, do := cp.srcOff, cp.dstOff
-			n, err := unix.CopyFileRange(int(src.Fd()), &so, int(dst.Fd()), &do, cp.n, 0)
-			if err != nil {
-				t.Fatalf("copy %d on %s: %v", i, []string{"the local file system", "weft"}[side], err)
-			}
-			got[side] = n
-		}
-		if got[0] != got[1] {
-			t.Errorf("copy %d: weft copied %d bytes, the local file system %d", i, got[1], got[0])
-		}
-	}
+	run(onStorage)
 	after := scrape(t, metrics)
 	for _, name := range []string{"weft_rpc_client_requests_total"} {
 		if b, a := value(before, name, "read"), value(after, name, "read"); a != b {
 			t.Errorf("the mount sent %v read requests during the copies: the data went through it", a-b)
 		}
-		if b, a := value(before, name, "copy"), value(after, name, "copy"); a-max(b, 0) < float64(len(copies)) {
-			t.Errorf("the mount sent %v copy requests, want at least %d", a-max(b, 0), len(copies))
+		if b, a := value(before, name, "copy"), value(after, name, "copy"); a-max(b, 0) < float64(len(onStorage)) {
+			t.Errorf("the mount sent %v copy requests, want at least %d", a-max(b, 0), len(onStorage))
 		}
 	}
+	run([]copyCall{
+		{"m/src", "e/ec", 1, 100 * K, 500 * K}, // into an EC file: the kernel copies
+		{"e/ec", "n/dst", 7, 2*M + 5, 200 * K}, // out of one
+		{"e/ec", "e/ec", 0, 900 * K, 300 * K},  // within one, growing it
+	})
 	for name, fs := range files {
 		if err := fs[1].Sync(); err != nil {
 			t.Fatal(err)
@@ -322,5 +397,6 @@ func TestCopyFileRange(t *testing.T) {
 		if err != nil || !bytes.Equal(got, want) {
 			t.Errorf("%s: %v, %d bytes, want %d: %s", name, err, len(got), len(want), firstDiff(got, want))
 		}
+		checkObjectsAgree(t, c, fs[1].Name())
 	}
 }

@@ -132,6 +132,7 @@ func run(t *testing.T, name string, args ...string) {
 // mount that wrote them and from another; close does not move mtime; a
 // futimens on a file with unsent writes is what stat shows after close.
 func TestTimestamps(t *testing.T) {
+	t.Parallel() // tar x, cp -p and rsync wait on FUSE round trips, on a cluster of its own
 	requireTool(t, "tar")
 	requireTool(t, "rsync")
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4, Mounts: 2})

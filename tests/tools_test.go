@@ -10,12 +10,13 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
-	"slices"
 	"sort"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/klauspost/reedsolomon"
 
 	"github.com/weft-fs/weft/internal/testcluster"
 )
@@ -82,6 +83,7 @@ func pjdExceptions(t *testing.T) map[string]string {
 // with a reason; an exception that passes fails it too, so the list stays
 // as short as the truth.
 func TestPjdfstest(t *testing.T) {
+	t.Parallel() // waits on FUSE round trips, on a cluster of its own
 	bin := requireTool(t, "pjdfstest")
 	for _, name := range []string{"tests", "nobody"} {
 		if _, err := user.Lookup(name); err != nil {
@@ -173,6 +175,7 @@ naptime = 0.01
 // punch_hole (weft's Space on the targets), copy_file_range (the kernel's
 // copy through the mount), sendfile, fadvise, fsync and fdatasync.
 func TestFsx(t *testing.T) {
+	t.Parallel() // fsx waits on FUSE round trips, on a cluster of its own
 	bin := requireTool(t, "fsx")
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
 	file := runFsx(t, c, bin, "-c", "4", "-S", "64K")
@@ -184,12 +187,45 @@ func TestFsx(t *testing.T) {
 // TestFsxMirror runs the same on a mirror 2 file of 2 stripes, and then
 // checks that the two copies of each stripe hold the same bytes.
 func TestFsxMirror(t *testing.T) {
+	t.Parallel() // fsx waits on FUSE round trips, on a cluster of its own
 	bin := requireTool(t, "fsx")
 	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 4})
 	file := runFsx(t, c, bin, "--mirror", "2", "-c", "2", "-S", "64K")
 	l, err := testcluster.GetLayout(file)
 	if err != nil || l.Kind != "mirror" || l.StripeCount != 2 || len(l.Targets) != 4 || len(l.Stale) != 0 {
 		t.Fatalf("fsx file layout: %+v %v (want mirror 2 over 4 targets, none stale)", l, err)
+	}
+	checkObjectsAgree(t, c, file)
+}
+
+// TestFsxEC runs the same on an ec 2+1 file over three servers, whose
+// partial writes read, merge and re-encode rows, and then checks that the
+// parity shard is the parity of the data shards.
+func TestFsxEC(t *testing.T) {
+	t.Parallel() // fsx waits on FUSE round trips, on a cluster of its own
+	bin := requireTool(t, "fsx")
+	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 3})
+	file := runFsx(t, c, bin, "--ec", "2+1", "-c", "1", "-S", "64K")
+	l, err := testcluster.GetLayout(file)
+	if err != nil || l.Kind != "ec" || len(l.Targets) != 3 || len(l.Stale) != 0 {
+		t.Fatalf("fsx file layout: %+v %v (want ec 2+1 over 3 targets, none stale)", l, err)
+	}
+	checkObjectsAgree(t, c, file)
+}
+
+// checkObjectsAgree reads the objects of file from the target directories
+// and checks that the copies of each mirrored stripe hold the same bytes,
+// and that the parity shards of each EC stripe are the parity of its data
+// shards (objects shorter than others read as zeros past their end, as
+// the client reads them). The file must have no stale object.
+func checkObjectsAgree(t *testing.T, c *testcluster.Cluster, file string) {
+	t.Helper()
+	l, err := testcluster.GetLayout(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(l.Stale) != 0 {
+		t.Fatalf("%s: stale objects %v with every server up", file, l.Stale)
 	}
 	fi, err := os.Stat(file)
 	if err != nil {
@@ -214,26 +250,37 @@ func TestFsxMirror(t *testing.T) {
 			objs[slot] = bytes.TrimRight(b, "\x00")
 		}
 	}
-	if len(objs) != 4 {
-		t.Fatalf("found the objects of slots %v, want 0..3", objs)
-	}
-	for s := 0; s < 2; s++ {
-		a, b := objs[2*s], objs[2*s+1]
-		if !bytes.Equal(a, b) {
-			t.Errorf("stripe %d: its copies differ: %s", s, firstDiff(a, b))
+	switch l.Kind {
+	case "mirror":
+		for s := range int(l.StripeCount) {
+			for j := 1; j < l.Mirror; j++ {
+				a, b := objs[s*l.Mirror], objs[s*l.Mirror+j]
+				if !bytes.Equal(a, b) {
+					t.Errorf("%s: stripe %d: copies 0 and %d differ: %s", file, s, j, firstDiff(b, a))
+				}
+			}
 		}
-	}
-}
-
-// TestFsxEC runs the same on an ec 2+1 file over three servers, whose
-// partial writes read, merge and re-encode rows.
-func TestFsxEC(t *testing.T) {
-	bin := requireTool(t, "fsx")
-	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 3})
-	file := runFsx(t, c, bin, "--ec", "2+1", "-c", "1", "-S", "64K")
-	l, err := testcluster.GetLayout(file)
-	if err != nil || l.Kind != "ec" || len(l.Targets) != 3 || len(l.Stale) != 0 {
-		t.Fatalf("fsx file layout: %+v %v (want ec 2+1 over 3 targets, none stale)", l, err)
+	case "ec":
+		w := l.ECData + l.ECParity
+		enc, err := reedsolomon.New(l.ECData, l.ECParity)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range int(l.StripeCount) {
+			n := 0
+			for j := range w {
+				n = max(n, len(objs[s*w+j]))
+			}
+			n = (n + 63) &^ 63
+			shards := make([][]byte, w)
+			for j := range w {
+				shards[j] = make([]byte, n)
+				copy(shards[j], objs[s*w+j])
+			}
+			if ok, err := enc.Verify(shards); err != nil || !ok {
+				t.Errorf("%s: stripe %d: its parity is not the parity of its data (%v)", file, s, err)
+			}
+		}
 	}
 }
 
@@ -246,12 +293,9 @@ func runFsx(t *testing.T, c *testcluster.Cluster, bin string, stripe ...string) 
 		t.Fatal(err)
 	}
 	weft(t, c, append(append([]string{"setstripe"}, stripe...), dir)...)
-	// Mirrored and erasure-coded files do not take the space calls yet
-	// (EOPNOTSUPP): fsx runs without them there.
+	// Every layout takes the space calls (on EC files copy_file_range is
+	// EOPNOTSUPP to the mount, and the kernel copies through it).
 	space := "posix_fallocate = 2\npunch_hole = 2\ncopy_file_range = 2\n"
-	if slices.Contains(stripe, "--mirror") || slices.Contains(stripe, "--ec") {
-		space = ""
-	}
 	cfg := filepath.Join(c.Dir(), "fsx.toml")
 	os.WriteFile(cfg, []byte(`flen = 1048576
 [opsize]

@@ -737,6 +737,8 @@ type TargetInfo struct {
 type Layout struct {
 	Kind        string   `json:"kind"`
 	Mirror      int      `json:"mirror"`
+	ECData      int      `json:"ec_k"`
+	ECParity    int      `json:"ec_m"`
 	StripeSize  uint64   `json:"stripe_size"`
 	StripeCount int32    `json:"stripe_count"`
 	Targets     []uint32 `json:"targets"`

@@ -30,4 +30,13 @@
 //     namespaces and veths are deleted in cleanup, and those left by a
 //     test binary that died are deleted by the next Start with NetNS.
 //     Without the right to create namespaces Start fails, never skips.
+//   - Clusters share nothing but the weft binary: each has its own
+//     temporary directory, ports picked free (one taken by someone else
+//     before it first binds is replaced; a restarted process takes its
+//     port again, which another cluster could take meanwhile only by
+//     drawing it from the kernel's ephemeral range), and namespace and
+//     veth names with a
+//     random tag and a subnet chosen under a file lock. So tests that each
+//     start a cluster can run in parallel (t.Parallel), as the slow ones
+//     in tests/ do.
 package testcluster
