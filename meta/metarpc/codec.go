@@ -787,6 +787,8 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &memberReq{}, &emptyMsg{}, true
 	case OpGroup:
 		return &emptyMsg{}, &groupResp{}, true
+	case OpJobStats:
+		return &jobStatsReq{}, &jobStatsResp{}, true
 	}
 	return nil, nil, false
 }
