@@ -12,6 +12,7 @@ import (
 
 	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/internal/ratelog"
+	"github.com/weft-fs/weft/jobstats"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
@@ -41,6 +42,10 @@ type Options struct {
 	// ReadBytesPerServer bounds the same over all connections. Default
 	// DefaultReadBytesPerServer; raised to ReadBytesPerConn if smaller.
 	ReadBytesPerServer int64
+
+	// Jobs, if set, counts the requests that name a job (OpJob); nil:
+	// they are served but not counted, and OpJobStats answers ENOSYS.
+	Jobs *jobstats.Table
 }
 
 // guard decides whether a request may reach the service, by the peer's role
