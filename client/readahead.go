@@ -176,7 +176,7 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 			ch.refs.Store(2)
 			st.ra.chunks[co] = ch
 			c.wg.Add(1)
-			go c.fetch(st, l, ch)
+			go c.fetch(st, l, ch, st.job)
 		}
 	}
 	if len(st.ra.chunks) == 0 {
@@ -203,9 +203,9 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 	return pieces
 }
 
-func (c *Client) fetch(st *inodeState, l layout.Layout, ch *raChunk) {
+func (c *Client) fetch(st *inodeState, l layout.Layout, ch *raChunk, job string) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(c.base, c.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(withJob(c.base, job), c.cfg.Timeout)
 	ch.err = c.readRange(ctx, st, l, ch.off, ch.buf)
 	cancel()
 	close(ch.done)

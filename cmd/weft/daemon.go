@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/weft-fs/weft/auth"
@@ -65,6 +66,9 @@ type daemon struct {
 	transport transport.Transport
 	keys      *auth.Keys
 	stops     []func()
+	// registry holds the process's metrics when --metrics is on (nil
+	// otherwise): servers add their own collectors (registerJobs).
+	registry *prometheus.Registry
 }
 
 // stop ends the endpoints start began, the last started first.
@@ -111,6 +115,7 @@ func (o *daemonOptions) start(cmd string, role transport.Role) (*daemon, error) 
 			return nil, err
 		}
 		d.transport = tr
+		d.registry = reg
 		d.stops = append(d.stops, stop)
 	}
 	return d, nil

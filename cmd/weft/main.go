@@ -31,6 +31,7 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(),
 		newFindCmd(),
 		newAdminCmd(),
+		newJobstatsCmd(),
 	)
 	setVersions(root)
 	return root
