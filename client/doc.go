@@ -203,6 +203,15 @@
 // own session. Writes and read-ahead go to storage, not to the metadata
 // server.
 //
+// # Job ids
+//
+// A ctx may name the job a call is made for (proto.WithJob; the FUSE
+// adapter takes it from the calling process with a JobIDSource, jobid.go):
+// metadata and storage requests made for the call carry it, and servers
+// count them per job. Background work carries the job of the latest read
+// or write of the file through this client (inodeState.job): write-behind
+// sends and read-ahead fetches.
+//
 // # Failures
 //
 // Every RPC runs under Config.Timeout (default 30 s) and is detached from the
