@@ -47,6 +47,9 @@ func (o Op) String() string {
 	if o > 0 && o < opMax {
 		return opNames[o]
 	}
+	if o == OpSetParam {
+		return "set-param"
+	}
 	return fmt.Sprintf("op(%d)", uint8(o))
 }
 
@@ -308,8 +311,14 @@ func DecodeCommand(b []byte) (*Command, error) {
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode command: %w", err)
 	}
-	if c.Op == 0 || c.Op >= opMax {
+	if c.Op == 0 || (c.Op >= opMax && c.Op != OpSetParam) {
 		return nil, fmt.Errorf("meta: decode command: unknown op %d", c.Op)
 	}
 	return c, nil
 }
+
+// Command ops of run-time parameters (27..28, a block of their own).
+const (
+	// OpSetParam stores parameter Name = Text (meta/params.go; --persist).
+	OpSetParam Op = 27
+)

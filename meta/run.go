@@ -52,8 +52,10 @@ type Config struct {
 	CapabilityLifetime time.Duration
 	// AcceptRollback: see Options.AcceptRollback.
 	AcceptRollback bool
-	// JobStats: see Options.JobStats.
-	JobStats jobstats.Options
+	// JobStats, LogLevel and DefaultLogLevel: see Options.
+	JobStats        jobstats.Options
+	LogLevel        *slog.LevelVar
+	DefaultLogLevel slog.Level
 
 	// ID, if not 0, makes the server member ID of the replicated group
 	// Peers (every member's id and address, this one's included; the same
@@ -194,6 +196,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
 		CapabilityKey: cfg.CapabilityKey, CapabilityLifetime: cfg.CapabilityLifetime,
 		AcceptRollback: cfg.AcceptRollback, JobStats: cfg.JobStats,
+		LogLevel: cfg.LogLevel, DefaultLogLevel: cfg.DefaultLogLevel,
 	})
 	if err != nil {
 		closePool()

@@ -85,6 +85,11 @@ type Options struct {
 	// 100ms. Losses of acknowledged changes older than the last mark are
 	// detected at the next start.
 	MarkInterval time.Duration
+	// LogLevel, if set, is the level of Logger's handler: parameter
+	// log.level.meta sets it at run time (params.go), and an empty value
+	// sets it back to DefaultLogLevel (the daemon's --log-level).
+	LogLevel        *slog.LevelVar
+	DefaultLogLevel slog.Level
 	// JobStats bounds the per-job statistics kept (jobstats.go): how long
 	// an idle job is kept and how many jobs at most.
 	JobStats jobstats.Options
@@ -129,6 +134,9 @@ type Server struct {
 	electionTimeout time.Duration
 
 	jobs *jobstats.Table // per-job request statistics (jobstats.go)
+
+	paramMu  sync.Mutex
+	paramSet map[string]string // parameters set without --persist (params.go)
 
 	started  time.Time     // for Status's uptime
 	requests atomic.Uint64 // requests served over the network (Run counts them)
@@ -276,6 +284,7 @@ func New(opts Options) (*Server, error) {
 		marker:      marker,
 		started:     time.Now(),
 		jobs:        jobstats.New(withService(opts.JobStats, "meta")),
+		paramSet:    map[string]string{},
 	}
 	s.durable.Store(sm.applied)
 	if opts.Replica == nil {
@@ -329,6 +338,7 @@ func New(opts Options) (*Server, error) {
 	go s.gcLoop()
 	go s.orphanLoop()
 	go s.markLoop()
+	s.applyParams() // a persisted log level applies from the start
 	return s, nil
 }
 

@@ -344,6 +344,8 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		}
 	case OpSessionDrop:
 		t.b.DeletePrefix(store.ReplyPrefix(c.Session, c.SessionName))
+	case OpSetParam:
+		err = t.setParam(c)
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
 	}

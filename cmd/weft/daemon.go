@@ -69,6 +69,10 @@ type daemon struct {
 	// registry holds the process's metrics when --metrics is on (nil
 	// otherwise): servers add their own collectors (registerJobs).
 	registry *prometheus.Registry
+	// level is log's level, which parameters may change at run time
+	// (log.level.*); defaultLevel is --log-level's.
+	level        *slog.LevelVar
+	defaultLevel slog.Level
 }
 
 // stop ends the endpoints start began, the last started first.
@@ -87,8 +91,8 @@ func (o *daemonOptions) start(cmd string, role transport.Role) (*daemon, error) 
 	if err != nil {
 		return nil, err
 	}
-	log := o.logger(os.Stderr)
-	d := &daemon{log: log, keys: keys, transport: transport.NewTCPWith(transport.TCPOptions{
+	log, level, defLevel := o.leveledLogger(os.Stderr)
+	d := &daemon{log: log, level: level, defaultLevel: defLevel, keys: keys, transport: transport.NewTCPWith(transport.TCPOptions{
 		Logger:   log,
 		Security: keys.Security(o.Encrypt),
 	})}

@@ -32,6 +32,7 @@ func newRootCmd() *cobra.Command {
 		newFindCmd(),
 		newAdminCmd(),
 		newJobstatsCmd(),
+		newParamCmd(),
 	)
 	setVersions(root)
 	return root

@@ -228,6 +228,8 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 	return meta.Run(ctx, meta.Config{
 		Serving:          serving,
 		JobStats:         o.jobstatsOptions.options("meta"),
+		LogLevel:         d.level,
+		DefaultLogLevel:  d.defaultLevel,
 		CapabilityKey:    d.keys.CapabilityKey(),
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,

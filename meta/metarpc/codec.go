@@ -789,6 +789,10 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &groupResp{}, true
 	case OpJobStats:
 		return &jobStatsReq{}, &jobStatsResp{}, true
+	case OpParams:
+		return &emptyMsg{}, &paramsResp{}, true
+	case OpParamSet:
+		return &paramSetReq{}, &emptyMsg{}, true
 	}
 	return nil, nil, false
 }

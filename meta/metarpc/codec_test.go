@@ -23,7 +23,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup, OpJobStats,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup, OpJobStats, OpParams, OpParamSet,
 	}
 }
 
@@ -36,6 +36,8 @@ func samples() []message {
 	return []message{
 		&memberReq{4, "h4:7400"},
 		&jobStatsReq{"1234"},
+		&paramSetReq{"log.level.meta", "debug", true},
+		&paramsResp{[]Param{{Name: "a", Scope: "b", Default: "c", Doc: "d", Value: "e", Source: "set"}}},
 		&jobStatsResp{[]proto.JobStat{{Job: "dd.1000", Service: "storage", Server: "h:1", Ops: []proto.JobOp{{Name: "write", Count: 3, Errors: 1}},
 			ReadBytes: 1, WriteBytes: 2, Requests: 3, Latency: 4, FirstSeen: time.Unix(0, 5), LastSeen: time.Unix(0, 6)}}},
 		&membersResp{[]Member{{ID: 1, Addr: "h1:7400", Leader: true, Active: true, Match: 9}, {ID: 4, Learner: true, Snapshot: true}}},

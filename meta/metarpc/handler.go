@@ -27,6 +27,7 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h.locks, _ = svc.(proto.LockService)
 	h.admin, _ = svc.(MemberAdmin)
 	h.grp, _ = svc.(GroupService)
+	h.params, _ = svc.(ParamService)
 	if js, ok := svc.(JobStatsService); ok {
 		h.jobStats = js
 		h.jobs = js.JobTable()
@@ -47,6 +48,7 @@ type handler struct {
 	log    *slog.Logger
 
 	jobStats JobStatsService // nil if svc does not offer it (jobstats.go)
+	params   ParamService    // nil if svc does not offer it (params.go)
 	jobs     *jobstats.Table // where requests naming a job are counted; nil: nowhere
 }
 
@@ -95,6 +97,8 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 	switch op {
 	case OpMembers, OpMemberAdd, OpMemberRemove:
 		return h.callAdmin(ctx, op, req)
+	case OpParams, OpParamSet:
+		return h.callParams(ctx, op, req)
 	case OpJobStats:
 		if h.jobStats == nil {
 			return nil, fmt.Errorf("metarpc: the service keeps no job statistics: %w", syscall.ENOSYS)

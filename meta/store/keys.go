@@ -17,6 +17,7 @@ const (
 	PrefixTargetID  = 't'
 	PrefixTargetUID = 'u'
 	PrefixReply     = 's' // remembered replies of client requests, per session
+	PrefixParam     = 'p' // run-time parameters set with --persist (meta/params.go)
 )
 
 // Counter names.
@@ -130,3 +131,6 @@ func ParseU64Suffix(k []byte) (uint64, bool) {
 	}
 	return binary.BigEndian.Uint64(k[1:9]), true
 }
+
+// ParamKey is "p" + the parameter's name; the value is its text.
+func ParamKey(name string) []byte { return append([]byte{PrefixParam}, name...) }
