@@ -137,6 +137,9 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 		return nil
 	}
 	chunk, window := raGeometry(l)
+	if w := c.params.raWindow.Load(); w > 0 {
+		window = min(max(w, chunk), raMaxWindow) // client.read_ahead (params.go)
+	}
 	end := min(off+uint64(len(p)), size)
 	// Sequential: near the previous read, allowing a gap of up to a window
 	// (strided readers) and a step back of up to a chunk (the kernel's

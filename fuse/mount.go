@@ -42,6 +42,9 @@ type Config struct {
 	// (client.JobIDSource: "" none, "procname_uid", or an environment
 	// variable such as SLURM_JOB_ID); servers count requests per job.
 	JobIDVar client.JobIDSource
+	// LogLevel and DefaultLogLevel: see client.Config.
+	LogLevel        *slog.LevelVar
+	DefaultLogLevel slog.Level
 }
 
 // DefaultUnmountTimeout is how long each step of a shutdown may take
@@ -50,7 +53,8 @@ const DefaultUnmountTimeout = 10 * time.Second
 
 // ClientConfig returns the client part of the configuration.
 func (c Config) ClientConfig() client.Config {
-	return client.Config{MetaAddr: c.MetaAddr, Timeout: c.Timeout, CacheLimit: c.CacheLimit, Logger: c.Logger, Transport: c.Transport}
+	return client.Config{MetaAddr: c.MetaAddr, Timeout: c.Timeout, CacheLimit: c.CacheLimit, Logger: c.Logger, Transport: c.Transport,
+		LogLevel: c.LogLevel, DefaultLogLevel: c.DefaultLogLevel}
 }
 
 const (

@@ -10,7 +10,8 @@ import (
 )
 
 // TestParams: on a live cluster, `weft param set` changes what the
-// metadata daemon logs at once (its log level), values set without
+// metadata daemon logs at once (its log level), the mount applies its
+// read-ahead window and log level, values set without
 // --persist are gone after a restart while persisted ones stay, and a
 // bad value is refused.
 func TestParams(t *testing.T) {
@@ -49,6 +50,23 @@ func TestParams(t *testing.T) {
 	// A bad value is refused before anything changes.
 	if out, err := c.Weft(ctx, "param", "set", "rebuild.rate=fast", "--meta", c.MetaAddr(), "--keys", c.Keys("meta")); err == nil || !strings.Contains(out, "rebuild.rate") {
 		t.Fatalf("a bad value was accepted: %v\n%s", err, out)
+	}
+
+	// The mount takes the parameters with its next session renewal: its
+	// log level (at warn it would not log the line at info) and its
+	// read-ahead window, which the line names.
+	weft("param", "set", "client.read_ahead=2MiB")
+	weft("param", "set", "log.level.client=info")
+	deadline := time.Now().Add(2 * time.Minute) // a hang guard; renewals come every lease/3
+	for {
+		log := c.Log("mount-0")
+		if i := strings.LastIndex(log, "run-time parameters applied"); i >= 0 && strings.Contains(log[i:], "client.read_ahead=2MiB") && strings.Contains(log[i:], "log.level.client=info") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the mount did not apply the parameters:\n%s", log)
+		}
+		time.Sleep(200 * time.Millisecond)
 	}
 
 	c.StopMeta()

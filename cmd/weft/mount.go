@@ -176,15 +176,17 @@ func runMount(ctx context.Context, o *mountOptions) error {
 		debug.SetMemoryLimit(int64(o.CacheLimit))
 	}
 	return fuse.Run(ctx, fuse.Config{
-		MetaAddr:   o.Meta,
-		Timeout:    time.Duration(o.Timeout),
-		CacheLimit: dataBudget(uint64(o.CacheLimit)),
-		Logger:     d.log,
-		Transport:  d.transport,
-		Mountpoint: o.Mountpoint,
-		AllowOther: o.AllowOther,
-		Debug:      o.Debug,
-		JobIDVar:   client.JobIDSource(o.JobIDVar),
+		MetaAddr:        o.Meta,
+		Timeout:         time.Duration(o.Timeout),
+		CacheLimit:      dataBudget(uint64(o.CacheLimit)),
+		Logger:          d.log,
+		Transport:       d.transport,
+		Mountpoint:      o.Mountpoint,
+		AllowOther:      o.AllowOther,
+		Debug:           o.Debug,
+		JobIDVar:        client.JobIDSource(o.JobIDVar),
+		LogLevel:        d.level,
+		DefaultLogLevel: d.defaultLevel,
 
 		UnmountTimeout: time.Duration(o.UnmountTimeout),
 	})
