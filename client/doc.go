@@ -212,6 +212,13 @@
 // or write of the file through this client (inodeState.job): write-behind
 // sends and read-ahead fetches.
 //
+// # Run-time parameters
+//
+// With every session renewal the client fetches the run-time parameters
+// from the metadata service (params.go, docs/params.md) and applies
+// client.read_ahead (the read-ahead window, instead of the layout's) and
+// log.level.client (Config.LogLevel).
+//
 // # Failures
 //
 // Every RPC runs under Config.Timeout (default 30 s) and is detached from the

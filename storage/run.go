@@ -63,6 +63,10 @@ type Config struct {
 	// Jobs counts the requests that name a job (see package jobstats);
 	// nil: a table with the default bounds.
 	Jobs *jobstats.Table
+	// LogLevel, if set, is Logger's level: the run-time parameter
+	// log.level.storage sets it (params.go), "" back to DefaultLogLevel.
+	LogLevel        *slog.LevelVar
+	DefaultLogLevel slog.Level
 
 	capKey *capability.Key
 }
@@ -220,6 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	fatal := make(chan error, len(targets))
 	var wg sync.WaitGroup
+	wg.Go(func() { paramsLoop(ctx, cfg, srv) })
 	for _, t := range targets {
 		wg.Add(1)
 		go func() {

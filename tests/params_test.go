@@ -57,16 +57,24 @@ func TestParams(t *testing.T) {
 	// read-ahead window, which the line names.
 	weft("param", "set", "client.read_ahead=2MiB")
 	weft("param", "set", "log.level.client=info")
-	deadline := time.Now().Add(2 * time.Minute) // a hang guard; renewals come every lease/3
-	for {
-		log := c.Log("mount-0")
-		if i := strings.LastIndex(log, "run-time parameters applied"); i >= 0 && strings.Contains(log[i:], "client.read_ahead=2MiB") && strings.Contains(log[i:], "log.level.client=info") {
-			break
+	// So do the storage servers (every 10 s): their log level and the
+	// rebuild rate.
+	weft("param", "set", "log.level.storage=info")
+	for _, w := range []struct{ proc, want1, want2 string }{
+		{"mount-0", "client.read_ahead=2MiB", "log.level.client=info"},
+		{"storage-0", "rebuild.rate=100MiB", "log.level.storage=info"},
+	} {
+		deadline := time.Now().Add(2 * time.Minute) // a hang guard; renewals come every lease/3
+		for {
+			log := c.Log(w.proc)
+			if i := strings.LastIndex(log, "run-time parameters applied"); i >= 0 && strings.Contains(log[i:], w.want1) && strings.Contains(log[i:], w.want2) {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not apply the parameters:\n%s", w.proc, log)
+			}
+			time.Sleep(200 * time.Millisecond)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the mount did not apply the parameters:\n%s", log)
-		}
-		time.Sleep(200 * time.Millisecond)
 	}
 
 	c.StopMeta()

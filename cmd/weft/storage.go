@@ -155,6 +155,8 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 	d.registerJobs(jobs)
 	return storage.Run(ctx, storage.Config{
 		Jobs:               jobs,
+		LogLevel:           d.level,
+		DefaultLogLevel:    d.defaultLevel,
 		CapabilityKey:      d.keys.CapabilityKey(),
 		ListenAddr:         o.Listen,
 		AdvertiseAddr:      o.Advertise,
