@@ -27,6 +27,10 @@ type Config struct {
 	CacheLimit uint64
 	// Logger receives warnings (failed background writes); nil means discard.
 	Logger *slog.Logger
+	// LogLevel, if set, is Logger's level: the run-time parameter
+	// log.level.client sets it (params.go), "" back to DefaultLogLevel.
+	LogLevel        *slog.LevelVar
+	DefaultLogLevel slog.Level
 	// Transport carries the RPCs made by New; nil means TCP.
 	Transport transport.Transport
 	// MirrorGrace is how long the other copies of a mirrored file's
@@ -72,6 +76,7 @@ type Client struct {
 	budget  *budget
 	perFile uint64
 	bufs    *bufpool.Pool
+	params  clientParams // run-time parameters (params.go)
 
 	// base is the parent context of background writes; cancelled by Close
 	// after they drained.

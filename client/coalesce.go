@@ -174,7 +174,7 @@ func (st *inodeState) maybeSendLocked(e *extent, chunk uint64) {
 // sends it in the background.
 func (st *inodeState) sendLocked(e *extent) {
 	st.removeOpenLocked(e)
-	pw := &pendingWrite{off: e.off, end: e.end()}
+	pw := &pendingWrite{off: e.off, end: e.end(), job: st.job}
 	st.inflight = append(st.inflight, pw)
 	l := st.layout
 	exts := l.Extents(pw.off, pw.end-pw.off)

@@ -219,6 +219,22 @@
 // own session. Writes and read-ahead go to storage, not to the metadata
 // server.
 //
+// # Job ids
+//
+// A ctx may name the job a call is made for (proto.WithJob; the FUSE
+// adapter takes it from the calling process with a JobIDSource, jobid.go):
+// metadata and storage requests made for the call carry it, and servers
+// count them per job. Background work carries the job of the latest read
+// or write of the file through this client (inodeState.job): write-behind
+// sends and read-ahead fetches.
+//
+// # Run-time parameters
+//
+// With every session renewal the client fetches the run-time parameters
+// from the metadata service (params.go, docs/params.md) and applies
+// client.read_ahead (the read-ahead window, instead of the layout's) and
+// log.level.client (Config.LogLevel).
+//
 // # Failures
 //
 // Every RPC runs under Config.Timeout (default 30 s) and is detached from the

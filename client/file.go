@@ -41,7 +41,11 @@ type inodeState struct {
 	gen  uint64 // the file's generation: part of every object's name
 	refs int    // guarded by Client.mu
 
-	mu        sync.Mutex
+	mu sync.Mutex
+	// job is the job (proto.WithJob) of the latest read or write through
+	// this client: write-behind sends and read-ahead fetches, which run
+	// in the background, are counted for it (jobid.go).
+	job       string
 	cond      *sync.Cond
 	layout    layout.Layout
 	metaSize  uint64
@@ -70,7 +74,10 @@ type inodeState struct {
 	caps caps // the capabilities its storage requests carry (capability.go)
 }
 
-type pendingWrite struct{ off, end uint64 }
+type pendingWrite struct {
+	off, end uint64
+	job      string // see inodeState.job
+}
 
 func (st *inodeState) overlaps(off, end uint64) bool {
 	for _, p := range st.inflight {
@@ -350,6 +357,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 		st.cond.Wait()
 	}
 	now := time.Now().UnixNano()
+	st.job = proto.JobFrom(ctx)
 	added := st.bufferLocked(p, off, now)
 	st.held += added
 	st.end = max(st.end, end)
@@ -368,7 +376,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 // memory back.
 func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, exts []layout.Extent, buf []byte) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(c.base, c.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(withJob(c.base, pw.job), c.cfg.Timeout)
 	write := func(i int) error {
 		e := exts[i]
 		data := buf[e.FileOff-pw.off:][:e.Len]
@@ -454,6 +462,7 @@ func (f *File) ReadBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byt
 		st.mu.Unlock()
 		return nil, noRelease, nil
 	}
+	st.job = proto.JobFrom(ctx)
 	pieces := f.c.readAheadLocked(st, &f.ra, p, off, size)
 	l := st.layout
 	st.mu.Unlock()

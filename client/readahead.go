@@ -137,6 +137,9 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 		return nil
 	}
 	chunk, window := raGeometry(l)
+	if w := c.params.raWindow.Load(); w > 0 {
+		window = min(max(w, chunk), raMaxWindow) // client.read_ahead (params.go)
+	}
 	end := min(off+uint64(len(p)), size)
 	// Sequential: near the previous read, allowing a gap of up to a window
 	// (strided readers) and a step back of up to a chunk (the kernel's
@@ -176,7 +179,7 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 			ch.refs.Store(2)
 			st.ra.chunks[co] = ch
 			c.wg.Add(1)
-			go c.fetch(st, l, ch)
+			go c.fetch(st, l, ch, st.job)
 		}
 	}
 	if len(st.ra.chunks) == 0 {
@@ -203,9 +206,9 @@ func (c *Client) readAheadLocked(st *inodeState, s *raStream, p []byte, off, siz
 	return pieces
 }
 
-func (c *Client) fetch(st *inodeState, l layout.Layout, ch *raChunk) {
+func (c *Client) fetch(st *inodeState, l layout.Layout, ch *raChunk, job string) {
 	defer c.wg.Done()
-	ctx, cancel := context.WithTimeout(c.base, c.cfg.Timeout)
+	ctx, cancel := context.WithTimeout(withJob(c.base, job), c.cfg.Timeout)
 	ch.err = c.readRange(ctx, st, l, ch.off, ch.buf)
 	cancel()
 	close(ch.done)

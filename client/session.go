@@ -117,6 +117,9 @@ func (s *session) tick() time.Duration {
 			s.mu.Unlock()
 		}
 	}
+	if err == nil {
+		s.c.applyParams(ctx) // run-time parameters ride on the renewals
+	}
 	s.mu.Lock()
 	lease = s.lease
 	s.mu.Unlock()

@@ -170,6 +170,7 @@ func (d *Dashboard) Handler() http.Handler {
 		}
 		writeJSON(w, health.Judge(d.opts.Addr, st))
 	})
+	mux.HandleFunc("GET /api/jobs", d.serveJobs)
 	mux.HandleFunc("GET /api/history", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, struct {
 			Interval float64  `json:"interval_seconds"`

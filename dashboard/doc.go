@@ -1,7 +1,7 @@
 // Package dashboard is weft's web dashboard, served by the metadata
 // service (`weft meta --http ADDR`): the file system's health, capacity and
 // inodes per target, throughput and IOPS over time, metadata requests per
-// second, and the mounted clients, on one page with no external service
+// second, the top jobs, and the mounted clients, on one page with no external service
 // and no resource from outside the binary.
 //
 // # Parts
@@ -12,7 +12,9 @@
 //     storage servers send with every heartbeat) and of the metadata
 //     server's request count, and the space used.
 //   - HTTP: GET / (the page, embedded), /api/status (the health.Report of
-//     `weft status --json`), /api/history (the samples).
+//     `weft status --json`), /api/history (the samples), /api/jobs (the
+//     top jobs: the per-job statistics of the metadata service and every
+//     storage server, summed per job, most requests first; see TopJobs).
 //
 // # Invariants
 //

@@ -12,6 +12,7 @@ import (
 
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
+	"github.com/weft-fs/weft/client"
 	"github.com/weft-fs/weft/internal/checks"
 	"github.com/weft-fs/weft/proto"
 )
@@ -28,23 +29,30 @@ const maxCachedProcs = 4096
 
 // creds maps FUSE callers to the credentials the metadata server checks:
 // uid and gid from the request header, supplementary groups from
-// /proc/PID/status, cached per process for groupsTTL.
+// /proc/PID/status, cached per process for groupsTTL; and to the job id
+// their requests are counted for (client.JobIDSource, cached alike).
 type creds struct {
 	mu    sync.Mutex
 	procs map[uint32]procCred
 	now   func() time.Time
 	read  func(pid uint32) ([]uint32, error) // readGroups; tests replace it
+	job   func(pid, uid uint32) string       // the mount's client.JobIDSource.JobID
 	reads int                                // /proc reads done (for tests)
 }
 
 type procCred struct {
 	uid, gid uint32
 	groups   []uint32
+	job      string
 	until    time.Time
 }
 
-func newCreds() *creds {
-	return &creds{procs: map[uint32]procCred{}, now: time.Now, read: readGroups}
+func newCreds(jobs client.JobIDSource) *creds {
+	c := &creds{procs: map[uint32]procCred{}, now: time.Now, read: readGroups}
+	if jobs != "" {
+		c.job = jobs.JobID
+	}
+	return c
 }
 
 // with returns ctx carrying the credentials of the process that made the
@@ -56,13 +64,33 @@ func (c *creds) with(ctx context.Context) context.Context {
 	if !ok {
 		return ctx
 	}
-	return proto.WithCred(ctx, c.cred(caller.Uid, caller.Gid, caller.Pid))
+	cr, job := c.lookup(caller.Uid, caller.Gid, caller.Pid)
+	return proto.WithCredJob(ctx, cr, job)
+}
+
+// withJob returns ctx carrying only the job of the FUSE caller (reads,
+// which need no credentials), or ctx itself when there is none.
+func (c *creds) withJob(ctx context.Context) context.Context {
+	if c.job == nil {
+		return ctx
+	}
+	caller, ok := gofuse.FromContext(ctx)
+	if !ok {
+		return ctx
+	}
+	if _, job := c.lookup(caller.Uid, caller.Gid, caller.Pid); job != "" {
+		return proto.WithJob(ctx, job)
+	}
+	return ctx
 }
 
 func (c *creds) cred(uid, gid, pid uint32) proto.Cred {
-	if checks.Off {
-		return proto.Cred{Uid: uid, Gid: gid}
-	}
+	cr, _ := c.lookup(uid, gid, pid)
+	return cr
+}
+
+// lookup returns the credentials and job id of process pid.
+func (c *creds) lookup(uid, gid, pid uint32) (proto.Cred, string) {
 	now := c.now()
 	c.mu.Lock()
 	e, ok := c.procs[pid]
@@ -70,13 +98,19 @@ func (c *creds) cred(uid, gid, pid uint32) proto.Cred {
 	// A pid whose uid or gid changed (setuid, or the pid was reused) is
 	// read again.
 	if ok && e.uid == uid && e.gid == gid && now.Before(e.until) {
-		return proto.Cred{Uid: uid, Gid: gid, Groups: e.groups}
+		return proto.Cred{Uid: uid, Gid: gid, Groups: e.groups}, e.job
 	}
 	var groups []uint32
+	var job string
 	if pid != 0 {
 		// A process that is gone (or a kernel thread) keeps its primary
-		// group only.
-		groups, _ = c.read(pid)
+		// group only, and has no job.
+		if !checks.Off {
+			groups, _ = c.read(pid)
+		}
+		if c.job != nil {
+			job = c.job(pid, uid)
+		}
 	}
 	c.mu.Lock()
 	c.reads++
@@ -90,9 +124,9 @@ func (c *creds) cred(uid, gid, pid uint32) proto.Cred {
 			clear(c.procs)
 		}
 	}
-	c.procs[pid] = procCred{uid: uid, gid: gid, groups: groups, until: now.Add(groupsTTL)}
+	c.procs[pid] = procCred{uid: uid, gid: gid, groups: groups, job: job, until: now.Add(groupsTTL)}
 	c.mu.Unlock()
-	return proto.Cred{Uid: uid, Gid: gid, Groups: groups}
+	return proto.Cred{Uid: uid, Gid: gid, Groups: groups}, job
 }
 
 // readGroups returns the supplementary groups of process pid, from the

@@ -41,7 +41,7 @@ func TestReadOwnGroups(t *testing.T) {
 // when the process's uid or gid changed or the entry expired.
 func TestCredsCached(t *testing.T) {
 	now := time.Unix(1000, 0)
-	c := newCreds()
+	c := newCreds("")
 	c.now = func() time.Time { return now }
 	c.read = func(pid uint32) ([]uint32, error) { return []uint32{pid, 7}, nil }
 	for range 1000 {
@@ -72,7 +72,7 @@ func TestCredsCached(t *testing.T) {
 func BenchmarkCreds(b *testing.B) {
 	pid := uint32(os.Getpid())
 	b.Run("cached", func(b *testing.B) {
-		c := newCreds()
+		c := newCreds("")
 		for b.Loop() {
 			c.cred(0, 0, pid)
 		}

@@ -12,7 +12,10 @@
 // ctx (proto.WithCred): uid and gid from the FUSE request, supplementary
 // groups from /proc/PID/status, cached per process for 1 s (a cached
 // lookup costs ~60 ns, a /proc read ~10 µs). New files are owned by the
-// caller's uid/gid. A setattr made through an open handle (ftruncate,
+// caller's uid/gid. The same cached /proc read gives the caller's job id
+// (Config.JobIDVar, client.JobIDSource): metadata calls and reads carry
+// the caller's job, writes the job of the handle's opener (proto.WithJob),
+// and servers count requests per job (docs/jobstats.md). A setattr made through an open handle (ftruncate,
 // O_TRUNC) is marked proto.SetHandle. There is no writeback
 // cache: every write reaches the daemon with its exact byte range, so
 // several mounts writing disjoint, unaligned ranges of one file never

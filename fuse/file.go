@@ -9,6 +9,7 @@ import (
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
 
 	"github.com/weft-fs/weft/client"
+	"github.com/weft-fs/weft/proto"
 )
 
 // handle is an open regular file.
@@ -19,13 +20,17 @@ type handle struct {
 	// end of the file (locks.go, appendWrite); inode is the file's node.
 	appending bool
 	inode     *fs.Inode
+	// job is the job of the process that opened the handle: its writes
+	// are counted for it (with writeback caching the kernel may send them
+	// from another thread, so the writer's own pid is not reliable).
+	job string
 }
 
-func newHandle(fsys *filesystem, f *client.File, inode *fs.Inode, flags uint32) *handle {
+func newHandle(fsys *filesystem, f *client.File, inode *fs.Inode, flags uint32, job string) *handle {
 	// A metadata service without Append (test fakes) leaves O_APPEND to
 	// the kernel's idea of the end of file, which is right on one mount.
 	appending := flags&syscall.O_APPEND != 0 && fsys.c.ClusterLocks()
-	return &handle{fsys: fsys, f: f, inode: inode, appending: appending}
+	return &handle{fsys: fsys, f: f, inode: inode, appending: appending, job: job}
 }
 
 // openFlags returns the FOPEN flags of the open reply. An appending
@@ -43,6 +48,7 @@ func (h *handle) openFlags(flags uint32) uint32 {
 // straight from the client's buffers (read-ahead chunks included) with one
 // writev: see bufsResult.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
+	ctx = h.fsys.creds.withJob(ctx)
 	bufs, release, err := h.f.ReadBufs(ctx, dest, uint64(off))
 	if err != nil {
 		return nil, h.fsys.errno("read", err)
@@ -95,6 +101,9 @@ func (r *bufsResult) Done() {
 // ignores the kernel's offset and writes at the end the metadata server
 // reserves (appendWrite).
 func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, syscall.Errno) {
+	if h.job != "" {
+		ctx = proto.WithJob(ctx, h.job)
+	}
 	if h.appending {
 		return h.appendWrite(ctx, data, off)
 	}

@@ -38,6 +38,13 @@ type Config struct {
 	// UnmountTimeout bounds each step of the shutdown (Server.Shutdown);
 	// 0 = DefaultUnmountTimeout.
 	UnmountTimeout time.Duration
+	// JobIDVar says where the job id of each calling process comes from
+	// (client.JobIDSource: "" none, "procname_uid", or an environment
+	// variable such as SLURM_JOB_ID); servers count requests per job.
+	JobIDVar client.JobIDSource
+	// LogLevel and DefaultLogLevel: see client.Config.
+	LogLevel        *slog.LevelVar
+	DefaultLogLevel slog.Level
 }
 
 // DefaultUnmountTimeout is how long each step of a shutdown may take
@@ -46,7 +53,8 @@ const DefaultUnmountTimeout = 10 * time.Second
 
 // ClientConfig returns the client part of the configuration.
 func (c Config) ClientConfig() client.Config {
-	return client.Config{MetaAddr: c.MetaAddr, Timeout: c.Timeout, CacheLimit: c.CacheLimit, Logger: c.Logger, Transport: c.Transport}
+	return client.Config{MetaAddr: c.MetaAddr, Timeout: c.Timeout, CacheLimit: c.CacheLimit, Logger: c.Logger, Transport: c.Transport,
+		LogLevel: c.LogLevel, DefaultLogLevel: c.DefaultLogLevel}
 }
 
 const (
@@ -134,7 +142,7 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	fsys := &filesystem{c: cl, log: log, creds: newCreds(), meta: cfg.MetaAddr}
+	fsys := &filesystem{c: cl, log: log, creds: newCreds(cfg.JobIDVar), meta: cfg.MetaAddr}
 	root := &node{fsys: fsys}
 	var et time.Duration // non-directories; see dirEntryTimeout
 	at := attrTimeout

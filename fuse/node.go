@@ -309,7 +309,7 @@ func (n *node) Create(ctx context.Context, name string, flags uint32, mode uint3
 		return nil, nil, 0, n.fsys.errno("create", err)
 	}
 	ch := n.child(ctx, a, out)
-	h := newHandle(n.fsys, f, ch, flags)
+	h := newHandle(n.fsys, f, ch, flags, proto.JobFrom(ctx))
 	return ch, h, h.openFlags(0), 0
 }
 
@@ -428,7 +428,7 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	if keep && !changed {
 		fuseFlags = gofuse.FOPEN_KEEP_CACHE
 	}
-	h := newHandle(n.fsys, f, n.EmbeddedInode(), flags)
+	h := newHandle(n.fsys, f, n.EmbeddedInode(), flags, proto.JobFrom(ctx))
 	return h, h.openFlags(fuseFlags), 0
 }
 

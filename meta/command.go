@@ -50,10 +50,13 @@ var opNames = [...]string{
 	OpSetLayout: "setlayout", OpRegisterTarget: "register-target", OpReclaim: "reclaim",
 	OpGCDone: "gc-done", OpSessionDrop: "session-drop", OpStale: "stale",
 	OpSetQuota: "set-quota", OpSetProject: "set-project", OpRecount: "quota-recount",
+	OpSetParam: "set-param",
 }
 
 // validOp reports whether o is a known command op.
-func validOp(o Op) bool { return (o > 0 && o < opMax) || (o >= OpSetQuota && o < opQuotaMax) }
+func validOp(o Op) bool {
+	return (o > 0 && o < opMax) || (o >= OpSetQuota && o < opQuotaMax) || o == OpSetParam
+}
 
 func (o Op) String() string {
 	if validOp(o) {
@@ -346,3 +349,9 @@ func DecodeCommand(b []byte) (*Command, error) {
 	}
 	return c, nil
 }
+
+// Command ops of run-time parameters (27..28, a block of their own).
+const (
+	// OpSetParam stores parameter Name = Text (meta/params.go; --persist).
+	OpSetParam Op = 27
+)

@@ -584,4 +584,13 @@
 // HardState's commit index in a mark so that a member's log put back to
 // an older copy is refused, and make a member refuse peers whose fsid
 // differs.
+//
+// # Job statistics and run-time parameters
+//
+// The server counts the requests that name a job in a jobstats.Table
+// (jobstats.go; the metarpc handler records, JobStats gathers its own and
+// every storage server's, root only). Run-time parameters (params.go,
+// docs/params.md) are set until a restart (in memory) or persisted by the
+// command OpSetParam (27) under the store prefix "p"; log.level.meta is
+// applied to Options.LogLevel at once and at start.
 package meta

@@ -210,7 +210,7 @@ func TestAppend(t *testing.T) {
 	if w.Size != 10 {
 		t.Fatalf("recorded size %d, want 10", w.Size)
 	}
-	retry := proto.WithRequest(a, proto.Cred{}, proto.SessionID{1}, 77)
+	retry := proto.WithRequest(a, proto.Cred{}, proto.SessionID{1}, 77, "")
 	a2, err := e.srv.Append(retry, f, 1)
 	e.must(err)
 	again, err := e.srv.Append(retry, f, 1)

@@ -8,6 +8,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/weft-fs/weft/jobstats"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
@@ -51,6 +52,10 @@ type Config struct {
 	CapabilityLifetime time.Duration
 	// AcceptRollback: see Options.AcceptRollback.
 	AcceptRollback bool
+	// JobStats, LogLevel and DefaultLogLevel: see Options.
+	JobStats        jobstats.Options
+	LogLevel        *slog.LevelVar
+	DefaultLogLevel slog.Level
 
 	// ID, if not 0, makes the server member ID of the replicated group
 	// Peers (every member's id and address, this one's included; the same
@@ -190,7 +195,8 @@ func Run(ctx context.Context, cfg Config) error {
 		AllowUnauthenticated: cfg.AllowUnauthenticated,
 		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
 		CapabilityKey: cfg.CapabilityKey, CapabilityLifetime: cfg.CapabilityLifetime,
-		AcceptRollback: cfg.AcceptRollback,
+		AcceptRollback: cfg.AcceptRollback, JobStats: cfg.JobStats,
+		LogLevel: cfg.LogLevel, DefaultLogLevel: cfg.DefaultLogLevel,
 	})
 	if err != nil {
 		closePool()

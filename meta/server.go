@@ -15,6 +15,7 @@ import (
 
 	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/internal/ratelog"
+	"github.com/weft-fs/weft/jobstats"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
@@ -84,6 +85,14 @@ type Options struct {
 	// 100ms. Losses of acknowledged changes older than the last mark are
 	// detected at the next start.
 	MarkInterval time.Duration
+	// LogLevel, if set, is the level of Logger's handler: parameter
+	// log.level.meta sets it at run time (params.go), and an empty value
+	// sets it back to DefaultLogLevel (the daemon's --log-level).
+	LogLevel        *slog.LevelVar
+	DefaultLogLevel slog.Level
+	// JobStats bounds the per-job statistics kept (jobstats.go): how long
+	// an idle job is kept and how many jobs at most.
+	JobStats jobstats.Options
 	// AcceptRollback starts on a store that has applied fewer changes
 	// than its durable mark records (an older backup restored on purpose)
 	// instead of refusing it with ErrRollback; the mark is rewritten.
@@ -123,6 +132,11 @@ type Server struct {
 	// electionTimeout is the replicated group's (TickInterval ×
 	// ElectionTick); 0 for a single server.
 	electionTimeout time.Duration
+
+	jobs *jobstats.Table // per-job request statistics (jobstats.go)
+
+	paramMu  sync.Mutex
+	paramSet map[string]string // parameters set without --persist (params.go)
 
 	started  time.Time     // for Status's uptime
 	requests atomic.Uint64 // requests served over the network (Run counts them)
@@ -269,6 +283,8 @@ func New(opts Options) (*Server, error) {
 		kickGC:      make(chan struct{}, 1),
 		marker:      marker,
 		started:     time.Now(),
+		jobs:        jobstats.New(withService(opts.JobStats, "meta")),
+		paramSet:    map[string]string{},
 	}
 	s.durable.Store(sm.applied)
 	if opts.Replica == nil {
@@ -328,6 +344,7 @@ func New(opts Options) (*Server, error) {
 	go s.gcLoop()
 	go s.orphanLoop()
 	go s.markLoop()
+	s.applyParams() // a persisted log level applies from the start
 	return s, nil
 }
 

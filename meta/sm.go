@@ -364,6 +364,8 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.setProject(c)
 	case OpRecount:
 		err = t.recount(c)
+	case OpSetParam:
+		err = t.setParam(c)
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
 	}

@@ -39,6 +39,7 @@ type requestIdentity struct {
 	sess    SessionID
 	hasSess bool
 	seq     uint64
+	job     string // see WithJob
 }
 
 func identityOf(ctx context.Context) requestIdentity {
@@ -48,11 +49,11 @@ func identityOf(ctx context.Context) requestIdentity {
 	return requestIdentity{}
 }
 
-// WithRequest returns ctx carrying a request's credentials, session and
-// sequence number at once (the metadata RPC handler's one call per
-// request): as WithSeq(WithSession(WithCred(ctx, c), sess), seq).
-func WithRequest(ctx context.Context, c Cred, sess SessionID, seq uint64) context.Context {
-	return context.WithValue(ctx, requestKey{}, &requestIdentity{cred: c, hasCred: true, sess: sess, hasSess: true, seq: seq})
+// WithRequest returns ctx carrying a request's credentials, session,
+// sequence number and job at once (the metadata RPC handler's one call per
+// request): as WithJob(WithSeq(WithSession(WithCred(ctx, c), sess), seq), job).
+func WithRequest(ctx context.Context, c Cred, sess SessionID, seq uint64, job string) context.Context {
+	return context.WithValue(ctx, requestKey{}, &requestIdentity{cred: c, hasCred: true, sess: sess, hasSess: true, seq: seq, job: job})
 }
 
 // WithCred returns ctx carrying c: the credentials of the caller on whose

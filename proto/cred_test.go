@@ -9,8 +9,17 @@ import (
 // carries and changes its part, so the nearest setting of each wins and
 // an outer ctx is never changed.
 func TestRequestIdentityNearestWins(t *testing.T) {
-	base := WithRequest(context.Background(), Cred{Uid: 1, Gid: 1}, SessionID{1}, 7)
+	base := WithRequest(context.Background(), Cred{Uid: 1, Gid: 1}, SessionID{1}, 7, "job1")
 	inner := WithCred(base, Cred{Uid: 2, Gid: 2})
+	if JobFrom(inner) != "job1" {
+		t.Fatalf("inner job %q, want the outer's", JobFrom(inner))
+	}
+	if j := WithJob(inner, "job2"); JobFrom(j) != "job2" || JobFrom(inner) != "job1" || SeqFrom(j) != 7 {
+		t.Fatalf("WithJob: %q (outer %q, seq %d)", JobFrom(j), JobFrom(inner), SeqFrom(j))
+	}
+	if cj := WithCredJob(base, Cred{Uid: 3}, "job3"); JobFrom(cj) != "job3" || CredPtr(cj).Uid != 3 || SeqFrom(cj) != 7 {
+		t.Fatalf("WithCredJob: %q %+v", JobFrom(cj), CredPtr(cj))
+	}
 	if c, _ := CredFrom(inner); c.Uid != 2 {
 		t.Fatalf("inner cred %+v, want uid 2", c)
 	}

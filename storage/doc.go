@@ -171,4 +171,9 @@
 // target this server does not serve, wrapping ErrUnknownTarget), ETIMEDOUT
 // or EINTR (ctx ended before the operation started). A missing object is not
 // an error: it reads as empty, and Remove and Sync of it succeed.
+//
+// Run fetches the run-time parameters from the metadata service every 10 s
+// (params.go): log.level.storage sets Config.LogLevel, rebuild.rate is
+// Server.RebuildRate. Requests that name a job are counted in Config.Jobs
+// (package jobstats, through storagerpc).
 package storage

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/weft-fs/weft/capability"
+	"github.com/weft-fs/weft/jobstats"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/storage/storagerpc"
@@ -59,6 +60,13 @@ type Config struct {
 	// power feed): the copies and shards of a stripe are placed in
 	// distinct domains. "": the server is its own domain.
 	Domain string
+	// Jobs counts the requests that name a job (see package jobstats);
+	// nil: a table with the default bounds.
+	Jobs *jobstats.Table
+	// LogLevel, if set, is Logger's level: the run-time parameter
+	// log.level.storage sets it (params.go), "" back to DefaultLogLevel.
+	LogLevel        *slog.LevelVar
+	DefaultLogLevel slog.Level
 
 	capKey *capability.Key
 }
@@ -74,6 +82,9 @@ func (cfg Config) validate() (Config, error) {
 	}
 	if cfg.HeartbeatInterval == 0 {
 		cfg.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if cfg.Jobs == nil {
+		cfg.Jobs = jobstats.New(jobstats.Options{Service: "storage"})
 	}
 	if cfg.ReadBytesPerConn < 0 || cfg.ReadBytesPerServer < 0 {
 		return cfg, fmt.Errorf("storage: negative read buffer budget (%d per connection, %d per server)", cfg.ReadBytesPerConn, cfg.ReadBytesPerServer)
@@ -177,6 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 	h := storagerpc.New(srv, storagerpc.Options{
 		Logger: log, CapabilityKey: cfg.capKey, AllowUnauthenticated: cfg.AllowUnauthenticated,
 		ReadBytesPerConn: cfg.ReadBytesPerConn, ReadBytesPerServer: cfg.ReadBytesPerServer,
+		Jobs: cfg.Jobs,
 	})
 	ln, err := tr.Listen(cfg.ListenAddr, h.Serve)
 	if err != nil {
@@ -212,6 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	fatal := make(chan error, len(targets))
 	var wg sync.WaitGroup
+	wg.Go(func() { paramsLoop(ctx, cfg, srv) })
 	for _, t := range targets {
 		wg.Add(1)
 		go func() {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/weft-fs/weft/proto"
@@ -24,6 +25,8 @@ type Server struct {
 	mu      sync.RWMutex
 	targets map[proto.TargetID]*Target
 	peers   proto.StorageService // other servers' targets, for Copy (SetPeers)
+
+	rebuildRate atomic.Uint64 // parameter rebuild.rate (params.go)
 }
 
 var _ proto.StorageService = (*Server)(nil)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 
 	"github.com/weft-fs/weft/auth"
@@ -66,6 +67,13 @@ type daemon struct {
 	transport transport.Transport
 	keys      *auth.Keys
 	stops     []func()
+	// registry holds the process's metrics when --metrics is on (nil
+	// otherwise): servers add their own collectors (registerJobs).
+	registry *prometheus.Registry
+	// level is log's level, which parameters may change at run time
+	// (log.level.*); defaultLevel is --log-level's.
+	level        *slog.LevelVar
+	defaultLevel slog.Level
 }
 
 // stop ends the endpoints start began, the last started first.
@@ -84,8 +92,8 @@ func (o *daemonOptions) start(cmd string, role transport.Role) (*daemon, error) 
 	if err != nil {
 		return nil, err
 	}
-	log := o.logger(os.Stderr)
-	d := &daemon{log: log, keys: keys, transport: transport.NewTCPWith(transport.TCPOptions{
+	log, level, defLevel := o.leveledLogger(os.Stderr)
+	d := &daemon{log: log, level: level, defaultLevel: defLevel, keys: keys, transport: transport.NewTCPWith(transport.TCPOptions{
 		Logger:   log,
 		Security: keys.Security(o.Encrypt),
 	})}
@@ -115,6 +123,7 @@ func (o *daemonOptions) start(cmd string, role transport.Role) (*daemon, error) 
 			return nil, err
 		}
 		d.transport = tr
+		d.registry = reg
 		d.stops = append(d.stops, stop)
 	}
 	return d, nil

@@ -33,6 +33,8 @@ func newRootCmd() *cobra.Command {
 		newAdminCmd(),
 		newQuotaCmd(),
 		newProjectCmd(),
+		newJobstatsCmd(),
+		newParamCmd(),
 	)
 	setVersions(root)
 	return root

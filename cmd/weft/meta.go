@@ -42,6 +42,7 @@ type metaOptions struct {
 	LeaseReads     bool           `toml:"lease_reads"`
 	peers          meta.Peers
 	accessOptions
+	jobstatsOptions
 	daemonOptions
 }
 
@@ -133,6 +134,7 @@ group serves while a majority of its members run.`,
 	fs.BoolVar(&o.AcceptRollback, "accept-rollback", false,
 		"serve a store that has fewer changes than it had durably applied before (an older backup restored on purpose)")
 	o.accessOptions.addFlags(fs)
+	o.jobstatsOptions.addFlags(fs)
 	o.daemonOptions.addFlags(fs)
 	return cmd
 }
@@ -194,6 +196,9 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	if _, err := o.access(); err != nil {
 		return err
 	}
+	if err := o.jobstatsOptions.validate(); err != nil {
+		return err
+	}
 	return o.daemonOptions.validate()
 }
 
@@ -211,17 +216,20 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 	defer d.stop()
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
-	var serving func(*meta.Server)
+	serving := func(srv *meta.Server) { d.registerJobs(srv.JobTable()) }
 	if o.HTTP != "" {
 		dash, stop, err := startDashboard(ctx, o.HTTP, o.Listen, d.log)
 		if err != nil {
 			return err
 		}
 		defer stop()
-		serving = dash
+		serving = func(srv *meta.Server) { d.registerJobs(srv.JobTable()); dash(srv) }
 	}
 	return meta.Run(ctx, meta.Config{
 		Serving:          serving,
+		JobStats:         o.jobstatsOptions.options("meta"),
+		LogLevel:         d.level,
+		DefaultLogLevel:  d.defaultLevel,
 		CapabilityKey:    d.keys.CapabilityKey(),
 		DataDir:          o.Data,
 		ListenAddr:       o.Listen,

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/weft-fs/weft/internal/units"
+	"github.com/weft-fs/weft/jobstats"
 )
 
 func TestMetaFlags(t *testing.T) {
@@ -76,8 +77,9 @@ log_format = "json"
 	want := metaOptions{Listen: "127.0.0.1:9000", Data: dir, HeartbeatTimeout: units.Duration(45 * time.Second),
 		SessionLease: units.Duration(2 * time.Second), OrphanGrace: units.Duration(time.Minute),
 		RaftTick: units.Duration(100 * time.Millisecond), ElectionTicks: 10, HeartbeatTicks: 1, LeaseReads: true,
-		accessOptions: accessOptions{RootSquash: true, SquashUid: 99, SquashGid: 65534, RootSquashExempt: []string{"10.0.0.0/8"}},
-		daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
+		accessOptions:   accessOptions{RootSquash: true, SquashUid: 99, SquashGid: 65534, RootSquashExempt: []string{"10.0.0.0/8"}},
+		jobstatsOptions: jobstatsOptions{JobstatsCleanup: units.Duration(jobstats.DefaultIdle), JobstatsMax: jobstats.DefaultMax},
+		daemonOptions:   daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("resolved %+v, want %+v", got, want)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/weft-fs/weft/client"
 	"github.com/weft-fs/weft/fuse"
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/transport"
@@ -29,6 +30,9 @@ type mountOptions struct {
 	// UnmountTimeout bounds each step of the shutdown on SIGINT/SIGTERM
 	// (unmount, lazy detach, abort of the FUSE connection).
 	UnmountTimeout units.Duration `toml:"unmount_timeout"`
+	// JobIDVar: where each calling process's job id comes from
+	// (client.JobIDSource); "none" or "" for no job ids.
+	JobIDVar string `toml:"jobid_var"`
 	daemonOptions
 }
 
@@ -72,6 +76,7 @@ file (key "mountpoint"); the argument wins.`,
 	fs.BoolVar(&o.NonEmpty, "nonempty", false, "mount over a directory that is not empty (its files are hidden while mounted)")
 	fs.BoolVar(&o.Debug, "debug", false, "log every FUSE request (very verbose)")
 	o.UnmountTimeout = units.Duration(fuse.DefaultUnmountTimeout)
+	fs.StringVar(&o.JobIDVar, "jobid-var", client.DefaultJobIDVar, "tag each process's requests with a job id (weft jobstats) from this environment variable of the process, or procname_uid (e.g. dd.1000), or none")
 	fs.Var(&o.UnmountTimeout, "unmount-timeout", "on SIGINT/SIGTERM: if the unmount has not completed after this long, detach the mount lazily; if it is still served after as long again, abort its FUSE connection and exit")
 	o.daemonOptions.addFlags(fs)
 	return cmd
@@ -102,6 +107,12 @@ func (o *mountOptions) resolve(cmd *cobra.Command, configPath string, args []str
 	if o.CacheLimit < minCacheLimit {
 		return fmt.Errorf("--cache-limit %s is too small: the mount needs at least %s (its FUSE request buffers alone take up to %s)",
 			units.FormatSize(uint64(o.CacheLimit)), units.FormatSize(minCacheLimit), units.FormatSize(fixedMemory))
+	}
+	if o.JobIDVar == "none" {
+		o.JobIDVar = ""
+	}
+	if !client.JobIDSource(o.JobIDVar).Valid() {
+		return fmt.Errorf("--jobid-var %q: an environment variable's name, procname_uid or none", o.JobIDVar)
 	}
 	return o.daemonOptions.validate()
 }
@@ -165,14 +176,17 @@ func runMount(ctx context.Context, o *mountOptions) error {
 		debug.SetMemoryLimit(int64(o.CacheLimit))
 	}
 	return fuse.Run(ctx, fuse.Config{
-		MetaAddr:   o.Meta,
-		Timeout:    time.Duration(o.Timeout),
-		CacheLimit: dataBudget(uint64(o.CacheLimit)),
-		Logger:     d.log,
-		Transport:  d.transport,
-		Mountpoint: o.Mountpoint,
-		AllowOther: o.AllowOther,
-		Debug:      o.Debug,
+		MetaAddr:        o.Meta,
+		Timeout:         time.Duration(o.Timeout),
+		CacheLimit:      dataBudget(uint64(o.CacheLimit)),
+		Logger:          d.log,
+		Transport:       d.transport,
+		Mountpoint:      o.Mountpoint,
+		AllowOther:      o.AllowOther,
+		Debug:           o.Debug,
+		JobIDVar:        client.JobIDSource(o.JobIDVar),
+		LogLevel:        d.level,
+		DefaultLogLevel: d.defaultLevel,
 
 		UnmountTimeout: time.Duration(o.UnmountTimeout),
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -62,7 +63,7 @@ func TestMountDefaultsAndConfig(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := mountOptions{Meta: "10.0.0.1:7400", Mountpoint: mnt, Timeout: units.Duration(30 * time.Second),
-		CacheLimit: 1 << 30, AllowOther: true, UnmountTimeout: units.Duration(10 * time.Second), daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "warn", LogFormat: "text"}}}
+		CacheLimit: 1 << 30, AllowOther: true, UnmountTimeout: units.Duration(10 * time.Second), JobIDVar: "SLURM_JOB_ID", daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "warn", LogFormat: "text"}}}
 	if got != want {
 		t.Fatalf("defaults %+v, want %+v", got, want)
 	}
@@ -75,6 +76,7 @@ cache_limit = "4GiB"
 allow_other = false
 debug = true
 unmount_timeout = "3s"
+jobid_var = "procname_uid"
 log_level = "error"
 log_format = "json"
 `)
@@ -82,7 +84,7 @@ log_format = "json"
 		t.Fatal(err)
 	}
 	want = mountOptions{Meta: "10.0.0.9:7400", Mountpoint: mnt, Timeout: units.Duration(2 * time.Minute),
-		CacheLimit: 4 << 30, AllowOther: false, Debug: true, UnmountTimeout: units.Duration(3 * time.Second), daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "error", LogFormat: "json"}}}
+		CacheLimit: 4 << 30, AllowOther: false, Debug: true, UnmountTimeout: units.Duration(3 * time.Second), JobIDVar: "procname_uid", daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "error", LogFormat: "json"}}}
 	if got != want {
 		t.Fatalf("from file %+v, want %+v", got, want)
 	}
@@ -97,6 +99,12 @@ log_format = "json"
 	}
 	if got.Mountpoint != other || !got.AllowOther || got.Timeout != units.Duration(5*time.Second) || got.CacheLimit != 4<<30 {
 		t.Fatalf("overrides: %+v", got)
+	}
+	if err := execute(mountCommand(run), "--meta", "10.0.0.1:7400", "--jobid-var", "none", mnt); err != nil || got.JobIDVar != "" {
+		t.Fatalf("--jobid-var none: %q, %v", got.JobIDVar, err)
+	}
+	if err := execute(mountCommand(run), "--meta", "10.0.0.1:7400", "--jobid-var", "A=B", mnt); err == nil || !strings.Contains(err.Error(), "--jobid-var") {
+		t.Fatalf("--jobid-var A=B: %v", err)
 	}
 
 	bad := writeFile(t, dir, "bad.toml", "meta = \"h:1\"\nallow_others = true\n")

@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 
 	"github.com/weft-fs/weft/internal/units"
+	"github.com/weft-fs/weft/jobstats"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/storage"
 	"github.com/weft-fs/weft/storage/storagerpc"
@@ -29,6 +30,7 @@ type storageOptions struct {
 	ReadBufferPerConn units.Size     `toml:"read_buffer_per_conn"`
 	ReadBufferTotal   units.Size     `toml:"read_buffer_total"`
 	Domain            string         `toml:"domain"`
+	jobstatsOptions
 	daemonOptions
 }
 
@@ -81,6 +83,7 @@ It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 	fs.Var(&o.ReadBufferPerConn, "read-buffer-per-conn", "most bytes of read buffers held for one client connection (responses not yet sent)")
 	o.ReadBufferTotal = storagerpc.DefaultReadBytesPerServer
 	fs.Var(&o.ReadBufferTotal, "read-buffer-total", "most bytes of read buffers held for all connections")
+	o.jobstatsOptions.addFlags(fs)
 	o.daemonOptions.addFlags(fs)
 	return cmd
 }
@@ -131,6 +134,9 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 	if o.ReadBufferTotal < o.ReadBufferPerConn {
 		return fmt.Errorf("--read-buffer-total %v is below --read-buffer-per-conn %v", &o.ReadBufferTotal, &o.ReadBufferPerConn)
 	}
+	if err := o.jobstatsOptions.validate(); err != nil {
+		return err
+	}
 	return o.daemonOptions.validate()
 }
 
@@ -145,7 +151,12 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 	defer d.stop()
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
+	jobs := jobstats.New(o.jobstatsOptions.options("storage"))
+	d.registerJobs(jobs)
 	return storage.Run(ctx, storage.Config{
+		Jobs:               jobs,
+		LogLevel:           d.level,
+		DefaultLogLevel:    d.defaultLevel,
 		CapabilityKey:      d.keys.CapabilityKey(),
 		ListenAddr:         o.Listen,
 		AdvertiseAddr:      o.Advertise,

@@ -147,12 +147,26 @@ function renderHistory(h) {
   chart("chart-meta", s, [{ name: "requests", cls: "read", get: (x) => x.meta_requests_per_s }], (v) => count(v) + "/s");
 }
 
+function renderJobs(jobs) {
+  const now = Date.now();
+  rows("jobs", jobs, (tr, j) => {
+    cell(tr, j.job);
+    cell(tr, count(j.requests));
+    cell(tr, count(j.meta_requests));
+    cell(tr, size(j.read_bytes));
+    cell(tr, size(j.write_bytes));
+    cell(tr, (j.mean_latency_seconds * 1000).toFixed(2) + " ms");
+    cell(tr, dur(Math.max(0, (now - Date.parse(j.last_seen)) / 1000)) + " ago");
+  });
+}
+
 async function refresh() {
   try {
-    const [st, hi] = await Promise.all([fetch("api/status"), fetch("api/history")]);
+    const [st, hi, jo] = await Promise.all([fetch("api/status"), fetch("api/history"), fetch("api/jobs")]);
     if (!st.ok) throw new Error(await st.text());
     renderStatus(await st.json());
     renderHistory(await hi.json());
+    if (jo.ok) renderJobs(await jo.json());
   } catch (e) {
     const h = $("health");
     h.textContent = "UNREACHABLE";

@@ -795,6 +795,12 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &projectReq{}, &countResp{}, true
 	case OpCheckQuota:
 		return &checkReq{}, &quotaCheckResp{}, true
+	case OpJobStats:
+		return &jobStatsReq{}, &jobStatsResp{}, true
+	case OpParams:
+		return &emptyMsg{}, &paramsResp{}, true
+	case OpParamSet:
+		return &paramSetReq{}, &emptyMsg{}, true
 	}
 	return nil, nil, false
 }

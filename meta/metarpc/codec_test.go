@@ -7,8 +7,10 @@ import (
 	"errors"
 	"log/slog"
 	"reflect"
+	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
@@ -21,7 +23,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup, OpSetQuota, OpGetQuota, OpSetProject, OpCheckQuota,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup, OpSetQuota, OpGetQuota, OpSetProject, OpCheckQuota, OpJobStats, OpParams, OpParamSet,
 	}
 }
 
@@ -39,6 +41,11 @@ func samples() []message {
 		&countResp{77},
 		&checkReq{true},
 		&quotaCheckResp{[]QuotaCheck{{QuotaUser, 1000, QuotaAmounts{1, 2}, QuotaAmounts{1, 3}}}},
+		&jobStatsReq{"1234"},
+		&paramSetReq{"log.level.meta", "debug", true},
+		&paramsResp{[]Param{{Name: "a", Scope: "b", Default: "c", Doc: "d", Value: "e", Source: "set"}}},
+		&jobStatsResp{[]proto.JobStat{{Job: "dd.1000", Service: "storage", Server: "h:1", Ops: []proto.JobOp{{Name: "write", Count: 3, Errors: 1}},
+			ReadBytes: 1, WriteBytes: 2, Requests: 3, Latency: 4, FirstSeen: time.Unix(0, 5), LastSeen: time.Unix(0, 6)}}},
 		&membersResp{[]Member{{ID: 1, Addr: "h1:7400", Leader: true, Active: true, Match: 9}, {ID: 4, Learner: true, Snapshot: true}}},
 		&inoReq{5},
 		&nameReq{5, "name"},
@@ -220,9 +227,9 @@ func TestHeaderVectors(t *testing.T) {
 		h    header
 		want string
 	}{
-		{header{}, "02" + "00000000" + "00000000" + "00000000" + "00000000000000000000000000000000" + "0000000000000000"},
-		{header{Cred: proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 65534}}, Session: proto.SessionID{0: 0xaa, 15: 0xbb}, Seq: 0x102},
-			"02" + "e8030000" + "64000000" + "02000000" + "64000000" + "feff0000" + "aa0000000000000000000000000000bb" + "0201000000000000"},
+		{header{}, "03" + "00000000" + "00000000" + "00000000" + "00000000000000000000000000000000" + "0000000000000000" + "00000000"},
+		{header{Cred: proto.Cred{Uid: 1000, Gid: 100, Groups: []uint32{100, 65534}}, Session: proto.SessionID{0: 0xaa, 15: 0xbb}, Seq: 0x102, Job: "42"},
+			"03" + "e8030000" + "64000000" + "02000000" + "64000000" + "feff0000" + "aa0000000000000000000000000000bb" + "0201000000000000" + "02000000" + "3432"},
 	} {
 		e := wire.NewEncoder(0)
 		tc.h.encode(e)
@@ -244,9 +251,22 @@ func TestHeaderVectors(t *testing.T) {
 	if h, rest, err := decodeHeader(v1); err != nil || h.Cred.Uid != 1000 || h.Session[0] != 0xaa || h.Seq != 0 || !bytes.Equal(rest, []byte{7}) {
 		t.Errorf("version 1 header: %+v %x %v", h, rest, err)
 	}
-	bad := []byte{3, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
-	if _, _, err := decodeHeader(append(bad, make([]byte, 24)...)); err == nil {
-		t.Error("header version 3 accepted")
+	// Version 2 (no job id) is still read: no job.
+	v2, _ := hex.DecodeString("02" + "e8030000" + "64000000" + "00000000" + "aa0000000000000000000000000000bb" + "0500000000000000" + "07")
+	if h, rest, err := decodeHeader(v2); err != nil || h.Cred.Uid != 1000 || h.Seq != 5 || h.Job != "" || !bytes.Equal(rest, []byte{7}) {
+		t.Errorf("version 2 header: %+v %x %v", h, rest, err)
+	}
+	bad := []byte{4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0}
+	if _, _, err := decodeHeader(append(bad, make([]byte, 28)...)); err == nil || !strings.Contains(err.Error(), "version 4 not supported") {
+		t.Errorf("header version 4: %v", err)
+	}
+	// A job id that is not a valid label is refused.
+	for _, job := range []string{"a b", "x\n", strings.Repeat("j", proto.MaxJobID+1)} {
+		e := wire.NewEncoder(0)
+		(&header{Job: job}).encode(e)
+		if _, _, err := decodeHeader(e.B); err == nil {
+			t.Errorf("job id %q accepted", job)
+		}
 	}
 	huge := []byte{1, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff}
 	if _, _, err := decodeHeader(huge); err == nil {
@@ -270,8 +290,8 @@ func FuzzHeader(f *testing.F) {
 		}
 		e := wire.NewEncoder(0)
 		h.encode(e)
-		if b[0] == 1 {
-			// Version 1 is re-encoded as the current version.
+		if b[0] < HeaderVersion {
+			// Versions 1 and 2 are re-encoded as the current version.
 			h2, _, err := decodeHeader(e.B)
 			if err != nil || h2.Session != h.Session || h2.Cred.Uid != h.Cred.Uid || h2.Seq != h.Seq {
 				t.Fatalf("version 1 header re-encoded differs: %+v %v", h2, err)

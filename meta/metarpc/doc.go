@@ -12,15 +12,20 @@
 //
 // # Request header (version 2)
 //
-//	u8      version = 2 (HeaderVersion)
+//	u8      version = 3 (HeaderVersion)
 //	u32     uid
 //	u32     gid
 //	u32     n: supplementary groups, at most proto.MaxGroups
 //	n × u32 the groups
 //	16 B    session id (zero: none)
 //	u64     seq: a mutation's sequence number in the session (0: none)
+//	str     job id (proto.WithJob; "": none), at most proto.MaxJobID bytes
 //
-// Version 1 (no seq) is still read, as seq 0: no dedupe.
+// Version 1 (no seq) is still read, as seq 0: no dedupe; version 2 (no
+// job id) as no job. The handler counts the requests that name a job in
+// the service's jobstats.Table (JobStatsService); OpJobStats (90) returns
+// the statistics of the metadata service and its storage servers (see
+// docs/jobstats.md).
 //
 // The Client fills it from proto.CredFrom(ctx), or, when ctx has none,
 // from this process's effective uid, gid and groups (WithCred overrides

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"log/slog"
 	"syscall"
+	"time"
 
+	"github.com/weft-fs/weft/jobstats"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
@@ -26,6 +28,11 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h.admin, _ = svc.(MemberAdmin)
 	h.grp, _ = svc.(GroupService)
 	h.quota, _ = svc.(QuotaService)
+	h.params, _ = svc.(ParamService)
+	if js, ok := svc.(JobStatsService); ok {
+		h.jobStats = js
+		h.jobs = js.JobTable()
+	}
 	return h.serve
 }
 
@@ -41,6 +48,10 @@ type handler struct {
 	quota  QuotaService      // nil if svc does not offer it (quota.go)
 	reg    proto.TargetRegistry
 	log    *slog.Logger
+
+	jobStats JobStatsService // nil if svc does not offer it (jobstats.go)
+	params   ParamService    // nil if svc does not offer it (params.go)
+	jobs     *jobstats.Table // where requests naming a job are counted; nil: nowhere
 }
 
 func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, error) {
@@ -58,10 +69,19 @@ func (h *handler) serve(ctx context.Context, op uint16, body []byte) ([]byte, er
 	}
 	// The service authorizes the credentials against the peer in ctx (root
 	// squash, allow-list) and checks every operation against them.
-	ctx = proto.WithRequest(ctx, hdr.Cred, hdr.Session, hdr.Seq)
+	ctx = proto.WithRequest(ctx, hdr.Cred, hdr.Session, hdr.Seq, hdr.Job)
 	if err := unmarshal(body, req); err != nil {
 		h.log.Warn("metarpc: malformed request", "op", op, "len", len(body), "err", err)
 		return nil, fmt.Errorf("%v: %w", err, syscall.EINVAL)
+	}
+	if hdr.Job != "" && h.jobs != nil {
+		start := time.Now()
+		resp, err := h.call(ctx, op, req)
+		h.jobs.Record(hdr.Job, OpName(op), 0, 0, time.Since(start), err != nil)
+		if err != nil {
+			return nil, err
+		}
+		return marshal(resp), nil
 	}
 	resp, err := h.call(ctx, op, req)
 	if err != nil {
@@ -81,6 +101,14 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		return h.callAdmin(ctx, op, req)
 	case OpSetQuota, OpGetQuota, OpSetProject, OpCheckQuota:
 		return h.callQuota(ctx, op, req)
+	case OpParams, OpParamSet:
+		return h.callParams(ctx, op, req)
+	case OpJobStats:
+		if h.jobStats == nil {
+			return nil, fmt.Errorf("metarpc: the service keeps no job statistics: %w", syscall.ENOSYS)
+		}
+		st, err := h.jobStats.JobStats(ctx, req.(*jobStatsReq).Job)
+		return &jobStatsResp{st}, err
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {
 			return nil, errNoExt

@@ -12,9 +12,10 @@ import (
 
 // HeaderVersion is the version of the request header that starts every
 // request body. A server refuses (EINVAL) a version it does not know.
-// Version 2 appended the request's sequence number; version 1 headers are
-// still read (sequence number 0: no dedupe).
-const HeaderVersion = 2
+// Version 2 appended the request's sequence number, version 3 the job id;
+// version 1 and 2 headers are still read (sequence number 0: no dedupe;
+// no job).
+const HeaderVersion = 3
 
 // header is what every request says besides its operation: for whom it is
 // made and in which session.
@@ -26,6 +27,8 @@ const HeaderVersion = 2
 //	n × u32 supplementary groups
 //	16 B    session id
 //	u64     seq: a mutation's sequence number in the session (0: none)
+//	str     job id (u32 length, at most proto.MaxJobID bytes; "": none),
+//	        see proto.ValidJobID
 //
 // The server trusts the credentials only as far as it trusts the peer:
 // root squash and the client allow-list apply (meta.Access), and every
@@ -34,6 +37,7 @@ type header struct {
 	Cred    proto.Cred
 	Session proto.SessionID
 	Seq     uint64
+	Job     string
 }
 
 func (h *header) encode(e *wire.Encoder) {
@@ -47,6 +51,7 @@ func (h *header) encode(e *wire.Encoder) {
 	e.U64(binary.LittleEndian.Uint64(h.Session[:8]))
 	e.U64(binary.LittleEndian.Uint64(h.Session[8:]))
 	e.U64(h.Seq)
+	e.String(h.Job)
 }
 
 // decodeHeader reads the header off the front of a request body and
@@ -55,8 +60,8 @@ func decodeHeader(b []byte) (header, []byte, error) {
 	var h header
 	d := wire.NewDecoder(b)
 	v := d.U8()
-	if d.Err() == nil && v != 1 && v != HeaderVersion {
-		return h, nil, fmt.Errorf("metarpc: request header version %d not supported", v)
+	if d.Err() == nil && (v < 1 || v > HeaderVersion) {
+		return h, nil, fmt.Errorf("metarpc: request header version %d not supported (this server reads 1 to %d)", v, HeaderVersion)
 	}
 	h.Cred.Uid = d.U32()
 	h.Cred.Gid = d.U32()
@@ -70,6 +75,14 @@ func decodeHeader(b []byte) (header, []byte, error) {
 	binary.LittleEndian.PutUint64(h.Session[8:], d.U64())
 	if v >= 2 {
 		h.Seq = d.U64()
+	}
+	if v >= 3 {
+		h.Job = d.StringMax(proto.MaxJobID)
+		if d.Err() == nil {
+			if err := proto.ValidJobID(h.Job); err != nil {
+				return h, nil, fmt.Errorf("metarpc: request header: %w", err)
+			}
+		}
 	}
 	if err := d.Err(); err != nil {
 		return h, nil, fmt.Errorf("metarpc: decode request header: %w", err)
@@ -112,8 +125,9 @@ func WithCred(cr proto.Cred) Option {
 // session sess as request seq (0: no dedupe).
 func (c *Client) header(ctx context.Context, sess *clientSession, seq uint64) []byte {
 	cr, ok := proto.CredFrom(ctx)
+	job := proto.JobFrom(ctx)
 	if !ok {
-		if seq == 0 {
+		if seq == 0 && job == "" {
 			return sess.defHeader
 		}
 		cr = c.cred
@@ -121,7 +135,7 @@ func (c *Client) header(ctx context.Context, sess *clientSession, seq uint64) []
 	if len(cr.Groups) > proto.MaxGroups {
 		cr.Groups = cr.Groups[:proto.MaxGroups]
 	}
-	e := wire.NewEncoder(37 + 4*len(cr.Groups))
-	(&header{Cred: cr, Session: sess.id, Seq: seq}).encode(e)
+	e := wire.NewEncoder(41 + len(job) + 4*len(cr.Groups))
+	(&header{Cred: cr, Session: sess.id, Seq: seq, Job: job}).encode(e)
 	return e.B
 }

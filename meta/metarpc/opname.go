@@ -18,6 +18,7 @@ var opNames = map[uint16]string{
 	OpFSID: "fsid", OpMarkStale: "mark_stale", OpClearStale: "clear_stale",
 	OpGroup: "group", OpSetQuota: "set_quota", OpGetQuota: "get_quota",
 	OpSetProject: "set_project", OpCheckQuota: "check_quota",
+	OpJobStats: "jobstats", OpParams: "params", OpParamSet: "param_set",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.

@@ -18,6 +18,7 @@ const (
 	PrefixTargetUID = 'u'
 	PrefixReply     = 's' // remembered replies of client requests, per session
 	PrefixQuota     = 'q' // one quota account: usage and limits of a user, group or project
+	PrefixParam     = 'p' // run-time parameters set with --persist (meta/params.go)
 )
 
 // Counter names.
@@ -148,3 +149,6 @@ func ParseU64Suffix(k []byte) (uint64, bool) {
 	}
 	return binary.BigEndian.Uint64(k[1:9]), true
 }
+
+// ParamKey is "p" + the parameter's name; the value is its text.
+func ParamKey(name string) []byte { return append([]byte{PrefixParam}, name...) }

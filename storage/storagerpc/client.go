@@ -30,6 +30,10 @@ func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ..
 	if err != nil {
 		return nil, fmt.Errorf("storagerpc: target %d: %w", t, err)
 	}
+	if job := proto.JobFrom(ctx); job != "" {
+		// Counted for the job by the server (OpJob).
+		return c.pool.Call(ctx, addr, jobOp(op), append([][]byte{jobEnvelope(op, job)}, parts...)...)
+	}
 	return c.pool.Call(ctx, addr, op, parts...)
 }
 

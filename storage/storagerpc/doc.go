@@ -17,6 +17,14 @@
 //	OpExtend   115  cap, target u32, ino u64, stripe u32, size u64          -> empty (grow only)
 //	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
+//	OpJob      140  u8 version, u16 inner op, str job, the inner body  -> the inner op's answer
+//	OpJobRead  142  OpJob around OpRead;  OpJobWrite 143: around OpWrite
+//	OpJobStats 141  u8 version, str job ("": all)                       -> proto.EncodeJobStats (servers only)
+//
+// The Client sends a request whose ctx names a job (proto.WithJob) as
+// OpJob (OpJobRead, OpJobWrite) so the server counts it for the job in
+// Options.Jobs (package jobstats), with its data bytes; the inner request
+// is authorized and served as if it came alone.
 //
 // OpCopy goes to the destination's server, which reads the source itself
 // (its own target, or the source's server as a storage server, through

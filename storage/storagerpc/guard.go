@@ -13,6 +13,7 @@ import (
 	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/internal/checks"
 	"github.com/weft-fs/weft/internal/ratelog"
+	"github.com/weft-fs/weft/jobstats"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
@@ -42,6 +43,10 @@ type Options struct {
 	// ReadBytesPerServer bounds the same over all connections. Default
 	// DefaultReadBytesPerServer; raised to ReadBytesPerConn if smaller.
 	ReadBytesPerServer int64
+
+	// Jobs, if set, counts the requests that name a job (OpJob); nil:
+	// they are served but not counted, and OpJobStats answers ENOSYS.
+	Jobs *jobstats.Table
 }
 
 // guard decides whether a request may reach the service, by the peer's role

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/weft-fs/weft/internal/bufpool"
+	"github.com/weft-fs/weft/jobstats"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
@@ -45,6 +46,8 @@ type Handler struct {
 	sweepAt int                    // len(conns) at which unused entries are dropped
 
 	held atomic.Int64 // read-buffer bytes taken from the budgets
+
+	jobs *jobstats.Table // where OpJob requests are counted; nil: nowhere
 }
 
 // connBudget is one connection's read budget; refs counts the requests
@@ -90,6 +93,7 @@ func New(svc proto.StorageService, o Options) *Handler {
 		server:  semaphore.NewWeighted(o.ReadBytesPerServer),
 		conns:   map[string]*connBudget{},
 		sweepAt: minSweep,
+		jobs:    o.Jobs,
 	}
 }
 
@@ -207,6 +211,17 @@ func (h *Handler) bad(op uint16, req []byte, err error) ([]byte, error) {
 
 // Serve is the transport.Handler.
 func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+	switch op {
+	case OpJob, OpJobRead, OpJobWrite:
+		return h.serveJob(ctx, op, req)
+	case OpJobStats:
+		return h.serveJobStats(ctx, req)
+	}
+	return h.serve(ctx, op, req)
+}
+
+// serve serves every op but the job ones (jobstats.go).
+func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, error) {
 	svc := h.svc
 	switch op {
 	case OpRead:

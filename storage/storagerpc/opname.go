@@ -4,9 +4,9 @@ package storagerpc
 // op is not one.
 func OpName(op uint16) string {
 	switch op {
-	case OpRead:
+	case OpRead, OpJobRead:
 		return "read"
-	case OpWrite:
+	case OpWrite, OpJobWrite:
 		return "write"
 	case OpTruncate:
 		return "truncate"
@@ -26,6 +26,10 @@ func OpName(op uint16) string {
 		return "remove_many"
 	case OpExtend:
 		return "extend"
+	case OpJob:
+		return "job"
+	case OpJobStats:
+		return "jobstats"
 	}
 	return ""
 }

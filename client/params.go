@@ -1,0 +1,84 @@
+package client
+
+import (
+	"context"
+	"log/slog"
+	"sync/atomic"
+
+	"github.com/weft-fs/weft/internal/units"
+	"github.com/weft-fs/weft/meta/metarpc"
+)
+
+// paramLister is what a metadata service offers for run-time parameters
+// (metarpc.Client has it; see docs/params.md).
+type paramLister interface {
+	Params(ctx context.Context) ([]metarpc.Param, error)
+}
+
+// clientParams are the run-time parameters the client applies, fetched
+// from the metadata service with every session renewal.
+type clientParams struct {
+	raWindow atomic.Uint64 // client.read_ahead in bytes; 0: auto (raGeometry's)
+	applied  atomic.Pointer[map[string]string]
+}
+
+// ReadAheadWindow returns the read-ahead window set by the parameter
+// client.read_ahead (0: auto, from each file's layout).
+func (c *Client) ReadAheadWindow() uint64 { return c.params.raWindow.Load() }
+
+// applyParams fetches the run-time parameters and applies those the client
+// reads: client.read_ahead and log.level.client. A failure is logged and
+// leaves the current values (the next renewal tries again).
+func (c *Client) applyParams(ctx context.Context) {
+	svc := c.meta
+	if rm, ok := svc.(releasingMeta); ok {
+		svc = rm.MetaService
+	}
+	pl, ok := svc.(paramLister)
+	if !ok {
+		return
+	}
+	ps, err := pl.Params(ctx)
+	if err != nil {
+		c.log.Debug("client: fetching run-time parameters failed", "err", err)
+		return
+	}
+	now := map[string]string{}
+	for _, p := range ps {
+		now[p.Name] = p.Value
+	}
+	if old := c.params.applied.Load(); old != nil && mapsEqual(*old, now) {
+		return
+	}
+	var window uint64
+	if v := now["client.read_ahead"]; v != "" && v != "auto" {
+		if n, err := units.ParseSize(v); err == nil {
+			window = n
+		}
+	}
+	c.params.raWindow.Store(window)
+	if lv := c.cfg.LogLevel; lv != nil {
+		level := c.cfg.DefaultLogLevel
+		if v := now["log.level.client"]; v != "" {
+			var l slog.Level
+			if l.UnmarshalText([]byte(v)) == nil {
+				level = l
+			}
+		}
+		lv.Set(level)
+	}
+	c.params.applied.Store(&now)
+	c.log.Info("client: run-time parameters applied", "client.read_ahead", now["client.read_ahead"], "log.level.client", now["log.level.client"])
+}
+
+func mapsEqual(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			return false
+		}
+	}
+	return true
+}

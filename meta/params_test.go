@@ -1,0 +1,82 @@
+package meta
+
+import (
+	"errors"
+	"log/slog"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+func paramOf(t *testing.T, e *env, name string) ParamValue {
+	t.Helper()
+	ps, err := e.srv.ListParams(ctx)
+	e.must(err)
+	for _, p := range ps {
+		if p.Name == name {
+			return p
+		}
+	}
+	t.Fatalf("no parameter %s in %+v", name, ps)
+	return ParamValue{}
+}
+
+// TestParams: defaults, a set that lasts until a restart, a persisted one
+// that survives it, the log level applied at once, and refusals (a plain
+// user, an unknown name, a bad value) that change nothing.
+func TestParams(t *testing.T) {
+	level := new(slog.LevelVar)
+	level.Set(slog.LevelWarn)
+	e := newEnv(t, func(o *Options) { o.LogLevel = level; o.DefaultLogLevel = slog.LevelWarn })
+	if p := paramOf(t, e, "client.checksums"); p.Value != "on" || p.Source != "default" {
+		t.Fatalf("default %+v", p)
+	}
+	root := remote("host-a", 1)
+	e.must(e.srv.SetParam(root, "client.checksums", "false", false))
+	e.must(e.srv.SetParam(root, "rebuild.rate", "100MiB", true))
+	e.must(e.srv.SetParam(root, "log.level.meta", "DEBUG", false))
+	if p := paramOf(t, e, "client.checksums"); p.Value != "off" || p.Source != "set" {
+		t.Fatalf("set %+v", p)
+	}
+	if p := paramOf(t, e, "rebuild.rate"); p.Value != "100 MiB" && p.Value != "100MiB" || p.Source != "persisted" {
+		t.Fatalf("persisted %+v", p)
+	}
+	if level.Level() != slog.LevelDebug {
+		t.Fatalf("log level %v after log.level.meta=debug", level.Level())
+	}
+
+	user := proto.WithCred(remote("host-a", 1), proto.Cred{Uid: 1000, Gid: 1000})
+	if err := e.srv.SetParam(user, "rebuild.rate", "1", true); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("a plain user set a parameter: %v", err)
+	}
+	for _, bad := range [][2]string{{"no.such", "1"}, {"rebuild.rate", "fast"}, {"client.checksums", "maybe"}, {"log.level.meta", "loud"}} {
+		if err := e.srv.SetParam(root, bad[0], bad[1], true); !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), bad[0]) {
+			t.Fatalf("set %s=%s: %v, want EINVAL naming it", bad[0], bad[1], err)
+		}
+	}
+	if p := paramOf(t, e, "rebuild.rate"); p.Source != "persisted" || p.Value == "0" {
+		t.Fatalf("a refused set changed rebuild.rate: %+v", p)
+	}
+
+	// Across a restart: the persisted value stays, the others are back
+	// to their defaults; a persisted log level applies from the start.
+	e.must(e.srv.SetParam(root, "log.level.meta", "error", true))
+	level.Set(slog.LevelWarn)
+	e.restart()
+	if p := paramOf(t, e, "client.checksums"); p.Value != "on" || p.Source != "default" {
+		t.Fatalf("after restart %+v", p)
+	}
+	if p := paramOf(t, e, "rebuild.rate"); p.Source != "persisted" {
+		t.Fatalf("after restart %+v", p)
+	}
+	if level.Level() != slog.LevelError {
+		t.Fatalf("log level %v after a restart with log.level.meta=error persisted", level.Level())
+	}
+	// "" sets the daemon's own --log-level back.
+	e.must(e.srv.SetParam(root, "log.level.meta", "", true))
+	if level.Level() != slog.LevelWarn {
+		t.Fatalf("log level %v after log.level.meta=\"\"", level.Level())
+	}
+}
