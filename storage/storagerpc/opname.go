@@ -27,5 +27,5 @@ func OpName(op uint16) string {
 	case OpExtend:
 		return "extend"
 	}
-	return ""
+	return rowOpName(op)
 }
