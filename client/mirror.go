@@ -355,6 +355,19 @@ func (c *Client) resyncSlot(ctx context.Context, st *inodeState, l layout.Layout
 	buf := make([]byte, min(n, resyncChunk))
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
+	// Fence the copy before repairing it: a write sent to it before it was
+	// marked stale (its server stopped or cut off), delivered only now,
+	// carries an older capability and is refused, so it cannot overwrite
+	// the repair.
+	rv, err := c.rowVersions()
+	if err != nil {
+		return err
+	}
+	if err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
+		return rv.Fence(ctx, dst, st.objectOf(slot))
+	}); err != nil {
+		return fmt.Errorf("client: resync ino %d slot %d: fence on target %d: %w", st.ino, slot, dst, err)
+	}
 	for off := uint64(0); off < n; {
 		p := buf[:min(uint64(len(buf)), n-off)]
 		e := layout.Extent{Stripe: stripe, FileOff: off, ObjOff: off, Len: uint64(len(p))}
@@ -371,7 +384,7 @@ func (c *Client) resyncSlot(ctx context.Context, st *inodeState, l layout.Layout
 		}
 		off += uint64(len(p))
 	}
-	err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
+	err = st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
 		if err := c.storage.Truncate(ctx, dst, st.objectOf(slot), n); err != nil {
 			return err
 		}

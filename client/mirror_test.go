@@ -79,6 +79,28 @@ func (f *flakyStorage) Extend(ctx context.Context, t proto.TargetID, o proto.Obj
 	return f.StorageService.(proto.ObjectExtender).Extend(ctx, t, o, size)
 }
 
+func (f *flakyStorage) ReadRow(ctx context.Context, t proto.TargetID, o proto.ObjectID, off, unit uint64, p []byte) (int, proto.RowVersion, error) {
+	f.reads.Add(1)
+	if err := f.check(ctx, t); err != nil {
+		return 0, proto.RowVersion{}, err
+	}
+	return f.StorageService.(proto.RowVersioner).ReadRow(ctx, t, o, off, unit, p)
+}
+
+func (f *flakyStorage) WriteRow(ctx context.Context, t proto.TargetID, o proto.ObjectID, w proto.RowWrite) (uint64, error) {
+	if err := f.check(ctx, t); err != nil {
+		return 0, err
+	}
+	return f.StorageService.(proto.RowVersioner).WriteRow(ctx, t, o, w)
+}
+
+func (f *flakyStorage) Fence(ctx context.Context, t proto.TargetID, o proto.ObjectID) error {
+	if err := f.check(ctx, t); err != nil {
+		return err
+	}
+	return f.StorageService.(proto.RowVersioner).Fence(ctx, t, o)
+}
+
 func (f *flakyStorage) Sync(ctx context.Context, t proto.TargetID, o proto.ObjectID) error {
 	if err := f.check(ctx, t); err != nil {
 		return err
