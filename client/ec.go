@@ -523,3 +523,66 @@ func (c *Client) ecResyncSlot(ctx context.Context, st *inodeState, l layout.Layo
 		return c.storage.Sync(ctx, l.Targets[slot], st.objectOf(slot))
 	})
 }
+
+// ecRepairRows re-encodes every row of a file of size bytes whose fresh
+// shards do not all hold one clean version: rows left so by a writer that
+// died between its shard writes (its data shard written, parity not) or by
+// a storage server killed in a write. Such a row reads right while its
+// data shards are readable, but cannot be reconstructed; the repair
+// computes its parity from its data again (conditionally, as any row
+// update) and gives every shard one version. It returns the rows repaired.
+func (c *Client) ecRepairRows(ctx context.Context, st *inodeState, l layout.Layout, size uint64) (int, error) {
+	rv, err := c.rowVersions()
+	if err != nil {
+		return 0, err
+	}
+	rb, s, w := l.RowBytes(), l.StripeSize, l.Width()
+	repaired := 0
+	for q := uint64(0); q*rb < size; q++ {
+		g := int(q % uint64(l.StripeCount))
+		objOff := (q / uint64(l.StripeCount)) * s
+		vers := make([]proto.RowVersion, w)
+		ok := make([]bool, w)
+		var wg sync.WaitGroup
+		for j := range w {
+			slot := l.Slot(g, j)
+			if l.IsStale(slot) {
+				continue
+			}
+			wg.Go(func() {
+				err := st.withCap(ctx, proto.AccessRead, func(ctx context.Context) (err error) {
+					_, vers[j], err = rv.ReadRow(ctx, l.Targets[slot], st.objectOf(slot), objOff, s, nil)
+					return err
+				})
+				ok[j] = err == nil
+			})
+		}
+		wg.Wait()
+		var first *proto.RowVersion
+		agree := true
+		for j := range w {
+			if !ok[j] {
+				continue
+			}
+			if vers[j].Dirty || (first != nil && vers[j] != *first) {
+				agree = false
+			}
+			if first == nil {
+				first = &vers[j]
+			}
+		}
+		if agree {
+			continue
+		}
+		c.log.Warn("ec row versions disagree: re-encoding the row", "ino", st.ino, "row", q, "versions", vers)
+		mu := c.rows.lock(st.ino, st.gen, q)
+		mu.Lock()
+		err := c.ecUpdateRow(ctx, st, l, q, 0, nil, size, true)
+		mu.Unlock()
+		if err != nil {
+			return repaired, fmt.Errorf("client: repair ino %d row %d: %w", st.ino, q, err)
+		}
+		repaired++
+	}
+	return repaired, nil
+}

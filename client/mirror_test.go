@@ -28,6 +28,9 @@ type flakyStorage struct {
 	mu    sync.Mutex
 	state map[proto.TargetID]string // "down", "frozen"
 	reads atomic.Int64
+	// rowHook, if set, runs each WriteRow instead of the storage: next
+	// is the storage's (ecversions_test.go stops writes at crash points).
+	rowHook atomic.Pointer[func(ctx context.Context, t proto.TargetID, w proto.RowWrite, next func() error) error]
 }
 
 func (f *flakyStorage) set(t proto.TargetID, s string) {
@@ -91,7 +94,16 @@ func (f *flakyStorage) WriteRow(ctx context.Context, t proto.TargetID, o proto.O
 	if err := f.check(ctx, t); err != nil {
 		return 0, err
 	}
-	return f.StorageService.(proto.RowVersioner).WriteRow(ctx, t, o, w)
+	rv := f.StorageService.(proto.RowVersioner)
+	if h := f.rowHook.Load(); h != nil {
+		var v uint64
+		err := (*h)(ctx, t, w, func() (err error) {
+			v, err = rv.WriteRow(ctx, t, o, w)
+			return err
+		})
+		return v, err
+	}
+	return rv.WriteRow(ctx, t, o, w)
 }
 
 func (f *flakyStorage) Fence(ctx context.Context, t proto.TargetID, o proto.ObjectID) error {
