@@ -193,3 +193,55 @@ func TestECConcurrentPartialWriters(t *testing.T) {
 		}
 	}
 }
+
+// TestMirrorLateWriteFenced: a write to a copy whose server froze (the
+// client gave up on it and marked the copy stale) is applied by that
+// server only after resync repaired the copy. The repair fenced the copy,
+// so the late write is refused and the repaired copy keeps the file's
+// bytes; without the fence it would hold the late write's older bytes.
+func TestMirrorLateWriteFenced(t *testing.T) {
+	e := newMirrorEnv(t)
+	ctx := context.Background()
+	c := e.client(t)
+	f, a := createMirror(t, c, "m")
+	a1 := bytes.Repeat([]byte{0xa1}, 100<<10)
+	if _, err := f.Write(ctx, a1, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	frozen := a.Layout.Targets[1]
+	e.storage.set(frozen, "capture")
+	b := bytes.Repeat([]byte{0xb2}, 100<<10)
+	if _, err := f.Write(ctx, b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fsync(ctx); err != nil { // gives up on the frozen copy, marks it stale
+		t.Fatal(err)
+	}
+	cur := bytes.Repeat([]byte{0xc3}, 100<<10)
+	if _, err := f.Write(ctx, cur, 0); err != nil { // the fresh copy only
+		t.Fatal(err)
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	e.storage.mu.Lock()
+	late := e.storage.late
+	e.storage.state[frozen] = ""
+	e.storage.mu.Unlock()
+	if len(late) == 0 {
+		t.Fatal("no write reached the frozen copy")
+	}
+	resyncEventually(t, e.client(t), a.Ino, 1)
+	for _, w := range late {
+		if err := w(); !errors.Is(err, syscall.EACCES) {
+			t.Fatalf("late write after the repair: %v, want refused (EACCES)", err)
+		}
+	}
+	e.storage.set(a.Layout.Targets[0], "down") // read the repaired copy
+	if got := readAll(t, e.client(t), a.Ino, len(cur)); !bytes.Equal(got, cur) {
+		t.Fatal("the repaired copy does not hold the file's bytes after the late write")
+	}
+}
