@@ -26,27 +26,28 @@ import (
 //
 //   - Writes go row by row, under a lock per row held by this client: a
 //     write covering a whole row encodes parity from its own bytes; a
-//     partial one reads the row's data (reconstructing shards that are
-//     stale or fail), merges, encodes, and writes the changed data and all
-//     parity. Shards that fail are marked stale; the metadata server
-//     refuses a mark that would leave fewer than ECData shards of a stripe
-//     fresh, and then the write fails.
+//     partial one reads the row's data and versions (reconstructing shards
+//     that are stale or fail), merges, encodes, and writes every shard of
+//     the row with one new tag, conditionally on the versions read (see
+//     "Object versions" in doc.go); a conflict redoes the row. Shards that
+//     fail are marked stale; the metadata server refuses a mark that would
+//     leave fewer than ECData shards of a stripe fresh, and then the write
+//     fails.
 //   - Parity of a row is written as long as the row's first data shard
 //     reaches (the rest would be parity of zeros, and reads as zeros).
 //   - Reads read the data shard; if it is stale, fails, does not answer
 //     within MirrorGrace, or is shorter than the file (ObjectsSized), they
-//     read the same range of the other shards and reconstruct it (a
-//     target that failed is not asked first again for a while).
+//     read the same range of the other shards with their versions and
+//     decode it from shards of one version (a target that failed is not
+//     asked first again for a while).
 //   - Truncate truncates the data shards to their shares and the parity
 //     to the first shard's, then recomputes the parity of the row the new
 //     end falls in.
 //
-// Limits: the row lock is per client. Partial-row writes from two mounts
-// to one row at the same time can leave parity that does not match the
-// data (reads stay right while every data shard is readable; a
-// reconstruction from that row would be wrong); a crash between a row's
-// data and parity writes likewise. Object versions (conditional writes)
-// would close both.
+// Limits: a row a crash left with mixed versions is repaired only by its
+// next write or by resync; until then a lost data shard of it decodes to
+// the row before the unfinished update (or EIO with fewer than ECData
+// shards agreeing).
 
 // rowLocks serializes read-modify-write of one row within this client.
 type rowLocks struct {
