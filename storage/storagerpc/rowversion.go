@@ -118,7 +118,7 @@ func (h *Handler) serveRow(ctx context.Context, op uint16, req []byte) (resp []b
 		if !isRV {
 			return nil, true, fmt.Errorf("storagerpc: this storage has no object versions: %w", syscall.ENOSYS)
 		}
-		g, err := h.acquire(ctx, readCost(r.Len+9))
+		g, err := h.acquire(ctx, readCost(r.Len)) // (and 9 bytes of version, not counted)
 		if err != nil {
 			return nil, true, err
 		}
