@@ -39,7 +39,37 @@
 // EC files (ec.go) are written row by row (ECData stripe units of one
 // stripe, contiguous in the file) under a per-row lock of this client:
 // whole rows are encoded from the write, partial ones read, merge and
-// re-encode; reads reconstruct stale or failing shards. New files' objects
+// re-encode; reads reconstruct stale or failing shards.
+//
+// Object versions make partial rows safe across mounts and crashes (the
+// protocol, with storage's proto.RowVersioner):
+//
+//   - Every shard object keeps a version per row: a tag, and whether a
+//     write setting it was interrupted (dirty). Storage changes a row's tag
+//     whenever its bytes change (a versioned write sets the writer's tag;
+//     a plain write or truncate a fresh random one).
+//   - A row update picks a new random tag and writes every fresh shard of
+//     the row with it: changed data bytes, all parity, the tag alone on
+//     unchanged data shards. A partial row is first read with each shard's
+//     version, and each write is conditional on it; a conflict (EAGAIN, a
+//     write by another mount in between) redoes the whole update from a
+//     fresh read after a growing random wait.
+//   - Invariant: a row whose shards all hold one clean tag was last
+//     written, on every shard, by one update conditioned on what it read,
+//     so its parity encodes its data. Reconstruction (ecReconstructRow)
+//     decodes only shards of one clean version, at least ECData of them,
+//     or fails with EIO: never from mismatched shards.
+//   - A row left mixed (a writer died between its shard writes) reads
+//     right from its data shards; its next update, or resync
+//     (ecRepairRows), re-encodes it from its data.
+//   - Resync fences the object it rewrites (mirror copies and EC shards):
+//     the storage server then refuses writes whose capability was issued
+//     before the repair's, so a write delayed in a frozen server cannot
+//     overwrite the repair. Rebuilt EC rows take the version they were
+//     decoded at.
+//   - A row is written in one request per shard: EC stripe sizes above
+//     storagerpc.MaxIO (16 MiB) are not supported by versioned writes. New files' objects
+//
 // are kept as long as their share of the recorded size (sized.go), so a
 // shorter object is lost data: read from redundancy, or EIO.
 //

@@ -5,8 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"hash/maphash"
+	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/klauspost/reedsolomon"
 
@@ -23,27 +26,28 @@ import (
 //
 //   - Writes go row by row, under a lock per row held by this client: a
 //     write covering a whole row encodes parity from its own bytes; a
-//     partial one reads the row's data (reconstructing shards that are
-//     stale or fail), merges, encodes, and writes the changed data and all
-//     parity. Shards that fail are marked stale; the metadata server
-//     refuses a mark that would leave fewer than ECData shards of a stripe
-//     fresh, and then the write fails.
+//     partial one reads the row's data and versions (reconstructing shards
+//     that are stale or fail), merges, encodes, and writes every shard of
+//     the row with one new tag, conditionally on the versions read (see
+//     "Object versions" in doc.go); a conflict redoes the row. Shards that
+//     fail are marked stale; the metadata server refuses a mark that would
+//     leave fewer than ECData shards of a stripe fresh, and then the write
+//     fails.
 //   - Parity of a row is written as long as the row's first data shard
 //     reaches (the rest would be parity of zeros, and reads as zeros).
 //   - Reads read the data shard; if it is stale, fails, does not answer
 //     within MirrorGrace, or is shorter than the file (ObjectsSized), they
-//     read the same range of the other shards and reconstruct it (a
-//     target that failed is not asked first again for a while).
+//     read the same range of the other shards with their versions and
+//     decode it from shards of one version (a target that failed is not
+//     asked first again for a while).
 //   - Truncate truncates the data shards to their shares and the parity
 //     to the first shard's, then recomputes the parity of the row the new
 //     end falls in.
 //
-// Limits: the row lock is per client. Partial-row writes from two mounts
-// to one row at the same time can leave parity that does not match the
-// data (reads stay right while every data shard is readable; a
-// reconstruction from that row would be wrong); a crash between a row's
-// data and parity writes likewise. Object versions (conditional writes)
-// would close both.
+// Limits: a row a crash left with mixed versions is repaired only by its
+// next write or by resync; until then a lost data shard of it decodes to
+// the row before the unfinished update (or EIO with fewer than ECData
+// shards agreeing).
 
 // rowLocks serializes read-modify-write of one row within this client.
 type rowLocks struct {
@@ -96,37 +100,98 @@ func (c *Client) ecWrite(ctx context.Context, st *inodeState, l layout.Layout, o
 	})
 }
 
+// rowVersions returns the storage's versioned access (proto.RowVersioner),
+// which EC writes and reconstructions need.
+func (c *Client) rowVersions() (proto.RowVersioner, error) {
+	rv, ok := c.storage.(proto.RowVersioner)
+	if !ok {
+		return nil, fmt.Errorf("client: the storage service has no object versions (needed by erasure-coded files): %w", syscall.ENOSYS)
+	}
+	return rv, nil
+}
+
+// newRowTag is the version tag of one attempt at updating a row: random,
+// so two writers (or two attempts) never set the same tag.
+func newRowTag() uint64 { return rand.Uint64() | 1 }
+
+// maxRowAttempts bounds the retries of a row update that keeps meeting
+// other writers' versions (each retry waits a random while longer).
+const maxRowAttempts = 200
+
 // ecUpdateRow writes p at offset inRow of row q (the caller holds its
 // lock) of a file of size end, and the row's parity. With p empty it
 // recomputes the parity from the data (after a truncate, which passes
 // checkLen false: the data shards were just cut below the size the
 // metadata server still records, and are right).
+//
+// Every shard of the row is written with the attempt's tag: the changed
+// bytes of data shards, all parity, and an empty write (the tag only) to
+// the data shards whose bytes did not change. A partial row is read with
+// its versions first and each write is conditional on the version read, so
+// a write that meets another writer's (or a repair's) tag changes nothing
+// on that shard; the attempt is then done again from a fresh read, which
+// also repairs what the interrupted attempts left (see "Object versions"
+// in doc.go).
 func (c *Client) ecUpdateRow(ctx context.Context, st *inodeState, l layout.Layout, q, inRow uint64, p []byte, end uint64, checkLen bool) error {
+	rowOff := q * l.RowBytes()
+	if end <= rowOff {
+		return nil
+	}
+	for attempt := 0; ; attempt++ {
+		conflict, err := c.ecUpdateRowOnce(ctx, st, l, q, inRow, p, end, checkLen)
+		if err != nil || !conflict {
+			return err
+		}
+		if attempt+1 >= maxRowAttempts {
+			return fmt.Errorf("client: ec write ino %d row %d: %d attempts met other writers' versions: %w", st.ino, q, maxRowAttempts, syscall.EAGAIN)
+		}
+		// Another writer of the row (another mount) won some shards: wait
+		// a random while, growing, so one of the two finishes first.
+		wait := time.Duration(rand.Int64N(int64(time.Millisecond) << min(attempt, 6)))
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(wait):
+		}
+		st.mu.Lock()
+		if cur := st.layout; len(cur.Targets) > 0 {
+			l = cur // with stale marks made by the attempt
+		}
+		st.mu.Unlock()
+	}
+}
+
+// ecUpdateRowOnce is one attempt of ecUpdateRow; conflict reports that a
+// conditional write met another version (the attempt must be redone).
+func (c *Client) ecUpdateRowOnce(ctx context.Context, st *inodeState, l layout.Layout, q, inRow uint64, p []byte, end uint64, checkLen bool) (conflict bool, err error) {
 	enc, err := c.coder(l)
 	if err != nil {
-		return err
+		return false, err
+	}
+	rv, err := c.rowVersions()
+	if err != nil {
+		return false, err
 	}
 	k, m, s := int(l.ECData), int(l.ECParity), l.StripeSize
 	g := int(q % uint64(l.StripeCount))
 	objOff := (q / uint64(l.StripeCount)) * s
-	rowOff := q * l.RowBytes()
-	plen := uint64(0)
-	if end > rowOff {
-		plen = min(s, end-rowOff)
-	}
-	if plen == 0 {
-		return nil
-	}
+	plen := min(s, end-q*l.RowBytes())
 	shards := make([][]byte, k+m)
 	for i := range shards {
 		shards[i] = make([]byte, plen)
 	}
-	if !(inRow == 0 && uint64(len(p)) == l.RowBytes()) {
-		// A partial row: the other bytes come from the data shards.
-		if err := parallel(k, func(j int) error {
-			return c.ecReadShard(ctx, st, l, g, j, objOff, shards[j], checkLen)
-		}); err != nil {
+	full := inRow == 0 && uint64(len(p)) == l.RowBytes()
+	vers := make([]proto.RowVersion, k+m)
+	known := make([]bool, k+m) // vers[j] was read: write shard j on that condition
+	if !full {
+		// A partial row: the other bytes come from the data shards, read
+		// with every shard's version.
+		if err := parallel(k+m, func(j int) error {
+			var err error
+			vers[j], known[j], err = c.ecReadRowShard(ctx, st, l, g, j, objOff, shards[j], checkLen)
 			return err
+		}); err != nil {
+			return false, err
 		}
 	}
 	for i := 0; i < len(p); {
@@ -135,39 +200,90 @@ func (c *Client) ecUpdateRow(ctx context.Context, st *inodeState, l layout.Layou
 		i += copy(shards[j][at:], p[i:])
 	}
 	if err := enc.Encode(shards); err != nil {
-		return fmt.Errorf("client: ec encode ino %d row %d: %w", st.ino, q, err)
+		return false, fmt.Errorf("client: ec encode ino %d row %d: %w", st.ino, q, err)
 	}
-	type piece struct {
-		slot   int
-		off    uint64
-		data   []byte
-		parity bool
-	}
-	var pieces []piece
-	for j := range k {
-		a, b := max(inRow, uint64(j)*s), min(inRow+uint64(len(p)), uint64(j+1)*s)
-		if a < b {
-			pieces = append(pieces, piece{slot: l.Slot(g, j), off: objOff + a - uint64(j)*s, data: shards[j][a-uint64(j)*s : b-uint64(j)*s]})
+	tag := newRowTag()
+	writes := map[int]proto.RowWrite{}
+	for j := range k + m {
+		slot := l.Slot(g, j)
+		if l.IsStale(slot) {
+			continue
 		}
+		w := proto.RowWrite{Off: objOff, Unit: s, Cond: known[j], Expect: vers[j], Tag: tag}
+		if j >= k {
+			w.Data = shards[j]
+		} else if a, b := max(inRow, uint64(j)*s), min(inRow+uint64(len(p)), uint64(j+1)*s); a < b {
+			w.Off += a - uint64(j)*s
+			w.Data = shards[j][a-uint64(j)*s : b-uint64(j)*s]
+		} // else: unchanged, the tag only
+		writes[slot] = w
 	}
-	for j := k; j < k+m; j++ {
-		pieces = append(pieces, piece{slot: l.Slot(g, j), off: objOff, data: shards[j], parity: true})
+	slots := make([]int, 0, len(writes))
+	for slot := range writes {
+		slots = append(slots, slot)
 	}
-	var slots []int
-	bySlot := map[int]piece{}
-	for _, pc := range pieces {
-		if !l.IsStale(pc.slot) {
-			slots = append(slots, pc.slot)
-			bySlot[pc.slot] = pc
-		}
-	}
-	return c.fanOut(ctx, st, l, slots, fmt.Sprintf("ec write row %d", q), func(ctx context.Context, slot int) error {
-		pc := bySlot[slot]
+	var conflicts atomic.Int32
+	err = c.fanOut(ctx, st, l, slots, fmt.Sprintf("ec write row %d", q), func(ctx context.Context, slot int) error {
 		return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
-			_, err := c.storage.Write(ctx, l.Targets[slot], st.objectOf(slot), pc.off, pc.data)
+			_, err := rv.WriteRow(ctx, l.Targets[slot], st.objectOf(slot), writes[slot])
+			if errors.Is(err, syscall.EAGAIN) {
+				conflicts.Add(1) // not a failure of the shard: redo the row
+				return nil
+			}
 			return err
 		})
 	})
+	return conflicts.Load() > 0, err
+}
+
+// ecReadRowShard reads shard j of stripe g at objOff (data shards into
+// dst, zeros where the object has none; of a parity shard only the
+// version) and returns the shard's version in that row, and whether it
+// was read. A data shard that is stale, fails or (with checkLen) is
+// shorter than the file says is reconstructed from the other shards
+// instead (its version is then not known).
+func (c *Client) ecReadRowShard(ctx context.Context, st *inodeState, l layout.Layout, g, j int, objOff uint64, dst []byte, checkLen bool) (proto.RowVersion, bool, error) {
+	slot := l.Slot(g, j)
+	data := j < int(l.ECData)
+	if !l.IsStale(slot) && !c.suspect(l.Targets[slot]) {
+		rv, err := c.rowVersions()
+		if err != nil {
+			return proto.RowVersion{}, false, err
+		}
+		buf := dst
+		if !data {
+			buf = nil
+		}
+		// The other shards can stand in: a server that does not answer
+		// (stopped, cut off) is given MirrorGrace, not the RPC timeout.
+		gctx, cancel := context.WithTimeout(ctx, c.mirrorGrace())
+		var got int
+		var v proto.RowVersion
+		err = st.withCap(gctx, proto.AccessRead, func(ctx context.Context) (err error) {
+			got, v, err = rv.ReadRow(ctx, l.Targets[slot], st.objectOf(slot), objOff, l.StripeSize, buf)
+			return err
+		})
+		cancel()
+		if errors.Is(err, syscall.ENOENT) {
+			got, err = 0, nil
+		}
+		if err != nil {
+			c.noteSuspect(l.Targets[slot])
+		} else if checkLen && data {
+			col := g*int(l.ECData) + j
+			err = c.checkLength(ctx, st, l, layout.Extent{Stripe: col, ObjOff: objOff, Len: uint64(len(dst))}, got)
+		}
+		if err == nil {
+			clear(buf[got:])
+			return v, true, nil
+		}
+		c.log.Warn("ec shard unreadable", "ino", st.ino, "slot", slot, "err", err)
+	}
+	if !data {
+		return proto.RowVersion{}, false, nil // parity is recomputed, not read
+	}
+	_, err := c.ecReconstructRow(ctx, st, l, g, j, objOff, dst)
+	return proto.RowVersion{}, false, err
 }
 
 // ecReadShard fills dst with data shard j of stripe g at objOff (zeros
@@ -193,7 +309,8 @@ func (c *Client) ecReadShard(ctx context.Context, st *inodeState, l layout.Layou
 		}
 		c.log.Warn("ec shard unreadable, reconstructing it", "ino", st.ino, "slot", slot, "err", err)
 	}
-	return c.ecReconstruct(ctx, st, l, g, j, objOff, dst)
+	_, err := c.ecReconstructRow(ctx, st, l, g, j, objOff, dst)
+	return err
 }
 
 // readSlot reads the object of slot at off into dst; a missing object
@@ -209,15 +326,26 @@ func (c *Client) readSlot(ctx context.Context, st *inodeState, l layout.Layout, 
 	return got, err
 }
 
-// ecReconstruct computes shard want (data or parity) of stripe g over
-// [objOff, objOff+len(dst)) from the other fresh shards of the stripe.
-func (c *Client) ecReconstruct(ctx context.Context, st *inodeState, l layout.Layout, g, want int, objOff uint64, dst []byte) error {
+// ecReconstructRow computes shard want (data or parity) of stripe g over
+// [objOff, objOff+len(dst)), which lies in one row, from the other fresh
+// shards of the stripe, and returns the version it was decoded at. Only
+// shards of one version, read clean, are decoded together: after a crash
+// or a race between two writers a row's shards may hold different
+// versions, and decoding across them would give wrong bytes. The version
+// held by most shards is used (it needs ECData of them); with none that
+// large the row cannot be decoded and the read fails with EIO.
+func (c *Client) ecReconstructRow(ctx context.Context, st *inodeState, l layout.Layout, g, want int, objOff uint64, dst []byte) (proto.RowVersion, error) {
 	enc, err := c.coder(l)
 	if err != nil {
-		return err
+		return proto.RowVersion{}, err
+	}
+	rv, err := c.rowVersions()
+	if err != nil {
+		return proto.RowVersion{}, err
 	}
 	w := l.Width()
 	shards := make([][]byte, w)
+	vers := make([]proto.RowVersion, w)
 	errs := make([]error, w)
 	var wg sync.WaitGroup
 	for j := range w {
@@ -227,7 +355,14 @@ func (c *Client) ecReconstruct(ctx context.Context, st *inodeState, l layout.Lay
 		}
 		wg.Go(func() {
 			buf := make([]byte, len(dst))
-			got, err := c.readSlot(ctx, st, l, slot, objOff, buf)
+			var got int
+			err := st.withCap(ctx, proto.AccessRead, func(ctx context.Context) (err error) {
+				got, vers[j], err = rv.ReadRow(ctx, l.Targets[slot], st.objectOf(slot), objOff, l.StripeSize, buf)
+				return err
+			})
+			if errors.Is(err, syscall.ENOENT) {
+				got, err = 0, nil
+			}
 			if err != nil {
 				errs[j] = err
 				c.noteSuspect(l.Targets[slot])
@@ -238,15 +373,27 @@ func (c *Client) ecReconstruct(ctx context.Context, st *inodeState, l layout.Lay
 		})
 	}
 	wg.Wait()
+	count := map[proto.RowVersion]int{}
+	var best proto.RowVersion
 	have := 0
-	for _, sh := range shards {
-		if sh != nil {
-			have++
+	for j, sh := range shards {
+		if sh == nil || vers[j].Dirty {
+			continue
+		}
+		have++
+		count[vers[j]]++
+		if n := count[vers[j]]; n > count[best] || (n == count[best] && vers[j].Tag < best.Tag) {
+			best = vers[j]
 		}
 	}
-	if have < int(l.ECData) {
-		return fmt.Errorf("client: ino %d stripe %d: %d of %d shards readable, %d needed: %w (%w)",
-			st.ino, g, have, w, l.ECData, syscall.EIO, errors.Join(errs...))
+	if count[best] < int(l.ECData) || best.Dirty {
+		return proto.RowVersion{}, fmt.Errorf("client: ino %d stripe %d: %d of %d shards readable, at most %d of one version, %d needed: %w (%w)",
+			st.ino, g, have, w, count[best], l.ECData, syscall.EIO, errors.Join(errs...))
+	}
+	for j := range shards {
+		if shards[j] != nil && vers[j] != best {
+			shards[j] = nil // another version: not part of best's code word
+		}
 	}
 	if want < int(l.ECData) {
 		err = enc.ReconstructData(shards)
@@ -254,10 +401,10 @@ func (c *Client) ecReconstruct(ctx context.Context, st *inodeState, l layout.Lay
 		err = enc.Reconstruct(shards)
 	}
 	if err != nil {
-		return fmt.Errorf("client: ino %d stripe %d: reconstruct: %w (%w)", st.ino, g, err, syscall.EIO)
+		return proto.RowVersion{}, fmt.Errorf("client: ino %d stripe %d: reconstruct: %w (%w)", st.ino, g, err, syscall.EIO)
 	}
 	copy(dst, shards[want])
-	return nil
+	return best, nil
 }
 
 // ecSync syncs data column col's shard and its stripe's parity shards.
@@ -331,31 +478,112 @@ func (c *Client) ecTruncate(ctx context.Context, st *inodeState, l layout.Layout
 }
 
 // ecResyncSlot rebuilds the shard in slot of a file of size bytes, row by
-// row, from the other shards of its stripe.
+// row, from the other shards of its stripe. It fences the object first
+// (proto.RowVersioner.Fence): a write sent to it before it was marked
+// stale, delivered only now, is refused and cannot overwrite the rebuilt
+// rows. Each rebuilt row gets the version it was decoded at, so it joins
+// the other shards of its row.
 func (c *Client) ecResyncSlot(ctx context.Context, st *inodeState, l layout.Layout, slot int, size uint64) error {
+	rv, err := c.rowVersions()
+	if err != nil {
+		return err
+	}
 	w, k, s := l.Width(), int(l.ECData), l.StripeSize
 	g, j := slot/w, slot%w
 	n := l.ObjectSize(size, g*k) // the stripe's first shard, as long as parity
 	if j < k {
 		n = l.ObjectSize(size, g*k+j)
 	}
+	if err := st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+		return rv.Fence(ctx, l.Targets[slot], st.objectOf(slot))
+	}); err != nil {
+		return fmt.Errorf("client: resync ino %d slot %d: fence on target %d: %w", st.ino, slot, l.Targets[slot], err)
+	}
+	// Cut first: a truncate gives the row it ends in a fresh version, which
+	// the row's rewrite below then replaces.
+	if err := st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+		return c.storage.Truncate(ctx, l.Targets[slot], st.objectOf(slot), n)
+	}); err != nil {
+		return fmt.Errorf("client: resync ino %d slot %d: truncate on target %d: %w", st.ino, slot, l.Targets[slot], err)
+	}
 	buf := make([]byte, s)
 	for off := uint64(0); off < n; off += s {
 		p := buf[:min(s, n-off)]
-		if err := c.ecReconstruct(ctx, st, l, g, j, off, p); err != nil {
+		v, err := c.ecReconstructRow(ctx, st, l, g, j, off, p)
+		if err != nil {
 			return err
 		}
 		if err := st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
-			_, err := c.storage.Write(ctx, l.Targets[slot], st.objectOf(slot), off, p)
+			_, err := rv.WriteRow(ctx, l.Targets[slot], st.objectOf(slot), proto.RowWrite{Off: off, Unit: s, Data: p, Tag: v.Tag})
 			return err
 		}); err != nil {
 			return fmt.Errorf("client: resync ino %d slot %d: write to target %d: %w", st.ino, slot, l.Targets[slot], err)
 		}
 	}
 	return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
-		if err := c.storage.Truncate(ctx, l.Targets[slot], st.objectOf(slot), n); err != nil {
-			return err
-		}
 		return c.storage.Sync(ctx, l.Targets[slot], st.objectOf(slot))
 	})
+}
+
+// ecRepairRows re-encodes every row of a file of size bytes whose fresh
+// shards do not all hold one clean version: rows left so by a writer that
+// died between its shard writes (its data shard written, parity not) or by
+// a storage server killed in a write. Such a row reads right while its
+// data shards are readable, but cannot be reconstructed; the repair
+// computes its parity from its data again (conditionally, as any row
+// update) and gives every shard one version. It returns the rows repaired.
+func (c *Client) ecRepairRows(ctx context.Context, st *inodeState, l layout.Layout, size uint64) (int, error) {
+	rv, err := c.rowVersions()
+	if err != nil {
+		return 0, err
+	}
+	rb, s, w := l.RowBytes(), l.StripeSize, l.Width()
+	repaired := 0
+	for q := uint64(0); q*rb < size; q++ {
+		g := int(q % uint64(l.StripeCount))
+		objOff := (q / uint64(l.StripeCount)) * s
+		vers := make([]proto.RowVersion, w)
+		ok := make([]bool, w)
+		var wg sync.WaitGroup
+		for j := range w {
+			slot := l.Slot(g, j)
+			if l.IsStale(slot) {
+				continue
+			}
+			wg.Go(func() {
+				err := st.withCap(ctx, proto.AccessRead, func(ctx context.Context) (err error) {
+					_, vers[j], err = rv.ReadRow(ctx, l.Targets[slot], st.objectOf(slot), objOff, s, nil)
+					return err
+				})
+				ok[j] = err == nil
+			})
+		}
+		wg.Wait()
+		var first *proto.RowVersion
+		agree := true
+		for j := range w {
+			if !ok[j] {
+				continue
+			}
+			if vers[j].Dirty || (first != nil && vers[j] != *first) {
+				agree = false
+			}
+			if first == nil {
+				first = &vers[j]
+			}
+		}
+		if agree {
+			continue
+		}
+		c.log.Warn("ec row versions disagree: re-encoding the row", "ino", st.ino, "row", q, "versions", vers)
+		mu := c.rows.lock(st.ino, st.gen, q)
+		mu.Lock()
+		err := c.ecUpdateRow(ctx, st, l, q, 0, nil, size, true)
+		mu.Unlock()
+		if err != nil {
+			return repaired, fmt.Errorf("client: repair ino %d row %d: %w", st.ino, q, err)
+		}
+		repaired++
+	}
+	return repaired, nil
 }

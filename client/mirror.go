@@ -295,7 +295,9 @@ func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout
 // resyncChunk is how much of an object Resync copies per request.
 const resyncChunk = 1 << 20
 
-// Resync repairs the stale copies of a mirrored file: it copies each
+// Resync repairs the stale copies of a mirrored or erasure-coded file (and,
+// for EC, re-encodes rows whose shards' versions disagree, see
+// ecRepairRows): it copies each
 // stale object's share of the file from a fresh copy of its stripe
 // (holes become zeros), truncates it to its length, syncs it, and then
 // clears the stale marks on the metadata server. It returns how many
@@ -319,13 +321,24 @@ func (c *Client) Resync(ctx context.Context, ino proto.Ino) (int, error) {
 		return 0, fmt.Errorf("client: resync of inode %d: not a regular file: %w", ino, syscall.EINVAL)
 	}
 	l := a.Layout
-	if (l.Kind != layout.Mirror && l.Kind != layout.EC) || len(l.Stale) == 0 {
+	if (l.Kind != layout.Mirror || len(l.Stale) == 0) && l.Kind != layout.EC {
 		return 0, nil
 	}
 	st := &inodeState{c: c, ino: ino, gen: a.Gen}
 	defer st.stopCaps()
 	if _, err := st.renewCap(ctx, proto.AccessReadWrite, nil); err != nil {
 		return 0, err
+	}
+	if l.Kind == layout.EC {
+		// Rows a writer left half-updated (it died between its shard
+		// writes) are re-encoded first: a stale shard is rebuilt from
+		// rows whose fresh shards agree.
+		if _, err := c.ecRepairRows(ctx, st, l, a.Size); err != nil {
+			return 0, err
+		}
+		if len(l.Stale) == 0 {
+			return 0, nil
+		}
 	}
 	for _, slot := range l.Stale {
 		resync := c.resyncSlot
@@ -355,6 +368,19 @@ func (c *Client) resyncSlot(ctx context.Context, st *inodeState, l layout.Layout
 	buf := make([]byte, min(n, resyncChunk))
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
+	// Fence the copy before repairing it: a write sent to it before it was
+	// marked stale (its server stopped or cut off), delivered only now,
+	// carries an older capability and is refused, so it cannot overwrite
+	// the repair.
+	rv, err := c.rowVersions()
+	if err != nil {
+		return err
+	}
+	if err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
+		return rv.Fence(ctx, dst, st.objectOf(slot))
+	}); err != nil {
+		return fmt.Errorf("client: resync ino %d slot %d: fence on target %d: %w", st.ino, slot, dst, err)
+	}
 	for off := uint64(0); off < n; {
 		p := buf[:min(uint64(len(buf)), n-off)]
 		e := layout.Extent{Stripe: stripe, FileOff: off, ObjOff: off, Len: uint64(len(p))}
@@ -371,7 +397,7 @@ func (c *Client) resyncSlot(ctx context.Context, st *inodeState, l layout.Layout
 		}
 		off += uint64(len(p))
 	}
-	err := st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
+	err = st.withCap(rctx, proto.AccessWrite, func(ctx context.Context) error {
 		if err := c.storage.Truncate(ctx, dst, st.objectOf(slot), n); err != nil {
 			return err
 		}

@@ -28,6 +28,10 @@ type flakyStorage struct {
 	mu    sync.Mutex
 	state map[proto.TargetID]string // "down", "frozen"
 	reads atomic.Int64
+	// rowHook, if set, runs each WriteRow instead of the storage: next
+	// is the storage's (ecversions_test.go stops writes at crash points).
+	late    []func() error // writes held by a "capture" target, guarded by mu
+	rowHook atomic.Pointer[func(ctx context.Context, t proto.TargetID, w proto.RowWrite, next func() error) error]
 }
 
 func (f *flakyStorage) set(t proto.TargetID, s string) {
@@ -59,6 +63,23 @@ func (f *flakyStorage) Read(ctx context.Context, t proto.TargetID, o proto.Objec
 }
 
 func (f *flakyStorage) Write(ctx context.Context, t proto.TargetID, o proto.ObjectID, off uint64, p []byte) (uint64, error) {
+	f.mu.Lock()
+	capture := f.state[t] == "capture"
+	f.mu.Unlock()
+	if capture {
+		// A frozen server that will apply the write later (late()),
+		// long after the client gave up on it.
+		late := context.WithoutCancel(ctx)
+		data := append([]byte(nil), p...)
+		f.mu.Lock()
+		f.late = append(f.late, func() error {
+			_, err := f.StorageService.Write(late, t, o, off, data)
+			return err
+		})
+		f.mu.Unlock()
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}
 	if err := f.check(ctx, t); err != nil {
 		return 0, err
 	}
@@ -93,6 +114,37 @@ func (f *flakyStorage) Seek(ctx context.Context, t proto.TargetID, o proto.Objec
 	return f.StorageService.Seek(ctx, t, o, off, what)
 }
 
+func (f *flakyStorage) ReadRow(ctx context.Context, t proto.TargetID, o proto.ObjectID, off, unit uint64, p []byte) (int, proto.RowVersion, error) {
+	f.reads.Add(1)
+	if err := f.check(ctx, t); err != nil {
+		return 0, proto.RowVersion{}, err
+	}
+	return f.StorageService.(proto.RowVersioner).ReadRow(ctx, t, o, off, unit, p)
+}
+
+func (f *flakyStorage) WriteRow(ctx context.Context, t proto.TargetID, o proto.ObjectID, w proto.RowWrite) (uint64, error) {
+	if err := f.check(ctx, t); err != nil {
+		return 0, err
+	}
+	rv := f.StorageService.(proto.RowVersioner)
+	if h := f.rowHook.Load(); h != nil {
+		var v uint64
+		err := (*h)(ctx, t, w, func() (err error) {
+			v, err = rv.WriteRow(ctx, t, o, w)
+			return err
+		})
+		return v, err
+	}
+	return rv.WriteRow(ctx, t, o, w)
+}
+
+func (f *flakyStorage) Fence(ctx context.Context, t proto.TargetID, o proto.ObjectID) error {
+	if err := f.check(ctx, t); err != nil {
+		return err
+	}
+	return f.StorageService.(proto.RowVersioner).Fence(ctx, t, o)
+}
+
 func (f *flakyStorage) Sync(ctx context.Context, t proto.TargetID, o proto.ObjectID) error {
 	if err := f.check(ctx, t); err != nil {
 		return err
@@ -114,7 +166,10 @@ func newMirrorEnv(t *testing.T) *mirrorEnv {
 	ssrv := storage.NewServer()
 	e := &mirrorEnv{storage: &flakyStorage{StorageService: ssrv, state: map[proto.TargetID]string{}}}
 	st := store.NewMem()
-	msrv, err := meta.New(meta.Options{Store: st, Storage: ssrv, Seed: 1, OrphanGrace: time.Hour})
+	// Capabilities are signed (and attached to every storage call) as in a
+	// real cluster: the in-process storage does not check them, but its
+	// fences (ecversions_test.go) compare their issue times.
+	msrv, err := meta.New(meta.Options{Store: st, Storage: ssrv, Seed: 1, OrphanGrace: time.Hour, CapabilityKey: bytes.Repeat([]byte{5}, 32)})
 	if err != nil {
 		t.Fatal(err)
 	}

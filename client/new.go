@@ -131,3 +131,43 @@ func (s *resolvingStorage) Extend(ctx context.Context, t proto.TargetID, obj pro
 	s.r.invalidate(err)
 	return err
 }
+
+// ReadRow, WriteRow and Fence implement proto.RowVersioner when the
+// storage client does.
+func (s *resolvingStorage) rowVersioner() (proto.RowVersioner, error) {
+	rv, ok := s.StorageService.(proto.RowVersioner)
+	if !ok {
+		return nil, fmt.Errorf("client: storage has no object versions: %w", syscall.ENOSYS)
+	}
+	return rv, nil
+}
+
+func (s *resolvingStorage) ReadRow(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off, unit uint64, p []byte) (int, proto.RowVersion, error) {
+	rv, err := s.rowVersioner()
+	if err != nil {
+		return 0, proto.RowVersion{}, err
+	}
+	n, v, err := rv.ReadRow(ctx, t, obj, off, unit, p)
+	s.r.invalidate(err)
+	return n, v, err
+}
+
+func (s *resolvingStorage) WriteRow(ctx context.Context, t proto.TargetID, obj proto.ObjectID, w proto.RowWrite) (uint64, error) {
+	rv, err := s.rowVersioner()
+	if err != nil {
+		return 0, err
+	}
+	v, err := rv.WriteRow(ctx, t, obj, w)
+	s.r.invalidate(err)
+	return v, err
+}
+
+func (s *resolvingStorage) Fence(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+	rv, err := s.rowVersioner()
+	if err != nil {
+		return err
+	}
+	err = rv.Fence(ctx, t, obj)
+	s.r.invalidate(err)
+	return err
+}

@@ -19,6 +19,7 @@ type handle struct {
 	crc  vfs.File
 	size uint64 // data file size
 	hdr  header
+	ver  *verFile // the version file (version.go), nil while the object has none
 
 	// guarded by handleCache.mu
 	refs    int
@@ -29,6 +30,9 @@ type handle struct {
 func (h *handle) close() {
 	h.data.Close()
 	h.crc.Close()
+	if h.ver != nil {
+		h.ver.f.Close()
+	}
 }
 
 // handleCache is a bounded LRU of open objects, so that a target never holds

@@ -12,6 +12,7 @@
 //	objects/00 .. objects/ff   fan-out by the low byte of the inode number
 //	objects/<xx>/<ino>.<gen>.<stripe>      the object's bytes (a plain, maybe sparse, file)
 //	objects/<xx>/<ino>.<gen>.<stripe>.crc  the object's sidecar
+//	objects/<xx>/<ino>.<gen>.<stripe>.ver  its version file (only objects written with versions or fenced)
 //
 // <ino> and <stripe> are decimal, <gen> is the file's generation
 // (proto.ObjectID.Gen) in hex. An object of generation 0 (a file created
@@ -152,6 +153,38 @@
 // object), and the client acknowledges fsync(2) only after Sync. Blocks
 // written after the last Sync may after a power loss read back as EIO (their
 // data and CRC disagree); they never read back as silently wrong data.
+//
+// # Object versions and fences
+//
+// An object may carry a version file (version.go): a 32-byte header (magic
+// "WFTV", format version 1, the unit size in bytes, the fence, a CRC32C of
+// the header) and one 16-byte entry {cur, prev} per unit, a unit being
+// the object's share of one EC row (the client names its size; an object
+// has one unit size, and a request with another fails with EINVAL). A
+// unit's version is its tag cur, dirty while cur != prev; entries past the
+// file's end are tag 0, clean. ReadRow returns a range of one unit with
+// its version, read under the object's lock; WriteRow writes a range of
+// one unit and sets its tag to the writer's, and with a condition only if
+// the unit's version is the expected one (ErrConflict, EAGAIN, changing
+// nothing, otherwise).
+//
+//   - Every change of a unit's bytes changes its tag: a plain Write (or a
+//     zeroing by Space) of a versioned object gives each unit it touches a
+//     fresh random tag, and a truncate down gives one to the unit the new
+//     end falls in and drops the entries of the units past it.
+//   - A write sets its units' entries to {new, old} (dirty) before it
+//     touches the sidecar and data, and to {new, new} after the sidecar's
+//     header; a truncate marks the units it cuts dirty before the data is
+//     cut. So after a kill at any point a unit whose bytes may have
+//     changed reads dirty, never clean with a tag of other bytes. The
+//     version file is fsynced by Sync with the data and sidecar.
+//   - Fence records the issue time of the capability the request carries
+//     (meta's clock); from then on Write, WriteRow, Truncate and Extend
+//     with a capability issued earlier fail with ErrFenced (EACCES). A
+//     fence never moves back. Requests without a capability (servers,
+//     in-process callers, whom the handler trusts) are not fenced, and a
+//     Fence without one does nothing. Remove deletes the version file
+//     first, so a new object of the same name never inherits a fence.
 //
 // # Access control
 //

@@ -396,6 +396,10 @@ func (t *Target) initHandle(obj proto.ObjectID, path string, data vfs.File) (*ha
 		crc.Close()
 		return nil, err
 	}
+	if h.ver, err = t.openVer(obj, path); err != nil {
+		crc.Close()
+		return nil, err
+	}
 	return h, nil
 }
 
@@ -506,7 +510,12 @@ func (t *Target) Read(ctx context.Context, obj proto.ObjectID, off uint64, p []b
 		return 0, err
 	}
 	defer t.cache.release(h)
-	if off >= h.size {
+	return t.readHandle(h, obj, off, p)
+}
+
+// readHandle is Read of an acquired handle, under the object's lock.
+func (t *Target) readHandle(h *handle, obj proto.ObjectID, off uint64, p []byte) (int, error) {
+	if off >= h.size || len(p) == 0 {
 		return 0, nil
 	}
 	n := min(uint64(len(p)), h.size-off)
@@ -562,12 +571,32 @@ func (t *Target) Write(ctx context.Context, obj proto.ObjectID, off uint64, data
 	l := t.lockFor(obj)
 	l.Lock()
 	defer l.Unlock()
-	return t.write(obj, off, data)
+	return t.write(ctx, obj, off, data, nil)
 }
 
-// write is Write under the object's exclusive lock.
-func (t *Target) write(obj proto.ObjectID, off uint64, data []byte) (uint64, error) {
+// write is Write (w nil) or WriteRow under the object's exclusive lock.
+// The version file's entries (version.go) go dirty before the data is
+// touched and clean after the sidecar's header.
+func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data []byte, w *proto.RowWrite) (uint64, error) {
 	end := off + uint64(len(data))
+	if len(data) == 0 && w != nil {
+		h, err := t.acquire(obj, true)
+		if err != nil {
+			return 0, err
+		}
+		defer t.cache.release(h)
+		if err := t.checkFence(ctx, h); err != nil {
+			return 0, err
+		}
+		uu, err := t.planUnits(h, off, end, w)
+		if err != nil {
+			return 0, err
+		}
+		if err := t.doneUnits(h, uu); err != nil {
+			return 0, err
+		}
+		return h.hdr.Version, nil
+	}
 	if len(data) == 0 {
 		h, err := t.acquire(obj, false)
 		if errors.Is(err, errMissing) {
@@ -584,6 +613,13 @@ func (t *Target) write(obj proto.ObjectID, off uint64, data []byte) (uint64, err
 		return 0, err
 	}
 	defer t.cache.release(h)
+	if err := t.checkFence(ctx, h); err != nil {
+		return 0, err
+	}
+	uu, err := t.planUnits(h, off, end, w)
+	if err != nil {
+		return 0, err
+	}
 
 	b0, b1 := off/BlockSize, blocksFor(end)
 	old, err := t.readEntries(h, b0, b1)
@@ -658,6 +694,9 @@ func (t *Target) write(obj proto.ObjectID, off uint64, data []byte) (uint64, err
 		t.cache.drop(obj)
 		return 0, fmt.Errorf("storage: target %s object %s: write at %d: %w", t.dir, objName(obj), off, err)
 	}
+	if err := t.beginUnits(h, uu); err != nil {
+		return fail(err, true)
+	}
 	raw := encodeEntries(make([]byte, 0, len(next)*entrySize), next)
 	if _, err := h.crc.WriteAt(raw, entryOff(b0)); err != nil {
 		return fail(err, true)
@@ -678,6 +717,9 @@ func (t *Target) write(obj proto.ObjectID, off uint64, data []byte) (uint64, err
 	}
 	h.hdr = nh
 	h.size = max(h.size, end)
+	if err := t.doneUnits(h, uu); err != nil {
+		return fail(err, false)
+	}
 	t.writes.Add(1)
 	t.writeBytes.Add(uint64(len(data)))
 	return nh.Version, nil
@@ -737,6 +779,9 @@ func (t *Target) resize(ctx context.Context, obj proto.ObjectID, size uint64, gr
 	if size == h.size || (growOnly && size < h.size) {
 		return nil
 	}
+	if err := t.checkFence(ctx, h); err != nil {
+		return err
+	}
 	wrap := func(err error) error {
 		t.cache.drop(obj)
 		return fmt.Errorf("storage: target %s object %s: truncate to %d: %w", t.dir, objName(obj), size, err)
@@ -759,6 +804,10 @@ func (t *Target) resize(ctx context.Context, obj proto.ObjectID, size uint64, gr
 			if err != nil {
 				return wrap(err)
 			}
+		}
+		uu, err := t.truncateUnits(h, size)
+		if err != nil {
+			return wrap(err)
 		}
 		// A new partial tail block: its bytes past size become zeros.
 		var tail []entry
@@ -797,6 +846,9 @@ func (t *Target) resize(ctx context.Context, obj proto.ObjectID, size uint64, gr
 		}
 		nh.Blocks -= min(freed, nh.Blocks)
 		t.used.Add(-freed * BlockSize)
+		if err := t.finishTruncateUnits(h, uu, size); err != nil {
+			return wrap(err)
+		}
 	}
 	h.size = size
 	if _, err := h.crc.WriteAt(nh.encode(), 0); err != nil {
@@ -865,6 +917,9 @@ func (t *Target) Sync(ctx context.Context, obj proto.ObjectID) error {
 	if err := h.crc.Sync(); err != nil {
 		return fmt.Errorf("storage: target %s object %s: sync: %w", t.dir, objName(obj), err)
 	}
+	if err := t.syncVer(h); err != nil {
+		return fmt.Errorf("storage: target %s object %s: sync versions: %w", t.dir, objName(obj), err)
+	}
 	t.mu.Lock()
 	_, isNew := t.newFiles[obj]
 	t.mu.Unlock()
@@ -900,6 +955,11 @@ func (t *Target) Remove(ctx context.Context, obj proto.ObjectID) error {
 	}
 	t.cache.drop(obj)
 	path := t.objPath(obj)
+	// The version file first: one left behind (a kill in between) would
+	// give a new object of the same name the old tags and fence.
+	if err := t.fs.Remove(path + ".ver"); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("storage: target %s object %s: remove: %w", t.dir, objName(obj), err)
+	}
 	if err := t.fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("storage: target %s object %s: remove: %w", t.dir, objName(obj), err)
 	}

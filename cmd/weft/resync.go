@@ -14,12 +14,16 @@ import (
 func newResyncCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "resync PATH...",
-		Short: "Repair the stale copies of mirrored files",
+		Short: "Repair the stale copies of mirrored and erasure-coded files",
 		Long: `Repair the copies of mirrored files that missed writes while their storage
 server was down (getstripe marks them "stale"): each is copied again from a
 fresh copy, and then counts as a full copy again. A directory is walked and
 every file in it repaired. The repair is done by the weft mount the paths
 are on; it needs read and write permission on each file.
+
+Erasure-coded files are also checked row by row: a row whose shards hold
+different versions (a writer died between its shard writes) gets its parity
+computed from its data again, so that it can be reconstructed.
 
 A file that is open for writing, or is written during its repair, is not
 repaired (its copies stay stale and safe): run resync again later.`,
@@ -58,13 +62,15 @@ func resyncFile(w io.Writer, path string) error {
 	if err != nil {
 		return err
 	}
-	if len(l.Stale) == 0 {
-		return nil
+	if len(l.Stale) == 0 && l.Kind != "ec" {
+		return nil // EC files are checked for rows a crash left half-updated too
 	}
 	err = unix.Setxattr(path, xattrResync, []byte("1"), 0)
 	switch {
 	case err == nil:
-		fmt.Fprintf(w, "%s: repaired %d stale copies\n", path, len(l.Stale))
+		if len(l.Stale) > 0 {
+			fmt.Fprintf(w, "%s: repaired %d stale copies\n", path, len(l.Stale))
+		}
 		return nil
 	case errors.Is(err, unix.EBUSY):
 		return fmt.Errorf("%s: open for writing or written during the repair: its copies stay stale; run resync again when it is closed", path)

@@ -15,6 +15,11 @@
 //	OpCopy     113  cap, dst (target u32, ino u64, stripe u32), dstOff u64,
 //	                srcCap, src (target u32, ino u64, stripe u32), srcOff u64, len u64 -> empty
 //	OpExtend   115  cap, target u32, ino u64, stripe u32, size u64          -> empty (grow only)
+//	OpReadRow  130  format u8 (1), cap, target u32, ino u64, stripe u32, off u64, len u32, unit u64
+//	                -> tag u64, dirty u8, the bytes read
+//	OpWriteRow 131  format u8 (1), cap, target u32, ino u64, stripe u32, off u64, unit u64,
+//	                cond u8, expect tag u64, expect dirty u8, tag u64, data -> version u64 (EAGAIN: version differs)
+//	OpFence    132  cap, target u32, ino u64, stripe u32                    -> empty
 //	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
 //	OpJob      140  u8 version, u16 inner op, str job, the inner body  -> the inner op's answer

@@ -266,7 +266,9 @@ func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 			transport.DoneWithRequest(ctx)
 			return nil, err
 		}
-		v, err := svc.Write(ctx, r.Target, r.Obj, r.Off, r.Data)
+		// The capability goes along: its issue time is checked against
+		// the object's fence (storage.Target.Fence).
+		v, err := svc.Write(proto.WithCapability(ctx, r.Cap), r.Target, r.Obj, r.Off, r.Data)
 		// The service keeps no reference to the data, so the body is
 		// never held past the handler (the transport bounds bodies).
 		transport.DoneWithRequest(ctx)
@@ -282,7 +284,7 @@ func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		if err := h.guard.object(ctx, op, r.Cap, r.Obj, proto.AccessWrite); err != nil {
 			return nil, err
 		}
-		return nil, svc.Truncate(ctx, r.Target, r.Obj, r.Size)
+		return nil, svc.Truncate(proto.WithCapability(ctx, r.Cap), r.Target, r.Obj, r.Size)
 	case OpExtend:
 		r, err := DecodeTruncate(req)
 		if err != nil {
@@ -295,7 +297,7 @@ func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		if !ok {
 			return nil, fmt.Errorf("storagerpc: this storage cannot extend objects: %w", syscall.ENOSYS)
 		}
-		return nil, x.Extend(ctx, r.Target, r.Obj, r.Size)
+		return nil, x.Extend(proto.WithCapability(ctx, r.Cap), r.Target, r.Obj, r.Size)
 	case OpSync:
 		r, err := DecodeSync(req)
 		if err != nil {
@@ -370,6 +372,9 @@ func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 			return nil, err
 		}
 		return nil, svc.RemoveMany(ctx, r.Target, r.Objs)
+	}
+	if resp, ok, err := h.serveRow(ctx, op, req); ok {
+		return resp, err
 	}
 	h.log.Warn("storagerpc: unknown op", "op", op)
 	return nil, fmt.Errorf("storagerpc: unknown op %d: %w", op, syscall.ENOSYS)

@@ -31,5 +31,5 @@ func OpName(op uint16) string {
 	case OpJobStats:
 		return "jobstats"
 	}
-	return ""
+	return rowOpName(op)
 }
