@@ -16,9 +16,11 @@ import (
 )
 
 // sessionLease is the metadata server's session lease in these tests:
-// short, so that they are quick; the tests wait for conditions, never for
-// a time.
-const sessionLease = "2s"
+// short, so that they are quick, but far above the mount's renewal period
+// (a third of it) even on a loaded machine: with 2 s, a mount starved of
+// CPU for 2 s under a parallel test run lost its session before the test
+// froze it. The tests wait for conditions, never for a time.
+const sessionLease = "8s"
 
 // objectsOf counts the object files of inode ino on every target.
 func objectsOf(c *testcluster.Cluster, ino uint64) int {
