@@ -350,3 +350,22 @@ func (c *cluster) waitApplied(ids []uint64, index uint64) {
 		return true
 	})
 }
+
+// waitStatus waits, without ticking, until node id's status satisfies
+// cond (the outer timeout is only against hangs).
+func (c *cluster) waitStatus(id uint64, what string, cond func(Status) bool) {
+	c.t.Helper()
+	n := c.nodes[id]
+	timeout := time.After(time.Minute)
+	for {
+		ch := n.Changed()
+		if cond(n.Status()) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			c.t.Fatalf("%s never happened; %s", what, c.statuses())
+		}
+	}
+}
