@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"syscall"
@@ -35,6 +36,9 @@ func (s *Server) Status(ctx context.Context) (proto.ClusterStatus, error) {
 	if rs, ok := s.ReplicaStatus(); ok {
 		out.Replica = &proto.ReplicaStatus{ID: rs.ID, Leader: rs.Leader, Term: rs.Term,
 			Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex, Snapshot: rs.Snapshot}
+		if out.Replica.Members, err = s.groupStatus(ctx, rs.Leader); err != nil {
+			return proto.ClusterStatus{}, err
+		}
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -55,5 +59,28 @@ func (s *Server) Status(ctx context.Context) (proto.ClusterStatus, error) {
 		}
 		return slices.Compare(a.Session[:], b.Session[:])
 	})
+	return out, nil
+}
+
+// groupStatus lists the group's members as this member applied the
+// configuration, with their addresses and, on the leader, each one's
+// progress (how far its log is known to reach, whether it was heard from).
+func (s *Server) groupStatus(ctx context.Context, leader uint64) ([]proto.ReplicaMember, error) {
+	ms, err := s.replica.node.Members(ctx)
+	if err != nil {
+		return nil, errnof(syscall.EIO, "status: members: %v", err)
+	}
+	s.members.mu.Lock()
+	addrs := maps.Clone(s.members.addrs)
+	s.members.mu.Unlock()
+	out := make([]proto.ReplicaMember, 0, len(ms))
+	for _, m := range ms {
+		addr := addrs[m.ID]
+		if addr == "" {
+			addr = s.memberAddr(m.ID)
+		}
+		out = append(out, proto.ReplicaMember{ID: m.ID, Addr: addr, Learner: m.Learner, Leader: m.ID == leader,
+			Match: m.Match, Active: m.Active, Snapshot: m.Snapshot})
+	}
 	return out, nil
 }

@@ -26,11 +26,15 @@ type StatusService interface {
 //
 //	u8   version
 //	str  fsid, str version, i64 uptime (ns), u64 files, u64 requests
-//	bool replicated [u64 id, leader, term, commit, applied, last index, snapshot]
+//	bool replicated [u64 id, leader, term, commit, applied, last index, snapshot
+//	                 (version 2:) u32 n members: u64 id, str addr,
+//	                 u8 flags (1 learner, 2 leader, 4 active, 8 snapshot), u64 match]
 //	u32  n targets, each as in targetsResp
 //	u32  n clients: str name, 16 bytes session, str addr, str version,
 //	     i64 age (ns), i64 lease left (ns), u64 handles
-const statusVersion = 1
+//
+// Version 1 (no members) is still read.
+const statusVersion = 2
 
 type statusResp struct{ S proto.ClusterStatus }
 
@@ -46,6 +50,19 @@ func (m *statusResp) encode(e *wire.Encoder) {
 	if r := s.Replica; r != nil {
 		for _, v := range []uint64{r.ID, r.Leader, r.Term, r.Commit, r.Applied, r.LastIndex, r.Snapshot} {
 			e.U64(v)
+		}
+		e.U32(uint32(len(r.Members)))
+		for _, x := range r.Members {
+			e.U64(x.ID)
+			e.String(x.Addr)
+			var flags uint8
+			for i, b := range []bool{x.Learner, x.Leader, x.Active, x.Snapshot} {
+				if b {
+					flags |= 1 << i
+				}
+			}
+			e.U8(flags)
+			e.U64(x.Match)
 		}
 	}
 	e.U32(uint32(len(s.Targets)))
@@ -67,8 +84,9 @@ func (m *statusResp) encode(e *wire.Encoder) {
 
 func (m *statusResp) decode(d *wire.Decoder) {
 	s := &m.S
-	if v := d.U8(); d.Err() == nil && v != statusVersion {
-		d.Fail(fmt.Errorf("status format version %d not supported (this client reads %d)", v, statusVersion))
+	v := d.U8()
+	if d.Err() == nil && (v < 1 || v > statusVersion) {
+		d.Fail(fmt.Errorf("status format version %d not supported (this client reads 1 to %d)", v, statusVersion))
 		return
 	}
 	s.FSID = d.StringMax(256)
@@ -80,6 +98,18 @@ func (m *statusResp) decode(d *wire.Decoder) {
 		r := &proto.ReplicaStatus{}
 		for _, p := range []*uint64{&r.ID, &r.Leader, &r.Term, &r.Commit, &r.Applied, &r.LastIndex, &r.Snapshot} {
 			*p = d.U64()
+		}
+		if v >= 2 {
+			if n := d.Count(maxMembers, 8+4+1+8); n > 0 {
+				r.Members = make([]proto.ReplicaMember, 0, n)
+				for i := 0; i < n && d.Err() == nil; i++ {
+					x := proto.ReplicaMember{ID: d.U64(), Addr: d.StringMax(1024)}
+					flags := d.U8()
+					x.Learner, x.Leader, x.Active, x.Snapshot = flags&1 != 0, flags&2 != 0, flags&4 != 0, flags&8 != 0
+					x.Match = d.U64()
+					r.Members = append(r.Members, x)
+				}
+			}
 		}
 		s.Replica = r
 	}
