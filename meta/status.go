@@ -33,12 +33,12 @@ func (s *Server) Status(ctx context.Context) (proto.ClusterStatus, error) {
 	if out.Files, err = getCounter(s.st, store.CounterInodes); err != nil {
 		return proto.ClusterStatus{}, errnof(syscall.EIO, "%v", err)
 	}
-	if rs, ok := s.ReplicaStatus(); ok {
-		out.Replica = &proto.ReplicaStatus{ID: rs.ID, Leader: rs.Leader, Term: rs.Term,
-			Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex, Snapshot: rs.Snapshot}
-		if out.Replica.Members, err = s.groupStatus(ctx, rs.Leader); err != nil {
+	if s.replica != nil {
+		r, err := s.replicaStatus(ctx)
+		if err != nil {
 			return proto.ClusterStatus{}, err
 		}
+		out.Replica = &r
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -60,6 +60,33 @@ func (s *Server) Status(ctx context.Context) (proto.ClusterStatus, error) {
 		return slices.Compare(a.Session[:], b.Session[:])
 	})
 	return out, nil
+}
+
+// MemberStatus returns this member's own raft state, with the group as it
+// applied it (and, on the leader, each member's progress): `weft status`
+// asks every member, so any member answers, a follower too. Root only, as
+// Status (it names the members' addresses); ENOTSUP on a single server.
+func (s *Server) MemberStatus(ctx context.Context) (proto.ReplicaStatus, error) {
+	cl, err := s.authorize(ctx)
+	if err != nil {
+		return proto.ReplicaStatus{}, err
+	}
+	if !cl.isRoot() {
+		return proto.ReplicaStatus{}, errnof(syscall.EPERM, "member status: only root may ask")
+	}
+	if s.replica == nil {
+		return proto.ReplicaStatus{}, errnof(syscall.ENOTSUP, "member status: a single metadata server has no group")
+	}
+	return s.replicaStatus(ctx)
+}
+
+func (s *Server) replicaStatus(ctx context.Context) (proto.ReplicaStatus, error) {
+	rs := s.replica.status()
+	out := proto.ReplicaStatus{ID: rs.ID, Leader: rs.Leader, Term: rs.Term,
+		Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex, Snapshot: rs.Snapshot}
+	var err error
+	out.Members, err = s.groupStatus(ctx, rs.Leader)
+	return out, err
 }
 
 // groupStatus lists the group's members as this member applied the

@@ -164,14 +164,11 @@ func groupStatus(ctx context.Context, pool *transport.Pool, addr string, rs *pro
 		wg.Go(func() {
 			mctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
 			defer cancel()
-			st, err := metarpc.NewClient(pool, out[i].Addr).Status(mctx)
+			r, err := metarpc.NewClient(pool, out[i].Addr).MemberStatus(mctx)
 			switch {
 			case err != nil:
 				out[i].Error = err.Error()
-			case st.Replica == nil:
-				out[i].Error = "answers as a single, unreplicated server"
 			default:
-				r := st.Replica
 				out[i].Term, out[i].Commit, out[i].Applied, out[i].LastIndex = r.Term, r.Commit, r.Applied, r.LastIndex
 				if r.ID != m.ID {
 					out[i].Error = fmt.Sprintf("answers as member %d", r.ID)

@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -42,6 +43,9 @@ type upOptions struct {
 	MetaReplicas  int
 	RaftTick      units.Duration
 	ElectionTicks int
+	// PprofPort, if set, has metadata server i (0-based) serve Go
+	// profiles on 127.0.0.1:PprofPort+i (weft meta --pprof).
+	PprofPort int
 }
 
 func newUpCmd() *cobra.Command {
@@ -98,6 +102,7 @@ log, stops the others and exits non-zero.`,
 	fs.IntVar(&o.Mirror, "mirror", 2, "copies of every file in the default layout, on distinct servers (1: no protection)")
 	fs.IntVar(&o.BasePort, "base-port", 7400, "meta listens on this port, storage servers on base-port+10 and up")
 	fs.StringVar(&o.LogLevel, "log-level", "info", "log level of the child processes (their logs are in DIR/logs)")
+	fs.IntVar(&o.PprofPort, "pprof-port", 0, "serve the metadata servers' Go profiles (/debug/pprof/) on 127.0.0.1 from this port up, one per member (default off)")
 	fs.IntVar(&o.MetaReplicas, "meta-replicas", 3, "metadata servers: 1 (one server) or 3 or 5 (a replicated group that survives the loss of 1 or 2)")
 	o.RaftTick = units.Duration(100 * time.Millisecond)
 	fs.Var(&o.RaftTick, "raft-tick", "the metadata group's raft tick (weft meta --raft-tick)")
@@ -244,10 +249,16 @@ func planUp(o upOptions) upPlan {
 	keys := filepath.Join(o.Data, "keys")
 	p := upPlan{Data: o.Data, Mount: o.Mount, MetaAddr: metaAddr, Targets: o.Targets, Keys: keys, Mirror: o.Mirror}
 	dirs := metaDirs(o.Data, max(o.MetaReplicas, 1))
+	metaFlags := func(i int) []string { // flags of meta server i
+		if o.PprofPort == 0 {
+			return childFlags
+		}
+		return append(slices.Clone(childFlags), "--pprof", net.JoinHostPort("127.0.0.1", strconv.Itoa(o.PprofPort+i)))
+	}
 	if len(dirs) == 1 {
 		p.Metas = []childSpec{{
 			Name: "meta",
-			Args: append([]string{"meta", "--listen", metaAddr, "--data", dirs[0], "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, childFlags...),
+			Args: append([]string{"meta", "--listen", metaAddr, "--data", dirs[0], "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, metaFlags(0)...),
 			Addr: metaAddr,
 			Log:  filepath.Join(logs, "meta.log"),
 			Dirs: dirs,
@@ -265,7 +276,7 @@ func planUp(o upOptions) upPlan {
 				Name: fmt.Sprintf("meta-%d", i+1),
 				Args: append([]string{"meta", "--id", strconv.Itoa(i + 1), "--peers", strings.Join(peers, ","), "--data", d,
 					"--keys", filepath.Join(keys, auth.ClusterMetaDir), "--raft-tick", o.RaftTick.String(),
-					"--election-ticks", strconv.Itoa(o.ElectionTicks)}, childFlags...),
+					"--election-ticks", strconv.Itoa(o.ElectionTicks)}, metaFlags(i)...),
 				Addr: addrs[i],
 				Log:  filepath.Join(logs, fmt.Sprintf("meta-%d.log", i+1)),
 				Dirs: []string{d},

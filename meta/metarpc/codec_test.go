@@ -21,7 +21,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpMemberStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup,
 	}
 }
 
@@ -61,6 +61,7 @@ func samples() []message {
 			Targets: []proto.TargetInfo{{ID: 1, Addr: "h:1", Total: 3, Used: 2, Free: 1, Up: true}},
 			Clients: []proto.ClientStatus{{Name: "c", Session: proto.SessionID{1, 2}, Addr: "10.0.0.1:5", Version: "v", Age: 1e9, LeaseLeft: 2e9, Handles: 4}}}},
 		&statusResp{proto.ClusterStatus{FSID: "fs"}},
+		&memberStatusResp{proto.ReplicaStatus{ID: 1, Leader: 2, Term: 3, Commit: 4, Applied: 5, LastIndex: 6, Snapshot: 7}},
 		&statusResp{proto.ClusterStatus{FSID: "fs", Replica: &proto.ReplicaStatus{ID: 2, Leader: 2, Term: 9, Commit: 40, Applied: 40, LastIndex: 41,
 			Members: []proto.ReplicaMember{{ID: 1, Addr: "h1:7400", Match: 38, Active: true}, {ID: 2, Addr: "h2:7400", Leader: true, Match: 41, Active: true},
 				{ID: 4, Learner: true, Snapshot: true}}}}},
