@@ -44,20 +44,27 @@
 //     leader's appends and heartbeats, vote requests, read-index traffic
 //     (raft thesis §10.2.1: the leader writes its log in parallel with
 //     its followers; it counts itself towards an entry's quorum only at
-//     step 5, after its own write);
-//  2. persist the Ready's snapshot, HardState and entries in one pebble
+//     step 6, after its own write);
+//  2. apply the committed entries this node's log already holds (every
+//     entry Save wrote was synced) up to the first configuration change
+//     (see 5): a leader answers its proposers without waiting for the
+//     fsync of the entries proposed after theirs;
+//  3. persist the Ready's snapshot, HardState and entries in one pebble
 //     batch, fsync'd when Ready.MustSync (new entries, a new term or
 //     vote) or when it holds a snapshot (which the state machine then
 //     restores durably: the log must not end before it after a crash);
-//  3. only then send the rest: a vote (MsgVoteResp, MsgPreVoteResp) or an
+//  4. only then send the rest: a vote (MsgVoteResp, MsgPreVoteResp) or an
 //     append acknowledgement (MsgAppResp) never leaves the node before
 //     what it promises is on disk (the messages raft itself holds back
 //     until the append when its storage writes are asynchronous);
-//  4. restore a received snapshot into the state machine, then apply the
-//     committed entries in order (conf changes to the RawNode, commands
-//     to the StateMachine) and hand each result to its proposer if it
-//     waits on this node;
-//  5. Advance (the leader's own append acknowledgement is stepped
+//  5. restore a received snapshot into the state machine, then apply the
+//     remaining committed entries in order (conf changes to the RawNode,
+//     commands to the StateMachine; these include the entries this Ready
+//     wrote, which a follower may learn are committed with the entries
+//     themselves: the state machine never holds an entry its log could
+//     lose), handing each result to its proposer if it waits on this
+//     node;
+//  6. Advance (the leader's own append acknowledgement is stepped
 //     here); then wake linearizable reads whose index is applied, and
 //     take a snapshot (and compact the log) every SnapshotEvery entries,
 //     and after every applied configuration change.
@@ -65,8 +72,8 @@
 // # Invariants
 //
 //   - An entry is acknowledged to its proposer only after it is committed
-//     (on disk on a majority, step 2 on each of them, and the leader
-//     counts its own copy only after its step 2) and applied on the
+//     (on disk on a majority, step 3 on each of them, and the leader
+//     counts its own copy only after its step 3) and applied on the
 //     proposer's node. Propose on a node that is not leader fails at once
 //     with NotLeaderError (proposals are never forwarded: clients find the
 //     leader). Every other proposal is resolved when the index it was

@@ -686,6 +686,20 @@ func (n *Node) handleReady() error {
 	if len(early) > 0 {
 		n.cfg.Transport.Send(early)
 	}
+	// Committed entries already on this node's disk are applied before
+	// this Ready's own entries are written: a leader's proposers get their
+	// answers without waiting for the fsync of the entries proposed after
+	// theirs. The rest (entries this Ready writes, which a follower may
+	// learn are committed in the same message) wait for Save, so that the
+	// state machine never holds an entry the log could lose in a crash.
+	committed := rd.CommittedEntries
+	if !newSnap {
+		k := n.durableCommitted(rd)
+		if err := n.apply(committed[:k]); err != nil {
+			return err
+		}
+		committed = committed[k:]
+	}
 	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.MustSync || newSnap); err != nil {
 		return err
 	}
@@ -722,7 +736,7 @@ func (n *Node) handleReady() error {
 			n.readyRds = append(n.readyRds, w)
 		}
 	}
-	if err := n.apply(rd.CommittedEntries); err != nil {
+	if err := n.apply(committed); err != nil {
 		return err
 	}
 	if rd.SoftState != nil && rd.SoftState.RaftState != raft.StateLeader {
@@ -736,6 +750,26 @@ func (n *Node) handleReady() error {
 	n.maybeSnapshot()
 	n.publish()
 	return nil
+}
+
+// durableCommitted returns how many of rd's first committed entries are
+// commands already durable in this node's log (every entry Save wrote was
+// synced) and not rewritten by rd: they may be applied before rd is
+// persisted. It stops at the first configuration change, which is applied
+// after Save as before.
+func (n *Node) durableCommitted(rd raft.Ready) int {
+	limit, _ := n.st.LastIndex()
+	if len(rd.Entries) > 0 {
+		limit = min(limit, rd.Entries[0].GetIndex()-1)
+	}
+	k := 0
+	for _, e := range rd.CommittedEntries {
+		if e.GetIndex() > limit || e.GetType() != pb.EntryNormal {
+			break
+		}
+		k++
+	}
+	return k
 }
 
 // splitDurable splits a Ready's messages into those that may leave before
