@@ -45,10 +45,11 @@
 //     (raft thesis §10.2.1: the leader writes its log in parallel with
 //     its followers; it counts itself towards an entry's quorum only at
 //     step 6, after its own write);
-//  2. apply the committed entries this node's log already holds (every
-//     entry Save wrote was synced) up to the first configuration change
-//     (see 5): a leader answers its proposers without waiting for the
-//     fsync of the entries proposed after theirs;
+//  2. on the leader, apply the committed entries its log already holds
+//     (every entry Save wrote was synced) up to the first configuration
+//     change (see 5): it answers its proposers without waiting for the
+//     fsync of the entries proposed after theirs (a follower applies at
+//     5, after its acknowledgements left: the leader waits for those);
 //  3. persist the Ready's snapshot, HardState and entries in one pebble
 //     batch, fsync'd when Ready.MustSync (new entries, a new term or
 //     vote) or when it holds a snapshot (which the state machine then

@@ -686,14 +686,16 @@ func (n *Node) handleReady() error {
 	if len(early) > 0 {
 		n.cfg.Transport.Send(early)
 	}
-	// Committed entries already on this node's disk are applied before
-	// this Ready's own entries are written: a leader's proposers get their
+	// On the leader, committed entries already on its disk are applied
+	// before this Ready's own entries are written: its proposers get their
 	// answers without waiting for the fsync of the entries proposed after
 	// theirs. The rest (entries this Ready writes, which a follower may
 	// learn are committed in the same message) wait for Save, so that the
-	// state machine never holds an entry the log could lose in a crash.
+	// state machine never holds an entry the log could lose in a crash. A
+	// follower applies after Save and after its acknowledgements left:
+	// nobody waits for its applies, the leader waits for its acks.
 	committed := rd.CommittedEntries
-	if !newSnap {
+	if !newSnap && n.rn.BasicStatus().RaftState == raft.StateLeader {
 		k := n.durableCommitted(rd)
 		if err := n.apply(committed[:k]); err != nil {
 			return err
