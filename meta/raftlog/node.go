@@ -667,9 +667,11 @@ func (n *Node) drain(tick <-chan time.Time) bool {
 	return true
 }
 
-// handleReady does one Ready's work in the order raft requires: persist
-// (snapshot, HardState, entries; synced when MustSync) before sending any
-// message, then send, then apply the committed entries, then Advance.
+// handleReady does one Ready's work in the order raft requires (doc.go,
+// "How the node is driven"): send what promises nothing about this disk;
+// on the leader, apply the committed entries the log already holds;
+// persist (snapshot, HardState, entries; synced when MustSync); only then
+// send votes and append acknowledgements; apply the rest; Advance.
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	n.noteIndexes(rd.Entries)
