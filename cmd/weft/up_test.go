@@ -13,6 +13,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/weft-fs/weft/internal/units"
 )
 
 func TestUpResolve(t *testing.T) {
@@ -134,6 +136,42 @@ func TestPlanUpArgsValidate(t *testing.T) {
 	check(p.Mounter, execute(mountCommand(func(context.Context, *mountOptions) error { ran++; return nil }), p.Mounter.Args[1:]...))
 	if ran != 4 {
 		t.Fatalf("%d of 4 commands ran", ran)
+	}
+}
+
+// --pprof-port gives each metadata server its own profile address, and
+// their command lines still validate; without it none serves profiles.
+func TestPlanUpPprof(t *testing.T) {
+	dir := t.TempDir()
+	p := planUp(upOptions{Data: dir + "/data", Mount: dir + "/mnt", Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info",
+		MetaReplicas: 3, RaftTick: units.Duration(100 * time.Millisecond), ElectionTicks: 10, PprofPort: 7680})
+	if len(p.Metas) != 3 {
+		t.Fatalf("%d metas", len(p.Metas))
+	}
+	for i, m := range p.Metas {
+		for _, d := range m.Dirs {
+			if err := mkdir(d); err != nil {
+				t.Fatal(err)
+			}
+		}
+		var got string
+		if err := execute(metaCommand(func(_ context.Context, o *metaOptions) error { got = o.Pprof; return nil }), m.Args[1:]...); err != nil {
+			t.Fatalf("%s %q: %v", m.Name, m.Args, err)
+		}
+		if want := fmt.Sprintf("127.0.0.1:%d", 7680+i); got != want {
+			t.Fatalf("%s: pprof %q, want %q", m.Name, got, want)
+		}
+	}
+	for _, s := range p.Storage {
+		if slices.Contains(s.Args, "--pprof") {
+			t.Fatalf("storage args %q have --pprof", s.Args)
+		}
+	}
+	p = planUp(upOptions{Data: dir + "/data", Mount: dir + "/mnt", Targets: 1, Servers: 1, BasePort: 7400, LogLevel: "info", MetaReplicas: 3, ElectionTicks: 10})
+	for _, m := range p.Metas {
+		if slices.Contains(m.Args, "--pprof") {
+			t.Fatalf("%s args %q have --pprof without --pprof-port", m.Name, m.Args)
+		}
 	}
 }
 
