@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"syscall"
@@ -32,9 +33,12 @@ func (s *Server) Status(ctx context.Context) (proto.ClusterStatus, error) {
 	if out.Files, err = getCounter(s.st, store.CounterInodes); err != nil {
 		return proto.ClusterStatus{}, errnof(syscall.EIO, "%v", err)
 	}
-	if rs, ok := s.ReplicaStatus(); ok {
-		out.Replica = &proto.ReplicaStatus{ID: rs.ID, Leader: rs.Leader, Term: rs.Term,
-			Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex, Snapshot: rs.Snapshot}
+	if s.replica != nil {
+		r, err := s.replicaStatus(ctx)
+		if err != nil {
+			return proto.ClusterStatus{}, err
+		}
+		out.Replica = &r
 	}
 	now := time.Now()
 	s.mu.Lock()
@@ -55,5 +59,55 @@ func (s *Server) Status(ctx context.Context) (proto.ClusterStatus, error) {
 		}
 		return slices.Compare(a.Session[:], b.Session[:])
 	})
+	return out, nil
+}
+
+// MemberStatus returns this member's own raft state, with the group as it
+// applied it (and, on the leader, each member's progress): `weft status`
+// asks every member, so any member answers, a follower too. Root only, as
+// Status (it names the members' addresses); ENOTSUP on a single server.
+func (s *Server) MemberStatus(ctx context.Context) (proto.ReplicaStatus, error) {
+	cl, err := s.authorize(ctx)
+	if err != nil {
+		return proto.ReplicaStatus{}, err
+	}
+	if !cl.isRoot() {
+		return proto.ReplicaStatus{}, errnof(syscall.EPERM, "member status: only root may ask")
+	}
+	if s.replica == nil {
+		return proto.ReplicaStatus{}, errnof(syscall.ENOTSUP, "member status: a single metadata server has no group")
+	}
+	return s.replicaStatus(ctx)
+}
+
+func (s *Server) replicaStatus(ctx context.Context) (proto.ReplicaStatus, error) {
+	rs := s.replica.status()
+	out := proto.ReplicaStatus{ID: rs.ID, Leader: rs.Leader, Term: rs.Term,
+		Commit: rs.Commit, Applied: rs.Applied, LastIndex: rs.LastIndex, Snapshot: rs.Snapshot}
+	var err error
+	out.Members, err = s.groupStatus(ctx, rs.Leader)
+	return out, err
+}
+
+// groupStatus lists the group's members as this member applied the
+// configuration, with their addresses and, on the leader, each one's
+// progress (how far its log is known to reach, whether it was heard from).
+func (s *Server) groupStatus(ctx context.Context, leader uint64) ([]proto.ReplicaMember, error) {
+	ms, err := s.replica.node.Members(ctx)
+	if err != nil {
+		return nil, errnof(syscall.EIO, "status: members: %v", err)
+	}
+	s.members.mu.Lock()
+	addrs := maps.Clone(s.members.addrs)
+	s.members.mu.Unlock()
+	out := make([]proto.ReplicaMember, 0, len(ms))
+	for _, m := range ms {
+		addr := addrs[m.ID]
+		if addr == "" {
+			addr = s.memberAddr(m.ID)
+		}
+		out = append(out, proto.ReplicaMember{ID: m.ID, Addr: addr, Learner: m.Learner, Leader: m.ID == leader,
+			Match: m.Match, Active: m.Active, Snapshot: m.Snapshot})
+	}
 	return out, nil
 }

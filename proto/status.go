@@ -31,6 +31,24 @@ type ReplicaStatus struct {
 	Applied   uint64 `json:"applied"`
 	LastIndex uint64 `json:"last_index"` // the last entry in its log
 	Snapshot  uint64 `json:"snapshot"`   // the index of its latest snapshot
+	// Members is the group's configuration as the answering member
+	// applied it; the progress fields are the leader's view (zero when
+	// the answering member is not the leader).
+	Members []ReplicaMember `json:"members,omitempty"`
+}
+
+// ReplicaMember is one member of a metadata group as a member knows it.
+type ReplicaMember struct {
+	ID      uint64 `json:"id"`
+	Addr    string `json:"addr,omitempty"` // "" when the answering member does not know it
+	Learner bool   `json:"learner,omitempty"`
+	Leader  bool   `json:"leader,omitempty"`
+	// Match is the last log index the leader knows is on the member;
+	// Active: the leader heard from it within an election timeout;
+	// Snapshot: the leader is sending it a snapshot.
+	Match    uint64 `json:"match"`
+	Active   bool   `json:"active"`
+	Snapshot bool   `json:"snapshot,omitempty"`
 }
 
 // ClientStatus is one client session (a mount) the metadata server keeps.

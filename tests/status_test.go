@@ -92,3 +92,66 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("one storage server down: exit %d, problems %s", exit, problems)
 	}
 }
+
+// TestStatusReplicated: with three metadata members, `weft status` (given
+// every member's address) lists each member once, with one leader, every
+// member answering with the same term and an applied index, and the
+// leader's view of each (match, lag); with one follower killed it names
+// that member as not answering and exits 1.
+func TestStatusReplicated(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 1, MetaReplicas: 3, Timeout: "30s"})
+	lead := c.WaitMetaLeader()
+	c.WaitTargetsUp(1)
+
+	members := func(rep map[string]any) []map[string]any {
+		var out []map[string]any
+		ms, _ := rep["meta_members"].([]any)
+		for _, m := range ms {
+			out = append(out, m.(map[string]any))
+		}
+		return out
+	}
+	// Every member answers and agrees on the term once the group settled
+	// (a status taken during an election may see two terms): poll.
+	var rep map[string]any
+	var exit int
+	deadline := time.Now().Add(2 * time.Minute) // against hangs only
+	for {
+		rep, exit = weftStatus(t, c, "client")
+		ms := members(rep)
+		ok := exit == 0 && len(ms) == 3
+		leaders := 0
+		for _, m := range ms {
+			ok = ok && m["error"] == nil && m["term"] == ms[0]["term"] && m["applied"].(float64) > 0 && m["active"] == true
+			if m["leader"] == true {
+				leaders++
+				ok = ok && m["addr"] == c.MetaMemberAddr(lead) && m["lag"].(float64) == 0
+			}
+		}
+		if ok && leaders == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("three healthy members: exit %d, report %v", exit, rep)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+
+	// Kill a follower: it is named, and the status is not healthy.
+	follower := (lead + 1) % c.MetaReplicas()
+	c.StopMetaMember(follower)
+	rep, exit = weftStatus(t, c, "client")
+	problems, _ := json.Marshal(rep["problems"])
+	if exit != 1 || rep["healthy"] != false || !strings.Contains(string(problems), c.MetaMemberAddr(follower)+") does not answer") {
+		t.Fatalf("one member down: exit %d, problems %s, report %v", exit, problems, rep)
+	}
+	var down map[string]any
+	for _, m := range members(rep) {
+		if m["addr"] == c.MetaMemberAddr(follower) {
+			down = m
+		}
+	}
+	if down == nil || down["error"] == nil || down["leader"] == true {
+		t.Fatalf("the killed member: %v in %v", down, rep)
+	}
+}

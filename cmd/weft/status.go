@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -15,6 +17,7 @@ import (
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
 )
 
 type statusOptions struct {
@@ -31,7 +34,7 @@ var errUnhealthy = errors.New("the file system is not healthy (see above)")
 func newStatusCmd() *cobra.Command {
 	o := &statusOptions{}
 	cmd := &cobra.Command{
-		Use:   "status --meta ADDR [--keys DIR] [--json]",
+		Use:   "status --meta ADDR[,ADDR...] [--keys DIR] [--json]",
 		Short: "Show the health of the metadata service, storage servers, targets and clients",
 		Long: `Ask the metadata service for the state of the whole file system and show it
 on one screen: the metadata service (its version, uptime, inodes, and its
@@ -39,30 +42,44 @@ raft state when replicated), every storage server and target (up or down,
 usage), and every connected client (host, address, session age, version,
 open handles).
 
+With a replicated metadata service it shows every member of the group:
+its id and address, whether it leads, its term, commit and applied index
+(as the member itself reports them: each member is asked), and the
+leader's view of it (the last log index known to be on it, how far that
+lags the leader's log, whether the leader heard from it lately). --meta
+may list several members: the first that answers is asked first.
+
 It needs a key bundle of the cluster (any role: a client's on a client
 host, as root; a server's on a server) and the metadata server's address.
 It exits 0 when everything is up, 1 when something is wrong (a target or
 storage server down, no target at all, a replicated metadata service
-without a leader) or the service cannot be asked: usable from monitoring.`,
+without a leader, a member that does not answer) or the service cannot be
+asked: usable from monitoring.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if o.Meta == "" {
 				return errors.New("--meta is required: the metadata server's host:port (e.g. --meta 10.0.0.1:7400)")
 			}
-			if err := checkAddr("meta", o.Meta, false); err != nil {
+			if err := checkAddrList("meta", o.Meta); err != nil {
 				return err
 			}
 			ctx, cancel := context.WithTimeout(cmd.Context(), o.Timeout)
 			defer cancel()
-			st, err := fetchStatus(ctx, o)
+			addr, st, members, err := fetchStatus(ctx, o)
 			if err != nil {
 				return err
 			}
-			r := health.Judge(o.Meta, st)
+			r := health.Judge(addr, st)
+			for _, m := range members {
+				if m.Error != "" {
+					r.Problems = append(r.Problems, fmt.Sprintf("metadata member %d (%s) does not answer: %s", m.ID, m.Addr, m.Error))
+					r.Healthy = false
+				}
+			}
 			if o.JSON {
-				err = printStatusJSON(cmd.OutOrStdout(), r)
+				err = printStatusJSON(cmd.OutOrStdout(), statusReport{r, members})
 			} else {
-				err = printStatus(cmd.OutOrStdout(), r)
+				err = printStatus(cmd.OutOrStdout(), r, members)
 			}
 			if err == nil && !r.Healthy {
 				err = errUnhealthy
@@ -78,20 +95,115 @@ without a leader) or the service cannot be asked: usable from monitoring.`,
 	return cmd
 }
 
-func fetchStatus(ctx context.Context, o *statusOptions) (proto.ClusterStatus, error) {
-	pool, err := adminPool(o.Keys)
-	if err != nil {
-		return proto.ClusterStatus{}, err
-	}
-	defer pool.Close()
-	st, err := metarpc.NewClient(pool, o.Meta).Status(ctx)
-	if err != nil {
-		return proto.ClusterStatus{}, fmt.Errorf("status of %s: %w", o.Meta, err)
-	}
-	return st, nil
+// memberStatus is one member of a replicated metadata group as `weft
+// status` shows it: the leader's view of it, and what it says of itself.
+type memberStatus struct {
+	proto.ReplicaMember
+	// Lag is how many entries of the leader's log the leader does not
+	// know to be on this member yet (its last index minus Match).
+	Lag uint64 `json:"lag"`
+	// What the member reports of itself (zero when it did not answer).
+	Term      uint64 `json:"term"`
+	Commit    uint64 `json:"commit"`
+	Applied   uint64 `json:"applied"`
+	LastIndex uint64 `json:"last_index"`
+	Error     string `json:"error,omitempty"` // why it did not answer
+	// view: the leader's answer's members (only on the leader's entry).
+	view []proto.ReplicaMember
 }
 
-func printStatus(w io.Writer, r health.Report) error {
+// statusReport is the JSON form: the health report and the group.
+type statusReport struct {
+	health.Report
+	Members []memberStatus `json:"meta_members,omitempty"`
+}
+
+// fetchStatus asks the first member of o.Meta that answers for the
+// cluster's status (addr: the one that answered); with a replicated
+// service it then asks the leader for its view of the members' progress,
+// and every member for its own raft state.
+func fetchStatus(ctx context.Context, o *statusOptions) (addr string, st proto.ClusterStatus, members []memberStatus, err error) {
+	pool, err := adminPool(o.Keys)
+	if err != nil {
+		return "", proto.ClusterStatus{}, nil, err
+	}
+	defer pool.Close()
+	var errs []error
+	for _, a := range strings.Split(o.Meta, ",") {
+		addr = strings.TrimSpace(a)
+		st, err = metarpc.NewClient(pool, addr).Status(ctx)
+		if err == nil {
+			break
+		}
+		errs = append(errs, fmt.Errorf("status of %s: %w", addr, err))
+	}
+	if err != nil {
+		return "", proto.ClusterStatus{}, nil, errors.Join(errs...)
+	}
+	if st.Replica == nil {
+		return addr, st, nil, nil
+	}
+	return addr, st, groupStatus(ctx, pool, addr, st.Replica), nil
+}
+
+// groupStatus asks every member of the group rs (as the member at addr
+// knows it) for its own raft state, concurrently, and takes the members'
+// progress from the leader's answer.
+func groupStatus(ctx context.Context, pool *transport.Pool, addr string, rs *proto.ReplicaStatus) []memberStatus {
+	out := make([]memberStatus, len(rs.Members))
+	var wg sync.WaitGroup
+	for i, m := range rs.Members {
+		out[i].ReplicaMember = m
+		if m.ID == rs.ID {
+			out[i].Addr = cmp.Or(out[i].Addr, addr)
+		}
+		if out[i].Addr == "" {
+			out[i].Error = "address unknown to the member asked"
+			continue
+		}
+		wg.Go(func() {
+			mctx, cancel := context.WithTimeout(ctx, memberStatusTimeout)
+			defer cancel()
+			r, err := metarpc.NewClient(pool, out[i].Addr).MemberStatus(mctx)
+			switch {
+			case err != nil:
+				out[i].Error = err.Error()
+			default:
+				out[i].Term, out[i].Commit, out[i].Applied, out[i].LastIndex = r.Term, r.Commit, r.Applied, r.LastIndex
+				if r.ID != m.ID {
+					out[i].Error = fmt.Sprintf("answers as member %d", r.ID)
+				}
+				if r.ID == r.Leader && r.ID == m.ID {
+					// The leader's answer has every member's progress.
+					out[i].view = r.Members
+					out[i].LastIndex = r.LastIndex
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// The leader's view of each member, if the leader answered.
+	for _, l := range out {
+		if l.Error != "" || !l.Leader || len(l.view) == 0 {
+			continue
+		}
+		for i := range out {
+			for _, pm := range l.view {
+				if pm.ID == out[i].ID {
+					out[i].Match, out[i].Active, out[i].Snapshot = pm.Match, pm.Active, pm.Snapshot
+					out[i].Lag = l.LastIndex - min(l.LastIndex, pm.Match)
+				}
+			}
+		}
+	}
+	return out
+}
+
+// memberStatusTimeout bounds the wait for one member's answer: a member
+// that is down must not hold up the report of the others.
+const memberStatusTimeout = 3 * time.Second
+
+func printStatus(w io.Writer, r health.Report, members []memberStatus) error {
 	var b strings.Builder
 	state := "HEALTHY"
 	if !r.Healthy {
@@ -108,6 +220,33 @@ func printStatus(w io.Writer, r health.Report) error {
 	if rs := r.Replica; rs != nil {
 		fmt.Fprintf(&b, "  replicated: member %d, leader %d, term %d, commit %d, applied %d, log to %d, snapshot at %d\n",
 			rs.ID, rs.Leader, rs.Term, rs.Commit, rs.Applied, rs.LastIndex, rs.Snapshot)
+		if len(members) > 0 {
+			fmt.Fprintf(&b, "  %-6s %-22s %-8s %6s %10s %10s %10s %8s %s\n", "member", "address", "role", "term", "commit", "applied", "match", "lag", "leader's view")
+		}
+		for _, m := range members {
+			role := "follower"
+			switch {
+			case m.Leader:
+				role = "leader"
+			case m.Learner:
+				role = "learner"
+			}
+			view := "-"
+			if m.Match > 0 || m.Active {
+				view = "active"
+				if !m.Active {
+					view = "not heard from"
+				}
+				if m.Snapshot {
+					view += ", sending snapshot"
+				}
+			}
+			if m.Error != "" {
+				fmt.Fprintf(&b, "  %-6d %-22s %-8s %6s %10s %10s %10d %8d %s; does not answer: %s\n", m.ID, m.Addr, role, "?", "?", "?", m.Match, m.Lag, view, m.Error)
+				continue
+			}
+			fmt.Fprintf(&b, "  %-6d %-22s %-8s %6d %10d %10d %10d %8d %s\n", m.ID, m.Addr, role, m.Term, m.Commit, m.Applied, m.Match, m.Lag, view)
+		}
 	} else {
 		b.WriteString("  single server (not replicated)\n")
 	}
@@ -140,7 +279,7 @@ func upDown(up bool) string {
 	return "DOWN"
 }
 
-func printStatusJSON(w io.Writer, r health.Report) error {
+func printStatusJSON(w io.Writer, r statusReport) error {
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		return err

@@ -771,6 +771,8 @@ func messages(op uint16) (req, resp message, ok bool) {
 		return &emptyMsg{}, &emptyMsg{}, true
 	case OpStatus:
 		return &emptyMsg{}, &statusResp{}, true
+	case OpMemberStatus:
+		return &emptyMsg{}, &memberStatusResp{}, true
 	case OpFind:
 		return &findReq{}, &findResp{}, true
 	case OpLock:

@@ -23,7 +23,7 @@ func allOps() []uint16 {
 		OpUnlink, OpRmdir, OpRename, OpReadDir, OpGetXattr, OpSetXattr, OpListXattr,
 		OpRemoveXattr, OpOpen, OpWriteDone, OpRelease, OpSetLayout, OpStatFS, OpTargets,
 		OpRegisterTarget, OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany, OpCapability,
-		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup, OpSetQuota, OpGetQuota, OpSetProject, OpCheckQuota, OpJobStats, OpParams, OpParamSet,
+		OpSessionOpen, OpSessionRenew, OpSessionClose, OpStatus, OpMemberStatus, OpFind, OpLock, OpLockWait, OpAppend, OpAppendReclaim, OpMembers, OpMemberAdd, OpMemberRemove, OpGroup, OpSetQuota, OpGetQuota, OpSetProject, OpCheckQuota, OpJobStats, OpParams, OpParamSet,
 	}
 }
 
@@ -74,6 +74,10 @@ func samples() []message {
 			Targets: []proto.TargetInfo{{ID: 1, Addr: "h:1", Total: 3, Used: 2, Free: 1, Up: true}},
 			Clients: []proto.ClientStatus{{Name: "c", Session: proto.SessionID{1, 2}, Addr: "10.0.0.1:5", Version: "v", Age: 1e9, LeaseLeft: 2e9, Handles: 4}}}},
 		&statusResp{proto.ClusterStatus{FSID: "fs"}},
+		&memberStatusResp{proto.ReplicaStatus{ID: 1, Leader: 2, Term: 3, Commit: 4, Applied: 5, LastIndex: 6, Snapshot: 7}},
+		&statusResp{proto.ClusterStatus{FSID: "fs", Replica: &proto.ReplicaStatus{ID: 2, Leader: 2, Term: 9, Commit: 40, Applied: 40, LastIndex: 41,
+			Members: []proto.ReplicaMember{{ID: 1, Addr: "h1:7400", Match: 38, Active: true}, {ID: 2, Addr: "h2:7400", Leader: true, Match: 41, Active: true},
+				{ID: 4, Learner: true, Snapshot: true}}}}},
 		&findReq{Start: 1, Filter: proto.FindFilter{MaxDepth: -1}},
 		&findReq{Start: 9, Filter: proto.FindFilter{Name: "*.h5", Type: 'f', Size: proto.Cmp{Op: '>', Value: 1 << 20},
 			Mtime: proto.Cmp{Op: '<', Value: -5}, Uid: new(uint32), Gid: new(uint32), StripeCount: proto.Cmp{Op: '=', Value: 4},
@@ -314,5 +318,35 @@ func TestRetiredOps(t *testing.T) {
 		if OpName(op) != "" {
 			t.Fatalf("retired op %d has a name", op)
 		}
+	}
+}
+
+// TestStatusVersion1: a status in the format before members (version 1,
+// an older server's) still decodes, with no members.
+func TestStatusVersion1(t *testing.T) {
+	e := wire.NewEncoder(64)
+	e.U8(1)
+	e.String("fs")
+	e.String("v")
+	e.I64(3e9)
+	e.U64(7)
+	e.U64(8)
+	e.Bool(true)
+	for v := range uint64(7) {
+		e.U64(v + 1)
+	}
+	e.U32(0)
+	e.U32(0)
+	var got statusResp
+	if err := unmarshal(e.B, &got); err != nil {
+		t.Fatal(err)
+	}
+	want := proto.ReplicaStatus{ID: 1, Leader: 2, Term: 3, Commit: 4, Applied: 5, LastIndex: 6, Snapshot: 7}
+	if got.S.FSID != "fs" || got.S.Replica == nil || !reflect.DeepEqual(*got.S.Replica, want) {
+		t.Fatalf("version 1 status decoded as %+v %+v", got.S, got.S.Replica)
+	}
+	e.B[0] = 3
+	if err := unmarshal(e.B, &got); err == nil {
+		t.Fatal("a status of an unknown version decoded")
 	}
 }

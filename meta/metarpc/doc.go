@@ -80,6 +80,14 @@
 // server answers a retry with the range it already gave; tests and waits
 // are sent once.
 //
+// OpMemberStatus (54) carries nothing and answers the answering member's
+// own raft state (id, leader, term, commit, applied, last index,
+// snapshot) and the group as it applied it (each member's id, address,
+// flags learner/leader/active/snapshot, and, from the leader, its match
+// index), in the layout of OpStatus's replica part (version 2). Any
+// member answers it, a follower too (`weft status` asks each member);
+// root only, as OpStatus.
+//
 // # A replicated metadata group: finding and following the leader
 //
 // NewClient takes one address or a comma-separated list of members of a

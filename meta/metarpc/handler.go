@@ -23,6 +23,7 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 	h.ext, _ = svc.(Extended)
 	h.sess, _ = svc.(SessionService)
 	h.status, _ = svc.(StatusService)
+	h.memberStatus, _ = svc.(MemberStatusService)
 	h.find, _ = svc.(FindService)
 	h.locks, _ = svc.(proto.LockService)
 	h.admin, _ = svc.(MemberAdmin)
@@ -38,16 +39,18 @@ func NewHandler(svc proto.MetaService, reg proto.TargetRegistry, log *slog.Logge
 
 type handler struct {
 	svc    proto.MetaService
-	ext    Extended          // nil if svc does not offer it
-	sess   SessionService    // nil if svc does not offer it
-	status StatusService     // nil if svc does not offer it
-	find   FindService       // nil if svc does not offer it
-	locks  proto.LockService // nil if svc does not offer it
-	admin  MemberAdmin       // nil if svc does not offer it (admin.go)
-	grp    GroupService      // nil if svc does not offer it (cluster.go)
-	quota  QuotaService      // nil if svc does not offer it (quota.go)
-	reg    proto.TargetRegistry
-	log    *slog.Logger
+	ext    Extended       // nil if svc does not offer it
+	sess   SessionService // nil if svc does not offer it
+	status StatusService  // nil if svc does not offer it
+	// memberStatus: nil if svc does not offer it
+	memberStatus MemberStatusService
+	find         FindService       // nil if svc does not offer it
+	locks        proto.LockService // nil if svc does not offer it
+	admin        MemberAdmin       // nil if svc does not offer it (admin.go)
+	grp          GroupService      // nil if svc does not offer it (cluster.go)
+	quota        QuotaService      // nil if svc does not offer it (quota.go)
+	reg          proto.TargetRegistry
+	log          *slog.Logger
 
 	jobStats JobStatsService // nil if svc does not offer it (jobstats.go)
 	params   ParamService    // nil if svc does not offer it (params.go)
@@ -143,6 +146,13 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		r := req.(*findReq)
 		found, cursor, err := h.find.Find(ctx, r.Start, r.Filter, r.Cursor, int(r.Max))
 		return &findResp{found, cursor}, err
+	}
+	if op == OpMemberStatus {
+		if h.memberStatus == nil {
+			return nil, fmt.Errorf("metarpc: the service has no member status: %w", syscall.ENOSYS)
+		}
+		r, err := h.memberStatus.MemberStatus(ctx)
+		return &memberStatusResp{r}, err
 	}
 	if op == OpStatus {
 		if h.status == nil {

@@ -12,7 +12,7 @@ var opNames = map[uint16]string{
 	OpTargets: "targets", OpRegisterTarget: "register_target", OpCreateOpen: "create_open",
 	OpUnlinkAt: "unlink_at", OpRmdirAt: "rmdir_at", OpReleaseMany: "release_many",
 	OpCapability: "capability", OpSessionOpen: "session_open", OpSessionRenew: "session_renew",
-	OpSessionClose: "session_close", OpStatus: "status", OpFind: "find",
+	OpSessionClose: "session_close", OpStatus: "status", OpMemberStatus: "member_status", OpFind: "find",
 	OpLock: "lock", OpLockWait: "lock_wait", OpAppend: "append", OpAppendReclaim: "append_reclaim",
 	OpMembers: "members", OpMemberAdd: "member_add", OpMemberRemove: "member_remove",
 	OpFSID: "fsid", OpMarkStale: "mark_stale", OpClearStale: "clear_stale",

@@ -14,6 +14,9 @@ import (
 const (
 	// OpStatus returns the cluster's status (StatusService).
 	OpStatus uint16 = 80
+	// OpMemberStatus returns the answering member's own raft state
+	// (MemberStatusService): any member answers, a follower too.
+	OpMemberStatus uint16 = 54
 )
 
 // StatusService is what `weft status` asks of the metadata service.
@@ -26,11 +29,15 @@ type StatusService interface {
 //
 //	u8   version
 //	str  fsid, str version, i64 uptime (ns), u64 files, u64 requests
-//	bool replicated [u64 id, leader, term, commit, applied, last index, snapshot]
+//	bool replicated [u64 id, leader, term, commit, applied, last index, snapshot
+//	                 (version 2:) u32 n members: u64 id, str addr,
+//	                 u8 flags (1 learner, 2 leader, 4 active, 8 snapshot), u64 match]
 //	u32  n targets, each as in targetsResp
 //	u32  n clients: str name, 16 bytes session, str addr, str version,
 //	     i64 age (ns), i64 lease left (ns), u64 handles
-const statusVersion = 1
+//
+// Version 1 (no members) is still read.
+const statusVersion = 2
 
 type statusResp struct{ S proto.ClusterStatus }
 
@@ -43,10 +50,8 @@ func (m *statusResp) encode(e *wire.Encoder) {
 	e.U64(s.Files)
 	e.U64(s.Requests)
 	e.Bool(s.Replica != nil)
-	if r := s.Replica; r != nil {
-		for _, v := range []uint64{r.ID, r.Leader, r.Term, r.Commit, r.Applied, r.LastIndex, r.Snapshot} {
-			e.U64(v)
-		}
+	if s.Replica != nil {
+		encodeReplica(e, s.Replica)
 	}
 	e.U32(uint32(len(s.Targets)))
 	for i := range s.Targets {
@@ -67,8 +72,9 @@ func (m *statusResp) encode(e *wire.Encoder) {
 
 func (m *statusResp) decode(d *wire.Decoder) {
 	s := &m.S
-	if v := d.U8(); d.Err() == nil && v != statusVersion {
-		d.Fail(fmt.Errorf("status format version %d not supported (this client reads %d)", v, statusVersion))
+	v := d.U8()
+	if d.Err() == nil && (v < 1 || v > statusVersion) {
+		d.Fail(fmt.Errorf("status format version %d not supported (this client reads 1 to %d)", v, statusVersion))
 		return
 	}
 	s.FSID = d.StringMax(256)
@@ -78,9 +84,7 @@ func (m *statusResp) decode(d *wire.Decoder) {
 	s.Requests = d.U64()
 	if d.Bool() {
 		r := &proto.ReplicaStatus{}
-		for _, p := range []*uint64{&r.ID, &r.Leader, &r.Term, &r.Commit, &r.Applied, &r.LastIndex, &r.Snapshot} {
-			*p = d.U64()
-		}
+		decodeReplica(d, r, v)
 		s.Replica = r
 	}
 	if n := d.Count(maxList, 4+4+3*8+1+2*8+4+4*8+4); n > 0 {
@@ -105,9 +109,85 @@ func (m *statusResp) decode(d *wire.Decoder) {
 	}
 }
 
+// MemberStatusService is how `weft status` asks each member of a
+// replicated metadata group for its own raft state (OpMemberStatus);
+// meta.Server implements it, and so does Client.
+type MemberStatusService interface {
+	// MemberStatus returns this member's state (Members: the group as it
+	// applied it, with the leader's view of each one's progress when it
+	// leads); ENOTSUP from a single, unreplicated server.
+	MemberStatus(ctx context.Context) (proto.ReplicaStatus, error)
+}
+
+// memberStatusResp is version(1) then a replica as in statusResp
+// (version 2).
+type memberStatusResp struct{ R proto.ReplicaStatus }
+
+func (m *memberStatusResp) encode(e *wire.Encoder) {
+	e.U8(statusVersion)
+	encodeReplica(e, &m.R)
+}
+
+func (m *memberStatusResp) decode(d *wire.Decoder) {
+	if v := d.U8(); d.Err() == nil && v != statusVersion {
+		d.Fail(fmt.Errorf("member status format version %d not supported (this client reads %d)", v, statusVersion))
+		return
+	}
+	decodeReplica(d, &m.R, statusVersion)
+}
+
+// MemberStatus implements MemberStatusService. The request goes to the
+// member at this client's first address and no further (any member
+// answers).
+func (c *Client) MemberStatus(ctx context.Context) (proto.ReplicaStatus, error) {
+	var r memberStatusResp
+	err := c.do(ctx, OpMemberStatus, &emptyMsg{}, &r)
+	return r.R, err
+}
+
 // Status implements StatusService.
 func (c *Client) Status(ctx context.Context) (proto.ClusterStatus, error) {
 	var r statusResp
 	err := c.do(ctx, OpStatus, &emptyMsg{}, &r)
 	return r.S, err
+}
+
+func encodeReplica(e *wire.Encoder, r *proto.ReplicaStatus) {
+	for _, v := range []uint64{r.ID, r.Leader, r.Term, r.Commit, r.Applied, r.LastIndex, r.Snapshot} {
+		e.U64(v)
+	}
+	e.U32(uint32(len(r.Members)))
+	for _, x := range r.Members {
+		e.U64(x.ID)
+		e.String(x.Addr)
+		var flags uint8
+		for i, b := range []bool{x.Learner, x.Leader, x.Active, x.Snapshot} {
+			if b {
+				flags |= 1 << i
+			}
+		}
+		e.U8(flags)
+		e.U64(x.Match)
+	}
+}
+
+// decodeReplica reads a replica of status format version v (1: no
+// members).
+func decodeReplica(d *wire.Decoder, r *proto.ReplicaStatus, v uint8) {
+	for _, p := range []*uint64{&r.ID, &r.Leader, &r.Term, &r.Commit, &r.Applied, &r.LastIndex, &r.Snapshot} {
+		*p = d.U64()
+	}
+	if v < 2 {
+		return
+	}
+	if n := d.Count(maxMembers, 8+4+1+8); n > 0 {
+		r.Members = make([]proto.ReplicaMember, 0, n)
+		for i := 0; i < n && d.Err() == nil; i++ {
+			x := proto.ReplicaMember{ID: d.U64(), Addr: d.StringMax(1024)}
+			flags := d.U8()
+			x.Learner, x.Leader, x.Active, x.Snapshot = flags&1 != 0, flags&2 != 0, flags&4 != 0, flags&8 != 0
+			x.Match = d.U64()
+			r.Members = append(r.Members, x)
+		}
+	}
 }

@@ -25,6 +25,11 @@ type kvSM struct {
 	fs      vfs.FS   // where its snapshots are
 	order   []string // "index:data" of every entry applied since the last restore
 	base    uint64   // the snapshot index the state was last restored from
+	// log is the node's log: an entry applied beyond its last index (not
+	// yet written, so a crash could lose it from the log but not from a
+	// state machine with a store of its own) is recorded in ahead.
+	log   *Storage
+	ahead []string
 }
 
 func newKV() *kvSM { return &kvSM{kv: map[string]string{}} }
@@ -34,6 +39,11 @@ func (m *kvSM) Apply(index uint64, data []byte) any {
 	defer m.mu.Unlock()
 	if index <= m.applied {
 		panic(fmt.Sprintf("kv: applied %d after %d", index, m.applied))
+	}
+	if m.log != nil {
+		if last, _ := m.log.LastIndex(); index > last {
+			m.ahead = append(m.ahead, fmt.Sprintf("entry %d applied while the log ends at %d", index, last))
+		}
 	}
 	k, v, _ := strings.Cut(string(data), "=")
 	prev := m.kv[k]
@@ -143,6 +153,17 @@ func newCluster(t testing.TB, n int, cfg func(*Config)) *cluster {
 	for _, id := range c.ids {
 		c.start(id)
 	}
+	// Runs after stopAll (cleanups run last first): no state machine ever
+	// applied an entry its log did not hold yet.
+	t.Cleanup(func() {
+		for id, sm := range c.sm {
+			sm.mu.Lock()
+			if len(sm.ahead) > 0 {
+				t.Errorf("node %d applied entries before its log had them: %v", id, sm.ahead)
+			}
+			sm.mu.Unlock()
+		}
+	})
 	t.Cleanup(c.stopAll)
 	return c
 }
@@ -161,6 +182,9 @@ func (c *cluster) start(id uint64) {
 		sm = newKV()
 	}
 	sm.fs = c.fs[id]
+	sm.mu.Lock()
+	sm.log = st
+	sm.mu.Unlock()
 	snaps, err := OpenSnapshots(c.fs[id], "snap")
 	if err != nil {
 		c.t.Fatalf("node %d: %v", id, err)
@@ -349,4 +373,23 @@ func (c *cluster) waitApplied(ids []uint64, index uint64) {
 		}
 		return true
 	})
+}
+
+// waitStatus waits, without ticking, until node id's status satisfies
+// cond (the outer timeout is only against hangs).
+func (c *cluster) waitStatus(id uint64, what string, cond func(Status) bool) {
+	c.t.Helper()
+	n := c.nodes[id]
+	timeout := time.After(time.Minute)
+	for {
+		ch := n.Changed()
+		if cond(n.Status()) {
+			return
+		}
+		select {
+		case <-ch:
+		case <-timeout:
+			c.t.Fatalf("%s never happened; %s", what, c.statuses())
+		}
+	}
 }

@@ -33,28 +33,48 @@
 //
 // # How the node is driven
 //
-// Each turn of the node goroutine takes one event (a tick, a message, a
-// request) and then handles every Ready, each in this order, as raft
+// Before each Ready the node goroutine takes every tick, message and
+// request already waiting (up to maxDrain; it blocks for one only when
+// there is no Ready), so that what arrived during the last Ready's fsync
+// shares the next one: one fsync for many proposals, on the leader and on
+// every follower. Each Ready is then handled in this order, as raft
 // requires of a synchronous-storage RawNode:
 //
-//  1. persist the Ready's snapshot, HardState and entries in one pebble
+//  1. send the messages that promise nothing about this node's disk: a
+//     leader's appends and heartbeats, vote requests, read-index traffic
+//     (raft thesis §10.2.1: the leader writes its log in parallel with
+//     its followers; it counts itself towards an entry's quorum only at
+//     step 6, after its own write);
+//  2. on the leader, apply the committed entries its log already holds
+//     (every entry Save wrote was synced) up to the first configuration
+//     change (see 5): it answers its proposers without waiting for the
+//     fsync of the entries proposed after theirs (a follower applies at
+//     5, after its acknowledgements left: the leader waits for those);
+//  3. persist the Ready's snapshot, HardState and entries in one pebble
 //     batch, fsync'd when Ready.MustSync (new entries, a new term or
 //     vote) or when it holds a snapshot (which the state machine then
 //     restores durably: the log must not end before it after a crash);
-//  2. only then send its messages: a vote or an append acknowledgement
-//     never leaves the node before what it promises is on disk;
-//  3. restore a received snapshot into the state machine, then apply the
-//     committed entries in order (conf changes to the RawNode, commands
-//     to the StateMachine) and hand each result to its proposer if it
-//     waits on this node;
-//  4. Advance; then wake linearizable reads whose index is applied, and
+//  4. only then send the rest: a vote (MsgVoteResp, MsgPreVoteResp) or an
+//     append acknowledgement (MsgAppResp) never leaves the node before
+//     what it promises is on disk (the messages raft itself holds back
+//     until the append when its storage writes are asynchronous);
+//  5. restore a received snapshot into the state machine, then apply the
+//     remaining committed entries in order (conf changes to the RawNode,
+//     commands to the StateMachine; these include the entries this Ready
+//     wrote, which a follower may learn are committed with the entries
+//     themselves: the state machine never holds an entry its log could
+//     lose), handing each result to its proposer if it waits on this
+//     node;
+//  6. Advance (the leader's own append acknowledgement is stepped
+//     here); then wake linearizable reads whose index is applied, and
 //     take a snapshot (and compact the log) every SnapshotEvery entries,
 //     and after every applied configuration change.
 //
 // # Invariants
 //
 //   - An entry is acknowledged to its proposer only after it is committed
-//     (on disk on a majority, step 1 on each of them) and applied on the
+//     (on disk on a majority, step 3 on each of them, and the leader
+//     counts its own copy only after its step 3) and applied on the
 //     proposer's node. Propose on a node that is not leader fails at once
 //     with NotLeaderError (proposals are never forwarded: clients find the
 //     leader). Every other proposal is resolved when the index it was

@@ -612,11 +612,19 @@ func (n *Node) run() {
 		tick = t.C
 	}
 	for {
-		for n.rn.HasReady() {
+		// Take whatever is waiting before each Ready, so that the
+		// proposals and messages that arrived during the last one's fsync
+		// share the next (raft's group commit: one fsync for all their
+		// entries, on the leader and on each follower).
+		if !n.drain(tick) {
+			return
+		}
+		if n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {
 				n.log.Error("raftlog: node stops: cannot persist or apply the log", "id", n.cfg.ID, "err", err)
 				return
 			}
+			continue
 		}
 		select {
 		case <-n.stop:
@@ -632,26 +640,38 @@ func (n *Node) run() {
 		case f := <-n.reqs:
 			f()
 		}
-		// Take whatever else is waiting before the next Ready, so that the
-		// proposals and messages that arrived during the last one's fsync
-		// share the next: raft's group commit.
-	drain:
-		for range maxDrain {
-			select {
-			case m := <-n.recv:
-				_ = n.rn.Step(m)
-			case f := <-n.reqs:
-				f()
-			default:
-				break drain
-			}
-		}
 	}
 }
 
-// handleReady does one Ready's work in the order raft requires: persist
-// (snapshot, HardState, entries; synced when MustSync) before sending any
-// message, then send, then apply the committed entries, then Advance.
+// drain takes up to maxDrain waiting ticks, messages and requests without
+// blocking; false when the node is told to stop. Ticks are taken here too:
+// under a steady load there is a Ready after every drain, and a leader
+// that stopped ticking would stop sending heartbeats.
+func (n *Node) drain(tick <-chan time.Time) bool {
+	for range maxDrain {
+		select {
+		case <-n.stop:
+			return false
+		case <-tick:
+			n.rn.Tick()
+		case <-n.ticks:
+			n.rn.Tick()
+		case m := <-n.recv:
+			_ = n.rn.Step(m)
+		case f := <-n.reqs:
+			f()
+		default:
+			return true
+		}
+	}
+	return true
+}
+
+// handleReady does one Ready's work in the order raft requires (doc.go,
+// "How the node is driven"): send what promises nothing about this disk;
+// on the leader, apply the committed entries the log already holds;
+// persist (snapshot, HardState, entries; synced when MustSync); only then
+// send votes and append acknowledgements; apply the rest; Advance.
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	n.noteIndexes(rd.Entries)
@@ -659,6 +679,31 @@ func (n *Node) handleReady() error {
 	// it): the state machine restores it durably next, and a log that lost
 	// it in a crash would end before the state it holds.
 	newSnap := rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot)
+	// Messages that promise nothing about this node's disk leave before
+	// the fsync, so that a leader's appends reach the followers while it
+	// writes its own log (raft thesis §10.2.1): the leader counts itself
+	// towards an entry's quorum only at Advance, after Save; the
+	// followers' fsyncs and the leader's run in parallel.
+	early, afterSave := splitDurable(rd.Messages)
+	if len(early) > 0 {
+		n.cfg.Transport.Send(early)
+	}
+	// On the leader, committed entries already on its disk are applied
+	// before this Ready's own entries are written: its proposers get their
+	// answers without waiting for the fsync of the entries proposed after
+	// theirs. The rest (entries this Ready writes, which a follower may
+	// learn are committed in the same message) wait for Save, so that the
+	// state machine never holds an entry the log could lose in a crash. A
+	// follower applies after Save and after its acknowledgements left:
+	// nobody waits for its applies, the leader waits for its acks.
+	committed := rd.CommittedEntries
+	if !newSnap && n.rn.BasicStatus().RaftState == raft.StateLeader {
+		k := n.durableCommitted(rd)
+		if err := n.apply(committed[:k]); err != nil {
+			return err
+		}
+		committed = committed[k:]
+	}
 	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.MustSync || newSnap); err != nil {
 		return err
 	}
@@ -681,8 +726,8 @@ func (n *Node) handleReady() error {
 		}
 		n.publishMembers()
 	}
-	if len(rd.Messages) > 0 {
-		n.cfg.Transport.Send(rd.Messages)
+	if len(afterSave) > 0 {
+		n.cfg.Transport.Send(afterSave)
 	}
 	for _, rs := range rd.ReadStates {
 		if len(rs.RequestCtx) != 8 {
@@ -695,7 +740,7 @@ func (n *Node) handleReady() error {
 			n.readyRds = append(n.readyRds, w)
 		}
 	}
-	if err := n.apply(rd.CommittedEntries); err != nil {
+	if err := n.apply(committed); err != nil {
 		return err
 	}
 	if rd.SoftState != nil && rd.SoftState.RaftState != raft.StateLeader {
@@ -709,6 +754,46 @@ func (n *Node) handleReady() error {
 	n.maybeSnapshot()
 	n.publish()
 	return nil
+}
+
+// durableCommitted returns how many of rd's first committed entries are
+// commands already durable in this node's log (every entry Save wrote was
+// synced) and not rewritten by rd: they may be applied before rd is
+// persisted. It stops at the first configuration change, which is applied
+// after Save as before.
+func (n *Node) durableCommitted(rd raft.Ready) int {
+	limit, _ := n.st.LastIndex()
+	if len(rd.Entries) > 0 {
+		limit = min(limit, rd.Entries[0].GetIndex()-1)
+	}
+	k := 0
+	for _, e := range rd.CommittedEntries {
+		if e.GetIndex() > limit || e.GetType() != pb.EntryNormal {
+			break
+		}
+		k++
+	}
+	return k
+}
+
+// splitDurable splits a Ready's messages into those that may leave before
+// the Ready is persisted and those that must wait for it: the responses by
+// which this node votes in an election or acknowledges an append (raft
+// sends exactly these after the append when its storage writes are
+// asynchronous; see raft.go's send). Everything else (a leader's appends,
+// heartbeats, vote requests, read-index traffic, snapshots) promises
+// nothing about this node's disk: a candidate counts its own vote, and a
+// leader its own copy of an entry, only once durable (at Advance).
+func splitDurable(msgs []*pb.Message) (early, afterSave []*pb.Message) {
+	for _, m := range msgs {
+		switch m.GetType() {
+		case pb.MessageType_MsgAppResp, pb.MessageType_MsgVoteResp, pb.MessageType_MsgPreVoteResp:
+			afterSave = append(afterSave, m)
+		default:
+			early = append(early, m)
+		}
+	}
+	return early, afterSave
 }
 
 func (n *Node) apply(ents []*pb.Entry) error {

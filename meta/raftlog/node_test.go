@@ -136,7 +136,13 @@ func TestPartitionedLeader(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	before := c.nodes[old].Status().LastIndex
 	stranded := c.proposeAsync(ctx, old, "minority=lost")
+	// The proposal must reach the old leader while it still leads: the
+	// ticks below depose it, and a proposal that arrived after that would
+	// fail at once with NotLeaderError (its goroutine may be scheduled
+	// late on a loaded machine).
+	c.waitStatus(old, "the stranded proposal to be appended on the old leader", func(st Status) bool { return st.LastIndex > before })
 	read := make(chan error, 1)
 	go func() { read <- c.nodes[old].ReadIndex(ctx) }()
 
