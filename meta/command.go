@@ -32,7 +32,12 @@ const (
 	OpGCDone         Op = 16 // drop removed objects from the GC queue
 	OpSessionDrop    Op = 17 // forget the remembered replies of a session that ended
 	OpStale          Op = 18 // mark (or, with staleClear, clear) stale slots of a protected file
-	opMax            Op = 19
+
+	// Target lifecycle and rebuild (targetstate.go, rebuild.go; 19..22).
+	OpTargetState Op = 19 // set a target's state (TargetID; Flags: the state, targetAuto)
+	OpMoveSlot    Op = 20 // a slot's object was rebuilt or moved: point it at its new target
+
+	opMax Op = 21
 )
 
 var opNames = [...]string{
@@ -41,6 +46,7 @@ var opNames = [...]string{
 	OpSetXattr: "setxattr", OpRemoveXattr: "removexattr", OpWriteDone: "writedone",
 	OpSetLayout: "setlayout", OpRegisterTarget: "register-target", OpReclaim: "reclaim",
 	OpGCDone: "gc-done", OpSessionDrop: "session-drop", OpStale: "stale",
+	OpTargetState: "target-state", OpMoveSlot: "move-slot",
 }
 
 func (o Op) String() string {

@@ -89,6 +89,22 @@ type Options struct {
 	// instead of refusing it with ErrRollback; the mark is rewritten.
 	AcceptRollback bool
 
+	// RebuildAfter is how long a target may be down before the leader
+	// marks it out and rebuilds its objects on other targets (default
+	// DefaultRebuildAfter; negative: never by itself, only `weft target
+	// out`). RebuildRate bounds the rebuild's bytes/s (default
+	// DefaultRebuildRate; changed at run time with SetRebuildRate), and
+	// RebuildParallel the objects rebuilt at once. RebuildInterval is how
+	// often targets' states are checked, RebuildScan how often files are
+	// scanned for stale objects when nothing else asks for a scan.
+	RebuildAfter    time.Duration
+	RebuildRate     uint64
+	RebuildParallel int
+	RebuildInterval time.Duration
+	RebuildScan     time.Duration
+	// NoRebuildRate: RebuildRate 0 means unlimited, not the default.
+	NoRebuildRate bool
+
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
 	applyHook func(*Command)
@@ -169,6 +185,9 @@ type Server struct {
 
 	// members are a replica's group members' addresses (members.go).
 	members memberAddrs
+
+	// rb is the rebuild loop and its progress (rebuild.go).
+	rb *rebuilder
 }
 
 // ErrRollback is wrapped (with store.ErrCorrupt) by the error of New for a
@@ -241,6 +260,21 @@ func New(opts Options) (*Server, error) {
 	if opts.MarkInterval <= 0 {
 		opts.MarkInterval = 100 * time.Millisecond
 	}
+	if opts.RebuildAfter == 0 {
+		opts.RebuildAfter = DefaultRebuildAfter
+	}
+	if opts.RebuildRate == 0 && !opts.NoRebuildRate {
+		opts.RebuildRate = DefaultRebuildRate
+	}
+	if opts.RebuildParallel <= 0 {
+		opts.RebuildParallel = DefaultRebuildParallel
+	}
+	if opts.RebuildInterval <= 0 {
+		opts.RebuildInterval = DefaultRebuildInterval
+	}
+	if opts.RebuildScan <= 0 {
+		opts.RebuildScan = DefaultRebuildScan
+	}
 	sm, err := openStateMachine(opts.Store)
 	if err != nil {
 		return nil, err
@@ -270,6 +304,7 @@ func New(opts Options) (*Server, error) {
 		marker:      marker,
 		started:     time.Now(),
 	}
+	s.rb = newRebuilder(s)
 	s.durable.Store(sm.applied)
 	if opts.Replica == nil {
 		s.local = newLocalLog(sm, opts.MaxGroup, opts.applyHook, s.log.Error, func(applied uint64) { s.durable.Store(applied) })
@@ -316,7 +351,8 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.bg.Add(5)
+	s.bg.Add(6)
+	go s.rb.loop()
 	go s.sessionLoop()
 	go s.reclaimLoop()
 	go s.gcLoop()

@@ -77,6 +77,8 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 	switch op {
 	case OpMembers, OpMemberAdd, OpMemberRemove:
 		return h.callAdmin(ctx, op, req)
+	case OpTargetList, OpTargetState, OpRebuildRate:
+		return h.callTarget(ctx, op, req)
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {
 			return nil, errNoExt

@@ -16,7 +16,8 @@ var opNames = map[uint16]string{
 	OpLock: "lock", OpLockWait: "lock_wait", OpAppend: "append", OpAppendReclaim: "append_reclaim",
 	OpMembers: "members", OpMemberAdd: "member_add", OpMemberRemove: "member_remove",
 	OpFSID: "fsid", OpMarkStale: "mark_stale", OpClearStale: "clear_stale",
-	OpGroup: "group",
+	OpGroup: "group", OpTargetList: "target_list", OpTargetState: "target_state",
+	OpRebuildRate: "rebuild_rate",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.

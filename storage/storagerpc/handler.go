@@ -356,6 +356,9 @@ func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		}
 		return nil, svc.RemoveMany(ctx, r.Target, r.Objs)
 	}
+	if resp, err, ok := h.serveRebuild(ctx, op, req); ok {
+		return resp, err
+	}
 	h.log.Warn("storagerpc: unknown op", "op", op)
 	return nil, fmt.Errorf("storagerpc: unknown op %d: %w", op, syscall.ENOSYS)
 }

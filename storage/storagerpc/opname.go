@@ -26,6 +26,8 @@ func OpName(op uint16) string {
 		return "remove_many"
 	case OpExtend:
 		return "extend"
+	case OpRebuild:
+		return "rebuild"
 	}
 	return ""
 }
