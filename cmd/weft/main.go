@@ -31,6 +31,7 @@ func newRootCmd() *cobra.Command {
 		newStatusCmd(),
 		newFindCmd(),
 		newAdminCmd(),
+		newTargetCmd(),
 	)
 	setVersions(root)
 	return root

@@ -59,10 +59,14 @@ without a leader) or the service cannot be asked: usable from monitoring.`,
 				return err
 			}
 			r := health.Judge(o.Meta, st)
+			ts, rs, rerr := fetchRebuild(ctx, o)
 			if o.JSON {
-				err = printStatusJSON(cmd.OutOrStdout(), r)
+				err = printStatusJSON(cmd.OutOrStdout(), r, ts, rs, rerr)
 			} else {
 				err = printStatus(cmd.OutOrStdout(), r)
+				if err == nil {
+					err = printRebuild(cmd.OutOrStdout(), ts, rs, rerr)
+				}
 			}
 			if err == nil && !r.Healthy {
 				err = errUnhealthy
@@ -140,8 +144,56 @@ func upDown(up bool) string {
 	return "DOWN"
 }
 
-func printStatusJSON(w io.Writer, r health.Report) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+// fetchRebuild asks for the targets' states and the rebuild's progress
+// (metarpc OpTargetList); a metadata server that does not know the op
+// answers ENOSYS, and status shows the rest.
+func fetchRebuild(ctx context.Context, o *statusOptions) ([]proto.TargetStatus, proto.RebuildStatus, error) {
+	pool, err := adminPool(o.Keys)
+	if err != nil {
+		return nil, proto.RebuildStatus{}, err
+	}
+	defer pool.Close()
+	return metarpc.NewClient(pool, o.Meta).TargetList(ctx)
+}
+
+// printRebuild shows the rebuild's progress and the targets not in
+// service.
+func printRebuild(w io.Writer, ts []proto.TargetStatus, rs proto.RebuildStatus, err error) error {
+	var b strings.Builder
+	b.WriteString("\nrebuild\n")
+	if err != nil {
+		fmt.Fprintf(&b, "  (not known: %v)\n", err)
+	} else {
+		fmt.Fprintf(&b, "  %s\n", rebuildLine(rs))
+		for _, t := range ts {
+			if t.State != "in" {
+				fmt.Fprintf(&b, "  target-%d is %s, %d objects still to move off it\n", t.ID, t.State, t.Pending)
+			}
+		}
+	}
+	_, err = io.WriteString(w, b.String())
+	return err
+}
+
+func printStatusJSON(w io.Writer, r health.Report, ts []proto.TargetStatus, rs proto.RebuildStatus, rerr error) error {
+	type stateJSON struct {
+		ID      uint32 `json:"id"`
+		State   string `json:"state"`
+		Pending uint64 `json:"pending"`
+	}
+	out := struct {
+		health.Report
+		Rebuild *rebuildJSON `json:"rebuild,omitempty"`
+		States  []stateJSON  `json:"target_states,omitempty"`
+	}{Report: r}
+	if rerr == nil {
+		rj := toRebuildJSON(rs)
+		out.Rebuild = &rj
+		for _, t := range ts {
+			out.States = append(out.States, stateJSON{uint32(t.ID), t.State, t.Pending})
+		}
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return err
 	}
