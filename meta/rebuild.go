@@ -33,11 +33,11 @@ const (
 	DefaultRebuildScan     = time.Minute
 	// rebuildChunk is the range one storage request rebuilds.
 	rebuildChunk = 4 << 20
-	// moveGCDelay: the old object of a slot moved off a target that still
-	// serves (drain) is removed this long after the move, so that a
-	// reader that opened the file before the move, with the old layout,
-	// still finds it.
-	moveGCDelay = time.Minute
+	// DefaultMovedObjectGrace: the old object of a slot moved off a
+	// target that still serves (drain) is removed this long after the
+	// move, so that a reader that opened the file before the move, with
+	// the old layout, still finds it.
+	DefaultMovedObjectGrace = time.Minute
 	// rebuildCallTimeout bounds one storage request.
 	rebuildCallTimeout = 2 * time.Minute
 )
@@ -396,6 +396,7 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 		return err
 	}
 	size := objectLen(l, n.Size, j.Slot)
+	req.Size = size
 	for off := uint64(0); off < size || off == 0; {
 		r := req
 		r.Off, r.Len = off, min(rebuildChunk, size-off)
@@ -427,7 +428,7 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 		TargetID: j.From, Candidates: []proto.TargetID{dst}}
 	c.SetAttr.Mtime = n.Mtime
 	if _, up, _ := s.reg.stateOf(j.From); up && dst != j.From {
-		c.Size = uint64(time.Unix(0, c.Now).Add(moveGCDelay).UnixNano())
+		c.Size = uint64(time.Unix(0, c.Now).Add(s.opts.MovedObjectGrace).UnixNano())
 	}
 	if _, err := s.propose(ctx, c); err != nil {
 		if errors.Is(err, syscall.EBUSY) {

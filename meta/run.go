@@ -35,9 +35,10 @@ type Config struct {
 	SessionLease time.Duration
 	// RebuildAfter, RebuildRate, NoRebuildRate: see Options (defaults
 	// DefaultRebuildAfter, DefaultRebuildRate).
-	RebuildAfter  time.Duration
-	RebuildRate   uint64
-	NoRebuildRate bool
+	RebuildAfter     time.Duration
+	RebuildRate      uint64
+	NoRebuildRate    bool
+	MovedObjectGrace time.Duration
 	// Transport to listen on; default transport.NewTCP().
 	Transport transport.Transport
 	// Ready, if set, is called with the bound address once serving.
@@ -192,7 +193,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Replica: replica,
 		Store:   st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
 		OrphanGrace: cfg.OrphanGrace, SessionLease: cfg.SessionLease,
-		RebuildAfter: cfg.RebuildAfter, RebuildRate: cfg.RebuildRate, NoRebuildRate: cfg.NoRebuildRate, Logger: log, Access: cfg.Access,
+		RebuildAfter: cfg.RebuildAfter, RebuildRate: cfg.RebuildRate, NoRebuildRate: cfg.NoRebuildRate,
+		MovedObjectGrace: cfg.MovedObjectGrace, Logger: log, Access: cfg.Access,
 		AllowUnauthenticated: cfg.AllowUnauthenticated,
 		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
 		CapabilityKey: cfg.CapabilityKey, CapabilityLifetime: cfg.CapabilityLifetime,

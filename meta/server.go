@@ -104,6 +104,11 @@ type Options struct {
 	RebuildScan     time.Duration
 	// NoRebuildRate: RebuildRate 0 means unlimited, not the default.
 	NoRebuildRate bool
+	// MovedObjectGrace is how long the old object of a slot moved off a
+	// target that still serves (a drain) is kept before its removal, for
+	// readers that opened the file before the move (default
+	// DefaultMovedObjectGrace).
+	MovedObjectGrace time.Duration
 
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
@@ -271,6 +276,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.RebuildInterval <= 0 {
 		opts.RebuildInterval = DefaultRebuildInterval
+	}
+	if opts.MovedObjectGrace <= 0 {
+		opts.MovedObjectGrace = DefaultMovedObjectGrace
 	}
 	if opts.RebuildScan <= 0 {
 		opts.RebuildScan = DefaultRebuildScan

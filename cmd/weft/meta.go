@@ -30,6 +30,7 @@ type metaOptions struct {
 	OrphanGrace      units.Duration `toml:"orphan_grace"`
 	RebuildAfter     units.Duration `toml:"rebuild_after"`
 	RebuildRate      units.Size     `toml:"rebuild_rate"`
+	MovedGrace       units.Duration `toml:"moved_object_grace"`
 	HTTP             string         `toml:"http"`
 	// AcceptRollback is a flag only: serving an older store is a decision
 	// for one start, not a setting to leave in a file.
@@ -129,6 +130,8 @@ group serves while a majority of its members run.`,
 	fs.Var(&o.RebuildAfter, "rebuild-after", "a storage target down for this long is marked out and its objects are rebuilt on other targets (0: never by itself, only weft target out)")
 	o.RebuildRate = units.Size(meta.DefaultRebuildRate)
 	fs.Var(&o.RebuildRate, "rebuild-rate", "bytes per second the rebuild copies at most, over all targets (0: no limit; weft target rebuild-rate changes it while it runs)")
+	o.MovedGrace = units.Duration(meta.DefaultMovedObjectGrace)
+	fs.Var(&o.MovedGrace, "moved-object-grace", "an object moved off a target that still serves (weft target drain) is removed there this long after the move, for readers that opened the file before")
 	fs.Uint64Var(&o.ID, "id", 0, "this member's id in --peers (a replicated group)")
 	fs.StringVar(&o.Peers, "peers", "", "every member of the replicated group as ID=HOST:PORT,... (the same on every member)")
 	o.RaftTick = units.Duration(100 * time.Millisecond)
@@ -240,6 +243,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		RebuildAfter:     rebuildAfter(time.Duration(o.RebuildAfter)),
 		RebuildRate:      uint64(o.RebuildRate),
 		NoRebuildRate:    o.RebuildRate == 0,
+		MovedObjectGrace: time.Duration(o.MovedGrace),
 		AcceptRollback:   o.AcceptRollback,
 		ID:               o.ID,
 		Peers:            o.peers,
