@@ -487,9 +487,12 @@ func (s *Server) rebuildSources(n *inode, j rebuildJob, dst proto.TargetID) (pro
 		return ok && up && !l.IsStale(slot) && st != TargetOut && st != TargetRemoved
 	}
 	// The object itself, when it is fresh and its target serves
-	// (draining, or an out target that still answers): a plain copy.
+	// (draining, or an out target that still answers): a plain copy. A
+	// mirror falls back to the other copies if it does not answer after
+	// all (a target lost moments ago still counts up); an EC shard is
+	// copied only off a draining target, and decoded otherwise.
 	if j.Move && !l.IsStale(j.Slot) {
-		if _, up, _ := s.reg.stateOf(j.From); up {
+		if st, up, _ := s.reg.stateOf(j.From); up && (l.Kind != layout.EC || st == TargetDraining) {
 			req.Sources = append(req.Sources, proto.RebuildSource{Target: j.From, Slot: uint32(j.Slot)})
 		}
 	}

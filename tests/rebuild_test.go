@@ -232,14 +232,14 @@ func lostTargetRebuild(t *testing.T, servers int, flags ...string) {
 			t.Fatalf("lost target after the rebuild: %+v", tg)
 		}
 	}
-	mnt := c.Mount(c.AddMount())
+	mnt := c.Mount(c.AddMountUp(servers - 1))
 	nd := filepath.Join(mnt, "r")
 	checkSums(t, nd, sums)
 	checkNoSlotOn(t, c, nd, sums, lost)
 	// Fully protected again: with one more server gone, every file still
 	// reads back (from a mount that has nothing cached).
 	c.StopStorage(2)
-	checkSums(t, filepath.Join(c.Mount(c.AddMount()), "r"), sums)
+	checkSums(t, filepath.Join(c.Mount(c.AddMountUp(servers-2)), "r"), sums)
 	// A lost target cannot be removed while... it holds nothing now:
 	// remove succeeds, and it may not come back.
 	targetAdmin(t, c, "remove", strconv.Itoa(int(lost)))
