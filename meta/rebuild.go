@@ -454,10 +454,11 @@ func (s *Server) rebuildDest(n *inode, slot int) (proto.TargetID, error) {
 	}
 	used := map[string]bool{}
 	on := map[proto.TargetID]bool{}
+	for _, tg := range l.Targets {
+		on[tg] = true // a file uses a target once (layout.ValidateFile)
+	}
 	for j := range w {
-		o := l.Slot(g, j)
-		on[l.Targets[o]] = true
-		if o != slot {
+		if o := l.Slot(g, j); o != slot {
 			used[s.reg.domainOf(l.Targets[o])] = true
 		}
 	}
@@ -470,7 +471,7 @@ func (s *Server) rebuildDest(n *inode, slot int) (proto.TargetID, error) {
 		}
 		return c, nil
 	}
-	return 0, errnof(syscall.ENOSPC, "inode %d slot %d: no target up and in, in a failure domain its stripe does not use", n.Ino, slot)
+	return 0, errnof(syscall.ENOSPC, "inode %d slot %d: no target up and in that the file does not use, in a failure domain its stripe does not use", n.Ino, slot)
 }
 
 // rebuildSources fills the request's sources: for a copy (mirror, RAID-0,
