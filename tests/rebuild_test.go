@@ -177,7 +177,7 @@ func checkNoSlotOn(t *testing.T, c *testcluster.Cluster, d string, sums map[stri
 }
 
 // serverTargets maps each target id to the index of its storage server.
-func serverTargets(t *testing.T, c *testcluster.Cluster, servers int) map[uint32]int {
+func serverTargets(t testing.TB, c *testcluster.Cluster, servers int) map[uint32]int {
 	t.Helper()
 	df, err := testcluster.DF(c.Mount(0))
 	if err != nil {
