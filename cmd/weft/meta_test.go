@@ -79,7 +79,7 @@ log_format = "json"
 		SessionLease: units.Duration(2 * time.Second), OrphanGrace: units.Duration(time.Minute),
 		RebuildAfter: units.Duration(30 * time.Minute), RebuildRate: units.Size(1 << 30),
 		MovedGrace: units.Duration(time.Minute),
-		RaftTick: units.Duration(100 * time.Millisecond), ElectionTicks: 10, HeartbeatTicks: 1, LeaseReads: true,
+		RaftTick:   units.Duration(100 * time.Millisecond), ElectionTicks: 10, HeartbeatTicks: 1, LeaseReads: true,
 		accessOptions: accessOptions{RootSquash: true, SquashUid: 99, SquashGid: 65534, RootSquashExempt: []string{"10.0.0.0/8"}},
 		daemonOptions: daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
 	if !reflect.DeepEqual(got, want) {
