@@ -22,15 +22,21 @@ import (
 //
 //	go test ./tests -run '^$' -bench BenchmarkRebuild -benchtime 1x
 //
-// WEFT_REBUILD_MIB sets the data written (default 2048 MiB).
+// WEFT_REBUILD_MIB sets the data written (default 2048 MiB),
+// WEFT_REBUILD_RATE the rebuild's limit (weft meta --rebuild-rate; default
+// 0, none).
 func BenchmarkRebuild(b *testing.B) {
 	mib := 2048
 	if v := os.Getenv("WEFT_REBUILD_MIB"); v != "" {
 		mib, _ = strconv.Atoi(v)
 	}
+	rate := "0" // unlimited
+	if v := os.Getenv("WEFT_REBUILD_RATE"); v != "" {
+		rate = v
+	}
 	for range b.N {
 		c := testcluster.Start(b, testcluster.Options{Servers: 4, Targets: 4, Timeout: "30s",
-			MetaArgs: []string{"--rebuild-rate", "0"}})
+			MetaArgs: []string{"--rebuild-rate", rate}})
 		d := filepath.Join(c.Mount(0), "r")
 		rd := filepath.Join(c.Mount(0), "read")
 		for _, p := range []string{d, rd} {
