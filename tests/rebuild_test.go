@@ -259,6 +259,26 @@ func TestRebuildECLostTarget(t *testing.T) {
 	lostTargetRebuild(t, 5, "--ec", "2+1", "-c", "1")
 }
 
+// objectFiles counts the object data files (not their .crc sidecars) in
+// a target directory.
+func objectFiles(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(filepath.Join(dir, "objects"), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !strings.HasSuffix(p, ".crc") {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 // TestTargetDrain: a target is drained while a reader reads every file
 // over and over: every read returns the right bytes, no file names the
 // target afterwards, its objects are removed after the grace for readers
@@ -348,20 +368,16 @@ func TestTargetDrain(t *testing.T) {
 	checkSums(t, filepath.Join(mnt, "r0"), sumsR)
 	checkNoSlotOn(t, c, filepath.Join(mnt, "m"), sumsM, drained)
 	checkNoSlotOn(t, c, filepath.Join(mnt, "r0"), sumsR, drained)
-	// The target ends empty: its objects are removed after the grace.
+	// The target ends empty: its objects are removed from its directory
+	// after the grace for readers of the old layout.
+	dir := c.TargetDirs(byTarget[drained])[0]
+	if n := objectFiles(t, dir); n == 0 {
+		t.Fatalf("target %d's directory %s holds no object right after the drain: the test checks nothing", drained, dir)
+	}
 	deadline := time.Now().Add(hangGuard)
-	for {
-		var objs uint64 = 1
-		for _, tg := range targetList(t, c).Targets {
-			if tg.ID == drained {
-				objs = tg.Objects
-			}
-		}
-		if objs == 0 {
-			break
-		}
+	for n := objectFiles(t, dir); n > 0; n = objectFiles(t, dir) {
 		if time.Now().After(deadline) {
-			t.Fatalf("target %d still holds %d objects after its drain", drained, objs)
+			t.Fatalf("target %d still holds %d objects after its drain", drained, n)
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
