@@ -7,6 +7,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
@@ -227,5 +228,50 @@ func TestTargetRecordFormats(t *testing.T) {
 	bad[len(bad)-2] = byte(targetStateMax)
 	if _, err := decodeTargetRecord(bad); err == nil {
 		t.Fatal("unknown state decoded")
+	}
+}
+
+// TestRebuildAutoOut: a target down longer than RebuildAfter is marked out
+// by the leader (auto), one down less long is not, and an auto-out target
+// that is heard from again is in again; a target an admin marked out
+// stays out.
+func TestRebuildAutoOut(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.RebuildAfter = time.Minute })
+	x := e.addServerTarget("x", "x:1", "")
+	y := e.addServerTarget("y", "y:1", "")
+	heartbeat := func(uuid, addr string) {
+		_, err := e.srv.RegisterTarget(ctx, uuid, proto.TargetInfo{Addr: addr, Total: 2 << 30, Used: 1 << 30, Free: 1 << 30})
+		e.must(err)
+	}
+	state := func(id proto.TargetID) (string, bool) {
+		ts, _, err := e.srv.TargetList(ctx)
+		e.must(err)
+		for _, ts := range ts {
+			if ts.ID == id {
+				return ts.State, ts.Auto
+			}
+		}
+		t.Fatalf("no target %d", id)
+		return "", false
+	}
+	e.clock.Advance(50 * time.Second) // both down (heartbeat timeout 10 s), not for a minute
+	e.srv.rb.autoStates(ctx)
+	if st, _ := state(x); st != "in" {
+		t.Fatalf("target down 50 s: %s", st)
+	}
+	e.must(e.srv.SetTargetState(ctx, y, "out"))
+	e.clock.Advance(30 * time.Second)
+	e.srv.rb.autoStates(ctx)
+	if st, auto := state(x); st != "out" || !auto {
+		t.Fatalf("target down 80 s: %s (auto %v)", st, auto)
+	}
+	heartbeat("x", "x:1")
+	heartbeat("y", "y:1")
+	e.srv.rb.autoStates(ctx)
+	if st, auto := state(x); st != "in" || auto {
+		t.Fatalf("auto-out target heard again: %s (auto %v)", st, auto)
+	}
+	if st, _ := state(y); st != "out" {
+		t.Fatalf("admin-out target heard again: %s", st)
 	}
 }
