@@ -32,7 +32,12 @@ const (
 	OpGCDone         Op = 16 // drop removed objects from the GC queue
 	OpSessionDrop    Op = 17 // forget the remembered replies of a session that ended
 	OpStale          Op = 18 // mark (or, with staleClear, clear) stale slots of a protected file
-	opMax            Op = 19
+
+	// Target lifecycle and rebuild (targetstate.go, rebuild.go; 19..22).
+	OpTargetState Op = 19 // set a target's state (TargetID; Flags: the state, targetAuto)
+	OpMoveSlot    Op = 20 // a slot's object was rebuilt or moved: point it at its new target
+
+	opMax Op = 21
 )
 
 // Quota commands (quota.go): 23..26 are the quotas'.
@@ -50,7 +55,8 @@ var opNames = [...]string{
 	OpSetLayout: "setlayout", OpRegisterTarget: "register-target", OpReclaim: "reclaim",
 	OpGCDone: "gc-done", OpSessionDrop: "session-drop", OpStale: "stale",
 	OpSetQuota: "set-quota", OpSetProject: "set-project", OpRecount: "quota-recount",
-	OpSetParam: "set-param",
+	OpSetParam:    "set-param",
+	OpTargetState: "target-state", OpMoveSlot: "move-slot",
 }
 
 // validOp reports whether o is a known command op.

@@ -312,6 +312,34 @@
 // over MaxTargetBytes, Free over Total, Used+Free over Total plus slack)
 // is refused with EINVAL and never ranked.
 //
+// # Target lifecycle and rebuild
+//
+// Every target has a state in its record (targetstate.go; record version
+// 3): in, out, draining, inactive, removed, set by OpTargetState (command
+// op 19) from `weft target` (metarpc 73..75, root only) or by the leader's
+// rebuild loop. Placement takes only targets in. A removed target may not
+// register again (EPERM), its queued object removals are dropped, and
+// removing one is refused (EBUSY) while it holds the only readable copy
+// of an object.
+//
+// The rebuild (rebuild.go) runs on the leader: it marks a target down
+// longer than Options.RebuildAfter out (auto; back in when heard from),
+// scans every file for objects on targets that are out, draining or
+// removed (moved) and stale objects on targets up (repaired in place), and
+// for each asks the destination's storage server to write the object
+// from a fresh copy or K EC shards (proto.ObjectRebuilder, storagerpc
+// OpRebuild), RebuildParallel at a time, paced to RebuildRate bytes/s
+// (SetRebuildRate changes it at once). It then proposes OpMoveSlot
+// (command op 20), which points the slot at the new target, clears its
+// stale mark and queues the old object for GC (not before a time carried
+// in the command: MovedObjectGrace when the old target still serves), and
+// which apply refuses (EBUSY) if the file's mtime or the slot changed
+// since the copy began; the proposer also skips files open for writing.
+// A destination is a target in and up that the file does not use, in a
+// failure domain the stripe does not use, with no old object of that
+// name on the GC queue (so a late removal never deletes a new copy).
+// Progress (RebuildProgress) is the leader's, in memory.
+//
 // # A store that never lies
 //
 // A server refuses to start, with an error wrapping store.ErrCorrupt that

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"sync"
 	"syscall"
@@ -387,8 +388,15 @@ func (s *Server) GCQueue() ([]GCObject, error) { return s.scanGC(0, nil) }
 // scanGC returns up to limit (0: all) queued objects of targets not in skip.
 func (s *Server) scanGC(limit int, skip map[proto.TargetID]bool) ([]GCObject, error) {
 	var objs []GCObject
-	err := s.st.Scan([]byte{store.PrefixGC}, []byte{store.PrefixGC + 1}, func(k, _ []byte) bool {
+	now := uint64(s.opts.Now().UnixNano())
+	err := s.st.Scan([]byte{store.PrefixGC}, []byte{store.PrefixGC + 1}, func(k, v []byte) bool {
 		tg, ino, stripe, gen, ok := store.ParseGCKey(k)
+		// A value holds the time (unix ns) before which the object is
+		// kept: an object moved off a target that still serves it
+		// (meta.moveSlot), for readers with the old layout.
+		if ok && len(v) == 8 && binary.BigEndian.Uint64(v) > now {
+			ok = false
+		}
 		if ok && !skip[proto.TargetID(tg)] {
 			objs = append(objs, GCObject{Target: proto.TargetID(tg), Obj: proto.ObjectID{Ino: proto.Ino(ino), Stripe: stripe, Gen: gen}})
 		}

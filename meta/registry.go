@@ -53,34 +53,55 @@ func checkUsage(info proto.TargetInfo) error {
 // Target records (the value under store.TargetIDKey). Version 1 held uuid
 // and address; version 2 adds the certificate name of the storage server
 // that registered the target ("" when it registered without one, and for
-// every version 1 record), to which the uuid then belongs.
-const targetRecordVersion = 2
+// every version 1 record), to which the uuid then belongs. Version 3 adds
+// the target's lifecycle state and whether the rebuild loop set it
+// (targetstate.go); older records read as state in. A record in state in
+// that was never set otherwise is still written as version 2, so stores
+// that never used target states keep their bytes.
+const targetRecordVersion = 3
 
 // targetRecord is the persisted part of a target.
 type targetRecord struct {
 	uuid, addr string
 	owner      string // Peer.Name of the registering server; "" = none yet
+	state      TargetState
+	auto       bool // state out was set by the rebuild loop (down too long), not an admin
 }
 
 func encodeTargetRecord(r targetRecord) []byte {
 	e := wire.NewEncoder(16 + len(r.uuid) + len(r.addr) + len(r.owner))
-	e.U8(targetRecordVersion)
+	v := uint8(targetRecordVersion)
+	if r.state == TargetIn && !r.auto {
+		v = 2
+	}
+	e.U8(v)
 	e.String(r.uuid)
 	e.String(r.addr)
 	e.String(r.owner)
+	if v >= 3 {
+		e.U8(uint8(r.state))
+		e.Bool(r.auto)
+	}
 	return e.B
 }
 
 func decodeTargetRecord(b []byte) (targetRecord, error) {
 	d := wire.NewDecoder(b)
 	v := d.U8()
-	if d.Err() == nil && v != 1 && v != 2 {
+	if d.Err() == nil && (v < 1 || v > targetRecordVersion) {
 		return targetRecord{}, fmt.Errorf("meta: target record version %d not supported", v)
 	}
 	var r targetRecord
 	r.uuid, r.addr = d.String(), d.String()
 	if v >= 2 {
 		r.owner = d.String()
+	}
+	if v >= 3 {
+		r.state = TargetState(d.U8())
+		r.auto = d.Bool()
+		if d.Err() == nil && r.state >= targetStateMax {
+			return targetRecord{}, fmt.Errorf("meta: target record: unknown state %d", r.state)
+		}
 	}
 	if err := d.Done(); err != nil {
 		return targetRecord{}, fmt.Errorf("meta: decode target record: %w", err)
@@ -105,6 +126,8 @@ type targetState struct {
 	lastSeen time.Time // last heartbeat, or when the registry was loaded
 	heard    bool      // a heartbeat reported usage since the registry was loaded
 	placed   uint64    // stripes placed on it since its last heartbeat
+	state    TargetState
+	auto     bool // state out was set by the rebuild loop
 }
 
 // registry is the in-memory view of the storage targets, used for
@@ -205,7 +228,8 @@ func (r *registry) load(st store.Reader) error {
 			return false
 		}
 		id := proto.TargetID(binary.BigEndian.Uint32(k[1:]))
-		r.byID[id] = &targetState{info: proto.TargetInfo{ID: id, Addr: rec.addr}, uuid: rec.uuid, owner: rec.owner, lastSeen: now}
+		r.byID[id] = &targetState{info: proto.TargetInfo{ID: id, Addr: rec.addr}, uuid: rec.uuid, owner: rec.owner, lastSeen: now,
+			state: rec.state, auto: rec.auto}
 		r.byUUID[rec.uuid] = id
 		return true
 	})
@@ -226,8 +250,8 @@ func (r *registry) heartbeat(uuid string, who registrant, info proto.TargetInfo)
 		return 0, false
 	}
 	t := r.byID[id]
-	if t.info.Addr != info.Addr || (!who.trusted && t.owner != who.name) {
-		return 0, false
+	if t.info.Addr != info.Addr || (!who.trusted && t.owner != who.name) || t.state == TargetRemoved {
+		return 0, false // a removed target: the command refuses it
 	}
 	r.refresh(t, info)
 	return id, true
@@ -267,6 +291,7 @@ func (r *registry) registered(id proto.TargetID, rec targetRecord, info proto.Ta
 	t.info.ID = id
 	t.info.Addr = info.Addr
 	t.owner = rec.owner
+	t.state, t.auto = rec.state, rec.auto
 	r.byUUID[uuid] = id
 	r.refresh(t, info)
 }
@@ -328,6 +353,9 @@ func (r *registry) candidates() (_ []proto.TargetID, domains []uint32, _ syscall
 			continue
 		}
 		anyUp = true
+		if t.state != TargetIn {
+			continue // out, draining, inactive, removed: no new objects
+		}
 		free := t.info.Free
 		if checkUsage(t.info) != nil {
 			continue // never stored (RegisterTarget refuses it); defensive

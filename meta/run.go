@@ -34,6 +34,12 @@ type Config struct {
 	OrphanGrace time.Duration
 	// SessionLease: see Options.SessionLease (default DefaultSessionLease).
 	SessionLease time.Duration
+	// RebuildAfter, RebuildRate, NoRebuildRate: see Options (defaults
+	// DefaultRebuildAfter, DefaultRebuildRate).
+	RebuildAfter     time.Duration
+	RebuildRate      uint64
+	NoRebuildRate    bool
+	MovedObjectGrace time.Duration
 	// Transport to listen on; default transport.NewTCP().
 	Transport transport.Transport
 	// Ready, if set, is called with the bound address once serving.
@@ -191,7 +197,9 @@ func Run(ctx context.Context, cfg Config) error {
 	srv, err := New(Options{
 		Replica: replica,
 		Store:   st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
-		OrphanGrace: cfg.OrphanGrace, SessionLease: cfg.SessionLease, Logger: log, Access: cfg.Access,
+		OrphanGrace: cfg.OrphanGrace, SessionLease: cfg.SessionLease,
+		RebuildAfter: cfg.RebuildAfter, RebuildRate: cfg.RebuildRate, NoRebuildRate: cfg.NoRebuildRate,
+		MovedObjectGrace: cfg.MovedObjectGrace, Logger: log, Access: cfg.Access,
 		AllowUnauthenticated: cfg.AllowUnauthenticated,
 		Probe:                ProbeAddr(tr), ProbeTimeout: cfg.ProbeTimeout,
 		CapabilityKey: cfg.CapabilityKey, CapabilityLifetime: cfg.CapabilityLifetime,

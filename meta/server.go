@@ -98,6 +98,27 @@ type Options struct {
 	// instead of refusing it with ErrRollback; the mark is rewritten.
 	AcceptRollback bool
 
+	// RebuildAfter is how long a target may be down before the leader
+	// marks it out and rebuilds its objects on other targets (default
+	// DefaultRebuildAfter; negative: never by itself, only `weft target
+	// out`). RebuildRate bounds the rebuild's bytes/s (default
+	// DefaultRebuildRate; changed at run time with SetRebuildRate), and
+	// RebuildParallel the objects rebuilt at once. RebuildInterval is how
+	// often targets' states are checked, RebuildScan how often files are
+	// scanned for stale objects when nothing else asks for a scan.
+	RebuildAfter    time.Duration
+	RebuildRate     uint64
+	RebuildParallel int
+	RebuildInterval time.Duration
+	RebuildScan     time.Duration
+	// NoRebuildRate: RebuildRate 0 means unlimited, not the default.
+	NoRebuildRate bool
+	// MovedObjectGrace is how long the old object of a slot moved off a
+	// target that still serves (a drain) is kept before its removal, for
+	// readers that opened the file before the move (default
+	// DefaultMovedObjectGrace).
+	MovedObjectGrace time.Duration
+
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
 	applyHook func(*Command)
@@ -183,6 +204,9 @@ type Server struct {
 
 	// members are a replica's group members' addresses (members.go).
 	members memberAddrs
+
+	// rb is the rebuild loop and its progress (rebuild.go).
+	rb *rebuilder
 }
 
 // ErrRollback is wrapped (with store.ErrCorrupt) by the error of New for a
@@ -255,6 +279,24 @@ func New(opts Options) (*Server, error) {
 	if opts.MarkInterval <= 0 {
 		opts.MarkInterval = 100 * time.Millisecond
 	}
+	if opts.RebuildAfter == 0 {
+		opts.RebuildAfter = DefaultRebuildAfter
+	}
+	if opts.RebuildRate == 0 && !opts.NoRebuildRate {
+		opts.RebuildRate = DefaultRebuildRate
+	}
+	if opts.RebuildParallel <= 0 {
+		opts.RebuildParallel = DefaultRebuildParallel
+	}
+	if opts.RebuildInterval <= 0 {
+		opts.RebuildInterval = DefaultRebuildInterval
+	}
+	if opts.MovedObjectGrace <= 0 {
+		opts.MovedObjectGrace = DefaultMovedObjectGrace
+	}
+	if opts.RebuildScan <= 0 {
+		opts.RebuildScan = DefaultRebuildScan
+	}
 	sm, err := openStateMachine(opts.Store)
 	if err != nil {
 		return nil, err
@@ -286,6 +328,7 @@ func New(opts Options) (*Server, error) {
 		jobs:        jobstats.New(withService(opts.JobStats, "meta")),
 		paramSet:    map[string]string{},
 	}
+	s.rb = newRebuilder(s)
 	s.durable.Store(sm.applied)
 	if opts.Replica == nil {
 		s.local = newLocalLog(sm, opts.MaxGroup, opts.applyHook, s.log.Error, func(applied uint64) { s.durable.Store(applied) })
@@ -338,7 +381,8 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.bg.Add(5)
+	s.bg.Add(6)
+	go s.rb.loop()
 	go s.sessionLoop()
 	go s.reclaimLoop()
 	go s.gcLoop()

@@ -350,6 +350,10 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.stale(c)
 	case OpRegisterTarget:
 		err = t.registerTarget(c)
+	case OpTargetState:
+		err = t.targetState(c)
+	case OpMoveSlot:
+		err = t.moveSlot(c)
 	case OpReclaim:
 		err = t.reclaim(c)
 	case OpGCDone:
@@ -1264,6 +1268,10 @@ func (t *txn) registerTarget(c *Command) error {
 		if err != nil {
 			return errnof(syscall.EIO, "target %s: %v", uuid, err)
 		}
+		if old.state == TargetRemoved {
+			return errnof(syscall.EPERM, "target %s (id %d) was removed from the file system: format its directory again to use it", uuid, id)
+		}
+		rec.state, rec.auto = old.state, old.auto
 		switch {
 		case c.Flags&registerTrusted != 0 || old.owner == "":
 			// keep the owner, or the first named registrant takes it

@@ -105,6 +105,15 @@
 // storage server); the RPC handler has checked the client's capabilities
 // for both objects first.
 //
+// RebuildObject (storagerpc OpRebuild, from metadata servers only; no
+// capability) writes a range of an object of one of its targets from
+// other servers' objects, read through the same peers: a copy (the first
+// source that answers) or an EC shard decoded from K shards of its stripe
+// (klauspost/reedsolomon). The first range of an object empties it first,
+// so that ranges reading as zeros stay holes; the last sets its length
+// and syncs it. This is the metadata service's rebuild, storage to
+// storage (meta/rebuild.go).
+//
 // Space (fallocate on one object, proto.SpaceMode) punches, zeroes and
 // reserves ranges; Seek finds an object's next data or hole from its
 // sidecar: a block is data when its entry is allocated (cur != 0), so

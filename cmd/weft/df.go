@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"strings"
+	"time"
 
 	"github.com/spf13/cobra"
 	"golang.org/x/sys/unix"
@@ -14,8 +16,29 @@ import (
 	"github.com/weft-fs/weft/internal/units"
 )
 
+// targetStates asks the metadata service for every target's state.
+func targetStates(ctx context.Context, o *targetOptions) (map[uint32]string, error) {
+	c, done, err := o.client()
+	if err != nil {
+		return nil, err
+	}
+	defer done()
+	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
+	defer cancel()
+	ts, _, err := c.TargetList(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("target states of %s: %w", o.Meta, err)
+	}
+	m := make(map[uint32]string, len(ts))
+	for _, t := range ts {
+		m[uint32(t.ID)] = t.State
+	}
+	return m, nil
+}
+
 func newDfCmd() *cobra.Command {
 	var asJSON, inodes bool
+	to := &targetOptions{}
 	cmd := &cobra.Command{
 		Use:   "df [-i] [--json] [PATH]",
 		Short: "Show the size, usage and state of every storage target",
@@ -53,9 +76,18 @@ attribute.`,
 				}
 				return printDFInodes(cmd.OutOrStdout(), path, st.Files-st.Ffree, st.Ffree, ts)
 			}
-			return printDF(cmd.OutOrStdout(), path, ts)
+			var states map[uint32]string
+			if to.Meta != "" {
+				if states, err = targetStates(cmd.Context(), to); err != nil {
+					return err
+				}
+			}
+			return printDFStates(cmd.OutOrStdout(), path, ts, states)
 		},
 	}
+	cmd.Flags().StringVar(&to.Meta, "meta", "", "also show each target's state (out, draining, inactive, removed), asked of this metadata server (host:port; needs --keys as root)")
+	cmd.Flags().StringVar(&to.Keys, "keys", defaultKeys, "with --meta: directory of a key bundle of this cluster")
+	to.Timeout = 10 * time.Second
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print JSON: the targets and the summary, sizes in bytes")
 	cmd.Flags().BoolVarP(&inodes, "inodes", "i", false, "show inodes: the metadata service's, and each target's objects and free inodes")
 	return cmd
@@ -95,11 +127,20 @@ func usePercent(used, free uint64) string {
 // printDF prints one line per target and a summary line, like lfs df:
 // names left-aligned, numbers right-aligned.
 func printDF(w io.Writer, path string, ts []targetJSON) error {
+	return printDFStates(w, path, ts, nil)
+}
+
+// printDFStates is printDF with each target's lifecycle state (from
+// --meta) after its status when it is not in.
+func printDFStates(w io.Writer, path string, ts []targetJSON, states map[uint32]string) error {
 	rows := [][]string{{"TARGET", "ADDRESS", "SIZE", "USED", "AVAIL", "USE%", "STATUS"}}
 	for _, t := range ts {
 		status := "UP"
 		if !t.Up {
 			status = "DOWN"
+		}
+		if st, ok := states[t.ID]; ok && st != "in" {
+			status += " " + st
 		}
 		rows = append(rows, []string{fmt.Sprintf("target-%d", t.ID), t.Addr,
 			units.FormatSize(t.Total), units.FormatSize(t.Used), units.FormatSize(t.Free), usePercent(t.Used, t.Free), status})

@@ -35,6 +35,7 @@ func newRootCmd() *cobra.Command {
 		newProjectCmd(),
 		newJobstatsCmd(),
 		newParamCmd(),
+		newTargetCmd(),
 	)
 	setVersions(root)
 	return root

@@ -28,6 +28,9 @@ type metaOptions struct {
 	HeartbeatTimeout units.Duration `toml:"heartbeat_timeout"`
 	SessionLease     units.Duration `toml:"session_lease"`
 	OrphanGrace      units.Duration `toml:"orphan_grace"`
+	RebuildAfter     units.Duration `toml:"rebuild_after"`
+	RebuildRate      units.Size     `toml:"rebuild_rate"`
+	MovedGrace       units.Duration `toml:"moved_object_grace"`
 	HTTP             string         `toml:"http"`
 	// AcceptRollback is a flag only: serving an older store is a decision
 	// for one start, not a setting to leave in a file.
@@ -124,6 +127,12 @@ group serves while a majority of its members run.`,
 	o.OrphanGrace = units.Duration(meta.DefaultOrphanGrace)
 	fs.StringVar(&o.HTTP, "http", "", "serve the web dashboard (health, capacity, throughput, clients) on http://ADDR/, e.g. 127.0.0.1:7480 (default off; it names client hosts: keep it on the management network)")
 	fs.Var(&o.OrphanGrace, "orphan-grace", "after a restart, how long mounts have to re-register their open files and locks (no new locks meanwhile) before unlinked files nobody holds are deleted")
+	o.RebuildAfter = units.Duration(meta.DefaultRebuildAfter)
+	fs.Var(&o.RebuildAfter, "rebuild-after", "a storage target down for this long is marked out and its objects are rebuilt on other targets (0: never by itself, only weft target out)")
+	o.RebuildRate = units.Size(meta.DefaultRebuildRate)
+	fs.Var(&o.RebuildRate, "rebuild-rate", "bytes per second the rebuild copies at most, over all targets (0: no limit; weft target rebuild-rate changes it while it runs)")
+	o.MovedGrace = units.Duration(meta.DefaultMovedObjectGrace)
+	fs.Var(&o.MovedGrace, "moved-object-grace", "an object moved off a target that still serves (weft target drain) is removed there this long after the move, for readers that opened the file before")
 	fs.Uint64Var(&o.ID, "id", 0, "this member's id in --peers (a replicated group)")
 	fs.StringVar(&o.Peers, "peers", "", "every member of the replicated group as ID=HOST:PORT,... (the same on every member)")
 	o.RaftTick = units.Duration(100 * time.Millisecond)
@@ -193,6 +202,9 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	if o.OrphanGrace <= 0 {
 		return fmt.Errorf("--orphan-grace must be positive")
 	}
+	if o.RebuildAfter < 0 {
+		return fmt.Errorf("--rebuild-after must not be negative (0: never by itself)")
+	}
 	if _, err := o.access(); err != nil {
 		return err
 	}
@@ -236,6 +248,10 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
 		SessionLease:     time.Duration(o.SessionLease),
 		OrphanGrace:      time.Duration(o.OrphanGrace),
+		RebuildAfter:     rebuildAfter(time.Duration(o.RebuildAfter)),
+		RebuildRate:      uint64(o.RebuildRate),
+		NoRebuildRate:    o.RebuildRate == 0,
+		MovedObjectGrace: time.Duration(o.MovedGrace),
 		AcceptRollback:   o.AcceptRollback,
 		ID:               o.ID,
 		Peers:            o.peers,
@@ -250,6 +266,14 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 			return storagerpc.NewClient(pool, resolve)
 		},
 	})
+}
+
+// rebuildAfter maps --rebuild-after 0 (never by itself) to meta's -1.
+func rebuildAfter(d time.Duration) time.Duration {
+	if d == 0 {
+		return -1
+	}
+	return d
 }
 
 // startDashboard listens on addr at once (a port in use fails before the

@@ -63,6 +63,8 @@ data = "`+dir+`"
 heartbeat_timeout = "45s"
 session_lease = "2s"
 orphan_grace = "1m"
+rebuild_after = "30m"
+rebuild_rate = "1GiB"
 root_squash = true
 squash_uid = 99
 root_squash_exempt = ["10.0.0.0/8"]
@@ -76,7 +78,9 @@ log_format = "json"
 	}
 	want := metaOptions{Listen: "127.0.0.1:9000", Data: dir, HeartbeatTimeout: units.Duration(45 * time.Second),
 		SessionLease: units.Duration(2 * time.Second), OrphanGrace: units.Duration(time.Minute),
-		RaftTick: units.Duration(100 * time.Millisecond), ElectionTicks: 10, HeartbeatTicks: 1, LeaseReads: true,
+		RebuildAfter: units.Duration(30 * time.Minute), RebuildRate: units.Size(1 << 30),
+		MovedGrace: units.Duration(time.Minute),
+		RaftTick:   units.Duration(100 * time.Millisecond), ElectionTicks: 10, HeartbeatTicks: 1, LeaseReads: true,
 		accessOptions:   accessOptions{RootSquash: true, SquashUid: 99, SquashGid: 65534, RootSquashExempt: []string{"10.0.0.0/8"}},
 		jobstatsOptions: jobstatsOptions{JobstatsCleanup: units.Duration(jobstats.DefaultIdle), JobstatsMax: jobstats.DefaultMax},
 		daemonOptions:   daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}

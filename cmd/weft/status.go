@@ -76,10 +76,14 @@ asked: usable from monitoring.`,
 					r.Healthy = false
 				}
 			}
+			ts, rs, rerr := fetchRebuild(ctx, o)
 			if o.JSON {
-				err = printStatusJSON(cmd.OutOrStdout(), statusReport{r, members})
+				err = printStatusJSON(cmd.OutOrStdout(), statusReport{Report: r, Members: members}, ts, rs, rerr)
 			} else {
 				err = printStatus(cmd.OutOrStdout(), r, members)
+				if err == nil {
+					err = printRebuild(cmd.OutOrStdout(), ts, rs, rerr)
+				}
 			}
 			if err == nil && !r.Healthy {
 				err = errUnhealthy
@@ -112,10 +116,20 @@ type memberStatus struct {
 	view []proto.ReplicaMember
 }
 
-// statusReport is the JSON form: the health report and the group.
+// statusReport is the JSON form: the health report, the group, the
+// rebuild's progress and the targets' states.
 type statusReport struct {
 	health.Report
 	Members []memberStatus `json:"meta_members,omitempty"`
+	Rebuild *rebuildJSON   `json:"rebuild,omitempty"`
+	States  []stateJSON    `json:"target_states,omitempty"`
+}
+
+// stateJSON is a target's state in status --json.
+type stateJSON struct {
+	ID      uint32 `json:"id"`
+	State   string `json:"state"`
+	Pending uint64 `json:"pending"`
 }
 
 // fetchStatus asks the first member of o.Meta that answers for the
@@ -279,8 +293,46 @@ func upDown(up bool) string {
 	return "DOWN"
 }
 
-func printStatusJSON(w io.Writer, r statusReport) error {
-	b, err := json.MarshalIndent(r, "", "  ")
+// fetchRebuild asks for the targets' states and the rebuild's progress
+// (metarpc OpTargetList); a metadata server that does not know the op
+// answers ENOSYS, and status shows the rest.
+func fetchRebuild(ctx context.Context, o *statusOptions) ([]proto.TargetStatus, proto.RebuildStatus, error) {
+	pool, err := adminPool(o.Keys)
+	if err != nil {
+		return nil, proto.RebuildStatus{}, err
+	}
+	defer pool.Close()
+	return metarpc.NewClient(pool, o.Meta).TargetList(ctx)
+}
+
+// printRebuild shows the rebuild's progress and the targets not in
+// service.
+func printRebuild(w io.Writer, ts []proto.TargetStatus, rs proto.RebuildStatus, err error) error {
+	var b strings.Builder
+	b.WriteString("\nrebuild\n")
+	if err != nil {
+		fmt.Fprintf(&b, "  (not known: %v)\n", err)
+	} else {
+		fmt.Fprintf(&b, "  %s\n", rebuildLine(rs))
+		for _, t := range ts {
+			if t.State != "in" {
+				fmt.Fprintf(&b, "  target-%d is %s, %d objects still to move off it\n", t.ID, t.State, t.Pending)
+			}
+		}
+	}
+	_, err = io.WriteString(w, b.String())
+	return err
+}
+
+func printStatusJSON(w io.Writer, out statusReport, ts []proto.TargetStatus, rs proto.RebuildStatus, rerr error) error {
+	if rerr == nil {
+		rj := toRebuildJSON(rs)
+		out.Rebuild = &rj
+		for _, t := range ts {
+			out.States = append(out.States, stateJSON{uint32(t.ID), t.State, t.Pending})
+		}
+	}
+	b, err := json.MarshalIndent(out, "", "  ")
 	if err != nil {
 		return err
 	}

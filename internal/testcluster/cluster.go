@@ -422,6 +422,18 @@ func (c *Cluster) signal(p *proc, sig syscall.Signal) {
 // is live and sees every target up, and returns its index.
 func (c *Cluster) AddMount() int {
 	c.t.Helper()
+	return c.addMount(c.opts.Targets, true)
+}
+
+// AddMountUp is AddMount for a cluster that lost targets: it waits until
+// the new mount sees up targets up (of any number listed).
+func (c *Cluster) AddMountUp(up int) int {
+	c.t.Helper()
+	return c.addMount(up, false)
+}
+
+func (c *Cluster) addMount(up int, exact bool) int {
+	c.t.Helper()
 	c.mu.Lock()
 	i := len(c.mounts)
 	mnt := filepath.Join(c.dir, fmt.Sprintf("mnt-%d", i))
@@ -440,11 +452,16 @@ func (c *Cluster) AddMount() int {
 	if err := os.MkdirAll(mnt, 0o755); err != nil {
 		c.t.Fatal(err)
 	}
-	c.startMount(i)
+	c.startMountUp(i, up, exact)
 	return i
 }
 
 func (c *Cluster) startMount(i int) {
+	c.t.Helper()
+	c.startMountUp(i, c.opts.Targets, true)
+}
+
+func (c *Cluster) startMountUp(i, up int, exact bool) {
 	c.t.Helper()
 	p, mnt := c.mounts[i], c.mntPaths[i]
 	unmount(mnt) // a mount left by a killed daemon answers ENOTCONN
@@ -454,7 +471,7 @@ func (c *Cluster) startMount(i int) {
 	if err := waitFor(c.opts.Ready, p, func() bool { return isFuseMount(mnt) }); err != nil {
 		c.t.Fatalf("testcluster: %s did not mount %s: %v\n%s", p.name, mnt, err, tail(p.log, 40))
 	}
-	c.WaitTargetsUp(c.opts.Targets)
+	c.waitTargetsUp(up, exact)
 }
 
 // StopMount SIGKILLs mount i and lazily unmounts its mountpoint.
@@ -479,6 +496,13 @@ func (c *Cluster) StartMount(i int) {
 // WaitTargetsUp waits until user.weft.df, read through a live mount,
 // lists n targets that are all up.
 func (c *Cluster) WaitTargetsUp(n int) {
+	c.t.Helper()
+	c.waitTargetsUp(n, true)
+}
+
+// waitTargetsUp waits until n targets are up; with exact, until exactly n
+// are listed and all are up.
+func (c *Cluster) waitTargetsUp(n int, exact bool) {
 	c.t.Helper()
 	mnt := ""
 	c.mu.Lock()
@@ -506,6 +530,9 @@ func (c *Cluster) WaitTargetsUp(n int) {
 			}
 		}
 		last = fmt.Sprintf("%d targets, %d up", len(ts), up)
+		if !exact {
+			return up >= n
+		}
 		return len(ts) == n && up == n
 	})
 	if err != nil {

@@ -819,6 +819,9 @@ func request(op uint16) (message, bool) {
 		return &createOpenReq{}, true
 	}
 	req, _, ok := messages(op)
+	if !ok {
+		req, _, ok = targetMessages(op)
+	}
 	return req, ok
 }
 

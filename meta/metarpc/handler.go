@@ -112,6 +112,8 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		}
 		st, err := h.jobStats.JobStats(ctx, req.(*jobStatsReq).Job)
 		return &jobStatsResp{st}, err
+	case OpTargetList, OpTargetState, OpRebuildRate:
+		return h.callTarget(ctx, op, req)
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {
 			return nil, errNoExt

@@ -19,6 +19,8 @@ var opNames = map[uint16]string{
 	OpGroup: "group", OpSetQuota: "set_quota", OpGetQuota: "get_quota",
 	OpSetProject: "set_project", OpCheckQuota: "check_quota",
 	OpJobStats: "jobstats", OpParams: "params", OpParamSet: "param_set",
+	OpTargetList: "target_list", OpTargetState: "target_state",
+	OpRebuildRate: "rebuild_rate",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.

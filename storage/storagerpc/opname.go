@@ -30,6 +30,8 @@ func OpName(op uint16) string {
 		return "job"
 	case OpJobStats:
 		return "jobstats"
+	case OpRebuild:
+		return "rebuild"
 	}
 	return rowOpName(op)
 }

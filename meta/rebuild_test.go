@@ -1,0 +1,277 @@
+package meta
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+)
+
+// rebuildStorage is fakeStorage that also takes rebuild requests: it
+// records them and calls hook (if set) with each.
+type rebuildStorage struct {
+	*fakeStorage
+	mu   sync.Mutex
+	reqs []proto.RebuildRequest
+	hook func(proto.RebuildRequest)
+}
+
+func (r *rebuildStorage) RebuildObject(_ context.Context, req proto.RebuildRequest) (uint64, error) {
+	r.mu.Lock()
+	r.reqs = append(r.reqs, req)
+	hook := r.hook
+	r.mu.Unlock()
+	if hook != nil {
+		hook(req)
+	}
+	return req.Len, nil
+}
+
+// rebuildEnv: three servers a, b, c with one target each, and a mirror 2
+// file of 5 MiB on two of them. It returns the file's attributes and the
+// target it does not use.
+func rebuildEnv(t *testing.T) (*env, *rebuildStorage, proto.Attr, proto.TargetID) {
+	rs := &rebuildStorage{fakeStorage: newFakeStorage()}
+	e := newEnv(t, func(o *Options) { o.Storage = rs; o.NoRebuildRate = true })
+	ids := []proto.TargetID{e.addServerTarget("a", "a:1", ""), e.addServerTarget("b", "b:1", ""), e.addServerTarget("c", "c:1", "")}
+	pol := layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1}
+	a, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0o644, Layout: &pol})
+	e.must(err)
+	a, err = e.srv.WriteDone(ctx, a.Ino, 5<<20, testEpoch.UnixNano()+1, proto.NoBlocks)
+	e.must(err)
+	var free proto.TargetID
+	for _, id := range ids {
+		if !slices.Contains(a.Layout.Targets, id) {
+			free = id
+		}
+	}
+	return e, rs, a, free
+}
+
+// TestRebuildMovesSlot: with a copy's target out, the scheduler finds the
+// object, picks the only target in a failure domain the stripe does not
+// use, asks its server to copy from the other copy in 4 MiB ranges
+// (start, then finish with the object's length), and moves the slot; the
+// old object is queued for removal.
+func TestRebuildMovesSlot(t *testing.T) {
+	e, rs, a, free := rebuildEnv(t)
+	lost, other := a.Layout.Targets[1], a.Layout.Targets[0]
+	e.must(e.srv.SetTargetState(ctx, lost, "out"))
+	jobs, nlost, err := e.srv.findJobs()
+	e.must(err)
+	if nlost != 0 || len(jobs) != 1 || jobs[0].Slot != 1 || !jobs[0].Move || jobs[0].Bytes != 5<<20 {
+		t.Fatalf("jobs %+v, lost %d", jobs, nlost)
+	}
+	e.must(e.srv.rb.rebuild(ctx, jobs[0]))
+	if len(rs.reqs) != 2 {
+		t.Fatalf("requests %+v", rs.reqs)
+	}
+	first, last := rs.reqs[0], rs.reqs[1]
+	if first.Target != free || first.Flags != proto.RebuildStart || first.Off != 0 || first.Len != rebuildChunk ||
+		last.Flags != proto.RebuildFinish || last.Off != rebuildChunk || last.Len != 1<<20 || last.Size != 5<<20 {
+		t.Fatalf("requests %+v", rs.reqs)
+	}
+	// The lost target still counts up (no heartbeat timeout yet): the
+	// copy on it is tried first, the other copy next.
+	if src := first.Sources; len(src) != 2 || src[1].Target != other || src[1].Slot != 0 {
+		t.Fatalf("sources %+v", src)
+	}
+	got, err := e.srv.GetAttr(ctx, a.Ino)
+	e.must(err)
+	if got.Layout.Targets[1] != free || got.Layout.Targets[0] != other || got.Mtime != a.Mtime {
+		t.Fatalf("after the rebuild: %v (mtime %d, was %d)", got.Layout, got.Mtime, a.Mtime)
+	}
+	if _, err := e.st.Get(store.GCKey(uint32(lost), uint64(a.Ino), 1, a.Gen)); err != nil {
+		t.Fatalf("old object not queued for removal: %v", err)
+	}
+	// Nothing is left to do, and the lost target may now be removed.
+	if jobs, _, _ := e.srv.findJobs(); len(jobs) != 0 {
+		t.Fatalf("jobs after the rebuild: %+v", jobs)
+	}
+	e.must(e.srv.SetTargetState(ctx, lost, "removed"))
+	old := e.srv.reg.byID[lost]
+	if _, err := e.srv.RegisterTarget(ctx, old.uuid, proto.TargetInfo{Addr: old.info.Addr, Total: 2 << 30, Free: 1 << 30}); !errors.Is(err, syscall.EPERM) {
+		t.Fatalf("a removed target registered again: %v", err)
+	}
+}
+
+// TestRebuildRetriesWrittenFile: a file written while its object is being
+// copied keeps its layout (the copy may lack the write), and the next
+// attempt, with no write, moves it.
+func TestRebuildRetriesWrittenFile(t *testing.T) {
+	e, rs, a, free := rebuildEnv(t)
+	lost := a.Layout.Targets[0]
+	e.must(e.srv.SetTargetState(ctx, lost, "out"))
+	jobs, _, err := e.srv.findJobs()
+	e.must(err)
+	rs.hook = func(req proto.RebuildRequest) {
+		if req.Flags&proto.RebuildFinish != 0 {
+			_, err := e.srv.WriteDone(ctx, a.Ino, 5<<20, a.Mtime+1000, proto.NoBlocks)
+			e.must(err)
+		}
+	}
+	if err := e.srv.rb.rebuild(ctx, jobs[0]); !errors.Is(err, errDeferred) {
+		t.Fatalf("rebuild of a file written meanwhile: %v, want deferred", err)
+	}
+	got, _ := e.srv.GetAttr(ctx, a.Ino)
+	if got.Layout.Targets[0] != lost {
+		t.Fatalf("a file written during its rebuild was moved: %v", got.Layout)
+	}
+	rs.hook = nil
+	e.must(e.srv.rb.rebuild(ctx, jobs[0]))
+	got, _ = e.srv.GetAttr(ctx, a.Ino)
+	if got.Layout.Targets[0] != free {
+		t.Fatalf("second attempt: %v", got.Layout)
+	}
+}
+
+// TestRebuildDestination: the replacement is never a target the file
+// uses, never in a domain its stripe uses, never one with an old object
+// of that name still queued for removal; with none left, ENOSPC and no
+// copy.
+func TestRebuildDestination(t *testing.T) {
+	e, rs, a, free := rebuildEnv(t)
+	n, err := loadInode(e.st, a.Ino)
+	e.must(err)
+	dst, err := e.srv.rebuildDest(n, 1)
+	e.must(err)
+	if dst != free {
+		t.Fatalf("destination %d, want %d", dst, free)
+	}
+	// A fourth target on server a: same domain as copy 0's if that is a.
+	d := e.addServerTarget("a2", e.srv.reg.byID[a.Layout.Targets[0]].info.Addr, "")
+	for range 20 {
+		if dst, err := e.srv.rebuildDest(n, 1); err != nil || dst == d {
+			t.Fatalf("destination %d (%v) in copy 0's domain", dst, err)
+		}
+	}
+	// The free target holds an old object of this name, queued for removal.
+	b := e.st.NewBatch()
+	b.Set(store.GCKey(uint32(free), uint64(a.Ino), 1, a.Gen), nil)
+	e.must(b.Commit(true))
+	b.Close()
+	if _, err := e.srv.rebuildDest(n, 1); !errors.Is(err, syscall.ENOSPC) {
+		t.Fatalf("destination with none left: %v", err)
+	}
+	e.must(e.srv.SetTargetState(ctx, a.Layout.Targets[1], "out"))
+	jobs, _, _ := e.srv.findJobs()
+	if err := e.srv.rb.rebuild(ctx, jobs[0]); !errors.Is(err, syscall.ENOSPC) || len(rs.reqs) != 0 {
+		t.Fatalf("rebuild with no destination: %v, %d requests", err, len(rs.reqs))
+	}
+}
+
+// TestTargetStates: states are kept across a restart, placement skips
+// targets not in, a RAID-0 file's only copy blocks remove, bad names are
+// refused.
+func TestTargetStates(t *testing.T) {
+	e := newEnv(t)
+	x := e.addServerTarget("x", "x:1", "")
+	y := e.addServerTarget("y", "y:1", "")
+	one := layout.Layout{StripeSize: 1 << 20, StripeCount: 1, Targets: []layout.TargetID{x}}
+	f, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "r", Mode: 0o644, Layout: &one})
+	e.must(err)
+	if f.Layout.Targets[0] != x {
+		t.Fatalf("layout %v", f.Layout)
+	}
+	if err := e.srv.SetTargetState(ctx, x, "removed"); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("remove of a target with a RAID-0 object: %v", err)
+	}
+	if err := e.srv.SetTargetState(ctx, x, "gone"); !errors.Is(err, syscall.EINVAL) {
+		t.Fatalf("unknown state: %v", err)
+	}
+	if err := e.srv.SetTargetState(ctx, 99, "out"); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("unknown target: %v", err)
+	}
+	e.must(e.srv.SetTargetState(ctx, x, "inactive"))
+	e.restart()
+	ts, _, err := e.srv.TargetList(ctx)
+	e.must(err)
+	if ts[0].ID != x || ts[0].State != "inactive" || ts[1].State != "in" {
+		t.Fatalf("after restart: %+v", ts)
+	}
+	for i := range 10 {
+		a, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: string(rune('a' + i)), Mode: 0o644})
+		e.must(err)
+		if slices.Contains(a.Layout.Targets, x) || !slices.Contains(a.Layout.Targets, y) {
+			t.Fatalf("placed on an inactive target: %v", a.Layout)
+		}
+	}
+	e.must(e.srv.SetTargetState(ctx, x, "in"))
+}
+
+// TestTargetRecordFormats: a record in state in without auto is written
+// as version 2 (stores that never used states keep their bytes); others
+// as version 3; both read back.
+func TestTargetRecordFormats(t *testing.T) {
+	for _, r := range []targetRecord{
+		{uuid: "u", addr: "a:1", owner: "o"},
+		{uuid: "u", addr: "a:1", owner: "o", state: TargetOut, auto: true},
+		{uuid: "u", addr: "a:1", state: TargetRemoved},
+	} {
+		b := encodeTargetRecord(r)
+		if want := byte(3); (r.state == TargetIn) != (b[0] == 2) || (r.state != TargetIn && b[0] != want) {
+			t.Fatalf("%+v written as version %d", r, b[0])
+		}
+		got, err := decodeTargetRecord(b)
+		if err != nil || got != r {
+			t.Fatalf("%+v read back as %+v, %v", r, got, err)
+		}
+	}
+	bad := encodeTargetRecord(targetRecord{uuid: "u", state: TargetOut})
+	bad[len(bad)-2] = byte(targetStateMax)
+	if _, err := decodeTargetRecord(bad); err == nil {
+		t.Fatal("unknown state decoded")
+	}
+}
+
+// TestRebuildAutoOut: a target down longer than RebuildAfter is marked out
+// by the leader (auto), one down less long is not, and an auto-out target
+// that is heard from again is in again; a target an admin marked out
+// stays out.
+func TestRebuildAutoOut(t *testing.T) {
+	e := newEnv(t, func(o *Options) { o.RebuildAfter = time.Minute })
+	x := e.addServerTarget("x", "x:1", "")
+	y := e.addServerTarget("y", "y:1", "")
+	heartbeat := func(uuid, addr string) {
+		_, err := e.srv.RegisterTarget(ctx, uuid, proto.TargetInfo{Addr: addr, Total: 2 << 30, Used: 1 << 30, Free: 1 << 30})
+		e.must(err)
+	}
+	state := func(id proto.TargetID) (string, bool) {
+		ts, _, err := e.srv.TargetList(ctx)
+		e.must(err)
+		for _, ts := range ts {
+			if ts.ID == id {
+				return ts.State, ts.Auto
+			}
+		}
+		t.Fatalf("no target %d", id)
+		return "", false
+	}
+	e.clock.Advance(50 * time.Second) // both down (heartbeat timeout 10 s), not for a minute
+	e.srv.rb.autoStates(ctx)
+	if st, _ := state(x); st != "in" {
+		t.Fatalf("target down 50 s: %s", st)
+	}
+	e.must(e.srv.SetTargetState(ctx, y, "out"))
+	e.clock.Advance(30 * time.Second)
+	e.srv.rb.autoStates(ctx)
+	if st, auto := state(x); st != "out" || !auto {
+		t.Fatalf("target down 80 s: %s (auto %v)", st, auto)
+	}
+	heartbeat("x", "x:1")
+	heartbeat("y", "y:1")
+	e.srv.rb.autoStates(ctx)
+	if st, auto := state(x); st != "in" || auto {
+		t.Fatalf("auto-out target heard again: %s (auto %v)", st, auto)
+	}
+	if st, _ := state(y); st != "out" {
+		t.Fatalf("admin-out target heard again: %s", st)
+	}
+}
