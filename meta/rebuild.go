@@ -483,6 +483,9 @@ func (s *Server) rebuildSources(n *inode, j rebuildJob, dst proto.TargetID) (pro
 	w := l.Width()
 	g, shard := j.Slot/w, j.Slot%w
 	req := proto.RebuildRequest{Target: dst, Obj: proto.ObjectID{Ino: n.Ino, Gen: n.Gen, Stripe: uint32(j.Slot)}}
+	if l.Kind == layout.EC {
+		req.Unit = l.StripeSize // its rows' versions travel with the bytes
+	}
 	readable := func(slot int) bool {
 		st, up, ok := s.reg.stateOf(l.Targets[slot])
 		return ok && up && !l.IsStale(slot) && st != TargetOut && st != TargetRemoved

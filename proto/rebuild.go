@@ -43,7 +43,12 @@ type RebuildRequest struct {
 	Flags            uint8
 	ECData, ECParity uint8
 	Shard            uint8
-	Sources          []RebuildSource
+	// Unit: for a shard of an EC file (decoded, or copied off a draining
+	// target), the stripe size: its rows carry versions (RowVersion), and
+	// the rebuilt shard gets each row's version with its bytes, so that it
+	// counts in later reconstructions. 0 for a mirror copy.
+	Unit    uint64
+	Sources []RebuildSource
 }
 
 // MaxRebuildSources bounds a request's sources (copies or shards of a

@@ -40,13 +40,16 @@ func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uin
 		}
 	}
 	var written uint64
-	if r.Len > 0 {
-		var p []byte
-		if r.ECData == 0 {
-			p, err = s.rebuildCopy(ctx, r)
-		} else {
-			p, err = s.rebuildShard(ctx, r)
+	if r.Unit > 0 && r.Len > 0 {
+		written, err = s.rebuildRows(ctx, dt, r)
+		if err != nil {
+			return written, err
 		}
+	} else if r.Len > 0 {
+		if r.ECData > 0 {
+			return 0, fmt.Errorf("storage: rebuild of an ec shard of %s without its unit: %w", objName(r.Obj), syscall.EINVAL)
+		}
+		p, err := s.rebuildCopy(ctx, r)
 		if err != nil {
 			return 0, err
 		}
@@ -111,50 +114,153 @@ func (s *Server) rebuildCopy(ctx context.Context, r proto.RebuildRequest) ([]byt
 	return nil, fmt.Errorf("storage: rebuild %s: no copy readable: %w (%w)", objName(r.Obj), errors.Join(errs...), syscall.EIO)
 }
 
-// rebuildShard reads the range of the sources (shards of one EC stripe)
-// until K of them answered, and decodes shard r.Shard from them.
-func (s *Server) rebuildShard(ctx context.Context, r proto.RebuildRequest) ([]byte, error) {
+// rebuildRows writes the range of an EC shard row by row (unit by unit),
+// each with its row's version: a shard written without them would have
+// version 0 in every row and never count in a reconstruction again
+// (client/ec.go decodes only from shards of one version). A copy off a
+// draining target takes each row's version from the source (a dirty row,
+// whose interrupted write left its bytes undetermined, gets version 0,
+// so the other shards decide it); a decoded shard takes the version that
+// at least K of the sources' rows share, and a row for which no K agree
+// fails the rebuild (EIO): `weft resync` re-encodes such a row first.
+func (s *Server) rebuildRows(ctx context.Context, dt *Target, r proto.RebuildRequest) (uint64, error) {
+	var written uint64
+	for off, end := r.Off, r.Off+r.Len; off < end; {
+		n := min(end, (off/r.Unit+1)*r.Unit) - off
+		var p []byte
+		var tag uint64
+		var err error
+		if r.ECData == 0 {
+			p, tag, err = s.rebuildCopyRow(ctx, r, off, n)
+		} else {
+			p, tag, err = s.rebuildShardRow(ctx, r, off, n)
+		}
+		if err != nil {
+			return written, err
+		}
+		w := proto.RowWrite{Off: off, Unit: r.Unit, Data: p, Tag: tag}
+		if r.Flags&proto.RebuildStart != 0 && allZero(p) {
+			w.Data = nil // after a start the object is empty: zeros need no write
+		}
+		if w.Data != nil || tag != 0 {
+			if _, err := dt.WriteRow(ctx, r.Obj, w); err != nil {
+				return written, err
+			}
+			written += uint64(len(w.Data))
+		}
+		off += n
+	}
+	return written, nil
+}
+
+// readSourceRow reads n bytes of one source object at off (in one unit)
+// with the unit's version; bytes past its end read as zeros.
+func (s *Server) readSourceRow(ctx context.Context, src proto.RebuildSource, r proto.RebuildRequest, off uint64, p []byte) (proto.RowVersion, error) {
+	id := r.Obj
+	id.Stripe = src.Slot
+	var n int
+	var v proto.RowVersion
+	var err error
+	if st, terr := s.Target(src.Target); terr == nil {
+		n, v, err = st.ReadRow(ctx, id, off, r.Unit, p)
+	} else {
+		s.mu.Lock()
+		peers := s.peers
+		s.mu.Unlock()
+		rv, ok := peers.(proto.RowVersioner)
+		if !ok {
+			return v, fmt.Errorf("storage: rebuild from target %d, which this server does not serve, without versioned peers: %w", src.Target, syscall.EXDEV)
+		}
+		n, v, err = rv.ReadRow(ctx, src.Target, id, off, r.Unit, p)
+	}
+	if err != nil {
+		return v, fmt.Errorf("storage: rebuild: read target %d object %s at %d: %w", src.Target, objName(id), off, err)
+	}
+	clear(p[n:])
+	return v, nil
+}
+
+// rebuildCopyRow reads one row's range from the first source that
+// answers, with the version the copy gets.
+func (s *Server) rebuildCopyRow(ctx context.Context, r proto.RebuildRequest, off, n uint64) ([]byte, uint64, error) {
+	p := make([]byte, n)
+	var errs []error
+	for _, src := range r.Sources {
+		v, err := s.readSourceRow(ctx, src, r, off, p)
+		if err == nil {
+			if v.Dirty {
+				return p, 0, nil
+			}
+			return p, v.Tag, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, 0, fmt.Errorf("storage: rebuild %s: no copy readable: %w (%w)", objName(r.Obj), errors.Join(errs...), syscall.EIO)
+}
+
+// rebuildShardRow reads one row's range of every source shard with its
+// version and decodes shard r.Shard from K shards of one version.
+func (s *Server) rebuildShardRow(ctx context.Context, r proto.RebuildRequest, off, n uint64) ([]byte, uint64, error) {
 	k, m := int(r.ECData), int(r.ECParity)
 	w := k + m
 	if int(r.Shard) >= w {
-		return nil, fmt.Errorf("storage: rebuild of shard %d of an ec %d+%d stripe: %w", r.Shard, k, m, syscall.EINVAL)
+		return nil, 0, fmt.Errorf("storage: rebuild of shard %d of an ec %d+%d stripe: %w", r.Shard, k, m, syscall.EINVAL)
 	}
 	enc, err := reedsolomon.New(k, m)
 	if err != nil {
-		return nil, fmt.Errorf("storage: rebuild: ec %d+%d: %w (%w)", k, m, err, syscall.EINVAL)
+		return nil, 0, fmt.Errorf("storage: rebuild: ec %d+%d: %w (%w)", k, m, err, syscall.EINVAL)
 	}
-	shards := make([][]byte, w)
-	have := 0
 	type result struct {
 		shard int
 		buf   []byte
+		ver   proto.RowVersion
 		err   error
 	}
 	results := make(chan result, len(r.Sources))
 	for _, src := range r.Sources {
 		if int(src.Shard) >= w || int(src.Shard) == int(r.Shard) {
-			return nil, fmt.Errorf("storage: rebuild: source shard %d of an ec %d+%d stripe for shard %d: %w", src.Shard, k, m, r.Shard, syscall.EINVAL)
+			return nil, 0, fmt.Errorf("storage: rebuild: source shard %d of an ec %d+%d stripe for shard %d: %w", src.Shard, k, m, r.Shard, syscall.EINVAL)
 		}
 		go func() {
-			buf := make([]byte, r.Len)
-			err := s.readSource(ctx, src, r.Obj, r.Off, buf)
-			results <- result{int(src.Shard), buf, err}
+			buf := make([]byte, n)
+			v, err := s.readSourceRow(ctx, src, r, off, buf)
+			results <- result{int(src.Shard), buf, v, err}
 		}()
 	}
+	var got []result
 	var errs []error
+	count := map[uint64]int{}
 	for range r.Sources {
 		res := <-results
 		if res.err != nil {
 			errs = append(errs, res.err)
 			continue
 		}
-		if shards[res.shard] == nil && have < k {
+		got = append(got, res)
+		if !res.ver.Dirty {
+			count[res.ver.Tag]++
+		}
+	}
+	tag, best := uint64(0), 0
+	for t, c := range count {
+		if c > best || (c == best && t > tag) {
+			tag, best = t, c
+		}
+	}
+	if best < k {
+		return nil, 0, fmt.Errorf("storage: rebuild %s at %d: %d of %d readable shards share a row version, %d needed (run weft resync on the file): %w (%w)",
+			objName(r.Obj), off, best, len(got), k, errors.Join(errs...), syscall.EIO)
+	}
+	shards := make([][]byte, w)
+	have := 0
+	for _, res := range got {
+		if !res.ver.Dirty && res.ver.Tag == tag && shards[res.shard] == nil && have < k {
 			shards[res.shard] = res.buf
 			have++
 		}
-	}
-	if have < k {
-		return nil, fmt.Errorf("storage: rebuild %s: %d of %d shards readable: %w (%w)", objName(r.Obj), have, k, errors.Join(errs...), syscall.EIO)
 	}
 	if int(r.Shard) < k {
 		err = enc.ReconstructData(shards)
@@ -162,9 +268,9 @@ func (s *Server) rebuildShard(ctx context.Context, r proto.RebuildRequest) ([]by
 		err = enc.Reconstruct(shards)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("storage: rebuild %s: decode: %w (%w)", objName(r.Obj), err, syscall.EIO)
+		return nil, 0, fmt.Errorf("storage: rebuild %s: decode: %w (%w)", objName(r.Obj), err, syscall.EIO)
 	}
-	return shards[r.Shard], nil
+	return shards[r.Shard], tag, nil
 }
 
 func allZero(p []byte) bool {

@@ -23,10 +23,11 @@ const (
 //
 //	u8 version, object (u32 target, u64 ino, u32 slot, u64 gen),
 //	u64 off, u64 len, u64 size, u8 flags, u8 ec data, u8 ec parity, u8 shard,
-//	u32 n, n × (u32 target, u32 slot, u8 shard)
+//	u64 unit, u32 n, n × (u32 target, u32 slot, u8 shard)
 //
-// The response is a u64: the bytes written.
-const rebuildVersion = 1
+// The response is a u64: the bytes written. Version 2 added unit (the
+// rows of an EC shard carry versions: package storage, "Object versions").
+const rebuildVersion = 2
 
 // EncodeRebuild encodes a rebuild request.
 func EncodeRebuild(r proto.RebuildRequest) []byte {
@@ -40,6 +41,7 @@ func EncodeRebuild(r proto.RebuildRequest) []byte {
 	e.U8(r.ECData)
 	e.U8(r.ECParity)
 	e.U8(r.Shard)
+	e.U64(r.Unit)
 	e.U32(uint32(len(r.Sources)))
 	for _, s := range r.Sources {
 		e.U32(uint32(s.Target))
@@ -57,7 +59,7 @@ func DecodeRebuild(b []byte) (proto.RebuildRequest, error) {
 	}
 	o := decodeObject(d)
 	r := proto.RebuildRequest{Target: o.Target, Obj: o.Obj, Off: d.U64(), Len: d.U64(), Size: d.U64(),
-		Flags: d.U8(), ECData: d.U8(), ECParity: d.U8(), Shard: d.U8()}
+		Flags: d.U8(), ECData: d.U8(), ECParity: d.U8(), Shard: d.U8(), Unit: d.U64()}
 	if n := d.Count(proto.MaxRebuildSources, 9); n > 0 {
 		r.Sources = make([]proto.RebuildSource, n)
 		for i := range r.Sources {
@@ -72,6 +74,9 @@ func DecodeRebuild(b []byte) (proto.RebuildRequest, error) {
 	}
 	if r.Len > MaxCopy {
 		return proto.RebuildRequest{}, fmt.Errorf("storagerpc: rebuild request of %d bytes (at most %d)", r.Len, MaxCopy)
+	}
+	if r.ECData > 0 && r.Unit == 0 {
+		return proto.RebuildRequest{}, fmt.Errorf("storagerpc: rebuild request: an ec shard without its unit")
 	}
 	if (r.ECData == 0) != (r.ECParity == 0) {
 		return proto.RebuildRequest{}, fmt.Errorf("storagerpc: rebuild request: ec %d+%d", r.ECData, r.ECParity)

@@ -13,7 +13,7 @@ import (
 
 func sampleRebuild() proto.RebuildRequest {
 	return proto.RebuildRequest{Target: 3, Obj: proto.ObjectID{Ino: 7, Gen: 9, Stripe: 2}, Off: 4 << 20, Len: 1 << 20,
-		Size: 5 << 20, Flags: proto.RebuildFinish, ECData: 2, ECParity: 1, Shard: 2,
+		Size: 5 << 20, Flags: proto.RebuildFinish, ECData: 2, ECParity: 1, Shard: 2, Unit: 1 << 20,
 		Sources: []proto.RebuildSource{{Target: 1, Slot: 0, Shard: 0}, {Target: 2, Slot: 1, Shard: 1}}}
 }
 
@@ -27,15 +27,16 @@ func TestRebuildCodec(t *testing.T) {
 		"flags":   {Flags: 4},
 		"ec half": {ECData: 2},
 		"too big": {Len: MaxCopy + 1},
+		"no unit": {ECData: 2, ECParity: 1},
 	} {
 		if _, err := DecodeRebuild(EncodeRebuild(bad)); err == nil {
 			t.Errorf("%s: decoded", name)
 		}
 	}
 	b := EncodeRebuild(r)
-	b[0] = 2
+	b[0] = 1
 	if _, err := DecodeRebuild(b); err == nil {
-		t.Error("version 2 decoded")
+		t.Error("version 1 (no unit) decoded")
 	}
 }
 
