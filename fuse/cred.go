@@ -84,9 +84,43 @@ func (c *creds) withJob(ctx context.Context) context.Context {
 	return ctx
 }
 
+// withoutJob is with for requests a process may make while it is in the
+// middle of execve: the FLUSH of every close-on-exec file it had open on
+// the mount (and the RELEASE after it). Such a process holds its exec
+// lock until the FLUSH is answered, and reading its /proc/PID/environ
+// (for the job id) takes that lock: the mount would wait for the process
+// and the process for the mount, for ever. So a credentials cache miss
+// here reads only the groups (/proc/PID/status takes no such lock) and is
+// not cached; a hit gives the cached job too.
+func (c *creds) withoutJob(ctx context.Context) context.Context {
+	caller, ok := gofuse.FromContext(ctx)
+	if !ok {
+		return ctx
+	}
+	cr, job := c.lookupNoEnv(caller.Uid, caller.Gid, caller.Pid)
+	return proto.WithCredJob(ctx, cr, job)
+}
+
 func (c *creds) cred(uid, gid, pid uint32) proto.Cred {
 	cr, _ := c.lookup(uid, gid, pid)
 	return cr
+}
+
+// lookupNoEnv is lookup from the cache, or else without the job id and
+// without caching (see withoutJob).
+func (c *creds) lookupNoEnv(uid, gid, pid uint32) (proto.Cred, string) {
+	now := c.now()
+	c.mu.Lock()
+	e, ok := c.procs[pid]
+	c.mu.Unlock()
+	if ok && e.uid == uid && e.gid == gid && now.Before(e.until) {
+		return proto.Cred{Uid: uid, Gid: gid, Groups: e.groups}, e.job
+	}
+	var groups []uint32
+	if pid != 0 && !checks.Off {
+		groups, _ = c.read(pid)
+	}
+	return proto.Cred{Uid: uid, Gid: gid, Groups: groups}, ""
 }
 
 // lookup returns the credentials and job id of process pid.

@@ -116,7 +116,9 @@ func (h *handle) Write(ctx context.Context, data []byte, off int64) (uint32, sys
 
 // Flush implements fs.FileFlusher (every close of a descriptor).
 func (h *handle) Flush(ctx context.Context) syscall.Errno {
-	err := h.f.Flush(h.fsys.creds.with(ctx))
+	// Without the job id: a FLUSH may come from a process in execve
+	// closing its close-on-exec files (creds.withoutJob).
+	err := h.f.Flush(h.fsys.creds.withoutJob(ctx))
 	// The closing process's locks go after its data is flushed; the
 	// request's own ctx names its lock owner.
 	return h.fsys.errno("flush", errors.Join(err, h.flushLocks(ctx)))
@@ -130,6 +132,6 @@ func (h *handle) Fsync(ctx context.Context, _ uint32) syscall.Errno {
 
 // Release implements fs.FileReleaser.
 func (h *handle) Release(ctx context.Context) syscall.Errno {
-	ctx = h.fsys.creds.with(ctx)
+	ctx = h.fsys.creds.withoutJob(ctx) // may follow a close at execve, like Flush
 	return h.fsys.errno("release", h.f.Release(ctx))
 }

@@ -177,3 +177,38 @@ func keys[V any](m map[string]V) []string {
 	}
 	return out
 }
+
+// TestExecWithFilesOpen: a process that execs while it holds files of the
+// mount open closes them during execve, which sends a FLUSH for each from
+// a process that holds its exec lock until the FLUSH is answered. The
+// mount must answer without reading that process's /proc/PID/environ (for
+// its job id), which would wait for the same lock: before, every such
+// exec hung for ever (TestTargetDrain's `weft find` did, while a reader
+// had a file open).
+func TestExecWithFilesOpen(t *testing.T) {
+	c := testcluster.Start(t, testcluster.Options{Targets: 1})
+	var files []*os.File
+	for i := range 4 {
+		f, err := os.Create(filepath.Join(c.Mount(0), fmt.Sprintf("f%d", i)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		files = append(files, f) // Go opens with O_CLOEXEC
+	}
+	for i := range 20 {
+		err := within(t, fmt.Sprintf("exec %d of a process with %d files of the mount open", i, len(files)), func() error {
+			cmd := exec.Command("true")
+			cmd.Env = append(os.Environ(), fmt.Sprintf("SLURM_JOB_ID=%d", 500+i))
+			return cmd.Run()
+		})
+		if err != nil {
+			t.Fatalf("exec %d: %v", i, err)
+		}
+	}
+	for _, f := range files {
+		if _, err := f.WriteString("still open"); err != nil {
+			t.Fatalf("write after the execs: %v", err)
+		}
+	}
+}
