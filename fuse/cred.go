@@ -97,7 +97,7 @@ func (c *creds) withoutJob(ctx context.Context) context.Context {
 	if !ok {
 		return ctx
 	}
-	cr, job := c.lookupNoEnv(caller.Uid, caller.Gid, caller.Pid)
+	cr, job := c.lookupEnv(caller.Uid, caller.Gid, caller.Pid, false)
 	return proto.WithCredJob(ctx, cr, job)
 }
 
@@ -106,25 +106,14 @@ func (c *creds) cred(uid, gid, pid uint32) proto.Cred {
 	return cr
 }
 
-// lookupNoEnv is lookup from the cache, or else without the job id and
-// without caching (see withoutJob).
-func (c *creds) lookupNoEnv(uid, gid, pid uint32) (proto.Cred, string) {
-	now := c.now()
-	c.mu.Lock()
-	e, ok := c.procs[pid]
-	c.mu.Unlock()
-	if ok && e.uid == uid && e.gid == gid && now.Before(e.until) {
-		return proto.Cred{Uid: uid, Gid: gid, Groups: e.groups}, e.job
-	}
-	var groups []uint32
-	if pid != 0 && !checks.Off {
-		groups, _ = c.read(pid)
-	}
-	return proto.Cred{Uid: uid, Gid: gid, Groups: groups}, ""
-}
-
 // lookup returns the credentials and job id of process pid.
 func (c *creds) lookup(uid, gid, pid uint32) (proto.Cred, string) {
+	return c.lookupEnv(uid, gid, pid, true)
+}
+
+// lookupEnv is lookup; with env false, a cache miss reads no job id (no
+// /proc/PID/environ) and is not cached (see withoutJob).
+func (c *creds) lookupEnv(uid, gid, pid uint32, env bool) (proto.Cred, string) {
 	now := c.now()
 	c.mu.Lock()
 	e, ok := c.procs[pid]
@@ -142,9 +131,12 @@ func (c *creds) lookup(uid, gid, pid uint32) (proto.Cred, string) {
 		if !checks.Off {
 			groups, _ = c.read(pid)
 		}
-		if c.job != nil {
+		if c.job != nil && env {
 			job = c.job(pid, uid)
 		}
+	}
+	if !env {
+		return proto.Cred{Uid: uid, Gid: gid, Groups: groups}, ""
 	}
 	c.mu.Lock()
 	c.reads++

@@ -83,3 +83,24 @@ func BenchmarkCreds(b *testing.B) {
 		}
 	})
 }
+
+// TestCredsWithoutJob: the FLUSH/RELEASE path (withoutJob) never asks for
+// a job id on a cache miss (reading /proc/PID/environ of a process in
+// execve would wait for it for ever) and caches nothing, so the next
+// request of that process still gets its job; a cached job is used.
+func TestCredsWithoutJob(t *testing.T) {
+	c := newCreds("")
+	c.read = func(pid uint32) ([]uint32, error) { return []uint32{7}, nil }
+	jobReads := 0
+	c.job = func(pid, uid uint32) string { jobReads++; return "j1" }
+	cr, job := c.lookupEnv(1000, 100, 42, false)
+	if jobReads != 0 || job != "" || !reflect.DeepEqual(cr.Groups, []uint32{7}) {
+		t.Fatalf("miss without env: %+v job %q, %d job reads", cr, job, jobReads)
+	}
+	if _, job := c.lookup(1000, 100, 42); job != "j1" || jobReads != 1 {
+		t.Fatalf("the next request got job %q after %d job reads: the miss was cached", job, jobReads)
+	}
+	if _, job := c.lookupEnv(1000, 100, 42, false); job != "j1" || jobReads != 1 {
+		t.Fatalf("hit without env: job %q, %d job reads", job, jobReads)
+	}
+}
