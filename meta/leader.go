@@ -113,6 +113,7 @@ func (s *Server) becameLeader(term uint64) {
 	if err := s.reg.reload(s.st, s.electionTimeout/2); err != nil {
 		s.log.Error("meta: reload the target registry as new leader", "err", err)
 	}
+	s.applyParams("rebuild.rate") // the rebuild runs here now, at the group's persisted pace
 	if fresh {
 		return
 	}

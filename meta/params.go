@@ -36,8 +36,8 @@ var Params = []ParamDef{
 		Doc: "storage requests in flight per mount and server (auto: the transport's bound)"},
 	{Name: "client.checksums", Scope: "mounts", Default: "on", check: onOff,
 		Doc: "end-to-end data checksums on the client side"},
-	{Name: "rebuild.rate", Scope: "storage servers", Default: "0", check: size,
-		Doc: "bytes per second a storage server may spend rebuilding (0: unlimited)"},
+	{Name: "rebuild.rate", Scope: "metadata service", Default: "0", check: size,
+		Doc: "bytes per second the rebuild may copy (0: unlimited; while unset: weft meta --rebuild-rate); applied at once"},
 	{Name: "log.level.meta", Scope: "metadata service", Default: "", check: logLevel,
 		Doc: "log level of the metadata servers (\"\": their --log-level); applied at once"},
 	{Name: "log.level.storage", Scope: "storage servers", Default: "", check: logLevel,
@@ -182,30 +182,44 @@ func (s *Server) SetParam(ctx context.Context, name, value string, persist bool)
 		s.paramSet[name] = v
 	}
 	s.paramMu.Unlock()
-	s.applyParams()
+	s.applyParams(name)
 	s.log.Info("meta: parameter set", "name", name, "value", v, "persist", persist)
 	return nil
 }
 
-// applyParams applies the parameters the metadata server itself reads.
-func (s *Server) applyParams() {
-	if s.opts.LogLevel == nil {
-		return
-	}
+// applyParams applies the parameters the metadata server itself reads:
+// its log level, and the rebuild's pace once rebuild.rate was set (until
+// then --rebuild-rate, or `weft target rebuild-rate`, rules). only, if
+// not "", limits it to that parameter (a set of another parameter must
+// not undo a later `weft target rebuild-rate`).
+func (s *Server) applyParams(only string) {
 	ps, err := s.paramValues()
 	if err != nil {
 		s.log.Warn("meta: reading parameters", "err", err)
 		return
 	}
 	for _, p := range ps {
-		if p.Name != "log.level.meta" {
+		if only != "" && p.Name != only {
 			continue
 		}
-		level := s.opts.DefaultLogLevel
-		if p.Value != "" {
-			_ = level.UnmarshalText([]byte(p.Value)) // checked when set
+		switch p.Name {
+		case "log.level.meta":
+			if s.opts.LogLevel == nil {
+				continue
+			}
+			level := s.opts.DefaultLogLevel
+			if p.Value != "" {
+				_ = level.UnmarshalText([]byte(p.Value)) // checked when set
+			}
+			s.opts.LogLevel.Set(level)
+		case "rebuild.rate":
+			if p.Source == "default" || s.rb == nil {
+				continue
+			}
+			if n, err := units.ParseSize(p.Value); err == nil { // checked when set
+				s.SetRebuildRate(n)
+			}
 		}
-		s.opts.LogLevel.Set(level)
 	}
 }
 

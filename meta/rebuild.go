@@ -27,8 +27,8 @@ const (
 	// DefaultRebuildParallel is how many objects are rebuilt at once.
 	DefaultRebuildParallel = 4
 	// DefaultRebuildInterval is how often the leader checks targets'
-	// states; DefaultRebuildScan how often it scans for stale objects to
-	// repair when no target needs its objects moved.
+	// states and stale marks; DefaultRebuildScan how often it scans the
+	// files again while a pass left objects to do (deferred, failed).
 	DefaultRebuildInterval = 2 * time.Second
 	DefaultRebuildScan     = time.Minute
 	// rebuildChunk is the range one storage request rebuilds.
@@ -113,6 +113,12 @@ type rebuilder struct {
 	pending  map[proto.TargetID]uint64
 	wasUp    map[proto.TargetID]bool
 	lastScan time.Time
+	// What the last scan saw, to tell whether another is due: whether
+	// this member was leader, the state machine's stale-mark count, and
+	// whether its pass left objects to do (deferred or failed).
+	leading      bool
+	scannedMarks uint64
+	leftWork     bool
 }
 
 func newRebuilder(s *Server) *rebuilder {
@@ -174,12 +180,20 @@ func (rb *rebuilder) loop() {
 		case <-rb.kick:
 		}
 		if !s.isLeader() {
+			rb.leading = false
 			continue
 		}
+		// A scan reads every inode: it runs when a target's objects are to
+		// move or a target came back (autoStates), when stale marks were
+		// made, on a new leader, and every RebuildScan while the last pass
+		// left work; never on an idle, healthy cluster.
 		scan := rb.autoStates(s.ctx)
-		if !scan && time.Since(rb.lastScan) < s.opts.RebuildScan {
+		marks := s.sm.staleMarks.Load()
+		due := rb.leftWork && time.Since(rb.lastScan) >= s.opts.RebuildScan
+		if !scan && !due && rb.leading && marks == rb.scannedMarks {
 			continue
 		}
+		rb.leading, rb.scannedMarks = true, marks
 		for s.ctx.Err() == nil && s.isLeader() {
 			done, err := rb.pass(s.ctx)
 			if err != nil {
@@ -292,6 +306,7 @@ func (rb *rebuilder) pass(ctx context.Context) (int, error) {
 	s := rb.s
 	rb.lastScan = time.Now()
 	jobs, lost, err := s.findJobs()
+	rb.leftWork = err != nil || len(jobs) > 0
 	if err != nil {
 		return 0, err
 	}
@@ -350,6 +365,7 @@ func (rb *rebuilder) pass(ctx context.Context) (int, error) {
 	rb.st.Active = false
 	st := rb.st
 	rb.mu.Unlock()
+	rb.leftWork = st.Done < st.Objects
 	s.log.Info("meta: rebuild pass done", "objects", st.Objects, "done", st.Done, "deferred", st.Deferred,
 		"failed", st.Failed, "bytes", st.BytesDone)
 	return int(done.Load()), nil

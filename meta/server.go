@@ -105,7 +105,8 @@ type Options struct {
 	// DefaultRebuildRate; changed at run time with SetRebuildRate), and
 	// RebuildParallel the objects rebuilt at once. RebuildInterval is how
 	// often targets' states are checked, RebuildScan how often files are
-	// scanned for stale objects when nothing else asks for a scan.
+	// scanned again while a pass left objects to do (deferred or failed);
+	// otherwise a scan runs only when something asks for one (rebuild.go).
 	RebuildAfter    time.Duration
 	RebuildRate     uint64
 	RebuildParallel int
@@ -388,7 +389,7 @@ func New(opts Options) (*Server, error) {
 	go s.gcLoop()
 	go s.orphanLoop()
 	go s.markLoop()
-	s.applyParams() // a persisted log level applies from the start
+	s.applyParams("") // a persisted log level and rebuild rate apply from the start
 	return s, nil
 }
 

@@ -72,6 +72,10 @@ type stateMachine struct {
 	// quotas caches the quota records read or written (quota.go), so a
 	// command's accounts cost no store reads; a function of the store.
 	quotas map[quotaKey]quotaRecord
+	// staleMarks counts the stale marks applied since this state machine
+	// was made (in memory, on every member): the leader's rebuild scans
+	// the files for stale objects when it moved (rebuild.go).
+	staleMarks atomic.Uint64
 }
 
 // applyResult is what a command did, for the proposer's in-memory work.
@@ -1390,6 +1394,7 @@ func (t *txn) stale(c *Command) error {
 		l = n.Layout.WithoutStale(c.Slots...)
 	} else {
 		l = n.Layout.WithStale(c.Slots...)
+		t.sm.staleMarks.Add(1)
 	}
 	if err := l.ValidateFile(); err != nil {
 		return errnof(syscall.EIO, "inode %d: marking slots %v stale leaves a stripe unreadable: %v", c.Ino, c.Slots, err)

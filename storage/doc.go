@@ -215,7 +215,7 @@
 // an error: it reads as empty, and Remove and Sync of it succeed.
 //
 // Run fetches the run-time parameters from the metadata service every 10 s
-// (params.go): log.level.storage sets Config.LogLevel, rebuild.rate is
-// Server.RebuildRate. Requests that name a job are counted in Config.Jobs
+// (params.go): log.level.storage sets Config.LogLevel (rebuild.rate is the
+// metadata service's, which paces the rebuild). Requests that name a job are counted in Config.Jobs
 // (package jobstats, through storagerpc).
 package storage

@@ -5,7 +5,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta/metarpc"
 )
 
@@ -19,14 +18,10 @@ type paramLister interface {
 	Params(ctx context.Context) ([]metarpc.Param, error)
 }
 
-// RebuildRate returns the parameter rebuild.rate: the bytes per second a
-// rebuild may use (0: unlimited). The rebuild code reads it.
-func (s *Server) RebuildRate() uint64 { return s.rebuildRate.Load() }
-
 // paramsLoop fetches the run-time parameters every paramsInterval (at
-// once first) and applies those storage servers read: log.level.storage
-// and rebuild.rate. It returns when ctx ends.
-func paramsLoop(ctx context.Context, cfg Config, srv *Server) {
+// once first) and applies the one storage servers read,
+// log.level.storage. It returns when ctx ends.
+func paramsLoop(ctx context.Context, cfg Config) {
 	pl, ok := cfg.Registry.(paramLister)
 	if !ok {
 		return
@@ -42,7 +37,7 @@ func paramsLoop(ctx context.Context, cfg Config, srv *Server) {
 				now[p.Name] = p.Value
 			}
 			if !sameParams(last, now) {
-				applyStorageParams(cfg, srv, now)
+				applyStorageParams(cfg, now)
 				last = now
 			}
 		} else if ctx.Err() == nil {
@@ -58,12 +53,7 @@ func paramsLoop(ctx context.Context, cfg Config, srv *Server) {
 	}
 }
 
-func applyStorageParams(cfg Config, srv *Server, p map[string]string) {
-	var rate uint64
-	if n, err := units.ParseSize(p["rebuild.rate"]); err == nil {
-		rate = n
-	}
-	srv.rebuildRate.Store(rate)
+func applyStorageParams(cfg Config, p map[string]string) {
 	if lv := cfg.LogLevel; lv != nil {
 		level := cfg.DefaultLogLevel
 		if v := p["log.level.storage"]; v != "" {
@@ -74,6 +64,9 @@ func applyStorageParams(cfg Config, srv *Server, p map[string]string) {
 		}
 		lv.Set(level)
 	}
+	// rebuild.rate paces the metadata service's rebuild (which drives the
+	// storage servers' copies); it is logged with the rest so an admin
+	// sees which values every server got.
 	cfg.Logger.Info("storage: run-time parameters applied", "rebuild.rate", p["rebuild.rate"], "log.level.storage", p["log.level.storage"])
 }
 

@@ -224,7 +224,7 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	fatal := make(chan error, len(targets))
 	var wg sync.WaitGroup
-	wg.Go(func() { paramsLoop(ctx, cfg, srv) })
+	wg.Go(func() { paramsLoop(ctx, cfg) })
 	for _, t := range targets {
 		wg.Add(1)
 		go func() {

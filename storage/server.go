@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"sort"
 	"sync"
-	"sync/atomic"
 	"syscall"
 
 	"github.com/weft-fs/weft/proto"
@@ -26,7 +25,6 @@ type Server struct {
 	targets map[proto.TargetID]*Target
 	peers   proto.StorageService // other servers' targets, for Copy (SetPeers)
 
-	rebuildRate atomic.Uint64 // parameter rebuild.rate (params.go)
 }
 
 var _ proto.StorageService = (*Server)(nil)

@@ -579,25 +579,7 @@ func (t *Target) Write(ctx context.Context, obj proto.ObjectID, off uint64, data
 // touched and clean after the sidecar's header.
 func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data []byte, w *proto.RowWrite) (uint64, error) {
 	end := off + uint64(len(data))
-	if len(data) == 0 && w != nil {
-		h, err := t.acquire(obj, true)
-		if err != nil {
-			return 0, err
-		}
-		defer t.cache.release(h)
-		if err := t.checkFence(ctx, h); err != nil {
-			return 0, err
-		}
-		uu, err := t.planUnits(h, off, end, w)
-		if err != nil {
-			return 0, err
-		}
-		if err := t.doneUnits(h, uu); err != nil {
-			return 0, err
-		}
-		return h.hdr.Version, nil
-	}
-	if len(data) == 0 {
+	if len(data) == 0 && w == nil {
 		h, err := t.acquire(obj, false)
 		if errors.Is(err, errMissing) {
 			return 0, nil
@@ -619,6 +601,12 @@ func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data
 	uu, err := t.planUnits(h, off, end, w)
 	if err != nil {
 		return 0, err
+	}
+	if len(data) == 0 { // a versioned write of no bytes: only the version changes
+		if err := t.doneUnits(h, uu); err != nil {
+			return 0, err
+		}
+		return h.hdr.Version, nil
 	}
 
 	b0, b1 := off/BlockSize, blocksFor(end)

@@ -12,12 +12,14 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
 	"github.com/weft-fs/weft/auth"
 	"github.com/weft-fs/weft/internal/config"
+	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/transport"
 )
 
@@ -187,4 +189,25 @@ func adminPool(dir string) (*transport.Pool, error) {
 		return nil, fmt.Errorf("--keys %s: %w", dir, err)
 	}
 	return transport.NewPool(transport.NewTCPWith(transport.TCPOptions{Security: keys.Security(false)}), transport.PoolOptions{}), nil
+}
+
+// withMetaAdmin runs f with a client of the metadata service at meta (one
+// address, or the members of a group: the client finds the leader),
+// authenticated with the key bundle in keysDir, under timeout: what the
+// admin commands (target, param, jobstats) share.
+func withMetaAdmin(ctx context.Context, meta, keysDir string, timeout time.Duration, f func(context.Context, *metarpc.Client) error) error {
+	if meta == "" {
+		return errors.New("--meta is required: the metadata server's host:port (e.g. --meta 10.0.0.1:7400)")
+	}
+	if err := checkAddrList("meta", meta); err != nil {
+		return err
+	}
+	pool, err := adminPool(keysDir)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	return f(ctx, metarpc.NewClient(pool, meta))
 }

@@ -14,26 +14,24 @@ import (
 
 	"github.com/weft-fs/weft/health"
 	"github.com/weft-fs/weft/internal/units"
+	"github.com/weft-fs/weft/meta/metarpc"
 )
 
 // targetStates asks the metadata service for every target's state.
 func targetStates(ctx context.Context, o *targetOptions) (map[uint32]string, error) {
-	c, done, err := o.client()
-	if err != nil {
-		return nil, err
-	}
-	defer done()
-	ctx, cancel := context.WithTimeout(ctx, o.Timeout)
-	defer cancel()
-	ts, _, err := c.TargetList(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("target states of %s: %w", o.Meta, err)
-	}
-	m := make(map[uint32]string, len(ts))
-	for _, t := range ts {
-		m[uint32(t.ID)] = t.State
-	}
-	return m, nil
+	var m map[uint32]string
+	err := withMetaAdmin(ctx, o.Meta, o.Keys, o.Timeout, func(ctx context.Context, c *metarpc.Client) error {
+		ts, _, err := c.TargetList(ctx)
+		if err != nil {
+			return fmt.Errorf("target states of %s: %w", o.Meta, err)
+		}
+		m = make(map[uint32]string, len(ts))
+		for _, t := range ts {
+			m[uint32(t.ID)] = t.State
+		}
+		return nil
+	})
+	return m, err
 }
 
 func newDfCmd() *cobra.Command {

@@ -90,31 +90,20 @@ It needs a key bundle of the cluster, used as root on a client host or a
 server's bundle on a server.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			if o.Meta == "" {
-				return errors.New("--meta is required: the metadata server's host:port (e.g. --meta 10.0.0.1:7400)")
-			}
-			if err := checkAddr("meta", o.Meta, false); err != nil {
-				return err
-			}
 			if err := proto.ValidJobID(o.Job); err != nil {
 				return fmt.Errorf("--job: %w", err)
 			}
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.Timeout)
-			defer cancel()
-			pool, err := adminPool(o.Keys)
-			if err != nil {
-				return err
-			}
-			defer pool.Close()
-			st, err := metarpc.NewClient(pool, o.Meta).JobStats(ctx, o.Job)
-			if err != nil {
-				return fmt.Errorf("jobstats of %s: %w", o.Meta, err)
-			}
-			sortJobStats(st)
-			if o.JSON {
-				return printJobStatsJSON(cmd.OutOrStdout(), st)
-			}
-			return printJobStats(cmd.OutOrStdout(), st)
+			return withMetaAdmin(cmd.Context(), o.Meta, o.Keys, o.Timeout, func(ctx context.Context, c *metarpc.Client) error {
+				st, err := c.JobStats(ctx, o.Job)
+				if err != nil {
+					return fmt.Errorf("jobstats of %s: %w", o.Meta, err)
+				}
+				sortJobStats(st)
+				if o.JSON {
+					return printJobStatsJSON(cmd.OutOrStdout(), st)
+				}
+				return printJobStats(cmd.OutOrStdout(), st)
+			})
 		},
 	}
 	fs := cmd.Flags()

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -139,18 +138,10 @@ func quoteEmpty(s string) string {
 }
 
 func (o *paramOptions) run(cmd *cobra.Command, f func(ctx context.Context, c *metarpc.Client) error) error {
-	if o.meta == "" {
-		return errors.New("--meta is required: the metadata server's host:port (e.g. --meta 10.0.0.1:7400)")
-	}
-	pool, err := adminPool(o.keys)
-	if err != nil {
-		return err
-	}
-	defer pool.Close()
-	ctx, cancel := context.WithTimeout(cmd.Context(), o.timeout)
-	defer cancel()
-	if err := f(ctx, metarpc.NewClient(pool, o.meta)); err != nil {
-		return fmt.Errorf("param: %s: %w", o.meta, err)
-	}
-	return nil
+	return withMetaAdmin(cmd.Context(), o.meta, o.keys, o.timeout, func(ctx context.Context, c *metarpc.Client) error {
+		if err := f(ctx, c); err != nil {
+			return fmt.Errorf("param: %s: %w", o.meta, err)
+		}
+		return nil
+	})
 }

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -24,19 +23,9 @@ type targetOptions struct {
 	Timeout time.Duration
 }
 
-// client connects to the metadata service; done closes the connection.
-func (o *targetOptions) client() (c *metarpc.Client, done func(), err error) {
-	if o.Meta == "" {
-		return nil, nil, errors.New("--meta is required: the metadata server's host:port (e.g. --meta 10.0.0.1:7400)")
-	}
-	if err := checkAddr("meta", o.Meta, false); err != nil {
-		return nil, nil, err
-	}
-	pool, err := adminPool(o.Keys)
-	if err != nil {
-		return nil, nil, err
-	}
-	return metarpc.NewClient(pool, o.Meta), func() { pool.Close() }, nil
+// run runs f with a client of the metadata service (withMetaAdmin).
+func (o *targetOptions) run(cmd *cobra.Command, f func(context.Context, *metarpc.Client) error) error {
+	return withMetaAdmin(cmd.Context(), o.Meta, o.Keys, o.Timeout, f)
 }
 
 func newTargetCmd() *cobra.Command {
@@ -69,21 +58,16 @@ are repaired). Changing states needs a key bundle of the cluster as root
 		Short: "Show every target: server, domain, state, up/down, usage, objects, rebuild progress",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			c, done, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.Timeout)
-			defer cancel()
-			ts, rs, err := c.TargetList(ctx)
-			if err != nil {
-				return fmt.Errorf("target list of %s: %w", o.Meta, err)
-			}
-			if asJSON {
-				return printTargetsJSON(cmd.OutOrStdout(), ts, rs)
-			}
-			return printTargets(cmd.OutOrStdout(), ts, rs)
+			return o.run(cmd, func(ctx context.Context, c *metarpc.Client) error {
+				ts, rs, err := c.TargetList(ctx)
+				if err != nil {
+					return fmt.Errorf("target list of %s: %w", o.Meta, err)
+				}
+				if asJSON {
+					return printTargetsJSON(cmd.OutOrStdout(), ts, rs)
+				}
+				return printTargets(cmd.OutOrStdout(), ts, rs)
+			})
 		},
 	}
 	list.Flags().BoolVar(&asJSON, "json", false, "print JSON")
@@ -105,18 +89,13 @@ are repaired). Changing states needs a key bundle of the cluster as root
 				if err != nil {
 					return err
 				}
-				c, done, err := o.client()
-				if err != nil {
-					return err
-				}
-				defer done()
-				ctx, cancel := context.WithTimeout(cmd.Context(), o.Timeout)
-				defer cancel()
-				if err := c.SetTargetState(ctx, id, s.state); err != nil {
-					return fmt.Errorf("target %d: %s: %w; nothing changed", id, s.verb, err)
-				}
-				fmt.Fprintf(cmd.OutOrStdout(), "target-%d: %s\n", id, s.state)
-				return nil
+				return o.run(cmd, func(ctx context.Context, c *metarpc.Client) error {
+					if err := c.SetTargetState(ctx, id, s.state); err != nil {
+						return fmt.Errorf("target %d: %s: %w; nothing changed", id, s.verb, err)
+					}
+					fmt.Fprintf(cmd.OutOrStdout(), "target-%d: %s\n", id, s.state)
+					return nil
+				})
 			},
 		})
 	}
@@ -134,19 +113,14 @@ are repaired). Changing states needs a key bundle of the cluster as root
 				}
 				set = &n
 			}
-			c, done, err := o.client()
-			if err != nil {
-				return err
-			}
-			defer done()
-			ctx, cancel := context.WithTimeout(cmd.Context(), o.Timeout)
-			defer cancel()
-			rate, err := c.RebuildRate(ctx, set)
-			if err != nil {
-				return fmt.Errorf("rebuild rate: %w", err)
-			}
-			fmt.Fprintf(cmd.OutOrStdout(), "rebuild rate: %s\n", rateString(rate))
-			return nil
+			return o.run(cmd, func(ctx context.Context, c *metarpc.Client) error {
+				rate, err := c.RebuildRate(ctx, set)
+				if err != nil {
+					return fmt.Errorf("rebuild rate: %w", err)
+				}
+				fmt.Fprintf(cmd.OutOrStdout(), "rebuild rate: %s\n", rateString(rate))
+				return nil
+			})
 		},
 	})
 	return cmd

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"syscall"
 
+	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/wire"
 )
 
@@ -57,28 +58,40 @@ type membersResp struct{ Members []Member }
 func (m *membersResp) encode(e *wire.Encoder) {
 	e.U32(uint32(len(m.Members)))
 	for _, x := range m.Members {
-		e.U64(x.ID)
-		e.String(x.Addr)
-		var flags uint8
-		for i, b := range []bool{x.Learner, x.Leader, x.Active, x.Snapshot} {
-			if b {
-				flags |= 1 << i
-			}
-		}
-		e.U8(flags)
-		e.U64(x.Match)
+		encodeMember(e, proto.ReplicaMember(x))
 	}
+}
+
+// encodeMember and decodeMember are the wire form of a member, shared by
+// the member list (OpMembers) and the status of a replica (OpStatus,
+// OpMemberStatus): id, address, flags (learner, leader, active,
+// snapshot), match.
+func encodeMember(e *wire.Encoder, x proto.ReplicaMember) {
+	e.U64(x.ID)
+	e.String(x.Addr)
+	var flags uint8
+	for i, b := range []bool{x.Learner, x.Leader, x.Active, x.Snapshot} {
+		if b {
+			flags |= 1 << i
+		}
+	}
+	e.U8(flags)
+	e.U64(x.Match)
+}
+
+func decodeMember(d *wire.Decoder) proto.ReplicaMember {
+	x := proto.ReplicaMember{ID: d.U64(), Addr: d.StringMax(1024)}
+	flags := d.U8()
+	x.Learner, x.Leader, x.Active, x.Snapshot = flags&1 != 0, flags&2 != 0, flags&4 != 0, flags&8 != 0
+	x.Match = d.U64()
+	return x
 }
 
 func (m *membersResp) decode(d *wire.Decoder) {
 	n := d.Count(maxMembers, 8+4+1+8)
 	m.Members = make([]Member, 0, n)
 	for i := 0; i < n && d.Err() == nil; i++ {
-		x := Member{ID: d.U64(), Addr: d.StringMax(1024)}
-		flags := d.U8()
-		x.Learner, x.Leader, x.Active, x.Snapshot = flags&1 != 0, flags&2 != 0, flags&4 != 0, flags&8 != 0
-		x.Match = d.U64()
-		m.Members = append(m.Members, x)
+		m.Members = append(m.Members, Member(decodeMember(d)))
 	}
 }
 

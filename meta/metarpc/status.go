@@ -158,16 +158,7 @@ func encodeReplica(e *wire.Encoder, r *proto.ReplicaStatus) {
 	}
 	e.U32(uint32(len(r.Members)))
 	for _, x := range r.Members {
-		e.U64(x.ID)
-		e.String(x.Addr)
-		var flags uint8
-		for i, b := range []bool{x.Learner, x.Leader, x.Active, x.Snapshot} {
-			if b {
-				flags |= 1 << i
-			}
-		}
-		e.U8(flags)
-		e.U64(x.Match)
+		encodeMember(e, x)
 	}
 }
 
@@ -183,11 +174,7 @@ func decodeReplica(d *wire.Decoder, r *proto.ReplicaStatus, v uint8) {
 	if n := d.Count(maxMembers, 8+4+1+8); n > 0 {
 		r.Members = make([]proto.ReplicaMember, 0, n)
 		for i := 0; i < n && d.Err() == nil; i++ {
-			x := proto.ReplicaMember{ID: d.U64(), Addr: d.StringMax(1024)}
-			flags := d.U8()
-			x.Learner, x.Leader, x.Active, x.Snapshot = flags&1 != 0, flags&2 != 0, flags&4 != 0, flags&8 != 0
-			x.Match = d.U64()
-			r.Members = append(r.Members, x)
+			r.Members = append(r.Members, decodeMember(d))
 		}
 	}
 }
