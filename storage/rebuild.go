@@ -49,7 +49,7 @@ func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uin
 		if r.ECData > 0 {
 			return 0, fmt.Errorf("storage: rebuild of an ec shard of %s without its unit: %w", objName(r.Obj), syscall.EINVAL)
 		}
-		p, _, err := s.rebuildCopy(ctx, r, r.Off, r.Len)
+		p, err := s.rebuildCopy(ctx, r)
 		if err != nil {
 			return 0, err
 		}
@@ -72,6 +72,48 @@ func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uin
 	return written, nil
 }
 
+// readSource reads the range of one source object into p (bytes past its
+// end as zeros).
+func (s *Server) readSource(ctx context.Context, src proto.RebuildSource, obj proto.ObjectID, off uint64, p []byte) error {
+	id := obj
+	id.Stripe = src.Slot
+	var n int
+	var err error
+	if st, terr := s.Target(src.Target); terr == nil {
+		n, err = st.Read(ctx, id, off, p)
+	} else {
+		s.mu.Lock()
+		peers := s.peers
+		s.mu.Unlock()
+		if peers == nil {
+			return fmt.Errorf("storage: rebuild from target %d, which this server does not serve, without peers: %w", src.Target, syscall.EXDEV)
+		}
+		n, err = peers.Read(ctx, src.Target, id, off, p)
+	}
+	if err != nil {
+		return fmt.Errorf("storage: rebuild: read target %d object %s at %d: %w", src.Target, objName(id), off, err)
+	}
+	clear(p[n:])
+	return nil
+}
+
+// rebuildCopy reads the range from the first source that answers.
+func (s *Server) rebuildCopy(ctx context.Context, r proto.RebuildRequest) ([]byte, error) {
+	p := make([]byte, r.Len)
+	var errs []error
+	for _, src := range r.Sources {
+		err := s.readSource(ctx, src, r.Obj, r.Off, p)
+		if err == nil {
+			return p, nil
+		}
+		errs = append(errs, err)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return nil, fmt.Errorf("storage: rebuild %s: no copy readable: %w (%w)", objName(r.Obj), errors.Join(errs...), syscall.EIO)
+}
+
 // rebuildRows writes the range of an EC shard row by row (unit by unit),
 // each with its row's version: a shard written without them would have
 // version 0 in every row and never count in a reconstruction again
@@ -89,7 +131,7 @@ func (s *Server) rebuildRows(ctx context.Context, dt *Target, r proto.RebuildReq
 		var tag uint64
 		var err error
 		if r.ECData == 0 {
-			p, tag, err = s.rebuildCopy(ctx, r, off, n)
+			p, tag, err = s.rebuildCopyRow(ctx, r, off, n)
 		} else {
 			p, tag, err = s.rebuildShardRow(ctx, r, off, n)
 		}
@@ -111,34 +153,25 @@ func (s *Server) rebuildRows(ctx context.Context, dt *Target, r proto.RebuildReq
 	return written, nil
 }
 
-// readSource reads len(p) bytes of one source object at off into p
-// (bytes past its end as zeros): with r.Unit, within one unit and with the
-// unit's version; without, a plain read (version zero).
-func (s *Server) readSource(ctx context.Context, src proto.RebuildSource, r proto.RebuildRequest, off uint64, p []byte) (proto.RowVersion, error) {
+// readSourceRow reads n bytes of one source object at off (in one unit)
+// with the unit's version; bytes past its end read as zeros.
+func (s *Server) readSourceRow(ctx context.Context, src proto.RebuildSource, r proto.RebuildRequest, off uint64, p []byte) (proto.RowVersion, error) {
 	id := r.Obj
 	id.Stripe = src.Slot
 	var n int
 	var v proto.RowVersion
 	var err error
 	if st, terr := s.Target(src.Target); terr == nil {
-		if r.Unit > 0 {
-			n, v, err = st.ReadRow(ctx, id, off, r.Unit, p)
-		} else {
-			n, err = st.Read(ctx, id, off, p)
-		}
+		n, v, err = st.ReadRow(ctx, id, off, r.Unit, p)
 	} else {
 		s.mu.Lock()
 		peers := s.peers
 		s.mu.Unlock()
-		rv, versioned := peers.(proto.RowVersioner)
-		switch {
-		case peers == nil || (r.Unit > 0 && !versioned):
-			return v, fmt.Errorf("storage: rebuild from target %d, which this server does not serve, without (versioned) peers: %w", src.Target, syscall.EXDEV)
-		case r.Unit > 0:
-			n, v, err = rv.ReadRow(ctx, src.Target, id, off, r.Unit, p)
-		default:
-			n, err = peers.Read(ctx, src.Target, id, off, p)
+		rv, ok := peers.(proto.RowVersioner)
+		if !ok {
+			return v, fmt.Errorf("storage: rebuild from target %d, which this server does not serve, without versioned peers: %w", src.Target, syscall.EXDEV)
 		}
+		n, v, err = rv.ReadRow(ctx, src.Target, id, off, r.Unit, p)
 	}
 	if err != nil {
 		return v, fmt.Errorf("storage: rebuild: read target %d object %s at %d: %w", src.Target, objName(id), off, err)
@@ -147,14 +180,13 @@ func (s *Server) readSource(ctx context.Context, src proto.RebuildSource, r prot
 	return v, nil
 }
 
-// rebuildCopy reads n bytes at off from the first source that answers,
-// with the version the copy gets (0 for an unversioned read, or a dirty
-// row: the other shards decide it).
-func (s *Server) rebuildCopy(ctx context.Context, r proto.RebuildRequest, off, n uint64) ([]byte, uint64, error) {
+// rebuildCopyRow reads one row's range from the first source that
+// answers, with the version the copy gets.
+func (s *Server) rebuildCopyRow(ctx context.Context, r proto.RebuildRequest, off, n uint64) ([]byte, uint64, error) {
 	p := make([]byte, n)
 	var errs []error
 	for _, src := range r.Sources {
-		v, err := s.readSource(ctx, src, r, off, p)
+		v, err := s.readSourceRow(ctx, src, r, off, p)
 		if err == nil {
 			if v.Dirty {
 				return p, 0, nil
@@ -194,7 +226,7 @@ func (s *Server) rebuildShardRow(ctx context.Context, r proto.RebuildRequest, of
 		}
 		go func() {
 			buf := make([]byte, n)
-			v, err := s.readSource(ctx, src, r, off, buf)
+			v, err := s.readSourceRow(ctx, src, r, off, buf)
 			results <- result{int(src.Shard), buf, v, err}
 		}()
 	}
