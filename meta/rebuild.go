@@ -27,8 +27,8 @@ const (
 	// DefaultRebuildParallel is how many objects are rebuilt at once.
 	DefaultRebuildParallel = 4
 	// DefaultRebuildInterval is how often the leader checks targets'
-	// states and stale marks; DefaultRebuildScan how often it scans the
-	// files again while a pass left objects to do (deferred, failed).
+	// states; DefaultRebuildScan how often it scans the files for stale
+	// objects when there may be some (see loop).
 	DefaultRebuildInterval = 2 * time.Second
 	DefaultRebuildScan     = time.Minute
 	// rebuildChunk is the range one storage request rebuilds.
@@ -183,14 +183,17 @@ func (rb *rebuilder) loop() {
 			rb.leading = false
 			continue
 		}
-		// A scan reads every inode: it runs when a target's objects are to
-		// move or a target came back (autoStates), when stale marks were
-		// made, on a new leader, and every RebuildScan while the last pass
-		// left work; never on an idle, healthy cluster.
+		// A scan reads every inode: it runs at once when a target's
+		// objects are to move or a target came back (autoStates), and
+		// every RebuildScan when there may be stale objects to repair
+		// (stale marks were made since the last scan, this member has just
+		// become leader, or the last pass left work); never on an idle,
+		// healthy cluster.
 		scan := rb.autoStates(s.ctx)
 		marks := s.sm.staleMarks.Load()
-		due := rb.leftWork && time.Since(rb.lastScan) >= s.opts.RebuildScan
-		if !scan && !due && rb.leading && marks == rb.scannedMarks {
+		due := time.Since(rb.lastScan) >= s.opts.RebuildScan &&
+			(rb.leftWork || !rb.leading || marks != rb.scannedMarks)
+		if !scan && !due {
 			continue
 		}
 		rb.leading, rb.scannedMarks = true, marks

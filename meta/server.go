@@ -105,8 +105,8 @@ type Options struct {
 	// DefaultRebuildRate; changed at run time with SetRebuildRate), and
 	// RebuildParallel the objects rebuilt at once. RebuildInterval is how
 	// often targets' states are checked, RebuildScan how often files are
-	// scanned again while a pass left objects to do (deferred or failed);
-	// otherwise a scan runs only when something asks for one (rebuild.go).
+	// scanned for stale objects when there may be some (stale marks made,
+	// a new leader, a pass that left work: rebuild.go).
 	RebuildAfter    time.Duration
 	RebuildRate     uint64
 	RebuildParallel int
