@@ -310,6 +310,9 @@ func (c *Client) ecReadShard(ctx context.Context, st *inodeState, l layout.Layou
 		c.log.Warn("ec shard unreadable, reconstructing it", "ino", st.ino, "slot", slot, "err", err)
 	}
 	_, err := c.ecReconstructRow(ctx, st, l, g, j, objOff, dst)
+	if err != nil {
+		c.log.Warn("ec shard could not be reconstructed", "ino", st.ino, "stripe", g, "shard", j, "off", objOff, "err", err)
+	}
 	return err
 }
 
@@ -387,8 +390,12 @@ func (c *Client) ecReconstructRow(ctx context.Context, st *inodeState, l layout.
 		}
 	}
 	if count[best] < int(l.ECData) || best.Dirty {
-		return proto.RowVersion{}, fmt.Errorf("client: ino %d stripe %d: %d of %d shards readable, at most %d of one version, %d needed: %w (%w)",
-			st.ino, g, have, w, count[best], l.ECData, syscall.EIO, errors.Join(errs...))
+		err := fmt.Errorf("client: ino %d stripe %d: %d of %d shards readable, at most %d of one version, %d needed: %w",
+			st.ino, g, have, w, count[best], l.ECData, syscall.EIO)
+		if joined := errors.Join(errs...); joined != nil {
+			err = fmt.Errorf("%w (%w)", err, joined)
+		}
+		return proto.RowVersion{}, err
 	}
 	for j := range shards {
 		if shards[j] != nil && vers[j] != best {

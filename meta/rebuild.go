@@ -275,6 +275,17 @@ func objectLen(l layout.Layout, size uint64, slot int) uint64 {
 	return l.ObjectSize(size, slot)
 }
 
+// rowExtent is the range of slot's object that a rebuild covers: for an
+// EC shard its stripe's row extent (the parity's length, which no shard
+// of the stripe exceeds), else the object's length.
+func rowExtent(l layout.Layout, size uint64, slot int) uint64 {
+	if l.Kind != layout.EC {
+		return objectLen(l, size, slot)
+	}
+	w := l.Width()
+	return objectLen(l, size, slot/w*w+int(l.ECData))
+}
+
 // findJobs scans every file and returns the objects to rebuild, and how
 // many objects have no readable copy left (RAID-0 on a target that is out
 // and down).
@@ -414,8 +425,13 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 	if err != nil {
 		return err
 	}
-	size := objectLen(l, n.Size, j.Slot)
-	req.Size = size
+	req.Size = objectLen(l, n.Size, j.Slot)
+	// An EC shard is rebuilt over its stripe's whole row extent (the
+	// parity's length), not only its own bytes: a shard shorter than its
+	// stripe (the tail of a small file) still holds every row's version,
+	// which a reconstruction of another shard counts (the storage server
+	// writes bytes only up to Size and versions for every row).
+	size := rowExtent(l, n.Size, j.Slot)
 	for off := uint64(0); off < size || off == 0; {
 		r := req
 		r.Off, r.Len = off, min(rebuildChunk, size-off)

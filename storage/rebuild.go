@@ -115,7 +115,8 @@ func (s *Server) rebuildCopy(ctx context.Context, r proto.RebuildRequest) ([]byt
 }
 
 // rebuildRows writes the range of an EC shard row by row (unit by unit),
-// each with its row's version: a shard written without them would have
+// its bytes up to r.Size (the range may run past it, to the end of the
+// stripe's rows), each row with its version: a shard written without them would have
 // version 0 in every row and never count in a reconstruction again
 // (client/ec.go decodes only from shards of one version). A copy off a
 // draining target takes each row's version from the source (a dirty row,
@@ -138,8 +139,11 @@ func (s *Server) rebuildRows(ctx context.Context, dt *Target, r proto.RebuildReq
 		if err != nil {
 			return written, err
 		}
+		// Bytes only up to the object's length (a shard shorter than its
+		// stripe's rows), the version for every row of the range.
+		p = p[:min(uint64(len(p)), r.Size-min(r.Size, off))]
 		w := proto.RowWrite{Off: off, Unit: r.Unit, Data: p, Tag: tag}
-		if r.Flags&proto.RebuildStart != 0 && allZero(p) {
+		if len(p) == 0 || r.Flags&proto.RebuildStart != 0 && allZero(p) {
 			w.Data = nil // after a start the object is empty: zeros need no write
 		}
 		if w.Data != nil || tag != 0 {

@@ -198,7 +198,10 @@ func serverTargets(t testing.TB, c *testcluster.Cluster, servers int) map[uint32
 // the server killed, the target is marked out, the metadata service
 // rebuilds its objects on the other servers storage to storage, and every
 // file reads back right with that server gone; getstripe shows no object
-// on the lost target and none stale.
+// on the lost target and none stale. The lost target is the one of the
+// 1-byte file's slot 1 (with EC 2+1 a data shard holding no byte, only
+// its row's version), and the second server stopped holds that file's
+// slot 0: reading it back needs the rebuilt object.
 func lostTargetRebuild(t *testing.T, servers int, flags ...string) {
 	c := testcluster.Start(t, testcluster.Options{Servers: servers, Targets: servers, Timeout: "10s"})
 	d := filepath.Join(c.Mount(0), "r")
@@ -208,18 +211,11 @@ func lostTargetRebuild(t *testing.T, servers int, flags ...string) {
 	weft(t, c, append(append([]string{"setstripe", "-S", "1M"}, flags...), d)...)
 	sums := writeRebuildFiles(t, d, 1)
 	byTarget := serverTargets(t, c, servers)
-	// The lost target: the one of server 1.
-	var lost uint32
-	for id, i := range byTarget {
-		if i == 1 {
-			lost = id
-		}
-	}
-	if len(filesOn(t, c, d, lost)) == 0 {
-		t.Fatalf("no file has an object on target %d; the test needs some", lost)
-	}
-	c.StopStorage(1)
-	for _, dir := range c.TargetDirs(1) {
+	const probe = "f1" // rebuildSizes[1]: 1 byte
+	lost := stripeTargets(t, c, filepath.Join(d, probe))[1]
+	lostServer := byTarget[lost]
+	c.StopStorage(lostServer)
+	for _, dir := range c.TargetDirs(lostServer) {
 		if err := os.RemoveAll(dir); err != nil {
 			t.Fatal(err)
 		}
@@ -240,11 +236,22 @@ func lostTargetRebuild(t *testing.T, servers int, flags ...string) {
 	checkNoSlotOn(t, c, nd, sums, lost)
 	// Fully protected again: with one more server gone, every file still
 	// reads back (from a mount that has nothing cached).
-	c.StopStorage(2)
+	c.StopStorage(byTarget[stripeTargets(t, c, filepath.Join(nd, probe))[0]])
 	checkSums(t, filepath.Join(c.Mount(c.AddMountUp(servers-2)), "r"), sums)
 	// A lost target cannot be removed while... it holds nothing now:
 	// remove succeeds, and it may not come back.
 	targetAdmin(t, c, "remove", strconv.Itoa(int(lost)))
+}
+
+// stripeTargets is the targets of a file's first stripe (getstripe).
+func stripeTargets(t *testing.T, c *testcluster.Cluster, path string) []uint32 {
+	t.Helper()
+	out := weft(t, c, "getstripe", "--json", path)
+	var g getstripeJSON
+	if err := json.Unmarshal([]byte(out), &g); err != nil || len(g.Stripes) == 0 || len(g.Stripes[0].Targets) < 2 {
+		t.Fatalf("getstripe --json %s: %v: %q", path, err, out)
+	}
+	return g.Stripes[0].Targets
 }
 
 // TestRebuildMirrorLostTarget: lostTargetRebuild on mirror 2 files over 4

@@ -698,15 +698,37 @@ func isFuseMount(path string) bool  { return strings.HasPrefix(mountType(path), 
 // this process's mount namespace).
 func IsFuseMount(path string) bool { return isFuseMount(path) }
 
-// freeAddr picks a loopback port that is free now. Another process may take
-// it before ours binds it; startListener retries with a new one.
+// givenAddrs holds every address freeAddr has handed out in this test
+// process: the kernel reuses a port once its probe listener is closed, so
+// two servers of one cluster (or of two clusters of parallel tests) could
+// otherwise be given the same port. The second then fails to bind while
+// the readiness dial reaches the first and reports it up.
+var givenAddrs struct {
+	sync.Mutex
+	m map[string]bool
+}
+
+// freeAddr picks a loopback port that is free now and was not handed out
+// before in this process. Another process may take it before ours binds
+// it; startListener retries with a new one.
 func freeAddr(t testing.TB) string {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	givenAddrs.Lock()
+	defer givenAddrs.Unlock()
+	if givenAddrs.m == nil {
+		givenAddrs.m = map[string]bool{}
 	}
-	defer l.Close()
-	return l.Addr().String()
+	for {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		addr := l.Addr().String()
+		l.Close()
+		if !givenAddrs.m[addr] {
+			givenAddrs.m[addr] = true
+			return addr
+		}
+	}
 }
 
 // tail returns the last n lines of a file.
