@@ -119,6 +119,67 @@ type rebuilder struct {
 	leading      bool
 	scannedMarks uint64
 	leftWork     bool
+
+	// repairMu orders in-place repairs (a stale object rewritten on its
+	// own target) against ClearStale, weft resync's end: a repair may
+	// start only on an object that is still stale, and a ClearStale of an
+	// object under repair is refused (EBUSY, resync says to run again).
+	// Without it a rebuild that picked a slot before a resync cleared it
+	// would empty and rewrite a copy marked fresh, which readers use (and
+	// a source lost midway would leave it short). Held across the
+	// ClearStale proposal, so a repair that starts after it sees the mark
+	// gone.
+	repairMu  sync.Mutex
+	repairing map[repairKey]bool
+}
+
+// repairKey names one object under in-place repair.
+type repairKey struct {
+	ino  proto.Ino
+	slot int
+}
+
+// beginRepair registers an in-place repair of slot of ino if the slot is
+// still stale in the committed state (reloaded under repairMu); false if
+// it is not (repaired meanwhile, or the file changed).
+func (rb *rebuilder) beginRepair(ino proto.Ino, slot int, from proto.TargetID) (bool, error) {
+	rb.repairMu.Lock()
+	defer rb.repairMu.Unlock()
+	n, err := loadInode(rb.s.st, ino)
+	if errors.Is(err, syscall.ENOENT) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	l := n.Layout
+	if !n.IsRegular() || slot >= len(l.Targets) || l.Targets[slot] != from || !l.IsStale(slot) {
+		return false, nil
+	}
+	if rb.repairing == nil {
+		rb.repairing = map[repairKey]bool{}
+	}
+	rb.repairing[repairKey{ino, slot}] = true
+	return true, nil
+}
+
+func (rb *rebuilder) endRepair(ino proto.Ino, slot int) {
+	rb.repairMu.Lock()
+	delete(rb.repairing, repairKey{ino, slot})
+	rb.repairMu.Unlock()
+}
+
+// clearStaleExclusive runs clear (a ClearStale proposal) unless one of
+// slots of ino is under an in-place repair by the rebuild (EBUSY).
+func (rb *rebuilder) clearStaleExclusive(ino proto.Ino, slots []uint32, clear func() (proto.Attr, error)) (proto.Attr, error) {
+	rb.repairMu.Lock()
+	defer rb.repairMu.Unlock()
+	for _, slot := range slots {
+		if rb.repairing[repairKey{ino, int(slot)}] {
+			return proto.Attr{}, errnof(syscall.EBUSY, "inode %d slot %d is being repaired by the rebuild: it is fresh once that ends", ino, slot)
+		}
+	}
+	return clear()
 }
 
 func newRebuilder(s *Server) *rebuilder {
@@ -414,6 +475,14 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 	}
 	if s.anyWriteOpen(j.Ino) {
 		return errDeferred
+	}
+	if !j.Move {
+		// In place: only while the object is still stale (see repairMu).
+		ok, err := rb.beginRepair(j.Ino, j.Slot, j.From)
+		if err != nil || !ok {
+			return err
+		}
+		defer rb.endRepair(j.Ino, j.Slot)
 	}
 	dst := j.From
 	if j.Move {

@@ -275,3 +275,47 @@ func TestRebuildAutoOut(t *testing.T) {
 		t.Fatalf("admin-out target heard again: %s", st)
 	}
 }
+
+// TestRebuildInPlaceRepairExclusive: an in-place repair of a stale copy
+// (a) does nothing once the copy was repaired meanwhile (a resync cleared
+// the mark after the scan picked it): it must not empty and rewrite a
+// copy readers use; (b) while it runs, a ClearStale of that slot is
+// refused with EBUSY, and the mark is cleared by the repair itself.
+func TestRebuildInPlaceRepairExclusive(t *testing.T) {
+	e, rs, a, _ := rebuildEnv(t)
+	_, err := e.srv.MarkStale(ctx, a.Ino, a.Gen, []uint32{1})
+	e.must(err)
+	jobs, _, err := e.srv.findJobs()
+	e.must(err)
+	if len(jobs) != 1 || jobs[0].Move || jobs[0].Slot != 1 {
+		t.Fatalf("jobs %+v", jobs)
+	}
+	// (a) Repaired by a resync after the scan.
+	_, err = e.srv.ClearStale(ctx, a.Ino, a.Gen, []uint32{1}, a.Mtime)
+	e.must(err)
+	e.must(e.srv.rb.rebuild(ctx, jobs[0]))
+	if len(rs.reqs) != 0 {
+		t.Fatalf("an object no longer stale was rewritten: %+v", rs.reqs)
+	}
+	// (b) A resync ending during the repair is refused.
+	_, err = e.srv.MarkStale(ctx, a.Ino, a.Gen, []uint32{1})
+	e.must(err)
+	var clearErr error
+	rs.hook = func(req proto.RebuildRequest) {
+		if req.Flags&proto.RebuildStart != 0 {
+			_, clearErr = e.srv.ClearStale(ctx, a.Ino, a.Gen, []uint32{1}, a.Mtime)
+		}
+	}
+	e.must(e.srv.rb.rebuild(ctx, jobs[0]))
+	if !errors.Is(clearErr, syscall.EBUSY) {
+		t.Fatalf("ClearStale during the in-place repair: %v, want EBUSY", clearErr)
+	}
+	if len(rs.reqs) == 0 {
+		t.Fatal("the stale object was not repaired")
+	}
+	got, err := e.srv.GetAttr(ctx, a.Ino)
+	e.must(err)
+	if len(got.Layout.Stale) != 0 {
+		t.Fatalf("stale after the repair: %v", got.Layout)
+	}
+}

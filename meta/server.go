@@ -1097,13 +1097,16 @@ func (s *Server) MarkStale(ctx context.Context, ino proto.Ino, gen uint64, slots
 
 // ClearStale implements proto.StaleMarker: the objects in slots were
 // repaired from a file whose mtime was mtime. It is refused (EBUSY) while
-// any session holds the file open for writing, and by apply if the mtime
-// changed: a write the repair may have missed.
+// any session holds the file open for writing or the rebuild repairs one
+// of the slots in place, and by apply if the mtime changed: a write the
+// repair may have missed.
 func (s *Server) ClearStale(ctx context.Context, ino proto.Ino, gen uint64, slots []uint32, mtime int64) (proto.Attr, error) {
 	if s.anyWriteOpen(ino) {
 		return proto.Attr{}, errnof(syscall.EBUSY, "inode %d is open for writing: repair it when it is closed", ino)
 	}
-	return s.staleOp(ctx, ino, gen, slots, staleClear, mtime)
+	return s.rb.clearStaleExclusive(ino, slots, func() (proto.Attr, error) {
+		return s.staleOp(ctx, ino, gen, slots, staleClear, mtime)
+	})
 }
 
 func (s *Server) staleOp(ctx context.Context, ino proto.Ino, gen uint64, slots []uint32, flags uint32, mtime int64) (proto.Attr, error) {

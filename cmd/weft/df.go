@@ -69,7 +69,7 @@ attribute.`,
 			}
 			if inodes {
 				var st unix.Statfs_t
-				if err := unix.Statfs(path, &st); err != nil {
+				if err := retryEINTR(func() error { return unix.Statfs(path, &st) }); err != nil {
 					return fmt.Errorf("statfs %s: %w", path, err)
 				}
 				return printDFInodes(cmd.OutOrStdout(), path, st.Files-st.Ffree, st.Ffree, ts)

@@ -65,7 +65,7 @@ func resyncFile(w io.Writer, path string) error {
 	if len(l.Stale) == 0 && l.Kind != "ec" {
 		return nil // EC files are checked for rows a crash left half-updated too
 	}
-	err = unix.Setxattr(path, xattrResync, []byte("1"), 0)
+	err = setxattr(path, xattrResync, []byte("1"))
 	switch {
 	case err == nil:
 		if len(l.Stale) > 0 {
@@ -73,7 +73,7 @@ func resyncFile(w io.Writer, path string) error {
 		}
 		return nil
 	case errors.Is(err, unix.EBUSY):
-		return fmt.Errorf("%s: open for writing or written during the repair: its copies stay stale; run resync again when it is closed", path)
+		return fmt.Errorf("%s: open for writing, written during the repair, or being repaired by the metadata service's rebuild: its copies stay stale for now; run resync again (when it is closed)", path)
 	case errors.Is(err, unix.EHOSTUNREACH), errors.Is(err, unix.ETIMEDOUT), errors.Is(err, unix.ECONNREFUSED), errors.Is(err, unix.EIO):
 		return fmt.Errorf("%s: a stale copy's storage server is not reachable yet (%w); see weft df", path, err)
 	}

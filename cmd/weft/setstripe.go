@@ -362,7 +362,7 @@ func setLayout(path string, l layoutJSON) error {
 	if err != nil {
 		return err
 	}
-	err = unix.Setxattr(path, xattrLayout, v, 0)
+	err = setxattr(path, xattrLayout, v)
 	switch {
 	case err == nil:
 		return nil

@@ -70,20 +70,50 @@ type targetJSON = health.Target
 // errNotWeft is wrapped when a path does not answer weft's attributes.
 var errNotWeft = errors.New("not on a weft file system")
 
+// retryEINTR runs call again while it fails with EINTR. The Go runtime
+// signals its own threads (SIGURG preempts goroutines); a signal that
+// arrives while a thread waits in a FUSE request makes the kernel send the
+// mount an interrupt, which ends the request with EINTR. The kernel does
+// not restart such a call and x/sys/unix does not retry it, so a long
+// request through the mount (a resync, a layout change) would fail now
+// and then for no reason of its own. Every call made through here is
+// idempotent.
+func retryEINTR(call func() error) error {
+	for {
+		if err := call(); !errors.Is(err, unix.EINTR) {
+			return err
+		}
+	}
+}
+
+// setxattr is unix.Setxattr, retried on EINTR.
+func setxattr(path, name string, v []byte) error {
+	return retryEINTR(func() error { return unix.Setxattr(path, name, v, 0) })
+}
+
+// getxattrInto is unix.Getxattr, retried on EINTR.
+func getxattrInto(path, name string, buf []byte) (n int, err error) {
+	err = retryEINTR(func() error {
+		n, err = unix.Getxattr(path, name, buf)
+		return err
+	})
+	return n, err
+}
+
 // getxattr reads a whole extended attribute, growing the buffer if the value
 // grows between the size query and the read.
 func getxattr(path, name string) ([]byte, error) {
 	size := 4096
 	for range 8 {
 		buf := make([]byte, size)
-		n, err := unix.Getxattr(path, name, buf)
+		n, err := getxattrInto(path, name, buf)
 		if err == nil {
 			return buf[:n], nil
 		}
 		if !errors.Is(err, unix.ERANGE) {
 			return nil, err
 		}
-		if n, err = unix.Getxattr(path, name, nil); err != nil {
+		if n, err = getxattrInto(path, name, nil); err != nil {
 			return nil, err
 		}
 		size = n + 4096

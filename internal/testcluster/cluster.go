@@ -825,6 +825,9 @@ func Getxattr(path, name string) ([]byte, error) {
 	buf := make([]byte, 4096)
 	for {
 		n, err := unix.Getxattr(path, name, buf)
+		if errors.Is(err, unix.EINTR) {
+			continue // a signal to this thread interrupted the FUSE request: retry
+		}
 		if errors.Is(err, unix.ERANGE) {
 			buf = make([]byte, 2*len(buf))
 			continue
