@@ -33,10 +33,105 @@ type rawFS struct {
 	owners *sync.Map // cancel channel -> lock owner of the FLUSH in flight
 }
 
-func (r rawFS) Flush(cancel <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
-	r.owners.Store(cancel, in.LockOwner)
-	defer r.owners.Delete(cancel)
+func (r rawFS) Flush(_ <-chan struct{}, in *gofuse.FlushIn) gofuse.Status {
+	cancel := make(chan struct{}) // unique, never closed: see uninterrupted
+	r.owners.Store((<-chan struct{})(cancel), in.LockOwner)
+	defer r.owners.Delete((<-chan struct{})(cancel))
 	return r.RawFileSystem.Flush(cancel, in)
+}
+
+// Requests that change state are served with a cancel channel that never
+// closes (uninterrupted): the kernel's INTERRUPT of such a request is
+// ignored, as the FUSE protocol allows. A signal to the caller (any
+// signal: the Go runtime sends its own threads SIGURG to preempt
+// goroutines) makes the kernel interrupt the request it waits in, and
+// answering that with EINTR means "not done" — but a create, rename or
+// write already sent to the servers may be applied whatever the mount
+// answers, and a caller that retries on EINTR (Go's os package does)
+// would then get EEXIST or ENOENT for its own success. They end by
+// themselves, bounded by the RPC timeouts. Reads, lookups and lock waits
+// (F_SETLKW: an interrupt must be able to cancel it) stay interruptible.
+var uninterrupted <-chan struct{} // nil: never closed
+
+func (r rawFS) SetAttr(_ <-chan struct{}, in *gofuse.SetAttrIn, out *gofuse.AttrOut) gofuse.Status {
+	return r.RawFileSystem.SetAttr(uninterrupted, in, out)
+}
+
+func (r rawFS) Mknod(_ <-chan struct{}, in *gofuse.MknodIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	return r.RawFileSystem.Mknod(uninterrupted, in, name, out)
+}
+
+func (r rawFS) Mkdir(_ <-chan struct{}, in *gofuse.MkdirIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	return r.RawFileSystem.Mkdir(uninterrupted, in, name, out)
+}
+
+func (r rawFS) Unlink(_ <-chan struct{}, h *gofuse.InHeader, name string) gofuse.Status {
+	return r.RawFileSystem.Unlink(uninterrupted, h, name)
+}
+
+func (r rawFS) Rmdir(_ <-chan struct{}, h *gofuse.InHeader, name string) gofuse.Status {
+	return r.RawFileSystem.Rmdir(uninterrupted, h, name)
+}
+
+func (r rawFS) Rename(_ <-chan struct{}, in *gofuse.RenameIn, oldName, newName string) gofuse.Status {
+	return r.RawFileSystem.Rename(uninterrupted, in, oldName, newName)
+}
+
+func (r rawFS) Link(_ <-chan struct{}, in *gofuse.LinkIn, name string, out *gofuse.EntryOut) gofuse.Status {
+	return r.RawFileSystem.Link(uninterrupted, in, name, out)
+}
+
+func (r rawFS) Symlink(_ <-chan struct{}, h *gofuse.InHeader, target, name string, out *gofuse.EntryOut) gofuse.Status {
+	return r.RawFileSystem.Symlink(uninterrupted, h, target, name, out)
+}
+
+func (r rawFS) SetXAttr(_ <-chan struct{}, in *gofuse.SetXAttrIn, attr string, data []byte) gofuse.Status {
+	return r.RawFileSystem.SetXAttr(uninterrupted, in, attr, data)
+}
+
+func (r rawFS) RemoveXAttr(_ <-chan struct{}, h *gofuse.InHeader, attr string) gofuse.Status {
+	return r.RawFileSystem.RemoveXAttr(uninterrupted, h, attr)
+}
+
+func (r rawFS) Create(_ <-chan struct{}, in *gofuse.CreateIn, name string, out *gofuse.CreateOut) gofuse.Status {
+	return r.RawFileSystem.Create(uninterrupted, in, name, out)
+}
+
+func (r rawFS) Tmpfile(_ <-chan struct{}, in *gofuse.CreateIn, out *gofuse.CreateOut) gofuse.Status {
+	return r.RawFileSystem.Tmpfile(uninterrupted, in, out)
+}
+
+// Open registers an open with the metadata service (and may truncate).
+func (r rawFS) Open(_ <-chan struct{}, in *gofuse.OpenIn, out *gofuse.OpenOut) gofuse.Status {
+	return r.RawFileSystem.Open(uninterrupted, in, out)
+}
+
+func (r rawFS) SetLk(_ <-chan struct{}, in *gofuse.LkIn) gofuse.Status {
+	return r.RawFileSystem.SetLk(uninterrupted, in)
+}
+
+func (r rawFS) Write(_ <-chan struct{}, in *gofuse.WriteIn, data []byte) (uint32, gofuse.Status) {
+	return r.RawFileSystem.Write(uninterrupted, in, data)
+}
+
+func (r rawFS) Writev(_ <-chan struct{}, in *gofuse.WriteIn, data [][]byte) (uint32, gofuse.Status) {
+	return r.RawFileSystem.Writev(uninterrupted, in, data)
+}
+
+func (r rawFS) CopyFileRange(_ <-chan struct{}, in *gofuse.CopyFileRangeIn) (uint32, gofuse.Status) {
+	return r.RawFileSystem.CopyFileRange(uninterrupted, in)
+}
+
+func (r rawFS) Fsync(_ <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
+	return r.RawFileSystem.Fsync(uninterrupted, in)
+}
+
+func (r rawFS) FsyncDir(_ <-chan struct{}, in *gofuse.FsyncIn) gofuse.Status {
+	return r.RawFileSystem.FsyncDir(uninterrupted, in)
+}
+
+func (r rawFS) Fallocate(_ <-chan struct{}, in *gofuse.FallocateIn) gofuse.Status {
+	return r.RawFileSystem.Fallocate(uninterrupted, in)
 }
 
 // mountRaw is fs.Mount with rawFS in between.
