@@ -1,0 +1,123 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"syscall"
+	"testing"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+// TestECCopyRange copies between two EC 2+1 files (rows of 128 KiB):
+// whole rows go shard by shard on the storage server (no data through the
+// client), partial rows at the ends through the client, a source row whose
+// shards disagree in version through the client; ranges whose rows do not
+// line up, or files of another geometry, are EOPNOTSUPP. The destination
+// then reads like a model with every target up and with each one down:
+// every copied row decodes, its shards agree in version.
+func TestECCopyRange(t *testing.T) {
+	e := newMirrorEnv(t)
+	c := e.client(t)
+	ctx := context.Background()
+	const rb = 128 << 10
+	src, sa := createWith(t, c, "src", ec21)
+	dst, da := createWith(t, c, "dst", ec21)
+	srcData := make([]byte, 8*rb+1000)
+	for i := range srcData {
+		srcData[i] = byte(i*7 + i>>11)
+	}
+	model := make([]byte, 300<<10)
+	for i := range model {
+		model[i] = byte(i*5 + 3)
+	}
+	for _, w := range []struct {
+		f *File
+		p []byte
+	}{{src, srcData}, {dst, model}} {
+		if _, err := w.f.Write(ctx, w.p, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.f.Fsync(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply := func(srcOff, dstOff, n uint64) {
+		n = min(n, uint64(len(srcData))-srcOff)
+		if end := int(dstOff + n); end > len(model) {
+			model = append(model, make([]byte, end-len(model))...)
+		}
+		copy(model[dstOff:], srcData[srcOff:srcOff+n])
+	}
+	type counts struct{ read, written, copies int64 }
+	now := func() counts {
+		return counts{e.storage.readBytes.Load(), e.storage.writeBytes.Load(), e.storage.copyRows.Load()}
+	}
+	copyRange := func(srcOff, dstOff, n, want uint64) counts {
+		t.Helper()
+		before := now()
+		got, err := c.CopyRange(ctx, src, srcOff, dst, dstOff, n)
+		if err != nil || got != want {
+			t.Fatalf("copy %d+%d to %d: %d, %v; want %d", srcOff, n, dstOff, got, err, want)
+		}
+		apply(srcOff, dstOff, got)
+		after := now()
+		return counts{after.read - before.read, after.written - before.written, after.copies - before.copies}
+	}
+
+	// Whole rows, into a destination that grows: on the server only.
+	if d := copyRange(2*rb, 2*rb+rb, 3*rb, 3*rb); d.read != 0 || d.written != 0 || d.copies != 3*3 {
+		t.Errorf("3 whole rows: %+v, want 9 shard copies and no data through the client", d)
+	}
+	// Rows that line up, with a partial row at either end.
+	if d := copyRange(rb+5000, 5000, 3*rb, 3*rb); d.copies != 2*3 || d.written == 0 {
+		t.Errorf("head, 2 rows, tail: %+v, want 6 shard copies and the ends through the client", d)
+	}
+	// Into the source's end (a partial last row), past the destination's.
+	if d := copyRange(6*rb, 10*rb, 1<<30, 2*rb+1000); d.copies != 2*3 {
+		t.Errorf("to the source's end: %+v, want 6 shard copies", d)
+	}
+	// Rows that do not line up, no whole row, another geometry: the kernel's.
+	for _, bad := range [][3]uint64{{1, 2, 4 * rb}, {0, 0, rb - 1}, {rb + 1, 1, rb}} {
+		if _, err := c.CopyRange(ctx, src, bad[0], dst, bad[1], bad[2]); !errors.Is(err, syscall.EOPNOTSUPP) {
+			t.Errorf("copy %d+%d to %d: %v, want EOPNOTSUPP", bad[0], bad[2], bad[1], err)
+		}
+	}
+	wide := ec21
+	wide.StripeSize = 2 * ec21.StripeSize
+	other, _ := createWith(t, c, "other", wide)
+	if _, err := c.CopyRange(ctx, src, 0, other, 0, 4*rb); !errors.Is(err, syscall.EOPNOTSUPP) {
+		t.Errorf("copy to another geometry: %v, want EOPNOTSUPP", err)
+	}
+	other.Release(ctx)
+
+	// A source row whose parity holds another version than its data (a
+	// write that died between its shards): copied through the client,
+	// which reads the data and encodes the parity anew.
+	rv := e.storage.StorageService.(proto.RowVersioner)
+	par := sa.Layout.Slot(0, 2)
+	if _, err := rv.WriteRow(ctx, sa.Layout.Targets[par], proto.ObjectID{Ino: sa.Ino, Stripe: uint32(par), Gen: sa.Gen},
+		proto.RowWrite{Off: 0, Unit: ec21.StripeSize, Tag: 12345}); err != nil {
+		t.Fatal(err)
+	}
+	if d := copyRange(0, 0, rb, rb); d.copies != 0 || d.written < rb {
+		t.Errorf("a row of mixed versions: %+v, want it copied through the client", d)
+	}
+
+	if err := dst.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := readAll(t, e.client(t), da.Ino, len(model)); !bytes.Equal(got, model) {
+		t.Fatalf("destination: %d bytes, want %d: %s", len(got), len(model), diffAt(got, model))
+	}
+	for _, tg := range da.Layout.Targets {
+		e.storage.set(tg, "down")
+		if got := readAll(t, e.client(t), da.Ino, len(model)); !bytes.Equal(got, model) {
+			t.Fatalf("destination with target %d down: %s", tg, diffAt(got, model))
+		}
+		e.storage.set(tg, "")
+	}
+	src.Release(ctx)
+	dst.Release(ctx)
+}
