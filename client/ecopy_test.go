@@ -121,3 +121,48 @@ func TestECCopyRange(t *testing.T) {
 	src.Release(ctx)
 	dst.Release(ctx)
 }
+
+// TestECCopyRowShardFails: a destination shard whose copy fails on its
+// server is marked stale, as a failed write's is, and the copy succeeds;
+// the row reads right from the other two shards, and after resync the
+// rebuilt shard joins the row (it decodes with another shard down).
+func TestECCopyRowShardFails(t *testing.T) {
+	e := newMirrorEnv(t)
+	c := e.client(t)
+	ctx := context.Background()
+	const rb = 128 << 10
+	src, _ := createWith(t, c, "src", ec21)
+	dst, da := createWith(t, c, "dst", ec21)
+	data := make([]byte, 4*rb)
+	for i := range data {
+		data[i] = byte(i*11 + i>>9)
+	}
+	if _, err := src.Write(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := src.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	bad := da.Layout.Targets[1] // data shard 1
+	e.storage.set(bad, "copyfail")
+	if n, err := c.CopyRange(ctx, src, 0, dst, 0, 4*rb); err != nil || n != 4*rb {
+		t.Fatalf("copy with a shard failing: %d, %v", n, err)
+	}
+	e.storage.set(bad, "")
+	if err := dst.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	src.Release(ctx)
+	if a, _ := e.meta.GetAttr(ctx, da.Ino); !a.Layout.IsStale(1) || len(a.Layout.Stale) != 1 {
+		t.Fatalf("after a failed shard copy: layout %v, want slot 1 stale", a.Layout)
+	}
+	if got := readAll(t, e.client(t), da.Ino, len(data)); !bytes.Equal(got, data) {
+		t.Fatalf("with shard 1 stale: %s", diffAt(got, data))
+	}
+	resyncEventually(t, e.client(t), da.Ino, 1)
+	e.storage.set(da.Layout.Targets[0], "down") // shard 0 from the rebuilt shard 1 and parity
+	if got := readAll(t, e.client(t), da.Ino, len(data)); !bytes.Equal(got, data) {
+		t.Fatalf("after resync, shard 0 down: %s", diffAt(got, data))
+	}
+	e.storage.set(da.Layout.Targets[0], "")
+}

@@ -26,7 +26,7 @@ import (
 type flakyStorage struct {
 	proto.StorageService
 	mu    sync.Mutex
-	state map[proto.TargetID]string // "down", "frozen"
+	state map[proto.TargetID]string // "down", "frozen", "capture", "copyfail" (CopyRow only)
 	reads atomic.Int64
 	// readBytes and writeBytes count the data this client moved (Read,
 	// ReadRow; Write, WriteRow); copyRows the CopyRow requests, whose
@@ -152,6 +152,12 @@ func (f *flakyStorage) CopyRow(ctx context.Context, t proto.TargetID, o proto.Ob
 	}
 	if err := f.check(ctx, c.SrcTarget); err != nil {
 		return err
+	}
+	f.mu.Lock()
+	copyFails := f.state[t] == "copyfail"
+	f.mu.Unlock()
+	if copyFails {
+		return fmt.Errorf("flaky: target %d fails copies: %w", t, syscall.EIO)
 	}
 	f.copyRows.Add(1)
 	return f.StorageService.(proto.RowCopier).CopyRow(ctx, t, o, c)
