@@ -4,6 +4,12 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"time"
+
+	"github.com/weft-fs/weft/internal/testutil"
 	"syscall"
 	"testing"
 
@@ -19,7 +25,7 @@ import (
 // every copied row decodes, its shards agree in version.
 func TestECCopyRange(t *testing.T) {
 	e := newMirrorEnv(t)
-	c := e.client(t)
+	c := patientClient(t, e, nil)
 	ctx := context.Background()
 	const rb = 128 << 10
 	src, sa := createWith(t, c, "src", ec21)
@@ -128,7 +134,7 @@ func TestECCopyRange(t *testing.T) {
 // rebuilt shard joins the row (it decodes with another shard down).
 func TestECCopyRowShardFails(t *testing.T) {
 	e := newMirrorEnv(t)
-	c := e.client(t)
+	c := patientClient(t, e, nil)
 	ctx := context.Background()
 	const rb = 128 << 10
 	src, _ := createWith(t, c, "src", ec21)
@@ -165,4 +171,106 @@ func TestECCopyRowShardFails(t *testing.T) {
 		t.Fatalf("after resync, shard 0 down: %s", diffAt(got, data))
 	}
 	e.storage.set(da.Layout.Targets[0], "")
+}
+
+// TestECCopyRandom mixes random writes and random copies whose rows line
+// up (whole rows on the server, partial ends through the client) between
+// and within two EC 2+1 files, against an in-memory model; both files then
+// read like the model with every target up and with each one down.
+func TestECCopyRandom(t *testing.T) {
+	for seed := range uint64(3) {
+		t.Run(fmt.Sprint(seed), func(t *testing.T) { ecCopyRandom(t, seed) })
+	}
+}
+
+func ecCopyRandom(t *testing.T, seed uint64) {
+	e := newMirrorEnv(t)
+	log, logs := testutil.NewLogger()
+	c := patientClient(t, e, log)
+	ctx := context.Background()
+	const rb = 128 << 10
+	var files [2]*File
+	var attrs [2]proto.Attr
+	models := [2][]byte{}
+	for i := range files {
+		files[i], attrs[i] = createWith(t, c, fmt.Sprint("f", i), ec21)
+	}
+	rng := rand.New(rand.NewPCG(seed, 77))
+	for step := range 60 {
+		i := rng.IntN(2)
+		if step%3 == 0 {
+			off, n := rng.IntN(6*rb), 1+rng.IntN(2*rb)
+			p := make([]byte, n)
+			for j := range p {
+				p[j] = byte(rng.Uint32())
+			}
+			if _, err := files[i].Write(ctx, p, uint64(off)); err != nil {
+				t.Fatal(err)
+			}
+			if end := off + n; end > len(models[i]) {
+				models[i] = append(models[i], make([]byte, end-len(models[i]))...)
+			}
+			copy(models[i][off:], p)
+			continue
+		}
+		j := rng.IntN(2)
+		if len(models[i]) == 0 {
+			continue
+		}
+		in := rng.IntN(rb) // how far into a row both ranges start
+		so := rng.IntN(len(models[i])/rb+1)*rb + in
+		do := rng.IntN(8)*rb + in
+		n := rng.IntN(4 * rb)
+		if i == j && so < do+n && do < so+n {
+			continue // overlapping: EINVAL, as on Linux
+		}
+		want := uint64(max(0, min(n, len(models[i])-so)))
+		got, err := c.CopyRange(ctx, files[i], uint64(so), files[j], uint64(do), uint64(n))
+		if errors.Is(err, syscall.EOPNOTSUPP) {
+			continue // no whole row in it: the kernel would copy
+		}
+		if err != nil || got != want {
+			t.Fatalf("step %d: copy f%d %d+%d to f%d at %d: %d, %v; want %d", step, i, so, n, j, do, got, err, want)
+		}
+		if got > 0 {
+			part := bytes.Clone(models[i][so : so+int(got)])
+			if end := do + int(got); end > len(models[j]) {
+				models[j] = append(models[j], make([]byte, end-len(models[j]))...)
+			}
+			copy(models[j][do:], part)
+		}
+	}
+	for _, f := range files { // every write sent before a target goes down
+		if err := f.Release(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range files {
+		if a, _ := e.meta.GetAttr(ctx, attrs[i].Ino); len(a.Layout.Stale) > 0 {
+			t.Fatalf("f%d: slots %v marked stale with every target up; log:\n%s", i, a.Layout.Stale, logs)
+		}
+		if got := readAll(t, e.client(t), attrs[i].Ino, len(models[i])); !bytes.Equal(got, models[i]) {
+			t.Fatalf("f%d: %s", i, diffAt(got, models[i]))
+		}
+		for _, tg := range attrs[i].Layout.Targets {
+			e.storage.set(tg, "down")
+			if got := readAll(t, e.client(t), attrs[i].Ino, len(models[i])); !bytes.Equal(got, models[i]) {
+				t.Fatalf("f%d with target %d down: %s", i, tg, diffAt(got, models[i]))
+			}
+			e.storage.set(tg, "")
+		}
+	}
+	if e.storage.copyRows.Load() == 0 {
+		t.Fatal("no row was copied on the server")
+	}
+}
+
+// patientClient is a client that waits a minute for a slow shard before
+// giving up on it and marking it stale: these tests take no target down
+// while they write, and a loaded machine must not make them mark shards
+// stale (MirrorGrace of e.client is 200 ms).
+func patientClient(t *testing.T, e *mirrorEnv, log *slog.Logger) *Client {
+	c := NewWithServices(e.meta, e.storage, Config{MirrorGrace: time.Minute, Logger: log})
+	t.Cleanup(func() { c.Close() })
+	return c
 }
