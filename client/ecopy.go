@@ -221,9 +221,10 @@ func (c *Client) ecCopyRow(ctx context.Context, ss *inodeState, sl layout.Layout
 				Off: offD, Unit: s, Len: s, Tag: tag})
 			switch {
 			case errors.Is(err, syscall.EAGAIN), // the source changed since its versions were read
-				errors.Is(err, syscall.ENOSYS), // a server without OpCopyRow
-				errors.Is(err, syscall.EXDEV),  // a server without peers
-				errors.Is(err, syscall.EACCES): // the source's capability, say: not the shard's fault
+				errors.Is(err, syscall.ENOSYS),    // a server without OpCopyRow
+				errors.Is(err, syscall.EXDEV),     // a server without peers
+				errors.Is(err, syscall.EREMOTEIO), // the source's server failed, not this shard
+				errors.Is(err, syscall.EACCES):    // the source's capability, say: not the shard's fault
 				c.log.Debug("ec copy: a shard was not copied on its server", "ino", ds.ino, "slot", slot, "err", err)
 				redo.Store(true)
 				return nil

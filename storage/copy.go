@@ -2,6 +2,7 @@ package storage
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"syscall"
 
@@ -65,7 +66,8 @@ var _ proto.RowCopier = (*Server)(nil)
 // server; the source unit is read with its version from this server's
 // target or through the peers (as RebuildObject reads a shard), and
 // written to dst with version {c.Tag, clean} only if it was c.Expect,
-// else EAGAIN (wrapping ErrConflict) and dst is unchanged. Bytes past the
+// else EAGAIN (wrapping ErrConflict) and dst is unchanged; a source that
+// cannot be read is EREMOTEIO (EXDEV without peers), dst unchanged too. Bytes past the
 // source object's end are copied as zeros. The caller has checked the
 // capabilities (the RPC handler does); ctx carries dst's, for its fence.
 func (s *Server) CopyRow(ctx context.Context, t proto.TargetID, dst proto.ObjectID, c proto.RowCopy) error {
@@ -81,8 +83,13 @@ func (s *Server) CopyRow(ctx context.Context, t proto.TargetID, dst proto.Object
 	}
 	p := make([]byte, c.Len)
 	v, err := s.readRowAt(ctx, c.SrcTarget, c.Src, c.SrcOff, c.Unit, p)
-	if err != nil {
+	if errors.Is(err, syscall.EXDEV) {
 		return err
+	}
+	if err != nil {
+		// The source failed, not dst: EREMOTEIO tells the client so, and
+		// it copies the row another way instead of marking dst stale.
+		return fmt.Errorf("storage: copy row: the source: %v: %w", err, syscall.EREMOTEIO)
 	}
 	if v != c.Expect {
 		return fmt.Errorf("storage: copy row: target %d object %s unit %d has version %+v, expected %+v: %w (%w)",
