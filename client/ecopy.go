@@ -28,10 +28,11 @@ import (
 //     if it still has v when its server reads it (else EAGAIN, nothing
 //     written), so the destination row is one code word. Every destination
 //     shard gets one new tag, as a full-row write gives; a shard whose copy
-//     fails is marked stale as a failed write's is (fanOut). A row that
-//     cannot be copied so (a source shard stale or unreadable, versions
-//     that disagree, the source changed meanwhile, a server without
-//     OpCopyRow) is copied through this client instead.
+//     fails is marked stale as a failed write's is (fanOut), unless its
+//     server could not read the source (EREMOTEIO). A row that cannot be
+//     copied so (a source shard stale or unreadable, versions that
+//     disagree, the source changed meanwhile, a server without OpCopyRow)
+//     is copied through this client instead.
 //   - the partial rows at either end (the head up to the first row
 //     boundary, the tail after the last whole row) through this client:
 //     read as any read of the source (reconstructing shards if need be),

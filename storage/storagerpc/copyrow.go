@@ -15,7 +15,8 @@ const (
 	// destination object with a new version (proto.RowCopier): a shard of
 	// an erasure-coded row, for copy_file_range between EC files. Sent to
 	// the destination's server, which reads the source itself. Response:
-	// empty; EAGAIN if the source unit's version is not the one expected.
+	// empty; EAGAIN if the source unit's version is not the one expected,
+	// EREMOTEIO if the source could not be read (dst unchanged either way).
 	OpCopyRow uint16 = 150
 )
 

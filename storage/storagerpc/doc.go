@@ -22,7 +22,8 @@
 //	OpFence    132  cap, target u32, ino u64, stripe u32                    -> empty
 //	OpCopyRow  150  format u8 (1), cap, dst (target u32, ino u64, stripe u32), off u64, unit u64,
 //	                tag u64, srcCap, src (target u32, ino u64, stripe u32), srcOff u64, len u32,
-//	                expect tag u64, expect dirty u8 -> empty (EAGAIN: the source's version differs)
+//	                expect tag u64, expect dirty u8 -> empty (EAGAIN: the source's version
+//	                differs; EREMOTEIO: the source could not be read)
 //	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
 //	OpJob      140  u8 version, u16 inner op, str job, the inner body  -> the inner op's answer
