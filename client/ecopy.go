@@ -111,6 +111,11 @@ func (c *Client) ecCopyRange(ctx context.Context, ss *inodeState, sl layout.Layo
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	fail := func(err error) (uint64, error) {
+		if errors.Is(err, syscall.ENOSYS) {
+			// Never ENOSYS to the kernel (it would turn copy_file_range
+			// off for the mount); the kernel copies again on EOPNOTSUPP.
+			return 0, fmt.Errorf("client: copy ino %d to %d: %w (%v)", ss.ino, ds.ino, syscall.EOPNOTSUPP, err)
+		}
 		return 0, fmt.Errorf("client: copy ino %d to %d: %w", ss.ino, ds.ino, err)
 	}
 	if head > 0 {
