@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -22,7 +23,8 @@ import (
 // requests carry none) and sends a copy_row request per shard. Ranges
 // with partial rows at the ends, rows that do not line up, another
 // geometry, and EC to or from a mirror give the same bytes as the local
-// copies (the ends through the client, the rest copied by the kernel).
+// copies (the ends through the client, the rest copied by the kernel);
+// so does cp of a whole EC file, whose rows go on the servers.
 // The results read right through a fresh mount, with every parity shard
 // the parity of its data, and again through another fresh mount after a
 // storage server is killed: every copied row decodes from the two shards
@@ -138,6 +140,20 @@ func TestCopyFileRangeEC(t *testing.T) {
 			f.Close()
 		}
 	}
+	// cp (coreutils 9 copies with copy_file_range): the rows of an EC
+	// file go on the servers, its last partial row through the client.
+	before = scrape(t, metrics)
+	for _, to := range [][2]string{{local("e/src"), local("e/cp")}, {filepath.Join(mnt, "e/src"), filepath.Join(mnt, "e/cp")}} {
+		if out, err := exec.Command("cp", to[0], to[1]).CombinedOutput(); err != nil {
+			t.Fatalf("cp %s %s: %v: %s", to[0], to[1], err, out)
+		}
+	}
+	after = scrape(t, metrics)
+	rows := len(contents["e/src"]) / row // whole rows then (the mirror copy above wrote inside the file)
+	if got := max(value(after, name, "copy_row"), 0) - max(value(before, name, "copy_row"), 0); got < float64(3*rows) {
+		t.Errorf("cp of e/src: %v copy_row requests, want one per shard of its %d whole rows", got, rows)
+	}
+	names = append(names, "e/cp")
 	check := func(mnt, when string) {
 		t.Helper()
 		for _, n := range names {
