@@ -9,6 +9,7 @@ import (
 
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage/storagerpc"
 )
 
 // copy_file_range between erasure-coded files (CopyRange).
@@ -76,6 +77,9 @@ func (c *Client) ecCopyRange(ctx context.Context, ss *inodeState, sl layout.Layo
 	ds.mu.Unlock()
 	if !sameGeometry(sl, dl) {
 		return unsupported(fmt.Sprintf("layouts %v and %v do not share rows", sl, dl))
+	}
+	if sl.StripeSize > storagerpc.MaxIO {
+		return unsupported("stripe units larger than one storage request")
 	}
 	rb := sl.RowBytes()
 	if srcOff%rb != dstOff%rb {
