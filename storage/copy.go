@@ -67,9 +67,10 @@ var _ proto.RowCopier = (*Server)(nil)
 // target or through the peers (as RebuildObject reads a shard), and
 // written to dst with version {c.Tag, clean} only if it was c.Expect,
 // else EAGAIN (wrapping ErrConflict) and dst is unchanged; a source that
-// cannot be read is EREMOTEIO (EXDEV without peers), dst unchanged too. Bytes past the
-// source object's end are copied as zeros. The caller has checked the
-// capabilities (the RPC handler does); ctx carries dst's, for its fence.
+// cannot be read is EREMOTEIO (EXDEV without peers), dst unchanged too.
+// Bytes past the source object's end are copied as zeros. The caller has
+// checked the capabilities (the RPC handler does); ctx carries dst's, for
+// its fence.
 func (s *Server) CopyRow(ctx context.Context, t proto.TargetID, dst proto.ObjectID, c proto.RowCopy) error {
 	dt, err := s.Target(t)
 	if err != nil {
