@@ -42,7 +42,8 @@ import (
 //
 // Everything else (an EC file with a mirrored or RAID-0 one, EC files of
 // different geometry, offsets at different places in their rows, a range
-// with no whole row in it) fails with EOPNOTSUPP, and the kernel copies
+// with no whole row in it, stripe units over storagerpc.MaxIO, which one
+// request cannot carry) fails with EOPNOTSUPP, and the kernel copies
 // through the mount (FUSE falls back on EOPNOTSUPP). One call copies at
 // most ecCopyMax bytes of whole rows and returns that count (then without
 // the tail); the caller asks again for the rest, as copy_file_range's
