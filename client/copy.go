@@ -27,11 +27,17 @@ const copyPar = 16
 // written, each from a fresh copy of the source (sourceCopy); a copy that
 // fails is marked stale, as a write's would be (if the source copy was at
 // fault, the destination copy is repaired by resync needlessly, never
-// lost). Erasure-coded files on either side fail with EOPNOTSUPP, and
-// the kernel copies through the mount (FUSE falls back on EOPNOTSUPP and
-// EXDEV). Overlapping ranges of one file fail with EINVAL; a storage server that cannot copy
-// (ENOSYS from an older one, EXDEV without peers) makes it fail with
-// EOPNOTSUPP, and the kernel then copies through the mount.
+// lost). Between erasure-coded files of one geometry whose offsets lie
+// equally far into a row, whole rows are copied shard by shard on the
+// storage servers with a new version per row, the partial rows at the ends
+// through this client (see ecopy.go); an erasure-coded file with any other
+// (a mirror, RAID-0, another geometry, rows that do not line up, no whole
+// row in the range) fails with EOPNOTSUPP, and the kernel copies through
+// the mount (FUSE falls back on EOPNOTSUPP and EXDEV). Overlapping ranges
+// of one file fail with EINVAL; a storage server that cannot copy (ENOSYS
+// from an older one, EXDEV without peers) makes a copy between mirrored
+// or RAID-0 files fail with EOPNOTSUPP, and the kernel then copies
+// through the mount (an EC row is then copied through this client).
 func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *File, dstOff, n uint64) (uint64, error) {
 	ss, ds := src.st, dst.st
 	if ss == nil || ds == nil {
@@ -55,10 +61,7 @@ func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *F
 		return 0, fmt.Errorf("client: copy within ino %d: overlapping ranges: %w", ss.ino, syscall.EINVAL)
 	}
 	if sl.Kind == layout.EC || ds.kind() == layout.EC {
-		// A shard is not a byte range of the file, and a copy into one
-		// must rewrite parity: the kernel copies through the mount instead
-		// (it does so on EOPNOTSUPP).
-		return 0, fmt.Errorf("client: copy ino %d to %d: erasure-coded: %w", ss.ino, ds.ino, syscall.EOPNOTSUPP)
+		return c.ecCopyRange(ctx, ss, sl, srcOff, ds, dstOff, n)
 	}
 	dl := ds.beginTruncate()
 	defer ds.endTruncate()
@@ -102,17 +105,23 @@ func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *F
 	if err != nil {
 		return 0, fmt.Errorf("client: copy ino %d to %d: %w", ss.ino, ds.ino, err)
 	}
-	ds.mu.Lock()
-	ds.end = max(ds.end, dstOff+n)
-	for col := range dl.Columns() {
-		ds.unsynced[col] = true
-	}
-	ds.dirty = true
-	ds.seq++
-	ds.lastWrite = time.Now().UnixNano()
-	ds.dropRALocked()
-	ds.mu.Unlock()
+	ds.copied(dl, dstOff, n)
 	return n, nil
+}
+
+// copied records a copy of n bytes to st at off, made with layout l, as a
+// write: size and mtime at the next flush, every column synced then.
+func (st *inodeState) copied(l layout.Layout, off, n uint64) {
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	st.end = max(st.end, off+n)
+	for col := range l.Columns() {
+		st.unsynced[col] = true
+	}
+	st.dirty = true
+	st.seq++
+	st.lastWrite = time.Now().UnixNano()
+	st.dropRALocked()
 }
 
 func usable(l layout.Layout) bool { return len(l.Targets) > 0 && l.StripeSize > 0 }

@@ -141,8 +141,13 @@
 // Client.CopyRange (copy_file_range) cuts the range where a stripe unit of
 // either file ends and sends each piece as one StorageService.Copy to the
 // destination object's server (each fresh copy of a mirrored one), which
-// reads the source object itself; EC files on either side get EOPNOTSUPP,
-// and the kernel copies through the mount.
+// reads the source object itself. Between EC files of one geometry whole
+// rows go shard by shard, parity included, as proto.RowCopier.CopyRow to
+// each destination shard's server, at the one version all the source
+// row's shards hold and with one new tag per destination row; partial rows
+// at the ends (and rows that cannot be copied so) go through the client
+// (ecopy.go). Other EC cases get EOPNOTSUPP, and the kernel copies through
+// the mount.
 //
 // # Locks and O_APPEND
 //

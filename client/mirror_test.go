@@ -26,8 +26,12 @@ import (
 type flakyStorage struct {
 	proto.StorageService
 	mu    sync.Mutex
-	state map[proto.TargetID]string // "down", "frozen"
+	state map[proto.TargetID]string // "down", "frozen", "capture", "copyfail" (CopyRow only)
 	reads atomic.Int64
+	// readBytes and writeBytes count the data this client moved (Read,
+	// ReadRow; Write, WriteRow); copyRows the CopyRow requests, whose
+	// data moves between servers.
+	readBytes, writeBytes, copyRows atomic.Int64
 	// rowHook, if set, runs each WriteRow instead of the storage: next
 	// is the storage's (ecversions_test.go stops writes at crash points).
 	late    []func() error // writes held by a "capture" target, guarded by mu
@@ -59,6 +63,7 @@ func (f *flakyStorage) Read(ctx context.Context, t proto.TargetID, o proto.Objec
 	if err := f.check(ctx, t); err != nil {
 		return 0, err
 	}
+	f.readBytes.Add(int64(len(p)))
 	return f.StorageService.Read(ctx, t, o, off, p)
 }
 
@@ -83,6 +88,7 @@ func (f *flakyStorage) Write(ctx context.Context, t proto.TargetID, o proto.Obje
 	if err := f.check(ctx, t); err != nil {
 		return 0, err
 	}
+	f.writeBytes.Add(int64(len(p)))
 	return f.StorageService.Write(ctx, t, o, off, p)
 }
 
@@ -119,6 +125,7 @@ func (f *flakyStorage) ReadRow(ctx context.Context, t proto.TargetID, o proto.Ob
 	if err := f.check(ctx, t); err != nil {
 		return 0, proto.RowVersion{}, err
 	}
+	f.readBytes.Add(int64(len(p)))
 	return f.StorageService.(proto.RowVersioner).ReadRow(ctx, t, o, off, unit, p)
 }
 
@@ -126,6 +133,7 @@ func (f *flakyStorage) WriteRow(ctx context.Context, t proto.TargetID, o proto.O
 	if err := f.check(ctx, t); err != nil {
 		return 0, err
 	}
+	f.writeBytes.Add(int64(len(w.Data)))
 	rv := f.StorageService.(proto.RowVersioner)
 	if h := f.rowHook.Load(); h != nil {
 		var v uint64
@@ -136,6 +144,23 @@ func (f *flakyStorage) WriteRow(ctx context.Context, t proto.TargetID, o proto.O
 		return v, err
 	}
 	return rv.WriteRow(ctx, t, o, w)
+}
+
+func (f *flakyStorage) CopyRow(ctx context.Context, t proto.TargetID, o proto.ObjectID, c proto.RowCopy) error {
+	if err := f.check(ctx, t); err != nil {
+		return err
+	}
+	if err := f.check(ctx, c.SrcTarget); err != nil {
+		return err
+	}
+	f.mu.Lock()
+	copyFails := f.state[t] == "copyfail"
+	f.mu.Unlock()
+	if copyFails {
+		return fmt.Errorf("flaky: target %d fails copies: %w", t, syscall.EIO)
+	}
+	f.copyRows.Add(1)
+	return f.StorageService.(proto.RowCopier).CopyRow(ctx, t, o, c)
 }
 
 func (f *flakyStorage) Fence(ctx context.Context, t proto.TargetID, o proto.ObjectID) error {

@@ -171,3 +171,14 @@ func (s *resolvingStorage) Fence(ctx context.Context, t proto.TargetID, obj prot
 	s.r.invalidate(err)
 	return err
 }
+
+// CopyRow implements proto.RowCopier when the storage client does.
+func (s *resolvingStorage) CopyRow(ctx context.Context, t proto.TargetID, dst proto.ObjectID, rc proto.RowCopy) error {
+	x, ok := s.StorageService.(proto.RowCopier)
+	if !ok {
+		return fmt.Errorf("client: storage cannot copy versioned rows: %w", syscall.ENOSYS)
+	}
+	err := x.CopyRow(ctx, t, dst, rc)
+	s.r.invalidate(err)
+	return err
+}

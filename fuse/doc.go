@@ -110,7 +110,8 @@
 // and the size in 512-byte units for anything else. copy_file_range
 // between two weft files (node.CopyFileRange) is client.CopyRange, done by
 // the storage servers; if they cannot (EOPNOTSUPP: an older storage
-// server, or an erasure-coded file on either side) the kernel copies
+// server, or an erasure-coded file with anything but an EC file of its
+// geometry with rows that line up) the kernel copies
 // through the mount with reads and writes. The kernel falls back so on
 // EOPNOTSUPP and EXDEV; an ENOSYS reply would turn copy_file_range off for
 // the whole connection, so the client never lets one through.

@@ -35,3 +35,33 @@ type RowVersioner interface {
 	WriteRow(ctx context.Context, t TargetID, obj ObjectID, w RowWrite) (uint64, error)
 	Fence(ctx context.Context, t TargetID, obj ObjectID) error
 }
+
+// RowCopy copies Len bytes of one unit of the source object Src (on
+// SrcTarget, at SrcOff) into one unit of a destination object (at Off),
+// both in units of Unit bytes: a shard of an erasure-coded row copied to
+// the same shard of a row of another file of the same geometry, without
+// the bytes passing through the client (copy_file_range). The source unit
+// must have version Expect when it is read, or the copy fails with EAGAIN
+// and changes nothing: the client checks that all shards of the source row
+// hold one version, and each shard is copied at that version, so the
+// destination row is one code word. The destination unit gets version
+// {Tag, clean}, unconditionally (as a full-row write). SrcCap is the
+// capability that grants reading the source; the request's own grants
+// writing the destination.
+type RowCopy struct {
+	SrcTarget TargetID
+	Src       ObjectID
+	SrcOff    uint64
+	SrcCap    []byte
+	Expect    RowVersion
+	Off, Unit uint64
+	Len       uint64
+	Tag       uint64
+}
+
+// RowCopier is the storage service's versioned copy of one unit
+// (storagerpc OpCopyRow), served by the destination's server, which reads
+// the source itself.
+type RowCopier interface {
+	CopyRow(ctx context.Context, t TargetID, dst ObjectID, c RowCopy) error
+}

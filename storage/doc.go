@@ -103,7 +103,12 @@
 // target through the peers Run gives it (a storagerpc client that finds
 // servers in the metadata server's target list and calls them as a
 // storage server); the RPC handler has checked the client's capabilities
-// for both objects first.
+// for both objects first. Server.CopyRow (proto.RowCopier) copies one
+// unit of an erasure-coded shard the same way, reading it with its
+// version: it writes the destination unit with the client's new tag only
+// if the source unit had the version the client found on every shard of
+// the source row (else EAGAIN, nothing written), so a copied row's shards
+// always come from one code word of the source.
 //
 // RebuildObject (storagerpc OpRebuild, from metadata servers only; no
 // capability) writes a range of an object of one of its targets from

@@ -162,26 +162,7 @@ func (s *Server) rebuildRows(ctx context.Context, dt *Target, r proto.RebuildReq
 func (s *Server) readSourceRow(ctx context.Context, src proto.RebuildSource, r proto.RebuildRequest, off uint64, p []byte) (proto.RowVersion, error) {
 	id := r.Obj
 	id.Stripe = src.Slot
-	var n int
-	var v proto.RowVersion
-	var err error
-	if st, terr := s.Target(src.Target); terr == nil {
-		n, v, err = st.ReadRow(ctx, id, off, r.Unit, p)
-	} else {
-		s.mu.Lock()
-		peers := s.peers
-		s.mu.Unlock()
-		rv, ok := peers.(proto.RowVersioner)
-		if !ok {
-			return v, fmt.Errorf("storage: rebuild from target %d, which this server does not serve, without versioned peers: %w", src.Target, syscall.EXDEV)
-		}
-		n, v, err = rv.ReadRow(ctx, src.Target, id, off, r.Unit, p)
-	}
-	if err != nil {
-		return v, fmt.Errorf("storage: rebuild: read target %d object %s at %d: %w", src.Target, objName(id), off, err)
-	}
-	clear(p[n:])
-	return v, nil
+	return s.readRowAt(ctx, src.Target, id, off, r.Unit, p)
 }
 
 // rebuildCopyRow reads one row's range from the first source that

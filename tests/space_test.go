@@ -297,9 +297,11 @@ func blocks(t *testing.T, c *testcluster.Cluster, name string, flags []string) {
 // system, and compares the results. Between RAID-0 and mirrored files the
 // bytes do not pass through the mount: its read requests stay as they
 // were, and it sent copy requests to the storage servers (every copy of a
-// mirrored destination is written; the copies then agree). From and to
-// erasure-coded files the mount answers EOPNOTSUPP and the kernel copies
-// through it: the calls still succeed with the same bytes.
+// mirrored destination is written; the copies then agree). The copies from
+// and to the erasure-coded file here (a mirror on the other side, rows
+// that do not line up) are answered EOPNOTSUPP and the kernel copies
+// through the mount: the calls still succeed with the same bytes.
+// (Between EC files: TestCopyFileRangeEC.)
 func TestCopyFileRange(t *testing.T) {
 	metrics := freeAddr(t)
 	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 6, MountArgs: []string{"--metrics", metrics}})

@@ -293,8 +293,10 @@ func runFsx(t *testing.T, c *testcluster.Cluster, bin string, stripe ...string) 
 		t.Fatal(err)
 	}
 	weft(t, c, append(append([]string{"setstripe"}, stripe...), dir)...)
-	// Every layout takes the space calls (on EC files copy_file_range is
-	// EOPNOTSUPP to the mount, and the kernel copies through it).
+	// Every layout takes the space calls (on an EC file copy_file_range
+	// copies whole rows that line up on the storage servers, the ends
+	// through the client; anything else is EOPNOTSUPP to the mount, and
+	// the kernel copies through it).
 	space := "posix_fallocate = 2\npunch_hole = 2\ncopy_file_range = 2\n"
 	cfg := filepath.Join(c.Dir(), "fsx.toml")
 	os.WriteFile(cfg, []byte(`flen = 1048576

@@ -20,6 +20,10 @@
 //	OpWriteRow 131  format u8 (1), cap, target u32, ino u64, stripe u32, off u64, unit u64,
 //	                cond u8, expect tag u64, expect dirty u8, tag u64, data -> version u64 (EAGAIN: version differs)
 //	OpFence    132  cap, target u32, ino u64, stripe u32                    -> empty
+//	OpCopyRow  150  format u8 (1), cap, dst (target u32, ino u64, stripe u32), off u64, unit u64,
+//	                tag u64, srcCap, src (target u32, ino u64, stripe u32), srcOff u64, len u32,
+//	                expect tag u64, expect dirty u8 -> empty (EAGAIN: the source's version
+//	                differs; EREMOTEIO: the source could not be read)
 //	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
 //	OpJob      140  u8 version, u16 inner op, str job, the inner body  -> the inner op's answer
@@ -34,7 +38,11 @@
 // OpCopy goes to the destination's server, which reads the source itself
 // (its own target, or the source's server as a storage server, through
 // the peers storage.Run gives it): copy_file_range without the data
-// passing through the client.
+// passing through the client. OpCopyRow does the same for one shard of an
+// erasure-coded row, with versions (proto.RowCopier): the source unit is
+// copied only at the version the client expects, and the destination
+// unit gets the client's new tag, so the K+M shards of the destination row
+// form one code word.
 //
 // cap is a capability (package capability) as u32 length + bytes, at most
 // MaxCapability; length 0 is none. The Client takes it from the request's
@@ -55,8 +63,8 @@
 //     Options.CapabilityKey, is not expired (capability.Skew tolerated),
 //     names the object's inode, grants read and, if bound to a holder,
 //     names the peer's certificate name; Seek needs one granting read
-//     too, Allocated one granting anything, Copy one granting write on
-//     the destination and one (srcCap) granting read on the source; Write, Truncate, Sync and Space need one granting write; Remove and RemoveMany are refused.
+//     too, Allocated one granting anything, Copy and CopyRow one granting
+//     write on the destination and one (srcCap) granting read on the source; Write, Truncate, Sync and Space need one granting write; Remove and RemoveMany are refused.
 //
 // A refusal is EACCES, logged at warn with the peer's address, role, name,
 // the op and the reason, at most once a second (the count of refusals not

@@ -71,6 +71,10 @@ func TestCapabilityChecks(t *testing.T) {
 	copyReq := func(dstCap, srcCap []byte) []byte {
 		return storagerpc.CopyReq{Cap: dstCap, Dst: obj, SrcCap: srcCap, Src: obj, Len: 10}.Encode()
 	}
+	copyRow := func(dstCap, srcCap []byte) []byte {
+		return storagerpc.CopyRowReq{Cap: dstCap, Dst: obj, RowCopy: proto.RowCopy{SrcTarget: obj.Target, Src: obj.Obj, SrcCap: srcCap,
+			Off: 1 << 20, Unit: 1 << 20, Len: 10, Tag: 5}}.Encode()
+	}
 	seek := func(c []byte) []byte {
 		return storagerpc.SeekReq{Cap: c, ObjectReq: obj, What: proto.SeekHole}.Encode()
 	}
@@ -109,6 +113,11 @@ func TestCapabilityChecks(t *testing.T) {
 		{"copy without write on the destination", &client, storagerpc.OpCopy, copyReq(ro, ro), "does not grant"},
 		{"copy without read on the source", &client, storagerpc.OpCopy, copyReq(rw, wo), "does not grant"},
 		{"copy from another inode", &client, storagerpc.OpCopy, copyReq(rw, other), "another inode"},
+		{"client copy row", &client, storagerpc.OpCopyRow, copyRow(rw, ro), ""},
+		{"copy row without write on the destination", &client, storagerpc.OpCopyRow, copyRow(ro, ro), "does not grant"},
+		{"copy row without read on the source", &client, storagerpc.OpCopyRow, copyRow(rw, wo), "does not grant"},
+		{"copy row from another inode", &client, storagerpc.OpCopyRow, copyRow(rw, other), "another inode"},
+		{"copy row without capability", &client, storagerpc.OpCopyRow, copyRow(nil, ro), "none attached"},
 		{"seek with write-only", &client, storagerpc.OpSeek, seek(wo), "does not grant"},
 		{"wrong inode", &client, storagerpc.OpRead, read(other), "another inode"},
 		// The object of another generation of inode 42 (its number reused

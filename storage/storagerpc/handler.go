@@ -373,6 +373,9 @@ func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		}
 		return nil, svc.RemoveMany(ctx, r.Target, r.Objs)
 	}
+	if resp, ok, err := h.serveCopyRow(ctx, op, req); ok {
+		return resp, err
+	}
 	if resp, ok, err := h.serveRow(ctx, op, req); ok {
 		return resp, err
 	}

@@ -32,6 +32,8 @@ func OpName(op uint16) string {
 		return "jobstats"
 	case OpRebuild:
 		return "rebuild"
+	case OpCopyRow:
+		return "copy_row"
 	}
 	return rowOpName(op)
 }
