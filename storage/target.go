@@ -74,6 +74,13 @@ type Target struct {
 
 	fsidChecked atomic.Bool                 // Run checked the file system id with the registry
 	newFiles    map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
+
+	// The scrub (scrub.go): its state, what is told of corrupt objects,
+	// and requests for a pass now.
+	scrubMu   sync.Mutex
+	scrub     proto.ScrubTarget
+	onCorrupt atomic.Pointer[func(proto.ObjectID)]
+	scrubKick chan struct{}
 }
 
 // OpenTarget opens (creating if needed) the target in dir. dir's parent must
@@ -110,12 +117,13 @@ func OpenTarget(dir string, opts TargetOptions) (*Target, error) {
 		}
 	}()
 	t := &Target{
-		dir:      dir,
-		fs:       fs,
-		lock:     lock,
-		capacity: opts.Capacity,
-		cache:    newHandleCache(opts.MaxOpen),
-		newFiles: make(map[proto.ObjectID]struct{}),
+		dir:       dir,
+		fs:        fs,
+		lock:      lock,
+		capacity:  opts.Capacity,
+		cache:     newHandleCache(opts.MaxOpen),
+		newFiles:  make(map[proto.ObjectID]struct{}),
+		scrubKick: make(chan struct{}, 1),
 	}
 	for i := 0; i < 256; i++ {
 		if err := fs.MkdirAll(t.fanoutDir(i), 0o755); err != nil {
@@ -301,9 +309,11 @@ func (t *Target) lockFor(obj proto.ObjectID) *sync.RWMutex {
 }
 
 // corrupt logs and returns an EIO error for a checksum mismatch or an
-// unreadable sidecar.
+// unreadable sidecar, and reports the object to the corrupt hook (so the
+// metadata service has it repaired, scrub.go).
 func (t *Target) corrupt(obj proto.ObjectID, off uint64, why string) error {
 	t.logger().Error("storage: corrupt object", "object", objName(obj), "offset", off, "reason", why)
+	t.noteCorrupt(obj)
 	return fmt.Errorf("storage: target %s object %s offset %d: %s: %w (%w)", t.dir, objName(obj), off, why, ErrCorrupt, syscall.EIO)
 }
 
