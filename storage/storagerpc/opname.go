@@ -32,6 +32,8 @@ func OpName(op uint16) string {
 		return "jobstats"
 	case OpRebuild:
 		return "rebuild"
+	case OpScrubStart:
+		return "scrub_start"
 	}
 	return rowOpName(op)
 }
