@@ -74,6 +74,9 @@ type rebuilder struct {
 	leading      bool
 	scannedMarks uint64
 	leftWork     bool
+	// urgent asks for a scan now: a corrupt object was marked stale
+	// (scrub.go), and no one else repairs it.
+	urgent atomic.Bool
 }
 
 func newRebuilder(s *Server) *rebuilder {
@@ -148,6 +151,9 @@ func (rb *rebuilder) loop() {
 		marks := s.sm.staleMarks.Load()
 		due := time.Since(rb.lastScan) >= s.opts.RebuildScan &&
 			(rb.leftWork || !rb.leading || marks != rb.scannedMarks)
+		if rb.urgent.Swap(false) {
+			due = true
+		}
 		if !scan && !due {
 			continue
 		}
@@ -426,6 +432,7 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 		}
 		return err
 	}
+	s.scrubRepaired(j.Ino, n.Gen, j.Slot, j.From)
 	s.log.Info("meta: object rebuilt", "ino", j.Ino, "slot", j.Slot, "from", j.From, "to", dst, "bytes", size)
 	return nil
 }
