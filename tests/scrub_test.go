@@ -169,7 +169,11 @@ func TestScrubRepairs(t *testing.T) {
 	badDir := c.TargetDirs(byTarget[bad])[0]
 	mObj := objectPath(t, badDir, filepath.Join(mnt, "m/f"), 0)
 	eObj := objectPath(t, badDir, filepath.Join(mnt, "e/f"), slotOn(t, c, filepath.Join(mnt, "e/f"), bad))
-	rt := stripeTargets(t, c, filepath.Join(mnt, "r/f"))[0]
+	var g getstripeJSON
+	if err := json.Unmarshal([]byte(weft(t, c, "getstripe", "--json", filepath.Join(mnt, "r/f"))), &g); err != nil || len(g.Stripes) != 1 || len(g.Stripes[0].Targets) != 1 {
+		t.Fatalf("getstripe of the RAID-0 file: %+v, %v", g, err)
+	}
+	rt := g.Stripes[0].Targets[0]
 	rObj := objectPath(t, c.TargetDirs(byTarget[rt])[0], filepath.Join(mnt, "r/f"), 0)
 	mOther := objectPath(t, c.TargetDirs(byTarget[other])[0], filepath.Join(mnt, "m/f"), 1)
 	eBefore, err := os.ReadFile(eObj)
