@@ -215,3 +215,24 @@ func TestScrubAuthorization(t *testing.T) {
 		t.Fatalf("started %v, asked %v", started, asked)
 	}
 }
+
+// TestScrubParamsChecked: the scrub's run-time parameters take sizes and
+// durations, and refuse anything else.
+func TestScrubParamsChecked(t *testing.T) {
+	for _, tc := range []struct{ name, in, want string }{
+		{"scrub.rate", "100MiB", "100MiB"},
+		{"scrub.rate", "0", "0B"},
+		{"scrub.interval", "72h", "72h0m0s"},
+		{"scrub.interval", "0", "0s"},
+	} {
+		got, err := CheckParam(tc.name, tc.in)
+		if err != nil || got != tc.want {
+			t.Errorf("%s=%s: %q, %v; want %q", tc.name, tc.in, got, err, tc.want)
+		}
+	}
+	for _, tc := range [][2]string{{"scrub.rate", "fast"}, {"scrub.interval", "-1s"}, {"scrub.interval", "weekly"}} {
+		if v, err := CheckParam(tc[0], tc[1]); err == nil {
+			t.Errorf("%s=%s accepted as %q", tc[0], tc[1], v)
+		}
+	}
+}

@@ -266,3 +266,23 @@ func TestScrubStartNow(t *testing.T) {
 		}
 	}
 }
+
+// TestScrubParams: scrub.rate and scrub.interval reach the scrubber;
+// unset or unreadable values give the defaults.
+func TestScrubParams(t *testing.T) {
+	log, _ := newLogger()
+	cfg := Config{Logger: log}
+	sc := newScrubber()
+	applyStorageParams(cfg, sc, map[string]string{"scrub.rate": "10MiB", "scrub.interval": "72h0m0s"})
+	if sc.pace.Rate() != 10<<20 || sc.interval.Load() != 72*time.Hour {
+		t.Fatalf("rate %d, interval %v", sc.pace.Rate(), sc.interval.Load())
+	}
+	applyStorageParams(cfg, sc, map[string]string{"scrub.rate": "0", "scrub.interval": "0s"})
+	if sc.pace.Rate() != 0 || sc.interval.Load() != 0 {
+		t.Fatalf("off: rate %d, interval %v", sc.pace.Rate(), sc.interval.Load())
+	}
+	applyStorageParams(cfg, sc, map[string]string{"scrub.rate": "fast"})
+	if sc.pace.Rate() != DefaultScrubRate || sc.interval.Load() != DefaultScrubInterval {
+		t.Fatalf("defaults: rate %d, interval %v", sc.pace.Rate(), sc.interval.Load())
+	}
+}
