@@ -217,7 +217,7 @@ func (t *Target) ScrubPass(ctx context.Context, p *pace.Pacer, onBytes func(uint
 	t.scrub.Passes++
 	st := t.scrub
 	t.scrubMu.Unlock()
-	log.Info("storage: scrub pass done", "objects", st.Objects, "bytes", st.Bytes, "corrupt_total", st.Corrupt)
+	log.Info("storage: scrub pass done", "objects", st.Objects, "bytes", st.Bytes, "bad_objects_found", st.Corrupt)
 	b, _ := json.Marshal(scrubRecord{Version: scrubFileVersion, Start: start, End: end})
 	if err := replaceFile(t.fs, t.dir, scrubFile, append(b, '\n')); err != nil {
 		log.Warn("storage: scrub pass not recorded", "err", err)
