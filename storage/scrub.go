@@ -153,7 +153,7 @@ func (t *Target) ScrubObject(ctx context.Context, obj proto.ObjectID, p *pace.Pa
 		if err := p.Wait(ctx, want); err != nil {
 			return checked, err
 		}
-		n, err := t.Read(ctx, obj, at, buf[:want])
+		n, err := t.read(ctx, obj, at, buf[:want])
 		if err != nil {
 			return checked, err
 		}

@@ -286,3 +286,32 @@ func TestScrubParams(t *testing.T) {
 		t.Fatalf("defaults: rate %d, interval %v", sc.pace.Rate(), sc.interval.Load())
 	}
 }
+
+// TestScrubNotClientIO: the scrub's reads do not count as the target's
+// I/O (what df and the dashboard show as clients' throughput).
+func TestScrubNotClientIO(t *testing.T) {
+	tg := openMem(t, newMemFS(t), TargetOptions{})
+	if _, err := tg.Write(ctx, proto.ObjectID{Ino: 1}, 0, pattern(1, 3*BlockSize)); err != nil {
+		t.Fatal(err)
+	}
+	before, err := tg.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tg.ScrubPass(ctx, pace.New(0), nil); err != nil {
+		t.Fatal(err)
+	}
+	after, err := tg.Usage()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tg.ScrubState().Bytes != 3*BlockSize || after.IO != before.IO {
+		t.Fatalf("scrub state %+v; I/O counters %+v before, %+v after", tg.ScrubState(), before.IO, after.IO)
+	}
+	if _, err := tg.Read(ctx, proto.ObjectID{Ino: 1}, 0, make([]byte, 100)); err != nil {
+		t.Fatal(err)
+	}
+	if u, _ := tg.Usage(); u.IO.Reads != before.IO.Reads+1 || u.IO.ReadBytes != before.IO.ReadBytes+100 {
+		t.Fatalf("a client read counted as %+v (was %+v)", u.IO, before.IO)
+	}
+}

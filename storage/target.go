@@ -503,6 +503,17 @@ func checkCtx(ctx context.Context) error {
 // it returns fewer bytes (0 for a missing object). Every block read is
 // checked against its CRC; a mismatch fails the whole read with EIO.
 func (t *Target) Read(ctx context.Context, obj proto.ObjectID, off uint64, p []byte) (int, error) {
+	n, err := t.read(ctx, obj, off, p)
+	if err == nil && n > 0 {
+		t.reads.Add(1)
+		t.readBytes.Add(uint64(n))
+	}
+	return n, err
+}
+
+// read is Read without counting the read in the target's I/O (the
+// scrub's reads are not clients').
+func (t *Target) read(ctx context.Context, obj proto.ObjectID, off uint64, p []byte) (int, error) {
 	if err := checkCtx(ctx); err != nil {
 		return 0, err
 	}
@@ -558,8 +569,6 @@ func (t *Target) readHandle(h *handle, obj proto.ObjectID, off uint64, p []byte)
 	if &span[0] != &p[0] {
 		copy(p, span[off-b0*BlockSize:])
 	}
-	t.reads.Add(1)
-	t.readBytes.Add(n)
 	return int(n), nil
 }
 
