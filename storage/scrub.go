@@ -142,13 +142,9 @@ func (t *Target) ScrubObject(ctx context.Context, obj proto.ObjectID, p *pace.Pa
 		if err != nil {
 			return checked, err
 		}
-		hole, err := t.Seek(ctx, obj, at, proto.SeekHole)
-		if err != nil {
-			return checked, err
-		}
-		want := uint64(len(buf))
-		if hole > at {
-			want = min(want, hole-at) // the data's run of blocks, not the hole after it
+		want, err := t.dataRun(obj, at, uint64(len(buf)))
+		if err != nil || want == 0 {
+			return checked, err // want 0: punched or cut since the seek
 		}
 		if err := p.Wait(ctx, want); err != nil {
 			return checked, err
@@ -167,6 +163,39 @@ func (t *Target) ScrubObject(ctx context.Context, obj proto.ObjectID, p *pace.Pa
 		t.scrubMu.Unlock()
 		off = at + uint64(n)
 	}
+}
+
+// dataRun returns how many bytes from off (at most limit) are allocated
+// blocks: the run of data a scrub reads, not the hole after it. It reads
+// only the entries of that range (a Seek for the next hole reads up to
+// the end of the object each time).
+func (t *Target) dataRun(obj proto.ObjectID, off, limit uint64) (uint64, error) {
+	l := t.lockFor(obj)
+	l.RLock()
+	defer l.RUnlock()
+	h, err := t.acquire(obj, false)
+	if errors.Is(err, errMissing) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	defer t.cache.release(h)
+	if off >= h.size {
+		return 0, nil
+	}
+	end := min(off+limit, h.size)
+	b0, b1 := off/BlockSize, blocksFor(end)
+	es, err := t.readEntries(h, b0, b1)
+	if err != nil {
+		return 0, err
+	}
+	for i, e := range es {
+		if !e.allocated() {
+			return max((b0+uint64(i))*BlockSize, off) - off, nil
+		}
+	}
+	return end - off, nil
 }
 
 // ScrubPass checks every object of the target (ScrubObject), paced by p,
