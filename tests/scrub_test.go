@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
+
 	"github.com/weft-fs/weft/internal/testcluster"
 )
 
@@ -285,5 +287,66 @@ func TestScrubReadRepairs(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(m, "m/f"))
 	if err != nil || !bytes.Equal(b, want) {
 		t.Fatalf("read of the repaired copy alone: %d bytes, %v (%s)", len(b), err, firstDiff(b, want))
+	}
+}
+
+// sumMetric adds up every series of a counter (-1: no such metric).
+func sumMetric(fams map[string]*dto.MetricFamily, name string) float64 {
+	f := fams[name]
+	if f == nil {
+		return -1
+	}
+	var s float64
+	for _, m := range f.GetMetric() {
+		s += m.GetCounter().GetValue()
+	}
+	return s
+}
+
+// TestScrubMetrics: a storage server's --metrics counts the bytes its
+// scrub checked and the corrupt objects found; `weft scrub` names the lost
+// object of a RAID-0 file.
+func TestScrubMetrics(t *testing.T) {
+	t.Parallel()
+	addr := freeAddr(t)
+	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 2, StorageArgs: []string{"--metrics", addr}})
+	p := filepath.Join(c.Mount(0), "f")
+	const size = 3 << 20
+	if err := writeNew(p, pattern(9, 0, size)); err != nil {
+		t.Fatal(err)
+	}
+	l, err := testcluster.GetLayout(p)
+	if err != nil || len(l.Targets) == 0 {
+		t.Fatalf("layout %+v, %v", l, err)
+	}
+	// Slot 0's object, in whichever target directory holds it (the file
+	// is the only one).
+	var dir string
+	for _, d := range c.AllTargetDirs() {
+		if m, _ := filepath.Glob(filepath.Join(d, "objects", "*", "*.*.0")); len(m) > 0 {
+			dir = d
+		}
+	}
+	if dir == "" {
+		t.Fatalf("no target directory holds slot 0 of %s", p)
+	}
+	flipObject(t, objectPath(t, dir, p, 0))
+	weft(t, c, "scrub", "--now", "--meta", c.MetaAddr(), "--keys", c.Keys("meta"))
+	deadline := time.Now().Add(hangGuard)
+	for {
+		m := scrape(t, addr)
+		bytes, bad := sumMetric(m, "weft_scrub_bytes_total"), sumMetric(m, "weft_scrub_corrupt_total")
+		if bad == 1 && bytes > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("metrics: weft_scrub_bytes_total %v, weft_scrub_corrupt_total %v", bytes, bad)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+	waitScrub(t, c, "the lost object", func(s scrubJSON) bool { return len(s.Lost) == 1 })
+	out := weft(t, c, "scrub", "--meta", c.MetaAddr(), "--keys", c.Keys("meta"))
+	if !strings.Contains(out, "LOST: target-") || !strings.Contains(out, "slot 0") {
+		t.Fatalf("weft scrub:\n%s", out)
 	}
 }
