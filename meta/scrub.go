@@ -118,10 +118,21 @@ func (s *Server) scrubFound(ctx context.Context, target proto.TargetID, obj prot
 	s.scrub.mu.Lock()
 	s.scrub.target(target)
 	known := s.scrub.repairs[key] || s.scrub.lostSeen[key]
+	if !known {
+		s.scrub.repairs[key] = true // claimed: a concurrent report of it waits for this one's outcome
+	}
 	s.scrub.mu.Unlock()
 	if known {
 		return nil // reported again (by another read, or a resent report)
 	}
+	marked := false
+	defer func() {
+		if !marked {
+			s.scrub.mu.Lock()
+			delete(s.scrub.repairs, key)
+			s.scrub.mu.Unlock()
+		}
+	}()
 	n, err := loadInode(s.st, obj.Ino)
 	if errors.Is(err, syscall.ENOENT) {
 		return nil
@@ -152,10 +163,10 @@ func (s *Server) scrubFound(ctx context.Context, target proto.TargetID, obj prot
 			return fmt.Errorf("meta: scrub: mark inode %d slot %d stale: %w", obj.Ino, slot, err)
 		}
 	}
+	marked = true
 	s.log.Warn("meta: corrupt object marked stale; the rebuild rewrites it from its file's redundancy",
 		"target", target, "ino", obj.Ino, "slot", slot)
 	s.scrub.mu.Lock()
-	s.scrub.repairs[key] = true
 	s.scrub.target(target).Reported++
 	s.scrub.mu.Unlock()
 	if s.rb != nil {
