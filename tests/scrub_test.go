@@ -331,21 +331,18 @@ func TestScrubMetrics(t *testing.T) {
 		t.Fatalf("no target directory holds slot 0 of %s", p)
 	}
 	flipObject(t, objectPath(t, dir, p, 0))
-	weft(t, c, "scrub", "--now", "--meta", c.MetaAddr(), "--keys", c.Keys("meta"))
-	deadline := time.Now().Add(hangGuard)
-	for {
-		m := scrape(t, addr)
-		bytes, bad := sumMetric(m, "weft_scrub_bytes_total"), sumMetric(m, "weft_scrub_corrupt_total")
-		if bad == 1 && bytes > 0 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("metrics: weft_scrub_bytes_total %v, weft_scrub_corrupt_total %v", bytes, bad)
-		}
-		time.Sleep(300 * time.Millisecond)
+	// --wait returns once both targets' passes ended (a hang guard as its
+	// timeout): the metrics count them by then.
+	out := weft(t, c, "scrub", "--now", "--wait", "--timeout", hangGuard.String(), "--meta", c.MetaAddr(), "--keys", c.Keys("meta"))
+	if !strings.Contains(out, "target-") || strings.Contains(out, "running") {
+		t.Fatalf("weft scrub --now --wait:\n%s", out)
+	}
+	m := scrape(t, addr)
+	if bytes, bad := sumMetric(m, "weft_scrub_bytes_total"), sumMetric(m, "weft_scrub_corrupt_total"); bad != 1 || bytes <= 0 {
+		t.Fatalf("metrics after the pass: weft_scrub_bytes_total %v, weft_scrub_corrupt_total %v", bytes, bad)
 	}
 	waitScrub(t, c, "the lost object", func(s scrubJSON) bool { return len(s.Lost) == 1 })
-	out := weft(t, c, "scrub", "--meta", c.MetaAddr(), "--keys", c.Keys("meta"))
+	out = weft(t, c, "scrub", "--meta", c.MetaAddr(), "--keys", c.Keys("meta"))
 	if !strings.Contains(out, "LOST: target-") || !strings.Contains(out, "slot 0") {
 		t.Fatalf("weft scrub:\n%s", out)
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -20,13 +21,14 @@ type scrubOptions struct {
 	Keys    string
 	Timeout time.Duration
 	Now     bool
+	Wait    bool
 	JSON    bool
 }
 
 func newScrubCmd() *cobra.Command {
 	o := &scrubOptions{}
 	cmd := &cobra.Command{
-		Use:   "scrub --meta ADDR [--now] [--json]",
+		Use:   "scrub --meta ADDR [--now [--wait]] [--json]",
 		Short: "Show the background scrub of every target, or start a pass now",
 		Long: `Every storage server reads every block of its targets' objects at a throttled
 rate (the run-time parameter scrub.rate, 50 MiB/s by default) and checks it
@@ -40,15 +42,34 @@ bad blocks fail with EIO (docs/data-protection.md, "Scrub").
 Without --now, show per target: the last (or current) pass's start and end,
 the bytes and objects it checked, and the corrupt objects reported,
 repaired and lost. With --now, start a pass on every target that is up
-(root: a server's key bundle, or a client's as root).`,
+(root: a server's key bundle, or a client's as root); with --wait too,
+wait until those passes ended and show the state then (--timeout bounds
+the whole wait: give it hours for full disks).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return withMetaAdmin(cmd.Context(), o.Meta, o.Keys, o.Timeout, func(ctx context.Context, c *metarpc.Client) error {
 				w := cmd.OutOrStdout()
+				if o.Wait && !o.Now {
+					return fmt.Errorf("--wait waits for the passes --now starts: give both")
+				}
 				if o.Now {
+					before, err := c.ScrubStatus(ctx)
+					if err != nil {
+						return fmt.Errorf("scrub status of %s: %w", o.Meta, err)
+					}
 					ts, err := c.StartScrub(ctx)
 					if err != nil {
 						return fmt.Errorf("scrub --now on %s: %w", o.Meta, err)
+					}
+					if o.Wait {
+						st, err := waitScrubPasses(ctx, c, before, ts)
+						if err != nil {
+							return err
+						}
+						if o.JSON {
+							return printJSON(w, toScrubJSON(st))
+						}
+						return printScrub(w, st, time.Now())
 					}
 					if o.JSON {
 						return printJSON(w, struct {
@@ -78,8 +99,42 @@ repaired and lost. With --now, start a pass on every target that is up
 	f.StringVar(&o.Keys, "keys", defaultKeys, "directory of a key bundle of this cluster (weft keygen)")
 	f.DurationVar(&o.Timeout, "timeout", 30*time.Second, "give up asking after this long")
 	f.BoolVar(&o.Now, "now", false, "start a pass on every target that is up now")
+	f.BoolVar(&o.Wait, "wait", false, "with --now: wait until the passes ended, then show the state")
 	f.BoolVar(&o.JSON, "json", false, "print JSON")
 	return cmd
+}
+
+// scrubPoll is how often --wait asks for the scrub's state.
+const scrubPoll = time.Second
+
+// waitScrubPasses waits until every target of started completed a pass
+// more than in before and runs none (a pass under way when --now came is
+// followed by the one it asked for), and returns the state then.
+func waitScrubPasses(ctx context.Context, c *metarpc.Client, before proto.ScrubStatus, started []proto.TargetID) (proto.ScrubStatus, error) {
+	passes := map[proto.TargetID]uint64{}
+	for _, t := range before.Targets {
+		passes[t.Target] = t.Passes
+	}
+	for {
+		st, err := c.ScrubStatus(ctx)
+		if err != nil {
+			return st, fmt.Errorf("scrub --wait: %w", err)
+		}
+		done := 0
+		for _, t := range st.Targets {
+			if slices.Contains(started, t.Target) && !t.Running && t.Passes > passes[t.Target] {
+				done++
+			}
+		}
+		if done == len(started) {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return st, fmt.Errorf("scrub --wait: %d of %d targets done when --timeout ran out: %w", done, len(started), ctx.Err())
+		case <-time.After(scrubPoll):
+		}
+	}
 }
 
 func printJSON(w io.Writer, v any) error {
