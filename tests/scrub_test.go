@@ -271,14 +271,32 @@ func TestScrubReadRepairs(t *testing.T) {
 	passes := waitScrub(t, c, "the first pass", func(s scrubJSON) bool { return s.target(bad).Passes > 0 }).target(bad).Passes
 	flipObject(t, objectPath(t, c.TargetDirs(byTarget[bad])[0], p, 0))
 
+	start := time.Now()
 	c.StopStorage(byTarget[good])
+	// Until the metadata service sees the good copy's target down, its
+	// return would not make the rebuild look again at once (it would in
+	// its next periodic scan, a minute on).
+	deadline := time.Now().Add(hangGuard)
+	for down := false; !down; {
+		for _, tg := range targetList(t, c).Targets {
+			down = down || (tg.ID == good && !tg.Up)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("target %d still up with its server stopped", good)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 	m := c.Mount(c.AddMountUp(1))
+	t.Logf("%v: mounted with target %d's server stopped", time.Since(start), good)
 	if b, err := os.ReadFile(filepath.Join(m, "m/f")); err == nil {
 		t.Fatalf("read with only the corrupt copy up returned %d bytes", len(b))
 	}
+	t.Logf("%v: the read failed", time.Since(start))
 	waitScrub(t, c, "the read's report", func(s scrubJSON) bool { return s.target(bad).Reported == 1 })
+	t.Logf("%v: reported", time.Since(start))
 	c.StartStorage(byTarget[good])
 	s := waitScrub(t, c, "the repair", func(s scrubJSON) bool { return s.target(bad).Repaired == 1 })
+	t.Logf("%v: repaired", time.Since(start))
 	if got := s.target(bad); got.Passes != passes || got.Lost != 0 {
 		t.Fatalf("a scrub pass ran, or the object counts lost: %+v (passes before %d)", got, passes)
 	}
