@@ -217,6 +217,11 @@ func (t *Target) ScrubPass(ctx context.Context, p *pace.Pacer, onBytes func(uint
 	log.Info("storage: scrub pass begins")
 	buf := make([]byte, scrubChunk)
 	err := t.walkObjects(ctx, func(obj proto.ObjectID) error {
+		// Every object costs a block of the pace (its sidecar is read),
+		// so a target of many empty objects is not walked at full speed.
+		if err := p.Wait(ctx, BlockSize); err != nil {
+			return err
+		}
 		n, err := t.ScrubObject(ctx, obj, p, buf)
 		if onBytes != nil && n > 0 {
 			onBytes(n)
