@@ -315,3 +315,83 @@ func TestScrubNotClientIO(t *testing.T) {
 		t.Fatalf("a client read counted as %+v (was %+v)", u.IO, before.IO)
 	}
 }
+
+// flakyReceiver records reports; the first fails.
+type flakyReceiver struct {
+	mu      sync.Mutex
+	calls   int
+	reports []proto.ScrubReport
+}
+
+func (f *flakyReceiver) ReportScrub(_ context.Context, r proto.ScrubReport) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls++
+	if f.calls == 1 {
+		return errors.New("meta: not now")
+	}
+	f.reports = append(f.reports, r)
+	return nil
+}
+
+func (f *flakyReceiver) found() []proto.ObjectID {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []proto.ObjectID
+	for _, r := range f.reports {
+		out = append(out, r.Found...)
+	}
+	return out
+}
+
+// TestScrubReporter: objects a target finds corrupt reach the metadata
+// service with the target's state, once each, and again after a failed
+// report.
+func TestScrubReporter(t *testing.T) {
+	tg := openMem(t, newMemFS(t), TargetOptions{})
+	if err := tg.SetID(3); err != nil {
+		t.Fatal(err)
+	}
+	srv := NewServer()
+	if err := srv.Add(tg); err != nil {
+		t.Fatal(err)
+	}
+	rep := newScrubReporter()
+	rep.every = 5 * time.Millisecond
+	tg.SetCorruptHook(func(obj proto.ObjectID) { rep.found(tg, obj) })
+	obj := proto.ObjectID{Ino: 9, Gen: 2, Stripe: 1}
+	if _, err := tg.Write(ctx, obj, 0, pattern(1, BlockSize)); err != nil {
+		t.Fatal(err)
+	}
+	flip(t, tg, obj, 7)
+	for range 3 { // three reads find it: one object to report
+		if _, err := tg.Read(ctx, obj, 0, make([]byte, BlockSize)); !errors.Is(err, ErrCorrupt) {
+			t.Fatalf("read: %v", err)
+		}
+	}
+	rec := &flakyReceiver{}
+	log, _ := newLogger()
+	cctx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Go(func() { rep.loop(cctx, srv, rec, log) })
+	defer func() { cancel(); wg.Wait() }()
+	deadline := time.Now().Add(time.Minute) // against hangs only
+	for len(rec.found()) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the corrupt object was never reported")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	rec.mu.Lock()
+	first := rec.reports[0]
+	calls := rec.calls
+	rec.mu.Unlock()
+	if calls < 2 || first.Target != 3 || first.Corrupt != 3 || !slices.Equal(first.Found, []proto.ObjectID{obj}) {
+		t.Fatalf("after %d calls the first report that went through: %+v", calls, first)
+	}
+	// Reported once: later reports (the state, unchanged) name it no more.
+	time.Sleep(50 * time.Millisecond)
+	if got := rec.found(); len(got) != 1 {
+		t.Fatalf("reported %d times: %+v", len(got), got)
+	}
+}

@@ -36,10 +36,11 @@ type scrubReporter struct {
 	mu      sync.Mutex
 	pending map[*Target]map[proto.ObjectID]struct{}
 	kick    chan struct{}
+	every   time.Duration // scrubReportEvery (tests: less)
 }
 
 func newScrubReporter() *scrubReporter {
-	return &scrubReporter{pending: map[*Target]map[proto.ObjectID]struct{}{}, kick: make(chan struct{}, 1)}
+	return &scrubReporter{pending: map[*Target]map[proto.ObjectID]struct{}{}, kick: make(chan struct{}, 1), every: scrubReportEvery}
 }
 
 // found queues obj of t for the next report, at once. It never blocks
@@ -92,7 +93,7 @@ func (r *scrubReporter) loop(ctx context.Context, srv *Server, rec proto.ScrubRe
 		at time.Time
 	}
 	last := map[proto.TargetID]sent{}
-	tick := time.NewTicker(scrubReportEvery)
+	tick := time.NewTicker(r.every)
 	defer tick.Stop()
 	for {
 		select {
