@@ -229,10 +229,15 @@ func (t *Target) ScrubPass(ctx context.Context, p *pace.Pacer, onBytes func(uint
 			return ctx.Err()
 		case err == nil, errors.Is(err, ErrCorrupt):
 			// Corrupt objects were reported by the read that found them.
-		default:
-			// The disk failed to read it: as good as corrupt.
+		case errors.Is(err, syscall.EIO), errors.Is(err, io.ErrUnexpectedEOF):
+			// The disk failed to read it, or it is shorter than its
+			// sidecar says: as good as corrupt.
 			log.Error("storage: scrub could not read an object", "object", objName(obj), "err", err)
 			t.noteCorrupt(obj)
+		default:
+			// Not the object's fault (out of descriptors, say): it is
+			// checked again by the next pass.
+			log.Warn("storage: scrub skipped an object", "object", objName(obj), "err", err)
 		}
 		t.scrubMu.Lock()
 		t.scrub.Objects++

@@ -7,11 +7,13 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/weft-fs/weft/internal/pace"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage/vfs"
 )
 
 func TestParseObjName(t *testing.T) {
@@ -393,5 +395,33 @@ func TestScrubReporter(t *testing.T) {
 	time.Sleep(50 * time.Millisecond)
 	if got := rec.found(); len(got) != 1 {
 		t.Fatalf("reported %d times: %+v", len(got), got)
+	}
+}
+
+// TestScrubDiskErrors: an object the disk fails to read (EIO) is reported
+// as corrupt; one skipped for a reason that is not the object's (out of
+// descriptors) is not, and the pass goes on past both.
+func TestScrubDiskErrors(t *testing.T) {
+	fs := vfs.NewFaulty(newMemFS(t))
+	log, _ := newLogger()
+	tg := openMem(t, fs, TargetOptions{Logger: log})
+	var got corruptSet
+	tg.SetCorruptHook(got.hook)
+	eio, emfile, good := proto.ObjectID{Ino: 1}, proto.ObjectID{Ino: 2}, proto.ObjectID{Ino: 3}
+	for _, obj := range []proto.ObjectID{eio, emfile, good} {
+		if _, err := tg.Write(ctx, obj, 0, pattern(int(obj.Ino), 2*BlockSize)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fs.Inject(vfs.Rule{Ops: vfs.OpRead, Match: vfs.Suffix("/" + objName(eio)), Err: syscall.EIO})
+	fs.Inject(vfs.Rule{Ops: vfs.OpRead, Match: vfs.Suffix("/" + objName(emfile)), Err: syscall.EMFILE})
+	if err := tg.ScrubPass(ctx, pace.New(0), nil); err != nil {
+		t.Fatal(err)
+	}
+	if l := got.list(); !slices.Equal(l, []proto.ObjectID{eio}) {
+		t.Fatalf("reported %+v, want only the object the disk failed to read", l)
+	}
+	if st := tg.ScrubState(); st.Objects != 3 || st.Bytes != 2*BlockSize {
+		t.Fatalf("state %+v: want 3 objects visited, one checked whole", st)
 	}
 }
