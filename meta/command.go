@@ -48,6 +48,12 @@ const (
 	opQuotaMax   Op = 26
 )
 
+// Scrub commands (scrub.go): 35..37 are the scrub's.
+const (
+	OpCorrupt  Op = 35 // a slot's object was found corrupt by its storage server: mark it stale (Ino, Gen, Slots, TargetID)
+	opScrubMax Op = 36
+)
+
 var opNames = [...]string{
 	OpInit: "init", OpCreate: "create", OpMkdir: "mkdir", OpSymlink: "symlink", OpLink: "link",
 	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpSetAttr: "setattr",
@@ -57,11 +63,12 @@ var opNames = [...]string{
 	OpSetQuota: "set-quota", OpSetProject: "set-project", OpRecount: "quota-recount",
 	OpSetParam:    "set-param",
 	OpTargetState: "target-state", OpMoveSlot: "move-slot",
+	OpCorrupt: "corrupt",
 }
 
 // validOp reports whether o is a known command op.
 func validOp(o Op) bool {
-	return (o > 0 && o < opMax) || (o >= OpSetQuota && o < opQuotaMax) || o == OpSetParam
+	return (o > 0 && o < opMax) || (o >= OpSetQuota && o < opQuotaMax) || o == OpSetParam || (o >= OpCorrupt && o < opScrubMax)
 }
 
 func (o Op) String() string {

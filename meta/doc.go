@@ -340,6 +340,21 @@
 // name on the GC queue (so a late removal never deletes a new copy).
 // Progress (RebuildProgress) is the leader's, in memory.
 //
+// # Scrub
+//
+// Storage servers report the objects their scrub or their reads found
+// corrupt, with each target's scrub state (ReportScrub, metarpc 110;
+// scrub.go): only the storage server that registered a target may report
+// on it. An object of a live protected file's slot is marked stale by
+// OpCorrupt (command op 35, the server's own: it checks that the slot is
+// still on that target and that the stripe keeps a readable copy, EIO
+// otherwise) and the rebuild is asked to scan at once (rebuilder.urgent),
+// so it rewrites the object in place like any stale one; OpMoveSlot then
+// counts it repaired. RAID-0 objects, and those whose marking would leave
+// the stripe unreadable, are counted and listed lost. `weft scrub`
+// (StartScrub, root only: storagerpc OpScrubStart to every target up;
+// ScrubStatus) reads the book, which is the leader's, in memory.
+//
 // # A store that never lies
 //
 // A server refuses to start, with an error wrapping store.ErrCorrupt that

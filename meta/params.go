@@ -38,6 +38,10 @@ var Params = []ParamDef{
 		Doc: "end-to-end data checksums on the client side"},
 	{Name: "rebuild.rate", Scope: "metadata service", Default: "0", check: size,
 		Doc: "bytes per second the rebuild may copy (0: unlimited; while unset: weft meta --rebuild-rate); applied at once"},
+	{Name: "scrub.rate", Scope: "storage servers", Default: "50MiB", check: size,
+		Doc: "bytes per second each storage server's scrub reads (0: unlimited)"},
+	{Name: "scrub.interval", Scope: "storage servers", Default: "168h", check: duration,
+		Doc: "time from the start of one scrub pass of a target to the next (0: only weft scrub --now)"},
 	{Name: "log.level.meta", Scope: "metadata service", Default: "", check: logLevel,
 		Doc: "log level of the metadata servers (\"\": their --log-level); applied at once"},
 	{Name: "log.level.storage", Scope: "storage servers", Default: "", check: logLevel,
@@ -69,6 +73,17 @@ func size(v string) (string, error) {
 		return "", err
 	}
 	return units.FormatSize(n), nil
+}
+
+func duration(v string) (string, error) {
+	d, err := units.ParseDuration(v)
+	if err != nil {
+		return "", err
+	}
+	if d < 0 {
+		return "", fmt.Errorf("want a duration of 0 or more, not %q", v)
+	}
+	return d.String(), nil
 }
 
 func countOrAuto(v string) (string, error) {

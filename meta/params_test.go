@@ -86,17 +86,17 @@ func TestParams(t *testing.T) {
 // parameter does not undo a later change by `weft target rebuild-rate`.
 func TestRebuildRateParam(t *testing.T) {
 	e := newEnv(t, func(o *Options) { o.RebuildRate = 64 << 20 })
-	if r := e.srv.rb.pace.rate(); r != 64<<20 {
+	if r := e.srv.rb.pace.Rate(); r != 64<<20 {
 		t.Fatalf("rate before any set: %d, want --rebuild-rate's %d", r, 64<<20)
 	}
 	root := remote("host-a", 1)
 	e.must(e.srv.SetParam(root, "rebuild.rate", "100MiB", true))
-	if r := e.srv.rb.pace.rate(); r != 100<<20 {
+	if r := e.srv.rb.pace.Rate(); r != 100<<20 {
 		t.Fatalf("rate after rebuild.rate=100MiB: %d", r)
 	}
 	e.srv.SetRebuildRate(1 << 30)
 	e.must(e.srv.SetParam(root, "client.checksums", "off", false))
-	if r := e.srv.rb.pace.rate(); r != 1<<30 {
+	if r := e.srv.rb.pace.Rate(); r != 1<<30 {
 		t.Fatalf("a set of client.checksums changed the rebuild rate to %d", r)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/internal/pace"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
@@ -42,52 +43,6 @@ const (
 	rebuildCallTimeout = 2 * time.Minute
 )
 
-// pacer limits the rebuild's bytes per second over all its workers: each
-// range reserves its share of time after the ranges before it. The rate
-// can change at any moment; a change applies from the next range.
-type pacer struct {
-	bps  atomic.Uint64 // 0: unlimited
-	mu   sync.Mutex
-	next time.Time
-}
-
-func (p *pacer) rate() uint64 { return p.bps.Load() }
-
-func (p *pacer) set(r uint64) {
-	p.bps.Store(r)
-	p.mu.Lock()
-	p.next = time.Time{} // forget what a slower rate reserved
-	p.mu.Unlock()
-}
-
-// wait returns when n more bytes may be sent, or when ctx ends.
-func (p *pacer) wait(ctx context.Context, n uint64) error {
-	r := p.bps.Load()
-	if r == 0 || n == 0 {
-		return ctx.Err()
-	}
-	p.mu.Lock()
-	now := time.Now()
-	if p.next.Before(now) {
-		p.next = now
-	}
-	at := p.next
-	p.next = p.next.Add(time.Duration(float64(n) / float64(r) * float64(time.Second)))
-	p.mu.Unlock()
-	d := time.Until(at)
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
-	}
-}
-
 // rebuildJob is one object to rebuild: the object of slot Slot of a file,
 // now on target From, either moved to another target (its target is out,
 // draining or removed) or repaired in place (a stale copy on a target that
@@ -104,7 +59,7 @@ type rebuildJob struct {
 // "Target lifecycle and rebuild").
 type rebuilder struct {
 	s    *Server
-	pace pacer
+	pace *pace.Pacer
 	kick chan struct{}
 
 	mu       sync.Mutex
@@ -131,6 +86,9 @@ type rebuilder struct {
 	// gone.
 	repairMu  sync.Mutex
 	repairing map[repairKey]bool
+	// urgent asks for a scan now: a corrupt object was marked stale
+	// (scrub.go), and no one else repairs it.
+	urgent atomic.Bool
 }
 
 // repairKey names one object under in-place repair.
@@ -184,7 +142,7 @@ func (rb *rebuilder) clearStaleExclusive(ino proto.Ino, slots []uint32, clear fu
 
 func newRebuilder(s *Server) *rebuilder {
 	rb := &rebuilder{s: s, kick: make(chan struct{}, 1), wasUp: map[proto.TargetID]bool{}}
-	rb.pace.set(s.opts.RebuildRate)
+	rb.pace = pace.New(s.opts.RebuildRate)
 	return rb
 }
 
@@ -192,7 +150,7 @@ func (rb *rebuilder) wake() { kick(rb.kick) }
 
 // SetRebuildRate changes the rebuild's limit in bytes/s (0: none) at once.
 func (s *Server) SetRebuildRate(rate uint64) {
-	s.rb.pace.set(rate)
+	s.rb.pace.Set(rate)
 	s.log.Info("meta: rebuild rate set", "bytes_per_s", rate)
 }
 
@@ -202,7 +160,7 @@ func (s *Server) RebuildProgress() proto.RebuildStatus {
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	st := rb.st
-	st.Rate = rb.pace.rate()
+	st.Rate = rb.pace.Rate()
 	st.RebuildAfter = s.opts.RebuildAfter
 	if st.Active {
 		if el := time.Since(rb.started).Seconds(); el > 0 {
@@ -254,6 +212,9 @@ func (rb *rebuilder) loop() {
 		marks := s.sm.staleMarks.Load()
 		due := time.Since(rb.lastScan) >= s.opts.RebuildScan &&
 			(rb.leftWork || !rb.leading || marks != rb.scannedMarks)
+		if rb.urgent.Swap(false) {
+			due = true
+		}
 		if !scan && !due {
 			continue
 		}
@@ -402,7 +363,7 @@ func (rb *rebuilder) pass(ctx context.Context) (int, error) {
 	if len(jobs) == 0 {
 		return 0, nil
 	}
-	s.log.Info("meta: rebuild pass", "objects", len(jobs), "bytes", bytes, "rate", rb.pace.rate())
+	s.log.Info("meta: rebuild pass", "objects", len(jobs), "bytes", bytes, "rate", rb.pace.Rate())
 	var (
 		wg   sync.WaitGroup
 		sem  = make(chan struct{}, max(1, s.opts.RebuildParallel))
@@ -510,7 +471,7 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 		if off+r.Len >= size {
 			r.Flags |= proto.RebuildFinish
 		}
-		if err := rb.pace.wait(ctx, r.Len); err != nil {
+		if err := rb.pace.Wait(ctx, r.Len); err != nil {
 			return err
 		}
 		cctx, cancel := context.WithTimeout(ctx, rebuildCallTimeout)
@@ -540,6 +501,7 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 		}
 		return err
 	}
+	s.scrubRepaired(j.Ino, n.Gen, j.Slot, j.From)
 	s.log.Info("meta: object rebuilt", "ino", j.Ino, "slot", j.Slot, "from", j.From, "to", dst, "bytes", size)
 	return nil
 }

@@ -157,6 +157,8 @@ type Server struct {
 
 	jobs *jobstats.Table // per-job request statistics (jobstats.go)
 
+	scrub scrubBook // what storage servers report of the scrub (scrub.go)
+
 	paramMu  sync.Mutex
 	paramSet map[string]string // parameters set without --persist (params.go)
 

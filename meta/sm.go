@@ -374,6 +374,8 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.recount(c)
 	case OpSetParam:
 		err = t.setParam(c)
+	case OpCorrupt:
+		err = t.corruptSlot(c)
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
 	}

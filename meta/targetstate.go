@@ -288,7 +288,7 @@ func (s *Server) RebuildRate(ctx context.Context, rate *uint64) (uint64, error) 
 		}
 		s.SetRebuildRate(*rate)
 	}
-	return s.rb.pace.rate(), nil
+	return s.rb.pace.Rate(), nil
 }
 
 var _ proto.TargetAdmin = (*Server)(nil)

@@ -9,6 +9,10 @@
 // Go runtime and process collectors (resident memory, CPU, open
 // descriptors, goroutines) and Handler serves a registry over HTTP.
 //
+// Besides the transport, Scrub counts a storage server's scrub
+// (weft_scrub_bytes_total, weft_scrub_corrupt_total, per target), through
+// the storage.ScrubObserver the server calls.
+//
 // Invariants: observing changes no behaviour (transport.Observed passes
 // requests, responses, errors and contexts through); the per-call cost is
 // a map read under a read lock and a few atomic operations on metric

@@ -131,6 +131,12 @@ func TestGrafanaDashboardSeries(t *testing.T) {
 	for op := uint16(1); op <= 2; op++ {
 		_, _ = pool.Call(context.Background(), addr, op, []byte("x"))
 	}
+	sc, err := NewScrub(reg) // a storage server's
+	if err != nil {
+		t.Fatal(err)
+	}
+	sc.ScrubBytes(1, 4096)
+	sc.ScrubCorrupt(1)
 	fams, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/weft-fs/weft/internal/pace"
 	"github.com/weft-fs/weft/proto"
 )
 
@@ -84,6 +85,25 @@ func BenchmarkRandRead4KiB(b *testing.B) {
 				off := uint64(r.IntN(benchObjSize/4096)) * 4096
 				if n, err := tg.Read(ctx, obj, off, buf); err != nil || n != len(buf) {
 					b.Fatal(n, err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkScrub64MiB: one unpaced scrub of a 64 MiB object (the ceiling
+// scrub.rate throttles).
+func BenchmarkScrub64MiB(b *testing.B) {
+	for _, bt := range benchTargets {
+		b.Run(bt.name, func(b *testing.B) {
+			tg, obj := benchTarget(b, bt.dir(b), true)
+			buf := make([]byte, scrubChunk)
+			p := pace.New(0)
+			b.SetBytes(benchObjSize)
+			b.ResetTimer()
+			for range b.N {
+				if n, err := tg.ScrubObject(ctx, obj, p, buf); err != nil || n != benchObjSize {
+					b.Fatalf("scrub: %d, %v", n, err)
 				}
 			}
 		})

@@ -134,6 +134,26 @@
 // data file (vfs.Allocate; the object grows to cover the range) before
 // marking them allocated.
 //
+// # Scrub
+//
+// Run scrubs every target (scrub.go): one pass every scrub.interval (a
+// run-time parameter, a week by default; timed from the last pass's
+// start, kept in <target>/scrub.json, {"version": 1, "start", "end"} in
+// Unix ns), or when the metadata service asks (StartScrub, storagerpc
+// OpScrubStart). A pass walks the fan-out directories, and for every
+// object reads its runs of data blocks (holes, per the sidecar, skipped)
+// in 1 MiB chunks through Read, which checks every block, each chunk
+// after the server's pace (scrub.rate, 50 MiB/s by default, shared by its
+// targets: package internal/pace) allows it. Every corrupt object, found
+// by the scrub or by any other read (corrupt is the one place that says
+// so), goes to the target's corrupt hook: Run's reporter sends it to the
+// metadata service at once (metarpc OpScrubReport, with the target's scrub
+// state, which also goes every 5 s while it changes), which has it
+// rewritten from its file's redundancy; a failed report is sent again
+// with the next. A rebuild's start empties the object, and removes one
+// whose sidecar or version file is unreadable, so a repair replaces the
+// whole object.
+//
 // # Crash reasoning
 //
 // A write of [off, off+n) goes, under the object's exclusive lock:

@@ -70,20 +70,28 @@ func loadIdentity(fs vfs.FS, dir string) (identity, error) {
 	return id, nil
 }
 
-// storeIdentity replaces target.json atomically: write a temporary file,
-// fsync it, rename it over, fsync the directory.
+// storeIdentity replaces target.json atomically.
 func storeIdentity(fs vfs.FS, dir string, id identity) error {
 	b, err := json.Marshal(id)
 	if err != nil {
 		return err
 	}
-	name := filepath.Join(dir, identityFile)
-	tmp := name + ".tmp"
+	if err := replaceFile(fs, dir, identityFile, append(b, '\n')); err != nil {
+		return fmt.Errorf("storage: target %s: store identity: %w", dir, err)
+	}
+	return nil
+}
+
+// replaceFile replaces dir/name with b atomically: write a temporary file,
+// fsync it, rename it over, fsync the directory.
+func replaceFile(fs vfs.FS, dir, name string, b []byte) error {
+	path := filepath.Join(dir, name)
+	tmp := path + ".tmp"
 	f, err := fs.Create(tmp)
 	if err != nil {
-		return fmt.Errorf("storage: target %s: %w", dir, err)
+		return err
 	}
-	_, err = f.WriteAt(append(b, '\n'), 0)
+	_, err = f.WriteAt(b, 0)
 	if err == nil {
 		err = f.Sync()
 	}
@@ -91,15 +99,12 @@ func storeIdentity(fs vfs.FS, dir string, id identity) error {
 		err = cerr
 	}
 	if err == nil {
-		err = fs.Rename(tmp, name)
+		err = fs.Rename(tmp, path)
 	}
 	if err == nil {
 		err = syncDir(fs, dir)
 	}
-	if err != nil {
-		return fmt.Errorf("storage: target %s: store identity: %w", dir, err)
-	}
-	return nil
+	return err
 }
 
 func syncDir(fs vfs.FS, dir string) error {

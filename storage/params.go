@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta/metarpc"
 )
 
@@ -19,9 +20,9 @@ type paramLister interface {
 }
 
 // paramsLoop fetches the run-time parameters every paramsInterval (at
-// once first) and applies the one storage servers read,
-// log.level.storage. It returns when ctx ends.
-func paramsLoop(ctx context.Context, cfg Config) {
+// once first) and applies those storage servers read: log.level.storage,
+// scrub.rate and scrub.interval. It returns when ctx ends.
+func paramsLoop(ctx context.Context, cfg Config, sc *scrubber) {
 	pl, ok := cfg.Registry.(paramLister)
 	if !ok {
 		return
@@ -37,7 +38,7 @@ func paramsLoop(ctx context.Context, cfg Config) {
 				now[p.Name] = p.Value
 			}
 			if !sameParams(last, now) {
-				applyStorageParams(cfg, now)
+				applyStorageParams(cfg, sc, now)
 				last = now
 			}
 		} else if ctx.Err() == nil {
@@ -53,7 +54,22 @@ func paramsLoop(ctx context.Context, cfg Config) {
 	}
 }
 
-func applyStorageParams(cfg Config, p map[string]string) {
+func applyStorageParams(cfg Config, sc *scrubber, p map[string]string) {
+	if sc != nil {
+		// Checked by the metadata service when set; unset or unreadable
+		// values give the defaults.
+		rate, iv := uint64(DefaultScrubRate), DefaultScrubInterval
+		if v, err := units.ParseSize(p["scrub.rate"]); err == nil {
+			rate = v
+		}
+		if v, err := units.ParseDuration(p["scrub.interval"]); err == nil {
+			iv = v
+		}
+		if rate != sc.pace.Rate() {
+			sc.pace.Set(rate)
+		}
+		sc.interval.Store(iv)
+	}
 	if lv := cfg.LogLevel; lv != nil {
 		level := cfg.DefaultLogLevel
 		if v := p["log.level.storage"]; v != "" {
@@ -67,7 +83,8 @@ func applyStorageParams(cfg Config, p map[string]string) {
 	// rebuild.rate paces the metadata service's rebuild (which drives the
 	// storage servers' copies); it is logged with the rest so an admin
 	// sees which values every server got.
-	cfg.Logger.Info("storage: run-time parameters applied", "rebuild.rate", p["rebuild.rate"], "log.level.storage", p["log.level.storage"])
+	cfg.Logger.Info("storage: run-time parameters applied", "rebuild.rate", p["rebuild.rate"], "log.level.storage", p["log.level.storage"],
+		"scrub.rate", p["scrub.rate"], "scrub.interval", p["scrub.interval"])
 }
 
 func sameParams(a, b map[string]string) bool {

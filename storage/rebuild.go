@@ -35,7 +35,13 @@ func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uin
 		return 0, fmt.Errorf("storage: rebuild of %s without sources: %w", objName(r.Obj), syscall.EINVAL)
 	}
 	if r.Flags&proto.RebuildStart != 0 {
-		if err := dt.Truncate(ctx, r.Obj, 0); err != nil {
+		err := dt.Truncate(ctx, r.Obj, 0)
+		if errors.Is(err, ErrCorrupt) {
+			// An unreadable sidecar or version file (found by the
+			// scrub): the object is replaced whole.
+			err = dt.Remove(ctx, r.Obj)
+		}
+		if err != nil {
 			return 0, err
 		}
 	}

@@ -67,6 +67,9 @@ type Config struct {
 	// log.level.storage sets it (params.go), "" back to DefaultLogLevel.
 	LogLevel        *slog.LevelVar
 	DefaultLogLevel slog.Level
+	// Scrub, if set, counts the scrub's bytes and corrupt objects
+	// (metrics).
+	Scrub ScrubObserver
 
 	capKey *capability.Key
 }
@@ -224,7 +227,26 @@ func Run(ctx context.Context, cfg Config) error {
 	defer cancel()
 	fatal := make(chan error, len(targets))
 	var wg sync.WaitGroup
-	wg.Go(func() { paramsLoop(ctx, cfg) })
+	// The scrub: every target's passes share one pace; the objects found
+	// corrupt, by the scrub or by reads, go to the metadata service.
+	sc := newScrubber()
+	rep := newScrubReporter()
+	if cfg.Scrub != nil {
+		sc.onBytes = cfg.Scrub.ScrubBytes
+	}
+	for _, t := range targets {
+		t.SetCorruptHook(func(obj proto.ObjectID) {
+			rep.found(t, obj)
+			if cfg.Scrub != nil {
+				cfg.Scrub.ScrubCorrupt(t.ID())
+			}
+		})
+		wg.Go(func() { sc.loop(ctx, t) })
+	}
+	if rec, ok := cfg.Registry.(proto.ScrubReceiver); ok {
+		wg.Go(func() { rep.loop(ctx, srv, rec, log) })
+	}
+	wg.Go(func() { paramsLoop(ctx, cfg, sc) })
 	for _, t := range targets {
 		wg.Add(1)
 		go func() {

@@ -74,6 +74,13 @@ type Target struct {
 
 	fsidChecked atomic.Bool                 // Run checked the file system id with the registry
 	newFiles    map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
+
+	// The scrub (scrub.go): its state, what is told of corrupt objects,
+	// and requests for a pass now.
+	scrubMu   sync.Mutex
+	scrub     proto.ScrubTarget
+	onCorrupt atomic.Pointer[func(proto.ObjectID)]
+	scrubKick chan struct{}
 }
 
 // OpenTarget opens (creating if needed) the target in dir. dir's parent must
@@ -110,12 +117,13 @@ func OpenTarget(dir string, opts TargetOptions) (*Target, error) {
 		}
 	}()
 	t := &Target{
-		dir:      dir,
-		fs:       fs,
-		lock:     lock,
-		capacity: opts.Capacity,
-		cache:    newHandleCache(opts.MaxOpen),
-		newFiles: make(map[proto.ObjectID]struct{}),
+		dir:       dir,
+		fs:        fs,
+		lock:      lock,
+		capacity:  opts.Capacity,
+		cache:     newHandleCache(opts.MaxOpen),
+		newFiles:  make(map[proto.ObjectID]struct{}),
+		scrubKick: make(chan struct{}, 1),
 	}
 	for i := 0; i < 256; i++ {
 		if err := fs.MkdirAll(t.fanoutDir(i), 0o755); err != nil {
@@ -301,9 +309,11 @@ func (t *Target) lockFor(obj proto.ObjectID) *sync.RWMutex {
 }
 
 // corrupt logs and returns an EIO error for a checksum mismatch or an
-// unreadable sidecar.
+// unreadable sidecar, and reports the object to the corrupt hook (so the
+// metadata service has it repaired, scrub.go).
 func (t *Target) corrupt(obj proto.ObjectID, off uint64, why string) error {
 	t.logger().Error("storage: corrupt object", "object", objName(obj), "offset", off, "reason", why)
+	t.noteCorrupt(obj)
 	return fmt.Errorf("storage: target %s object %s offset %d: %s: %w (%w)", t.dir, objName(obj), off, why, ErrCorrupt, syscall.EIO)
 }
 
@@ -493,6 +503,17 @@ func checkCtx(ctx context.Context) error {
 // it returns fewer bytes (0 for a missing object). Every block read is
 // checked against its CRC; a mismatch fails the whole read with EIO.
 func (t *Target) Read(ctx context.Context, obj proto.ObjectID, off uint64, p []byte) (int, error) {
+	n, err := t.read(ctx, obj, off, p)
+	if err == nil && n > 0 {
+		t.reads.Add(1)
+		t.readBytes.Add(uint64(n))
+	}
+	return n, err
+}
+
+// read is Read without counting the read in the target's I/O (the
+// scrub's reads are not clients').
+func (t *Target) read(ctx context.Context, obj proto.ObjectID, off uint64, p []byte) (int, error) {
 	if err := checkCtx(ctx); err != nil {
 		return 0, err
 	}
@@ -548,8 +569,6 @@ func (t *Target) readHandle(h *handle, obj proto.ObjectID, off uint64, p []byte)
 	if &span[0] != &p[0] {
 		copy(p, span[off-b0*BlockSize:])
 	}
-	t.reads.Add(1)
-	t.readBytes.Add(n)
 	return int(n), nil
 }
 

@@ -259,6 +259,10 @@ func (t *Target) ReadRow(ctx context.Context, obj proto.ObjectID, off, unit uint
 		v = es[0].version()
 	}
 	n, err := t.readHandle(h, obj, off, p)
+	if err == nil && n > 0 {
+		t.reads.Add(1)
+		t.readBytes.Add(uint64(n))
+	}
 	return n, v, err
 }
 

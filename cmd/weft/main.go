@@ -36,6 +36,7 @@ func newRootCmd() *cobra.Command {
 		newJobstatsCmd(),
 		newParamCmd(),
 		newTargetCmd(),
+		newScrubCmd(),
 	)
 	setVersions(root)
 	return root

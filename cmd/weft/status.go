@@ -77,12 +77,31 @@ asked: usable from monitoring.`,
 				}
 			}
 			ts, rs, rerr := fetchRebuild(ctx, o)
+			sc, serr := fetchScrub(ctx, o)
+			if serr == nil {
+				var lost uint64
+				for _, t := range sc.Targets {
+					lost += t.Lost
+				}
+				if lost > 0 {
+					r.Problems = append(r.Problems, fmt.Sprintf("%d corrupt objects found by the scrub or reads have no copy or parity to repair them from (weft scrub lists them)", lost))
+					r.Healthy = false
+				}
+			}
 			if o.JSON {
-				err = printStatusJSON(cmd.OutOrStdout(), statusReport{Report: r, Members: members}, ts, rs, rerr)
+				rep := statusReport{Report: r, Members: members}
+				if serr == nil {
+					sj := toScrubJSON(sc)
+					rep.Scrub = &sj
+				}
+				err = printStatusJSON(cmd.OutOrStdout(), rep, ts, rs, rerr)
 			} else {
 				err = printStatus(cmd.OutOrStdout(), r, members)
 				if err == nil {
 					err = printRebuild(cmd.OutOrStdout(), ts, rs, rerr)
+				}
+				if err == nil {
+					err = printScrubLine(cmd.OutOrStdout(), sc, serr)
 				}
 			}
 			if err == nil && !r.Healthy {
@@ -123,6 +142,7 @@ type statusReport struct {
 	Members []memberStatus `json:"meta_members,omitempty"`
 	Rebuild *rebuildJSON   `json:"rebuild,omitempty"`
 	States  []stateJSON    `json:"target_states,omitempty"`
+	Scrub   *scrubJSON     `json:"scrub,omitempty"`
 }
 
 // stateJSON is a target's state in status --json.
@@ -303,6 +323,25 @@ func fetchRebuild(ctx context.Context, o *statusOptions) ([]proto.TargetStatus, 
 	}
 	defer pool.Close()
 	return metarpc.NewClient(pool, o.Meta).TargetList(ctx)
+}
+
+func fetchScrub(ctx context.Context, o *statusOptions) (proto.ScrubStatus, error) {
+	pool, err := adminPool(o.Keys)
+	if err != nil {
+		return proto.ScrubStatus{}, err
+	}
+	defer pool.Close()
+	return metarpc.NewClient(pool, o.Meta).ScrubStatus(ctx)
+}
+
+// printScrubLine shows the scrub's summary (weft scrub has the details).
+func printScrubLine(w io.Writer, st proto.ScrubStatus, err error) error {
+	line := scrubLine(st)
+	if err != nil {
+		line = fmt.Sprintf("scrub: (not known: %v)", err)
+	}
+	_, err = fmt.Fprintf(w, "  %s\n", line)
+	return err
 }
 
 // printRebuild shows the rebuild's progress and the targets not in

@@ -13,6 +13,7 @@ import (
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/jobstats"
 	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/metrics"
 	"github.com/weft-fs/weft/storage"
 	"github.com/weft-fs/weft/storage/storagerpc"
 	"github.com/weft-fs/weft/transport"
@@ -153,7 +154,16 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 	defer pool.Close()
 	jobs := jobstats.New(o.jobstatsOptions.options("storage"))
 	d.registerJobs(jobs)
+	var scrub storage.ScrubObserver
+	if d.registry != nil {
+		sc, err := metrics.NewScrub(d.registry)
+		if err != nil {
+			return fmt.Errorf("weft storage: scrub metrics: %w", err)
+		}
+		scrub = sc
+	}
 	return storage.Run(ctx, storage.Config{
+		Scrub:              scrub,
 		Jobs:               jobs,
 		LogLevel:           d.level,
 		DefaultLogLevel:    d.defaultLevel,

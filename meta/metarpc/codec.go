@@ -822,6 +822,9 @@ func request(op uint16) (message, bool) {
 	if !ok {
 		req, _, ok = targetMessages(op)
 	}
+	if !ok {
+		req, _, ok = scrubMessages(op)
+	}
 	return req, ok
 }
 

@@ -130,6 +130,11 @@
 // extension (from a client before it) is still read, as mtime 0 (the
 // server's clock), and one of version 1 as reporting no blocks.
 //
+// The scrub's ops (110 report, 111 start, 112 status; scrub.go) start
+// every message with a format byte (1). A report carries at most
+// proto.MaxScrubFound objects, a status at most proto.MaxScrubLost lost
+// ones.
+//
 // Attributes (proto.Attr) end with u64 blocks (st_blocks) since it was
 // added; peers from before it cannot read them.
 //

@@ -21,6 +21,7 @@ var opNames = map[uint16]string{
 	OpJobStats: "jobstats", OpParams: "params", OpParamSet: "param_set",
 	OpTargetList: "target_list", OpTargetState: "target_state",
 	OpRebuildRate: "rebuild_rate",
+	OpScrubReport: "scrub_report", OpScrubStart: "scrub_start", OpScrubStatus: "scrub_status",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.

@@ -66,6 +66,9 @@
 //     too, Allocated one granting anything, Copy and CopyRow one granting
 //     write on the destination and one (srcCap) granting read on the source; Write, Truncate, Sync and Space need one granting write; Remove and RemoveMany are refused.
 //
+// OpRebuild (120) and OpScrubStart (170) are the metadata service's: only
+// metadata servers (and in-process callers) may send them.
+//
 // A refusal is EACCES, logged at warn with the peer's address, role, name,
 // the op and the reason, at most once a second (the count of refusals not
 // logged goes with the next line). Verified capabilities are cached by

@@ -382,6 +382,9 @@ func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 	if resp, err, ok := h.serveRebuild(ctx, op, req); ok {
 		return resp, err
 	}
+	if resp, err, ok := h.serveScrub(ctx, op, req); ok {
+		return resp, err
+	}
 	h.log.Warn("storagerpc: unknown op", "op", op)
 	return nil, fmt.Errorf("storagerpc: unknown op %d: %w", op, syscall.ENOSYS)
 }

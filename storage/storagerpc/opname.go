@@ -34,6 +34,8 @@ func OpName(op uint16) string {
 		return "rebuild"
 	case OpCopyRow:
 		return "copy_row"
+	case OpScrubStart:
+		return "scrub_start"
 	}
 	return rowOpName(op)
 }
