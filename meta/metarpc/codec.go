@@ -822,6 +822,9 @@ func request(op uint16) (message, bool) {
 	if !ok {
 		req, _, ok = targetMessages(op)
 	}
+	if !ok {
+		req, _, ok = migrateMessages(op)
+	}
 	return req, ok
 }
 

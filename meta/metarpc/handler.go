@@ -114,6 +114,8 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		return &jobStatsResp{st}, err
 	case OpTargetList, OpTargetState, OpRebuildRate:
 		return h.callTarget(ctx, op, req)
+	case OpMigrateBegin, OpMigrateCommit, OpMigrateAbort:
+		return h.callMigrate(ctx, op, req)
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {
 			return nil, errNoExt

@@ -20,7 +20,8 @@ var opNames = map[uint16]string{
 	OpSetProject: "set_project", OpCheckQuota: "check_quota",
 	OpJobStats: "jobstats", OpParams: "params", OpParamSet: "param_set",
 	OpTargetList: "target_list", OpTargetState: "target_state",
-	OpRebuildRate: "rebuild_rate",
+	OpRebuildRate:  "rebuild_rate",
+	OpMigrateBegin: "migrate_begin", OpMigrateCommit: "migrate_commit", OpMigrateAbort: "migrate_abort",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.
