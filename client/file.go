@@ -72,6 +72,10 @@ type inodeState struct {
 	ra        readAhead
 
 	caps caps // the capabilities its storage requests carry (capability.go)
+
+	// strict: a write that misses an object fails instead of marking the
+	// object stale (a restripe's new objects, migrate.go).
+	strict bool
 }
 
 type pendingWrite struct {
