@@ -118,6 +118,9 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 	chunk := max(unit, migrateChunk/unit*unit)
 	buf := make([]byte, chunk)
 	for off := uint64(0); off < size; off += chunk {
+		if err := ctx.Err(); err != nil {
+			return proto.Attr{}, migrateErr(t.Ino, "copy", err) // interrupted (the FUSE request's signal)
+		}
 		p := buf[:min(chunk, size-off)]
 		if err := c.readRange(ctx, src, a.Layout, off, p); err != nil {
 			return proto.Attr{}, migrateErr(t.Ino, fmt.Sprintf("read [%d,+%d)", off, len(p)), err)
