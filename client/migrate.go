@@ -135,6 +135,7 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 	if err := c.migrateSync(ctx, dst, nl); err != nil {
 		return proto.Attr{}, migrateErr(t.Ino, "sync", err)
 	}
+	t.Blocks = dst.allocatedBlocks(ctx, nl, size)
 	rctx, cancel = c.rpcCtx(ctx)
 	defer cancel()
 	na, err := mg.MigrateCommit(rctx, t)

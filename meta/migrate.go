@@ -123,6 +123,10 @@ func (s *Server) MigrateCommit(ctx context.Context, t proto.MigrateTicket) (prot
 	c := &Command{Op: OpMigrateCommit, Now: now, Ino: t.Ino, Gen: t.Gen, NewGen: t.NewGen, Layout: &l,
 		Until: now + int64(s.opts.MovedObjectGrace), Cred: cl.cred}
 	c.SetAttr.Mtime, c.SetAttr.Ctime, c.SetAttr.Size = t.Mtime, t.Ctime, t.Size
+	if t.Blocks != proto.NoBlocks {
+		blocks := t.Blocks
+		c.Blocks = &blocks
+	}
 	r, err := s.propose(ctx, c)
 	if err != nil {
 		return proto.Attr{}, err
@@ -203,7 +207,8 @@ func (t *txn) migrateBegin(c *Command) error {
 // begin (and is not due yet), the file takes the new layout and
 // generation; the new objects leave the GC queue and the old ones join it,
 // due at Until (readers that opened the file before keep reading them
-// until then). Written meanwhile: EBUSY, nothing changes. Times, size and
+// until then), and Attr.Blocks what the new objects hold (when the client
+// counted it). Written meanwhile: EBUSY, nothing changes. Times, size and
 // quota usage (the size) do not change. A commit applied before (its
 // reply lost) succeeds again.
 func (t *txn) migrateCommit(c *Command) error {
@@ -246,6 +251,9 @@ func (t *txn) migrateCommit(c *Command) error {
 	}
 	n.Gen = c.NewGen
 	n.Layout = l
+	if c.Blocks != nil {
+		n.Blocks = *c.Blocks // what the new objects hold, as the client counted
+	}
 	t.put(n)
 	t.res.attr = n.Attr
 	return nil

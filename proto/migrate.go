@@ -27,6 +27,10 @@ type MigrateTicket struct {
 	// Cap is a capability granting read and write on the new objects
 	// (generation NewGen), valid until Until.
 	Cap []byte
+	// Blocks is, at the commit, what the new objects hold (Attr.Blocks,
+	// 512-byte units) as the client counted it; NoBlocks: not counted
+	// (the file's count stays).
+	Blocks uint64
 }
 
 // Migrator is the metadata service's side of an online restripe. Begin

@@ -173,6 +173,11 @@ func TestMigrate(t *testing.T) {
 	n := reads.Load()
 	waitReads(n + 2) // reads through the new layout too
 	waitObjectsOnlyOn(t, c, byTarget, targetsOf(g))
+	// st_blocks counts what the new objects hold: both copies.
+	var st syscall.Stat_t
+	if err := syscall.Stat(f, &st); err != nil || st.Blocks*512 < int64(2*len(data)) {
+		t.Fatalf("st_blocks %d after migrate to mirror 2 of %d bytes: %v", st.Blocks, len(data), err)
+	}
 
 	weft(t, c, "migrate", "--ec", "2+1", f)
 	g = getstripeOf(t, c, f)

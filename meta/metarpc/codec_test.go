@@ -105,7 +105,7 @@ func samples() []message {
 			IO: proto.IOCounters{Reads: 1, ReadBytes: 2, Writes: 3, WriteBytes: 4}}}},
 		&targetIDResp{9},
 		&migrateBeginReq{5, layout.Layout{Kind: layout.EC, ECData: 2, ECParity: 1, StripeSize: 1 << 20, StripeCount: 1}},
-		&ticketMsg{proto.MigrateTicket{Ino: 5, Gen: 1, NewGen: 2, Layout: sampleAttr.Layout, Mtime: -3, Ctime: 4, Size: 5, Until: 6, Cap: []byte("cap")}},
+		&ticketMsg{proto.MigrateTicket{Ino: 5, Gen: 1, NewGen: 2, Layout: sampleAttr.Layout, Mtime: -3, Ctime: 4, Size: 5, Until: 6, Cap: []byte("cap"), Blocks: 7}},
 		&ticketMsg{proto.MigrateTicket{Ino: 5}},
 	}
 }

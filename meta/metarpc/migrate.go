@@ -26,7 +26,7 @@ const (
 //	begin request: u8 version, u64 ino, layout (the policy)
 //	ticket (begin answer, commit and abort requests): u8 version, u64 ino,
 //	  u64 gen, u64 new gen, layout, i64 mtime, i64 ctime, u64 size,
-//	  i64 until, bytes capability
+//	  i64 until, bytes capability, u64 blocks
 const migrateVersion = 1
 
 func checkMigrateVersion(d *wire.Decoder, what string) {
@@ -69,6 +69,7 @@ func (m *ticketMsg) encode(e *wire.Encoder) {
 	e.U64(t.Size)
 	e.I64(t.Until)
 	e.Bytes(t.Cap)
+	e.U64(t.Blocks)
 }
 
 func (m *ticketMsg) decode(d *wire.Decoder) {
@@ -85,6 +86,7 @@ func (m *ticketMsg) decode(d *wire.Decoder) {
 	if b := d.BytesMax(maxCapLen); len(b) > 0 {
 		t.Cap = append([]byte(nil), b...)
 	}
+	t.Blocks = d.U64()
 }
 
 // migrateMessages returns the request and response of a restripe op.
