@@ -97,6 +97,7 @@ without -r or a special file fails and changes nothing.`,
 		},
 	}
 	addStripeFlags(cmd, &req, &targets, "the file's")
+	cmd.Flags().UintSliceVar(&targets, "target", nil, "the same as -o (lfs migrate's spelling)")
 	cmd.Flags().BoolVarP(&recursive, "recursive", "r", false, "migrate every regular file under each DIR")
 	return cmd
 }

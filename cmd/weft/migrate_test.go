@@ -25,6 +25,7 @@ func TestMigrateFlags(t *testing.T) {
 	wantErr(t, execute(newMigrateCmd(), "--mirror", "2", "--ec", "2+1", f), "exclude each other")
 	wantErr(t, execute(newMigrateCmd(), "-c", "0", f), "-c 0")
 	wantErr(t, execute(newMigrateCmd(), "-o", "1,1", f), "given twice")
+	wantErr(t, execute(newMigrateCmd(), "--target", "2,2", f), "given twice")
 	wantErr(t, execute(newMigrateCmd(), "--raid0", dir), "is a directory", "-r")
 	wantErr(t, execute(newMigrateCmd(), "--raid0", fifo), "not a regular file")
 	wantErr(t, execute(newMigrateCmd(), "--raid0", filepath.Join(dir, "missing")), "no such file")

@@ -100,7 +100,7 @@ func addStripeFlags(cmd *cobra.Command, req *stripeRequest, targets *[]uint, kee
 // stripeFlagsGiven reports whether any of addStripeFlags' flags was given.
 func stripeFlagsGiven(cmd *cobra.Command) bool {
 	fl := cmd.Flags()
-	return fl.Changed("stripe-count") || fl.Changed("stripe-size") || fl.Changed("targets") ||
+	return fl.Changed("stripe-count") || fl.Changed("stripe-size") || fl.Changed("targets") || fl.Changed("target") ||
 		fl.Changed("mirror") || fl.Changed("ec") || fl.Changed("raid0")
 }
 
