@@ -353,7 +353,8 @@
 // queued and the ticket is not near its end; it takes the new objects off
 // the GC queue and queues the old ones due after MovedObjectGrace. Begin
 // and commit are refused (EBUSY) while anyone holds the file open for
-// writing, and opens for writing wait while a commit is proposed
+// writing, or in the grace period after a restart (handles not yet taken
+// back are not known), and opens for writing wait while a commit is proposed
 // (Server.migrating), so no writer can keep the old layout across it.
 // MigrateAbort (op 32) makes a ticket's objects due at once. Both need
 // write permission; size, times and quota usage do not change.

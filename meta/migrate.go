@@ -49,8 +49,8 @@ func (s *Server) MigrateBegin(ctx context.Context, ino proto.Ino, policy layout.
 	if err := checkAccess(cl, &n.Attr, proto.AccessReadWrite); err != nil {
 		return proto.MigrateTicket{}, err
 	}
-	if s.anyWriteOpen(ino) {
-		return proto.MigrateTicket{}, errnof(syscall.EBUSY, "migrate inode %d: open for writing", ino)
+	if s.inGrace() || s.anyWriteOpen(ino) {
+		return proto.MigrateTicket{}, errnof(syscall.EBUSY, "migrate inode %d: open for writing (or the server is in its grace period after a restart)", ino)
 	}
 	pol := policy.Clone()
 	now := s.now()
@@ -99,6 +99,11 @@ func (s *Server) MigrateCommit(ctx context.Context, t proto.MigrateTicket) (prot
 	cl, err := s.caller(ctx)
 	if err != nil {
 		return proto.Attr{}, err
+	}
+	if s.inGrace() {
+		// Clients are still taking back their handles: one may hold the
+		// file open for writing without this server knowing yet.
+		return proto.Attr{}, errnof(syscall.EBUSY, "migrate inode %d: the metadata server restarted and is in its grace period", t.Ino)
 	}
 	s.mu.Lock()
 	if s.migrating[t.Ino] != nil {

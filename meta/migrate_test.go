@@ -182,3 +182,23 @@ func TestMigrateOpenWaits(t *testing.T) {
 		t.Fatalf("open after the commit got generation %#x, want %#x", got.Gen, tk.NewGen)
 	}
 }
+
+// TestMigrateGrace: after a restart, until clients took back their
+// handles, a restripe is neither begun nor committed (a writer's handle
+// may not be known yet).
+func TestMigrateGrace(t *testing.T) {
+	e, _, a, _ := rebuildEnv(t)
+	pol := layout.Layout{Kind: layout.RAID0, StripeSize: 1 << 20, StripeCount: 2}
+	tk, err := e.srv.MigrateBegin(ctx, a.Ino, pol)
+	e.must(err)
+	e.restart()
+	if _, err := e.srv.MigrateBegin(ctx, a.Ino, pol); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("begin in the grace period: %v", err)
+	}
+	if _, err := e.srv.MigrateCommit(ctx, tk); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("commit in the grace period: %v", err)
+	}
+	if got, _ := e.srv.GetAttr(ctx, a.Ino); got.Gen != a.Gen {
+		t.Fatalf("refused commit changed the file: %+v", got)
+	}
+}
