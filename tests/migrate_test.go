@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -15,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/weft-fs/weft/internal/testcluster"
 )
@@ -339,5 +342,56 @@ func TestMigrateBadInput(t *testing.T) {
 	b, err = os.ReadFile(filepath.Join(c.Mount(c.AddMount()), "d", "f"))
 	if err != nil || !bytes.Equal(b, data) {
 		t.Fatalf("after migrate -r: %v", err)
+	}
+}
+
+// TestMigrateOpenReader: a handle opened before a migration keeps
+// reading the old objects; once the grace removed them, a read of bytes
+// it never read fails with ESTALE (reopen), never returns zeros; a new
+// open reads them right.
+func TestMigrateOpenReader(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 3, Mounts: 2, Timeout: "10s",
+		MetaArgs: []string{"--moved-object-grace", "1s"}})
+	d := filepath.Join(c.Mount(0), "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	weft(t, c, "setstripe", "-S", "1M", "-c", "2", "--raid0", d)
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(i/4096 + 1) // no zero byte anywhere
+	}
+	f := filepath.Join(d, "f")
+	if err := writeNew(f, data); err != nil {
+		t.Fatal(err)
+	}
+	byTarget := serverTargets(t, c, 3)
+	h, err := os.Open(filepath.Join(c.Mount(1), "d", "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	// No kernel read-ahead: the later read must reach the mount.
+	if err := unix.Fadvise(int(h.Fd()), 0, 0, unix.FADV_RANDOM); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	if _, err := h.ReadAt(buf, 3<<20); err != nil || !bytes.Equal(buf, data[3<<20:3<<20+4096]) {
+		t.Fatalf("read before the migration: %v", err)
+	}
+	weft(t, c, "migrate", "--mirror", "2", "-c", "1", f)
+	waitObjectsOnlyOn(t, c, byTarget, targetsOf(getstripeOf(t, c, f)))
+	_, err = h.ReadAt(buf, 1<<20)
+	switch {
+	case err == nil && !bytes.Equal(buf, data[1<<20:1<<20+4096]):
+		t.Fatalf("the old handle read wrong bytes after its objects were removed: %s", firstDiff(buf, data[1<<20:1<<20+4096]))
+	case err != nil && !errors.Is(err, syscall.ESTALE):
+		t.Fatalf("the old handle's read after its objects were removed: %v, want ESTALE", err)
+	}
+	t.Logf("old handle after the grace: %v", err)
+	b, err := os.ReadFile(filepath.Join(c.Mount(1), "d", "f"))
+	if err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("a new open after the migration: %v", err)
 	}
 }
