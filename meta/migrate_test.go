@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
 )
@@ -33,6 +34,7 @@ func gcDue(e *env, tg proto.TargetID, ino proto.Ino, slot int, gen uint64) (int6
 // succeeds again; size, times and quota usage stay.
 func TestMigrateCommit(t *testing.T) {
 	e, _, a, _ := rebuildEnv(t)
+	usage := e.usage(metarpc.QuotaUser, a.Uid)
 	pol := layout.Layout{Kind: layout.RAID0, StripeSize: 1 << 20, StripeCount: 3}
 	tk, err := e.srv.MigrateBegin(ctx, a.Ino, pol)
 	e.must(err)
@@ -67,6 +69,11 @@ func TestMigrateCommit(t *testing.T) {
 	if again, err := e.srv.MigrateCommit(ctx, tk); err != nil || again.Gen != tk.NewGen {
 		t.Fatalf("repeated commit: %+v %v", again, err)
 	}
+	// The bytes stay charged once.
+	if got := e.usage(metarpc.QuotaUser, a.Uid); got != usage || got.Bytes != 5<<20 {
+		t.Fatalf("usage after the migration %+v, before %+v", got, usage)
+	}
+	checkQuotaExact(t, e.st)
 	// An abort of a committed restripe changes nothing.
 	if err := e.srv.MigrateAbort(ctx, tk); !errors.Is(err, syscall.EBUSY) {
 		t.Fatalf("abort after commit: %v", err)
