@@ -208,7 +208,8 @@ func TestMigrate(t *testing.T) {
 // TestMigrateWriter: a file open for writing is not migrated (a clear
 // error, the file unchanged); migrations that run while another process
 // keeps writing the file either fail cleanly or include every byte
-// written: at the end the file holds exactly what the writer wrote.
+// written: at the end the file holds exactly what the writer wrote, and
+// the targets hold only the final layout's objects.
 func TestMigrateWriter(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 3, Timeout: "10s",
@@ -286,6 +287,9 @@ check:
 			t.Fatalf("after the migrations: %v: %s", err, firstDiff(b, want))
 		}
 	}
+	// Nothing is left of the refused and replaced migrations: one object
+	// on each target of the final layout, none elsewhere.
+	waitObjectsOnlyOn(t, c, serverTargets(t, c, 3), targetsOf(getstripeOf(t, c, f)))
 }
 
 // TestMigrateBadInput: what the cluster cannot give, unknown targets, a
