@@ -44,3 +44,20 @@ func (b *budget) tryAcquire(n uint64) bool {
 	b.used += n
 	return true
 }
+
+// setLimit changes the budget (client.write_behind); waiters recheck at
+// once. Bytes held above a lowered limit are given back as their writes
+// finish; nothing new is admitted until they are.
+func (b *budget) setLimit(limit uint64) {
+	b.mu.Lock()
+	b.limit = limit
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+// getLimit returns the budget's limit.
+func (b *budget) getLimit() uint64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.limit
+}

@@ -74,7 +74,7 @@ type Client struct {
 	meta    proto.MetaService
 	storage proto.StorageService
 	budget  *budget
-	perFile uint64
+	perFile atomic.Uint64 // write-behind bytes one file may hold: min(maxFileInflight, the budget)
 	bufs    *bufpool.Pool
 	params  clientParams // run-time parameters (params.go)
 
@@ -149,11 +149,11 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		meta:    meta,
 		storage: storage,
 		budget:  newBudget(cfg.CacheLimit),
-		perFile: min(maxFileInflight, cfg.CacheLimit),
 		base:    base,
 		cancel:  cancel,
 		open:    map[proto.Ino]*inodeState{},
 	}
+	c.perFile.Store(min(maxFileInflight, cfg.CacheLimit))
 	c.rows.seed = maphash.MakeSeed()
 	if svc, ok := meta.(sessionService); ok {
 		c.sess = newSession(c, svc)

@@ -267,8 +267,25 @@
 //
 // With every session renewal the client fetches the run-time parameters
 // from the metadata service (params.go, docs/params.md) and applies
-// client.read_ahead (the read-ahead window, instead of the layout's) and
-// log.level.client (Config.LogLevel).
+// client.read_ahead (the read-ahead window, instead of the layout's),
+// client.write_behind (the budget of its write-behind and read-ahead
+// buffers, instead of Config.CacheLimit), client.rpcs_in_flight (storage
+// requests outstanding per server, storagerpc.Client.SetInflightLimit)
+// and log.level.client (Config.LogLevel). client.checksums is read-only:
+// checksums are the storage servers'.
+//
+// # Online restripe
+//
+// Migrate (migrate.go, `weft migrate`) gives a file with data a new
+// layout: the metadata service places it for a new generation
+// (proto.Migrator), the client copies the file into the new objects
+// through its own read and write paths (the only path that writes any
+// layout, EC included, from any other), syncs them, and the service swaps
+// the layout if the file was not written meanwhile (else EBUSY, wrapped
+// with ErrMigrateBusy, and the new objects are removed). A handle opened
+// before the swap keeps reading the old objects until the moved-object
+// grace removes them; a read that then finds one gone fails with ESTALE,
+// never zeros (sized.go).
 //
 // # Failures
 //

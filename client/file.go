@@ -72,6 +72,10 @@ type inodeState struct {
 	ra        readAhead
 
 	caps caps // the capabilities its storage requests carry (capability.go)
+
+	// strict: a write that misses an object fails instead of marking the
+	// object stale (a restripe's new objects, migrate.go).
+	strict bool
 }
 
 type pendingWrite struct {
@@ -347,7 +351,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 			c.budget.release(n)
 			return 0, err
 		}
-		fits := st.held == 0 || st.held+n <= c.perFile
+		fits := st.held == 0 || st.held+n <= c.perFile.Load()
 		if st.truncating == 0 && !st.overlaps(off, end) && fits {
 			break
 		}

@@ -114,7 +114,7 @@ func (c *Client) fanOut(ctx context.Context, st *inodeState, l layout.Layout, sl
 			got++
 			if r.err == nil {
 				ok++
-				if grace == nil && got < len(slots) {
+				if grace == nil && got < len(slots) && !st.strict {
 					// A loaded machine slows every copy alike: the others
 					// get at least 4 times what the first one took.
 					t := time.NewTimer(max(c.mirrorGrace(), 4*time.Since(start)))
@@ -136,7 +136,7 @@ func (c *Client) fanOut(ctx context.Context, st *inodeState, l layout.Layout, sl
 	if len(failed) == 0 {
 		return nil
 	}
-	if ok == 0 && l.Kind != layout.EC {
+	if (ok == 0 && l.Kind != layout.EC) || st.strict {
 		return first
 	}
 	c.log.Warn("an object missed a write: marking it stale", "ino", st.ino, "slots", failed, "err", first)

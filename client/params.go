@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"log/slog"
+	"strconv"
 	"sync/atomic"
 
 	"github.com/weft-fs/weft/internal/units"
@@ -26,8 +27,28 @@ type clientParams struct {
 // client.read_ahead (0: auto, from each file's layout).
 func (c *Client) ReadAheadWindow() uint64 { return c.params.raWindow.Load() }
 
+// WriteBehindLimit returns the bytes the mount's write-behind (and
+// read-ahead) buffers may hold: client.write_behind, or with auto
+// Config.CacheLimit (--cache-limit).
+func (c *Client) WriteBehindLimit() uint64 { return c.budget.getLimit() }
+
+// inflightLimiter is a storage client that bounds its requests in flight
+// per server (storagerpc.Client).
+type inflightLimiter interface {
+	SetInflightLimit(n int)
+}
+
+// SetInflightLimit forwards client.rpcs_in_flight to the storage client.
+func (s *resolvingStorage) SetInflightLimit(n int) {
+	if l, ok := s.StorageService.(inflightLimiter); ok {
+		l.SetInflightLimit(n)
+	}
+}
+
 // applyParams fetches the run-time parameters and applies those the client
-// reads: client.read_ahead and log.level.client. A failure is logged and
+// reads: client.read_ahead, client.write_behind, client.rpcs_in_flight
+// and log.level.client (client.checksums is read-only: the storage
+// servers' checksums are always on). A failure is logged and
 // leaves the current values (the next renewal tries again).
 func (c *Client) applyParams(ctx context.Context) {
 	svc := c.meta
@@ -57,6 +78,25 @@ func (c *Client) applyParams(ctx context.Context) {
 		}
 	}
 	c.params.raWindow.Store(window)
+	// client.write_behind: the budget of the mount's buffers.
+	limit := c.cfg.CacheLimit
+	if v := now["client.write_behind"]; v != "" && v != "auto" {
+		if n, err := units.ParseSize(v); err == nil && n > 0 {
+			limit = n
+		}
+	}
+	c.budget.setLimit(limit)
+	c.perFile.Store(min(maxFileInflight, limit))
+	// client.rpcs_in_flight: storage requests outstanding per server.
+	rpcs := 0
+	if v := now["client.rpcs_in_flight"]; v != "" && v != "auto" {
+		if n, err := strconv.Atoi(v); err == nil && n > 0 {
+			rpcs = n
+		}
+	}
+	if l, ok := c.storage.(inflightLimiter); ok {
+		l.SetInflightLimit(rpcs)
+	}
 	if lv := c.cfg.LogLevel; lv != nil {
 		level := c.cfg.DefaultLogLevel
 		if v := now["log.level.client"]; v != "" {
@@ -68,7 +108,9 @@ func (c *Client) applyParams(ctx context.Context) {
 		lv.Set(level)
 	}
 	c.params.applied.Store(&now)
-	c.log.Info("client: run-time parameters applied", "client.read_ahead", now["client.read_ahead"], "log.level.client", now["log.level.client"])
+	c.log.Info("client: run-time parameters applied", "client.read_ahead", now["client.read_ahead"],
+		"client.write_behind", now["client.write_behind"], "client.rpcs_in_flight", now["client.rpcs_in_flight"],
+		"log.level.client", now["log.level.client"])
 }
 
 func mapsEqual(a, b map[string]string) bool {

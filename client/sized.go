@@ -113,7 +113,13 @@ func (c *Client) checkLength(ctx context.Context, st *inodeState, l layout.Layou
 		if err != nil {
 			return err
 		}
-		if a.Gen != st.gen || !short(a.Size) {
+		if a.Gen != st.gen {
+			// The file was restriped (weft migrate) and this handle's
+			// objects removed after the grace: its bytes are in the new
+			// objects, which a new open reads. Never read them as zeros.
+			return fmt.Errorf("client: ino %d was restriped while open here; reopen it: %w", st.ino, syscall.ESTALE)
+		}
+		if !short(a.Size) {
 			return nil
 		}
 		if attempt == 4 {

@@ -127,6 +127,9 @@
 // empty file to change its layout) and user.weft.df (get: JSON array of
 // {"id","addr","total","used","free","up","objects","files_free","device"}
 // per storage target) and user.weft.meta (get: the metadata server's
-// address, for admin tools such as weft find). Setting any
-// other user.weft.* name fails with EPERM.
+// address, for admin tools such as weft find); user.weft.resync (set:
+// repair stale copies, client.Resync) and user.weft.migrate (set on a
+// regular file to a layout in user.weft.layout's JSON, targets optional:
+// client.Migrate restripes it online; `weft migrate` sets it). Setting
+// any other user.weft.* name fails with EPERM.
 package fuse

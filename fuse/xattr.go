@@ -19,7 +19,11 @@ const (
 	// xattrResync, set (any value) on a mirrored file, repairs its stale
 	// copies (client.Resync); `weft resync` sets it.
 	xattrResync = "user.weft.resync"
-	weftPrefix  = "user.weft."
+	// xattrMigrate, set to a layout (layoutJSON, targets optional) on a
+	// regular file, restripes it online (client.Migrate); `weft migrate`
+	// sets it.
+	xattrMigrate = "user.weft.migrate"
+	weftPrefix   = "user.weft."
 )
 
 // layoutJSON is the value of user.weft.layout. Kind is "raid0" (or
@@ -169,6 +173,20 @@ func (n *node) Setxattr(ctx context.Context, name string, data []byte, flags uin
 	if name == xattrResync {
 		_, err := n.fsys.c.Resync(ctx, n.ino())
 		return n.fsys.errno("resync", err)
+	}
+	if name == xattrMigrate {
+		var j layoutJSON
+		if err := json.Unmarshal(data, &j); err != nil {
+			return syscall.EINVAL
+		}
+		l, err := fromLayoutJSON(j)
+		if err != nil {
+			return syscall.EINVAL
+		}
+		if _, err = n.fsys.c.Migrate(ctx, n.ino(), l); err != nil {
+			n.fsys.log.Warn("fuse: migrate failed; the file keeps its layout", "ino", n.ino(), "err", err)
+		}
+		return n.fsys.errno("migrate", err)
 	}
 	if name == xattrLayout {
 		var j layoutJSON

@@ -63,12 +63,14 @@ var opNames = [...]string{
 	OpSetQuota: "set-quota", OpSetProject: "set-project", OpRecount: "quota-recount",
 	OpSetParam:    "set-param",
 	OpTargetState: "target-state", OpMoveSlot: "move-slot",
-	OpCorrupt: "corrupt",
+	OpCorrupt:      "corrupt",
+	OpMigrateBegin: "migrate-begin", OpMigrateCommit: "migrate-commit", OpMigrateAbort: "migrate-abort",
 }
 
 // validOp reports whether o is a known command op.
 func validOp(o Op) bool {
-	return (o > 0 && o < opMax) || (o >= OpSetQuota && o < opQuotaMax) || o == OpSetParam || (o >= OpCorrupt && o < opScrubMax)
+	return (o > 0 && o < opMax) || (o >= OpSetQuota && o < opQuotaMax) || o == OpSetParam ||
+		(o >= OpCorrupt && o < opScrubMax) || (o >= OpMigrateBegin && o < opMigrateMax)
 }
 
 func (o Op) String() string {
@@ -149,6 +151,13 @@ type Command struct {
 	// Quota is what OpSetQuota sets (an account and its limits) and, for
 	// OpSetProject, the project id (Quota.ID) (command version 6).
 	Quota *QuotaSpec
+
+	// NewGen and Until are an online restripe's (migrate.go; command
+	// version 7): the generation of the new objects, and a time bound
+	// (unix ns): begin, when its new objects are removed unless committed;
+	// commit, when the old objects are removed.
+	NewGen uint64
+	Until  int64
 }
 
 // QuotaSpec names a quota account and its limits (0 = none).
@@ -169,8 +178,9 @@ const (
 	// Session, SessionName and Seq; earlier commands decode with Seq 0 (no
 	// dedupe). Version 5 holds Layout in layout format 2 (kinds, stale
 	// slots) and appends Domains, Slots and Blocks; earlier commands hold
-	// format 1 and report no blocks. Version 6 appends Quota.
-	cmdVersion = 6
+	// format 1 and report no blocks. Version 6 appends Quota. Version 7
+	// appends NewGen and Until.
+	cmdVersion = 7
 )
 
 // Encode returns the command's binary form (the raft log entry format).
@@ -250,6 +260,8 @@ func (c *Command) Encode() []byte {
 		e.U64(q.Inodes)
 		e.U64(q.Bytes)
 	}
+	e.U64(c.NewGen)
+	e.I64(c.Until)
 	return e.B
 }
 
@@ -354,6 +366,10 @@ func DecodeCommand(b []byte) (*Command, error) {
 	if v >= 6 && d.Bool() {
 		c.Quota = &QuotaSpec{Kind: d.U8(), ID: d.U32(), Inodes: d.U64(), Bytes: d.U64()}
 	}
+	if v >= 7 {
+		c.NewGen = d.U64()
+		c.Until = d.I64()
+	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode command: %w", err)
 	}
@@ -367,4 +383,13 @@ func DecodeCommand(b []byte) (*Command, error) {
 const (
 	// OpSetParam stores parameter Name = Text (meta/params.go; --persist).
 	OpSetParam Op = 27
+)
+
+// Command ops of the online restripe (migrate.go; 30..32, a block of their
+// own).
+const (
+	OpMigrateBegin  Op = 30 // place a new layout for a file, its objects named by NewGen
+	OpMigrateCommit Op = 31 // swap a file's layout and generation for the new ones
+	OpMigrateAbort  Op = 32 // drop a restripe: its new objects are removed at once
+	opMigrateMax    Op = 33
 )

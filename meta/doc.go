@@ -355,6 +355,25 @@
 // (StartScrub, root only: storagerpc OpScrubStart to every target up;
 // ScrubStatus) reads the book, which is the leader's, in memory.
 //
+// # Online restripe
+//
+// `weft migrate` gives a file with data a new layout (migrate.go,
+// proto.Migrator, metarpc 100..102): MigrateBegin (command op 30) places
+// the new layout for a new random generation, whose objects therefore
+// never collide with the file's, and queues them on the object-GC queue
+// due at the ticket's end (an hour); the client copies the file into them
+// (package client); MigrateCommit (op 31) swaps layout and generation in
+// one command, only if the file's generation, mtime, ctime and size are
+// still those of the begin (EBUSY otherwise), every slot is one the begin
+// queued and the ticket is not near its end; it takes the new objects off
+// the GC queue and queues the old ones due after MovedObjectGrace. Begin
+// and commit are refused (EBUSY) while anyone holds the file open for
+// writing, or in the grace period after a restart (handles not yet taken
+// back are not known), and opens for writing wait while a commit is proposed
+// (Server.migrating), so no writer can keep the old layout across it.
+// MigrateAbort (op 32) makes a ticket's objects due at once. Both need
+// write permission; size, times and quota usage do not change.
+//
 // # A store that never lies
 //
 // A server refuses to start, with an error wrapping store.ErrCorrupt that

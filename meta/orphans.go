@@ -30,6 +30,10 @@ func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (pr
 		s.mu.Unlock()
 		return proto.Attr{}, nil, errnof(syscall.ENOENT, "inode %d is being removed", ino)
 	}
+	if want.Has(proto.AccessWrite) {
+		// A writer must not get the layout a restripe is replacing.
+		s.waitMigrationLocked(ino)
+	}
 	// A retry of an Open the server saw (its reply was lost) must not
 	// count a second handle: the first attempt counted it, or released it
 	// again when it failed.
@@ -144,6 +148,11 @@ func (s *Server) holdsWriteOpen(sess session, ino proto.Ino) bool {
 func (s *Server) anyWriteOpen(ino proto.Ino) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.anyWriteOpenLocked(ino)
+}
+
+// anyWriteOpenLocked is anyWriteOpen with s.mu held.
+func (s *Server) anyWriteOpenLocked(ino proto.Ino) bool {
 	for _, m := range s.sessOpens {
 		if o := m[ino]; o.n > 0 && o.write {
 			return true

@@ -34,8 +34,8 @@ var Params = []ParamDef{
 		Doc: "write-behind buffer limit of a mount (auto: from --cache-limit)"},
 	{Name: "client.rpcs_in_flight", Scope: "mounts", Default: "auto", check: countOrAuto,
 		Doc: "storage requests in flight per mount and server (auto: the transport's bound)"},
-	{Name: "client.checksums", Scope: "mounts", Default: "on", check: onOff,
-		Doc: "end-to-end data checksums on the client side"},
+	{Name: "client.checksums", Scope: "mounts", Default: "on", check: readOnly(errChecksumsFixed),
+		Doc: "data checksums (read-only: the storage servers keep and verify a CRC32C of every block)"},
 	{Name: "rebuild.rate", Scope: "metadata service", Default: "0", check: size,
 		Doc: "bytes per second the rebuild may copy (0: unlimited; while unset: weft meta --rebuild-rate); applied at once"},
 	{Name: "scrub.rate", Scope: "storage servers", Default: "50MiB", check: size,
@@ -97,14 +97,17 @@ func countOrAuto(v string) (string, error) {
 	return strconv.FormatUint(n, 10), nil
 }
 
-func onOff(v string) (string, error) {
-	switch strings.ToLower(v) {
-	case "on", "true", "1", "yes":
-		return "on", nil
-	case "off", "false", "0", "no":
-		return "off", nil
-	}
-	return "", fmt.Errorf("want on or off, not %q", v)
+// errChecksumsFixed is why client.checksums cannot be set: the checksums
+// are the storage servers' (a CRC32C per 4 KiB block, written with the
+// data and verified by every read, storage/sidecar.go); a mount computes
+// none it could skip, and turning the servers' off would leave blocks
+// without the checksum every later read verifies.
+var errChecksumsFixed = errors.New("read-only: the storage servers keep and verify a CRC32C of every block, which cannot be turned off")
+
+// readOnly is the check of a parameter that shows a fixed value and takes
+// none.
+func readOnly(why error) func(string) (string, error) {
+	return func(string) (string, error) { return "", why }
 }
 
 func logLevel(v string) (string, error) {

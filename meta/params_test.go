@@ -34,11 +34,17 @@ func TestParams(t *testing.T) {
 		t.Fatalf("default %+v", p)
 	}
 	root := remote("host-a", 1)
-	e.must(e.srv.SetParam(root, "client.checksums", "false", false))
+	e.must(e.srv.SetParam(root, "client.read_ahead", "2MiB", false))
 	e.must(e.srv.SetParam(root, "rebuild.rate", "100MiB", true))
 	e.must(e.srv.SetParam(root, "log.level.meta", "DEBUG", false))
-	if p := paramOf(t, e, "client.checksums"); p.Value != "off" || p.Source != "set" {
+	if p := paramOf(t, e, "client.read_ahead"); p.Value != "2 MiB" && p.Value != "2MiB" || p.Source != "set" {
 		t.Fatalf("set %+v", p)
+	}
+	// client.checksums is read-only: every set is refused, saying why.
+	for _, v := range []string{"off", "on"} {
+		if err := e.srv.SetParam(root, "client.checksums", v, false); !errors.Is(err, syscall.EINVAL) || !strings.Contains(err.Error(), "read-only") {
+			t.Fatalf("set client.checksums=%s: %v, want EINVAL saying it is read-only", v, err)
+		}
 	}
 	if p := paramOf(t, e, "rebuild.rate"); p.Value != "100 MiB" && p.Value != "100MiB" || p.Source != "persisted" {
 		t.Fatalf("persisted %+v", p)
@@ -65,7 +71,7 @@ func TestParams(t *testing.T) {
 	e.must(e.srv.SetParam(root, "log.level.meta", "error", true))
 	level.Set(slog.LevelWarn)
 	e.restart()
-	if p := paramOf(t, e, "client.checksums"); p.Value != "on" || p.Source != "default" {
+	if p := paramOf(t, e, "client.read_ahead"); p.Value != "auto" || p.Source != "default" {
 		t.Fatalf("after restart %+v", p)
 	}
 	if p := paramOf(t, e, "rebuild.rate"); p.Source != "persisted" {
@@ -95,8 +101,8 @@ func TestRebuildRateParam(t *testing.T) {
 		t.Fatalf("rate after rebuild.rate=100MiB: %d", r)
 	}
 	e.srv.SetRebuildRate(1 << 30)
-	e.must(e.srv.SetParam(root, "client.checksums", "off", false))
+	e.must(e.srv.SetParam(root, "client.read_ahead", "1MiB", false))
 	if r := e.srv.rb.pace.Rate(); r != 1<<30 {
-		t.Fatalf("a set of client.checksums changed the rebuild rate to %d", r)
+		t.Fatalf("a set of client.read_ahead changed the rebuild rate to %d", r)
 	}
 }

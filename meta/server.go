@@ -189,7 +189,10 @@ type Server struct {
 	// (atomic: a new leader restarts it from the raft node's goroutine).
 	graceUntil atomic.Int64 // unix ns; 0: none
 	reclaiming map[proto.Ino]bool
-	pending    []proto.Ino // orphans to reclaim
+	// migrating holds the inodes whose restripe is being committed
+	// (migrate.go); the channel closes when it is done.
+	migrating map[proto.Ino]chan struct{}
+	pending   []proto.Ino // orphans to reclaim
 
 	kickReclaim chan struct{}
 	kickGC      chan struct{}
@@ -324,6 +327,7 @@ func New(opts Options) (*Server, error) {
 		locks:       newLockTable(),
 		appendEnd:   map[proto.Ino]uint64{},
 		reclaiming:  map[proto.Ino]bool{},
+		migrating:   map[proto.Ino]chan struct{}{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
 		marker:      marker,

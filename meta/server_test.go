@@ -438,6 +438,11 @@ func TestCommandRoundTrip(t *testing.T) {
 		{Op: OpStale, Ino: 12, Gen: 5, Flags: 1, Slots: []uint32{1, 3}},
 		{Op: OpSetQuota, Quota: &QuotaSpec{Kind: 2, ID: 100, Inodes: 5, Bytes: 1 << 40}, Cred: &proto.Cred{}},
 		{Op: OpSetProject, Inos: []proto.Ino{4, 5}, Quota: &QuotaSpec{Kind: 3, ID: 7}},
+		{Op: OpMigrateBegin, Ino: 12, Gen: 5, NewGen: 9, Until: 1 << 62, Layout: &layout.Layout{Kind: layout.EC, ECData: 2, ECParity: 1, StripeSize: 1 << 20, StripeCount: 1},
+			Candidates: []proto.TargetID{1, 2, 3}, Domains: []uint32{0, 1, 2}, Cred: &proto.Cred{Uid: 7}},
+		{Op: OpMigrateCommit, Ino: 12, Gen: 5, NewGen: 9, Until: -1, SetAttr: proto.SetAttrIn{Mtime: 3, Ctime: 4, Size: 5},
+			Layout: &layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1, Targets: []proto.TargetID{1, 2}}},
+		{Op: OpMigrateAbort, Ino: 12, Gen: 5, NewGen: 9},
 	}
 	for _, c := range cmds {
 		got, err := DecodeCommand(c.Encode())
@@ -453,21 +458,28 @@ func TestCommandRoundTrip(t *testing.T) {
 	// (session id, name, seq), version 3 Gen (8 bytes for a command
 	// without Objects).
 	// Version 6 appended Quota (a bool for a command without).
-	const v6Tail, v5Tail, v4Tail, v3Tail = 1, 4 + 4 + 1, 16 + 4 + 8, 8
+	// Version 7 appended NewGen and Until.
+	const v7Tail, v6Tail, v5Tail, v4Tail, v3Tail = 8 + 8, 1, 4 + 4 + 1, 16 + 4 + 8, 8
+	v6 := (&Command{Op: OpSetQuota, Quota: &QuotaSpec{ID: 4}}).Encode()
+	v6 = v6[:len(v6)-v7Tail]
+	v6[0] = 6
+	if got, err := DecodeCommand(v6); err != nil || got.Quota == nil || got.Quota.ID != 4 || got.NewGen != 0 {
+		t.Fatalf("version 6 command: %+v %v", got, err)
+	}
 	blocks := uint64(12)
 	if got, err := DecodeCommand((&Command{Op: OpWriteDone, Ino: 3, Blocks: &blocks}).Encode()); err != nil || got.Blocks == nil || *got.Blocks != 12 {
 		t.Fatalf("write-done with blocks: %+v %v", got, err)
 	}
 	// A version-4 command holds its layout in format 1 and reports no blocks.
 	v4 := (&Command{Op: OpCreate, Name: "f", Seq: 9}).Encode()
-	v4 = v4[:len(v4)-v5Tail-v6Tail]
+	v4 = v4[:len(v4)-v5Tail-v6Tail-v7Tail]
 	v4[0] = 4
 	if got, err := DecodeCommand(v4); err != nil || got.Layout != nil || got.Name != "f" || got.Blocks != nil || got.Seq != 9 {
 		t.Fatalf("version 4 command: %+v %v", got, err)
 	}
 	// A version-3 command (no request id) decodes without dedupe.
 	v3 := (&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 3}}).Encode()
-	v3 = v3[:len(v3)-v4Tail-v5Tail-v6Tail]
+	v3 = v3[:len(v3)-v4Tail-v5Tail-v6Tail-v7Tail]
 	v3[0] = 3
 	if got, err := DecodeCommand(v3); err != nil || got.Cred == nil || got.Cred.Uid != 3 || got.Seq != 0 {
 		t.Fatalf("version 3 command: %+v %v", got, err)
@@ -480,14 +492,14 @@ func TestCommandRoundTrip(t *testing.T) {
 	}
 	// A version-1 command (no Cred, no Gen) still decodes, as a trusted one.
 	v1 := (&Command{Op: OpUnlink, Name: "x"}).Encode()
-	v1 = v1[:len(v1)-v6Tail-v5Tail-v4Tail-v3Tail-1] // blocks, the request id, Gen, the Cred-present flag
+	v1 = v1[:len(v1)-v7Tail-v6Tail-v5Tail-v4Tail-v3Tail-1] // blocks, the request id, Gen, the Cred-present flag
 	v1[0] = 1
 	if got, err := DecodeCommand(v1); err != nil || got.Cred != nil || got.Name != "x" {
 		t.Fatalf("version 1 command: %+v %v", got, err)
 	}
 	// A version-2 command (no Gen) decodes with generation 0.
 	v2 = (&Command{Op: OpGCDone, Objects: []GCObject{{Target: 1, Obj: proto.ObjectID{Ino: 5}}}}).Encode()
-	v2 = v2[:len(v2)-v6Tail-v5Tail-v4Tail-8-8] // blocks, the request id, Gen, the object's gen
+	v2 = v2[:len(v2)-v7Tail-v6Tail-v5Tail-v4Tail-8-8] // blocks, the request id, Gen, the object's gen
 	v2[0] = 2
 	if got, err := DecodeCommand(v2); err != nil || got.Objects[0].Obj != (proto.ObjectID{Ino: 5}) {
 		t.Fatalf("version 2 command: %+v %v", got, err)
@@ -509,6 +521,7 @@ func FuzzDecodeCommand(f *testing.F) {
 	f.Add((&Command{Op: OpUnlink, Name: "x", Cred: &proto.Cred{Uid: 1, Groups: []uint32{2, 3}}}).Encode())
 	f.Add((&Command{Op: OpSetLayout, Layout: &layout.Layout{StripeSize: 1, Targets: []proto.TargetID{1}}}).Encode())
 	f.Add((&Command{Op: OpMkdir, Name: "d", Session: proto.SessionID{1}, SessionName: "m", Seq: 2}).Encode())
+	f.Add((&Command{Op: OpMigrateCommit, Ino: 3, Gen: 1, NewGen: 2, Until: 5, Layout: &layout.Layout{StripeSize: 1, Targets: []proto.TargetID{1}}}).Encode())
 	f.Fuzz(func(t *testing.T, b []byte) {
 		c, err := DecodeCommand(b)
 		if err != nil {

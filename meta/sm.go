@@ -92,6 +92,8 @@ type applyResult struct {
 	// reply (attr, parent, and the error), and nothing was applied now.
 	dup  bool
 	fsid string // init: the file system id stored
+	// newLayout is a migrate begin's placed layout (migrate.go).
+	newLayout layout.Layout
 }
 
 // fsidNow returns the file system id; safe on any goroutine.
@@ -376,6 +378,12 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.setParam(c)
 	case OpCorrupt:
 		err = t.corruptSlot(c)
+	case OpMigrateBegin:
+		err = t.migrateBegin(c)
+	case OpMigrateCommit:
+		err = t.migrateCommit(c)
+	case OpMigrateAbort:
+		err = t.migrateAbort(c)
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
 	}

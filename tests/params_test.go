@@ -1,7 +1,10 @@
 package tests
 
 import (
+	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +14,9 @@ import (
 
 // TestParams: on a live cluster, `weft param set` changes what the
 // metadata daemon logs at once (its log level), the mount applies its
-// read-ahead window and log level, values set without
+// read-ahead window, write-behind budget, storage requests in flight and
+// log level (and works within them), client.checksums is read-only,
+// values set without
 // --persist are gone after a restart while persisted ones stay, and a
 // bad value is refused.
 func TestParams(t *testing.T) {
@@ -30,7 +35,7 @@ func TestParams(t *testing.T) {
 
 	// At warn, a set logs nothing; once log.level.meta is info, the next
 	// set is logged at info.
-	weft("param", "set", "client.checksums=off")
+	weft("param", "set", "client.read_ahead=4MiB")
 	if strings.Contains(c.Log("meta"), "parameter set") {
 		t.Fatalf("logged at info while at warn:\n%s", c.Log("meta"))
 	}
@@ -39,7 +44,12 @@ func TestParams(t *testing.T) {
 	if log := c.Log("meta"); !strings.Contains(log, "parameter set") || !strings.Contains(log, "client.read_ahead") {
 		t.Fatalf("the metadata daemon's log after log.level.meta=info:\n%s", log)
 	}
-	if v := weft("param", "get", "client.checksums"); v != "off" {
+	// client.checksums is read-only: the storage servers' checksums are
+	// always on.
+	if out, err := c.Weft(ctx, "param", "set", "client.checksums=off", "--meta", c.MetaAddr(), "--keys", c.Keys("meta")); err == nil || !strings.Contains(out, "read-only") {
+		t.Fatalf("client.checksums=off: %v\n%s", err, out)
+	}
+	if v := weft("param", "get", "client.checksums"); v != "on" {
 		t.Fatalf("client.checksums = %q", v)
 	}
 	weft("param", "set", "rebuild.rate=100MiB", "--persist")
@@ -56,12 +66,15 @@ func TestParams(t *testing.T) {
 	// log level (at warn it would not log the line at info) and its
 	// read-ahead window, which the line names.
 	weft("param", "set", "client.read_ahead=2MiB")
+	weft("param", "set", "client.write_behind=1MiB")
+	weft("param", "set", "client.rpcs_in_flight=1")
 	weft("param", "set", "log.level.client=info")
 	// So do the storage servers (every 10 s): their log level and the
 	// rebuild rate.
 	weft("param", "set", "log.level.storage=info")
 	for _, w := range []struct{ proc, want1, want2 string }{
-		{"mount-0", "client.read_ahead=2MiB", "log.level.client=info"},
+		{"mount-0", "client.read_ahead=2MiB", "client.write_behind=1MiB"},
+		{"mount-0", "client.rpcs_in_flight=1", "log.level.client=info"},
 		{"storage-0", "rebuild.rate=100MiB", "log.level.storage=info"},
 	} {
 		deadline := time.Now().Add(2 * time.Minute) // a hang guard; renewals come every lease/3
@@ -75,6 +88,21 @@ func TestParams(t *testing.T) {
 			}
 			time.Sleep(200 * time.Millisecond)
 		}
+	}
+
+	// The mount works within them: a file larger than the write-behind
+	// budget, written and read with one storage request per server in
+	// flight, reads back right.
+	data := make([]byte, 9<<20+123)
+	for i := range data {
+		data[i] = byte(i * 7 / 5)
+	}
+	p := filepath.Join(c.Mount(0), "tuned")
+	if err := os.WriteFile(p, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("read back under the tuned mount: %v", err)
 	}
 
 	c.StopMeta()

@@ -25,6 +25,7 @@ func newRootCmd() *cobra.Command {
 		newSetstripeCmd(),
 		newGetstripeCmd(),
 		newResyncCmd(),
+		newMigrateCmd(),
 		newDfCmd(),
 		newBenchCmd(),
 		newVersionCmd(),

@@ -64,9 +64,7 @@ and changes nothing. With -o, give COUNT x N targets, stripe after stripe.
 directory's; on the root itself, weft's built-in default).`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			fl := cmd.Flags()
-			given := fl.Changed("stripe-count") || fl.Changed("stripe-size") || fl.Changed("targets") ||
-				fl.Changed("mirror") || fl.Changed("ec") || fl.Changed("raid0")
+			given := stripeFlagsGiven(cmd)
 			if toDefault {
 				if given {
 					return errors.New("-d resets a directory to the file system's default: it takes no -c, -S, -o, --mirror, --ec or --raid0")
@@ -76,30 +74,50 @@ directory's; on the root itself, weft's built-in default).`,
 			if !given {
 				return errors.New("nothing to set: give -c COUNT, -S SIZE, -o IDS, --mirror N, --ec K+M or --raid0 (or -d DIR to go back to the file system's default); weft getstripe shows the current layout")
 			}
-			if fl.Changed("stripe-count") && req.Count == 0 {
-				return fmt.Errorf("-c 0: want -1 (all targets) or 1..%d (-d DIR goes back to the file system's default)", layout.MaxStripeCount)
-			}
-			if fl.Changed("stripe-size") && req.Size == 0 {
-				return errors.New("-S 0: want a stripe size, e.g. 1M (-d DIR goes back to the file system's default)")
-			}
-			for _, t := range targets {
-				req.Targets = append(req.Targets, uint32(t))
-			}
-			if err := req.validate(); err != nil {
+			if err := req.parse(cmd, targets, " (-d DIR goes back to the file system's default)"); err != nil {
 				return err
 			}
 			return setstripe(args[0], &req)
 		},
 	}
+	addStripeFlags(cmd, &req, &targets, "inherited")
+	cmd.Flags().BoolVarP(&toDefault, "delete", "d", false, "give DIR the file system's default layout (the root directory's)")
+	return cmd
+}
+
+// addStripeFlags declares the layout flags setstripe and migrate share;
+// keep says what a flag not given means.
+func addStripeFlags(cmd *cobra.Command, req *stripeRequest, targets *[]uint, keep string) {
 	fs := cmd.Flags()
-	fs.Int32VarP(&req.Count, "stripe-count", "c", 0, "number of targets to stripe over (-1: all; default: inherited)")
-	fs.VarP(&req.Size, "stripe-size", "S", "bytes per stripe unit, e.g. 1M, 4MiB (default: inherited)")
-	fs.UintSliceVarP(&targets, "targets", "o", nil, "the target ids to use, in stripe order (default: the servers choose)")
-	fs.BoolVarP(&toDefault, "delete", "d", false, "give DIR the file system's default layout (the root directory's)")
+	fs.Int32VarP(&req.Count, "stripe-count", "c", 0, "number of targets to stripe over (-1: all; default: "+keep+")")
+	fs.VarP(&req.Size, "stripe-size", "S", "bytes per stripe unit, e.g. 1M, 4MiB (default: "+keep+")")
+	fs.UintSliceVarP(targets, "targets", "o", nil, "the target ids to use, in stripe order (default: the servers choose)")
 	fs.IntVar(&req.Mirror, "mirror", 0, "keep N copies (2..5) of every stripe on distinct servers")
 	fs.StringVar(&req.EC, "ec", "", "erasure-code every stripe: K+M, K data (1..16) and M parity (1..4) shards")
 	fs.BoolVar(&req.RAID0, "raid0", false, "no protection: one object per stripe")
-	return cmd
+}
+
+// stripeFlagsGiven reports whether any of addStripeFlags' flags was given.
+func stripeFlagsGiven(cmd *cobra.Command) bool {
+	fl := cmd.Flags()
+	return fl.Changed("stripe-count") || fl.Changed("stripe-size") || fl.Changed("targets") || fl.Changed("target") ||
+		fl.Changed("mirror") || fl.Changed("ec") || fl.Changed("raid0")
+}
+
+// parse completes the request from the flags (targets from -o) and
+// validates it; hint is appended to the errors of -c 0 and -S 0.
+func (r *stripeRequest) parse(cmd *cobra.Command, targets []uint, hint string) error {
+	fl := cmd.Flags()
+	if fl.Changed("stripe-count") && r.Count == 0 {
+		return fmt.Errorf("-c 0: want -1 (all targets) or 1..%d%s", layout.MaxStripeCount, hint)
+	}
+	if fl.Changed("stripe-size") && r.Size == 0 {
+		return fmt.Errorf("-S 0: want a stripe size, e.g. 1M%s", hint)
+	}
+	for _, t := range targets {
+		r.Targets = append(r.Targets, uint32(t))
+	}
+	return r.validate()
 }
 
 func (r *stripeRequest) validate() error {

@@ -825,6 +825,9 @@ func request(op uint16) (message, bool) {
 	if !ok {
 		req, _, ok = scrubMessages(op)
 	}
+	if !ok {
+		req, _, ok = migrateMessages(op)
+	}
 	return req, ok
 }
 

@@ -104,7 +104,21 @@ func samples() []message {
 		&targetsResp{[]proto.TargetInfo{{ID: 3, Addr: "y", Total: 9, Used: 1, Free: 8, Up: true, Objects: 4, FilesFree: 5, Device: "m:1",
 			IO: proto.IOCounters{Reads: 1, ReadBytes: 2, Writes: 3, WriteBytes: 4}}}},
 		&targetIDResp{9},
+		&migrateBeginReq{5, layout.Layout{Kind: layout.EC, ECData: 2, ECParity: 1, StripeSize: 1 << 20, StripeCount: 1}},
+		&ticketMsg{proto.MigrateTicket{Ino: 5, Gen: 1, NewGen: 2, Layout: sampleAttr.Layout, Mtime: -3, Ctime: 4, Size: 5, Until: 6, Cap: []byte("cap"), Blocks: 7}},
+		&ticketMsg{proto.MigrateTicket{Ino: 5}},
 	}
+}
+
+// migrateOps are the restripe's ops (100..102, outside allOps' range).
+func migrateOps() []uint16 { return []uint16{OpMigrateBegin, OpMigrateCommit, OpMigrateAbort} }
+
+// anyMessages is messages, or migrateMessages for the restripe's ops.
+func anyMessages(op uint16) (req, resp message, ok bool) {
+	if req, resp, ok = messages(op); ok {
+		return req, resp, ok
+	}
+	return migrateMessages(op)
 }
 
 func TestRoundTrip(t *testing.T) {
@@ -157,7 +171,7 @@ type nopService struct{ proto.MetaService }
 
 func TestHandlerMalformed(t *testing.T) {
 	h := NewHandler(nopService{}, nil, slog.New(slog.DiscardHandler))
-	for _, op := range allOps() {
+	for _, op := range append(allOps(), migrateOps()...) {
 		_, err := h(context.Background(), op, []byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})
 		if op == OpStatFS || op == OpTargets {
 			continue // no body: everything is trailing garbage, still EINVAL below
@@ -181,15 +195,15 @@ func TestHandlerMalformed(t *testing.T) {
 // every op: no panic, and whatever decodes re-encodes stably.
 func FuzzDecode(f *testing.F) {
 	for _, m := range samples() {
-		for _, op := range allOps() {
-			req, resp, _ := messages(op)
+		for _, op := range append(allOps(), migrateOps()...) {
+			req, resp, _ := anyMessages(op)
 			if reflect.TypeOf(req) == reflect.TypeOf(m) || reflect.TypeOf(resp) == reflect.TypeOf(m) {
 				f.Add(op, marshal(m))
 			}
 		}
 	}
 	f.Fuzz(func(t *testing.T, op uint16, b []byte) {
-		req, resp, ok := messages(op)
+		req, resp, ok := anyMessages(op)
 		if !ok {
 			return
 		}

@@ -22,6 +22,7 @@ var opNames = map[uint16]string{
 	OpTargetList: "target_list", OpTargetState: "target_state",
 	OpRebuildRate: "rebuild_rate",
 	OpScrubReport: "scrub_report", OpScrubStart: "scrub_start", OpScrubStatus: "scrub_status",
+	OpMigrateBegin: "migrate_begin", OpMigrateCommit: "migrate_commit", OpMigrateAbort: "migrate_abort",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.

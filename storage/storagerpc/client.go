@@ -15,6 +15,7 @@ import (
 type Client struct {
 	pool    *transport.Pool
 	resolve func(ctx context.Context, t proto.TargetID) (string, error)
+	limit   inflight // requests outstanding per server (inflight.go)
 }
 
 var _ proto.StorageService = (*Client)(nil)
@@ -29,6 +30,11 @@ func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ..
 	addr, err := c.resolve(ctx, t)
 	if err != nil {
 		return nil, fmt.Errorf("storagerpc: target %d: %w", t, err)
+	}
+	if held, err := c.limit.acquire(ctx, addr); err != nil {
+		return nil, fmt.Errorf("storagerpc: target %d: waiting for a request slot: %w", t, err)
+	} else if held {
+		defer c.limit.release(addr)
 	}
 	if job := proto.JobFrom(ctx); job != "" {
 		// Counted for the job by the server (OpJob).

@@ -44,6 +44,11 @@
 // unit gets the client's new tag, so the K+M shards of the destination row
 // form one code word.
 //
+// A Client may bound the requests it has outstanding at each storage
+// server (SetInflightLimit, the mounts' client.rpcs_in_flight; inflight.go):
+// more wait for a slot, or give up with their ctx. Without a bound nothing
+// is counted.
+//
 // cap is a capability (package capability) as u32 length + bytes, at most
 // MaxCapability; length 0 is none. The Client takes it from the request's
 // ctx (proto.WithCapability). Ops 100..103 were Read, Write, Truncate and

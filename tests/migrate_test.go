@@ -1,0 +1,401 @@
+package tests
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-fs/weft/internal/testcluster"
+)
+
+// getstripeOf returns a file's layout as getstripe --json shows it.
+func getstripeOf(t *testing.T, c *testcluster.Cluster, path string) getstripeJSON {
+	t.Helper()
+	out := weft(t, c, "getstripe", "--json", path)
+	var g getstripeJSON
+	if err := json.Unmarshal([]byte(out), &g); err != nil {
+		t.Fatalf("getstripe --json %s: %v: %q", path, err, out)
+	}
+	return g
+}
+
+// targetsOf lists every target of a layout.
+func targetsOf(g getstripeJSON) []uint32 {
+	var out []uint32
+	for _, s := range g.Stripes {
+		out = append(out, s.Targets...)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// dataObjects counts the objects in a target directory: their data
+// files, not the checksum (.crc) or row version (.ver) sidecars.
+func dataObjects(t *testing.T, dir string) int {
+	t.Helper()
+	n := 0
+	err := filepath.WalkDir(filepath.Join(dir, "objects"), func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if !d.IsDir() && !strings.HasSuffix(p, ".crc") && !strings.HasSuffix(p, ".ver") {
+			n++
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// waitObjectsOnlyOn waits until exactly the targets in want hold object
+// files (the cluster holds one file, which uses a target once), each one:
+// the old objects of a migrated file are gone from the other targets.
+func waitObjectsOnlyOn(t *testing.T, c *testcluster.Cluster, byTarget map[uint32]int, want []uint32) {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for {
+		var holding []uint32
+		extra := 0
+		for id, i := range byTarget {
+			if n := dataObjects(t, c.TargetDirs(i)[0]); n > 0 {
+				holding = append(holding, id)
+				extra += n - 1
+			}
+		}
+		slices.Sort(holding)
+		if slices.Equal(holding, want) && extra == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("objects on targets %v (%d more than one on some), want one on each of %v", holding, extra, want)
+		}
+		time.Sleep(300 * time.Millisecond)
+	}
+}
+
+// TestMigrate restripes a file that holds data RAID-0 → mirror 2 → EC
+// 2+1 while another mount reads it in a loop: every read returns the right
+// bytes, getstripe shows each new layout, the old objects leave their
+// targets after the moved-object grace, and with the server of one EC
+// shard killed the file still reads back right.
+func TestMigrate(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Servers: 4, Targets: 4, Mounts: 2, Timeout: "10s",
+		MetaArgs: []string{"--moved-object-grace", "2s"}})
+	d := filepath.Join(c.Mount(0), "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	weft(t, c, "setstripe", "-S", "1M", "-c", "2", "--raid0", d)
+	data := make([]byte, 5<<20+4321)
+	r := rand.New(rand.NewPCG(7, 7))
+	for i := range data {
+		data[i] = byte(r.Uint32())
+	}
+	want := sha256.Sum256(data)
+	f := filepath.Join(d, "f")
+	if err := writeNew(f, data); err != nil {
+		t.Fatal(err)
+	}
+	byTarget := serverTargets(t, c, 4)
+	if g := getstripeOf(t, c, f); g.Kind != "raid0" || len(targetsOf(g)) != 2 {
+		t.Fatalf("before: %+v", g)
+	}
+
+	// The reader reads through the other mount, opening the file anew
+	// every time.
+	rf := filepath.Join(c.Mount(1), "d", "f")
+	stop := make(chan struct{})
+	var (
+		wg      sync.WaitGroup
+		readErr atomic.Value
+		reads   atomic.Int64
+	)
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			b, err := os.ReadFile(rf)
+			if err == nil && sha256.Sum256(b) != want {
+				err = fmt.Errorf("%d bytes read back differ (want %d): %s", len(b), len(data), firstDiff(b, data))
+			}
+			if err != nil {
+				readErr.Store(err)
+				return
+			}
+			reads.Add(1)
+		}
+	})
+	stopReader := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}
+	defer stopReader()
+	waitReads := func(n int64) {
+		deadline := time.Now().Add(hangGuard)
+		for reads.Load() < n && readErr.Load() == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("the reader made %d reads", reads.Load())
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	waitReads(1)
+
+	out := weft(t, c, "migrate", "--mirror", "2", "-c", "1", f)
+	if !strings.Contains(out, "migrated to mirror 2") {
+		t.Fatalf("migrate: %q", out)
+	}
+	g := getstripeOf(t, c, f)
+	if g.Kind != "mirror" || len(g.Stripes) != 1 || len(g.Stripes[0].Targets) != 2 {
+		t.Fatalf("after migrate to mirror 2: %+v", g)
+	}
+	n := reads.Load()
+	waitReads(n + 2) // reads through the new layout too
+	waitObjectsOnlyOn(t, c, byTarget, targetsOf(g))
+	// st_blocks counts what the new objects hold: both copies.
+	var st syscall.Stat_t
+	if err := syscall.Stat(f, &st); err != nil || st.Blocks*512 < int64(2*len(data)) {
+		t.Fatalf("st_blocks %d after migrate to mirror 2 of %d bytes: %v", st.Blocks, len(data), err)
+	}
+
+	weft(t, c, "migrate", "--ec", "2+1", f)
+	g = getstripeOf(t, c, f)
+	if g.Kind != "ec" || len(g.Stripes) != 1 || len(g.Stripes[0].Targets) != 3 {
+		t.Fatalf("after migrate to ec 2+1: %+v", g)
+	}
+	n = reads.Load()
+	waitReads(n + 2)
+	stopReader()
+	if err := readErr.Load(); err != nil {
+		t.Fatalf("a read during the migrations failed: %v", err)
+	}
+	t.Logf("%d reads during the migrations", reads.Load())
+	waitObjectsOnlyOn(t, c, byTarget, targetsOf(g))
+
+	// Protected: with the server of a data shard killed, a mount that
+	// never read the file reads it back right.
+	c.StopStorage(byTarget[g.Stripes[0].Targets[0]])
+	b, err := os.ReadFile(filepath.Join(c.Mount(c.AddMountUp(3)), "d", "f"))
+	if err != nil || sha256.Sum256(b) != want {
+		t.Fatalf("read with a shard's server killed: %v (%d bytes)", err, len(b))
+	}
+}
+
+// TestMigrateWriter: a file open for writing is not migrated (a clear
+// error, the file unchanged); migrations that run while another process
+// keeps writing the file either fail cleanly or include every byte
+// written: at the end the file holds exactly what the writer wrote, and
+// the targets hold only the final layout's objects.
+func TestMigrateWriter(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 3, Timeout: "10s",
+		MetaArgs: []string{"--moved-object-grace", "1s"}})
+	f := filepath.Join(c.Mount(0), "f")
+	const rec = 64 << 10
+	record := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i%26)}, rec) }
+	if err := writeNew(f, record(0)); err != nil {
+		t.Fatal(err)
+	}
+	h, err := os.OpenFile(f, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := weftFails(t, c, "migrate", "--mirror", "2", f)
+	h.Close()
+	if !strings.Contains(out, "open for writing") {
+		t.Fatalf("migrate of a file open for writing: %q", out)
+	}
+	if g := getstripeOf(t, c, f); g.Kind != "raid0" {
+		t.Fatalf("refused migrate changed the layout: %+v", g)
+	}
+
+	// The writer appends records, each with its own open and close.
+	const records = 60
+	done := make(chan error, 1)
+	go func() {
+		for i := 1; i < records; i++ {
+			h, err := os.OpenFile(f, os.O_WRONLY, 0)
+			if err == nil {
+				_, err = h.WriteAt(record(i), int64(i)*rec)
+				if cerr := h.Close(); err == nil {
+					err = cerr
+				}
+			}
+			if err != nil {
+				done <- fmt.Errorf("record %d: %w", i, err)
+				return
+			}
+		}
+		done <- nil
+	}()
+	kinds := [][]string{{"--mirror", "2"}, {"--ec", "2+1"}, {"--raid0", "-c", "2"}}
+	migrated, refused := 0, 0
+	for i := 0; ; i++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("writer: %v", err)
+			}
+			t.Logf("%d migrations done, %d refused while the writer wrote", migrated, refused)
+			goto check
+		default:
+		}
+		ctxOut, err := c.Weft(t.Context(), append(append([]string{"migrate"}, kinds[i%len(kinds)]...), f)...)
+		switch {
+		case err == nil:
+			migrated++
+		case strings.Contains(ctxOut, "open for writing or written during the migration"):
+			refused++
+		default:
+			t.Fatalf("migrate while writing: %v: %q", err, ctxOut)
+		}
+	}
+check:
+	// One more migration with the writer done succeeds.
+	weft(t, c, "migrate", "--ec", "2+1", f)
+	var want []byte
+	for i := range records {
+		want = append(want, record(i)...)
+	}
+	for _, mnt := range []string{c.Mount(0), c.Mount(c.AddMount())} {
+		b, err := os.ReadFile(filepath.Join(mnt, "f"))
+		if err != nil || !bytes.Equal(b, want) {
+			t.Fatalf("after the migrations: %v: %s", err, firstDiff(b, want))
+		}
+	}
+	// Nothing is left of the refused and replaced migrations: one object
+	// on each target of the final layout, none elsewhere.
+	waitObjectsOnlyOn(t, c, serverTargets(t, c, 3), targetsOf(getstripeOf(t, c, f)))
+}
+
+// TestMigrateBadInput: what the cluster cannot give, unknown targets, a
+// directory without -r and a special file are refused with a clear error
+// and change nothing.
+func TestMigrateBadInput(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 2, Timeout: "10s"})
+	d := filepath.Join(c.Mount(0), "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f := filepath.Join(d, "f")
+	data := bytes.Repeat([]byte("weft"), 50000)
+	if err := writeNew(f, data); err != nil {
+		t.Fatal(err)
+	}
+	before := getstripeOf(t, c, f)
+	p := filepath.Join(d, "p")
+	if err := syscall.Mkfifo(p, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--mirror", "3", f}, "needs 3 storage servers"},
+		{[]string{"--ec", "2+1", f}, "needs 3 storage servers"},
+		{[]string{"-o", "99", f}, "refused as invalid"},
+		{[]string{"--raid0", d}, "is a directory: give -r"},
+		{[]string{"--raid0", p}, "not a regular file"},
+		{[]string{f}, "nothing to change"},
+	} {
+		out := weftFails(t, c, append([]string{"migrate"}, tc.args...)...)
+		if !strings.Contains(out, tc.want) {
+			t.Errorf("migrate %v: %q, want %q", tc.args, out, tc.want)
+		}
+	}
+	if after := getstripeOf(t, c, f); !slices.Equal(targetsOf(after), targetsOf(before)) || after.Kind != before.Kind {
+		t.Fatalf("refused migrations changed the layout: %+v, was %+v", after, before)
+	}
+	b, err := os.ReadFile(f)
+	if err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("after refused migrations: %v", err)
+	}
+	// -r migrates the files in the directory (the fifo is skipped).
+	out := weft(t, c, "migrate", "-r", "--mirror", "2", d)
+	if !strings.Contains(out, "migrated to mirror 2") {
+		t.Fatalf("migrate -r: %q", out)
+	}
+	if g := getstripeOf(t, c, f); g.Kind != "mirror" {
+		t.Fatalf("after migrate -r: %+v", g)
+	}
+	b, err = os.ReadFile(filepath.Join(c.Mount(c.AddMount()), "d", "f"))
+	if err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("after migrate -r: %v", err)
+	}
+}
+
+// TestMigrateOpenReader: a handle opened before a migration keeps
+// reading the old objects; once the grace removed them, a read of bytes
+// it never read fails with ESTALE (reopen), never returns zeros; a new
+// open reads them right.
+func TestMigrateOpenReader(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 3, Mounts: 2, Timeout: "10s",
+		MetaArgs: []string{"--moved-object-grace", "1s"}})
+	d := filepath.Join(c.Mount(0), "d")
+	if err := os.Mkdir(d, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	weft(t, c, "setstripe", "-S", "1M", "-c", "2", "--raid0", d)
+	data := make([]byte, 4<<20)
+	for i := range data {
+		data[i] = byte(i/4096 + 1) // no zero byte anywhere
+	}
+	f := filepath.Join(d, "f")
+	if err := writeNew(f, data); err != nil {
+		t.Fatal(err)
+	}
+	byTarget := serverTargets(t, c, 3)
+	h, err := os.Open(filepath.Join(c.Mount(1), "d", "f"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	// No kernel read-ahead: the later read must reach the mount.
+	if err := unix.Fadvise(int(h.Fd()), 0, 0, unix.FADV_RANDOM); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]byte, 4096)
+	if _, err := h.ReadAt(buf, 3<<20); err != nil || !bytes.Equal(buf, data[3<<20:3<<20+4096]) {
+		t.Fatalf("read before the migration: %v", err)
+	}
+	weft(t, c, "migrate", "--mirror", "2", "-c", "1", f)
+	waitObjectsOnlyOn(t, c, byTarget, targetsOf(getstripeOf(t, c, f)))
+	_, err = h.ReadAt(buf, 1<<20)
+	switch {
+	case err == nil && !bytes.Equal(buf, data[1<<20:1<<20+4096]):
+		t.Fatalf("the old handle read wrong bytes after its objects were removed: %s", firstDiff(buf, data[1<<20:1<<20+4096]))
+	case err != nil && !errors.Is(err, syscall.ESTALE):
+		t.Fatalf("the old handle's read after its objects were removed: %v, want ESTALE", err)
+	}
+	t.Logf("old handle after the grace: %v", err)
+	b, err := os.ReadFile(filepath.Join(c.Mount(1), "d", "f"))
+	if err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("a new open after the migration: %v", err)
+	}
+}
