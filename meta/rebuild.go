@@ -127,6 +127,26 @@ func (rb *rebuilder) endRepair(ino proto.Ino, slot int) {
 	rb.repairMu.Unlock()
 }
 
+// fenceRepair fences a stale object before the rebuild repairs it in
+// place, as weft resync does: a write or truncate that a client sent to it
+// before it was marked stale (its server cut off, say) and that is
+// delivered only now carries an older capability and is refused, so it
+// cannot land on the repaired copy. Nothing to do without capabilities
+// (no key) or with a storage client that cannot fence.
+func (s *Server) fenceRepair(ctx context.Context, n *inode, t proto.TargetID, obj proto.ObjectID) error {
+	rv, ok := s.opts.Storage.(proto.RowVersioner)
+	if !ok {
+		return nil
+	}
+	c, err := s.issue(ctx, &n.Attr, proto.AccessWrite)
+	if err != nil || c == nil {
+		return err
+	}
+	cctx, cancel := context.WithTimeout(proto.WithCapability(ctx, c), rebuildCallTimeout)
+	defer cancel()
+	return rv.Fence(cctx, t, obj)
+}
+
 // clearStaleExclusive runs clear (a ClearStale proposal) unless one of
 // slots of ino is under an in-place repair by the rebuild (EBUSY).
 func (rb *rebuilder) clearStaleExclusive(ino proto.Ino, slots []uint32, clear func() (proto.Attr, error)) (proto.Attr, error) {
@@ -444,6 +464,9 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 			return err
 		}
 		defer rb.endRepair(j.Ino, j.Slot)
+		if err := s.fenceRepair(ctx, n, j.From, proto.ObjectID{Ino: n.Ino, Gen: n.Gen, Stripe: uint32(j.Slot)}); err != nil {
+			return fmt.Errorf("meta: rebuild inode %d slot %d: fence on target %d: %w", j.Ino, j.Slot, j.From, err)
+		}
 	}
 	dst := j.From
 	if j.Move {
