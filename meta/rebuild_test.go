@@ -39,7 +39,7 @@ func (r *rebuildStorage) RebuildObject(_ context.Context, req proto.RebuildReque
 // target it does not use.
 func rebuildEnv(t *testing.T) (*env, *rebuildStorage, proto.Attr, proto.TargetID) {
 	rs := &rebuildStorage{fakeStorage: newFakeStorage()}
-	e := newEnv(t, func(o *Options) { o.Storage = rs; o.NoRebuildRate = true })
+	e := newEnv(t, func(o *Options) { o.Storage = rs; o.NoRebuildRate = true; o.noRebuildLoop, o.noGCLoop = true, true })
 	ids := []proto.TargetID{e.addServerTarget("a", "a:1", ""), e.addServerTarget("b", "b:1", ""), e.addServerTarget("c", "c:1", "")}
 	pol := layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1}
 	a, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0o644, Layout: &pol})

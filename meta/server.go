@@ -126,6 +126,10 @@ type Options struct {
 	// leaseClock, if set, is the clock of session leases (default
 	// time.Now): tests move it instead of waiting for leases to run out.
 	leaseClock func() time.Time
+	// noRebuildLoop and noGCLoop: the rebuild and the object GC run only
+	// when a test calls them (a test that drives rebuild jobs or writes
+	// GC records itself would race the loops' passes).
+	noRebuildLoop, noGCLoop bool
 }
 
 // Server is the metadata service: it implements proto.MetaService and
@@ -389,10 +393,18 @@ func New(opts Options) (*Server, error) {
 		}
 	}
 	s.bg.Add(6)
-	go s.rb.loop()
+	if opts.noRebuildLoop {
+		s.bg.Done()
+	} else {
+		go s.rb.loop()
+	}
 	go s.sessionLoop()
 	go s.reclaimLoop()
-	go s.gcLoop()
+	if opts.noGCLoop {
+		s.bg.Done()
+	} else {
+		go s.gcLoop()
+	}
 	go s.orphanLoop()
 	go s.markLoop()
 	s.applyParams("") // a persisted log level and rebuild rate apply from the start

@@ -255,7 +255,7 @@ func (c *cluster) settle() {
 			n := c.nodes[id]
 			ch := make(chan bool, 1)
 			if err := n.do(context.Background(), func() {
-				ch <- len(n.recv) == 0 && len(n.reqs) == 0 && !n.rn.HasReady()
+				ch <- len(n.recv) == 0 && len(n.reqs) == 0 && !n.rn.HasReady() && n.ap.idle()
 			}); err != nil {
 				c.t.Fatalf("node %d: %v", id, err)
 			}

@@ -33,49 +33,47 @@
 //
 // # How the node is driven
 //
-// Before each Ready the node goroutine takes every tick, message and
-// request already waiting (up to maxDrain; it blocks for one only when
-// there is no Ready), so that what arrived during the last Ready's fsync
-// shares the next one: one fsync for many proposals, on the leader and on
-// every follower. Each Ready is then handled in this order, as raft
-// requires of a synchronous-storage RawNode:
+// The RawNode runs with asynchronous storage writes
+// (raft.Config.AsyncStorageWrites): the node goroutine steps messages,
+// takes proposals and applies, while the appender (appender.go) writes
+// the log on a goroutine of its own. Before each Ready the node goroutine
+// takes every tick, message, request and finished append already waiting
+// (up to maxDrain; it blocks for one only when there is no Ready). Each
+// Ready is then handled so:
 //
-//  1. send the messages that promise nothing about this node's disk: a
-//     leader's appends and heartbeats, vote requests, read-index traffic
-//     (raft thesis §10.2.1: the leader writes its log in parallel with
-//     its followers; it counts itself towards an entry's quorum only at
-//     step 6, after its own write);
-//  2. on the leader, apply the committed entries its log already holds
-//     (every entry Save wrote was synced) up to the first configuration
-//     change (see 5): it answers its proposers without waiting for the
-//     fsync of the entries proposed after theirs (a follower applies at
-//     5, after its acknowledgements left: the leader waits for those);
-//  3. persist the Ready's snapshot, HardState and entries in one pebble
-//     batch, fsync'd when Ready.MustSync (new entries, a new term or
-//     vote) or when it holds a snapshot (which the state machine then
-//     restores durably: the log must not end before it after a crash);
-//  4. only then send the rest: a vote (MsgVoteResp, MsgPreVoteResp) or an
-//     append acknowledgement (MsgAppResp) never leaves the node before
-//     what it promises is on disk (the messages raft itself holds back
-//     until the append when its storage writes are asynchronous);
-//  5. restore a received snapshot into the state machine, then apply the
-//     remaining committed entries in order (conf changes to the RawNode,
-//     commands to the StateMachine; these include the entries this Ready
-//     wrote, which a follower may learn are committed with the entries
-//     themselves: the state machine never holds an entry its log could
-//     lose), handing each result to its proposer if it waits on this
-//     node;
-//  6. Advance (the leader's own append acknowledgement is stepped
-//     here); then wake linearizable reads whose index is applied, and
-//     take a snapshot (and compact the log) every SnapshotEvery entries,
-//     and after every applied configuration change.
+//  1. the messages to other members leave at once: a leader's appends and
+//     heartbeats, vote requests, read-index traffic. raft itself holds
+//     back every message that promises something about this node's disk
+//     (a vote, an append acknowledgement, the leader's acknowledgement of
+//     its own entries): they are the responses of the Ready's append;
+//  2. the append (MsgStorageAppend: entries and HardState) is queued to
+//     the appender, which writes the appends waiting in one pebble batch
+//     each, synced once for all of them when any has new entries, a new
+//     term or a new vote (raft's MustSync), and only then sends the
+//     responses: to members over the transport, to this node through the
+//     node goroutine (stepLocal). So a leader's and its followers' fsyncs
+//     run in parallel, the leader takes its followers' acknowledgements
+//     during its own fsync, and an entry commits once a quorum has it on
+//     disk, whichever members they are;
+//  3. an append that carries a snapshot received from the leader is
+//     written by the node goroutine itself, synced, after every earlier
+//     append (appender.flush), and the state machine restores it before
+//     the append's responses go out;
+//  4. the committed entries (MsgStorageApply), which raft hands over only
+//     once they are durable in this node's own log, are applied in order
+//     (conf changes to the RawNode, commands to the StateMachine, each
+//     result to its proposer if it waits on this node), and the apply's
+//     response is stepped;
+//  5. then linearizable reads whose index is applied are woken, and a
+//     snapshot is taken (and the log compacted) every SnapshotEvery
+//     entries and after every applied configuration change.
 //
 // # Invariants
 //
 //   - An entry is acknowledged to its proposer only after it is committed
-//     (on disk on a majority, step 3 on each of them, and the leader
-//     counts its own copy only after its step 3) and applied on the
-//     proposer's node. Propose on a node that is not leader fails at once
+//     (on disk on a majority: each member acknowledges, the leader its
+//     own copy too, only after its appender synced it, step 2) and
+//     applied on the proposer's node. Propose on a node that is not leader fails at once
 //     with NotLeaderError (proposals are never forwarded: clients find the
 //     leader). Every other proposal is resolved when the index it was
 //     appended at is applied: by its own entry (the result) or by another

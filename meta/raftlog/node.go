@@ -150,6 +150,7 @@ type Node struct {
 
 	reqs  chan func()
 	recv  chan *pb.Message
+	ap    *appender // writes the log (appender.go)
 	ticks chan struct{}
 	stop  chan struct{}
 	done  chan struct{}
@@ -311,7 +312,9 @@ func NewNode(cfg Config) (*Node, error) {
 		// Proposals go to the leader only: a follower tells its caller who
 		// the leader is instead of forwarding (clients find the leader).
 		DisableProposalForwarding: true,
-		Logger:                    raftLogger{cfg.Logger},
+		// The log is written by the appender, off the node goroutine.
+		AsyncStorageWrites: true,
+		Logger:             raftLogger{cfg.Logger},
 	}
 	n.rn, err = raft.NewRawNode(rc)
 	if err != nil {
@@ -329,6 +332,8 @@ func NewNode(cfg Config) (*Node, error) {
 			return nil, fmt.Errorf("raftlog: bootstrap: %w", err)
 		}
 	}
+	n.ap = newAppender(cfg.Storage, cfg.ID, cfg.Transport.Send)
+	go n.ap.run()
 	n.publish()
 	go n.run()
 	return n, nil
@@ -594,6 +599,7 @@ func (n *Node) ReadIndex(ctx context.Context) error {
 func (n *Node) run() {
 	defer close(n.done)
 	defer n.failAll(ErrStopped)
+	defer n.ap.close() // no write under way once the node is done
 	defer func() {
 		// raft panics when its storage fails a read; once the log is known
 		// to be corrupt that is a stop with an error, not a crash.
@@ -639,7 +645,24 @@ func (n *Node) run() {
 			_ = n.rn.Step(m)
 		case f := <-n.reqs:
 			f()
+		case <-n.ap.kick:
+			n.stepLocal()
+		case err := <-n.ap.errc:
+			n.log.Error("raftlog: node stops: cannot persist the log", "id", n.cfg.ID, "err", err)
+			return
 		}
+	}
+}
+
+// stepLocal steps the self-addressed responses of finished appends (the
+// leader's acknowledgement of its own entries, MsgStorageAppendResp).
+func (n *Node) stepLocal() {
+	ms := n.ap.takeLocal()
+	for _, m := range ms {
+		_ = n.rn.Step(m)
+	}
+	if len(ms) > 0 {
+		n.publish() // the log's end moved
 	}
 }
 
@@ -660,6 +683,8 @@ func (n *Node) drain(tick <-chan time.Time) bool {
 			_ = n.rn.Step(m)
 		case f := <-n.reqs:
 			f()
+		case <-n.ap.kick:
+			n.stepLocal()
 		default:
 			return true
 		}
@@ -667,67 +692,41 @@ func (n *Node) drain(tick <-chan time.Time) bool {
 	return true
 }
 
-// handleReady does one Ready's work in the order raft requires (doc.go,
-// "How the node is driven"): send what promises nothing about this disk;
-// on the leader, apply the committed entries the log already holds;
-// persist (snapshot, HardState, entries; synced when MustSync); only then
-// send votes and append acknowledgements; apply the rest; Advance.
+// handleReady does one Ready's work (doc.go, "How the node is driven";
+// raft's asynchronous storage writes): messages to peers leave at once
+// (raft holds back the acknowledgements and votes that promise something
+// about this node's disk: they are the append's responses); the log
+// append goes to the appender, which syncs it and then delivers its
+// responses; the committed entries, which raft hands over only once they
+// are durable in this node's log, are applied here, and the apply's
+// response stepped. A received snapshot is written and restored here,
+// after every earlier append.
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	n.noteIndexes(rd.Entries)
-	// A received snapshot is synced too (raft's MustSync does not ask for
-	// it): the state machine restores it durably next, and a log that lost
-	// it in a crash would end before the state it holds.
-	newSnap := rd.Snapshot != nil && !raft.IsEmptySnap(rd.Snapshot)
-	// Messages that promise nothing about this node's disk leave before
-	// the fsync, so that a leader's appends reach the followers while it
-	// writes its own log (raft thesis §10.2.1): the leader counts itself
-	// towards an entry's quorum only at Advance, after Save; the
-	// followers' fsyncs and the leader's run in parallel.
-	early, afterSave := splitDurable(rd.Messages)
-	if len(early) > 0 {
-		n.cfg.Transport.Send(early)
-	}
-	// On the leader, committed entries already on its disk are applied
-	// before this Ready's own entries are written: its proposers get their
-	// answers without waiting for the fsync of the entries proposed after
-	// theirs. The rest (entries this Ready writes, which a follower may
-	// learn are committed in the same message) wait for Save, so that the
-	// state machine never holds an entry the log could lose in a crash. A
-	// follower applies after Save and after its acknowledgements left:
-	// nobody waits for its applies, the leader waits for its acks.
-	committed := rd.CommittedEntries
-	if !newSnap && n.rn.BasicStatus().RaftState == raft.StateLeader {
-		k := n.durableCommitted(rd)
-		if err := n.apply(committed[:k]); err != nil {
-			return err
+	var peers []*pb.Message
+	var appendMsg, applyMsg *pb.Message
+	for _, m := range rd.Messages {
+		switch m.GetTo() {
+		case raft.LocalAppendThread:
+			appendMsg = m
+		case raft.LocalApplyThread:
+			applyMsg = m
+		default:
+			peers = append(peers, m)
 		}
-		committed = committed[k:]
 	}
-	if err := n.st.Save(rd.HardState, rd.Entries, rd.Snapshot, rd.MustSync || newSnap); err != nil {
-		return err
+	if len(peers) > 0 {
+		n.cfg.Transport.Send(peers)
 	}
-	if newSnap {
-		idx := rd.Snapshot.GetMetadata().GetIndex()
-		if err := n.restore(rd.Snapshot); err != nil {
-			return err
-		}
-		// What the snapshot covers was applied without this node seeing
-		// the entries: the proposals appended there may or may not be in it.
-		for i, id := range n.byIndex {
-			if i <= idx {
-				delete(n.byIndex, i)
-				n.resolve(id, proposalResult{err: fmt.Errorf("raftlog: a snapshot replaced the log: %w", ErrUnknown)})
+	if appendMsg != nil {
+		if snap := appendMsg.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
+			if err := n.saveSnapshot(appendMsg); err != nil {
+				return err
 			}
+		} else if !n.ap.queue(appendMsg) {
+			return fmt.Errorf("raftlog: the log writer stopped")
 		}
-		n.cs = proto.Clone(pb.EnsureConfState(rd.Snapshot.GetMetadata().GetConfState())).(*pb.ConfState)
-		if n.cfg.OnConfChange != nil {
-			n.cfg.OnConfChange(nil, n.cs)
-		}
-		n.publishMembers()
-	}
-	if len(afterSave) > 0 {
-		n.cfg.Transport.Send(afterSave)
 	}
 	for _, rs := range rd.ReadStates {
 		if len(rs.RequestCtx) != 8 {
@@ -740,15 +739,19 @@ func (n *Node) handleReady() error {
 			n.readyRds = append(n.readyRds, w)
 		}
 	}
-	if err := n.apply(committed); err != nil {
-		return err
+	if applyMsg != nil {
+		if err := n.apply(applyMsg.GetEntries()); err != nil {
+			return err
+		}
+		for _, r := range applyMsg.GetResponses() {
+			_ = n.rn.Step(r)
+		}
 	}
 	if rd.SoftState != nil && rd.SoftState.RaftState != raft.StateLeader {
 		// Reads waiting for a quorum's confirmation will not get it from
 		// this node any more.
 		n.failReads(&NotLeaderError{Leader: rd.SoftState.Lead})
 	}
-	n.rn.Advance(rd)
 	n.wakeReads()
 	n.dropUnplaced()
 	n.maybeSnapshot()
@@ -756,44 +759,48 @@ func (n *Node) handleReady() error {
 	return nil
 }
 
-// durableCommitted returns how many of rd's first committed entries are
-// commands already durable in this node's log (every entry Save wrote was
-// synced) and not rewritten by rd: they may be applied before rd is
-// persisted. It stops at the first configuration change, which is applied
-// after Save as before.
-func (n *Node) durableCommitted(rd raft.Ready) int {
-	limit, _ := n.st.LastIndex()
-	if len(rd.Entries) > 0 {
-		limit = min(limit, rd.Entries[0].GetIndex()-1)
+// saveSnapshot writes an append that carries a snapshot received from the
+// leader, synced, once every earlier append is durable, and restores the
+// state machine from it before its responses go out (raft then counts
+// the snapshot applied).
+func (n *Node) saveSnapshot(m *pb.Message) error {
+	if !n.ap.flush() {
+		return fmt.Errorf("raftlog: the log writer stopped")
 	}
-	k := 0
-	for _, e := range rd.CommittedEntries {
-		if e.GetIndex() > limit || e.GetType() != pb.EntryNormal {
-			break
-		}
-		k++
+	n.stepLocal()
+	snap := m.GetSnapshot()
+	if err := n.st.Save(hardStateOf(m), m.GetEntries(), snap, true); err != nil {
+		return err
 	}
-	return k
-}
-
-// splitDurable splits a Ready's messages into those that may leave before
-// the Ready is persisted and those that must wait for it: the responses by
-// which this node votes in an election or acknowledges an append (raft
-// sends exactly these after the append when its storage writes are
-// asynchronous; see raft.go's send). Everything else (a leader's appends,
-// heartbeats, vote requests, read-index traffic, snapshots) promises
-// nothing about this node's disk: a candidate counts its own vote, and a
-// leader its own copy of an entry, only once durable (at Advance).
-func splitDurable(msgs []*pb.Message) (early, afterSave []*pb.Message) {
-	for _, m := range msgs {
-		switch m.GetType() {
-		case pb.MessageType_MsgAppResp, pb.MessageType_MsgVoteResp, pb.MessageType_MsgPreVoteResp:
-			afterSave = append(afterSave, m)
-		default:
-			early = append(early, m)
+	idx := snap.GetMetadata().GetIndex()
+	if err := n.restore(snap); err != nil {
+		return err
+	}
+	// What the snapshot covers was applied without this node seeing
+	// the entries: the proposals appended there may or may not be in it.
+	for i, id := range n.byIndex {
+		if i <= idx {
+			delete(n.byIndex, i)
+			n.resolve(id, proposalResult{err: fmt.Errorf("raftlog: a snapshot replaced the log: %w", ErrUnknown)})
 		}
 	}
-	return early, afterSave
+	n.cs = proto.Clone(pb.EnsureConfState(snap.GetMetadata().GetConfState())).(*pb.ConfState)
+	if n.cfg.OnConfChange != nil {
+		n.cfg.OnConfChange(nil, n.cs)
+	}
+	n.publishMembers()
+	var peers []*pb.Message
+	for _, r := range m.GetResponses() {
+		if r.GetTo() == n.cfg.ID {
+			_ = n.rn.Step(r)
+		} else {
+			peers = append(peers, r)
+		}
+	}
+	if len(peers) > 0 {
+		n.cfg.Transport.Send(peers)
+	}
+	return nil
 }
 
 func (n *Node) apply(ents []*pb.Entry) error {
