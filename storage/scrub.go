@@ -168,32 +168,30 @@ func (t *Target) ScrubObject(ctx context.Context, obj proto.ObjectID, p *pace.Pa
 // only the entries of that range (a Seek for the next hole reads up to
 // the end of the object each time).
 func (t *Target) dataRun(obj proto.ObjectID, off, limit uint64) (uint64, error) {
-	l := t.lockFor(obj)
-	l.RLock()
-	defer l.RUnlock()
-	h, err := t.acquire(obj, false)
+	var run uint64
+	err := t.viewObject(obj, func(h *handle) error {
+		if off >= h.size {
+			return nil
+		}
+		end := min(off+limit, h.size)
+		b0, b1 := off/BlockSize, blocksFor(end)
+		es, err := t.readEntries(h, b0, b1)
+		if err != nil {
+			return err
+		}
+		run = end - off
+		for i, e := range es {
+			if !e.allocated() {
+				run = max((b0+uint64(i))*BlockSize, off) - off
+				break
+			}
+		}
+		return nil
+	})
 	if errors.Is(err, errMissing) {
 		return 0, nil
 	}
-	if err != nil {
-		return 0, err
-	}
-	defer t.cache.release(h)
-	if off >= h.size {
-		return 0, nil
-	}
-	end := min(off+limit, h.size)
-	b0, b1 := off/BlockSize, blocksFor(end)
-	es, err := t.readEntries(h, b0, b1)
-	if err != nil {
-		return 0, err
-	}
-	for i, e := range es {
-		if !e.allocated() {
-			return max((b0+uint64(i))*BlockSize, off) - off, nil
-		}
-	}
-	return end - off, nil
+	return run, err
 }
 
 // ScrubPass checks every object of the target (ScrubObject), paced by p,

@@ -243,18 +243,15 @@ func (t *Target) Allocated(ctx context.Context, obj proto.ObjectID) (uint64, err
 	if err := checkCtx(ctx); err != nil {
 		return 0, err
 	}
-	l := t.lockFor(obj)
-	l.RLock()
-	defer l.RUnlock()
-	h, err := t.acquire(obj, false)
+	var n uint64
+	err := t.viewObject(obj, func(h *handle) error {
+		n = h.hdr.Blocks * BlockSize
+		return nil
+	})
 	if errors.Is(err, errMissing) {
 		return 0, nil
 	}
-	if err != nil {
-		return 0, err
-	}
-	defer t.cache.release(h)
-	return h.hdr.Blocks * BlockSize, nil
+	return n, err
 }
 
 // Seek implements proto.StorageService.Seek for one object, from its

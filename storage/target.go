@@ -332,6 +332,22 @@ func objName(obj proto.ObjectID) string {
 // errMissing is returned by acquire when the object does not exist.
 var errMissing = errors.New("storage: no such object")
 
+// viewObject runs f with obj's open handle under the object's read lock:
+// the prologue of every call that reads an object without changing it. A
+// missing object fails with errMissing (f is not called), which callers
+// turn into their own answer for it.
+func (t *Target) viewObject(obj proto.ObjectID, f func(h *handle) error) error {
+	l := t.lockFor(obj)
+	l.RLock()
+	defer l.RUnlock()
+	h, err := t.acquire(obj, false)
+	if err != nil {
+		return err
+	}
+	defer t.cache.release(h)
+	return f(h)
+}
+
 // acquire returns obj's handle, opening it if needed. The caller holds the
 // object's lock (exclusively if create is set). Without create a missing
 // object gives errMissing.
@@ -520,18 +536,15 @@ func (t *Target) read(ctx context.Context, obj proto.ObjectID, off uint64, p []b
 	if len(p) == 0 || off >= MaxObjectSize {
 		return 0, nil
 	}
-	l := t.lockFor(obj)
-	l.RLock()
-	defer l.RUnlock()
-	h, err := t.acquire(obj, false)
+	var n int
+	err := t.viewObject(obj, func(h *handle) (err error) {
+		n, err = t.readHandle(h, obj, off, p)
+		return err
+	})
 	if errors.Is(err, errMissing) {
 		return 0, nil
 	}
-	if err != nil {
-		return 0, err
-	}
-	defer t.cache.release(h)
-	return t.readHandle(h, obj, off, p)
+	return n, err
 }
 
 // readHandle is Read of an acquired handle, under the object's lock.
@@ -907,38 +920,33 @@ func (t *Target) Sync(ctx context.Context, obj proto.ObjectID) error {
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
-	l := t.lockFor(obj)
-	l.RLock()
-	defer l.RUnlock()
-	h, err := t.acquire(obj, false)
+	err := t.viewObject(obj, func(h *handle) error {
+		if err := h.data.Sync(); err != nil {
+			return fmt.Errorf("storage: target %s object %s: sync: %w", t.dir, objName(obj), err)
+		}
+		if err := h.crc.Sync(); err != nil {
+			return fmt.Errorf("storage: target %s object %s: sync: %w", t.dir, objName(obj), err)
+		}
+		if err := t.syncVer(h); err != nil {
+			return fmt.Errorf("storage: target %s object %s: sync versions: %w", t.dir, objName(obj), err)
+		}
+		t.mu.Lock()
+		_, isNew := t.newFiles[obj]
+		t.mu.Unlock()
+		if isNew {
+			if err := syncDir(t.fs, filepath.Dir(t.objPath(obj))); err != nil {
+				return fmt.Errorf("storage: target %s object %s: sync directory: %w", t.dir, objName(obj), err)
+			}
+			t.mu.Lock()
+			delete(t.newFiles, obj)
+			t.mu.Unlock()
+		}
+		return nil
+	})
 	if errors.Is(err, errMissing) {
 		return nil
 	}
-	if err != nil {
-		return err
-	}
-	defer t.cache.release(h)
-	if err := h.data.Sync(); err != nil {
-		return fmt.Errorf("storage: target %s object %s: sync: %w", t.dir, objName(obj), err)
-	}
-	if err := h.crc.Sync(); err != nil {
-		return fmt.Errorf("storage: target %s object %s: sync: %w", t.dir, objName(obj), err)
-	}
-	if err := t.syncVer(h); err != nil {
-		return fmt.Errorf("storage: target %s object %s: sync versions: %w", t.dir, objName(obj), err)
-	}
-	t.mu.Lock()
-	_, isNew := t.newFiles[obj]
-	t.mu.Unlock()
-	if isNew {
-		if err := syncDir(t.fs, filepath.Dir(t.objPath(obj))); err != nil {
-			return fmt.Errorf("storage: target %s object %s: sync directory: %w", t.dir, objName(obj), err)
-		}
-		t.mu.Lock()
-		delete(t.newFiles, obj)
-		t.mu.Unlock()
-	}
-	return nil
+	return err
 }
 
 // Remove deletes obj (data file, then sidecar). A missing object is not an
