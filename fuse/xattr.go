@@ -175,35 +175,39 @@ func (n *node) Setxattr(ctx context.Context, name string, data []byte, flags uin
 		return n.fsys.errno("resync", err)
 	}
 	if name == xattrMigrate {
-		var j layoutJSON
-		if err := json.Unmarshal(data, &j); err != nil {
+		l, ok := parseLayoutXattr(data)
+		if !ok {
 			return syscall.EINVAL
 		}
-		l, err := fromLayoutJSON(j)
+		_, err := n.fsys.c.Migrate(ctx, n.ino(), l)
 		if err != nil {
-			return syscall.EINVAL
-		}
-		if _, err = n.fsys.c.Migrate(ctx, n.ino(), l); err != nil {
 			n.fsys.log.Warn("fuse: migrate failed; the file keeps its layout", "ino", n.ino(), "err", err)
 		}
 		return n.fsys.errno("migrate", err)
 	}
 	if name == xattrLayout {
-		var j layoutJSON
-		if err := json.Unmarshal(data, &j); err != nil {
+		l, ok := parseLayoutXattr(data)
+		if !ok {
 			return syscall.EINVAL
 		}
-		l, err := fromLayoutJSON(j)
-		if err != nil {
-			return syscall.EINVAL
-		}
-		_, err = n.fsys.c.SetLayout(ctx, n.ino(), l)
+		_, err := n.fsys.c.SetLayout(ctx, n.ino(), l)
 		return n.fsys.errno("setxattr", err)
 	}
 	if strings.HasPrefix(name, weftPrefix) {
 		return syscall.EPERM
 	}
 	return n.fsys.errno("setxattr", n.fsys.c.SetXattr(ctx, n.ino(), name, data, flags))
+}
+
+// parseLayoutXattr decodes the JSON layout a setxattr of user.weft.layout
+// or user.weft.migrate carries; false when it is not a valid one (EINVAL).
+func parseLayoutXattr(data []byte) (layout.Layout, bool) {
+	var j layoutJSON
+	if err := json.Unmarshal(data, &j); err != nil {
+		return layout.Layout{}, false
+	}
+	l, err := fromLayoutJSON(j)
+	return l, err == nil
 }
 
 // Listxattr implements fs.NodeListxattrer; the virtual names are hidden.

@@ -640,15 +640,9 @@ func (t *txn) moveSlot(c *Command) error {
 	if len(c.Slots) != 1 || len(c.Candidates) != 1 {
 		return errnof(syscall.EINVAL, "move-slot of %d slots to %d targets", len(c.Slots), len(c.Candidates))
 	}
-	n, err := t.get(c.Ino)
+	n, err := t.fileOfGen(c.Ino, c.Gen)
 	if err != nil {
 		return err
-	}
-	if !n.IsRegular() {
-		return errnof(syscall.EINVAL, "inode %d is not a regular file", c.Ino)
-	}
-	if n.Gen != c.Gen {
-		return errnof(syscall.ESTALE, "inode %d is generation %#x, not %#x", c.Ino, n.Gen, c.Gen)
 	}
 	slot, to := int(c.Slots[0]), c.Candidates[0]
 	if slot >= len(n.Layout.Targets) {

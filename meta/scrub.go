@@ -283,15 +283,9 @@ func (t *txn) corruptSlot(c *Command) error {
 	if len(c.Slots) != 1 {
 		return errnof(syscall.EINVAL, "corrupt: %d slots", len(c.Slots))
 	}
-	n, err := t.get(c.Ino)
+	n, err := t.fileOfGen(c.Ino, c.Gen)
 	if err != nil {
 		return err
-	}
-	if !n.IsRegular() {
-		return errnof(syscall.EINVAL, "inode %d is not a regular file", c.Ino)
-	}
-	if n.Gen != c.Gen {
-		return errnof(syscall.ESTALE, "inode %d is generation %#x, not %#x", c.Ino, n.Gen, c.Gen)
 	}
 	slot := int(c.Slots[0])
 	if slot >= len(n.Layout.Targets) {

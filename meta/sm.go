@@ -1364,6 +1364,23 @@ func (t *txn) reclaimInode(n *inode) error {
 	return nil
 }
 
+// fileOfGen returns the regular file ino of generation gen: EINVAL for
+// another kind of inode, ESTALE for another file that had the number
+// (commands about a file's objects name the generation they were made for).
+func (t *txn) fileOfGen(ino proto.Ino, gen uint64) (*inode, error) {
+	n, err := t.get(ino)
+	if err != nil {
+		return nil, err
+	}
+	if !n.IsRegular() {
+		return nil, errnof(syscall.EINVAL, "inode %d is not a regular file", ino)
+	}
+	if n.Gen != gen {
+		return nil, errnof(syscall.ESTALE, "inode %d is generation %#x, not %#x", ino, n.Gen, gen)
+	}
+	return n, nil
+}
+
 // staleClear in an OpStale's Flags clears the slots instead of marking them.
 const staleClear = 2
 
@@ -1373,15 +1390,9 @@ const staleClear = 2
 // then fails its write rather than acknowledge bytes no copy holds. The
 // caller must be allowed to write the file (or hold a write handle).
 func (t *txn) stale(c *Command) error {
-	n, err := t.get(c.Ino)
+	n, err := t.fileOfGen(c.Ino, c.Gen)
 	if err != nil {
 		return err
-	}
-	if !n.IsRegular() {
-		return errnof(syscall.EINVAL, "inode %d is not a regular file", c.Ino)
-	}
-	if n.Gen != c.Gen {
-		return errnof(syscall.ESTALE, "inode %d is generation %#x, not %#x", c.Ino, n.Gen, c.Gen)
 	}
 	if c.Flags&writeViaHandle == 0 {
 		if err := may(c.Cred, &n.Attr, accessWrite, "mark objects of"); err != nil {
