@@ -381,22 +381,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, exts []layout.Extent, buf []byte) {
 	defer c.wg.Done()
 	ctx, cancel := context.WithTimeout(withJob(c.base, pw.job), c.cfg.Timeout)
-	write := func(i int) error {
-		e := exts[i]
-		data := buf[e.FileOff-pw.off:][:e.Len]
-		return c.onStripe(ctx, st, l, e.Stripe, fmt.Sprintf("write [%d,+%d) to", e.FileOff, e.Len), func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
-			return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
-				_, err := c.storage.Write(ctx, t, obj, e.ObjOff, data)
-				return err
-			})
-		})
-	}
-	var err error
-	if l.Kind == layout.EC {
-		err = c.ecWrite(ctx, st, l, pw.off, buf[:pw.end-pw.off])
-	} else {
-		err = parallel(len(exts), write)
-	}
+	err := c.writeExtents(ctx, st, l, "write", pw.off, buf[:pw.end-pw.off], exts)
 	cancel()
 	if err != nil {
 		c.log.Warn("background write failed", "ino", st.ino, "err", err)
@@ -416,6 +401,26 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 	st.mu.Unlock()
 	c.bufs.Put(buf)
 	c.budget.release(pw.end - pw.off)
+}
+
+// writeExtents writes p, the bytes at file offset off, to st's objects
+// under layout l (exts: l's extents of the range; what names the write in
+// errors): an EC range through ecWrite, other layouts extent by extent on
+// every fresh copy of its stripe.
+func (c *Client) writeExtents(ctx context.Context, st *inodeState, l layout.Layout, what string, off uint64, p []byte, exts []layout.Extent) error {
+	if l.Kind == layout.EC {
+		return c.ecWrite(ctx, st, l, off, p)
+	}
+	return parallel(len(exts), func(i int) error {
+		e := exts[i]
+		data := p[e.FileOff-off:][:e.Len]
+		return c.onStripe(ctx, st, l, e.Stripe, fmt.Sprintf("%s [%d,+%d) to", what, e.FileOff, e.Len), func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
+			return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
+				_, err := c.storage.Write(ctx, t, obj, e.ObjOff, data)
+				return err
+			})
+		})
+	})
 }
 
 // Read reads into p from off. It waits for this client's in-flight writes

@@ -150,20 +150,7 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 func (c *Client) migrateWrite(ctx context.Context, dst *inodeState, l layout.Layout, off uint64, p []byte) error {
 	wctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	if l.Kind == layout.EC {
-		return c.ecWrite(wctx, dst, l, off, p)
-	}
-	exts := l.Extents(off, uint64(len(p)))
-	return parallel(len(exts), func(i int) error {
-		e := exts[i]
-		data := p[e.FileOff-off:][:e.Len]
-		return c.onStripe(wctx, dst, l, e.Stripe, fmt.Sprintf("migrate [%d,+%d) to", e.FileOff, e.Len), func(ctx context.Context, tg proto.TargetID, obj proto.ObjectID) error {
-			return dst.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
-				_, err := c.storage.Write(ctx, tg, obj, e.ObjOff, data)
-				return err
-			})
-		})
-	})
+	return c.writeExtents(wctx, dst, l, "migrate", off, p, l.Extents(off, uint64(len(p))))
 }
 
 // migrateSync makes every object of dst durable on its target.

@@ -10,8 +10,6 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/weft-fs/weft/internal/testcluster"
 )
 
@@ -68,28 +66,7 @@ func TestCopyFileRangeEC(t *testing.T) {
 		}
 		files[name] = pair
 	}
-	type copyCall struct {
-		src, dst       string
-		srcOff, dstOff int64
-		n              int
-	}
-	run := func(copies []copyCall) {
-		t.Helper()
-		for i, cp := range copies {
-			var got [2]int
-			for side := range 2 {
-				so, do := cp.srcOff, cp.dstOff
-				n, err := unix.CopyFileRange(int(files[cp.src][side].Fd()), &so, int(files[cp.dst][side].Fd()), &do, cp.n, 0)
-				if err != nil {
-					t.Fatalf("copy %d (%s to %s) on %s: %v", i, cp.src, cp.dst, []string{"the local file system", "weft"}[side], err)
-				}
-				got[side] = n
-			}
-			if got[0] != got[1] {
-				t.Errorf("copy %d (%s to %s): weft copied %d bytes, the local file system %d", i, cp.src, cp.dst, got[1], got[0])
-			}
-		}
-	}
+	run := func(copies []copyCall) { copyOnBoth(t, files, copies) }
 
 	before := scrape(t, metrics)
 	onServers := []copyCall{

@@ -343,28 +343,7 @@ func TestCopyFileRange(t *testing.T) {
 	}{{"a/src", srcData}, {"b/dst", dstData}, {"m/src", srcData}, {"n/dst", dstData}, {"e/ec", dstData}} {
 		files[f.name] = [2]*os.File{open(filepath.Join(tmp, strings.ReplaceAll(f.name, "/", "_")), f.data), open(filepath.Join(mnt, f.name), f.data)}
 	}
-	type copyCall struct {
-		src, dst       string
-		srcOff, dstOff int64
-		n              int
-	}
-	run := func(copies []copyCall) {
-		for i, cp := range copies {
-			var got [2]int
-			for side := range 2 {
-				src, dst := files[cp.src][side], files[cp.dst][side]
-				so, do := cp.srcOff, cp.dstOff
-				n, err := unix.CopyFileRange(int(src.Fd()), &so, int(dst.Fd()), &do, cp.n, 0)
-				if err != nil {
-					t.Fatalf("copy %d (%s to %s) on %s: %v", i, cp.src, cp.dst, []string{"the local file system", "weft"}[side], err)
-				}
-				got[side] = n
-			}
-			if got[0] != got[1] {
-				t.Errorf("copy %d (%s to %s): weft copied %d bytes, the local file system %d", i, cp.src, cp.dst, got[1], got[0])
-			}
-		}
-	}
+	run := func(copies []copyCall) { copyOnBoth(t, files, copies) }
 	before := scrape(t, metrics)
 	onStorage := []copyCall{
 		{"a/src", "b/dst", 100*K + 3, 50*K + 7, 2 * M},  // unaligned, across units of both layouts, grows dst
@@ -400,5 +379,32 @@ func TestCopyFileRange(t *testing.T) {
 			t.Errorf("%s: %v, %d bytes, want %d: %s", name, err, len(got), len(want), firstDiff(got, want))
 		}
 		checkObjectsAgree(t, c, fs[1].Name())
+	}
+}
+
+// copyCall is one copy_file_range of a test: files by name, offsets, length.
+type copyCall struct {
+	src, dst       string
+	srcOff, dstOff int64
+	n              int
+}
+
+// copyOnBoth runs each copy on the local file system and on weft
+// (files: name -> {local, weft}) and checks that both copied as much.
+func copyOnBoth(t *testing.T, files map[string][2]*os.File, copies []copyCall) {
+	t.Helper()
+	for i, cp := range copies {
+		var got [2]int
+		for side := range 2 {
+			so, do := cp.srcOff, cp.dstOff
+			n, err := unix.CopyFileRange(int(files[cp.src][side].Fd()), &so, int(files[cp.dst][side].Fd()), &do, cp.n, 0)
+			if err != nil {
+				t.Fatalf("copy %d (%s to %s) on %s: %v", i, cp.src, cp.dst, []string{"the local file system", "weft"}[side], err)
+			}
+			got[side] = n
+		}
+		if got[0] != got[1] {
+			t.Errorf("copy %d (%s to %s): weft copied %d bytes, the local file system %d", i, cp.src, cp.dst, got[1], got[0])
+		}
 	}
 }

@@ -103,9 +103,19 @@ func (a *appender) write(batch []appendJob) error {
 			msgs = append(msgs, j.m)
 		}
 	}
-	needSync := false
-	for _, m := range msgs {
+	// One pass: the HardState of each append, whether the batch must be
+	// synced (new entries, a new term or vote: raft's MustSync; a commit
+	// index alone need not), and its last write that writes something,
+	// which carries the sync: pebble commits an empty batch without
+	// touching its WAL.
+	hss := make([]*pb.HardState, len(msgs))
+	needSync, lastWrite := false, -1
+	for i, m := range msgs {
 		hs := hardStateOf(m)
+		hss[i] = hs
+		if len(m.GetEntries()) > 0 || hs != nil {
+			lastWrite = i
+		}
 		if len(m.GetEntries()) > 0 || hs != nil && (hs.GetTerm() != a.prevTerm || hs.GetVote() != a.prevVote) {
 			needSync = true
 		}
@@ -113,19 +123,8 @@ func (a *appender) write(batch []appendJob) error {
 			a.prevTerm, a.prevVote = hs.GetTerm(), hs.GetVote()
 		}
 	}
-	// The sync goes with the last write that writes something: pebble
-	// commits an empty batch without touching its WAL.
-	lastWrite := -1
-	for i, m := range msgs {
-		if len(m.GetEntries()) > 0 || hardStateOf(m) != nil {
-			lastWrite = i
-		}
-	}
-	for i, m := range msgs {
-		if i > lastWrite {
-			break // nothing to write: only responses
-		}
-		if err := a.st.Save(hardStateOf(m), m.GetEntries(), nil, needSync && i == lastWrite); err != nil {
+	for i := 0; i <= lastWrite; i++ {
+		if err := a.st.Save(hss[i], msgs[i].GetEntries(), nil, needSync && i == lastWrite); err != nil {
 			return err
 		}
 	}
@@ -140,16 +139,11 @@ func (a *appender) write(batch []appendJob) error {
 // deliver sends the responses of written appends: to peers now, to this
 // node through resps.
 func (a *appender) deliver(msgs []*pb.Message) {
-	var peers, local []*pb.Message
+	var rs []*pb.Message
 	for _, m := range msgs {
-		for _, r := range m.GetResponses() {
-			if r.GetTo() == a.self {
-				local = append(local, r)
-			} else {
-				peers = append(peers, r)
-			}
-		}
+		rs = append(rs, m.GetResponses()...)
 	}
+	local, peers := splitResponses(a.self, rs)
 	if len(peers) > 0 {
 		a.send(peers)
 	}
@@ -162,6 +156,19 @@ func (a *appender) deliver(msgs []*pb.Message) {
 		default:
 		}
 	}
+}
+
+// splitResponses splits an append's responses into those for node self
+// and those for its peers.
+func splitResponses(self uint64, rs []*pb.Message) (local, peers []*pb.Message) {
+	for _, r := range rs {
+		if r.GetTo() == self {
+			local = append(local, r)
+		} else {
+			peers = append(peers, r)
+		}
+	}
+	return local, peers
 }
 
 // takeLocal returns the self-addressed responses delivered so far.

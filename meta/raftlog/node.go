@@ -789,13 +789,9 @@ func (n *Node) saveSnapshot(m *pb.Message) error {
 		n.cfg.OnConfChange(nil, n.cs)
 	}
 	n.publishMembers()
-	var peers []*pb.Message
-	for _, r := range m.GetResponses() {
-		if r.GetTo() == n.cfg.ID {
-			_ = n.rn.Step(r)
-		} else {
-			peers = append(peers, r)
-		}
+	local, peers := splitResponses(n.cfg.ID, m.GetResponses())
+	for _, r := range local {
+		_ = n.rn.Step(r)
 	}
 	if len(peers) > 0 {
 		n.cfg.Transport.Send(peers)
