@@ -48,10 +48,11 @@ const (
 	opQuotaMax   Op = 26
 )
 
-// Scrub commands (scrub.go): 35..37 are the scrub's.
+// Scrub commands (scrub.go): 35 and 40 are the scrub's.
 const (
 	OpCorrupt  Op = 35 // a slot's object was found corrupt by its storage server: mark it stale (Ino, Gen, Slots, TargetID)
 	opScrubMax Op = 36
+	OpLost     Op = 40 // a corrupt object nothing can repair: record it (Ino, Gen, Slots, TargetID)
 )
 
 var opNames = [...]string{
@@ -64,13 +65,14 @@ var opNames = [...]string{
 	OpSetParam:    "set-param",
 	OpTargetState: "target-state", OpMoveSlot: "move-slot",
 	OpCorrupt:      "corrupt",
+	OpLost:         "lost",
 	OpMigrateBegin: "migrate-begin", OpMigrateCommit: "migrate-commit", OpMigrateAbort: "migrate-abort",
 }
 
 // validOp reports whether o is a known command op.
 func validOp(o Op) bool {
 	return (o > 0 && o < opMax) || (o >= OpSetQuota && o < opQuotaMax) || o == OpSetParam ||
-		(o >= OpCorrupt && o < opScrubMax) || (o >= OpMigrateBegin && o < opMigrateMax)
+		(o >= OpCorrupt && o < opScrubMax) || o == OpLost || (o >= OpMigrateBegin && o < opMigrateMax)
 }
 
 func (o Op) String() string {

@@ -351,9 +351,14 @@
 // otherwise) and the rebuild is asked to scan at once (rebuilder.urgent),
 // so it rewrites the object in place like any stale one; OpMoveSlot then
 // counts it repaired. RAID-0 objects, and those whose marking would leave
-// the stripe unreadable, are counted and listed lost. `weft scrub`
+// the stripe unreadable, are recorded lost by OpLost (command op 40:
+// store.LostKey, replicated like every command, removed with the file's
+// inode or by a migrate's commit), so a failover or restart never makes a
+// lost object disappear from `weft scrub` and `weft status`. `weft scrub`
 // (StartScrub, root only: storagerpc OpScrubStart to every target up;
-// ScrubStatus) reads the book, which is the leader's, in memory.
+// ScrubStatus) reads the lost records and the book: each target's pass
+// state and the counts of objects reported and repaired, which are the
+// leader's, in memory.
 //
 // # Online restripe
 //

@@ -254,6 +254,7 @@ func (t *txn) migrateCommit(c *Command) error {
 		t.b.Set(store.GCKey(uint32(tg), uint64(c.Ino), uint32(slot), n.Gen), notBefore)
 		t.res.gcQueued++
 	}
+	t.b.DeletePrefix(store.LostGenPrefix(uint64(c.Ino), n.Gen)) // the old objects go
 	n.Gen = c.NewGen
 	n.Layout = l
 	if c.Blocks != nil {

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"sort"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/weft-fs/weft/layout"
+	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
@@ -24,25 +26,30 @@ type scrubObject struct {
 	obj    proto.ObjectID
 }
 
-// scrubBook is what the metadata server knows of the scrub: each target's
-// state as its server last reported it, the corrupt objects reported and
-// not yet repaired, and the lost ones. It lives in the memory of the
-// server that received the reports (the leader): a new leader starts
-// empty and fills as the storage servers report again (every
-// scrubReportEvery at the latest, and with every object they find).
+// scrubBook is what the metadata server keeps in memory of the scrub:
+// each target's state as its server last reported it, with the counts of
+// objects reported and repaired, and the corrupt objects reported and not
+// yet repaired. It lives in the memory of the server that received the
+// reports (the leader): a new leader starts empty and fills as the
+// storage servers report again (every scrubReportEvery at the latest, and
+// with every object they find). The lost objects are replicated state
+// instead (OpLost, store.LostKey): an object nothing can repair stays
+// listed, and its target unhealthy in `weft status`, across restarts and
+// failovers, until its file is removed or migrated.
 type scrubBook struct {
-	mu       sync.Mutex
-	targets  map[proto.TargetID]*proto.ScrubTargetStatus
-	repairs  map[scrubObject]bool // reported, marked stale, waiting for the rebuild
-	lost     []proto.LostObject   // newest last, at most proto.MaxScrubLost
-	lostSeen map[scrubObject]bool
+	mu      sync.Mutex
+	targets map[proto.TargetID]*proto.ScrubTargetStatus
+	repairs map[scrubObject]bool // reported (or being recorded lost): a report of it again changes nothing
 }
+
+// lostFormat is the format version of a lost object's value: the
+// version byte, then the time it was recorded (ns since the epoch).
+const lostFormat = 1
 
 func (b *scrubBook) target(id proto.TargetID) *proto.ScrubTargetStatus {
 	if b.targets == nil {
 		b.targets = map[proto.TargetID]*proto.ScrubTargetStatus{}
 		b.repairs = map[scrubObject]bool{}
-		b.lostSeen = map[scrubObject]bool{}
 	}
 	t := b.targets[id]
 	if t == nil {
@@ -115,9 +122,12 @@ func (s *Server) reporter(ctx context.Context, id proto.TargetID) error {
 // scrubFound acts on one object reported corrupt on target.
 func (s *Server) scrubFound(ctx context.Context, target proto.TargetID, obj proto.ObjectID) error {
 	key := scrubObject{target, obj}
+	if _, err := s.st.Get(store.LostKey(uint64(obj.Ino), obj.Gen, obj.Stripe, uint32(target))); err == nil {
+		return nil // recorded lost already
+	}
 	s.scrub.mu.Lock()
 	s.scrub.target(target)
-	known := s.scrub.repairs[key] || s.scrub.lostSeen[key]
+	known := s.scrub.repairs[key]
 	if !known {
 		s.scrub.repairs[key] = true // claimed: a concurrent report of it waits for this one's outcome
 	}
@@ -147,16 +157,14 @@ func (s *Server) scrubFound(ctx context.Context, target proto.TargetID, obj prot
 		return nil
 	}
 	if l.Kind == layout.RAID0 {
-		s.scrubLost(key, "the file is not protected (RAID-0)")
-		return nil
+		return s.scrubLost(ctx, key, "the file is not protected (RAID-0)")
 	}
 	if !l.IsStale(slot) {
 		c := &Command{Op: OpCorrupt, Now: s.now(), Ino: obj.Ino, Gen: obj.Gen, Slots: []uint32{obj.Stripe}, TargetID: target}
 		_, err := s.propose(ctx, c)
 		switch {
 		case errors.Is(err, syscall.EIO):
-			s.scrubLost(key, "no other fresh copy or enough shards of its stripe")
-			return nil
+			return s.scrubLost(ctx, key, "no other fresh copy or enough shards of its stripe")
 		case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ESTALE), errors.Is(err, syscall.EBUSY):
 			return nil // removed, replaced or moved meanwhile
 		case err != nil:
@@ -176,20 +184,86 @@ func (s *Server) scrubFound(ctx context.Context, target proto.TargetID, obj prot
 	return nil
 }
 
-// scrubLost records a corrupt object that nothing can repair.
-func (s *Server) scrubLost(key scrubObject, why string) {
+// scrubLost records a corrupt object that nothing can repair (OpLost),
+// so that every member lists it until its file goes.
+func (s *Server) scrubLost(ctx context.Context, key scrubObject, why string) error {
+	c := &Command{Op: OpLost, Now: s.now(), Ino: key.obj.Ino, Gen: key.obj.Gen, Slots: []uint32{key.obj.Stripe}, TargetID: key.target}
+	_, err := s.propose(ctx, c)
+	switch {
+	case errors.Is(err, syscall.ENOENT), errors.Is(err, syscall.ESTALE), errors.Is(err, syscall.EBUSY):
+		return nil // removed, replaced or moved meanwhile
+	case err != nil:
+		return fmt.Errorf("meta: scrub: record inode %d slot %d lost: %w", key.obj.Ino, key.obj.Stripe, err)
+	}
 	s.log.Error("meta: corrupt object with no redundancy to repair it from: reads of its bad blocks fail with EIO",
 		"target", key.target, "ino", key.obj.Ino, "slot", key.obj.Stripe, "why", why)
 	s.scrub.mu.Lock()
-	defer s.scrub.mu.Unlock()
-	t := s.scrub.target(key.target)
-	t.Reported++
-	t.Lost++
-	s.scrub.lostSeen[key] = true
-	s.scrub.lost = append(s.scrub.lost, proto.LostObject{Target: key.target, Obj: key.obj})
-	if over := len(s.scrub.lost) - proto.MaxScrubLost; over > 0 {
-		s.scrub.lost = append(s.scrub.lost[:0:0], s.scrub.lost[over:]...)
+	s.scrub.target(key.target).Reported++
+	s.scrub.mu.Unlock()
+	return nil
+}
+
+// lostObject applies OpLost: the object of slot Slots[0] of file Ino
+// (generation Gen), on target TargetID, is corrupt and nothing can repair
+// it. It is recorded (store.LostKey) until the file is removed
+// (reclaimInode) or migrated to new objects (migrateCommit). It is the
+// server's own command. A slot no longer on that target is EBUSY, a file
+// of another generation ESTALE: nothing is recorded.
+func (t *txn) lostObject(c *Command) error {
+	if len(c.Slots) != 1 {
+		return errnof(syscall.EINVAL, "lost: %d slots", len(c.Slots))
 	}
+	n, err := t.fileOfGen(c.Ino, c.Gen)
+	if err != nil {
+		return err
+	}
+	slot := int(c.Slots[0])
+	if slot >= len(n.Layout.Targets) {
+		return errnof(syscall.EINVAL, "inode %d has no slot %d", c.Ino, slot)
+	}
+	if on := n.Layout.Targets[slot]; on != c.TargetID {
+		return errnof(syscall.EBUSY, "inode %d slot %d is on target %d now, not %d", c.Ino, slot, on, c.TargetID)
+	}
+	v := append([]byte{lostFormat}, u64(uint64(c.Now))...)
+	t.b.Set(store.LostKey(uint64(c.Ino), c.Gen, c.Slots[0], uint32(c.TargetID)), v)
+	return nil
+}
+
+// lostObjects reads the recorded lost objects: how many per target, and
+// the most recent proto.MaxScrubLost, oldest first.
+func (s *Server) lostObjects() (map[proto.TargetID]uint64, []proto.LostObject, error) {
+	type rec struct {
+		at  uint64
+		obj proto.LostObject
+	}
+	per := map[proto.TargetID]uint64{}
+	var all []rec
+	p := []byte{store.PrefixLost}
+	err := s.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool {
+		ino, gen, stripe, target, ok := store.ParseLostKey(k)
+		if !ok {
+			return true
+		}
+		var at uint64
+		if len(v) == 9 && v[0] == lostFormat {
+			at = binary.BigEndian.Uint64(v[1:])
+		}
+		per[proto.TargetID(target)]++
+		all = append(all, rec{at, proto.LostObject{Target: proto.TargetID(target), Obj: proto.ObjectID{Ino: proto.Ino(ino), Gen: gen, Stripe: stripe}}})
+		return true
+	})
+	if err != nil {
+		return nil, nil, errnof(syscall.EIO, "scan lost objects: %v", err)
+	}
+	sort.SliceStable(all, func(i, j int) bool { return all[i].at < all[j].at })
+	if over := len(all) - proto.MaxScrubLost; over > 0 {
+		all = all[over:]
+	}
+	out := make([]proto.LostObject, len(all))
+	for i, r := range all {
+		out[i] = r.obj
+	}
+	return per, out, nil
 }
 
 // scrubRepaired notes that the rebuild rewrote the object of slot of a
@@ -254,6 +328,10 @@ func (s *Server) ScrubStatus(ctx context.Context) (proto.ScrubStatus, error) {
 		return proto.ScrubStatus{}, err
 	}
 	var out proto.ScrubStatus
+	lostPer, lost, err := s.lostObjects()
+	if err != nil {
+		return out, err
+	}
 	infos := s.reg.list()
 	s.scrub.mu.Lock()
 	defer s.scrub.mu.Unlock()
@@ -265,10 +343,11 @@ func (s *Server) ScrubStatus(ctx context.Context) (proto.ScrubStatus, error) {
 		if t := s.scrub.targets[ti.ID]; t != nil {
 			ts = *t
 		}
+		ts.Lost = lostPer[ti.ID]
 		out.Targets = append(out.Targets, ts)
 	}
 	sort.Slice(out.Targets, func(i, j int) bool { return out.Targets[i].Target < out.Targets[j].Target })
-	out.Lost = append([]proto.LostObject(nil), s.scrub.lost...)
+	out.Lost = lost
 	return out, nil
 }
 

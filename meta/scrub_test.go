@@ -152,6 +152,51 @@ func TestScrubLost(t *testing.T) {
 	}
 }
 
+// TestScrubLostKept: lost objects are replicated state, not the leader's
+// memory: they stay listed (and their targets counted) after the server
+// restarts, and go with their file when it is removed. A lost record for
+// a slot no longer on the target, or another generation, is refused.
+func TestScrubLostKept(t *testing.T) {
+	e, _, _, r := scrubEnv(t)
+	rt := r.Layout.Targets[0]
+	robj := proto.ObjectID{Ino: r.Ino, Gen: r.Gen, Stripe: 0}
+	e.must(e.srv.ReportScrub(ctx, proto.ScrubReport{ScrubTarget: proto.ScrubTarget{Target: rt}, Found: []proto.ObjectID{robj}}))
+	for _, c := range []Command{
+		{Op: OpLost, Ino: r.Ino, Gen: r.Gen, Slots: []uint32{1}, TargetID: rt},         // slot 1 is on another target
+		{Op: OpLost, Ino: r.Ino, Gen: r.Gen + 1, Slots: []uint32{0}, TargetID: rt},     // another generation
+		{Op: OpLost, Ino: r.Ino, Gen: r.Gen, Slots: []uint32{9}, TargetID: rt},         // no such slot
+		{Op: OpLost, Ino: proto.RootIno, Gen: r.Gen, Slots: []uint32{0}, TargetID: rt}, // not a file
+	} {
+		c.Now = e.srv.now()
+		if _, err := e.srv.propose(ctx, &c); err == nil {
+			t.Fatalf("%+v: recorded", c)
+		}
+	}
+	e.restart()
+	st, err := e.srv.ScrubStatus(ctx)
+	e.must(err)
+	if len(st.Lost) != 1 || st.Lost[0] != (proto.LostObject{Target: rt, Obj: robj}) {
+		t.Fatalf("after a restart, lost %+v", st.Lost)
+	}
+	if ts := e.scrubTarget(rt); ts.Lost != 1 {
+		t.Fatalf("after a restart, target %d: %+v", rt, ts)
+	}
+	// Reported again (by a read) after the restart: still one.
+	e.must(e.srv.ReportScrub(ctx, proto.ScrubReport{ScrubTarget: proto.ScrubTarget{Target: rt}, Found: []proto.ObjectID{robj}}))
+	if ts := e.scrubTarget(rt); ts.Lost != 1 || ts.Reported != 0 {
+		t.Fatalf("reported again: %+v", ts)
+	}
+	e.must(e.srv.Unlink(ctx, proto.RootIno, "r"))
+	// Reclaimed now rather than after the orphan grace.
+	_, err = e.srv.propose(ctx, &Command{Op: OpReclaim, Now: e.srv.now(), Inos: []proto.Ino{r.Ino}})
+	e.must(err)
+	st, err = e.srv.ScrubStatus(ctx)
+	e.must(err)
+	if len(st.Lost) != 0 || e.scrubTarget(rt).Lost != 0 {
+		t.Fatalf("after the file was removed: %+v", st)
+	}
+}
+
 // TestCorruptCommand: OpCorrupt changes nothing for a slot no longer on
 // the target, another generation, a RAID-0 file.
 func TestCorruptCommand(t *testing.T) {

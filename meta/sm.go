@@ -378,6 +378,8 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.setParam(c)
 	case OpCorrupt:
 		err = t.corruptSlot(c)
+	case OpLost:
+		err = t.lostObject(c)
 	case OpMigrateBegin:
 		err = t.migrateBegin(c)
 	case OpMigrateCommit:
@@ -1355,6 +1357,7 @@ func (t *txn) reclaimInode(n *inode) error {
 			t.res.gcQueued++
 		}
 	}
+	t.b.DeletePrefix(store.LostPrefix(uint64(ino)))
 	t.b.Delete(store.OrphanKey(uint64(ino)))
 	delete(t.cache, ino)
 	delete(t.dirty, ino)

@@ -32,6 +32,10 @@
 //	                                dedupe): its seq, errno, attributes, parent's
 //	q <kind:1> <id:4>               quota account of a user (1), group (2) or project (3):
 //	                                inodes and bytes in use, and their limits
+//	p <name>                        run-time parameter set with --persist: its value
+//	l <ino:8> <gen:8> <stripe:4> <target:4>
+//	                                lost object: found corrupt by the scrub with nothing
+//	                                to repair it from (value: version, time reported)
 //
 // A directory listing is a prefix scan of "d"+parent, continued after a name
 // by starting at "d"+parent+name+"\x00": listing is O(entries returned) at

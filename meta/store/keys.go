@@ -19,6 +19,7 @@ const (
 	PrefixReply     = 's' // remembered replies of client requests, per session
 	PrefixQuota     = 'q' // one quota account: usage and limits of a user, group or project
 	PrefixParam     = 'p' // run-time parameters set with --persist (meta/params.go)
+	PrefixLost      = 'l' // objects the scrub found corrupt that nothing can repair (meta/scrub.go)
 )
 
 // Counter names.
@@ -152,3 +153,30 @@ func ParseU64Suffix(k []byte) (uint64, bool) {
 
 // ParamKey is "p" + the parameter's name; the value is its text.
 func ParamKey(name string) []byte { return append([]byte{PrefixParam}, name...) }
+
+// LostPrefix is "l" + ino: the lost objects of one inode, of any
+// generation.
+func LostPrefix(ino uint64) []byte { return u64key(PrefixLost, ino) }
+
+// LostGenPrefix is "l" + ino + gen: the lost objects of one generation
+// of an inode.
+func LostGenPrefix(ino, gen uint64) []byte {
+	return binary.BigEndian.AppendUint64(LostPrefix(ino), gen)
+}
+
+// LostKey is "l" + ino + gen + stripe + target: one object that the scrub
+// found corrupt and nothing can repair.
+func LostKey(ino, gen uint64, stripe, target uint32) []byte {
+	k := binary.BigEndian.AppendUint32(LostGenPrefix(ino, gen), stripe)
+	return binary.BigEndian.AppendUint32(k, target)
+}
+
+// ParseLostKey is LostKey's inverse; ok is false for a key of another
+// shape.
+func ParseLostKey(k []byte) (ino, gen uint64, stripe, target uint32, ok bool) {
+	if len(k) != 1+8+8+4+4 || k[0] != PrefixLost {
+		return 0, 0, 0, 0, false
+	}
+	return binary.BigEndian.Uint64(k[1:]), binary.BigEndian.Uint64(k[9:]),
+		binary.BigEndian.Uint32(k[17:]), binary.BigEndian.Uint32(k[21:]), true
+}
