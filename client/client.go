@@ -238,8 +238,12 @@ func (c *Client) merge(a *proto.Attr) {
 	c.mu.Lock()
 	st := c.open[a.Ino]
 	c.mu.Unlock()
-	if st != nil && st.gen == a.Gen {
+	switch {
+	case st == nil:
+	case st.gen == a.Gen:
 		st.mergeAttr(a)
+	case a.Gen != 0:
+		st.moved.Store(a.Gen) // its handles ask to follow (follow.go)
 	}
 }
 

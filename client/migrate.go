@@ -102,9 +102,8 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 		unsynced: map[int]bool{}, written: map[int]uint64{}}
 	dst.cond = sync.NewCond(&dst.mu)
 	defer dst.stopCaps()
-	h := newHeldCap(ctx, t.Cap, proto.AccessReadWrite)
-	h.renewAt = time.Time{} // valid for the whole ticket; a renewal would name the old generation
-	dst.setCap(h)
+	tr := ticketRenewal{c: c, mg: mg, t: &t, dst: dst}
+	tr.took(ctx)
 
 	// Every object first gets its share of the size (sized layouts: a
 	// shorter object is lost data); then the bytes, then a sync.
@@ -121,6 +120,9 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 		if err := ctx.Err(); err != nil {
 			return proto.Attr{}, migrateErr(t.Ino, "copy", err) // interrupted (the FUSE request's signal)
 		}
+		if err := tr.renewIfDue(ctx); err != nil {
+			return proto.Attr{}, err
+		}
 		p := buf[:min(chunk, size-off)]
 		if err := c.readRange(ctx, src, a.Layout, off, p); err != nil {
 			return proto.Attr{}, migrateErr(t.Ino, fmt.Sprintf("read [%d,+%d)", off, len(p)), err)
@@ -132,8 +134,14 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 			return proto.Attr{}, migrateErr(t.Ino, fmt.Sprintf("write [%d,+%d)", off, len(p)), err)
 		}
 	}
+	if err := tr.renewIfDue(ctx); err != nil {
+		return proto.Attr{}, err
+	}
 	if err := c.migrateSync(ctx, dst, nl); err != nil {
 		return proto.Attr{}, migrateErr(t.Ino, "sync", err)
+	}
+	if err := tr.renewIfDue(ctx); err != nil {
+		return proto.Attr{}, err
 	}
 	t.Blocks = dst.allocatedBlocks(ctx, nl, size)
 	rctx, cancel = c.rpcCtx(ctx)
@@ -143,6 +151,50 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 		return proto.Attr{}, migrateErr(t.Ino, "commit", err)
 	}
 	return na, nil
+}
+
+// ticketRenewal keeps a restripe's ticket (its new objects and their
+// capability) alive while the copy runs: a copy of a large file can
+// outlast the ticket's life (meta.Options.MigrateTicketLife, an hour by
+// default). It renews when half the life has passed, by this client's
+// clock from when the ticket arrived. A ticket that ended cannot be
+// renewed (ETIMEDOUT): the migrate then fails and aborts, and the new
+// objects are removed.
+type ticketRenewal struct {
+	c       *Client
+	mg      proto.Migrator
+	t       *proto.MigrateTicket
+	dst     *inodeState
+	renewAt time.Time
+}
+
+// took holds the ticket's capability for the new objects (never renewed
+// as a handle's are: that would name the file's current generation) and
+// sets when to renew it.
+func (tr *ticketRenewal) took(ctx context.Context) {
+	h := newHeldCap(ctx, tr.t.Cap, proto.AccessReadWrite)
+	life := h.lifetime
+	if life <= 0 { // no capabilities: the ticket's end by this clock
+		life = time.Until(time.Unix(0, tr.t.Until))
+	}
+	h.renewAt = time.Time{}
+	tr.dst.setCap(h)
+	tr.renewAt = time.Now().Add(max(life/2, time.Millisecond))
+}
+
+func (tr *ticketRenewal) renewIfDue(ctx context.Context) error {
+	if time.Now().Before(tr.renewAt) {
+		return nil
+	}
+	rctx, cancel := tr.c.rpcCtx(ctx)
+	nt, err := tr.mg.MigrateRenew(rctx, *tr.t)
+	cancel()
+	if err != nil {
+		return migrateErr(tr.t.Ino, "renew the ticket", err)
+	}
+	tr.t.Until, tr.t.Cap = nt.Until, nt.Cap
+	tr.took(ctx)
+	return nil
 }
 
 // migrateWrite writes p at file offset off into dst's objects: EC row by

@@ -140,7 +140,7 @@ func TestMigrateRefused(t *testing.T) {
 	if _, err := e.srv.MigrateCommit(ctx, forged); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("commit of a layout the begin did not place: %v", err)
 	}
-	e.clock.Advance(migrateTicketLife - migrateCommitMargin + time.Second)
+	e.clock.Advance(e.srv.opts.MigrateTicketLife - e.srv.migrateMargin() + time.Second)
 	if _, err := e.srv.MigrateCommit(ctx, tk); !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("commit near the ticket's end: %v", err)
 	}
