@@ -83,6 +83,9 @@ type Client struct {
 	base   context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // background writes
+	// now is the clock of migrate's ticket renewals (time.Now; tests
+	// move it with the metadata server's).
+	now func() time.Time
 
 	mu    sync.Mutex
 	open  map[proto.Ino]*inodeState // inodes with open handles (or an ongoing truncate)
@@ -152,12 +155,10 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		base:    base,
 		cancel:  cancel,
 		open:    map[proto.Ino]*inodeState{},
+		now:     time.Now,
 	}
 	c.perFile.Store(min(maxFileInflight, cfg.CacheLimit))
 	c.rows.seed = maphash.MakeSeed()
-	if svc, ok := meta.(sessionService); ok {
-		c.sess = newSession(c, svc)
-	}
 	c.locker, _ = meta.(proto.LockService)
 	c.locks.init()
 	if x, ok := meta.(extended); ok {
@@ -167,6 +168,10 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		c.rel.c, c.rel.base = c, meta
 		c.rel.idle.L = &c.rel.mu
 		c.meta = releasingMeta{meta, &c.rel}
+	}
+	if svc, ok := meta.(sessionService); ok {
+		// Last: its goroutine reads c.meta (the run-time parameters).
+		c.sess = newSession(c, svc)
 	}
 	return c
 }

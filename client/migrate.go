@@ -52,6 +52,9 @@ func (c *Client) Migrate(ctx context.Context, ino proto.Ino, policy layout.Layou
 	if !ok {
 		return proto.Attr{}, fmt.Errorf("client: the metadata service cannot restripe files: %w", syscall.ENOSYS)
 	}
+	// A file this client just closed must not count as open for writing:
+	// its release may still wait in the queue (as Unlink sends them).
+	c.rel.drain()
 	rctx, cancel := c.rpcCtx(ctx)
 	t, err := mg.MigrateBegin(rctx, ino, policy)
 	cancel()
@@ -174,16 +177,17 @@ type ticketRenewal struct {
 func (tr *ticketRenewal) took(ctx context.Context) {
 	h := newHeldCap(ctx, tr.t.Cap, proto.AccessReadWrite)
 	life := h.lifetime
+	now := tr.c.now()
 	if life <= 0 { // no capabilities: the ticket's end by this clock
-		life = time.Until(time.Unix(0, tr.t.Until))
+		life = time.Unix(0, tr.t.Until).Sub(now)
 	}
 	h.renewAt = time.Time{}
 	tr.dst.setCap(h)
-	tr.renewAt = time.Now().Add(max(life/2, time.Millisecond))
+	tr.renewAt = now.Add(max(life/2, time.Millisecond))
 }
 
 func (tr *ticketRenewal) renewIfDue(ctx context.Context) error {
-	if time.Now().Before(tr.renewAt) {
+	if tr.c.now().Before(tr.renewAt) {
 		return nil
 	}
 	rctx, cancel := tr.c.rpcCtx(ctx)

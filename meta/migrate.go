@@ -122,6 +122,13 @@ func (s *Server) MigrateCommit(ctx context.Context, t proto.MigrateTicket) (prot
 		s.mu.Unlock()
 		return proto.Attr{}, errnof(syscall.EBUSY, "migrate inode %d: opened for writing during the copy", t.Ino)
 	}
+	if n, err := s.readInode(t.Ino); err == nil && n.Gen != t.NewGen {
+		// (Committed already: a retry whose reply was lost succeeds again.)
+		if err := s.ticketLive(t); err != nil {
+			s.mu.Unlock()
+			return proto.Attr{}, err
+		}
+	}
 	done := make(chan struct{})
 	s.migrating[t.Ino] = done
 	s.mu.Unlock()
@@ -159,6 +166,9 @@ func (s *Server) MigrateRenew(ctx context.Context, t proto.MigrateTicket) (proto
 	if err != nil {
 		return proto.MigrateTicket{}, err
 	}
+	if err := s.ticketLive(t); err != nil {
+		return proto.MigrateTicket{}, err
+	}
 	l := t.Layout.Clone()
 	now := s.now()
 	c := &Command{Op: OpMigrateRenew, Now: now, Ino: t.Ino, Gen: t.Gen, NewGen: t.NewGen, Layout: &l,
@@ -171,6 +181,16 @@ func (s *Server) MigrateRenew(ctx context.Context, t proto.MigrateTicket) (proto
 		return proto.MigrateTicket{}, err
 	}
 	return t, nil
+}
+
+// ticketLive refuses a ticket that ended (or is within the margin of its
+// end) by this server's clock, with a clear error: its new objects may be
+// removed already. Apply checks the queue itself as well.
+func (s *Server) ticketLive(t proto.MigrateTicket) error {
+	if s.now() > t.Until-int64(s.migrateMargin()) {
+		return errnof(syscall.ETIMEDOUT, "migrate inode %d: the ticket ended (the copy took too long; its new objects are removed)", t.Ino)
+	}
+	return nil
 }
 
 // MigrateAbort implements proto.Migrator.
@@ -386,12 +406,13 @@ func (t *txn) migrateAbort(c *Command) error {
 	if n.Gen == c.NewGen {
 		return errnof(syscall.EBUSY, "migrate inode %d: already committed", c.Ino)
 	}
+	// Every slot, queued or not: a ticket that ended had its objects
+	// removed and dropped from the queue, and a write of the copy after
+	// that made one again. Objects of a generation other than the file's
+	// are never the file's data.
 	for slot, tg := range c.Layout.Targets {
-		k := store.GCKey(uint32(tg), uint64(c.Ino), uint32(slot), c.NewGen)
-		if v, err := t.sm.st.Get(k); err == nil && len(v) == 8 {
-			t.b.Set(k, nil)
-			t.res.gcQueued++
-		}
+		t.b.Set(store.GCKey(uint32(tg), uint64(c.Ino), uint32(slot), c.NewGen), nil)
+		t.res.gcQueued++
 	}
 	t.res.attr = n.Attr
 	return nil
