@@ -208,19 +208,25 @@ func (st *inodeState) renewCap(ctx context.Context, want proto.Access, old *held
 	rctx, cancel := st.c.rpcCtx(ctx)
 	defer cancel()
 	var b []byte
-	if fw, ok := st.c.follower(); ok {
+	fw, follow := st.c.follower()
+	if follow {
 		// Named by generation: a capability for the objects this state
 		// reads, or news that a restripe replaced them (follow.go).
 		a, cb, err := fw.Follow(rctx, st.ino, st.gen, mode)
-		if err != nil {
+		switch {
+		case errors.Is(err, syscall.ENOSYS): // a server from before Follow
+			st.c.noFollow.Store(true)
+			follow = false
+		case err != nil:
 			return nil, err
-		}
-		if a.Gen != st.gen {
+		case a.Gen != st.gen:
 			st.moved.Store(a.Gen)
 			return nil, fmt.Errorf("%w: ino %d generation %#x is %#x now: %w", errMoved, st.ino, st.gen, a.Gen, syscall.ESTALE)
+		default:
+			b = cb
 		}
-		b = cb
-	} else {
+	}
+	if !follow {
 		var err error
 		if b, err = st.c.meta.Capability(rctx, st.ino, mode); err != nil {
 			return nil, err

@@ -83,6 +83,9 @@ type Client struct {
 	base   context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // background writes
+	// noFollow: the metadata service answered a follow with ENOSYS (a
+	// server from before it): capabilities are renewed with Capability.
+	noFollow atomic.Bool
 	// now is the clock of migrate's ticket renewals (time.Now; tests
 	// move it with the metadata server's).
 	now func() time.Time

@@ -41,8 +41,12 @@ import (
 // restripe replaced them: the handle follows (File.follow) and reads again.
 var errMoved = errors.New("client: the file was restriped while open here")
 
-// follower returns the metadata service's MigrateFollower, if it has one.
+// follower returns the metadata service's MigrateFollower, if it has one
+// (a server from before it answered ENOSYS: c.noFollow).
 func (c *Client) follower() (proto.MigrateFollower, bool) {
+	if c.noFollow.Load() {
+		return nil, false
+	}
 	m := c.meta
 	if r, ok := m.(releasingMeta); ok {
 		m = r.MetaService
@@ -91,6 +95,9 @@ func (f *File) follow(ctx context.Context) error {
 	rctx, cancel := f.c.rpcCtx(ctx)
 	a, cap, err := fw.Follow(rctx, f.ino, old.gen, f.want)
 	cancel()
+	if errors.Is(err, syscall.ENOSYS) {
+		f.c.noFollow.Store(true)
+	}
 	if err != nil {
 		return fmt.Errorf("client: ino %d: following its restripe: %w", f.ino, err)
 	}

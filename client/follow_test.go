@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -376,5 +377,52 @@ func TestMigrateTicketRenewed(t *testing.T) {
 	defer f.Release(ctx)
 	if got := mustRead(t, f, 0, len(data)); !bytes.Equal(got, data) {
 		t.Fatal("after the failed migrate the file reads wrong bytes")
+	}
+}
+
+// oldMeta is a metadata service from before Follow and MigrateRenew: it
+// answers both with ENOSYS.
+type oldMeta struct{ sessionMeta }
+
+func (oldMeta) Follow(context.Context, proto.Ino, uint64, proto.Access) (proto.Attr, []byte, error) {
+	return proto.Attr{}, nil, syscall.ENOSYS
+}
+
+func (oldMeta) MigrateRenew(context.Context, proto.MigrateTicket) (proto.MigrateTicket, error) {
+	return proto.MigrateTicket{}, syscall.ENOSYS
+}
+
+// TestFollowFallsBackOnOldServer: against a server without Follow,
+// capabilities are renewed with Capability, and a migrate copy goes on
+// with its ticket when it cannot be renewed.
+func TestFollowFallsBackOnOldServer(t *testing.T) {
+	e := newMigrateEnv(t, time.Hour)
+	ctx := context.Background()
+	c := NewWithServices(oldMeta{sessionMeta{e.meta, proto.NewSessionID()}}, e.storage, Config{})
+	defer c.Close()
+	var calls atomic.Int64
+	c.now = func() time.Time { // an hour passes between two looks: every renewal is due
+		return time.Now().Add(time.Duration(calls.Add(1)) * time.Hour)
+	}
+	data := randomBytes(200<<10, 4)
+	a := writeFile(t, c, "f", data)
+	f, _, err := c.Open(ctx, a.Ino, proto.AccessRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release(ctx)
+	h, err := f.state().renewCap(ctx, proto.AccessRead, f.state().caps.get(proto.AccessRead))
+	if err != nil || len(h.b) == 0 {
+		t.Fatalf("renewal against a server without Follow: %v", err)
+	}
+	if !c.noFollow.Load() {
+		t.Fatal("the client did not note that the server cannot follow")
+	}
+	f.Release(ctx)
+	if _, err := c.Migrate(ctx, a.Ino, layout.Layout{Kind: layout.RAID0, StripeSize: 64 << 10, StripeCount: 2}); err != nil {
+		t.Fatalf("migrate against a server without renewals: %v", err)
+	}
+	if calls.Load() < 2 {
+		t.Fatal("the migrate never looked whether its ticket was due for renewal")
 	}
 }

@@ -193,6 +193,12 @@ func (tr *ticketRenewal) renewIfDue(ctx context.Context) error {
 	rctx, cancel := tr.c.rpcCtx(ctx)
 	nt, err := tr.mg.MigrateRenew(rctx, *tr.t)
 	cancel()
+	if errors.Is(err, syscall.ENOSYS) {
+		// A server from before renewals: the copy has the ticket's life.
+		tr.c.log.Warn("the metadata service cannot renew migrate tickets: the copy must end within the ticket's life", "ino", tr.t.Ino)
+		tr.renewAt = tr.c.now().Add(100 * 365 * 24 * time.Hour) // never
+		return nil
+	}
 	if err != nil {
 		return migrateErr(tr.t.Ino, "renew the ticket", err)
 	}
