@@ -336,12 +336,37 @@ func (c *Client) setAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 }
 
 func (c *Client) truncate(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
-	c.mu.Lock()
-	st := c.open[ino]
-	if st != nil {
-		st.refs++
+	a, err := c.truncateOnce(ctx, ino, in, true)
+	if errors.Is(err, errMoved) {
+		// The file's state here is of a generation a restripe replaced
+		// (only readers that have not followed yet hold it): truncate
+		// the current objects, as by path (follow.go).
+		a, err = c.truncateOnce(ctx, ino, in, false)
 	}
-	c.mu.Unlock()
+	return a, err
+}
+
+// truncateOnce is truncate, through the file's open state here if useOpen
+// and there is one.
+func (c *Client) truncateOnce(ctx context.Context, ino proto.Ino, in proto.SetAttrIn, useOpen bool) (proto.Attr, error) {
+	var st *inodeState
+	if useOpen {
+		c.mu.Lock()
+		st = c.open[ino]
+		if st != nil {
+			st.refs++
+		}
+		c.mu.Unlock()
+	}
+	if st != nil && st.caps.write.Load() == nil {
+		// Only readers hold the file here: their state may be of a
+		// generation a restripe replaced (nobody can restripe a file
+		// open for writing). Truncate the file's current objects.
+		if a, err := c.GetAttr(ctx, ino); err == nil && a.Gen != st.gen {
+			c.unref(st)
+			return c.truncateOnce(ctx, ino, in, false)
+		}
+	}
 
 	var l layout.Layout
 	capSt := st // whose capabilities the truncate uses

@@ -426,3 +426,41 @@ func TestFollowFallsBackOnOldServer(t *testing.T) {
 		t.Fatal("the migrate never looked whether its ticket was due for renewal")
 	}
 }
+
+// TestTruncateByPathAfterMigrate: a truncate by path on a client whose
+// only handles on the file are readers of a generation a restripe
+// replaced cuts the file's current objects: extended again, the file
+// reads zeros past the cut, never the old bytes.
+func TestTruncateByPathAfterMigrate(t *testing.T) {
+	e := newMigrateEnv(t, time.Hour)
+	ctx := context.Background()
+	c, other := e.client(t), e.client(t)
+	data := randomBytes(1<<20, 5)
+	a := writeFile(t, other, "f", data)
+	f, _, err := c.Open(ctx, a.Ino, proto.AccessRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Release(ctx)
+	if _, err := other.Migrate(ctx, a.Ino, layout.Layout{Kind: layout.RAID0, StripeSize: 64 << 10, StripeCount: 3}); err != nil {
+		t.Fatal(err)
+	}
+	for _, size := range []uint64{1000, 1 << 20} {
+		if _, err := c.SetAttr(ctx, a.Ino, proto.SetAttrIn{Valid: proto.SetSize, Size: size}); err != nil {
+			t.Fatalf("truncate to %d: %v", size, err)
+		}
+	}
+	want := make([]byte, 1<<20)
+	copy(want, data[:1000])
+	g, _, err := other.Open(ctx, a.Ino, proto.AccessRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer g.Release(ctx)
+	if got := mustRead(t, g, 0, 1<<20); !bytes.Equal(got, want) {
+		t.Fatal("after truncating and extending, a new open reads other bytes than the cut file's")
+	}
+	if got := mustRead(t, f, 0, 1<<20); !bytes.Equal(got, want) {
+		t.Fatal("after truncating and extending, the old handle reads other bytes than the cut file's")
+	}
+}
