@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -164,7 +165,9 @@ func (st *inodeState) renewDue() {
 	defer c.wg.Done()
 	for _, h := range due {
 		if _, err := st.renewCap(c.base, h.rights, h); err != nil {
-			c.log.Warn("capability renewal failed", "ino", st.ino, "mode", h.mode.String(), "err", err)
+			if !errors.Is(err, errMoved) { // else its handles follow at their next read
+				c.log.Warn("capability renewal failed", "ino", st.ino, "mode", h.mode.String(), "err", err)
+			}
 			retry := *h
 			retry.renewAt = time.Now().Add(max(100*time.Millisecond, h.lifetime/10))
 			st.replaceCap(h, &retry)
@@ -204,9 +207,30 @@ func (st *inodeState) renewCap(ctx context.Context, want proto.Access, old *held
 	}
 	rctx, cancel := st.c.rpcCtx(ctx)
 	defer cancel()
-	b, err := st.c.meta.Capability(rctx, st.ino, mode)
-	if err != nil {
-		return nil, err
+	var b []byte
+	fw, follow := st.c.follower()
+	if follow {
+		// Named by generation: a capability for the objects this state
+		// reads, or news that a restripe replaced them (follow.go).
+		a, cb, err := fw.Follow(rctx, st.ino, st.gen, mode)
+		switch {
+		case errors.Is(err, syscall.ENOSYS): // a server from before Follow
+			st.c.noFollow.Store(true)
+			follow = false
+		case err != nil:
+			return nil, err
+		case a.Gen != st.gen:
+			st.moved.Store(a.Gen)
+			return nil, fmt.Errorf("%w: ino %d generation %#x is %#x now: %w", errMoved, st.ino, st.gen, a.Gen, syscall.ESTALE)
+		default:
+			b = cb
+		}
+	}
+	if !follow {
+		var err error
+		if b, err = st.c.meta.Capability(rctx, st.ino, mode); err != nil {
+			return nil, err
+		}
 	}
 	h := newHeldCap(ctx, b, mode)
 	st.setCap(h)
@@ -224,6 +248,9 @@ func (st *inodeState) withCap(ctx context.Context, want proto.Access, op func(co
 		return err
 	}
 	h2, rerr := st.renewCap(ctx, want, h)
+	if errors.Is(rerr, errMoved) {
+		return rerr // the handle follows the restripe (follow.go)
+	}
 	if rerr != nil {
 		st.c.log.Warn("capability renewal after a refusal failed", "ino", st.ino, "err", rerr)
 		return err

@@ -83,6 +83,12 @@ type Client struct {
 	base   context.Context
 	cancel context.CancelFunc
 	wg     sync.WaitGroup // background writes
+	// noFollow: the metadata service answered a follow with ENOSYS (a
+	// server from before it): capabilities are renewed with Capability.
+	noFollow atomic.Bool
+	// now is the clock of migrate's ticket renewals (time.Now; tests
+	// move it with the metadata server's).
+	now func() time.Time
 
 	mu    sync.Mutex
 	open  map[proto.Ino]*inodeState // inodes with open handles (or an ongoing truncate)
@@ -152,12 +158,10 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		base:    base,
 		cancel:  cancel,
 		open:    map[proto.Ino]*inodeState{},
+		now:     time.Now,
 	}
 	c.perFile.Store(min(maxFileInflight, cfg.CacheLimit))
 	c.rows.seed = maphash.MakeSeed()
-	if svc, ok := meta.(sessionService); ok {
-		c.sess = newSession(c, svc)
-	}
 	c.locker, _ = meta.(proto.LockService)
 	c.locks.init()
 	if x, ok := meta.(extended); ok {
@@ -167,6 +171,10 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		c.rel.c, c.rel.base = c, meta
 		c.rel.idle.L = &c.rel.mu
 		c.meta = releasingMeta{meta, &c.rel}
+	}
+	if svc, ok := meta.(sessionService); ok {
+		// Last: its goroutine reads c.meta (the run-time parameters).
+		c.sess = newSession(c, svc)
 	}
 	return c
 }
@@ -238,8 +246,12 @@ func (c *Client) merge(a *proto.Attr) {
 	c.mu.Lock()
 	st := c.open[a.Ino]
 	c.mu.Unlock()
-	if st != nil && st.gen == a.Gen {
+	switch {
+	case st == nil:
+	case st.gen == a.Gen:
 		st.mergeAttr(a)
+	case a.Gen != 0:
+		st.moved.Store(a.Gen) // its handles ask to follow (follow.go)
 	}
 }
 
@@ -324,12 +336,37 @@ func (c *Client) setAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn)
 }
 
 func (c *Client) truncate(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (proto.Attr, error) {
-	c.mu.Lock()
-	st := c.open[ino]
-	if st != nil {
-		st.refs++
+	a, err := c.truncateOnce(ctx, ino, in, true)
+	if errors.Is(err, errMoved) {
+		// The file's state here is of a generation a restripe replaced
+		// (only readers that have not followed yet hold it): truncate
+		// the current objects, as by path (follow.go).
+		a, err = c.truncateOnce(ctx, ino, in, false)
 	}
-	c.mu.Unlock()
+	return a, err
+}
+
+// truncateOnce is truncate, through the file's open state here if useOpen
+// and there is one.
+func (c *Client) truncateOnce(ctx context.Context, ino proto.Ino, in proto.SetAttrIn, useOpen bool) (proto.Attr, error) {
+	var st *inodeState
+	if useOpen {
+		c.mu.Lock()
+		st = c.open[ino]
+		if st != nil {
+			st.refs++
+		}
+		c.mu.Unlock()
+	}
+	if st != nil && st.caps.write.Load() == nil {
+		// Only readers hold the file here: their state may be of a
+		// generation a restripe replaced (nobody can restripe a file
+		// open for writing). Truncate the file's current objects.
+		if a, err := c.GetAttr(ctx, ino); err == nil && a.Gen != st.gen {
+			c.unref(st)
+			return c.truncateOnce(ctx, ino, in, false)
+		}
+	}
 
 	var l layout.Layout
 	capSt := st // whose capabilities the truncate uses

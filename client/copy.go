@@ -39,13 +39,16 @@ const copyPar = 16
 // or RAID-0 files fail with EOPNOTSUPP, and the kernel then copies
 // through the mount (an EC row is then copied through this client).
 func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *File, dstOff, n uint64) (uint64, error) {
-	ss, ds := src.st, dst.st
-	if ss == nil || ds == nil {
+	if src.state() == nil || dst.state() == nil {
 		return 0, syscall.EINVAL
 	}
 	if err := src.stale(ctx); err != nil {
 		return 0, err
 	}
+	if err := src.followIfMoved(ctx); err != nil {
+		return 0, err
+	}
+	ss, ds := src.state(), dst.state()
 	if err := dst.stale(ctx); err != nil {
 		return 0, err
 	}

@@ -282,10 +282,20 @@
 // through its own read and write paths (the only path that writes any
 // layout, EC included, from any other), syncs them, and the service swaps
 // the layout if the file was not written meanwhile (else EBUSY, wrapped
-// with ErrMigrateBusy, and the new objects are removed). A handle opened
-// before the swap keeps reading the old objects until the moved-object
-// grace removes them; a read that then finds one gone fails with ESTALE,
-// never zeros (sized.go).
+// with ErrMigrateBusy, and the new objects are removed). The copy renews
+// its ticket when half its life has passed (proto.Migrator.MigrateRenew),
+// so it may take longer than the ticket's life; a ticket that ended fails
+// the migrate (ETIMEDOUT) and its objects are removed.
+//
+// A handle opened before the swap follows the file (follow.go): when this
+// client hears of the new generation (a stat, an open, a capability
+// renewal: inodeState.moved) or a read finds its objects gone after the
+// moved-object grace (errMoved, sized.go), the handle asks the service
+// (proto.MigrateFollower) for the current layout and a capability, naming
+// its generation, moves to the inode state of the new generation and
+// reads again once. The service answers only for a generation a restripe
+// replaced, so a file that reuses the inode number stays ESTALE. Reads
+// never see zeros, EIO or ESTALE from a migration.
 //
 // # Failures
 //

@@ -277,6 +277,11 @@ func (c *Client) ecReadRowShard(ctx context.Context, st *inodeState, l layout.La
 			clear(buf[got:])
 			return v, true, nil
 		}
+		if errors.Is(err, errMoved) {
+			// Every shard was replaced: the other shards would decode
+			// zeros. The handle follows (follow.go).
+			return proto.RowVersion{}, false, err
+		}
 		c.log.Warn("ec shard unreadable", "ino", st.ino, "slot", slot, "err", err)
 	}
 	if !data {
@@ -306,6 +311,9 @@ func (c *Client) ecReadShard(ctx context.Context, st *inodeState, l layout.Layou
 		if err == nil {
 			clear(dst[got:])
 			return nil
+		}
+		if errors.Is(err, errMoved) {
+			return err // as in ecReadRowShard
 		}
 		c.log.Warn("ec shard unreadable, reconstructing it", "ino", st.ino, "slot", slot, "err", err)
 	}

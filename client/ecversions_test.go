@@ -53,7 +53,7 @@ func TestECCrashBetweenShardWrites(t *testing.T) {
 	}
 	e.storage.rowHook.Store(&hook)
 	p := bytes.Repeat([]byte{0xee}, 5000)
-	if err := c.ecWrite(cctx, f2.st, l, 1000, p); err == nil {
+	if err := c.ecWrite(cctx, f2.state(), l, 1000, p); err == nil {
 		t.Fatal("the interrupted write succeeded")
 	}
 	e.storage.rowHook.Store(nil)
@@ -154,7 +154,7 @@ func TestECConcurrentPartialWriters(t *testing.T) {
 		wg.Go(func() {
 			for _, b := range blocks {
 				p := bytes.Repeat([]byte{byte(w + 1 + b)}, 4096)
-				if err := c.ecWrite(ctx, fw.st, a.Layout, uint64(b)*4096, p); err != nil {
+				if err := c.ecWrite(ctx, fw.state(), a.Layout, uint64(b)*4096, p); err != nil {
 					t.Errorf("writer %d block %d: %v", w, b, err)
 					return
 				}

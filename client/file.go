@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -76,6 +77,11 @@ type inodeState struct {
 	// strict: a write that misses an object fails instead of marking the
 	// object stale (a restripe's new objects, migrate.go).
 	strict bool
+
+	// moved is a generation other than gen the metadata service named for
+	// the inode (0: none): a restripe may have replaced these objects, so
+	// each handle on this state asks to follow it (follow.go).
+	moved atomic.Uint64
 }
 
 type pendingWrite struct {
@@ -172,15 +178,16 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 // regular file it takes a reference on the shared state, adds the
 // capability to it and overlays this client's unreported writes on a.
 func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap []byte, want proto.Access, gen uint64) *File {
-	f := &File{c: c, ino: a.Ino, gen: gen}
+	f := &File{c: c, ino: a.Ino, gen: gen, want: want}
 	if c.sess != nil {
 		c.sess.opened(a.Ino, gen, want.Has(proto.AccessWrite))
 	}
 	if a.IsRegular() {
-		f.st = c.acquire(a)
+		st := c.acquire(a)
 		if want != 0 {
-			f.st.setCap(newHeldCap(ctx, cap, want))
+			st.setCap(newHeldCap(ctx, cap, want))
 		}
+		f.view.Store(&fileView{st: st})
 	}
 	return f
 }
@@ -191,9 +198,14 @@ func (c *Client) acquire(a *proto.Attr) *inodeState {
 	c.mu.Lock()
 	st := c.open[a.Ino]
 	if st == nil || st.gen != a.Gen {
-		// None yet, or one for an earlier file that had this inode number
-		// (reused after a metadata rollback), which keeps serving its own
-		// handles but is no longer found by number.
+		// None yet, or one for an earlier generation of the file: of a
+		// file a restripe replaced (its handles follow it to this state,
+		// follow.go) or of another file that had the number (reused after
+		// a metadata rollback), whose handles the service refuses to
+		// follow. Either way it is no longer found by number.
+		if st != nil {
+			st.moved.Store(a.Gen)
+		}
 		st = &inodeState{c: c, ino: a.Ino, gen: a.Gen, unsynced: map[int]bool{}, written: map[int]uint64{}}
 		st.cond = sync.NewCond(&st.mu)
 		st.layout = a.Layout.Clone()
@@ -231,14 +243,33 @@ func (c *Client) unref(st *inodeState) {
 
 // File is an open handle on a file. Its methods are safe for concurrent use.
 type File struct {
-	c        *Client
-	st       *inodeState // nil for files that are not regular (no data path)
+	c *Client
+	// view is the inode state the handle reads and writes through (nil
+	// for files that are not regular: no data path); a restripe's follow
+	// replaces it (follow.go).
+	view     atomic.Pointer[fileView]
+	followMu sync.Mutex   // serializes follows and the release's last look at view
+	want     proto.Access // what it was opened for (a follow asks for the same)
 	ino      proto.Ino
-	gen      uint64   // the session generation it was opened in (session.go)
-	ra       raStream // guarded by st.mu
+	gen      uint64 // the session generation it was opened in (session.go)
 	mu       sync.Mutex
 	released bool
 	owners   map[uint64]bool // lock owners that locked through it (locks.go); guarded by mu
+}
+
+// fileView is a handle's inode state with its sequential-read state.
+type fileView struct {
+	st *inodeState
+	ra raStream // guarded by st.mu
+}
+
+// state returns the inode state the handle uses now (nil: not a regular
+// file).
+func (f *File) state() *inodeState {
+	if v := f.view.Load(); v != nil {
+		return v.st
+	}
+	return nil
 }
 
 // Open opens ino for want (see OpenAccess): the metadata server checks the
@@ -290,12 +321,13 @@ func (f *File) Ino() proto.Ino { return f.ino }
 
 // Size returns the file size as this client sees it.
 func (f *File) Size() uint64 {
-	if f.st == nil {
+	st := f.state()
+	if st == nil {
 		return 0
 	}
-	f.st.mu.Lock()
-	defer f.st.mu.Unlock()
-	return f.st.size()
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	return st.size()
 }
 
 // Write acknowledges p at off once it is copied into the write-behind
@@ -306,7 +338,7 @@ func (f *File) Size() uint64 {
 // The first background failure is returned by the next Write, Flush or
 // Fsync.
 func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
-	st := f.st
+	st := f.state()
 	if st == nil {
 		return 0, syscall.EINVAL
 	}
@@ -448,14 +480,33 @@ func (f *File) Read(ctx context.Context, p []byte, off uint64) (int, error) {
 // neither reused nor given back to the budget) until release is called,
 // which the caller must do exactly once when it no longer reads the
 // slices. On error there is nothing to release (release is nil).
+//
+// A handle opened before a restripe follows the file to its new objects
+// (follow.go): when the service named a new generation, before the read,
+// and when the read found its objects gone, reading again once.
 func (f *File) ReadBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byte, release func(), err error) {
-	st := f.st
-	if st == nil {
+	if f.state() == nil {
 		return nil, nil, syscall.EINVAL
 	}
 	if err := f.stale(ctx); err != nil {
 		return nil, nil, err
 	}
+	if err := f.followIfMoved(ctx); err != nil {
+		return nil, nil, err
+	}
+	bufs, release, err = f.readBufs(ctx, p, off)
+	if errors.Is(err, errMoved) {
+		if ferr := f.follow(ctx); ferr != nil {
+			return nil, nil, fmt.Errorf("%w (%w)", err, ferr)
+		}
+		bufs, release, err = f.readBufs(ctx, p, off)
+	}
+	return bufs, release, err
+}
+
+func (f *File) readBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byte, release func(), err error) {
+	v := f.view.Load()
+	st := v.st
 	st.mu.Lock()
 	for {
 		// Unsent writes of this client in the range go out first, so the
@@ -472,7 +523,7 @@ func (f *File) ReadBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byt
 		return nil, noRelease, nil
 	}
 	st.job = proto.JobFrom(ctx)
-	pieces := f.c.readAheadLocked(st, &f.ra, p, off, size)
+	pieces := f.c.readAheadLocked(st, &v.ra, p, off, size)
 	l := st.layout
 	st.mu.Unlock()
 	n := min(uint64(len(p)), size-off)
@@ -581,7 +632,7 @@ func (st *inodeState) takeErrLocked() error {
 // returns nil, every write acknowledged before it is readable by any client
 // that opens the file afterwards.
 func (f *File) Flush(ctx context.Context) error {
-	st := f.st
+	st := f.state()
 	if st == nil {
 		return nil
 	}
@@ -599,7 +650,7 @@ func (f *File) Flush(ctx context.Context) error {
 	return f.writeDone(ctx)
 }
 
-func (f *File) writeDone(ctx context.Context) error { return f.st.writeDone(ctx, f.gen) }
+func (f *File) writeDone(ctx context.Context) error { return f.state().writeDone(ctx, f.gen) }
 
 // writeDone records the acknowledged writes on the metadata server, if
 // there are any not yet recorded: the highest byte written and the time of
@@ -663,7 +714,7 @@ func (st *inodeState) settle(ctx context.Context, gen uint64) error {
 // the size with WriteDone. Data is acknowledged (durable and visible to
 // other clients) once Fsync or Flush returns nil.
 func (f *File) Fsync(ctx context.Context) error {
-	st := f.st
+	st := f.state()
 	if st == nil {
 		return nil
 	}
@@ -722,9 +773,12 @@ func (f *File) Release(ctx context.Context) error {
 	f.mu.Unlock()
 
 	var errs []error
-	if f.st != nil {
+	f.followMu.Lock() // no follow moves the handle after this look
+	st := f.state()
+	f.followMu.Unlock()
+	if st != nil {
 		errs = append(errs, f.Flush(ctx))
-		f.c.unref(f.st)
+		f.c.unref(st)
 	}
 	errs = append(errs, f.releaseLocks(ctx))
 	if f.c.sess != nil && !f.c.sess.released(f.ino, f.gen) {

@@ -129,7 +129,7 @@ func (f *File) Lock(ctx context.Context, lk proto.Lock, test bool) (proto.Lock, 
 // holder reads what the previous holder wrote, as with NFS. The kernel's
 // page cache is the FUSE adapter's to drop.
 func (f *File) revalidate(ctx context.Context) {
-	if st := f.st; st != nil {
+	if st := f.state(); st != nil {
 		st.mu.Lock()
 		st.dropRALocked()
 		st.mu.Unlock()
@@ -309,7 +309,7 @@ func (f *File) releaseLocks(ctx context.Context) error {
 // after the reservation, the reserved range stays a hole (zeros), as an
 // append cut short by a crash leaves it.
 func (f *File) Append(ctx context.Context, p []byte) (uint64, int, error) {
-	st := f.st
+	st := f.state()
 	if st == nil {
 		return 0, 0, syscall.EINVAL
 	}

@@ -52,6 +52,9 @@ func (c *Client) Migrate(ctx context.Context, ino proto.Ino, policy layout.Layou
 	if !ok {
 		return proto.Attr{}, fmt.Errorf("client: the metadata service cannot restripe files: %w", syscall.ENOSYS)
 	}
+	// A file this client just closed must not count as open for writing:
+	// its release may still wait in the queue (as Unlink sends them).
+	c.rel.drain()
 	rctx, cancel := c.rpcCtx(ctx)
 	t, err := mg.MigrateBegin(rctx, ino, policy)
 	cancel()
@@ -102,9 +105,8 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 		unsynced: map[int]bool{}, written: map[int]uint64{}}
 	dst.cond = sync.NewCond(&dst.mu)
 	defer dst.stopCaps()
-	h := newHeldCap(ctx, t.Cap, proto.AccessReadWrite)
-	h.renewAt = time.Time{} // valid for the whole ticket; a renewal would name the old generation
-	dst.setCap(h)
+	tr := ticketRenewal{c: c, mg: mg, t: &t, dst: dst}
+	tr.took(ctx)
 
 	// Every object first gets its share of the size (sized layouts: a
 	// shorter object is lost data); then the bytes, then a sync.
@@ -121,6 +123,9 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 		if err := ctx.Err(); err != nil {
 			return proto.Attr{}, migrateErr(t.Ino, "copy", err) // interrupted (the FUSE request's signal)
 		}
+		if err := tr.renewIfDue(ctx); err != nil {
+			return proto.Attr{}, err
+		}
 		p := buf[:min(chunk, size-off)]
 		if err := c.readRange(ctx, src, a.Layout, off, p); err != nil {
 			return proto.Attr{}, migrateErr(t.Ino, fmt.Sprintf("read [%d,+%d)", off, len(p)), err)
@@ -132,8 +137,14 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 			return proto.Attr{}, migrateErr(t.Ino, fmt.Sprintf("write [%d,+%d)", off, len(p)), err)
 		}
 	}
+	if err := tr.renewIfDue(ctx); err != nil {
+		return proto.Attr{}, err
+	}
 	if err := c.migrateSync(ctx, dst, nl); err != nil {
 		return proto.Attr{}, migrateErr(t.Ino, "sync", err)
+	}
+	if err := tr.renewIfDue(ctx); err != nil {
+		return proto.Attr{}, err
 	}
 	t.Blocks = dst.allocatedBlocks(ctx, nl, size)
 	rctx, cancel = c.rpcCtx(ctx)
@@ -143,6 +154,57 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 		return proto.Attr{}, migrateErr(t.Ino, "commit", err)
 	}
 	return na, nil
+}
+
+// ticketRenewal keeps a restripe's ticket (its new objects and their
+// capability) alive while the copy runs: a copy of a large file can
+// outlast the ticket's life (meta.Options.MigrateTicketLife, an hour by
+// default). It renews when half the life has passed, by this client's
+// clock from when the ticket arrived. A ticket that ended cannot be
+// renewed (ETIMEDOUT): the migrate then fails and aborts, and the new
+// objects are removed.
+type ticketRenewal struct {
+	c       *Client
+	mg      proto.Migrator
+	t       *proto.MigrateTicket
+	dst     *inodeState
+	renewAt time.Time
+}
+
+// took holds the ticket's capability for the new objects (never renewed
+// as a handle's are: that would name the file's current generation) and
+// sets when to renew it.
+func (tr *ticketRenewal) took(ctx context.Context) {
+	h := newHeldCap(ctx, tr.t.Cap, proto.AccessReadWrite)
+	life := h.lifetime
+	now := tr.c.now()
+	if life <= 0 { // no capabilities: the ticket's end by this clock
+		life = time.Unix(0, tr.t.Until).Sub(now)
+	}
+	h.renewAt = time.Time{}
+	tr.dst.setCap(h)
+	tr.renewAt = now.Add(max(life/2, time.Millisecond))
+}
+
+func (tr *ticketRenewal) renewIfDue(ctx context.Context) error {
+	if tr.c.now().Before(tr.renewAt) {
+		return nil
+	}
+	rctx, cancel := tr.c.rpcCtx(ctx)
+	nt, err := tr.mg.MigrateRenew(rctx, *tr.t)
+	cancel()
+	if errors.Is(err, syscall.ENOSYS) {
+		// A server from before renewals: the copy has the ticket's life.
+		tr.c.log.Warn("the metadata service cannot renew migrate tickets: the copy must end within the ticket's life", "ino", tr.t.Ino)
+		tr.renewAt = tr.c.now().Add(100 * 365 * 24 * time.Hour) // never
+		return nil
+	}
+	if err != nil {
+		return migrateErr(tr.t.Ino, "renew the ticket", err)
+	}
+	tr.t.Until, tr.t.Cap = nt.Until, nt.Cap
+	tr.took(ctx)
+	return nil
 }
 
 // migrateWrite writes p at file offset off into dst's objects: EC row by

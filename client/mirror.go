@@ -243,7 +243,7 @@ func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout
 		slot := l.Slot(e.Stripe, 0)
 		got, err := read(ctx, slot)
 		if err == nil {
-			if err = c.checkLength(ctx, st, l, e, got); err != nil {
+			if err = c.checkLength(ctx, st, l, e, got); err != nil && !errors.Is(err, errMoved) {
 				c.log.Error("lost data: an object is shorter than its file", "ino", st.ino, "target", l.Targets[slot], "slot", slot, "err", err)
 			}
 		}
@@ -263,7 +263,9 @@ func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout
 		got, err := read(actx, slot)
 		cancel()
 		if err == nil {
-			if err = c.checkLength(ctx, st, l, e, got); err != nil {
+			if err = c.checkLength(ctx, st, l, e, got); errors.Is(err, errMoved) {
+				return 0, err // every copy was replaced: the handle follows
+			} else if err != nil {
 				c.log.Error("lost data in a copy: an object is shorter than its file", "ino", st.ino, "target", l.Targets[slot], "slot", slot, "err", err)
 				short = append(short, uint32(slot))
 			}

@@ -36,6 +36,8 @@ type flakyStorage struct {
 	// is the storage's (ecversions_test.go stops writes at crash points).
 	late    []func() error // writes held by a "capture" target, guarded by mu
 	rowHook atomic.Pointer[func(ctx context.Context, t proto.TargetID, w proto.RowWrite, next func() error) error]
+	// writeHook, if set, sees each Write before the storage does.
+	writeHook atomic.Pointer[func(o proto.ObjectID)]
 }
 
 func (f *flakyStorage) set(t proto.TargetID, s string) {
@@ -87,6 +89,9 @@ func (f *flakyStorage) Write(ctx context.Context, t proto.TargetID, o proto.Obje
 	}
 	if err := f.check(ctx, t); err != nil {
 		return 0, err
+	}
+	if h := f.writeHook.Load(); h != nil {
+		(*h)(o)
 	}
 	f.writeBytes.Add(int64(len(p)))
 	return f.StorageService.Write(ctx, t, o, off, p)

@@ -20,7 +20,45 @@ type paramLister interface {
 // from the metadata service with every session renewal.
 type clientParams struct {
 	raWindow atomic.Uint64 // client.read_ahead in bytes; 0: auto (raGeometry's)
+	rpcs     atomic.Int64  // client.rpcs_in_flight applied; 0: no bound
 	applied  atomic.Pointer[map[string]string]
+}
+
+// ParamValues returns the run-time parameters as this client applies
+// them, as numbers (what a mount's --metrics shows as weft_client_param):
+// client.read_ahead (bytes; 0: auto, from each file's layout),
+// client.write_behind (bytes of the buffers' budget) and
+// client.rpcs_in_flight (per storage server; 0: no bound).
+func (c *Client) ParamValues() map[string]float64 {
+	return map[string]float64{
+		"client.read_ahead":     float64(c.ReadAheadWindow()),
+		"client.write_behind":   float64(c.WriteBehindLimit()),
+		"client.rpcs_in_flight": float64(c.params.rpcs.Load()),
+	}
+}
+
+// outstander is a storage client that counts its requests under way per
+// server (storagerpc.Client).
+type outstander interface {
+	Outstanding() map[string]int64
+}
+
+// StorageInflight returns the storage requests this client has under way
+// at each storage server (by address) now; nil if its storage client
+// does not count them.
+func (c *Client) StorageInflight() map[string]int64 {
+	if o, ok := c.storage.(outstander); ok {
+		return o.Outstanding()
+	}
+	return nil
+}
+
+// Outstanding forwards to the storage client.
+func (s *resolvingStorage) Outstanding() map[string]int64 {
+	if o, ok := s.StorageService.(outstander); ok {
+		return o.Outstanding()
+	}
+	return nil
 }
 
 // ReadAheadWindow returns the read-ahead window set by the parameter
@@ -97,6 +135,7 @@ func (c *Client) applyParams(ctx context.Context) {
 	if l, ok := c.storage.(inflightLimiter); ok {
 		l.SetInflightLimit(rpcs)
 	}
+	c.params.rpcs.Store(int64(rpcs))
 	if lv := c.cfg.LogLevel; lv != nil {
 		level := c.cfg.DefaultLogLevel
 		if v := now["log.level.client"]; v != "" {

@@ -116,8 +116,10 @@ func (c *Client) checkLength(ctx context.Context, st *inodeState, l layout.Layou
 		if a.Gen != st.gen {
 			// The file was restriped (weft migrate) and this handle's
 			// objects removed after the grace: its bytes are in the new
-			// objects, which a new open reads. Never read them as zeros.
-			return fmt.Errorf("client: ino %d was restriped while open here; reopen it: %w", st.ino, syscall.ESTALE)
+			// objects, which the handle follows to (follow.go). Never
+			// read them as zeros.
+			st.moved.Store(a.Gen)
+			return fmt.Errorf("%w: ino %d generation %#x is %#x now: %w", errMoved, st.ino, st.gen, a.Gen, syscall.ESTALE)
 		}
 		if !short(a.Size) {
 			return nil

@@ -31,7 +31,7 @@ import (
 // size change or a changed range counts as a write: the size and mtime
 // are recorded on the metadata server at the next flush or fsync.
 func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
-	st := f.st
+	st := f.state()
 	if st == nil {
 		return syscall.ENODEV // fallocate on a file that is not regular
 	}
@@ -138,13 +138,16 @@ func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
 // of the file, or SEEK_DATA with no data after off, fails with ENXIO.
 // Ranges reserved by fallocate count as data.
 func (f *File) Lseek(ctx context.Context, off uint64, whence int) (uint64, error) {
-	st := f.st
-	if st == nil {
+	if f.state() == nil {
 		return 0, syscall.EINVAL
 	}
 	if err := f.stale(ctx); err != nil {
 		return 0, err
 	}
+	if err := f.followIfMoved(ctx); err != nil {
+		return 0, err
+	}
+	st := f.state()
 	var what proto.SeekWhat
 	switch whence {
 	case unix.SEEK_DATA:

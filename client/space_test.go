@@ -134,8 +134,8 @@ func spaceModel(t *testing.T, l layout.Layout, seed uint64) {
 		t.Fatalf("punch with target %d down: %v", down, err)
 	}
 	clear(model[min(10<<10, len(model)):min(260<<10, len(model))])
-	if !f.st.currentLayout(layout.Layout{}).IsStale(1) {
-		t.Fatalf("slot 1 on the down target is not stale: %v", f.st.currentLayout(layout.Layout{}))
+	if !f.state().currentLayout(layout.Layout{}).IsStale(1) {
+		t.Fatalf("slot 1 on the down target is not stale: %v", f.state().currentLayout(layout.Layout{}))
 	}
 	buf := make([]byte, len(model)+10)
 	got, err := f.Read(ctx, buf, 0)

@@ -14,9 +14,11 @@ import (
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	gofuse "github.com/hanwen/go-fuse/v2/fuse"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/weft-fs/weft/client"
 	"github.com/weft-fs/weft/internal/bdi"
+	"github.com/weft-fs/weft/metrics"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
@@ -45,6 +47,9 @@ type Config struct {
 	// LogLevel and DefaultLogLevel: see client.Config.
 	LogLevel        *slog.LevelVar
 	DefaultLogLevel slog.Level
+	// Metrics, if set, gets the client's gauges (metrics.RegisterClient:
+	// the run-time parameters applied, storage requests under way).
+	Metrics prometheus.Registerer
 }
 
 // DefaultUnmountTimeout is how long each step of a shutdown may take
@@ -76,6 +81,11 @@ func Run(ctx context.Context, cfg Config) error {
 	cl, err := client.New(ctx, cfg.ClientConfig())
 	if err != nil {
 		return err
+	}
+	if cfg.Metrics != nil {
+		if err := metrics.RegisterClient(cfg.Metrics, cl); err != nil {
+			return errors.Join(fmt.Errorf("fuse: client metrics: %w", err), cl.Close())
+		}
 	}
 	// Mount only once the metadata server answers: a mount whose first
 	// requests all fail is a dead mount the user has to clean up by hand.

@@ -67,12 +67,14 @@ var opNames = [...]string{
 	OpCorrupt:      "corrupt",
 	OpLost:         "lost",
 	OpMigrateBegin: "migrate-begin", OpMigrateCommit: "migrate-commit", OpMigrateAbort: "migrate-abort",
+	OpMigrateRenew: "migrate-renew",
 }
 
 // validOp reports whether o is a known command op.
 func validOp(o Op) bool {
 	return (o > 0 && o < opMax) || (o >= OpSetQuota && o < opQuotaMax) || o == OpSetParam ||
-		(o >= OpCorrupt && o < opScrubMax) || o == OpLost || (o >= OpMigrateBegin && o < opMigrateMax)
+		(o >= OpCorrupt && o < opScrubMax) || o == OpLost || (o >= OpMigrateBegin && o < opMigrateMax) ||
+		(o >= OpMigrateRenew && o < opMigrateRenMax)
 }
 
 func (o Op) String() string {
@@ -156,8 +158,11 @@ type Command struct {
 
 	// NewGen and Until are an online restripe's (migrate.go; command
 	// version 7): the generation of the new objects, and a time bound
-	// (unix ns): begin, when its new objects are removed unless committed;
-	// commit, when the old objects are removed.
+	// (unix ns): begin and renew, when its new objects are removed unless
+	// committed; commit, when the old objects are removed. A commit or
+	// renew also carries in Size the margin (ns) before the new objects'
+	// removal within which it is refused (0: migrateCommitMargin, what
+	// commits logged before the margin was carried used).
 	NewGen uint64
 	Until  int64
 }
@@ -394,4 +399,11 @@ const (
 	OpMigrateCommit Op = 31 // swap a file's layout and generation for the new ones
 	OpMigrateAbort  Op = 32 // drop a restripe: its new objects are removed at once
 	opMigrateMax    Op = 33
+)
+
+// Command ops of a restripe's renewal (migrate.go; 36..37, a block of
+// their own).
+const (
+	OpMigrateRenew  Op = 36 // a restripe's new objects are kept until a later time
+	opMigrateRenMax Op = 37
 )

@@ -366,12 +366,18 @@
 // proto.Migrator, metarpc 100..102): MigrateBegin (command op 30) places
 // the new layout for a new random generation, whose objects therefore
 // never collide with the file's, and queues them on the object-GC queue
-// due at the ticket's end (an hour); the client copies the file into them
+// due at the ticket's end (an hour by default); the client copies the file into them
 // (package client); MigrateCommit (op 31) swaps layout and generation in
 // one command, only if the file's generation, mtime, ctime and size are
 // still those of the begin (EBUSY otherwise), every slot is one the begin
 // queued and the ticket is not near its end; it takes the new objects off
-// the GC queue and queues the old ones due after MovedObjectGrace. Begin
+// the GC queue and queues the old ones due after MovedObjectGrace, and
+// records the old generation in the inode (inode.Migrated, inode record
+// version 5, the last 16) so that handles opened at it may follow the file
+// (Server.Follow, metarpc 120: the current attributes and a capability,
+// only for a generation the file had; ESTALE otherwise). MigrateRenew
+// (op 36, metarpc 121) moves a live ticket's objects' removal a ticket's
+// life (Options.MigrateTicketLife) later; an ended one is ETIMEDOUT. Begin
 // and commit are refused (EBUSY) while anyone holds the file open for
 // writing, or in the grace period after a restart (handles not yet taken
 // back are not known), and opens for writing wait while a commit is proposed
@@ -490,8 +496,9 @@
 //   - Counter applied is the log index of the last batch: on a single
 //     server it counts the batches committed; the durable mark never
 //     exceeds the applied count the store has made durable.
-//   - A regular file's generation never changes and is never 0 for a file
-//     created since format version 2.
+//   - A regular file's generation is never 0 for a file created since
+//     format version 2, and changes only by a restripe's commit, which
+//     keeps the one it replaced in inode.Migrated.
 //   - The state machine's in-memory fields (counters, uuid↔id maps, the
 //     cache of quota records) are a function of the store: a replica that
 //     opens the same store and applies the same commands reaches

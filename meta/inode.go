@@ -20,7 +20,18 @@ type inode struct {
 	// Project is the project id the inode counts against (quota.go); new
 	// inodes take their parent directory's. 0: no project.
 	Project uint32
+	// Migrated lists, oldest first, the generations a regular file had
+	// before restripes replaced them (migrate.go): a handle opened at one
+	// of them follows the file to its current objects (Server.Follow),
+	// while a handle of any other generation is of another file. At most
+	// maxMigrated are kept.
+	Migrated []uint64
 }
+
+// maxMigrated bounds inode.Migrated: a handle that stayed open across
+// more restripes than this gets ESTALE (reopen) rather than a record that
+// grows with every restripe.
+const maxMigrated = 16
 
 // inodeVersion 2 added the generation (proto.Attr.Gen, encoded with the
 // attributes); version 1 records decode with generation 0. Version 3 holds
@@ -28,17 +39,23 @@ type inode struct {
 // allocated blocks (proto.Attr.Blocks); a regular file of an earlier
 // record gets its size in blocks, what stat reported before, until its
 // next WriteDone reports them. Version 4 appends the project id
-// (quota.go); earlier records decode with project 0.
-const inodeVersion = 4
+// (quota.go); earlier records decode with project 0. Version 5 appends
+// the generations restripes replaced (inode.Migrated: u16 count, u64
+// each); earlier records decode with none.
+const inodeVersion = 5
 
 func (n *inode) encode() []byte {
-	e := wire.NewEncoder(96 + len(n.Symlink) + 4*len(n.Layout.Targets))
+	e := wire.NewEncoder(98 + len(n.Symlink) + 4*len(n.Layout.Targets) + 8*len(n.Migrated))
 	e.U8(inodeVersion)
 	encodeAttrDisk(e, &n.Attr)
 	e.U64(uint64(n.Parent))
 	e.Bool(n.Written)
 	e.String(n.Symlink)
 	e.U32(n.Project)
+	e.U16(uint16(len(n.Migrated)))
+	for _, g := range n.Migrated {
+		e.U64(g)
+	}
 	return e.B
 }
 
@@ -65,6 +82,15 @@ func decodeInode(b []byte) (*inode, error) {
 	n.Symlink = d.String()
 	if v >= 4 {
 		n.Project = d.U32()
+	}
+	if v >= 5 {
+		k := int(d.U16())
+		if d.Err() == nil && k > maxMigrated {
+			return nil, fmt.Errorf("meta: decode inode: %d replaced generations, at most %d", k, maxMigrated)
+		}
+		for range k {
+			n.Migrated = append(n.Migrated, d.U64())
+		}
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode inode: %w", err)

@@ -20,15 +20,23 @@ import (
 // swaps layout and generation in one command if the file was not written
 // meanwhile; the old objects are removed MovedObjectGrace later.
 const (
-	// migrateTicketLife is how long a begun restripe's new objects are
-	// kept without a commit (a client that died mid-copy leaves them on
-	// the GC queue, due then), and how long its capability lasts.
-	migrateTicketLife = time.Hour
-	// migrateCommitMargin: a commit is refused this close to the ticket's
-	// end, so the object GC (which removes the new objects at the end) can
+	// DefaultMigrateTicketLife is how long a begun restripe's new objects
+	// are kept without a commit or a renewal (Options.MigrateTicketLife):
+	// a client that died mid-copy leaves them on the GC queue, due then.
+	// Its capability lasts as long; the client renews both while it copies.
+	DefaultMigrateTicketLife = time.Hour
+	// migrateCommitMargin: a commit or renewal is refused this close to
+	// the ticket's end (a quarter of the ticket's life if that is less),
+	// so the object GC (which removes the new objects at the end) can
 	// never race it, even with some clock skew between leaders.
 	migrateCommitMargin = 5 * time.Minute
 )
+
+// migrateMargin is how close to its end a ticket is no longer committed
+// or renewed.
+func (s *Server) migrateMargin() time.Duration {
+	return min(migrateCommitMargin, s.opts.MigrateTicketLife/4)
+}
 
 // MigrateBegin implements proto.Migrator.
 func (s *Server) MigrateBegin(ctx context.Context, ino proto.Ino, policy layout.Layout) (proto.MigrateTicket, error) {
@@ -55,7 +63,7 @@ func (s *Server) MigrateBegin(ctx context.Context, ino proto.Ino, policy layout.
 	pol := policy.Clone()
 	now := s.now()
 	c := &Command{Op: OpMigrateBegin, Now: now, Ino: ino, Gen: n.Gen, NewGen: newGen(),
-		Until: now + int64(migrateTicketLife), Layout: &pol, Cred: cl.cred}
+		Until: now + int64(s.opts.MigrateTicketLife), Layout: &pol, Cred: cl.cred}
 	s.placement(c)
 	// Not deduplicated (a retry begins a second restripe; the first one's
 	// objects go at its ticket's end): the reply carries the new layout.
@@ -114,6 +122,13 @@ func (s *Server) MigrateCommit(ctx context.Context, t proto.MigrateTicket) (prot
 		s.mu.Unlock()
 		return proto.Attr{}, errnof(syscall.EBUSY, "migrate inode %d: opened for writing during the copy", t.Ino)
 	}
+	if n, err := s.readInode(t.Ino); err == nil && n.Gen != t.NewGen {
+		// (Committed already: a retry whose reply was lost succeeds again.)
+		if err := s.ticketLive(t); err != nil {
+			s.mu.Unlock()
+			return proto.Attr{}, err
+		}
+	}
 	done := make(chan struct{})
 	s.migrating[t.Ino] = done
 	s.mu.Unlock()
@@ -126,7 +141,7 @@ func (s *Server) MigrateCommit(ctx context.Context, t proto.MigrateTicket) (prot
 	l := t.Layout.Clone()
 	now := s.now()
 	c := &Command{Op: OpMigrateCommit, Now: now, Ino: t.Ino, Gen: t.Gen, NewGen: t.NewGen, Layout: &l,
-		Until: now + int64(s.opts.MovedObjectGrace), Cred: cl.cred}
+		Until: now + int64(s.opts.MovedObjectGrace), Size: uint64(s.migrateMargin()), Cred: cl.cred}
 	c.SetAttr.Mtime, c.SetAttr.Ctime, c.SetAttr.Size = t.Mtime, t.Ctime, t.Size
 	if t.Blocks != proto.NoBlocks {
 		blocks := t.Blocks
@@ -140,6 +155,42 @@ func (s *Server) MigrateCommit(ctx context.Context, t proto.MigrateTicket) (prot
 		s.log.Info("meta: migrate committed", "ino", t.Ino, "kind", kindName(l), "targets", l.Targets)
 	}
 	return r.attr, nil
+}
+
+// MigrateRenew implements proto.Migrator: the ticket's new objects are
+// kept (and its capability valid) for another MigrateTicketLife from now.
+// A ticket too close to its end (the margin of a commit), committed,
+// aborted or of a file changed meanwhile is not renewed.
+func (s *Server) MigrateRenew(ctx context.Context, t proto.MigrateTicket) (proto.MigrateTicket, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.MigrateTicket{}, err
+	}
+	if err := s.ticketLive(t); err != nil {
+		return proto.MigrateTicket{}, err
+	}
+	l := t.Layout.Clone()
+	now := s.now()
+	c := &Command{Op: OpMigrateRenew, Now: now, Ino: t.Ino, Gen: t.Gen, NewGen: t.NewGen, Layout: &l,
+		Until: now + int64(s.opts.MigrateTicketLife), Size: uint64(s.migrateMargin()), Cred: cl.cred}
+	if _, err := s.propose(ctx, c); err != nil {
+		return proto.MigrateTicket{}, err
+	}
+	t.Until = c.Until
+	if t.Cap, err = s.issueGen(ctx, t.Ino, t.NewGen, proto.AccessReadWrite, time.Unix(0, c.Until)); err != nil {
+		return proto.MigrateTicket{}, err
+	}
+	return t, nil
+}
+
+// ticketLive refuses a ticket that ended (or is within the margin of its
+// end) by this server's clock, with a clear error: its new objects may be
+// removed already. Apply checks the queue itself as well.
+func (s *Server) ticketLive(t proto.MigrateTicket) error {
+	if s.now() > t.Until-int64(s.migrateMargin()) {
+		return errnof(syscall.ETIMEDOUT, "migrate inode %d: the ticket ended (the copy took too long; its new objects are removed)", t.Ino)
+	}
+	return nil
 }
 
 // MigrateAbort implements proto.Migrator.
@@ -241,7 +292,7 @@ func (t *txn) migrateCommit(c *Command) error {
 		if err != nil || len(v) != 8 {
 			return errnof(syscall.EINVAL, "migrate inode %d: slot %d on target %d was not placed by a migrate begin", c.Ino, slot, tg)
 		}
-		if due := int64(binary.BigEndian.Uint64(v)); c.Now > due-int64(migrateCommitMargin) {
+		if due := int64(binary.BigEndian.Uint64(v)); c.Now > due-c.migrateMargin() {
 			return errnof(syscall.ETIMEDOUT, "migrate inode %d: the copy took too long (its new objects are due for removal)", c.Ino)
 		}
 		t.b.Delete(k)
@@ -255,12 +306,93 @@ func (t *txn) migrateCommit(c *Command) error {
 		t.res.gcQueued++
 	}
 	t.b.DeletePrefix(store.LostGenPrefix(uint64(c.Ino), n.Gen)) // the old objects go
+	// The old generation joins the file's lineage: handles opened at it
+	// follow the file to the new objects (Server.Follow).
+	n.Migrated = append(slices.Clone(n.Migrated), n.Gen)
+	if k := len(n.Migrated) - maxMigrated; k > 0 {
+		n.Migrated = n.Migrated[k:]
+	}
 	n.Gen = c.NewGen
 	n.Layout = l
 	if c.Blocks != nil {
 		n.Blocks = *c.Blocks // what the new objects hold, as the client counted
 	}
 	t.put(n)
+	t.res.attr = n.Attr
+	return nil
+}
+
+// Follow implements proto.MigrateFollower: the file's attributes and a
+// capability for want on its current objects, after the same permission
+// check as Capability, if ino is still the file that had generation gen:
+// its current generation, or one a restripe replaced (inode.Migrated).
+// Anything else is another file that reuses the number (a metadata store
+// put back to an earlier state): ESTALE, as generations promise.
+func (s *Server) Follow(ctx context.Context, ino proto.Ino, gen uint64, want proto.Access) (proto.Attr, []byte, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return proto.Attr{}, nil, err
+	}
+	n, err := s.readInode(ino)
+	if err != nil {
+		return proto.Attr{}, nil, err
+	}
+	if !n.IsRegular() {
+		return proto.Attr{}, nil, errnof(syscall.EINVAL, "inode %d is not a regular file", ino)
+	}
+	if n.Gen != gen && !slices.Contains(n.Migrated, gen) {
+		return proto.Attr{}, nil, errnof(syscall.ESTALE, "inode %d is generation %#x, not %#x or a restripe of it", ino, n.Gen, gen)
+	}
+	if err := checkAccess(cl, &n.Attr, want); err != nil {
+		return proto.Attr{}, nil, err
+	}
+	cap, err := s.issue(ctx, &n.Attr, want)
+	if err != nil {
+		return proto.Attr{}, nil, err
+	}
+	return n.Attr, cap, nil
+}
+
+// migrateMargin is the margin a commit or renewal carries (Size), or
+// migrateCommitMargin for a commit logged before it was carried.
+func (c *Command) migrateMargin() int64 {
+	if c.Size == 0 {
+		return int64(migrateCommitMargin)
+	}
+	return int64(c.Size)
+}
+
+// migrateRenew applies OpMigrateRenew: while the file is still
+// generation Gen and every new object of the restripe is queued and not
+// within the margin of its removal, they are all due at Until instead.
+// Otherwise nothing changes: ETIMEDOUT (the ticket ended: its objects are
+// or will be removed), EBUSY (committed already), ESTALE (another file).
+func (t *txn) migrateRenew(c *Command) error {
+	n, err := t.migrateFile(c)
+	if err != nil {
+		return err
+	}
+	switch {
+	case n.Gen == c.NewGen:
+		return errnof(syscall.EBUSY, "migrate inode %d: already committed", c.Ino)
+	case n.Gen != c.Gen:
+		return errnof(syscall.ESTALE, "inode %d is generation %#x, not %#x", c.Ino, n.Gen, c.Gen)
+	}
+	keys := make([][]byte, 0, len(c.Layout.Targets))
+	for slot, tg := range c.Layout.Targets {
+		k := store.GCKey(uint32(tg), uint64(c.Ino), uint32(slot), c.NewGen)
+		v, err := t.sm.st.Get(k)
+		if err != nil || len(v) != 8 {
+			return errnof(syscall.ETIMEDOUT, "migrate inode %d: the ticket ended (slot %d on target %d is no longer kept for it)", c.Ino, slot, tg)
+		}
+		if due := int64(binary.BigEndian.Uint64(v)); c.Now > due-c.migrateMargin() {
+			return errnof(syscall.ETIMEDOUT, "migrate inode %d: the ticket ended (its new objects are due for removal)", c.Ino)
+		}
+		keys = append(keys, k)
+	}
+	for _, k := range keys {
+		t.b.Set(k, u64(uint64(c.Until)))
+	}
 	t.res.attr = n.Attr
 	return nil
 }
@@ -275,12 +407,13 @@ func (t *txn) migrateAbort(c *Command) error {
 	if n.Gen == c.NewGen {
 		return errnof(syscall.EBUSY, "migrate inode %d: already committed", c.Ino)
 	}
+	// Every slot, queued or not: a ticket that ended had its objects
+	// removed and dropped from the queue, and a write of the copy after
+	// that made one again. Objects of a generation other than the file's
+	// are never the file's data.
 	for slot, tg := range c.Layout.Targets {
-		k := store.GCKey(uint32(tg), uint64(c.Ino), uint32(slot), c.NewGen)
-		if v, err := t.sm.st.Get(k); err == nil && len(v) == 8 {
-			t.b.Set(k, nil)
-			t.res.gcQueued++
-		}
+		t.b.Set(store.GCKey(uint32(tg), uint64(c.Ino), uint32(slot), c.NewGen), nil)
+		t.res.gcQueued++
 	}
 	t.res.attr = n.Attr
 	return nil

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -140,7 +141,7 @@ func TestMigrateRefused(t *testing.T) {
 	if _, err := e.srv.MigrateCommit(ctx, forged); !errors.Is(err, syscall.EINVAL) {
 		t.Fatalf("commit of a layout the begin did not place: %v", err)
 	}
-	e.clock.Advance(migrateTicketLife - migrateCommitMargin + time.Second)
+	e.clock.Advance(e.srv.opts.MigrateTicketLife - e.srv.migrateMargin() + time.Second)
 	if _, err := e.srv.MigrateCommit(ctx, tk); !errors.Is(err, syscall.ETIMEDOUT) {
 		t.Fatalf("commit near the ticket's end: %v", err)
 	}
@@ -207,5 +208,67 @@ func TestMigrateGrace(t *testing.T) {
 	}
 	if got, _ := e.srv.GetAttr(ctx, a.Ino); got.Gen != a.Gen {
 		t.Fatalf("refused commit changed the file: %+v", got)
+	}
+}
+
+// TestMigrateRenew: a renewal keeps the new objects queued until a new
+// end, so a commit after the first ticket's end succeeds; a ticket that
+// ended is not renewed nor committed (ETIMEDOUT, a clear message) and
+// changes nothing; a renewal after the commit is refused. The replaced
+// generation is kept for handles that follow (Follow), a generation the
+// file never had is not.
+func TestMigrateRenew(t *testing.T) {
+	e, _, a, _ := rebuildEnv(t)
+	life := e.srv.opts.MigrateTicketLife
+	pol := layout.Layout{Kind: layout.RAID0, StripeSize: 1 << 20, StripeCount: 2}
+	tk, err := e.srv.MigrateBegin(ctx, a.Ino, pol)
+	e.must(err)
+	ended, err := e.srv.MigrateBegin(ctx, a.Ino, pol) // never renewed
+	e.must(err)
+	e.clock.Advance(life / 2)
+	tk2, err := e.srv.MigrateRenew(ctx, tk)
+	e.must(err)
+	want := e.clock.Now().Add(life).UnixNano()
+	if tk2.Until != want || tk2.NewGen != tk.NewGen {
+		t.Fatalf("renewed ticket until %d (want %d), %+v", tk2.Until, want, tk2)
+	}
+	for slot, tg := range tk.Layout.Targets {
+		if due, ok := gcDue(e, tg, a.Ino, slot, tk.NewGen); !ok || due != want {
+			t.Fatalf("new object %d after the renewal: queued %v, due %d, want %d", slot, ok, due, want)
+		}
+	}
+	e.clock.Advance(life * 3 / 4) // past the first tickets' end
+
+	if _, err := e.srv.MigrateRenew(ctx, ended); !errors.Is(err, syscall.ETIMEDOUT) || !strings.Contains(err.Error(), "ticket ended") {
+		t.Fatalf("renewal of a ticket that ended: %v", err)
+	}
+	for slot, tg := range ended.Layout.Targets {
+		if due, ok := gcDue(e, tg, a.Ino, slot, ended.NewGen); !ok || due != ended.Until {
+			t.Fatalf("refused renewal changed object %d: queued %v, due %d", slot, ok, due)
+		}
+	}
+	for _, old := range []proto.MigrateTicket{ended, tk} {
+		if _, err := e.srv.MigrateCommit(ctx, old); !errors.Is(err, syscall.ETIMEDOUT) {
+			t.Fatalf("commit of a ticket that ended: %v", err)
+		}
+	}
+	if got, _ := e.srv.GetAttr(ctx, a.Ino); got.Gen != a.Gen {
+		t.Fatalf("refused commits changed the file: %+v", got)
+	}
+	got, err := e.srv.MigrateCommit(ctx, tk2)
+	e.must(err)
+	if got.Gen != tk.NewGen {
+		t.Fatalf("commit of the renewed ticket: %+v", got)
+	}
+	if _, err := e.srv.MigrateRenew(ctx, tk2); err == nil {
+		t.Fatal("renewal after the commit succeeded")
+	}
+	for _, gen := range []uint64{a.Gen, tk.NewGen} {
+		if fa, _, err := e.srv.Follow(ctx, a.Ino, gen, proto.AccessRead); err != nil || fa.Gen != tk.NewGen {
+			t.Fatalf("follow from %#x: %+v %v", gen, fa, err)
+		}
+	}
+	if _, _, err := e.srv.Follow(ctx, a.Ino, a.Gen+1, proto.AccessRead); !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("follow from a generation the file never had: %v", err)
 	}
 }

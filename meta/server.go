@@ -119,6 +119,11 @@ type Options struct {
 	// readers that opened the file before the move (default
 	// DefaultMovedObjectGrace).
 	MovedObjectGrace time.Duration
+	// MigrateTicketLife is how long a restripe's ticket lasts without a
+	// renewal (default DefaultMigrateTicketLife): its new objects are
+	// removed then unless it was committed, and a client whose copy runs
+	// longer renews it (MigrateRenew).
+	MigrateTicketLife time.Duration
 
 	// applyHook, if set, sees every command just before it is applied, in
 	// apply order (tests record the command log with it).
@@ -300,6 +305,9 @@ func New(opts Options) (*Server, error) {
 	}
 	if opts.RebuildInterval <= 0 {
 		opts.RebuildInterval = DefaultRebuildInterval
+	}
+	if opts.MigrateTicketLife <= 0 {
+		opts.MigrateTicketLife = DefaultMigrateTicketLife
 	}
 	if opts.MovedObjectGrace <= 0 {
 		opts.MovedObjectGrace = DefaultMovedObjectGrace

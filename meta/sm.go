@@ -386,6 +386,8 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.migrateCommit(c)
 	case OpMigrateAbort:
 		err = t.migrateAbort(c)
+	case OpMigrateRenew:
+		err = t.migrateRenew(c)
 	default:
 		err = errnof(syscall.EINVAL, "unknown command op %d", c.Op)
 	}

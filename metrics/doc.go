@@ -9,6 +9,10 @@
 // Go runtime and process collectors (resident memory, CPU, open
 // descriptors, goroutines) and Handler serves a registry over HTTP.
 //
+// A mount's client adds RegisterClient's gauges, read at every scrape:
+// the run-time parameters it applied (weft_client_param{name}) and its
+// storage requests under way per server (weft_client_storage_inflight).
+//
 // Besides the transport, Scrub counts a storage server's scrub
 // (weft_scrub_bytes_total, weft_scrub_corrupt_total, per target), through
 // the storage.ScrubObserver the server calls.

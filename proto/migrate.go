@@ -37,9 +37,23 @@ type MigrateTicket struct {
 // needs write permission on the file and fails with EBUSY while anyone
 // has it open for writing; Commit fails with EBUSY if the file was
 // written (or is open for writing) since the begin, and then changes
-// nothing; Abort queues the new objects for removal at once.
+// nothing; Abort queues the new objects for removal at once. Renew
+// extends a ticket whose copy is still running (a new Until and Cap); a
+// ticket that ended, or was committed or aborted, is not renewed.
 type Migrator interface {
 	MigrateBegin(ctx context.Context, ino Ino, policy layout.Layout) (MigrateTicket, error)
+	MigrateRenew(ctx context.Context, t MigrateTicket) (MigrateTicket, error)
 	MigrateCommit(ctx context.Context, t MigrateTicket) (Attr, error)
 	MigrateAbort(ctx context.Context, t MigrateTicket) error
+}
+
+// MigrateFollower lets a handle opened before a restripe follow the file to
+// its new objects. Follow returns file ino's attributes and a capability
+// granting want on its current objects (after the permission check of
+// MetaService.Capability) if ino is still the file that had generation
+// gen: its current generation, or one a restripe replaced (Attr.Gen then
+// differs from gen). For any other generation ino is another file (a
+// metadata store put back to an earlier state reuses numbers): ESTALE.
+type MigrateFollower interface {
+	Follow(ctx context.Context, ino Ino, gen uint64, want Access) (Attr, []byte, error)
 }

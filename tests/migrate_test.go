@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"crypto/sha256"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -350,9 +349,12 @@ func TestMigrateBadInput(t *testing.T) {
 }
 
 // TestMigrateOpenReader: a handle opened before a migration keeps
-// reading the old objects; once the grace removed them, a read of bytes
-// it never read fails with ESTALE (reopen), never returns zeros; a new
-// open reads them right.
+// reading in a loop across the commit and past the grace that removes the
+// objects it opened, every read right (it follows the file to its new
+// objects, never ESTALE, EIO or zeros); and after another mount writes new
+// bytes through the new layout of a second migration, the old handle's
+// next read once a stat here shows the write returns the new bytes, not
+// the old objects'.
 func TestMigrateOpenReader(t *testing.T) {
 	t.Parallel()
 	c := testcluster.Start(t, testcluster.Options{Servers: 3, Targets: 3, Mounts: 2, Timeout: "10s",
@@ -376,26 +378,122 @@ func TestMigrateOpenReader(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer h.Close()
-	// No kernel read-ahead: the later read must reach the mount.
-	if err := unix.Fadvise(int(h.Fd()), 0, 0, unix.FADV_RANDOM); err != nil {
+	fd := int(h.Fd())
+	// No kernel read-ahead, and the page cache dropped before every read:
+	// each read reaches the mount.
+	if err := unix.Fadvise(fd, 0, 0, unix.FADV_RANDOM); err != nil {
 		t.Fatal(err)
 	}
-	buf := make([]byte, 4096)
-	if _, err := h.ReadAt(buf, 3<<20); err != nil || !bytes.Equal(buf, data[3<<20:3<<20+4096]) {
-		t.Fatalf("read before the migration: %v", err)
+	readAt := func(off, n int) ([]byte, error) {
+		if err := unix.Fadvise(fd, 0, 0, unix.FADV_DONTNEED); err != nil {
+			return nil, err
+		}
+		buf := make([]byte, n)
+		_, err := h.ReadAt(buf, int64(off))
+		return buf, err
 	}
+
+	stop := make(chan struct{})
+	var (
+		wg      sync.WaitGroup
+		readErr atomic.Value
+		reads   atomic.Int64
+	)
+	wg.Go(func() {
+		r := rand.New(rand.NewPCG(3, 3))
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			off, n := r.IntN(len(data)-1), 1+r.IntN(256<<10)
+			n = min(n, len(data)-off)
+			b, err := readAt(off, n)
+			if err == nil && !bytes.Equal(b, data[off:off+n]) {
+				err = fmt.Errorf("[%d,+%d) read wrong bytes: %s", off, n, firstDiff(b, data[off:off+n]))
+			}
+			if err != nil {
+				readErr.Store(err)
+				return
+			}
+			reads.Add(1)
+		}
+	})
+	stopReader := func() {
+		select {
+		case <-stop:
+		default:
+			close(stop)
+		}
+		wg.Wait()
+	}
+	defer stopReader()
+	waitReads := func(n int64) {
+		t.Helper()
+		deadline := time.Now().Add(hangGuard)
+		for reads.Load() < n && readErr.Load() == nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("the reader made %d reads", reads.Load())
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	waitReads(5)
 	weft(t, c, "migrate", "--mirror", "2", "-c", "1", f)
+	waitReads(reads.Load() + 5)
 	waitObjectsOnlyOn(t, c, byTarget, targetsOf(getstripeOf(t, c, f)))
-	_, err = h.ReadAt(buf, 1<<20)
-	switch {
-	case err == nil && !bytes.Equal(buf, data[1<<20:1<<20+4096]):
-		t.Fatalf("the old handle read wrong bytes after its objects were removed: %s", firstDiff(buf, data[1<<20:1<<20+4096]))
-	case err != nil && !errors.Is(err, syscall.ESTALE):
-		t.Fatalf("the old handle's read after its objects were removed: %v, want ESTALE", err)
+	waitReads(reads.Load() + 20) // past the grace: the objects it opened are gone
+	stopReader()
+	if err := readErr.Load(); err != nil {
+		t.Fatalf("the open handle's reads across the migration: %v", err)
 	}
-	t.Logf("old handle after the grace: %v", err)
+	t.Logf("%d reads through the handle across the migration and the grace", reads.Load())
+
+	// A second migration; then mount 0 writes through the new layout.
+	weft(t, c, "migrate", "--ec", "2+1", f)
+	patch := bytes.Repeat([]byte{0xa5}, 300<<10)
+	w, err := os.OpenFile(f, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.WriteAt(patch, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var ws syscall.Stat_t
+	if err := syscall.Stat(f, &ws); err != nil {
+		t.Fatal(err)
+	}
+	// The old handle's attributes: once a stat through it shows the write
+	// (the kernel's attribute cache expired), the mount has seen the new
+	// generation.
+	deadline := time.Now().Add(hangGuard)
+	for {
+		var hs syscall.Stat_t
+		if err := syscall.Fstat(fd, &hs); err != nil {
+			t.Fatal(err)
+		}
+		if hs.Mtim == ws.Mtim {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the open handle's stat never showed the write (mtime %v, want %v)", hs.Mtim, ws.Mtim)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	want := bytes.Clone(data)
+	copy(want[1<<20:], patch)
+	for _, r := range [][2]int{{1 << 20, len(patch)}, {1<<20 - 4096, 8192}, {0, len(want)}} {
+		b, err := readAt(r[0], r[1])
+		if err != nil || !bytes.Equal(b, want[r[0]:r[0]+r[1]]) {
+			t.Fatalf("the old handle after the write through the new layout, [%d,+%d): %v: %s", r[0], r[1], err, firstDiff(b, want[r[0]:r[0]+r[1]]))
+		}
+	}
 	b, err := os.ReadFile(filepath.Join(c.Mount(1), "d", "f"))
-	if err != nil || !bytes.Equal(b, data) {
-		t.Fatalf("a new open after the migration: %v", err)
+	if err != nil || !bytes.Equal(b, want) {
+		t.Fatalf("a new open after the migrations: %v", err)
 	}
 }

@@ -18,9 +18,13 @@ import (
 // log level (and works within them), client.checksums is read-only,
 // values set without
 // --persist are gone after a restart while persisted ones stay, and a
-// bad value is refused.
+// bad value is refused. The mount's --metrics show the values it
+// applied (weft_client_param) and its storage requests under way per
+// server.
 func TestParams(t *testing.T) {
-	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 2, MetaArgs: []string{"--log-level", "warn"}})
+	mountMetrics := freeAddr(t)
+	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 2, MetaArgs: []string{"--log-level", "warn"},
+		MountArgs: []string{"--metrics", mountMetrics}})
 	c.WaitTargetsUp(2)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute) // a hang guard
 	defer cancel()
@@ -90,6 +94,17 @@ func TestParams(t *testing.T) {
 		}
 	}
 
+	// The mount's metrics show what it applied.
+	fams := scrape(t, mountMetrics)
+	for _, p := range []struct {
+		name string
+		want float64
+	}{{"client.read_ahead", 2 << 20}, {"client.write_behind", 1 << 20}, {"client.rpcs_in_flight", 1}} {
+		if got := value(fams, "weft_client_param", "", "name", p.name); got != p.want {
+			t.Errorf("the mount's weft_client_param{name=%q} = %v, want %v", p.name, got, p.want)
+		}
+	}
+
 	// The mount works within them: a file larger than the write-behind
 	// budget, written and read with one storage request per server in
 	// flight, reads back right.
@@ -103,6 +118,12 @@ func TestParams(t *testing.T) {
 	}
 	if b, err := os.ReadFile(p); err != nil || !bytes.Equal(b, data) {
 		t.Fatalf("read back under the tuned mount: %v", err)
+	}
+	// The storage server it used shows, nothing under way once idle.
+	fams = scrape(t, mountMetrics)
+	if f := fams["weft_client_storage_inflight"]; f == nil || len(f.GetMetric()) != 1 ||
+		f.GetMetric()[0].GetGauge().GetValue() != 0 || len(f.GetMetric()[0].GetLabel()) != 1 || f.GetMetric()[0].GetLabel()[0].GetName() != "server" {
+		t.Errorf("the mount's weft_client_storage_inflight after its I/O ended: %v", f)
 	}
 
 	c.StopMeta()

@@ -38,8 +38,9 @@ metadata service then switches the file to them in one step: readers see
 the old bytes or the new ones, never a mix. A file that is open for writing,
 or is written while it is copied, is not migrated (it keeps its layout and
 every byte written; run migrate again later). The old objects are removed
-after the metadata service's --moved-object-grace, so readers that opened
-the file before the switch finish reading.
+after the metadata service's --moved-object-grace; a handle opened before
+the switch follows the file to its new objects. A copy that takes longer
+than the migrate ticket's life (an hour) renews it.
 
 Needs read and write permission on each file. Asking for more copies or
 shards than there are storage servers up, an unknown target, a directory
@@ -133,7 +134,9 @@ func migrateFile(w io.Writer, path string, req *stripeRequest) error {
 		return fmt.Errorf("%s: layout %s refused as invalid (is a target id unknown, or not up? see weft df); nothing changed", path, v)
 	case errors.Is(err, unix.ENOSPC) && l.width() > 1:
 		return fmt.Errorf("%s: %s needs %d storage servers (failure domains) with free space up (see weft df); nothing changed", path, l.kindString(), l.width())
-	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EIO), errors.Is(err, unix.ETIMEDOUT), errors.Is(err, unix.EHOSTUNREACH):
+	case errors.Is(err, unix.ETIMEDOUT):
+		return fmt.Errorf("%s: migrate to %s: %w (a storage target did not answer, see weft df, or the copy's ticket ended: the mount's log says which); nothing changed", path, l.kindString(), err)
+	case errors.Is(err, unix.ENOSPC), errors.Is(err, unix.EIO), errors.Is(err, unix.EHOSTUNREACH):
 		return fmt.Errorf("%s: migrate to %s: %w (are the storage targets up? see weft df); nothing changed", path, l.kindString(), err)
 	case errors.Is(err, unix.EACCES), errors.Is(err, unix.EPERM):
 		return fmt.Errorf("%s: migrate needs read and write permission: %w", path, err)

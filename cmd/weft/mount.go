@@ -9,6 +9,7 @@ import (
 	"runtime/debug"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/cobra"
 
 	"github.com/weft-fs/weft/client"
@@ -175,7 +176,12 @@ func runMount(ctx context.Context, o *mountOptions) error {
 	if os.Getenv("GOMEMLIMIT") == "" { // an explicit GOMEMLIMIT wins
 		debug.SetMemoryLimit(int64(o.CacheLimit))
 	}
+	var reg prometheus.Registerer // (a nil *Registry is not a nil interface)
+	if d.registry != nil {
+		reg = d.registry
+	}
 	return fuse.Run(ctx, fuse.Config{
+		Metrics:         reg,
 		MetaAddr:        o.Meta,
 		Timeout:         time.Duration(o.Timeout),
 		CacheLimit:      dataBudget(uint64(o.CacheLimit)),

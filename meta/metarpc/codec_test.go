@@ -111,7 +111,9 @@ func samples() []message {
 }
 
 // migrateOps are the restripe's ops (100..102, outside allOps' range).
-func migrateOps() []uint16 { return []uint16{OpMigrateBegin, OpMigrateCommit, OpMigrateAbort} }
+func migrateOps() []uint16 {
+	return []uint16{OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew}
+}
 
 // anyMessages is messages, or migrateMessages for the restripe's ops.
 func anyMessages(op uint16) (req, resp message, ok bool) {

@@ -116,7 +116,7 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		return h.callTarget(ctx, op, req)
 	case OpScrubReport, OpScrubStart, OpScrubStatus:
 		return h.callScrub(ctx, op, req)
-	case OpMigrateBegin, OpMigrateCommit, OpMigrateAbort:
+	case OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew:
 		return h.callMigrate(ctx, op, req)
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {

@@ -21,12 +21,25 @@ const (
 	OpMigrateAbort uint16 = 102
 )
 
+// Ops 120..124: a handle's follow of a restripe, the ticket's renewal.
+const (
+	// OpMigrateFollow answers a handle opened at an earlier generation
+	// with the file's current attributes and a capability
+	// (proto.MigrateFollower).
+	OpMigrateFollow uint16 = 120
+	// OpMigrateRenew extends a ticket's life while its copy runs.
+	OpMigrateRenew uint16 = 121
+)
+
 // migrateVersion is the first byte of every message of these ops:
 //
 //	begin request: u8 version, u64 ino, layout (the policy)
 //	ticket (begin answer, commit and abort requests): u8 version, u64 ino,
 //	  u64 gen, u64 new gen, layout, i64 mtime, i64 ctime, u64 size,
 //	  i64 until, bytes capability, u64 blocks
+//	follow request: u8 version, u64 ino, u64 gen, u8 access (its answer
+//	  is Open's: attributes and capability)
+//	renew: a ticket, answered with the ticket renewed
 const migrateVersion = 1
 
 func checkMigrateVersion(d *wire.Decoder, what string) {
@@ -50,6 +63,26 @@ func (m *migrateBeginReq) decode(d *wire.Decoder) {
 	checkMigrateVersion(d, "migrate request")
 	m.Ino = proto.Ino(d.U64())
 	m.Policy = proto.DecodeLayout(d)
+}
+
+type followReq struct {
+	Ino  proto.Ino
+	Gen  uint64
+	Want proto.Access
+}
+
+func (m *followReq) encode(e *wire.Encoder) {
+	e.U8(migrateVersion)
+	e.U64(uint64(m.Ino))
+	e.U64(m.Gen)
+	e.U8(uint8(m.Want))
+}
+
+func (m *followReq) decode(d *wire.Decoder) {
+	checkMigrateVersion(d, "follow request")
+	m.Ino = proto.Ino(d.U64())
+	m.Gen = d.U64()
+	m.Want = proto.Access(d.U8())
 }
 
 // maxCapLen bounds a capability on the wire (the decoder's bound).
@@ -98,11 +131,24 @@ func migrateMessages(op uint16) (req, resp message, ok bool) {
 		return &ticketMsg{}, &attrResp{}, true
 	case OpMigrateAbort:
 		return &ticketMsg{}, &emptyMsg{}, true
+	case OpMigrateFollow:
+		return &followReq{}, &openResp{}, true
+	case OpMigrateRenew:
+		return &ticketMsg{}, &ticketMsg{}, true
 	}
 	return nil, nil, false
 }
 
 func (h *handler) callMigrate(ctx context.Context, op uint16, req message) (message, error) {
+	if op == OpMigrateFollow {
+		fw, ok := h.svc.(proto.MigrateFollower)
+		if !ok {
+			return nil, fmt.Errorf("metarpc: the service cannot follow restripes: %w", syscall.ENOSYS)
+		}
+		r := req.(*followReq)
+		a, cap, err := fw.Follow(ctx, r.Ino, r.Gen, r.Want)
+		return &openResp{a, cap}, err
+	}
 	mg, ok := h.svc.(proto.Migrator)
 	if !ok {
 		return nil, fmt.Errorf("metarpc: the service cannot restripe files: %w", syscall.ENOSYS)
@@ -114,6 +160,9 @@ func (h *handler) callMigrate(ctx context.Context, op uint16, req message) (mess
 		return &ticketMsg{t}, err
 	case OpMigrateCommit:
 		return attrOut(mg.MigrateCommit(ctx, req.(*ticketMsg).T))
+	case OpMigrateRenew:
+		t, err := mg.MigrateRenew(ctx, req.(*ticketMsg).T)
+		return &ticketMsg{t}, err
 	default:
 		return &emptyMsg{}, mg.MigrateAbort(ctx, req.(*ticketMsg).T)
 	}
@@ -138,4 +187,19 @@ func (c *Client) MigrateCommit(ctx context.Context, t proto.MigrateTicket) (prot
 // MigrateAbort implements proto.Migrator; it is idempotent.
 func (c *Client) MigrateAbort(ctx context.Context, t proto.MigrateTicket) error {
 	return c.do(ctx, OpMigrateAbort, &ticketMsg{t}, &emptyMsg{})
+}
+
+// MigrateRenew implements proto.Migrator. A renewal applied twice only
+// extends the ticket again.
+func (c *Client) MigrateRenew(ctx context.Context, t proto.MigrateTicket) (proto.MigrateTicket, error) {
+	var r ticketMsg
+	err := c.do(ctx, OpMigrateRenew, &ticketMsg{t}, &r)
+	return r.T, err
+}
+
+// Follow implements proto.MigrateFollower.
+func (c *Client) Follow(ctx context.Context, ino proto.Ino, gen uint64, want proto.Access) (proto.Attr, []byte, error) {
+	var r openResp
+	err := c.do(ctx, OpMigrateFollow, &followReq{ino, gen, want}, &r)
+	return r.Attr, r.Cap, err
 }

@@ -23,6 +23,7 @@ var opNames = map[uint16]string{
 	OpRebuildRate: "rebuild_rate",
 	OpScrubReport: "scrub_report", OpScrubStart: "scrub_start", OpScrubStatus: "scrub_status",
 	OpMigrateBegin: "migrate_begin", OpMigrateCommit: "migrate_commit", OpMigrateAbort: "migrate_abort",
+	OpMigrateFollow: "migrate_follow", OpMigrateRenew: "migrate_renew",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.

@@ -18,7 +18,8 @@
 //	                                applied (log index of the last batch: on a single
 //	                                server the batches committed); and fsid (a uuid string)
 //	i <ino:8>                       inode record: attributes, layout, symlink target,
-//	                                parent (directories), written flag
+//	                                parent (directories), written flag, project,
+//	                                generations restripes replaced (meta/inode.go)
 //	d <parent:8> <name>             directory entry → child ino + file type
 //	x <ino:8> <name>                extended attribute value
 //	o <ino:8>                       orphan: inode with nlink 0 still kept (value: time)

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/weft-fs/weft/proto"
@@ -16,6 +18,9 @@ type Client struct {
 	pool    *transport.Pool
 	resolve func(ctx context.Context, t proto.TargetID) (string, error)
 	limit   inflight // requests outstanding per server (inflight.go)
+	// outstanding counts the requests under way per server address
+	// (*atomic.Int64), bound or not: what a mount's metrics show.
+	outstanding sync.Map
 }
 
 var _ proto.StorageService = (*Client)(nil)
@@ -36,6 +41,12 @@ func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ..
 	} else if held {
 		defer c.limit.release(addr)
 	}
+	n, ok := c.outstanding.Load(addr)
+	if !ok {
+		n, _ = c.outstanding.LoadOrStore(addr, new(atomic.Int64))
+	}
+	n.(*atomic.Int64).Add(1)
+	defer n.(*atomic.Int64).Add(-1)
 	if job := proto.JobFrom(ctx); job != "" {
 		// Counted for the job by the server (OpJob).
 		return c.pool.Call(ctx, addr, jobOp(op), append([][]byte{jobEnvelope(op, job)}, parts...)...)

@@ -46,8 +46,9 @@
 //
 // A Client may bound the requests it has outstanding at each storage
 // server (SetInflightLimit, the mounts' client.rpcs_in_flight; inflight.go):
-// more wait for a slot, or give up with their ctx. Without a bound nothing
-// is counted.
+// more wait for a slot, or give up with their ctx. Without a bound no
+// slot is taken; the requests under way per server are counted either way
+// (Outstanding, which a mount's --metrics shows).
 //
 // cap is a capability (package capability) as u32 length + bytes, at most
 // MaxCapability; length 0 is none. The Client takes it from the request's

@@ -100,3 +100,15 @@ func (c *Client) InflightPeak() int {
 	}
 	return p
 }
+
+// Outstanding returns the requests under way at each storage server
+// (by address) now, whether a bound is set or not; servers asked before
+// and idle now show 0.
+func (c *Client) Outstanding() map[string]int64 {
+	out := map[string]int64{}
+	c.outstanding.Range(func(k, v any) bool {
+		out[k.(string)] = v.(*atomic.Int64).Load()
+		return true
+	})
+	return out
+}
