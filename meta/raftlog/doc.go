@@ -16,7 +16,10 @@
 //     CreateSnapshot for compaction). Keys: e+index (entries), h
 //     (HardState), s (the latest snapshot's metadata and descriptor), o
 //     (the log's offset, the last dropped entry), c (ConfState), a (the
-//     members' addresses recorded with it).
+//     members' addresses recorded with it). The newest entries (up to
+//     4,096 and 16 MiB) are also kept in memory, as saved: raft reads back
+//     the entries it just wrote, to send them and to apply the committed
+//     ones, and Entries serves those without a pebble read.
 //   - Snapshots (snapshot.go): the state machine's snapshots as
 //     directories of files on the state machine's file system (meta: a
 //     pebble checkpoint), sealed with a descriptor (index, term, each
