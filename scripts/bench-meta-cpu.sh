@@ -82,6 +82,7 @@ ticks() { # ticks PID: utime+stime of PID in clock ticks
 run() {
 	local r=$1 round=$2 d=$root/r$1-$2
 	mkdir -p "$d"
+	: >"$d/up.log" # exists before the wait below reads it
 	local args=(up --data "$d/data" --mount "$d/mnt" --meta-replicas "$r" --mirror 1
 		--servers 1 --targets 1 --base-port "$base_port")
 	if [ "$pprof_port" != 0 ]; then args+=(--pprof-port "$pprof_port"); fi
