@@ -41,6 +41,8 @@ type appender struct {
 	// pending counts the appends queued and not yet written and
 	// delivered (idle: none, and no response left for the node).
 	pending atomic.Int64
+	// written counts the batches written and delivered.
+	written atomic.Uint64
 
 	// The term and vote last written: a change of either must be synced
 	// (raft's MustSync), a commit index alone need not.
@@ -130,6 +132,13 @@ func (a *appender) write(batch []appendJob) error {
 	}
 	a.deliver(msgs)
 	a.pending.Add(-int64(len(msgs)))
+	a.written.Add(1)
+	// Wake the node even when no response is its own: it holds new
+	// proposals back while a write is under way (Node.held).
+	select {
+	case a.kick <- struct{}{}:
+	default:
+	}
 	if last := batch[len(batch)-1]; last.m == nil {
 		close(last.barrier)
 	}

@@ -16,7 +16,10 @@
 //     CreateSnapshot for compaction). Keys: e+index (entries), h
 //     (HardState), s (the latest snapshot's metadata and descriptor), o
 //     (the log's offset, the last dropped entry), c (ConfState), a (the
-//     members' addresses recorded with it).
+//     members' addresses recorded with it). The newest entries (up to
+//     4,096 and 16 MiB) are also kept in memory, as saved: raft reads back
+//     the entries it just wrote, to send them and to apply the committed
+//     ones, and Entries serves those without a pebble read.
 //   - Snapshots (snapshot.go): the state machine's snapshots as
 //     directories of files on the state machine's file system (meta: a
 //     pebble checkpoint), sealed with a descriptor (index, term, each
@@ -38,7 +41,14 @@
 // takes proposals and applies, while the appender (appender.go) writes
 // the log on a goroutine of its own. Before each Ready the node goroutine
 // takes every tick, message, request and finished append already waiting
-// (up to maxDrain; it blocks for one only when there is no Ready). Each
+// (up to maxDrain; it blocks for one only when there is no Ready). A
+// leader holds the proposals it takes while its appender has a write
+// under way (Node.held), and hands them to raft as one MsgProp when that
+// write is done (or at once when the appender is idle): raft makes one
+// append message per follower for each MsgProp, so proposals that arrive
+// one by one would otherwise each cost a Ready, an append to the
+// appender and a message to every follower. Held proposals are not in
+// the log: on a change of leader they fail with ErrNotLeader. Each
 // Ready is then handled so:
 //
 //  1. the messages to other members leave at once: a leader's appends and

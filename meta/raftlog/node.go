@@ -161,8 +161,19 @@ type Node struct {
 	byIndex  map[uint64]uint64    // log index → id of the proposal appended there
 	reads    map[uint64]*readWait // read request id → reader
 	readyRds []*readWait          // reads whose index is known, waiting for apply
-	applied  uint64
-	snapIdx  uint64
+	// held are proposals taken but not yet handed to raft: while this
+	// leader's log write is under way they wait, and are proposed
+	// together once it is done (flushHeld), so one Ready, one append and
+	// one message to each follower carry them all instead of one each.
+	// They wait for no more than the end of the write under way when the
+	// first was taken (the appender's written count moves), and for none
+	// when the appender is idle.
+	held []heldProposal
+	// heldSince is the appender's written count when the first held
+	// proposal was taken: they wait for one write at most.
+	heldSince uint64
+	applied   uint64
+	snapIdx   uint64
 	// readyTerm is the term in which this node, as leader, applied its
 	// term's first entry: it takes proposals only in that term.
 	readyTerm uint64
@@ -209,6 +220,16 @@ type proposalResult struct {
 	v   any
 	err error
 }
+
+// heldProposal is a proposal taken by the node goroutine and not yet
+// given to raft (Node.held): its waiter is in Node.waiting.
+type heldProposal struct {
+	id   uint64
+	data []byte
+}
+
+// maxHeld bounds the proposals held back for one Ready.
+const maxHeld = 256
 
 type readWait struct {
 	index uint64
@@ -540,11 +561,11 @@ func (n *Node) ProposeIf(ctx context.Context, data []byte, check func() error) (
 		n.nextID = (n.nextID + 1) & (1<<48 - 1)
 		id := n.idHi | n.nextID
 		buf := binary.BigEndian.AppendUint64(make([]byte, 0, 8+len(data)), id)
-		if err := n.rn.Propose(append(buf, data...)); err != nil {
-			ch <- proposalResult{err: fmt.Errorf("raftlog: propose: %v: %w", err, ErrNotLeader)}
-			return
+		n.waiting[id] = &waiter{term: bs.GetTerm(), ch: ch}
+		if len(n.held) == 0 {
+			n.heldSince = n.ap.written.Load()
 		}
-		n.waiting[id] = &waiter{term: n.rn.BasicStatus().GetTerm(), ch: ch}
+		n.held = append(n.held, heldProposal{id: id, data: append(buf, data...)})
 	})
 	if err != nil {
 		return nil, err
@@ -625,6 +646,9 @@ func (n *Node) run() {
 		if !n.drain(tick) {
 			return
 		}
+		if len(n.held) > 0 && (n.ap.pending.Load() == 0 || n.ap.written.Load() != n.heldSince || len(n.held) >= maxHeld) {
+			n.flushHeld()
+		}
 		if n.rn.HasReady() {
 			if err := n.handleReady(); err != nil {
 				n.log.Error("raftlog: node stops: cannot persist or apply the log", "id", n.cfg.ID, "err", err)
@@ -650,6 +674,45 @@ func (n *Node) run() {
 		case err := <-n.ap.errc:
 			n.log.Error("raftlog: node stops: cannot persist the log", "id", n.cfg.ID, "err", err)
 			return
+		}
+	}
+}
+
+// flushHeld hands the held proposals to raft as one MsgProp (raft then
+// sends one append to each follower for all of them, where a proposal
+// each makes one each), in the order they were taken. A proposal whose
+// waiter is gone (resolved meanwhile) is not proposed; held ones are
+// failed as never proposed, nothing of them in the log, if the term
+// changed since they were taken or raft refuses them (this node is no
+// longer leader, or too much is uncommitted).
+func (n *Node) flushHeld() {
+	bs := n.rn.BasicStatus()
+	ents := make([]*pb.Entry, 0, len(n.held))
+	ids := make([]uint64, 0, len(n.held))
+	for i, h := range n.held {
+		n.held[i] = heldProposal{}
+		w, ok := n.waiting[h.id]
+		if !ok {
+			continue
+		}
+		switch {
+		case bs.RaftState != raft.StateLeader || w.term != bs.GetTerm():
+			n.resolve(h.id, proposalResult{err: &NotLeaderError{Leader: bs.Lead}})
+		case n.readyTerm != bs.GetTerm():
+			n.resolve(h.id, proposalResult{err: ErrNotReady})
+		default:
+			ents = append(ents, &pb.Entry{Data: h.data})
+			ids = append(ids, h.id)
+		}
+	}
+	n.held = n.held[:0]
+	if len(ents) == 0 {
+		return
+	}
+	m := &pb.Message{Type: pb.MessageType_MsgProp.Enum(), From: new(n.cfg.ID), Entries: ents}
+	if err := n.rn.Step(m); err != nil {
+		for _, id := range ids {
+			n.resolve(id, proposalResult{err: fmt.Errorf("raftlog: propose: %v: %w", err, ErrNotLeader)})
 		}
 	}
 }
@@ -926,6 +989,9 @@ func (n *Node) dropUnplaced() {
 	if st.RaftState == raft.StateLeader {
 		return
 	}
+	// Held proposals never reached raft: not proposed (flushHeld fails
+	// them so on a node that is not leader).
+	n.flushHeld()
 	for id, w := range n.waiting {
 		if w.index == 0 && w.term < st.GetTerm() {
 			n.resolve(id, proposalResult{err: fmt.Errorf("raftlog: leadership lost since the proposal (term %d, now %d): %w", w.term, st.GetTerm(), ErrUnknown)})

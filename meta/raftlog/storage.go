@@ -61,10 +61,30 @@ type Storage struct {
 	// terms[i] is the term of entry offset+1+i: Term is called for every
 	// append a follower receives, and must not cost a read.
 	terms []uint64
+	// tail holds the newest entries saved, at most tailMax of them and
+	// tailMaxBytes (by their encoded size, tailSizes): raft reads back the
+	// entries it just wrote, to send them to followers and to apply the
+	// committed ones, and reading them from memory costs no pebble
+	// iterator and no decode. Invariant: the tail ends at the log's last
+	// index (it is entries last-len(tail)+1 .. last), and each entry in it
+	// is the one pebble holds at its index. Entries are shared with raft
+	// and the state machine, which never modify them.
+	tail      []*pb.Entry
+	tailSizes []int
+	tailBytes int
 	// failed: corruption was found; every later write fails with it.
 	failed error
 	addrs  map[uint64]string
 }
+
+// The bounds of Storage.tail: a leader sends followers entries a little
+// behind its last index, and applies entries at most a Ready or two
+// behind it; a follower that fell further behind is caught up from
+// pebble.
+const (
+	tailMax      = 4096
+	tailMaxBytes = 16 << 20
+)
 
 // StorageOptions tune OpenStorage. The zero value is fine.
 type StorageOptions struct {
@@ -272,6 +292,14 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	if lo >= hi {
 		return nil, nil
 	}
+	if out := s.fromTail(lo, hi, maxSize); out != nil {
+		return out, nil
+	}
+	return s.fromPebble(lo, hi, maxSize)
+}
+
+// fromPebble reads entries [lo, hi) from pebble, as Entries returns them.
+func (s *Storage) fromPebble(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 	it, err := s.db.NewIter(&pebble.IterOptions{LowerBound: entryKey(lo), UpperBound: entryKey(hi)})
 	if err != nil {
 		return nil, fmt.Errorf("raftlog: entries: %w", err)
@@ -304,6 +332,27 @@ func (s *Storage) Entries(lo, hi, maxSize uint64) ([]*pb.Entry, error) {
 		return nil, fmt.Errorf("raftlog: entries [%d, %d) missing: %w", lo, hi, raft.ErrUnavailable)
 	}
 	return out, nil
+}
+
+// fromTail returns entries [lo, hi), limited to maxSize bytes as raft
+// limits them (at least one entry), if the tail holds lo; nil otherwise.
+func (s *Storage) fromTail(lo, hi, maxSize uint64) []*pb.Entry {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	first := s.last() + 1 - uint64(len(s.tail))
+	if len(s.tail) == 0 || lo < first || lo <= s.offset() || hi > s.last()+1 {
+		return nil
+	}
+	var size uint64
+	k := lo - first
+	end := k
+	for ; end < hi-first; end++ {
+		if end > k && size+uint64(s.tailSizes[end]) > maxSize {
+			break
+		}
+		size += uint64(s.tailSizes[end])
+	}
+	return append([]*pb.Entry(nil), s.tail[k:end]...)
 }
 
 // Term implements raft.Storage.
@@ -394,12 +443,13 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 		}
 	}
 	var first uint64
+	sizes := make([]int, len(ents))
 	if len(ents) > 0 {
 		first = ents[0].GetIndex()
 		if first > last+1 {
 			return fmt.Errorf("raftlog: append at %d leaves a hole after the last index %d", first, last)
 		}
-		for _, e := range ents {
+		for k, e := range ents {
 			if e.GetIndex() <= off {
 				continue // already covered by the snapshot
 			}
@@ -407,6 +457,7 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 			if err != nil {
 				return fmt.Errorf("raftlog: encode entry %d: %w", e.GetIndex(), err)
 			}
+			sizes[k] = len(v)
 			if err := b.Set(entryKey(e.GetIndex()), v, nil); err != nil {
 				return err
 			}
@@ -432,6 +483,7 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 		s.cs = proto.Clone(pb.EnsureConfState(snap.GetMetadata().GetConfState())).(*pb.ConfState)
 		s.off, s.offTerm = snap.GetMetadata().GetIndex(), snap.GetMetadata().GetTerm()
 		s.terms = nil
+		s.dropTail(len(s.tail))
 		if snapAddrs != nil {
 			s.addrs = maps.Clone(snapAddrs)
 		}
@@ -441,19 +493,59 @@ func (s *Storage) Save(hs *pb.HardState, ents []*pb.Entry, snap *pb.Snapshot, sy
 	}
 	if len(ents) > 0 {
 		off := s.offset()
-		for _, e := range ents {
+		for k, e := range ents {
 			i := e.GetIndex()
 			if i <= off {
 				continue
 			}
+			// The tail is cut where the log is (a conflicting suffix
+			// goes), before the log's end moves.
+			s.cutTail(i)
 			if k := i - off - 1; k < uint64(len(s.terms)) {
 				s.terms = append(s.terms[:k], e.GetTerm())
 			} else {
 				s.terms = append(s.terms, e.GetTerm())
 			}
+			s.tail = append(s.tail, e)
+			s.tailSizes = append(s.tailSizes, sizes[k])
+			s.tailBytes += sizes[k]
+		}
+		if n := len(s.tail) - tailMax; n > 0 {
+			s.dropTail(n)
+		}
+		for len(s.tail) > 1 && s.tailBytes > tailMaxBytes {
+			s.dropTail(1)
 		}
 	}
 	return nil
+}
+
+// cutTail drops the tail's entries from index i on (the caller then
+// appends entry i: the tail still ends at the log's last index). A tail
+// that starts after i is emptied: entry i starts it anew.
+func (s *Storage) cutTail(i uint64) {
+	first := s.last() + 1 - uint64(len(s.tail))
+	if i < first {
+		s.dropTail(len(s.tail))
+		return
+	}
+	for _, n := range s.tailSizes[i-first:] {
+		s.tailBytes -= n
+	}
+	clear(s.tail[i-first:])
+	s.tail, s.tailSizes = s.tail[:i-first], s.tailSizes[:i-first]
+}
+
+// dropTail drops the tail's n oldest entries.
+func (s *Storage) dropTail(n int) {
+	for _, sz := range s.tailSizes[:n] {
+		s.tailBytes -= sz
+	}
+	clear(s.tail[:n])
+	s.tail, s.tailSizes = s.tail[n:], s.tailSizes[n:]
+	if len(s.tail) == 0 {
+		s.tail, s.tailSizes, s.tailBytes = nil, nil, 0
+	}
 }
 
 // SetConfState records the configuration the node applied and the
@@ -544,6 +636,9 @@ func (s *Storage) CreateSnapshot(index uint64, cs *pb.ConfState, data []byte, ke
 	if compact > off {
 		s.terms = append([]uint64(nil), s.terms[compact-off:]...)
 		s.off, s.offTerm = compact, compactTerm
+		if first := s.last() + 1 - uint64(len(s.tail)); len(s.tail) > 0 && first <= compact {
+			s.dropTail(int(min(compact-first+1, uint64(len(s.tail)))))
+		}
 	}
 	s.mu.Unlock()
 	return nil
