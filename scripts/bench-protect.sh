@@ -23,7 +23,7 @@
 # figure's median over the rounds and its ratio to RAID-0's (degraded
 # reads against RAID-0's healthy read).
 #
-#   scripts/bench-protect.sh [--rounds 3] [--size 1GiB] [--jobs 4]
+#   scripts/bench-protect.sh [--rounds 3] [--size 2GiB] [--jobs 4]
 #                            [--rand-time 10s] [--out DIR]
 #                            [--base-port 7800] [--up "ARGS"]
 #
@@ -33,7 +33,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 rounds=3
-size=1GiB
+size=2GiB
 jobs=4
 rand_time=10s
 out=/tmp/weft-bench-protect
@@ -131,7 +131,7 @@ pid_listening() {
 }
 
 gone() { ! kill -0 "$1" 2>/dev/null; }
-up_ready() { grep -q "weft is up" "$out/up-$1.log" || { kill -0 "$up_pid" 2>/dev/null || { cat "$out/up-$1.log" >&2; exit 1; }; false; }; }
+up_ready() { grep -qs "weft is up" "$out/up-$1.log" || { kill -0 "$up_pid" 2>/dev/null || { cat "$out/up-$1.log" >&2; exit 1; }; false; }; }
 
 layouts=(raid0 mirror ec)
 declare -A stripe=([raid0]="--raid0 -c 4" [mirror]="--mirror 2 -c 4" [ec]="--ec 4+2 -c 1")
