@@ -8,7 +8,8 @@ import (
 )
 
 // Read-ahead: when the reads through one handle look sequential, the client
-// fetches the chunks (one stripe unit each, at most 1 MiB) ahead of the
+// fetches the chunks (one stripe unit each, at most 1 MiB; of an EC file a
+// row, if at most 4 MiB, see raGeometry) ahead of the
 // reader from their targets concurrently, so a single sequential reader
 // keeps several targets busy even though the kernel sends it one or two
 // reads at a time.
