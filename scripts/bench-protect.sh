@@ -21,7 +21,10 @@
 # page cache and reads the mirror and EC files again (degraded). The
 # cluster is stopped and removed after each round. It prints every
 # figure's median over the rounds and its ratio to RAID-0's (degraded
-# reads against RAID-0's healthy read).
+# reads against RAID-0's healthy read), and the CPU time the cluster's
+# processes (metadata, storage, mount) spent per GiB moved (per 100,000
+# random reads): on a shared machine that figure moves less with the load
+# than the rates do.
 #
 #   scripts/bench-protect.sh [--rounds 3] [--size 2GiB] [--jobs 4]
 #                            [--rand-time 10s] [--out DIR]
@@ -100,11 +103,39 @@ drop_caches() {
 	fi
 }
 
-# measure ROUND LAYOUT PHASE IOBENCH-ARGS...: run iobench, record its line.
+# cluster_pids: the processes of this round's cluster (their command lines
+# name $data), read once after weft up is up, while nothing is blocked in
+# FUSE; cpu_ticks reads only their /proc/PID/stat from then on.
+cluster_pids() {
+	local p
+	for p in /proc/[0-9]*; do
+		[ "$(cat "$p/comm" 2>/dev/null)" = weft ] || continue
+		if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- " --[a-z]* $data/"; then
+			basename "$p"
+		fi
+	done
+}
+
+# cpu_ticks: user+system clock ticks of the cluster's processes so far (a
+# process that is gone counts nothing).
+cpu_ticks() {
+	local p t=0 v
+	for p in $pids; do
+		v=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null) || continue
+		t=$((t + ${v:-0}))
+	done
+	echo "$t"
+}
+
+# measure ROUND LAYOUT PHASE IOBENCH-ARGS...: run iobench, record its line
+# and the CPU time the cluster's processes spent meanwhile.
 measure() {
-	local r=$1 l=$2 phase=$3 j
+	local r=$1 l=$2 phase=$3 j t0 t1
 	shift 3
+	t0=$(cpu_ticks)
 	j=$("$out/iobench" "$@")
+	t1=$(cpu_ticks)
+	j=$(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); r["cpu_s"]=(int(sys.argv[3])-int(sys.argv[2]))/int(sys.argv[4]); print(json.dumps(r))' "$j" "$t0" "$t1" "$(getconf CLK_TCK)")
 	record "$r" "$l" "$phase" "$j"
 }
 
@@ -112,7 +143,7 @@ measure() {
 record() {
 	python3 -c 'import json,sys; r=json.loads(sys.argv[4]); r.update(round=int(sys.argv[1]), layout=sys.argv[2], phase=sys.argv[3], dropped=bool(int(sys.argv[5]))); print(json.dumps(r))' \
 		"$1" "$2" "$3" "$4" "$cached" >>"$results"
-	echo "  $2 $3: $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%.0f MiB/s, %.0f IOPS" % (r["mib_s"], r["iops"]))' "$4")" >&2
+	echo "  $2 $3: $(python3 -c 'import json,sys; r=json.loads(sys.argv[1]); print("%.0f MiB/s, %.0f IOPS, cluster CPU %.1f s" % (r["mib_s"], r["iops"], r["cpu_s"]))' "$4")" >&2
 }
 
 # pid_listening ADDR: the weft process started with --listen ADDR (found by
@@ -145,6 +176,7 @@ for r in $(seq "$rounds"); do
 		--mirror 1 --meta-replicas 1 --log-level warn $up_extra >"$out/up-$r.log" 2>&1 &
 	up_pid=$!
 	wait_for "weft up" 300 up_ready "$r"
+	pids=$(cluster_pids)
 	# Rotate the order each round so no layout always runs first.
 	order=("${layouts[@]:$(((r - 1) % 3))}" "${layouts[@]:0:$(((r - 1) % 3))}")
 	for l in "${layouts[@]}"; do
@@ -195,8 +227,8 @@ print(f"medians of {rounds} rounds; {size} per file, 1 MiB requests, {jobs} rand
 if not all(r["dropped"] for r in rows):
     print("(page cache NOT dropped before reads: not root)")
 print()
-print("| layout | figure | median | of RAID-0 | rounds |")
-print("|---|---|---|---|---|")
+print("| layout | figure | median | of RAID-0 | rounds | cluster CPU-s per GiB (random: per 100k reads) |")
+print("|---|---|---|---|---|---|")
 phases = [("write", "mib_s", "seq write MiB/s"), ("read", "mib_s", "seq read MiB/s"),
           ("randread", "iops", "4 KiB random read IOPS"), ("degraded", "mib_s", "degraded seq read MiB/s")]
 for layout in ["raid0", "mirror", "ec"]:
@@ -207,5 +239,7 @@ for layout in ["raid0", "mirror", "ec"]:
         base = vals("raid0", "read" if phase == "degraded" else phase, key)
         m = statistics.median(v)
         ratio = "" if layout == "raid0" else f"{100 * m / statistics.median(base):.0f} %"
-        print(f"| {layout} | {name} | {m:,.0f} | {ratio} | {', '.join(f'{x:,.0f}' for x in v)} |")
+        per = [r["cpu_s"] / (r["bytes"] / 2**30 if key == "mib_s" else r["ops"] / 1e5)
+               for r in rows if r["layout"] == layout and r["phase"] == phase]
+        print(f"| {layout} | {name} | {m:,.0f} | {ratio} | {', '.join(f'{x:,.0f}' for x in v)} | {statistics.median(per):.2f} |")
 PY
