@@ -2,16 +2,19 @@
 # Data protection's cost, measured in one run beside RAID-0 on one cluster
 # (issue 9's benchmark targets; docs/performance.md, "Mirror 2 and EC 4+2
 # beside RAID-0"). Each round starts a fresh `weft up` with 6 storage
-# servers and 8 targets (servers 0 and 1 hold two), makes three directories
-# with the same data width of 4 columns and 1 MiB units:
+# servers and 12 targets (two per server), makes three directories with
+# the same data width of 4 columns and 1 MiB units:
 #
 #   raid0   setstripe --raid0 -c 4          4 objects
 #   mirror  setstripe --mirror 2 -c 4       4 stripes x 2 copies = 8 objects
-#           (placement never puts two objects of a file on one target:
-#           this is why the cluster has 8 targets)
+#           (placement never puts two objects of a file on one target and
+#           takes its copy pairs greedily in rank order: with 8 targets on
+#           6 servers the last two free targets can share a server, and the
+#           file gets 3 stripes; with two targets on each server 4 always fit)
 #   ec      setstripe --ec 4+2 -c 1         4 data + 2 parity shards on the
 #           6 servers
 #
+# It checks that every file got its 4 data columns before measuring it.
 # and measures, with direct I/O (internal/tools/iobench), in a rotating
 # order of layouts: sequential 1 MiB writes of --size (fsync before the
 # clock stops), page cache dropped, sequential 1 MiB reads, and --jobs
@@ -172,7 +175,7 @@ for r in $(seq "$rounds"); do
 	rm -rf "$data"
 	mkdir -p "$mnt"
 	# shellcheck disable=SC2086 # $up_extra is a list of arguments
-	"$weft" up --data "$data" --mount "$mnt" --base-port "$base_port" --targets 8 --servers 6 \
+	"$weft" up --data "$data" --mount "$mnt" --base-port "$base_port" --targets 12 --servers 6 \
 		--mirror 1 --meta-replicas 1 --log-level warn $up_extra >"$out/up-$r.log" 2>&1 &
 	up_pid=$!
 	wait_for "weft up" 300 up_ready "$r"
@@ -188,6 +191,12 @@ for r in $(seq "$rounds"); do
 		cached=1
 		measure "$r" "$l" write write "$mnt/$l/f" --size "$size"
 		"$weft" getstripe --json "$mnt/$l/f" >"$out/layout-$l-$r.json"
+		python3 -c '
+import json, sys
+l = json.load(open(sys.argv[1]))
+cols = l["stripe_count"] * (l["ec_k"] if l["kind"] == "ec" else 1)
+if cols != 4:
+    sys.exit("bench-protect: %s has %d data columns, not 4: %s" % (l["path"], cols, l))' "$out/layout-$l-$r.json"
 	done
 	for l in "${order[@]}"; do
 		drop_caches
