@@ -16,8 +16,8 @@
 #
 # It checks that every file got its 4 data columns before measuring it.
 # and measures, with direct I/O (internal/tools/iobench), in a rotating
-# order of layouts: sequential 1 MiB writes of --size (fsync before the
-# clock stops), page cache dropped, sequential 1 MiB reads, and --jobs
+# order of layouts: sequential 1 MiB writes of --size (page cache dropped
+# before, fsync before the clock stops), page cache dropped, sequential 1 MiB reads, and --jobs
 # concurrent 4 KiB random readers for --rand-time. Then it SIGKILLs the
 # storage server holding the EC file's first data shard (it also holds one
 # or two of the mirror file's copies), waits until it is gone, drops the
@@ -188,7 +188,10 @@ for r in $(seq "$rounds"); do
 		"$weft" setstripe ${stripe[$l]} -S 1MiB "$mnt/$l"
 	done
 	for l in "${order[@]}"; do
-		cached=1
+		# Each write starts with nothing dirty and the same free memory:
+		# else the first writer of a round (its page cache empty) ran up
+		# to twice as fast as the others.
+		drop_caches
 		measure "$r" "$l" write write "$mnt/$l/f" --size "$size"
 		"$weft" getstripe --json "$mnt/$l/f" >"$out/layout-$l-$r.json"
 		python3 -c '
