@@ -21,7 +21,8 @@ import (
 // than maxOpenExtents are open (the least recently written goes), when the
 // per-file or global memory limit needs its bytes, before a read, flush,
 // fsync or truncate that must see it, and at the latest idleFlush after it
-// was last written or maxExtentAge after it was opened (a timer), so data
+// was last written or maxExtentAge after it was opened (a timer; for an EC
+// file, whose chunk is a row, ecIdleFlush and ecMaxExtentAge), so data
 // never sits unsent while the file stays open.
 //
 // Only bytes this client was given are ever sent: gaps between extents are
@@ -40,7 +41,24 @@ const (
 	idleFlush = 3 * time.Millisecond
 	// maxExtentAge sends an extent that keeps being rewritten.
 	maxExtentAge = 30 * time.Millisecond
+	// ecIdleFlush and ecMaxExtentAge replace them for an extent of an EC
+	// file that is not yet a whole row: sent so, it costs a read of the
+	// row's shards and a conditional write of all of them (ecUpdateRow),
+	// about three times a whole row's cost. A sequential writer on a
+	// loaded machine easily pauses a few milliseconds between two writes
+	// of one row; it seldom pauses 25.
+	ecIdleFlush    = 25 * time.Millisecond
+	ecMaxExtentAge = 250 * time.Millisecond
 )
+
+// flushDelays returns after how long an open extent of layout l that no
+// write touched is sent, and after how long it is sent anyway.
+func flushDelays(l layout.Layout) (idle, age time.Duration) {
+	if l.Kind == layout.EC {
+		return ecIdleFlush, ecMaxExtentAge
+	}
+	return idleFlush, maxExtentAge
+}
 
 // extent is accepted bytes not yet sent: [off, off+len(buf)), within one
 // chunk. buf comes from Client.bufs; its length counts in the budget.
@@ -213,10 +231,11 @@ func (st *inodeState) armTimerLocked() {
 		return
 	}
 	st.timerArmed = true
+	idle, _ := flushDelays(st.layout)
 	if st.timer == nil {
-		st.timer = time.AfterFunc(idleFlush, st.onTimer)
+		st.timer = time.AfterFunc(idle, st.onTimer)
 	} else {
-		st.timer.Reset(idleFlush)
+		st.timer.Reset(idle)
 	}
 }
 
@@ -228,9 +247,10 @@ func (st *inodeState) onTimer() {
 	st.timerArmed = false
 	now := time.Now().UnixNano()
 	next := int64(-1)
+	idle, age := flushDelays(st.layout)
 	for i := 0; i < len(st.open); {
 		e := st.open[i]
-		due := min(e.touched+int64(idleFlush), e.born+int64(maxExtentAge))
+		due := min(e.touched+int64(idle), e.born+int64(age))
 		if due <= now {
 			st.sendLocked(e)
 			continue

@@ -38,8 +38,13 @@
 //
 // EC files (ec.go) are written row by row (ECData stripe units of one
 // stripe, contiguous in the file) under a per-row lock of this client:
-// whole rows are encoded from the write, partial ones read, merge and
-// re-encode; reads reconstruct stale or failing shards.
+// whole rows are encoded from the write-behind buffer itself (no copy),
+// partial ones read, merge and re-encode; reads reconstruct stale or
+// failing shards. A read of a row with a data shard stale or on a target
+// that failed recently reads ECData other shards of it once and decodes
+// the missing ones (ecReadDegradedRow); read-ahead fetches EC files a
+// row at a time (rows up to 4 MiB) so that a degraded sequential read
+// goes that way.
 //
 // Object versions make partial rows safe across mounts and crashes (the
 // protocol, with storage's proto.RowVersioner):
@@ -94,7 +99,8 @@
 //     when the chunk is complete, when the extent cannot stay open, before
 //     a read, flush, fsync or truncate that must see it, and otherwise at
 //     most a few milliseconds after it was last written (30 ms after it was
-//     opened at the latest). Only bytes this client was given are sent;
+//     opened at the latest; for an EC file, whose chunk is a row, 25 ms and
+//     250 ms: a partial row costs a read-modify-write). Only bytes this client was given are sent;
 //     gaps are never filled from storage, so disjoint writers on other
 //     mounts are never clobbered. Overlapping writes are sent in order (a
 //     write that overlaps one in flight waits for it); reads through this

@@ -176,11 +176,21 @@ func (c *Client) ecUpdateRowOnce(ctx context.Context, st *inodeState, l layout.L
 	g := int(q % uint64(l.StripeCount))
 	objOff := (q / uint64(l.StripeCount)) * s
 	plen := min(s, end-q*l.RowBytes())
+	full := inRow == 0 && uint64(len(p)) == l.RowBytes()
 	shards := make([][]byte, k+m)
 	for i := range shards {
-		shards[i] = make([]byte, plen)
+		if full && i < k {
+			// A whole row's data shards are p's units themselves: encoded
+			// and sent from the caller's buffer, never copied (plen is
+			// then s: the file reaches past the row).
+			shards[i] = p[uint64(i)*s : uint64(i+1)*s]
+			continue
+		}
+		// Parity is written whole by Encode; a partial row's data
+		// shards are filled (or cleared) by ecReadRowShard.
+		shards[i] = c.bufs.Get(int(plen))
+		defer c.bufs.Put(shards[i])
 	}
-	full := inRow == 0 && uint64(len(p)) == l.RowBytes()
 	vers := make([]proto.RowVersion, k+m)
 	known := make([]bool, k+m) // vers[j] was read: write shard j on that condition
 	if !full {
@@ -194,7 +204,7 @@ func (c *Client) ecUpdateRowOnce(ctx context.Context, st *inodeState, l layout.L
 			return false, err
 		}
 	}
-	for i := 0; i < len(p); {
+	for i := 0; !full && i < len(p); {
 		pos := inRow + uint64(i)
 		j, at := int(pos/s), pos%s
 		i += copy(shards[j][at:], p[i:])
@@ -601,4 +611,184 @@ func (c *Client) ecRepairRows(ctx context.Context, st *inodeState, l layout.Layo
 		repaired++
 	}
 	return repaired, nil
+}
+
+// ecReadRange reads [off, off+len(p)) of an EC file, exts being its
+// extents. Extents of a row whose data shards are fresh and on targets
+// that did not fail recently are read from their data shards as RAID-0's
+// are. A row with an extent on a stale or suspect data shard (its server
+// is down) is read as a whole: ecReadDegradedRow reads exactly ECData
+// shards of it once and decodes the missing ones, where reconstructing
+// each such extent on its own reads the row's other shards again beside
+// the extents that read its healthy data shards.
+func (c *Client) ecReadRange(ctx context.Context, st *inodeState, l layout.Layout, off uint64, p []byte, exts []layout.Extent) error {
+	rb := l.RowBytes()
+	var rows [][]layout.Extent // exts grouped by row, in order
+	for _, e := range exts {
+		if n := len(rows); n > 0 && rows[n-1][0].FileOff/rb == e.FileOff/rb {
+			rows[n-1] = append(rows[n-1], e)
+		} else {
+			rows = append(rows, []layout.Extent{e})
+		}
+	}
+	return parallel(len(rows), func(i int) error {
+		row := rows[i]
+		degraded := false
+		for _, e := range row {
+			slot := l.ColumnSlot(e.Stripe)
+			degraded = degraded || l.IsStale(slot) || c.suspect(l.Targets[slot])
+		}
+		if degraded {
+			done, err := c.ecReadDegradedRow(ctx, st, l, row, off, p)
+			if err != nil || done {
+				return err
+			}
+			// A shard failed or the versions disagree: each extent on its
+			// own, reconstructing from the shards of one version.
+		}
+		return parallel(len(row), func(j int) error {
+			e := row[j]
+			dst := p[e.FileOff-off:][:e.Len]
+			got, err := c.readExtent(ctx, st, l, e, dst)
+			if err != nil {
+				return err
+			}
+			clear(dst[got:])
+			return nil
+		})
+	})
+}
+
+// ecReadDegradedRow reads the extents row (of one row, some on a data
+// shard that is stale or suspect) into p, which holds the file from off.
+// Over the object range the extents span it reads every fresh data shard
+// not suspect and as many fresh parity shards as data shards are missing,
+// with their versions, and decodes the missing data shards, if all those
+// shards hold one clean version. It reports false (and has read nothing
+// it stands by) when it could not: a shard failed, was short or the
+// versions disagree; the caller then reads extent by extent.
+func (c *Client) ecReadDegradedRow(ctx context.Context, st *inodeState, l layout.Layout, row []layout.Extent, off uint64, p []byte) (bool, error) {
+	enc, err := c.coder(l)
+	if err != nil {
+		return false, err
+	}
+	rv, err := c.rowVersions()
+	if err != nil {
+		return false, err
+	}
+	k, w := int(l.ECData), l.Width()
+	g := row[0].Stripe / k
+	lo, hi := row[0].ObjOff, row[0].ObjOff+row[0].Len
+	for _, e := range row {
+		lo, hi = min(lo, e.ObjOff), max(hi, e.ObjOff+e.Len)
+	}
+	n := hi - lo
+	// dsts[j]: the part of p that data shard j's extent fills, when it
+	// spans the whole range (read or decoded in place, never copied).
+	dsts := make([][]byte, k)
+	for _, e := range row {
+		if e.ObjOff == lo && e.Len == n {
+			dsts[e.Stripe%k] = p[e.FileOff-off:][:e.Len]
+		}
+	}
+	usable := func(j int) bool {
+		slot := l.Slot(g, j)
+		return !l.IsStale(slot) && !c.suspect(l.Targets[slot])
+	}
+	shards := make([][]byte, w)
+	var read []int // the shards to read
+	missing := 0
+	for j := range k {
+		if usable(j) {
+			read = append(read, j)
+		} else {
+			missing++
+		}
+	}
+	for j := k; j < w && missing > 0; j++ {
+		if usable(j) {
+			read = append(read, j)
+			missing--
+		}
+	}
+	if missing > 0 {
+		return false, nil // fewer than ECData usable: the slow path says why
+	}
+	for j := range k {
+		if dsts[j] != nil {
+			shards[j] = dsts[j][:0] // decoded in place (ReconstructData uses its capacity)
+		}
+	}
+	var temps [][]byte
+	defer func() {
+		for _, b := range temps {
+			c.bufs.Put(b)
+		}
+	}()
+	buf := func(j int) []byte {
+		if j < k && dsts[j] != nil {
+			return dsts[j]
+		}
+		b := c.bufs.Get(int(n))
+		temps = append(temps, b)
+		return b
+	}
+	bufs := make([][]byte, w)
+	for _, j := range read {
+		bufs[j] = buf(j)
+	}
+	vers := make([]proto.RowVersion, w)
+	errs := make([]error, w)
+	var wg sync.WaitGroup
+	for _, j := range read {
+		slot := l.Slot(g, j)
+		wg.Go(func() {
+			var got int
+			err := st.withCap(ctx, proto.AccessRead, func(ctx context.Context) (err error) {
+				got, vers[j], err = rv.ReadRow(ctx, l.Targets[slot], st.objectOf(slot), lo, l.StripeSize, bufs[j])
+				return err
+			})
+			if errors.Is(err, syscall.ENOENT) {
+				got, err = 0, nil
+			}
+			if err != nil {
+				c.noteSuspect(l.Targets[slot])
+			} else if j < k {
+				err = c.checkLength(ctx, st, l, layout.Extent{Stripe: g*k + j, ObjOff: lo, Len: n}, got)
+			}
+			if err != nil {
+				errs[j] = err
+				return
+			}
+			clear(bufs[j][got:])
+		})
+	}
+	wg.Wait()
+	for _, j := range read {
+		if errs[j] != nil || vers[j].Dirty || vers[j] != vers[read[0]] {
+			if errs[j] != nil {
+				c.log.Warn("ec shard unreadable in a degraded read", "ino", st.ino, "slot", l.Slot(g, j), "err", errs[j])
+			}
+			return false, nil
+		}
+		shards[j] = bufs[j]
+	}
+	for j := range k {
+		if shards[j] == nil {
+			b := c.bufs.Get(int(n))
+			temps = append(temps, b)
+			shards[j] = b[:0]
+		}
+	}
+	if err := enc.ReconstructData(shards); err != nil {
+		return false, fmt.Errorf("client: ino %d stripe %d: reconstruct: %w (%w)", st.ino, g, err, syscall.EIO)
+	}
+	for _, e := range row {
+		j := e.Stripe % k
+		dst := p[e.FileOff-off:][:e.Len]
+		if dsts[j] == nil {
+			copy(dst, shards[j][e.ObjOff-lo:][:e.Len])
+		}
+	}
+	return true, nil
 }

@@ -607,6 +607,9 @@ func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, 
 // concurrently; holes and short objects read as zeros.
 func (c *Client) readRange(ctx context.Context, st *inodeState, l layout.Layout, off uint64, p []byte) error {
 	exts := l.Extents(off, uint64(len(p)))
+	if l.Kind == layout.EC {
+		return c.ecReadRange(ctx, st, l, off, p, exts)
+	}
 	return parallel(len(exts), func(i int) error {
 		e := exts[i]
 		dst := p[e.FileOff-off:][:e.Len]

@@ -8,7 +8,8 @@ import (
 )
 
 // Read-ahead: when the reads through one handle look sequential, the client
-// fetches the chunks (one stripe unit each, at most 1 MiB) ahead of the
+// fetches the chunks (one stripe unit each, at most 1 MiB; of an EC file a
+// row, if at most 4 MiB, see raGeometry) ahead of the
 // reader from their targets concurrently, so a single sequential reader
 // keeps several targets busy even though the kernel sends it one or two
 // reads at a time.
@@ -83,11 +84,22 @@ type raStream struct {
 	hits       int    // consecutive sequential reads
 }
 
-// raGeometry returns the chunk size and window for layout l.
+// raGeometry returns the chunk size and window for layout l. The window
+// covers every data column once (an EC stripe has ECData of them), at
+// least raMinChunks chunks, at most raMaxWindow. An EC file's chunk is a
+// row when the window holds two: a row is read at once, so with a data
+// shard's server down it is decoded from ECData shards read once
+// (ecReadRange), not a shard's worth at a time from all the others.
 func raGeometry(l layout.Layout) (chunk, window uint64) {
 	chunk = min(l.StripeSize, raMaxChunk)
-	window = uint64(max(l.StripeCount, 1)) * l.StripeSize
-	window = min(max(window, raMinChunks*chunk), raMaxWindow)
+	cols := uint64(max(l.StripeCount, 1))
+	if l.Kind == layout.EC {
+		cols *= uint64(max(l.ECData, 1))
+		if rb := l.RowBytes(); rb > chunk && rb <= raMaxWindow/2 {
+			chunk = rb
+		}
+	}
+	window = min(max(cols*l.StripeSize, raMinChunks*chunk), raMaxWindow)
 	return chunk, window
 }
 

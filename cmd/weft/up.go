@@ -66,7 +66,11 @@ of this binary talking over TCP on 127.0.0.1:
 
 When a member of the metadata group dies, weft up says so and keeps the
 rest running as long as a majority of the members runs (kill -9 the
-leader to watch a failover); the dead member is not restarted.
+leader to watch a failover); the dead member is not restarted. When a
+storage server dies after weft up is up, it says so and keeps the rest
+running while another storage server runs: mirrored and erasure-coded
+files are served from their other copies or shards (kill -9 one to watch
+degraded reads; scripts/bench-protect.sh does). It is not restarted.
 
 Each process logs to DIR/logs/<name>.log. Once every target is up, weft up
 prints where everything is, the per-target usage, and checks that a file
@@ -80,8 +84,9 @@ so every file survives the loss of one storage server; with the default 3
 servers new files can still be created while one is down. --mirror 1 keeps
 plain striping. weft setstripe on the mountpoint changes it later.
 
-If one of the processes dies, weft up says which, shows the end of its
-log, stops the others and exits non-zero.
+If any other process dies (the mount, a lone metadata server, the last
+storage server, or any process before weft is up), weft up says which,
+shows the end of its log, stops the others and exits non-zero.
 
 --pprof-port P serves every process's Go profiles (net/http/pprof) on
 127.0.0.1: metadata server i on P+i-1, storage server s on P+10+s, the
@@ -518,9 +523,27 @@ func runUp(ctx context.Context, exe string, p upPlan, out io.Writer) (err error)
 }
 
 // survives reports whether the file system still works without c, which
-// exited: only a member of a metadata group can be lost, while a majority
-// of the members runs. It says so, with the end of c's log.
+// exited after weft up was up: a member of a metadata group, while a
+// majority of the members runs, and a storage server, while another one
+// runs (files with copies or shards elsewhere keep serving: that is what
+// protection is for, and what a test of it kills). It says so, with the
+// end of c's log. The mount and a lone metadata server are never
+// survivable.
 func (s *supervisor) survives(c *child, p upPlan) bool {
+	if strings.HasPrefix(c.spec.Name, "storage-") {
+		running := 0
+		for _, ch := range s.children {
+			if strings.HasPrefix(ch.spec.Name, "storage-") && ch.running() {
+				running++
+			}
+		}
+		if running == 0 {
+			return false
+		}
+		fmt.Fprintf(s.out, "weft up: %s exited (%v); %d of %d storage servers run: files with a copy or shard there are served from the others (mirror, ec), RAID-0 ones fail until it runs again. The end of %s:\n%s",
+			c.spec.Name, exitStatus(c.err), running, len(p.Storage), c.spec.Log, indent(logTail(c.spec.Log, 5)))
+		return true
+	}
 	if len(p.Metas) < 2 || !strings.HasPrefix(c.spec.Name, "meta-") {
 		return false
 	}

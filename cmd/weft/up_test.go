@@ -406,8 +406,41 @@ func TestSupervisorMetaMemberDies(t *testing.T) {
 	if !strings.Contains(out.String(), "fewer than a majority") {
 		t.Fatalf("output: %s", out.String())
 	}
-	// A storage server or the mount is never survivable.
-	if s.survives(&child{spec: childSpec{Name: "storage-0"}, done: make(chan struct{})}, p) {
-		t.Fatal("a dead storage server was taken as survivable")
+	// The mount is never survivable.
+	if s.survives(&child{spec: childSpec{Name: "mount"}, done: make(chan struct{})}, p) {
+		t.Fatal("a dead mount was taken as survivable")
+	}
+}
+
+// TestSupervisorStorageServerDies: a storage server that exits is
+// survivable while another runs (protected files are served from the
+// others); the last one is not.
+func TestSupervisorStorageServerDies(t *testing.T) {
+	dir := t.TempDir()
+	var out bytes.Buffer
+	s := newSupervisor("/bin/sh", &out, 2)
+	defer s.stopAll(dir)
+	p := upPlan{Metas: []childSpec{{Name: "meta"}}, Storage: []childSpec{{Name: "storage-0"}, {Name: "storage-1"}}}
+	var kids []*child
+	for _, name := range []string{"storage-0", "storage-1"} {
+		c, err := s.start(shSpec(dir, name, "exec sleep 60"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kids = append(kids, c)
+	}
+	kill := func(c *child) *child {
+		t.Helper()
+		c.cmd.Process.Kill()
+		return <-s.exited
+	}
+	if c := kill(kids[0]); !s.survives(c, p) {
+		t.Fatalf("one of two storage servers died: weft up gave up\n%s", out.String())
+	}
+	if !strings.Contains(out.String(), "storage-0 exited") || !strings.Contains(out.String(), "1 of 2 storage servers run") {
+		t.Fatalf("output: %s", out.String())
+	}
+	if c := kill(kids[1]); s.survives(c, p) {
+		t.Fatal("the last storage server died: weft up went on")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"sync/atomic"
 	"syscall"
 
+	"github.com/weft-fs/weft/internal/bufpool"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
@@ -21,6 +22,10 @@ type Client struct {
 	// outstanding counts the requests under way per server address
 	// (*atomic.Int64), bound or not: what a mount's metrics show.
 	outstanding sync.Map
+	// bufs holds the response buffers of ReadRow, whose version comes
+	// before the data: without them every shard read of a degraded EC
+	// read allocated (and the runtime zeroed) a fresh buffer.
+	bufs *bufpool.Pool
 }
 
 var _ proto.StorageService = (*Client)(nil)
@@ -28,7 +33,7 @@ var _ proto.StorageService = (*Client)(nil)
 // NewClient returns a client that sends each request to the address resolve
 // gives for its target.
 func NewClient(pool *transport.Pool, resolve func(ctx context.Context, t proto.TargetID) (addr string, err error)) *Client {
-	return &Client{pool: pool, resolve: resolve}
+	return &Client{pool: pool, resolve: resolve, bufs: bufpool.New(4<<10, 2*MaxIO)}
 }
 
 func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ...[]byte) ([]byte, error) {

@@ -192,6 +192,13 @@ func (c *Client) ReadRow(ctx context.Context, t proto.TargetID, obj proto.Object
 		return 0, proto.RowVersion{}, fmt.Errorf("storagerpc: read-row of %d bytes (max %d): %w", len(p), MaxIO, syscall.EINVAL)
 	}
 	req := ReadRowReq{ReadReq: ReadReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off, Len: uint32(len(p))}, Unit: unit}
+	if c.bufs != nil {
+		// The answer (version, then data) lands in a pooled buffer; the
+		// transport is done with it when call returns.
+		buf := c.bufs.Get(9 + len(p))
+		defer c.bufs.Put(buf)
+		ctx = transport.WithResponseBuffer(ctx, buf)
+	}
 	resp, err := c.call(ctx, t, OpReadRow, req.Encode())
 	if err != nil {
 		return 0, proto.RowVersion{}, err
