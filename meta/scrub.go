@@ -210,19 +210,8 @@ func (s *Server) scrubLost(ctx context.Context, key scrubObject, why string) err
 // server's own command. A slot no longer on that target is EBUSY, a file
 // of another generation ESTALE: nothing is recorded.
 func (t *txn) lostObject(c *Command) error {
-	if len(c.Slots) != 1 {
-		return errnof(syscall.EINVAL, "lost: %d slots", len(c.Slots))
-	}
-	n, err := t.fileOfGen(c.Ino, c.Gen)
-	if err != nil {
+	if _, err := t.reportedSlot(c); err != nil {
 		return err
-	}
-	slot := int(c.Slots[0])
-	if slot >= len(n.Layout.Targets) {
-		return errnof(syscall.EINVAL, "inode %d has no slot %d", c.Ino, slot)
-	}
-	if on := n.Layout.Targets[slot]; on != c.TargetID {
-		return errnof(syscall.EBUSY, "inode %d slot %d is on target %d now, not %d", c.Ino, slot, on, c.TargetID)
 	}
 	v := append([]byte{lostFormat}, u64(uint64(c.Now))...)
 	t.b.Set(store.LostKey(uint64(c.Ino), c.Gen, c.Slots[0], uint32(c.TargetID)), v)
@@ -359,30 +348,41 @@ func (s *Server) ScrubStatus(ctx context.Context) (proto.ScrubStatus, error) {
 // file of another generation ESTALE, an unprotected file EINVAL, and a
 // stripe left with no fresh copy (or too few shards) EIO: nothing changes.
 func (t *txn) corruptSlot(c *Command) error {
-	if len(c.Slots) != 1 {
-		return errnof(syscall.EINVAL, "corrupt: %d slots", len(c.Slots))
-	}
-	n, err := t.fileOfGen(c.Ino, c.Gen)
+	n, err := t.reportedSlot(c)
 	if err != nil {
 		return err
-	}
-	slot := int(c.Slots[0])
-	if slot >= len(n.Layout.Targets) {
-		return errnof(syscall.EINVAL, "inode %d has no slot %d", c.Ino, slot)
-	}
-	if on := n.Layout.Targets[slot]; on != c.TargetID {
-		return errnof(syscall.EBUSY, "inode %d slot %d is on target %d now, not %d", c.Ino, slot, on, c.TargetID)
 	}
 	if n.Layout.Kind == layout.RAID0 {
 		return errnof(syscall.EINVAL, "inode %d is not protected: its corrupt object cannot be repaired", c.Ino)
 	}
 	l := n.Layout.WithStale(c.Slots[0])
 	if err := l.ValidateFile(); err != nil {
-		return errnof(syscall.EIO, "inode %d: slot %d is corrupt and its stripe has no other readable copy: %v", c.Ino, slot, err)
+		return errnof(syscall.EIO, "inode %d: slot %d is corrupt and its stripe has no other readable copy: %v", c.Ino, c.Slots[0], err)
 	}
 	t.sm.staleMarks.Add(1)
 	n.Layout = l
 	t.put(n)
 	t.res.attr = n.Attr
 	return nil
+}
+
+// reportedSlot checks the object a scrub command (OpCorrupt, OpLost)
+// names: one slot, Slots[0], of file Ino of generation Gen (else ESTALE),
+// still on target TargetID (else EBUSY). It returns the file.
+func (t *txn) reportedSlot(c *Command) (*inode, error) {
+	if len(c.Slots) != 1 {
+		return nil, errnof(syscall.EINVAL, "%v: %d slots", c.Op, len(c.Slots))
+	}
+	n, err := t.fileOfGen(c.Ino, c.Gen)
+	if err != nil {
+		return nil, err
+	}
+	slot := int(c.Slots[0])
+	if slot >= len(n.Layout.Targets) {
+		return nil, errnof(syscall.EINVAL, "inode %d has no slot %d", c.Ino, slot)
+	}
+	if on := n.Layout.Targets[slot]; on != c.TargetID {
+		return nil, errnof(syscall.EBUSY, "inode %d slot %d is on target %d now, not %d", c.Ino, slot, on, c.TargetID)
+	}
+	return n, nil
 }
