@@ -646,16 +646,7 @@ func (c *Client) ecReadRange(ctx context.Context, st *inodeState, l layout.Layou
 			// A shard failed or the versions disagree: each extent on its
 			// own, reconstructing from the shards of one version.
 		}
-		return parallel(len(row), func(j int) error {
-			e := row[j]
-			dst := p[e.FileOff-off:][:e.Len]
-			got, err := c.readExtent(ctx, st, l, e, dst)
-			if err != nil {
-				return err
-			}
-			clear(dst[got:])
-			return nil
-		})
+		return c.readExtents(ctx, st, l, off, p, row)
 	})
 }
 

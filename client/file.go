@@ -610,6 +610,12 @@ func (c *Client) readRange(ctx context.Context, st *inodeState, l layout.Layout,
 	if l.Kind == layout.EC {
 		return c.ecReadRange(ctx, st, l, off, p, exts)
 	}
+	return c.readExtents(ctx, st, l, off, p, exts)
+}
+
+// readExtents reads extents exts of the file into p (which holds the
+// file from off) concurrently; what an object lacks reads as zeros.
+func (c *Client) readExtents(ctx context.Context, st *inodeState, l layout.Layout, off uint64, p []byte, exts []layout.Extent) error {
 	return parallel(len(exts), func(i int) error {
 		e := exts[i]
 		dst := p[e.FileOff-off:][:e.Len]
