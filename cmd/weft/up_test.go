@@ -381,19 +381,8 @@ func TestSupervisorMetaMemberDies(t *testing.T) {
 	s := newSupervisor("/bin/sh", &out, 3)
 	defer s.stopAll(dir)
 	p := upPlan{Metas: []childSpec{{Name: "meta-1"}, {Name: "meta-2"}, {Name: "meta-3"}}}
-	var kids []*child
-	for _, name := range []string{"meta-1", "meta-2", "meta-3"} {
-		c, err := s.start(shSpec(dir, name, "exec sleep 60"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		kids = append(kids, c)
-	}
-	kill := func(c *child) *child {
-		t.Helper()
-		c.cmd.Process.Kill()
-		return <-s.exited
-	}
+	kids := startSleepers(t, s, dir, "meta-1", "meta-2", "meta-3")
+	kill := s.killChild
 	if c := kill(kids[1]); !s.survives(c, p) {
 		t.Fatalf("one of three members died: weft up gave up\n%s", out.String())
 	}
@@ -421,19 +410,8 @@ func TestSupervisorStorageServerDies(t *testing.T) {
 	s := newSupervisor("/bin/sh", &out, 2)
 	defer s.stopAll(dir)
 	p := upPlan{Metas: []childSpec{{Name: "meta"}}, Storage: []childSpec{{Name: "storage-0"}, {Name: "storage-1"}}}
-	var kids []*child
-	for _, name := range []string{"storage-0", "storage-1"} {
-		c, err := s.start(shSpec(dir, name, "exec sleep 60"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		kids = append(kids, c)
-	}
-	kill := func(c *child) *child {
-		t.Helper()
-		c.cmd.Process.Kill()
-		return <-s.exited
-	}
+	kids := startSleepers(t, s, dir, "storage-0", "storage-1")
+	kill := s.killChild
 	if c := kill(kids[0]); !s.survives(c, p) {
 		t.Fatalf("one of two storage servers died: weft up gave up\n%s", out.String())
 	}
@@ -443,4 +421,25 @@ func TestSupervisorStorageServerDies(t *testing.T) {
 	if c := kill(kids[1]); s.survives(c, p) {
 		t.Fatal("the last storage server died: weft up went on")
 	}
+}
+
+// startSleepers starts a child named each of names under s that only
+// sleeps, for tests of what the supervisor does when children die.
+func startSleepers(t *testing.T, s *supervisor, dir string, names ...string) []*child {
+	t.Helper()
+	var kids []*child
+	for _, name := range names {
+		c, err := s.start(shSpec(dir, name, "exec sleep 60"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		kids = append(kids, c)
+	}
+	return kids
+}
+
+// killChild kills c and returns what the supervisor reports exited.
+func (s *supervisor) killChild(c *child) *child {
+	c.cmd.Process.Kill()
+	return <-s.exited
 }
