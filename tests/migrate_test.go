@@ -120,49 +120,15 @@ func TestMigrate(t *testing.T) {
 	// The reader reads through the other mount, opening the file anew
 	// every time.
 	rf := filepath.Join(c.Mount(1), "d", "f")
-	stop := make(chan struct{})
-	var (
-		wg      sync.WaitGroup
-		readErr atomic.Value
-		reads   atomic.Int64
-	)
-	wg.Go(func() {
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			b, err := os.ReadFile(rf)
-			if err == nil && sha256.Sum256(b) != want {
-				err = fmt.Errorf("%d bytes read back differ (want %d): %s", len(b), len(data), firstDiff(b, data))
-			}
-			if err != nil {
-				readErr.Store(err)
-				return
-			}
-			reads.Add(1)
+	rd := startLoopReader(func() error {
+		b, err := os.ReadFile(rf)
+		if err == nil && sha256.Sum256(b) != want {
+			err = fmt.Errorf("%d bytes read back differ (want %d): %s", len(b), len(data), firstDiff(b, data))
 		}
+		return err
 	})
-	stopReader := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}
-	defer stopReader()
-	waitReads := func(n int64) {
-		deadline := time.Now().Add(hangGuard)
-		for reads.Load() < n && readErr.Load() == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("the reader made %d reads", reads.Load())
-			}
-			time.Sleep(50 * time.Millisecond)
-		}
-	}
-	waitReads(1)
+	defer rd.stop()
+	rd.waitReads(t, 1)
 
 	out := weft(t, c, "migrate", "--mirror", "2", "-c", "1", f)
 	if !strings.Contains(out, "migrated to mirror 2") {
@@ -172,8 +138,8 @@ func TestMigrate(t *testing.T) {
 	if g.Kind != "mirror" || len(g.Stripes) != 1 || len(g.Stripes[0].Targets) != 2 {
 		t.Fatalf("after migrate to mirror 2: %+v", g)
 	}
-	n := reads.Load()
-	waitReads(n + 2) // reads through the new layout too
+	n := rd.reads.Load()
+	rd.waitReads(t, n+2) // reads through the new layout too
 	waitObjectsOnlyOn(t, c, byTarget, targetsOf(g))
 	// st_blocks counts what the new objects hold: both copies.
 	var st syscall.Stat_t
@@ -186,13 +152,13 @@ func TestMigrate(t *testing.T) {
 	if g.Kind != "ec" || len(g.Stripes) != 1 || len(g.Stripes[0].Targets) != 3 {
 		t.Fatalf("after migrate to ec 2+1: %+v", g)
 	}
-	n = reads.Load()
-	waitReads(n + 2)
-	stopReader()
-	if err := readErr.Load(); err != nil {
+	n = rd.reads.Load()
+	rd.waitReads(t, n+2)
+	rd.stop()
+	if err := rd.err(); err != nil {
 		t.Fatalf("a read during the migrations failed: %v", err)
 	}
-	t.Logf("%d reads during the migrations", reads.Load())
+	t.Logf("%d reads during the migrations", rd.reads.Load())
 	waitObjectsOnlyOn(t, c, byTarget, targetsOf(g))
 
 	// Protected: with the server of a data shard killed, a mount that
@@ -393,62 +359,27 @@ func TestMigrateOpenReader(t *testing.T) {
 		return buf, err
 	}
 
-	stop := make(chan struct{})
-	var (
-		wg      sync.WaitGroup
-		readErr atomic.Value
-		reads   atomic.Int64
-	)
-	wg.Go(func() {
-		r := rand.New(rand.NewPCG(3, 3))
-		for {
-			select {
-			case <-stop:
-				return
-			default:
-			}
-			off, n := r.IntN(len(data)-1), 1+r.IntN(256<<10)
-			n = min(n, len(data)-off)
-			b, err := readAt(off, n)
-			if err == nil && !bytes.Equal(b, data[off:off+n]) {
-				err = fmt.Errorf("[%d,+%d) read wrong bytes: %s", off, n, firstDiff(b, data[off:off+n]))
-			}
-			if err != nil {
-				readErr.Store(err)
-				return
-			}
-			reads.Add(1)
+	r := rand.New(rand.NewPCG(3, 3))
+	rd := startLoopReader(func() error {
+		off, n := r.IntN(len(data)-1), 1+r.IntN(256<<10)
+		n = min(n, len(data)-off)
+		b, err := readAt(off, n)
+		if err == nil && !bytes.Equal(b, data[off:off+n]) {
+			err = fmt.Errorf("[%d,+%d) read wrong bytes: %s", off, n, firstDiff(b, data[off:off+n]))
 		}
+		return err
 	})
-	stopReader := func() {
-		select {
-		case <-stop:
-		default:
-			close(stop)
-		}
-		wg.Wait()
-	}
-	defer stopReader()
-	waitReads := func(n int64) {
-		t.Helper()
-		deadline := time.Now().Add(hangGuard)
-		for reads.Load() < n && readErr.Load() == nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("the reader made %d reads", reads.Load())
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	}
-	waitReads(5)
+	defer rd.stop()
+	rd.waitReads(t, 5)
 	weft(t, c, "migrate", "--mirror", "2", "-c", "1", f)
-	waitReads(reads.Load() + 5)
+	rd.waitReads(t, rd.reads.Load()+5)
 	waitObjectsOnlyOn(t, c, byTarget, targetsOf(getstripeOf(t, c, f)))
-	waitReads(reads.Load() + 20) // past the grace: the objects it opened are gone
-	stopReader()
-	if err := readErr.Load(); err != nil {
+	rd.waitReads(t, rd.reads.Load()+20) // past the grace: the objects it opened are gone
+	rd.stop()
+	if err := rd.err(); err != nil {
 		t.Fatalf("the open handle's reads across the migration: %v", err)
 	}
-	t.Logf("%d reads through the handle across the migration and the grace", reads.Load())
+	t.Logf("%d reads through the handle across the migration and the grace", rd.reads.Load())
 
 	// A second migration; then mount 0 writes through the new layout.
 	weft(t, c, "migrate", "--ec", "2+1", f)
@@ -495,5 +426,63 @@ func TestMigrateOpenReader(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join(c.Mount(1), "d", "f"))
 	if err != nil || !bytes.Equal(b, want) {
 		t.Fatalf("a new open after the migrations: %v", err)
+	}
+}
+
+// loopReader calls a read function in a loop on a goroutine of its own
+// until it is stopped or a read fails, counting the reads that succeeded.
+type loopReader struct {
+	quit     chan struct{}
+	wg       sync.WaitGroup
+	firstErr atomic.Value
+	reads    atomic.Int64
+}
+
+func startLoopReader(read func() error) *loopReader {
+	r := &loopReader{quit: make(chan struct{})}
+	r.wg.Go(func() {
+		for {
+			select {
+			case <-r.quit:
+				return
+			default:
+			}
+			if err := read(); err != nil {
+				r.firstErr.Store(err)
+				return
+			}
+			r.reads.Add(1)
+		}
+	})
+	return r
+}
+
+// stop ends the loop and waits for it; stopping twice is harmless.
+func (r *loopReader) stop() {
+	select {
+	case <-r.quit:
+	default:
+		close(r.quit)
+	}
+	r.wg.Wait()
+}
+
+// err is the read error that ended the loop, or nil.
+func (r *loopReader) err() error {
+	if e, ok := r.firstErr.Load().(error); ok {
+		return e
+	}
+	return nil
+}
+
+// waitReads waits until n reads succeeded or one failed.
+func (r *loopReader) waitReads(t *testing.T, n int64) {
+	t.Helper()
+	deadline := time.Now().Add(hangGuard)
+	for r.reads.Load() < n && r.err() == nil {
+		if time.Now().After(deadline) {
+			t.Fatalf("the reader made %d reads", r.reads.Load())
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }
