@@ -255,7 +255,7 @@ func (c *Client) ecUpdateRowOnce(ctx context.Context, st *inodeState, l layout.L
 func (c *Client) ecReadRowShard(ctx context.Context, st *inodeState, l layout.Layout, g, j int, objOff uint64, dst []byte, checkLen bool) (proto.RowVersion, bool, error) {
 	slot := l.Slot(g, j)
 	data := j < int(l.ECData)
-	if !l.IsStale(slot) && !c.suspect(l.Targets[slot]) {
+	if c.usable(l, slot) {
 		rv, err := c.rowVersions()
 		if err != nil {
 			return proto.RowVersion{}, false, err
@@ -306,7 +306,7 @@ func (c *Client) ecReadRowShard(ctx context.Context, st *inodeState, l layout.La
 // it is stale, fails or (with checkLen) is shorter than the file says.
 func (c *Client) ecReadShard(ctx context.Context, st *inodeState, l layout.Layout, g, j int, objOff uint64, dst []byte, checkLen bool) error {
 	slot := l.Slot(g, j)
-	if !l.IsStale(slot) && !c.suspect(l.Targets[slot]) {
+	if c.usable(l, slot) {
 		// The other shards can stand in: a server that does not answer
 		// (stopped, cut off) is given MirrorGrace, not the RPC timeout.
 		gctx, cancel := context.WithTimeout(ctx, c.mirrorGrace())
@@ -636,7 +636,7 @@ func (c *Client) ecReadRange(ctx context.Context, st *inodeState, l layout.Layou
 		degraded := false
 		for _, e := range row {
 			slot := l.ColumnSlot(e.Stripe)
-			degraded = degraded || l.IsStale(slot) || c.suspect(l.Targets[slot])
+			degraded = degraded || !c.usable(l, slot)
 		}
 		if degraded {
 			done, err := c.ecReadDegradedRow(ctx, st, l, row, off, p)
@@ -682,10 +682,7 @@ func (c *Client) ecReadDegradedRow(ctx context.Context, st *inodeState, l layout
 			dsts[e.Stripe%k] = p[e.FileOff-off:][:e.Len]
 		}
 	}
-	usable := func(j int) bool {
-		slot := l.Slot(g, j)
-		return !l.IsStale(slot) && !c.suspect(l.Targets[slot])
-	}
+	usable := func(j int) bool { return c.usable(l, l.Slot(g, j)) }
 	shards := make([][]byte, w)
 	var read []int // the shards to read
 	missing := 0

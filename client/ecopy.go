@@ -182,7 +182,7 @@ func (c *Client) ecCopyRow(ctx context.Context, ss *inodeState, sl layout.Layout
 	gs, offS := int(qs%uint64(sl.StripeCount)), (qs/uint64(sl.StripeCount))*s
 	gd, offD := int(qd%uint64(dl.StripeCount)), (qd/uint64(dl.StripeCount))*s
 	for j := range w {
-		if slot := sl.Slot(gs, j); sl.IsStale(slot) || c.suspect(sl.Targets[slot]) {
+		if !c.usable(sl, sl.Slot(gs, j)) {
 			return false, nil // the client's read reconstructs it
 		}
 	}

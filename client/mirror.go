@@ -187,6 +187,12 @@ func (c *Client) noteSuspect(t proto.TargetID) {
 	c.suspects.Store(t, time.Now())
 }
 
+// usable reports whether slot of layout l can be read as it is: fresh,
+// and its target not failing lately.
+func (c *Client) usable(l layout.Layout, slot int) bool {
+	return !l.IsStale(slot) && !c.suspect(l.Targets[slot])
+}
+
 func (c *Client) suspect(t proto.TargetID) bool {
 	v, ok := c.suspects.Load(t)
 	if !ok {

@@ -74,19 +74,36 @@ func (s *Server) issue(ctx context.Context, a *proto.Attr, want proto.Access) ([
 // rights want, after the same permission check as Open, for renewing the
 // capability of a file that stays open and for truncating by path.
 func (s *Server) Capability(ctx context.Context, ino proto.Ino, want proto.Access) ([]byte, error) {
+	_, cap, err := s.capabilityOf(ctx, ino, want, nil)
+	return cap, err
+}
+
+// capabilityOf issues a capability for want on regular file ino to the
+// caller, after its permission check, if accept (when not nil) accepts the
+// inode first; it returns the inode's attributes with it.
+func (s *Server) capabilityOf(ctx context.Context, ino proto.Ino, want proto.Access, accept func(*inode) error) (proto.Attr, []byte, error) {
 	cl, err := s.caller(ctx)
 	if err != nil {
-		return nil, err
+		return proto.Attr{}, nil, err
 	}
 	n, err := s.readInode(ino)
 	if err != nil {
-		return nil, err
+		return proto.Attr{}, nil, err
 	}
 	if !n.Attr.IsRegular() {
-		return nil, errnof(syscall.EINVAL, "inode %d is not a regular file", ino)
+		return proto.Attr{}, nil, errnof(syscall.EINVAL, "inode %d is not a regular file", ino)
+	}
+	if accept != nil {
+		if err := accept(n); err != nil {
+			return proto.Attr{}, nil, err
+		}
 	}
 	if err := checkAccess(cl, &n.Attr, want); err != nil {
-		return nil, err
+		return proto.Attr{}, nil, err
 	}
-	return s.issue(ctx, &n.Attr, want)
+	cap, err := s.issue(ctx, &n.Attr, want)
+	if err != nil {
+		return proto.Attr{}, nil, err
+	}
+	return n.Attr, cap, nil
 }

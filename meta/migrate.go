@@ -329,28 +329,12 @@ func (t *txn) migrateCommit(c *Command) error {
 // Anything else is another file that reuses the number (a metadata store
 // put back to an earlier state): ESTALE, as generations promise.
 func (s *Server) Follow(ctx context.Context, ino proto.Ino, gen uint64, want proto.Access) (proto.Attr, []byte, error) {
-	cl, err := s.caller(ctx)
-	if err != nil {
-		return proto.Attr{}, nil, err
-	}
-	n, err := s.readInode(ino)
-	if err != nil {
-		return proto.Attr{}, nil, err
-	}
-	if !n.IsRegular() {
-		return proto.Attr{}, nil, errnof(syscall.EINVAL, "inode %d is not a regular file", ino)
-	}
-	if n.Gen != gen && !slices.Contains(n.Migrated, gen) {
-		return proto.Attr{}, nil, errnof(syscall.ESTALE, "inode %d is generation %#x, not %#x or a restripe of it", ino, n.Gen, gen)
-	}
-	if err := checkAccess(cl, &n.Attr, want); err != nil {
-		return proto.Attr{}, nil, err
-	}
-	cap, err := s.issue(ctx, &n.Attr, want)
-	if err != nil {
-		return proto.Attr{}, nil, err
-	}
-	return n.Attr, cap, nil
+	return s.capabilityOf(ctx, ino, want, func(n *inode) error {
+		if n.Gen != gen && !slices.Contains(n.Migrated, gen) {
+			return errnof(syscall.ESTALE, "inode %d is generation %#x, not %#x or a restripe of it", ino, n.Gen, gen)
+		}
+		return nil
+	})
 }
 
 // migrateMargin is the margin a commit or renewal carries (Size), or
