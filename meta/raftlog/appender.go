@@ -50,9 +50,12 @@ type appender struct {
 }
 
 // appendJob is a MsgStorageAppend, or (m nil) a barrier closed once every
-// append queued before it is durable and its responses delivered.
+// append queued before it is durable and its responses delivered. The
+// responses of m to the members of answers go in those answers (closed
+// once the append is durable) instead of over the transport.
 type appendJob struct {
 	m       *pb.Message
+	answers []*answer
 	barrier chan struct{}
 }
 
@@ -130,7 +133,7 @@ func (a *appender) write(batch []appendJob) error {
 			return err
 		}
 	}
-	a.deliver(msgs)
+	a.deliver(batch)
 	a.pending.Add(-int64(len(msgs)))
 	a.written.Add(1)
 	// Wake the node even when no response is its own: it holds new
@@ -145,16 +148,26 @@ func (a *appender) write(batch []appendJob) error {
 	return nil
 }
 
-// deliver sends the responses of written appends: to peers now, to this
-// node through resps.
-func (a *appender) deliver(msgs []*pb.Message) {
-	var rs []*pb.Message
-	for _, m := range msgs {
-		rs = append(rs, m.GetResponses()...)
+// deliver sends the responses of written appends: to peers now (in the
+// answer of the call that brought the append's messages, when there is
+// one), to this node through resps.
+func (a *appender) deliver(batch []appendJob) {
+	var local, peers []*pb.Message
+	for _, j := range batch {
+		if j.m == nil {
+			continue
+		}
+		l, p := splitResponses(a.self, j.m.GetResponses())
+		local = append(local, l...)
+		peers = append(peers, routeAnswers(j.answers, p)...)
 	}
-	local, peers := splitResponses(a.self, rs)
 	if len(peers) > 0 {
 		a.send(peers)
+	}
+	for _, j := range batch {
+		for _, an := range j.answers {
+			an.close()
+		}
 	}
 	if len(local) > 0 {
 		a.mu.Lock()
@@ -189,11 +202,12 @@ func (a *appender) takeLocal() []*pb.Message {
 	return r
 }
 
-// queue hands the appender m; it blocks only when 4096 appends wait.
-func (a *appender) queue(m *pb.Message) bool {
+// queue hands the appender m, and the answers that wait for its
+// responses; it blocks only when 4096 appends wait.
+func (a *appender) queue(m *pb.Message, answers []*answer) bool {
 	a.pending.Add(1)
 	select {
-	case a.q <- appendJob{m: m}:
+	case a.q <- appendJob{m: m, answers: answers}:
 		return true
 	case <-a.exited:
 		return false

@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -141,9 +142,15 @@ type cluster struct {
 	join map[uint64]bool
 }
 
+// answeredNetworks makes newCluster's networks deliver messages as
+// answered calls (MemNetwork.Answered): TestAnsweredNetwork sets it to run
+// the node tests again that way. No raftlog test runs in parallel.
+var answeredNetworks atomic.Bool
+
 func newCluster(t testing.TB, n int, cfg func(*Config)) *cluster {
 	nw := NewMemNetwork()
 	nw.ChunkSize = 7 // a snapshot in many chunks
+	nw.Answered = answeredNetworks.Load()
 	c := &cluster{t: t, nw: nw, fs: map[uint64]*vfs.MemFS{}, st: map[uint64]*Storage{},
 		sm: map[uint64]*kvSM{}, nodes: map[uint64]*Node{}, cfg: cfg, keep: map[uint64]*kvSM{}, join: map[uint64]bool{}}
 	for i := 1; i <= n; i++ {
@@ -249,7 +256,7 @@ func (c *cluster) live() []uint64 {
 func (c *cluster) settle() {
 	c.t.Helper()
 	for range 10000 {
-		d0 := c.nw.Delivered()
+		d0, _ := c.nw.Delivered()
 		quiet := true
 		for _, id := range c.live() {
 			n := c.nodes[id]
@@ -261,7 +268,7 @@ func (c *cluster) settle() {
 			}
 			quiet = <-ch && quiet
 		}
-		if quiet && c.nw.Delivered() == d0 {
+		if d1, underWay := c.nw.Delivered(); quiet && d1 == d0 && underWay == 0 {
 			return
 		}
 	}

@@ -31,8 +31,21 @@
 //   - Transport: sends raft messages; the receiving side calls Step.
 //     MemNetwork connects nodes in one process (tests: partitions, cut
 //     links); the framed-TCP transport of weft carries them between
-//     processes (ops 60 messages, 61 snapshot chunk, 62 snapshot done).
-//     Both stream snapshots the same way (snapstream.go).
+//     processes (ops 60 messages, 61 snapshot chunk, 62 snapshot done,
+//     63 answered messages). Both stream snapshots the same way
+//     (snapstream.go).
+//   - Answers (answer.go, tcpanswer.go): a member's reply to a call of
+//     messages (op 63) carries what stepping them made it say back to
+//     the sender: a follower's append acknowledgements (once the append
+//     is durable), votes, heartbeat and read-index responses. A round of
+//     replication is then one call to each follower, not two (the
+//     acknowledgement as a call of its own, with a wake-up of a sender
+//     goroutine on the follower and of a server worker on the leader).
+//     A sender keeps up to four such calls under way to a member, and
+//     the member queues their messages to its node in the order sent
+//     (an epoch and a sequence number per call; a failed call starts a
+//     new epoch, so no call waits for one that never comes). A member
+//     that does not know op 63 is sent op 60.
 //
 // # How the node is driven
 //

@@ -23,6 +23,15 @@ type MemNetwork struct {
 	delivered uint64
 	// ChunkSize, if set, is the snapshot chunk size (default ChunkSize).
 	ChunkSize int
+	// Answered, set before any message is sent, delivers messages as
+	// TCPTransport's answered calls (tcpanswer.go) do: each on a
+	// goroutine of its own, queued to the recipient in the order sent
+	// (a callOrder per link), and what the recipient says back in answer
+	// (answer.go) delivered to the sender if the link back is not cut.
+	Answered bool
+	inflight int // answered deliveries under way
+	orders   map[[2]uint64]*callOrder
+	seqs     map[[2]uint64]uint64
 }
 
 func (nw *MemNetwork) chunkSize() int {
@@ -34,7 +43,8 @@ func (nw *MemNetwork) chunkSize() int {
 
 // NewMemNetwork returns a network with no nodes and no cut links.
 func NewMemNetwork() *MemNetwork {
-	return &MemNetwork{nodes: map[uint64]*Node{}, cut: map[[2]uint64]bool{}}
+	return &MemNetwork{nodes: map[uint64]*Node{}, cut: map[[2]uint64]bool{},
+		orders: map[[2]uint64]*callOrder{}, seqs: map[[2]uint64]uint64{}}
 }
 
 // Transport returns the transport of node id.
@@ -78,12 +88,12 @@ func (nw *MemNetwork) Heal() {
 	nw.mu.Unlock()
 }
 
-// Delivered counts the messages delivered so far (tests use it to tell
-// when the network is quiet).
-func (nw *MemNetwork) Delivered() uint64 {
+// Delivered counts the messages delivered so far, and answered deliveries
+// still under way (tests use them to tell when the network is quiet).
+func (nw *MemNetwork) Delivered() (delivered uint64, underWay int) {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
-	return nw.delivered
+	return nw.delivered, nw.inflight
 }
 
 type memTransport struct {
@@ -112,8 +122,53 @@ func (t memTransport) Send(msgs []*pb.Message) {
 			}
 			continue
 		}
+		if t.nw.Answered {
+			t.deliverAnswered(to, m)
+			continue
+		}
 		to.Step(wireCopy(m))
 	}
+}
+
+// deliverAnswered hands m to node to as an answered call would, in the
+// order of the link's calls, and delivers the answer back.
+func (t memTransport) deliverAnswered(to *Node, m *pb.Message) {
+	link := [2]uint64{t.from, m.GetTo()}
+	t.nw.mu.Lock()
+	o := t.nw.orders[link]
+	if o == nil {
+		o = &callOrder{moved: make(chan struct{})}
+		t.nw.orders[link] = o
+	}
+	t.nw.seqs[link]++
+	seq := t.nw.seqs[link]
+	t.nw.inflight++
+	t.nw.mu.Unlock()
+	go func() {
+		defer func() {
+			t.nw.mu.Lock()
+			t.nw.inflight--
+			t.nw.mu.Unlock()
+		}()
+		ctx := context.Background()
+		o.await(ctx, 1, seq)
+		a, err := to.stepAnswered(ctx, t.from, []*pb.Message{wireCopy(m)})
+		o.done(1, seq)
+		if err != nil {
+			return
+		}
+		answer, err := to.awaitAnswer(ctx, a)
+		if err != nil || len(answer) == 0 {
+			return
+		}
+		back, _ := memTransport{t.nw, m.GetTo()}.link(t.from)
+		if back == nil {
+			return
+		}
+		for _, r := range answer {
+			back.Step(wireCopy(r))
+		}
+	}()
 }
 
 // link returns the nodes at both ends of a message to id, to nil if the

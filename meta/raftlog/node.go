@@ -161,6 +161,10 @@ type Node struct {
 	byIndex  map[uint64]uint64    // log index → id of the proposal appended there
 	reads    map[uint64]*readWait // read request id → reader
 	readyRds []*readWait          // reads whose index is known, waiting for apply
+	// answers are the StepAnswered calls stepped since the last Ready
+	// (answer.go): that Ready's messages to their members are put in
+	// them, and they close with it or with its append.
+	answers []*answer
 	// held are proposals taken but not yet handed to raft: while this
 	// leader's log write is under way they wait, and are proposed
 	// together once it is done (flushHeld), so one Ready, one append and
@@ -656,6 +660,9 @@ func (n *Node) run() {
 			}
 			continue
 		}
+		// Nothing to say: the members whose messages were just stepped
+		// get an empty answer.
+		n.closeAnswers()
 		select {
 		case <-n.stop:
 			return
@@ -779,17 +786,31 @@ func (n *Node) handleReady() error {
 			peers = append(peers, m)
 		}
 	}
+	// What goes to a member whose messages were just stepped goes back
+	// in the reply of its call (answer.go); the rest leaves at once.
+	peers = routeAnswers(n.answers, peers)
 	if len(peers) > 0 {
 		n.cfg.Transport.Send(peers)
 	}
+	answers := n.answers
+	n.answers = nil
 	if appendMsg != nil {
 		if snap := appendMsg.GetSnapshot(); snap != nil && !raft.IsEmptySnap(snap) {
 			if err := n.saveSnapshot(appendMsg); err != nil {
 				return err
 			}
-		} else if !n.ap.queue(appendMsg) {
-			return fmt.Errorf("raftlog: the log writer stopped")
+		} else {
+			// An answer the append holds a response for (an append
+			// acknowledgement, a vote) closes once the append is durable.
+			wait, now := awaitingAppend(answers, appendMsg)
+			if !n.ap.queue(appendMsg, wait) {
+				return fmt.Errorf("raftlog: the log writer stopped")
+			}
+			answers = now
 		}
+	}
+	for _, a := range answers {
+		a.close()
 	}
 	for _, rs := range rd.ReadStates {
 		if len(rs.RequestCtx) != 8 {

@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -24,6 +26,12 @@ const (
 	// OpMessages carries raft messages for one node: a body of
 	// version(1) to(8) count(4), then count × (length(4) raftpb.Message).
 	OpMessages uint16 = 60
+	// OpMessagesAnswered carries raft messages as OpMessages does, all
+	// from one member, and its reply carries the receiver's answer (see
+	// Node.StepAnswered) in the same form: the messages for the sender
+	// that stepping them produced, append acknowledgements once durable.
+	// A member that does not know the op (ENOSYS) is sent OpMessages.
+	OpMessagesAnswered uint16 = 63
 	// OpFirst and OpLast bound the range; a server hands every op in it
 	// to Handler.
 	OpFirst uint16 = 60
@@ -70,9 +78,12 @@ type TCPTransport struct {
 	peers map[uint64]*peer
 	// snapping: peers a snapshot is being streamed to.
 	snapping map[uint64]bool
-	stop     chan struct{}
-	wg       sync.WaitGroup
-	closed   bool
+	// orders: where the answered calls from each member stand
+	// (tcpanswer.go).
+	orders map[uint64]*callOrder
+	stop   chan struct{}
+	wg     sync.WaitGroup
+	closed bool
 }
 
 // NewTCPTransport returns a transport for node opts.ID; Start connects it
@@ -90,7 +101,7 @@ func NewTCPTransport(opts TCPOptions) (*TCPTransport, error) {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	t := &TCPTransport{opts: opts, log: opts.Logger, peers: map[uint64]*peer{}, snapping: map[uint64]bool{}, stop: make(chan struct{})}
+	t := &TCPTransport{opts: opts, log: opts.Logger, peers: map[uint64]*peer{}, snapping: map[uint64]bool{}, orders: map[uint64]*callOrder{}, stop: make(chan struct{})}
 	for id, addr := range opts.Peers {
 		t.peers[id] = newPeer(addr)
 	}
@@ -113,10 +124,18 @@ type peer struct {
 	addr string
 	q    chan *pb.Message
 	quit chan struct{} // closed when the member is removed
+	// unanswered: the member refused OpMessagesAnswered (an older
+	// weft): it is sent OpMessages, and answers with calls of its own.
+	unanswered atomic.Bool
+	// epoch and the sender's sequence number order the answered calls
+	// to the member (tcpanswer.go).
+	epoch atomic.Uint64
 }
 
 func newPeer(addr string) *peer {
-	return &peer{addr: addr, q: make(chan *pb.Message, queueLen), quit: make(chan struct{})}
+	p := &peer{addr: addr, q: make(chan *pb.Message, queueLen), quit: make(chan struct{})}
+	p.epoch.Store(newEpoch())
+	return p
 }
 
 // SetPeer adds member id at addr (or moves it there): messages to it are
@@ -290,6 +309,14 @@ func (t *TCPTransport) sender(id uint64, p *peer) {
 		}
 		cancel()
 	}()
+	// Answered calls run on goroutines of their own, up to
+	// maxCallsInFlight at once (the member steps them in order,
+	// tcpanswer.go): a call waits for the member's fsync, and the next
+	// batch must not wait for it.
+	slots := make(chan struct{}, maxCallsInFlight)
+	var calls sync.WaitGroup
+	defer calls.Wait()
+	var seq uint64
 	batch := make([]*pb.Message, 0, maxBatch)
 	for {
 		select {
@@ -309,6 +336,29 @@ func (t *TCPTransport) sender(id uint64, p *peer) {
 				break more
 			}
 		}
+		if !p.unanswered.Load() {
+			select {
+			case slots <- struct{}{}:
+			case <-t.stop:
+				return
+			case <-p.quit:
+				return
+			}
+			seq++
+			calls.Add(1)
+			go func(sent []*pb.Message, epoch, seq uint64) {
+				defer calls.Done()
+				defer func() { <-slots }()
+				if err := t.callAnswered(ctx, id, p, epoch, seq, sent); err != nil && ctx.Err() == nil {
+					// The calls after it may wait on the member for this
+					// one: a new epoch releases them.
+					p.epoch.Add(1)
+					t.log.Debug("raftlog: messages not delivered", "to", id, "addr", addr, "n", len(sent), "err", err)
+					t.report(id, sent)
+				}
+			}(slices.Clone(batch), p.epoch.Load(), seq)
+			continue
+		}
 		body, err := encodeMessages(id, batch)
 		if err == nil {
 			cctx, ccancel := context.WithTimeout(ctx, t.opts.CallTimeout)
@@ -326,13 +376,23 @@ func (t *TCPTransport) sender(id uint64, p *peer) {
 }
 
 func encodeMessages(to uint64, msgs []*pb.Message) ([]byte, error) {
-	// Each message is marshalled straight into the body, which is sized
-	// once: no buffer per message, no copy.
+	e := wire.NewEncoder(messagesSize(msgs))
+	return appendMessages(e, to, msgs)
+}
+
+// messagesSize is the size of msgs encoded.
+func messagesSize(msgs []*pb.Message) int {
 	size := 1 + 8 + 4
 	for _, m := range msgs {
 		size += 4 + proto.Size(m)
 	}
-	e := wire.NewEncoder(size)
+	return size
+}
+
+// appendMessages encodes msgs for node to after what e holds. Each
+// message is marshalled straight into the body, sized once by the
+// caller: no buffer per message, no copy.
+func appendMessages(e *wire.Encoder, to uint64, msgs []*pb.Message) ([]byte, error) {
 	e.U8(msgsVersion)
 	e.U64(to)
 	e.U32(uint32(len(msgs)))
@@ -395,8 +455,15 @@ func (t *TCPTransport) Handler(ctx context.Context, op uint16, req []byte) ([]by
 		member := func(id uint64) bool { _, ok := t.peer(id); return ok }
 		return nil, handleSnapshot(ctx, n, t.opts.ID, member, op, req)
 	}
-	if op != OpMessages {
+	if op != OpMessages && op != OpMessagesAnswered {
 		return nil, fmt.Errorf("raftlog: unknown op %d: %w", op, syscall.ENOSYS)
+	}
+	var epoch, seq uint64
+	if op == OpMessagesAnswered {
+		var err error
+		if epoch, seq, req, err = decodeCallOrder(req); err != nil {
+			return nil, err
+		}
 	}
 	to, msgs, err := decodeMessages(req)
 	if err != nil {
@@ -415,6 +482,9 @@ func (t *TCPTransport) Handler(ctx context.Context, op uint16, req []byte) ([]by
 		if _, member := t.peer(m.GetFrom()); !member || m.GetTo() != to {
 			return nil, fmt.Errorf("raftlog: message from %d to %d: not from a member of node %d's group: %w", m.GetFrom(), m.GetTo(), to, syscall.EINVAL)
 		}
+	}
+	if op == OpMessagesAnswered {
+		return t.answer(ctx, n, epoch, seq, msgs)
 	}
 	for _, m := range msgs {
 		n.Step(m)

@@ -1,0 +1,159 @@
+package raftlog
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	pb "go.etcd.io/raft/v3/raftpb"
+)
+
+// TestAnsweredNetwork runs the node tests again with every message
+// delivered as an answered call (the follower's acknowledgements, votes
+// and heartbeat responses travel back in the answer, not as messages of
+// their own): elections, replication, a crashed and a partitioned leader,
+// a crash of all, snapshots and linearizable reads hold the same way.
+func TestAnsweredNetwork(t *testing.T) {
+	answeredNetworks.Store(true)
+	defer answeredNetworks.Store(false)
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T)
+	}{
+		{"ElectAndReplicate", TestElectAndReplicate},
+		{"LeaderCrash", TestLeaderCrash},
+		{"PartitionedLeader", TestPartitionedLeader},
+		{"CrashAllRecovers", TestCrashAllRecovers},
+		{"SnapshotCatchUp", TestSnapshotCatchUp},
+		{"ReadIndex", TestReadIndex},
+	} {
+		t.Run(tc.name, tc.test)
+	}
+}
+
+// recorder is a Transport that keeps what it is given.
+type recorder struct {
+	mu   sync.Mutex
+	sent []*pb.Message
+}
+
+func (r *recorder) Send(msgs []*pb.Message) {
+	r.mu.Lock()
+	r.sent = append(r.sent, msgs...)
+	r.mu.Unlock()
+}
+
+// TestStepAnswered: a follower handed a leader's append with stepAnswered
+// acknowledges it in the answer, once the entry is in its log, and sends
+// the leader nothing of its own; a heartbeat is answered at once.
+func TestStepAnswered(t *testing.T) {
+	c := newCluster(t, 1, nil)
+	c.stopAll()
+	rec := &recorder{}
+	st, err := OpenStorage("log2", StorageOptions{FS: c.fs[1]})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer st.Close()
+	// A member of a group of three whose leader, node 2, is in term 2.
+	n, err := NewNode(Config{ID: 1, Peers: []uint64{1, 2, 3}, Storage: st, SM: newKV(), Transport: rec})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer n.Stop()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute) // against hangs only
+	defer cancel()
+	// The bootstrap's entries: one configuration change per member, in
+	// term 1 (not all written to the log yet: raft holds them unstable).
+	const last = uint64(3)
+	app := &pb.Message{Type: pb.MessageType_MsgApp.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(uint64(2)),
+		Index: new(last), LogTerm: new(uint64(1)), Commit: new(last),
+		Entries: []*pb.Entry{{Term: new(uint64(2)), Index: new(last + 1), Data: []byte("x")}}}
+	a, err := n.stepAnswered(ctx, 2, []*pb.Message{app})
+	if err != nil {
+		t.Fatal(err)
+	}
+	answer, err := n.awaitAnswer(ctx, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var acked bool
+	for _, m := range answer {
+		if m.GetType() == pb.MessageType_MsgAppResp && m.GetTo() == 2 && !m.GetReject() && m.GetIndex() == last+1 {
+			acked = true
+		}
+	}
+	if !acked {
+		t.Fatalf("answer to the append: %v, want an acknowledgement of index %d", answer, last+1)
+	}
+	if got, _ := st.LastIndex(); got != last+1 {
+		t.Fatalf("acknowledged index %d with the log ending at %d", last+1, got)
+	}
+	hb := &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), From: new(uint64(2)), To: new(uint64(1)), Term: new(uint64(2)), Commit: new(last + 1)}
+	if a, err = n.stepAnswered(ctx, 2, []*pb.Message{hb}); err != nil {
+		t.Fatal(err)
+	}
+	if answer, err = n.awaitAnswer(ctx, a); err != nil || len(answer) != 1 || answer[0].GetType() != pb.MessageType_MsgHeartbeatResp {
+		t.Fatalf("answer to a heartbeat: %v, %v", answer, err)
+	}
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, m := range rec.sent {
+		if m.GetTo() == 2 {
+			t.Fatalf("the follower also sent the leader %v", m)
+		}
+	}
+}
+
+// TestCallOrder: answered calls from one member queue their messages in
+// the order sent even when they arrive out of order; a call of a newer
+// epoch releases the calls waiting for one that never came.
+func TestCallOrder(t *testing.T) {
+	o := &callOrder{moved: make(chan struct{})}
+	ctx := context.Background()
+	var mu sync.Mutex
+	var order []uint64
+	var wg sync.WaitGroup
+	queue := func(epoch, seq uint64) {
+		defer wg.Done()
+		o.await(ctx, epoch, seq)
+		mu.Lock()
+		order = append(order, seq)
+		mu.Unlock()
+		o.done(epoch, seq)
+	}
+	wg.Add(1)
+	queue(7, 1) // the first call of epoch 7
+	for _, seq := range []uint64{4, 3, 2} {
+		wg.Add(1)
+		go queue(7, seq)
+	}
+	wg.Wait()
+	if want := []uint64{1, 2, 3, 4}; !equalU64(order, want) {
+		t.Fatalf("queued in order %v, want %v", order, want)
+	}
+
+	// Calls 5 and 6 are lost: 7 waits (it cannot go ahead before the
+	// test goroutine queues call 8) until the sender's next epoch comes.
+	order = nil
+	wg.Add(2)
+	go queue(7, 7)
+	queue(8, 8)
+	wg.Wait()
+	if len(order) != 2 || order[0] != 8 {
+		t.Fatalf("queued %v, want the new epoch's call 8 first, then the released 7", order)
+	}
+}
+
+func equalU64(a, b []uint64) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
