@@ -242,6 +242,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		})
 		wg.Go(func() { sc.loop(ctx, t) })
+		wg.Go(func() { t.flushLoop(ctx, FlushInterval) })
 	}
 	if rec, ok := cfg.Registry.(proto.ScrubReceiver); ok {
 		wg.Go(func() { rep.loop(ctx, srv, rec, log) })

@@ -33,6 +33,7 @@ const entryChunk = 64 << 10
 //
 // The object's version grows by one per step that changed something.
 func (t *Target) Space(ctx context.Context, obj proto.ObjectID, mode proto.SpaceMode, off, n uint64) error {
+	t.markWritten()
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}

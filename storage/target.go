@@ -72,6 +72,11 @@ type Target struct {
 	ident identity
 	lock  io.Closer // the flock of target.lock, nil once closed
 
+	// written: an object changed since the last background sync;
+	// syncs counts those syncs (flush.go).
+	written atomic.Bool
+	syncs   atomic.Uint64
+
 	fsidChecked atomic.Bool                 // Run checked the file system id with the registry
 	newFiles    map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
 
@@ -610,6 +615,7 @@ func (t *Target) Write(ctx context.Context, obj proto.ObjectID, off uint64, data
 // The version file's entries (version.go) go dirty before the data is
 // touched and clean after the sidecar's header.
 func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data []byte, w *proto.RowWrite) (uint64, error) {
+	t.markWritten()
 	end := off + uint64(len(data))
 	if len(data) == 0 && w == nil {
 		h, err := t.acquire(obj, false)
@@ -779,6 +785,7 @@ func (t *Target) Extend(ctx context.Context, obj proto.ObjectID, size uint64) er
 }
 
 func (t *Target) resize(ctx context.Context, obj proto.ObjectID, size uint64, growOnly bool) error {
+	t.markWritten()
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
@@ -952,6 +959,7 @@ func (t *Target) Sync(ctx context.Context, obj proto.ObjectID) error {
 // Remove deletes obj (data file, then sidecar). A missing object is not an
 // error.
 func (t *Target) Remove(ctx context.Context, obj proto.ObjectID) error {
+	t.markWritten()
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}

@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Default is the real operating-system filesystem.
@@ -80,4 +82,24 @@ func (osFS) Lock(name string) (io.Closer, error) {
 		return nil, &os.PathError{Op: "flock", Path: name, Err: err}
 	}
 	return f, nil // closing the file releases the lock
+}
+
+// SyncFS implements FSSyncer with syncfs(2): everything written to the
+// file system holding dir, data and metadata, reaches its disk.
+func (osFS) SyncFS(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	for {
+		err := unix.Syncfs(int(f.Fd()))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "syncfs", Path: dir, Err: err}
+		}
+		return nil
+	}
 }

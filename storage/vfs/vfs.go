@@ -55,6 +55,13 @@ type FS interface {
 	Lock(name string) (io.Closer, error)
 }
 
+// FSSyncer is an FS that can make everything written to the file system
+// holding dir durable at once (syncfs(2)): cheaper, for a storage
+// server's periodic background sync, than a fsync of each file written.
+type FSSyncer interface {
+	SyncFS(dir string) error
+}
+
 // ErrLocked is returned by Lock for a lock another holder has; it matches
 // syscall.EWOULDBLOCK.
 var ErrLocked = fmt.Errorf("vfs: locked by another process: %w", syscall.EWOULDBLOCK)
