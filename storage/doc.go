@@ -186,7 +186,11 @@
 // the data file and the sidecar (and, once, the fan-out directory of a new
 // object), and the client acknowledges fsync(2) only after Sync. Blocks
 // written after the last Sync may after a power loss read back as EIO (their
-// data and CRC disagree); they never read back as silently wrong data.
+// data and CRC disagree); they never read back as silently wrong data. So
+// that what nobody syncs is not left to the kernel's writeback (30 s), a
+// target written to syncs its whole file system (syncfs) every
+// FlushInterval, 500 ms (flush.go): README.md's durability contract, "on
+// disk within about 1 s".
 //
 // # Object versions and fences
 //
