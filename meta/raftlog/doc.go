@@ -41,7 +41,8 @@
 //     replication is then one call to each follower, not two (the
 //     acknowledgement as a call of its own, with a wake-up of a sender
 //     goroutine on the follower and of a server worker on the leader).
-//     A sender keeps up to four such calls under way to a member, and
+//     No goroutine waits for messages to send: Send starts callers when
+//     messages wait for a member, up to four calls under way to it, and
 //     the member queues their messages to its node in the order sent
 //     (an epoch and a sequence number per call; a failed call starts a
 //     new epoch, so no call waits for one that never comes). A member

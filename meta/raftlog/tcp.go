@@ -28,7 +28,7 @@ const (
 	OpMessages uint16 = 60
 	// OpMessagesAnswered carries raft messages as OpMessages does, all
 	// from one member, and its reply carries the receiver's answer (see
-	// Node.StepAnswered) in the same form: the messages for the sender
+	// Node.stepAnswered) in the same form: the messages for the sender
 	// that stepping them produced, append acknowledgements once durable.
 	// A member that does not know the op (ENOSYS) is sent OpMessages.
 	OpMessagesAnswered uint16 = 63
@@ -64,10 +64,12 @@ type TCPOptions struct {
 }
 
 // TCPTransport carries raft messages over weft's framed transport: Send
-// queues messages per peer, one goroutine per peer sends them in batches
-// (one call each, so a slow peer never holds up the others), and Handler
-// serves the receiving side. Messages are best effort, as raft expects:
-// a failed call drops its batch and reports the peer unreachable.
+// queues messages per peer and starts caller goroutines that send them in
+// batches, one call each, up to four calls under way to a peer (so a slow
+// peer never holds up the others, and a call waiting for a follower's
+// fsync never holds up the next append), and Handler serves the receiving
+// side. Messages are best effort, as raft expects: a failed call drops
+// its batch and reports the peer unreachable.
 type TCPTransport struct {
 	opts     TCPOptions
 	log      *slog.Logger
@@ -108,32 +110,41 @@ func NewTCPTransport(opts TCPOptions) (*TCPTransport, error) {
 	return t, nil
 }
 
-// Start delivers incoming messages to n and starts the senders.
+// Start delivers incoming messages to n (and the answers to this node's
+// calls).
 func (t *TCPTransport) Start(n *Node) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.node = n
-	for id, p := range t.peers {
-		t.wg.Add(1)
-		go t.sender(id, p)
-	}
 }
 
-// peer is another member: its address and the queue of its sender.
+// peer is another member: its address and the messages waiting for it.
+// Messages leave in calls made by caller goroutines, started by Send
+// when a message waits and fewer than the peer's limit of calls are
+// under way (no goroutine waits for messages: a round of replication does
+// not wake one); each caller sends what waits, up to maxBatch messages a
+// call, until nothing does.
 type peer struct {
-	addr string
-	q    chan *pb.Message
-	quit chan struct{} // closed when the member is removed
+	addr   string
+	ctx    context.Context // ended when the member is removed or the transport closed
+	cancel context.CancelFunc
 	// unanswered: the member refused OpMessagesAnswered (an older
-	// weft): it is sent OpMessages, and answers with calls of its own.
+	// weft): it is sent OpMessages, one call at a time, and answers with
+	// calls of its own.
 	unanswered atomic.Bool
-	// epoch and the sender's sequence number order the answered calls
-	// to the member (tcpanswer.go).
+	// epoch orders the answered calls to the member with seq
+	// (tcpanswer.go).
 	epoch atomic.Uint64
+
+	mu      sync.Mutex
+	pending []*pb.Message
+	callers int    // caller goroutines running
+	seq     uint64 // of the last answered call
 }
 
 func newPeer(addr string) *peer {
-	p := &peer{addr: addr, q: make(chan *pb.Message, queueLen), quit: make(chan struct{})}
+	p := &peer{addr: addr}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
 	p.epoch.Store(newEpoch())
 	return p
 }
@@ -151,14 +162,9 @@ func (t *TCPTransport) SetPeer(id uint64, addr string) {
 		if old.addr == addr {
 			return
 		}
-		close(old.quit)
+		old.cancel()
 	}
-	p := newPeer(addr)
-	t.peers[id] = p
-	if t.node != nil && !t.closed {
-		t.wg.Add(1)
-		go t.sender(id, p)
-	}
+	t.peers[id] = newPeer(addr)
 }
 
 // RemovePeer forgets member id: nothing is sent to it or heard from it.
@@ -166,7 +172,7 @@ func (t *TCPTransport) RemovePeer(id uint64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if p, ok := t.peers[id]; ok {
-		close(p.quit)
+		p.cancel()
 		delete(t.peers, id)
 	}
 }
@@ -189,7 +195,7 @@ func (t *TCPTransport) peer(id uint64) (*peer, bool) {
 	return p, ok
 }
 
-// Close stops the senders; queued messages are dropped.
+// Close stops the calls under way; waiting messages are dropped.
 func (t *TCPTransport) Close() {
 	t.mu.Lock()
 	if t.closed {
@@ -198,28 +204,112 @@ func (t *TCPTransport) Close() {
 	}
 	t.closed = true
 	close(t.stop)
+	for _, p := range t.peers {
+		p.cancel()
+	}
 	t.mu.Unlock()
 	t.wg.Wait()
 }
 
-// Send implements Transport: it never blocks.
+// Send implements Transport: it never blocks. A message for a member
+// that already has queueLen waiting is dropped (raft sends again) and the
+// member reported unreachable.
 func (t *TCPTransport) Send(msgs []*pb.Message) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.closed {
+		return
+	}
 	for _, m := range msgs {
-		p, ok := t.peer(m.GetTo())
+		id := m.GetTo()
+		p, ok := t.peers[id]
 		if !ok {
-			t.log.Warn("raftlog: message for an unknown member dropped", "to", m.GetTo(), "type", m.GetType())
+			t.log.Warn("raftlog: message for an unknown member dropped", "to", id, "type", m.GetType())
 			continue
 		}
 		if m.GetType() == pb.MessageType_MsgSnap {
-			t.sendSnapshot(m)
+			go t.sendSnapshot(m)
 			continue
 		}
-		select {
-		case p.q <- m:
-		default:
-			t.report(m.GetTo(), []*pb.Message{m})
+		p.mu.Lock()
+		if len(p.pending) >= queueLen {
+			p.mu.Unlock()
+			go t.report(id, []*pb.Message{m})
+			continue
+		}
+		p.pending = append(p.pending, m)
+		p.mu.Unlock()
+	}
+	// Callers start once every message is queued, so that one call
+	// carries all of a Ready's messages to a member.
+	for id, p := range t.peers {
+		p.mu.Lock()
+		start := len(p.pending) > 0 && p.callers < p.maxCallers()
+		if start {
+			p.callers++
+			t.wg.Add(1)
+		}
+		p.mu.Unlock()
+		if start {
+			go t.caller(id, p)
 		}
 	}
+}
+
+// maxCallers is how many calls may be under way to p at once: answered
+// calls are queued in order by the member; plain ones are not, and go
+// one at a time.
+func (p *peer) maxCallers() int {
+	if p.unanswered.Load() {
+		return 1
+	}
+	return maxCallsInFlight
+}
+
+// caller sends p's waiting messages, a batch a call, until none wait.
+func (t *TCPTransport) caller(id uint64, p *peer) {
+	defer t.wg.Done()
+	for {
+		p.mu.Lock()
+		if len(p.pending) == 0 || p.ctx.Err() != nil || p.callers > p.maxCallers() {
+			p.callers--
+			p.mu.Unlock()
+			return
+		}
+		n := min(len(p.pending), maxBatch)
+		batch := slices.Clone(p.pending[:n])
+		p.pending = append(p.pending[:0], p.pending[n:]...)
+		p.seq++
+		seq, epoch := p.seq, p.epoch.Load()
+		p.mu.Unlock()
+
+		var err error
+		if p.unanswered.Load() {
+			err = t.callPlain(p, batch)
+		} else {
+			err = t.callAnswered(p.ctx, id, p, epoch, seq, batch)
+		}
+		if err != nil && p.ctx.Err() == nil {
+			// The calls after it may wait on the member for this one:
+			// a new epoch releases them.
+			p.epoch.Add(1)
+			t.log.Debug("raftlog: messages not delivered", "to", id, "addr", p.addr, "n", len(batch), "err", err)
+			t.report(id, batch)
+		}
+	}
+}
+
+// callPlain sends msgs with OpMessages: the member steps them and answers
+// with calls of its own.
+func (t *TCPTransport) callPlain(p *peer, msgs []*pb.Message) error {
+	body, err := encodeMessages(msgs[0].GetTo(), msgs)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(p.ctx, t.opts.CallTimeout)
+	defer cancel()
+	_, err = t.opts.Pool.Call(ctx, p.addr, OpMessages, body)
+	return err
 }
 
 // sendSnapshot streams m's snapshot to its peer on a goroutine of its
@@ -293,84 +383,6 @@ func (t *TCPTransport) report(id uint64, msgs []*pb.Message) {
 	for _, m := range msgs {
 		if m.GetType() == pb.MessageType_MsgSnap {
 			n.ReportSnapshot(id, raft.SnapshotFailure)
-		}
-	}
-}
-
-func (t *TCPTransport) sender(id uint64, p *peer) {
-	defer t.wg.Done()
-	addr, q := p.addr, p.q
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		select {
-		case <-t.stop:
-		case <-p.quit:
-		}
-		cancel()
-	}()
-	// Answered calls run on goroutines of their own, up to
-	// maxCallsInFlight at once (the member steps them in order,
-	// tcpanswer.go): a call waits for the member's fsync, and the next
-	// batch must not wait for it.
-	slots := make(chan struct{}, maxCallsInFlight)
-	var calls sync.WaitGroup
-	defer calls.Wait()
-	var seq uint64
-	batch := make([]*pb.Message, 0, maxBatch)
-	for {
-		select {
-		case <-t.stop:
-			return
-		case <-p.quit:
-			return
-		case m := <-q:
-			batch = append(batch[:0], m)
-		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case m := <-q:
-				batch = append(batch, m)
-			default:
-				break more
-			}
-		}
-		if !p.unanswered.Load() {
-			select {
-			case slots <- struct{}{}:
-			case <-t.stop:
-				return
-			case <-p.quit:
-				return
-			}
-			seq++
-			calls.Add(1)
-			go func(sent []*pb.Message, epoch, seq uint64) {
-				defer calls.Done()
-				defer func() { <-slots }()
-				if err := t.callAnswered(ctx, id, p, epoch, seq, sent); err != nil && ctx.Err() == nil {
-					// The calls after it may wait on the member for this
-					// one: a new epoch releases them.
-					p.epoch.Add(1)
-					t.log.Debug("raftlog: messages not delivered", "to", id, "addr", addr, "n", len(sent), "err", err)
-					t.report(id, sent)
-				}
-			}(slices.Clone(batch), p.epoch.Load(), seq)
-			continue
-		}
-		body, err := encodeMessages(id, batch)
-		if err == nil {
-			cctx, ccancel := context.WithTimeout(ctx, t.opts.CallTimeout)
-			_, err = t.opts.Pool.Call(cctx, addr, OpMessages, body)
-			ccancel()
-		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			t.log.Debug("raftlog: messages not delivered", "to", id, "addr", addr, "n", len(batch), "err", err)
-			t.report(id, batch)
 		}
 	}
 }

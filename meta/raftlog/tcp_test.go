@@ -22,7 +22,27 @@ import (
 // them: it catches up from a snapshot streamed over TCP. (Refusing its
 // handler alone would not cut it off: the answers to its own calls come
 // back in their replies.)
-func TestTCP(t *testing.T) {
+func TestTCP(t *testing.T) { testTCP(t, nil) }
+
+// TestTCPOlderMembers: members that do not know answered calls (an older
+// weft: ENOSYS for op 63; here 2 and 3, so that the leader sends to at
+// least one) are sent plain ones, and the group works as before.
+func TestTCPOlderMembers(t *testing.T) {
+	older := map[uint64]bool{2: true, 3: true}
+	ts, lead := testTCP(t, older)
+	for id := range older {
+		if id == lead {
+			continue
+		}
+		if p, ok := ts[lead].peer(id); !ok || !p.unanswered.Load() {
+			t.Fatalf("leader %d still sends answered calls to the older member %d", lead, id)
+		}
+	}
+}
+
+// testTCP is TestTCP with the members in older refusing answered calls
+// as an older weft does; it returns the transports and the leader.
+func testTCP(t *testing.T, older map[uint64]bool) ([4]*TCPTransport, uint64) {
 	quiet := slog.New(slog.DiscardHandler)
 	tr := transport.NewTCPWith(transport.TCPOptions{Logger: quiet})
 	const n = 3
@@ -42,6 +62,9 @@ func TestTCP(t *testing.T) {
 			t := handlers[i].Load()
 			if t == nil {
 				return nil, syscall.EAGAIN
+			}
+			if older[i] && op == OpMessagesAnswered {
+				return nil, fmt.Errorf("unknown op %d: %w", op, syscall.ENOSYS)
 			}
 			return t.Handler(ctx, op, req)
 		})
@@ -175,6 +198,7 @@ func TestTCP(t *testing.T) {
 	if sms[3].base == 0 {
 		t.Fatal("node 3 caught up without a snapshot")
 	}
+	return ts, lead
 }
 
 // TestHandlerRefuses: only meta servers may send raft messages, only to
