@@ -85,13 +85,15 @@ func (n *Node) closeAnswers() {
 }
 
 // routeAnswers puts each of msgs addressed to an open answer's member in
-// that answer and returns the others.
+// that answer and returns the others. A snapshot message is never an
+// answer: its files are streamed to the member first (Transport.Send), and
+// raft waits for the outcome of that stream.
 func routeAnswers(as []*answer, msgs []*pb.Message) (rest []*pb.Message) {
 	if len(as) == 0 {
 		return msgs
 	}
 	for _, m := range msgs {
-		if a := answerFor(as, m.GetTo()); a != nil {
+		if a := answerFor(as, m.GetTo()); a != nil && m.GetType() != pb.MessageType_MsgSnap {
 			a.msgs = append(a.msgs, m)
 		} else {
 			rest = append(rest, m)
