@@ -70,9 +70,14 @@ type Replica struct {
 // raft leader only: a follower's propose fails with EAGAIN
 // (raftlog.ErrNotLeader, naming the leader), and so does a new leader's
 // until it has applied the earlier terms' entries. Batches are committed
-// unsynced: an entry is durable in the raft log (fsync'd on a majority)
-// before it is applied, and after a crash the log is applied again from
-// the index the store recorded (applied_index).
+// unsynced, and a member's pebble store has no WAL (Run opens it with
+// store.PebbleOptions.NoWAL): an apply is a memtable insert, durable when
+// pebble flushes the memtable. An entry is durable in the raft log
+// (fsync'd on a majority) before it is applied, and after a crash the log
+// is applied again from the index the store recorded in its last flushed
+// state (applied_index: every batch carries it, so it is never ahead of
+// what the store holds). The log is compacted only after a snapshot,
+// whose checkpoint flushes the store first (snapshot.go).
 type raftLog struct {
 	node *raftlog.Node
 	// minIno: new inode numbers below it were allocated before this
