@@ -34,7 +34,8 @@ func (r *pebbleSet) storeApplied(id uint64) uint64 {
 // applies (with nothing flushed at all, and after snapshots flushed part
 // of it), their stores come back behind what they had applied, and each
 // ends with the same store as the others (nothing lost, nothing applied
-// twice), then leads and serves the same namespace.
+// twice), then leads and serves the same namespace; a persisted
+// parameter it replayed is in force on it.
 func TestReplicaCrashReplays(t *testing.T) {
 	for _, tc := range []struct {
 		name        string
@@ -94,6 +95,10 @@ func TestReplicaCrashReplays(t *testing.T) {
 				crashed[id] = true
 			}
 
+			// A persisted parameter applies on every member, also on one
+			// that replays it after a crash (its store lacked it at start).
+			const rate = 7 << 20
+			r.do(func(s *Server) error { return s.SetParam(ctx, "rebuild.rate", "7MiB", true) })
 			load(240)
 			lead := r.leader()
 			follower := r.ids[0]
@@ -103,6 +108,9 @@ func TestReplicaCrashReplays(t *testing.T) {
 			crashOne(follower)
 			load(240)
 			r.converged()
+			if got := r.srvs[follower].rb.pace.Rate(); got != rate {
+				t.Fatalf("member %d's rebuild rate after its replay: %d, want the persisted %d", follower, got, rate)
+			}
 			lead = r.leader()
 			crashOne(lead)
 			load(240)
