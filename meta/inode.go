@@ -3,6 +3,7 @@ package meta
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 
 	"github.com/weft-fs/weft/meta/store"
@@ -43,6 +44,14 @@ const maxMigrated = 16
 // the generations restripes replaced (inode.Migrated: u16 count, u64
 // each); earlier records decode with none.
 const inodeVersion = 5
+
+// clone returns a copy of n that shares nothing with it.
+func (n *inode) clone() *inode {
+	c := *n
+	c.Layout = n.Layout.Clone()
+	c.Migrated = slices.Clone(n.Migrated)
+	return &c
+}
 
 func (n *inode) encode() []byte {
 	return n.appendTo(wire.NewEncoder(98 + len(n.Symlink) + 4*len(n.Layout.Targets) + 8*len(n.Migrated)))

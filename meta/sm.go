@@ -83,10 +83,22 @@ type stateMachine struct {
 	// every entry, and what the apply path allocates, each member pays
 	// in garbage collection.
 	kb, vb []byte
-	rk     []byte       // the key of a read (txn.get, lookup): room for any
-	enc    wire.Encoder // for records encoded by function (encodeAttrDisk)
-	spare  *txn
+	// dirs caches directory inodes as committed (at most maxCachedDirs):
+	// a create, unlink or rename reads its directories on every member,
+	// and a pebble read costs more than a copy. txn.get hands out copies
+	// (a command changes its inodes in place, and may fail); commit
+	// stores copies of the directories it wrote and drops what it
+	// deleted. The state machine is the store's only writer, so the
+	// cache is what the store holds; it is dropped with the store
+	// (replaceWith).
+	dirs  map[proto.Ino]*inode
+	rk    []byte       // the key of a read (txn.get, lookup): room for any
+	enc   wire.Encoder // for records encoded by function (encodeAttrDisk)
+	spare *txn
 }
+
+// maxCachedDirs bounds stateMachine.dirs: about 300 bytes each.
+const maxCachedDirs = 4096
 
 // Keys of the counters a command writes (store.Batch copies its
 // arguments: these are never changed).
@@ -129,7 +141,7 @@ func errnof(errno syscall.Errno, format string, args ...any) error {
 
 func openStateMachine(st store.Store) (*stateMachine, error) {
 	sm := &stateMachine{st: st, newestSeq: map[replySession]uint64{}, uuidToID: map[string]proto.TargetID{}, idToUUID: map[proto.TargetID]string{},
-		quotas: map[quotaKey]quotaRecord{}, rk: make([]byte, 0, 1+8+MaxNameLen)}
+		quotas: map[quotaKey]quotaRecord{}, rk: make([]byte, 0, 1+8+MaxNameLen), dirs: map[proto.Ino]*inode{}}
 	var err error
 	if sm.nextIno, err = getCounter(st, store.CounterNextIno); err != nil {
 		return nil, err
@@ -225,9 +237,14 @@ func (t *txn) get(ino proto.Ino) (*inode, error) {
 	if t.deleted[ino] || ino == 0 {
 		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
 	}
-	n, err := loadInodeBuf(t.sm.st, ino, t.sm.rk)
-	if err != nil {
-		return nil, err
+	n := t.sm.dirs[ino]
+	if n != nil {
+		n = n.clone()
+	} else {
+		var err error
+		if n, err = loadInodeBuf(t.sm.st, ino, t.sm.rk); err != nil {
+			return nil, err
+		}
 	}
 	t.cache[ino] = n
 	t.orig[ino] = chargeOf(n)
@@ -330,6 +347,20 @@ func (t *txn) commit() error {
 	for k, r := range t.quotaW {
 		t.sm.quotas[k] = r
 	}
+	for ino := range t.dirty {
+		n := t.cache[ino]
+		if !n.IsDir() || n.Nlink == 0 {
+			delete(t.sm.dirs, ino)
+			continue
+		}
+		if _, ok := t.sm.dirs[ino]; !ok && len(t.sm.dirs) >= maxCachedDirs {
+			clear(t.sm.dirs) // simple, and rare: the hot directories come back at once
+		}
+		t.sm.dirs[ino] = n.clone()
+	}
+	for ino := range t.deleted {
+		delete(t.sm.dirs, ino)
+	}
 	t.sm.applied = t.index
 	t.res.wrote = true
 	t.res.synced = t.sync
@@ -344,7 +375,7 @@ func (sm *stateMachine) replaceWith(fresh *stateMachine) {
 	sm.st, sm.nextIno, sm.inodes, sm.nextTarget = fresh.st, fresh.nextIno, fresh.inodes, fresh.nextTarget
 	sm.applied, sm.fsid, sm.newestSeq = fresh.applied, fresh.fsid, fresh.newestSeq
 	sm.uuidToID, sm.idToUUID = fresh.uuidToID, fresh.idToUUID
-	sm.quotas = fresh.quotas
+	sm.quotas, sm.dirs = fresh.quotas, fresh.dirs
 	if fresh.fsid != "" {
 		sm.fsidPub.Store(&fresh.fsid)
 	}
