@@ -46,7 +46,12 @@ import (
 const replyVersion = 2
 
 func encodeReply(seq uint64, errno syscall.Errno, res *applyResult) []byte {
-	e := wire.NewEncoder(168)
+	return appendStoredReply(wire.NewEncoder(168), seq, errno, res)
+}
+
+// appendStoredReply appends a stored reply (encodeReply) to e's buffer
+// and returns the buffer.
+func appendStoredReply(e *wire.Encoder, seq uint64, errno syscall.Errno, res *applyResult) []byte {
 	e.U8(replyVersion)
 	e.U64(seq)
 	e.U32(uint32(errno))
@@ -166,7 +171,8 @@ func (sm *stateMachine) remembered(c *Command) (res applyResult, found bool, err
 // remember puts the reply of c's request (errno, and the attributes in
 // t.res) into t's batch.
 func (t *txn) remember(c *Command, errno syscall.Errno) {
-	t.b.Set(replySlot(c), encodeReply(c.Seq, errno, &t.res))
+	t.setScratch(store.AppendReplyKey(t.sm.kb, c.Session, c.SessionName, c.Seq%proto.MaxPendingRequests),
+		appendStoredReply(t.encoder(), c.Seq, errno, &t.res))
 }
 
 // rememberFailure stores the reply of a command that failed with err (a
@@ -178,7 +184,7 @@ func (sm *stateMachine) rememberFailure(c *Command, err error, index uint64, syn
 		return applyResult{}, err
 	}
 	t := sm.newTxn(sync, index)
-	defer t.b.Close()
+	defer sm.release(t)
 	t.remember(c, errno)
 	if cerr := t.commit(); cerr != nil {
 		return applyResult{}, cerr

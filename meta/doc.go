@@ -43,6 +43,14 @@
 // (Command.Encode, DecodeCommand; fuzz-tested) that is the future raft log
 // entry format.
 //
+// With raft every member applies every entry, so the apply path is kept
+// lean: keys and values are built in scratch buffers the batch copies,
+// a command's transaction reuses the previous one's maps, and directory
+// inodes are cached as committed (stateMachine.dirs: a create reads its
+// parent without a store read; commands get copies, since they change
+// inodes in place and may fail; TestDirCacheMatchesStore). The state
+// machine is the store's only writer, which keeps the cache exact.
+//
 // # Group commit
 //
 // The commit path is a seam (log.go, commitLog): the Server methods
@@ -515,7 +523,8 @@
 // stateMachine.applyAt with the raft index, which the batch records;
 // durability comes from the raft log (fsync'd on a majority before an
 // entry commits), so batches are not synced, and after a crash the log
-// is applied again from the recorded index.
+// is applied again from the recorded index (see "Durability of a
+// member's two stores").
 //
 // Only the leader takes commands: a follower's propose fails with EAGAIN
 // naming the leader (raftlog.NotLeaderError), as does a new leader's until
@@ -548,8 +557,8 @@
 // replica takes a snapshot every Replica.SnapshotEvery applied entries
 // (DefaultSnapshotEvery, 10,000) into Replica.SnapshotDir (default the
 // store's directory + ".snapshots"): the applied index is recorded, then
-// the store checkpointed (tables hard-linked, the WAL flushed and
-// copied), and raftlog compacts the log to the last SnapshotKeep entries
+// the store checkpointed (its memtable flushed, tables hard-linked), and
+// raftlog compacts the log to the last SnapshotKeep entries
 // (DefaultSnapshotKeep, 1,000). A member that fell behind a compacted log
 // is streamed the checkpoint's files in 1 MiB chunks, checked by SHA-256;
 // Restore then replaces its store with it atomically (store.Pebble.Replace:
@@ -602,6 +611,39 @@
 // number, and the dedupe answers it with the first attempt's reply if it
 // had been applied, so a create retried across a failover neither fails
 // with EEXIST nor creates twice.
+//
+// # Durability of a member's two stores
+//
+// A single server has one store, with its WAL: a command is acknowledged
+// once a synced commit covers it (group commit), and its durable mark
+// counts those. A member has two pebble instances:
+//
+//   - the raft log (DataDir/raft, package raftlog), with a WAL, every
+//     append synced before raft may count it (an entry commits once a
+//     majority has it on disk), compacted only at snapshots;
+//   - the state-machine store (DataDir), opened by Run without a WAL
+//     (store.PebbleOptions.NoWAL): an apply is a memtable insert, no log
+//     write, and the store is durable up to its last memtable flush (when
+//     a memtable fills, at each snapshot, and at a clean stop).
+//
+// After a crash the store is exactly its last flushed state: flushes
+// write whole batches in order, and each batch carries its entry's
+// index (counter applied), so the applied index the store reports is
+// never ahead of what it holds. raftlog applies the log again from the
+// entry after it (raftlog.StateMachine.Applied, read at start). The log
+// still holds those entries: raftlog compacts it only after
+// raftApplier.Snapshot, whose checkpoint flushes the memtable first, so
+// every entry up to the snapshot is durable in the store before any of
+// it leaves the log (TestReplicaCrashReplays; with processes,
+// TestHAKillMembersReplay). A restored snapshot is flushed with its
+// index (recordApplied, synced). A store without a WAL holds no
+// acknowledged change of its own, so replicas keep no durable mark and
+// nothing takes the store's missing tail for damage. For the same reason
+// a member's directory cannot be served by a single server (Run refuses
+// a directory with a WEFT-MEMBER file without --id: ErrWrongMember), and
+// New refuses a store without a WAL without Options.Replica. A member
+// that a build before this one left with a WAL opens with it replayed
+// and flushed.
 //
 // # Sessions and background work under replication
 //

@@ -3,6 +3,7 @@ package meta
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 
 	"github.com/weft-fs/weft/meta/store"
@@ -44,8 +45,21 @@ const maxMigrated = 16
 // each); earlier records decode with none.
 const inodeVersion = 5
 
+// clone returns a copy of n that shares nothing with it.
+func (n *inode) clone() *inode {
+	c := *n
+	c.Layout = n.Layout.Clone()
+	c.Migrated = slices.Clone(n.Migrated)
+	return &c
+}
+
 func (n *inode) encode() []byte {
-	e := wire.NewEncoder(98 + len(n.Symlink) + 4*len(n.Layout.Targets) + 8*len(n.Migrated))
+	return n.appendTo(wire.NewEncoder(98 + len(n.Symlink) + 4*len(n.Layout.Targets) + 8*len(n.Migrated)))
+}
+
+// appendTo appends the inode's record (encode) to e's buffer and returns
+// the buffer.
+func (n *inode) appendTo(e *wire.Encoder) []byte {
 	e.U8(inodeVersion)
 	encodeAttrDisk(e, &n.Attr)
 	e.U64(uint64(n.Parent))
@@ -100,11 +114,15 @@ func decodeInode(b []byte) (*inode, error) {
 
 // loadInode reads and decodes inode ino from st: ENOENT if there is none,
 // EIO if it cannot be read or decoded.
-func loadInode(st store.Reader, ino proto.Ino) (*inode, error) {
+func loadInode(st store.Reader, ino proto.Ino) (*inode, error) { return loadInodeBuf(st, ino, nil) }
+
+// loadInodeBuf is loadInode with its key built on kb (reused: the key is
+// not kept).
+func loadInodeBuf(st store.Reader, ino proto.Ino, kb []byte) (*inode, error) {
 	if ino == 0 {
 		return nil, errnof(syscall.ENOENT, "no inode 0")
 	}
-	v, err := st.Get(store.InodeKey(uint64(ino)))
+	v, err := st.Get(store.AppendInodeKey(kb[:0], uint64(ino)))
 	if errors.Is(err, store.ErrNotFound) {
 		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
 	}
@@ -121,7 +139,13 @@ func loadInode(st store.Reader, ino proto.Ino) (*inode, error) {
 // loadDirent reads and decodes the entry name of parent from st; ok is
 // false if there is none. It does not check that parent exists.
 func loadDirent(st store.Reader, parent proto.Ino, name string) (de dirent, ok bool, err error) {
-	v, err := st.Get(store.DirentKey(uint64(parent), name))
+	return loadDirentBuf(st, parent, name, nil)
+}
+
+// loadDirentBuf is loadDirent with its key built on kb (reused: the key
+// is not kept).
+func loadDirentBuf(st store.Reader, parent proto.Ino, name string, kb []byte) (de dirent, ok bool, err error) {
+	v, err := st.Get(store.AppendDirentKey(kb[:0], uint64(parent), name))
 	if errors.Is(err, store.ErrNotFound) {
 		return dirent{}, false, nil
 	}
@@ -141,8 +165,11 @@ type dirent struct {
 	Type uint32 // S_IFMT bits
 }
 
-func (de dirent) encode() []byte {
-	e := wire.NewEncoder(12)
+func (de dirent) encode() []byte { return de.appendTo(make([]byte, 0, 12)) }
+
+// appendTo appends the entry's value (encode) to b.
+func (de dirent) appendTo(b []byte) []byte {
+	e := &wire.Encoder{B: b}
 	e.U64(uint64(de.Ino))
 	e.U32(de.Type)
 	return e.B

@@ -135,6 +135,29 @@ func checkMemberDir(dir string, id uint64, peers Peers) (fresh bool, err error) 
 	return false, nil
 }
 
+// checkSingleDir refuses to serve a member's data directory as a single
+// server: a member's store has no write-ahead log (it is caught up from
+// the raft log beside it, DataDir/raft), so after a crash it lacks the
+// entries since its last flush, which only the raft log holds; a single
+// server would serve that older state as if it were whole.
+func checkSingleDir(dir string) error {
+	b, err := os.ReadFile(filepath.Join(dir, MemberFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("meta: %w", err)
+	}
+	var rec memberRecord
+	who := "a member of a replicated group"
+	if json.Unmarshal(b, &rec) == nil && rec.ID != 0 {
+		who = fmt.Sprintf("member %d of a replicated group", rec.ID)
+	}
+	return fmt.Errorf("%w: %s is the data directory of %s (%s in it): start it with its --id and --peers; "+
+		"a member's store cannot be served by a single server (its latest changes may be only in its raft log)",
+		ErrWrongMember, dir, who, MemberFile)
+}
+
 // writeMemberFile records, atomically and durably, that dir is member id
 // of peers.
 func writeMemberFile(dir string, id uint64, peers Peers) error {

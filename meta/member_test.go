@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/transport"
 )
 
@@ -76,6 +77,29 @@ func TestMemberDir(t *testing.T) {
 	os.WriteFile(filepath.Join(single, "CURRENT"), []byte("x"), 0o644)
 	if _, err := checkMemberDir(single, 1, peers); !errors.Is(err, ErrWrongMember) || !strings.Contains(err.Error(), "not a member's directory") {
 		t.Fatalf("a single server's directory: %v", err)
+	}
+
+	// A single server refuses a member's directory (its store has no
+	// WAL: its latest changes may be in the raft log only), at Run,
+	// before it opens anything; and New refuses a store without a WAL
+	// for a single server.
+	err := Run(context.Background(), Config{DataDir: dir, ListenAddr: "127.0.0.1:0", AllowUnauthenticated: true})
+	if !errors.Is(err, ErrWrongMember) || !strings.Contains(err.Error(), "member 1 of a replicated group") {
+		t.Fatalf("a single server on a member's directory: %v", err)
+	}
+	if after, _ := os.ReadFile(filepath.Join(dir, MemberFile)); string(after) != string(before) {
+		t.Fatal("a refused single server changed the member file")
+	}
+	if names, _ := os.ReadDir(dir); len(names) != 1 {
+		t.Fatalf("a refused single server left %d entries in the directory", len(names))
+	}
+	nowal, err := store.OpenPebble(t.TempDir(), store.PebbleOptions{NoWAL: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nowal.Close()
+	if _, err := New(Options{Store: nowal}); err == nil || !strings.Contains(err.Error(), "needs its write-ahead log") {
+		t.Fatalf("a single server on a store without a WAL: %v", err)
 	}
 
 	bad := t.TempDir()

@@ -73,8 +73,11 @@ type quotaRecord struct {
 // quotaRecordVersion is the format of a quota record (its first byte).
 const quotaRecordVersion = 1
 
-func (r quotaRecord) encode() []byte {
-	e := wire.NewEncoder(33)
+func (r quotaRecord) encode() []byte { return r.appendTo(make([]byte, 0, 33)) }
+
+// appendTo appends the record (encode) to b.
+func (r quotaRecord) appendTo(b []byte) []byte {
+	e := &wire.Encoder{B: b}
 	e.U8(quotaRecordVersion)
 	e.U64(r.usage.Inodes)
 	e.U64(r.usage.Bytes)
@@ -135,43 +138,67 @@ func (t *txn) setQuotaRecord(k quotaKey, r quotaRecord) {
 		t.quotaW = map[quotaKey]quotaRecord{}
 	}
 	t.quotaW[k] = r
-	t.b.Set(store.QuotaKey(k.kind, k.id), r.encode())
+	t.setScratch(store.AppendQuotaKey(t.sm.kb, k.kind, k.id), r.appendTo(t.sm.vb))
 }
 
 // delta is a signed change of an account's usage.
 type delta struct{ inodes, bytes int64 }
 
-func (c charge) addTo(m map[quotaKey]delta, sign int64) {
+// deltas are the usage changes of one command, by account: a few (three
+// per inode changed, most of them shared), so a list searched in place
+// costs less than a map made for each command.
+type deltas []accountDelta
+
+type accountDelta struct {
+	k quotaKey
+	d delta
+}
+
+// add returns ds with account k's usage changed by inodes and bytes.
+func (ds deltas) add(k quotaKey, inodes, bytes int64) deltas {
+	for i := range ds {
+		if ds[i].k == k {
+			ds[i].d.inodes += inodes
+			ds[i].d.bytes += bytes
+			return ds
+		}
+	}
+	return append(ds, accountDelta{k, delta{inodes, bytes}})
+}
+
+// accounts are the accounts an inode's charge counts against.
+func (c charge) accounts() [3]quotaKey {
+	return [...]quotaKey{{uint8(metarpc.QuotaUser), c.uid}, {uint8(metarpc.QuotaGroup), c.gid}, {uint8(metarpc.QuotaProject), c.project}}
+}
+
+// addTo returns ds with c's charge added (sign 1) or taken off (-1).
+func (c charge) addTo(ds deltas, sign int64) deltas {
 	if !c.counted {
-		return
+		return ds
 	}
-	for _, k := range [...]quotaKey{{uint8(metarpc.QuotaUser), c.uid}, {uint8(metarpc.QuotaGroup), c.gid}, {uint8(metarpc.QuotaProject), c.project}} {
-		d := m[k]
-		d.inodes += sign
-		d.bytes += sign * int64(c.bytes)
-		m[k] = d
+	for _, k := range c.accounts() {
+		ds = ds.add(k, sign, sign*int64(c.bytes))
 	}
+	return ds
 }
 
 // chargeQuota adds the usage changes of the command's inode changes to the
 // batch, refusing with EDQUOT a change that takes an account over a limit
 // when the caller is subject to quotas (not root, not trusted).
 func (t *txn) chargeQuota(c *Command) error {
-	deltas := map[quotaKey]delta{}
+	var room [12]accountDelta
+	ds := deltas(room[:0])
 	for ino := range t.dirty {
-		t.orig[ino].addTo(deltas, -1)
-		chargeOf(t.cache[ino]).addTo(deltas, 1)
+		ds = t.orig[ino].addTo(ds, -1)
+		ds = chargeOf(t.cache[ino]).addTo(ds, 1)
 	}
 	for ino := range t.deleted {
-		t.orig[ino].addTo(deltas, -1)
+		ds = t.orig[ino].addTo(ds, -1)
 	}
-	keys := make([]quotaKey, 0, len(deltas))
-	for k, d := range deltas {
-		if d != (delta{}) {
-			keys = append(keys, k)
-		}
-	}
-	slices.SortFunc(keys, func(a, b quotaKey) int { return cmp.Or(cmp.Compare(a.kind, b.kind), cmp.Compare(a.id, b.id)) })
+	ds = slices.DeleteFunc(ds, func(a accountDelta) bool { return a.d == (delta{}) })
+	slices.SortFunc(ds, func(a, b accountDelta) int {
+		return cmp.Or(cmp.Compare(a.k.kind, b.k.kind), cmp.Compare(a.k.id, b.k.id))
+	})
 	// Inode limits and ownership changes bind callers other than root;
 	// byte limits bind every size growth of a file, root's too (only a
 	// trusted in-process caller is exempt): a mount records the size a
@@ -179,8 +206,8 @@ func (t *txn) chargeQuota(c *Command) error {
 	// the writer's credentials.
 	enforce := !isRootCred(c.Cred)
 	enforceBytes := enforce || (c.Cred != nil && (c.Op == OpWriteDone || (c.Op == OpSetAttr && c.SetAttr.Valid&proto.SetSize != 0)))
-	for _, k := range keys {
-		d := deltas[k]
+	for _, kd := range ds {
+		k, d := kd.k, kd.d
 		r, err := t.quota(k)
 		if err != nil {
 			return err
@@ -476,7 +503,13 @@ func checkQuota(st store.Reader) ([]metarpc.QuotaCheck, error) {
 				bad = err
 				return false
 			}
-			chargeOf(n).addTo(counted, 1)
+			c := chargeOf(n)
+			for _, k := range c.accounts() {
+				d := counted[k]
+				d.inodes++
+				d.bytes += int64(c.bytes)
+				counted[k] = d
+			}
 		case store.PrefixQuota:
 			kind, id, ok := store.ParseQuotaKey(k)
 			if !ok {

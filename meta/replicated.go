@@ -70,9 +70,14 @@ type Replica struct {
 // raft leader only: a follower's propose fails with EAGAIN
 // (raftlog.ErrNotLeader, naming the leader), and so does a new leader's
 // until it has applied the earlier terms' entries. Batches are committed
-// unsynced: an entry is durable in the raft log (fsync'd on a majority)
-// before it is applied, and after a crash the log is applied again from
-// the index the store recorded (applied_index).
+// unsynced, and a member's pebble store has no WAL (Run opens it with
+// store.PebbleOptions.NoWAL): an apply is a memtable insert, durable when
+// pebble flushes the memtable. An entry is durable in the raft log
+// (fsync'd on a majority) before it is applied, and after a crash the log
+// is applied again from the index the store recorded in its last flushed
+// state (applied_index: every batch carries it, so it is never ahead of
+// what the store holds). The log is compacted only after a snapshot,
+// whose checkpoint flushes the store first (snapshot.go).
 type raftLog struct {
 	node *raftlog.Node
 	// minIno: new inode numbers below it were allocated before this
@@ -101,6 +106,11 @@ type raftApplier struct {
 	restored func() error
 	// registered is told the id of every target registration applied.
 	registered func(proto.TargetID)
+	// paramSet is told the name of every persisted parameter applied, on
+	// every member: a member that restarts replays the ones its store
+	// lacked (it has no WAL: they may be after its last flush), and
+	// applies them then, not only at start.
+	paramSet func(name string)
 }
 
 // appliedEntry is what Apply returns to the proposer.
@@ -123,6 +133,9 @@ func (a *raftApplier) Apply(index uint64, data []byte) any {
 		a.raise(a.sm.nextIno)
 		if c.Op == OpRegisterTarget && a.registered != nil {
 			a.registered(res.target)
+		}
+		if c.Op == OpSetParam && a.paramSet != nil {
+			a.paramSet(c.Name)
 		}
 	}
 	return appliedEntry{res, err}
@@ -187,7 +200,8 @@ func (s *Server) startReplica(r *Replica) error {
 	l.reads.status = func() raftlog.Status { return l.node.Status() }
 	cfg := raftlog.Config{
 		ID: r.ID, Peers: r.Peers, Storage: r.Log, Transport: r.Transport,
-		SM:           &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno, restored: s.restored, registered: s.reg.noteApplied},
+		SM: &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno, restored: s.restored, registered: s.reg.noteApplied,
+			paramSet: s.applyParams},
 		TickInterval: tick, ElectionTick: r.ElectionTick, HeartbeatTick: r.HeartbeatTick,
 		Logger: s.log,
 		OnLeader: func(term uint64) {

@@ -154,8 +154,14 @@ func Run(ctx context.Context, cfg Config) error {
 		if fresh, err = checkMemberDir(cfg.DataDir, cfg.ID, cfg.Peers); err != nil {
 			return err
 		}
+	} else if err := checkSingleDir(cfg.DataDir); err != nil {
+		return err
 	}
-	st, err := store.OpenPebble(cfg.DataDir, store.PebbleOptions{Logger: log})
+	// A member's store has no WAL of its own: its raft log holds every
+	// entry and is applied again from the store's applied index after a
+	// crash (doc.go, "Durability of a member's two stores"). A single
+	// server's store is its own record and keeps its WAL.
+	st, err := store.OpenPebble(cfg.DataDir, store.PebbleOptions{Logger: log, NoWAL: cfg.ID != 0})
 	if err != nil {
 		return fmt.Errorf("meta: %w", err)
 	}

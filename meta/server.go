@@ -315,6 +315,11 @@ func New(opts Options) (*Server, error) {
 	if opts.RebuildScan <= 0 {
 		opts.RebuildScan = DefaultRebuildScan
 	}
+	if nw, ok := opts.Store.(interface{ NoWAL() bool }); ok && nw.NoWAL() && opts.Replica == nil {
+		// Its commits would be durable only at a flush, and nothing
+		// else records them: acknowledged changes would be lost.
+		return nil, errors.New("meta: a single server's store needs its write-ahead log (open it without store.PebbleOptions.NoWAL)")
+	}
 	sm, err := openStateMachine(opts.Store)
 	if err != nil {
 		return nil, err

@@ -14,6 +14,7 @@ import (
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
 )
 
 // Limits the state machine enforces.
@@ -76,7 +77,37 @@ type stateMachine struct {
 	// was made (in memory, on every member): the leader's rebuild scans
 	// the files for stale objects when it moved (rebuild.go).
 	staleMarks atomic.Uint64
+	// kb and vb are scratch buffers for the keys and values a command
+	// writes (txn.set: store.Batch copies them), and spare a txn whose
+	// maps the next command reuses (newTxn, release): every member applies
+	// every entry, and what the apply path allocates, each member pays
+	// in garbage collection.
+	kb, vb []byte
+	// dirs caches directory inodes as committed (at most maxCachedDirs):
+	// a create, unlink or rename reads its directories on every member,
+	// and a pebble read costs more than a copy. txn.get hands out copies
+	// (a command changes its inodes in place, and may fail); commit
+	// stores copies of the directories it wrote and drops what it
+	// deleted. The state machine is the store's only writer, so the
+	// cache is what the store holds; it is dropped with the store
+	// (replaceWith).
+	dirs  map[proto.Ino]*inode
+	rk    []byte       // the key of a read (txn.get, lookup): room for any
+	enc   wire.Encoder // for records encoded by function (encodeAttrDisk)
+	spare *txn
 }
+
+// maxCachedDirs bounds stateMachine.dirs: about 300 bytes each.
+const maxCachedDirs = 4096
+
+// Keys of the counters a command writes (store.Batch copies its
+// arguments: these are never changed).
+var (
+	keyNextIno    = store.CounterKey(store.CounterNextIno)
+	keyInodes     = store.CounterKey(store.CounterInodes)
+	keyNextTarget = store.CounterKey(store.CounterNextTarget)
+	keyApplied    = store.CounterKey(store.CounterApplied)
+)
 
 // applyResult is what a command did, for the proposer's in-memory work.
 type applyResult struct {
@@ -110,7 +141,7 @@ func errnof(errno syscall.Errno, format string, args ...any) error {
 
 func openStateMachine(st store.Store) (*stateMachine, error) {
 	sm := &stateMachine{st: st, newestSeq: map[replySession]uint64{}, uuidToID: map[string]proto.TargetID{}, idToUUID: map[proto.TargetID]string{},
-		quotas: map[quotaKey]quotaRecord{}}
+		quotas: map[quotaKey]quotaRecord{}, rk: make([]byte, 0, 1+8+MaxNameLen), dirs: map[proto.Ino]*inode{}}
 	var err error
 	if sm.nextIno, err = getCounter(st, store.CounterNextIno); err != nil {
 		return nil, err
@@ -206,9 +237,14 @@ func (t *txn) get(ino proto.Ino) (*inode, error) {
 	if t.deleted[ino] || ino == 0 {
 		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
 	}
-	n, err := loadInode(t.sm.st, ino)
-	if err != nil {
-		return nil, err
+	n := t.sm.dirs[ino]
+	if n != nil {
+		n = n.clone()
+	} else {
+		var err error
+		if n, err = loadInodeBuf(t.sm.st, ino, t.sm.rk); err != nil {
+			return nil, err
+		}
 	}
 	t.cache[ino] = n
 	t.orig[ino] = chargeOf(n)
@@ -233,11 +269,37 @@ func (t *txn) put(n *inode) {
 }
 
 func (t *txn) lookup(parent proto.Ino, name string) (dirent, bool, error) {
-	return loadDirent(t.sm.st, parent, name)
+	return loadDirentBuf(t.sm.st, parent, name, t.sm.rk)
 }
 
 func (t *txn) setDirent(parent proto.Ino, name string, child *inode) {
-	t.b.Set(store.DirentKey(uint64(parent), name), dirent{Ino: child.Ino, Type: child.Mode & syscall.S_IFMT}.encode())
+	t.setScratch(store.AppendDirentKey(t.sm.kb, uint64(parent), name), dirent{Ino: child.Ino, Type: child.Mode & syscall.S_IFMT}.appendTo(t.sm.vb))
+}
+
+// setScratch writes key → value in the batch, key built by appending to
+// t.sm.kb and value to t.sm.vb (both empty: the state machine's scratch
+// buffers): the batch copies them, and the buffers keep what they grew
+// to for the next write. Nothing else may be passed: the next write
+// would append over it.
+func (t *txn) setScratch(key, value []byte) {
+	t.b.Set(key, value)
+	t.sm.kb, t.sm.vb = key[:0], value[:0]
+}
+
+// encoder returns the state machine's encoder on its value buffer
+// (empty): an encoder of its own on the heap for each record would be
+// garbage (encodeAttrDisk passes it on to a function value, so escape
+// analysis cannot keep it on the stack).
+func (t *txn) encoder() *wire.Encoder {
+	t.sm.enc.B = t.sm.vb
+	return &t.sm.enc
+}
+
+// setU64 writes key (not a scratch buffer) → v, big-endian.
+func (t *txn) setU64(key []byte, v uint64) {
+	val := binary.BigEndian.AppendUint64(t.sm.vb, v)
+	t.b.Set(key, val)
+	t.sm.vb = val[:0]
 }
 
 // dropLink decrements n's link count; at 0 the inode becomes an orphan.
@@ -257,19 +319,19 @@ func (t *txn) dropLink(n *inode, now int64) {
 
 func (t *txn) commit() error {
 	for ino := range t.dirty {
-		t.b.Set(store.InodeKey(uint64(ino)), t.cache[ino].encode())
+		t.setScratch(store.AppendInodeKey(t.sm.kb, uint64(ino)), t.cache[ino].appendTo(t.encoder()))
 	}
 	for ino := range t.deleted {
-		t.b.Delete(store.InodeKey(uint64(ino)))
+		t.b.Delete(store.AppendInodeKey(t.sm.kb, uint64(ino)))
 	}
 	if t.nextIno != t.sm.nextIno {
-		t.b.Set(store.CounterKey(store.CounterNextIno), u64(t.nextIno))
+		t.setU64(keyNextIno, t.nextIno)
 	}
 	if t.inodes != t.sm.inodes {
-		t.b.Set(store.CounterKey(store.CounterInodes), u64(t.inodes))
+		t.setU64(keyInodes, t.inodes)
 	}
 	if t.nextTarget != t.sm.nextTarget {
-		t.b.Set(store.CounterKey(store.CounterNextTarget), u64(uint64(t.nextTarget)))
+		t.setU64(keyNextTarget, uint64(t.nextTarget))
 	}
 	if t.b.Len() == 0 {
 		return nil
@@ -277,13 +339,27 @@ func (t *txn) commit() error {
 	// Every batch records its log index: on a single server one more than
 	// the last, so that a store which lost batches at the end of its log
 	// knows less than its durable mark (store.Mark).
-	t.b.Set(store.CounterKey(store.CounterApplied), u64(t.index))
+	t.setU64(keyApplied, t.index)
 	if err := t.b.Commit(t.sync); err != nil {
 		return errnof(syscall.EIO, "commit: %v", err)
 	}
 	t.sm.nextIno, t.sm.inodes, t.sm.nextTarget = t.nextIno, t.inodes, t.nextTarget
 	for k, r := range t.quotaW {
 		t.sm.quotas[k] = r
+	}
+	for ino := range t.dirty {
+		n := t.cache[ino]
+		if !n.IsDir() || n.Nlink == 0 {
+			delete(t.sm.dirs, ino)
+			continue
+		}
+		if _, ok := t.sm.dirs[ino]; !ok && len(t.sm.dirs) >= maxCachedDirs {
+			clear(t.sm.dirs) // simple, and rare: the hot directories come back at once
+		}
+		t.sm.dirs[ino] = n.clone()
+	}
+	for ino := range t.deleted {
+		delete(t.sm.dirs, ino)
 	}
 	t.sm.applied = t.index
 	t.res.wrote = true
@@ -299,7 +375,7 @@ func (sm *stateMachine) replaceWith(fresh *stateMachine) {
 	sm.st, sm.nextIno, sm.inodes, sm.nextTarget = fresh.st, fresh.nextIno, fresh.inodes, fresh.nextTarget
 	sm.applied, sm.fsid, sm.newestSeq = fresh.applied, fresh.fsid, fresh.newestSeq
 	sm.uuidToID, sm.idToUUID = fresh.uuidToID, fresh.idToUUID
-	sm.quotas = fresh.quotas
+	sm.quotas, sm.dirs = fresh.quotas, fresh.dirs
 	if fresh.fsid != "" {
 		sm.fsidPub.Store(&fresh.fsid)
 	}
@@ -331,7 +407,7 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		}
 	}
 	t := sm.newTxn(sync, index)
-	defer t.b.Close()
+	defer sm.release(t)
 	var err error
 	switch c.Op {
 	case OpInit:
@@ -413,9 +489,9 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 	case dedupe:
 		sm.noteReply(c)
 	}
-	if t.res.fsid != "" {
-		sm.fsid = t.res.fsid
-		sm.fsidPub.Store(&t.res.fsid)
+	if fsid := t.res.fsid; fsid != "" {
+		sm.fsid = fsid
+		sm.fsidPub.Store(&fsid) // not &t.res.fsid: t is reused (release)
 	}
 	if c.Op == OpRegisterTarget {
 		sm.uuidToID[c.Text] = t.res.target
@@ -424,13 +500,35 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 	return t.res, nil
 }
 
+// newTxn starts a command's transaction: the spare one's maps, emptied,
+// if there is one (a txn made while another is open, rememberFailure's,
+// gets maps of its own). release gives it back.
 func (sm *stateMachine) newTxn(sync bool, index uint64) *txn {
-	return &txn{
-		sm: sm, b: sm.st.NewBatch(), sync: sync, index: index,
-		cache: map[proto.Ino]*inode{}, dirty: map[proto.Ino]bool{}, deleted: map[proto.Ino]bool{},
-		orig:    map[proto.Ino]charge{},
-		nextIno: sm.nextIno, inodes: sm.inodes, nextTarget: sm.nextTarget,
+	t := sm.spare
+	sm.spare = nil
+	if t == nil {
+		t = &txn{cache: map[proto.Ino]*inode{}, dirty: map[proto.Ino]bool{}, deleted: map[proto.Ino]bool{},
+			orig: map[proto.Ino]charge{}}
 	}
+	t.sm, t.b, t.sync, t.index = sm, sm.st.NewBatch(), sync, index
+	t.nextIno, t.inodes, t.nextTarget = sm.nextIno, sm.inodes, sm.nextTarget
+	return t
+}
+
+// release closes t's batch (a no-op after its commit) and keeps t, its
+// maps emptied, for the next command. Nothing of t may be used after it:
+// the result the command returns is a copy of t.res, whose slices are not
+// reused.
+func (sm *stateMachine) release(t *txn) {
+	t.b.Close()
+	t.b = nil
+	clear(t.cache)
+	clear(t.dirty)
+	clear(t.deleted)
+	clear(t.orig)
+	clear(t.quotaW)
+	t.res = applyResult{}
+	sm.spare = t
 }
 
 func (t *txn) init(c *Command) error {

@@ -28,6 +28,10 @@ var errNoSnapshots = errors.New("meta: this store cannot be checkpointed (a repl
 // Snapshot implements raftlog.StateMachine: it records index as the
 // applied index (entries that are not commands, such as a new leader's
 // empty entry, reach the store only here), then checkpoints the store.
+// The checkpoint also makes every applied entry durable in the store
+// itself (store.Checkpointer: a store without a WAL flushes its memtable
+// first), and that is what lets raftlog compact the log up to index
+// once this returns: after a crash the store is never behind it.
 func (a *raftApplier) Snapshot(index uint64, dir string) error {
 	cp, ok := a.sm.st.(store.Checkpointer)
 	if !ok {
@@ -64,6 +68,10 @@ func (a *raftApplier) Restore(index uint64, dir string) error {
 	}
 	a.sm.replaceWith(fresh)
 	if a.sm.applied < index {
+		// Synced (without a WAL: flushed), or a crash would leave the
+		// store at the checkpoint's own index, below the log's start;
+		// raftlog would restore the snapshot again, which is safe but
+		// slow.
 		if err := a.sm.recordApplied(index, true); err != nil {
 			return err
 		}

@@ -74,7 +74,8 @@ func (r *pebbleSet) tryStart(id uint64) error {
 		r.fs[id] = vfs.NewCrashableMem()
 	}
 	quiet := slog.New(slog.DiscardHandler)
-	st, err := store.OpenPebble("store", store.PebbleOptions{FS: r.fs[id], CacheSize: 1 << 20, Logger: quiet})
+	// As Run opens a member's store: without a WAL.
+	st, err := store.OpenPebble("store", store.PebbleOptions{FS: r.fs[id], CacheSize: 1 << 20, Logger: quiet, NoWAL: true})
 	if err != nil {
 		return err
 	}

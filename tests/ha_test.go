@@ -40,73 +40,109 @@ func TestHAKillLeader(t *testing.T) {
 	mnt := c.Mount(0)
 	old := c.WaitMetaLeader()
 
-	const workers = 4
-	var (
-		acked   [workers][]string
-		errs    []error
-		errMu   sync.Mutex
-		total   atomic.Int64
-		stop    atomic.Bool
-		wg      sync.WaitGroup
-		content = func(w int, name string) []byte { return []byte(fmt.Sprintf("%d/%s\n", w, name)) }
-	)
+	load := startCreates(t, mnt, 4)
+	load.wait(200, "before the kill")
+	t.Logf("killing leader meta-%d (pid %d) after %d creates", old+1, c.MetaMemberPID(old), load.total.Load())
+	c.StopMetaMember(old)
+	load.wait(200, "after the kill")
+	load.stop()
+	leader := c.WaitMetaLeader()
+	if leader == old {
+		t.Fatalf("meta-%d was killed but is reported leader", old+1)
+	}
+	load.check()
+	t.Logf("%d creates acknowledged, all there once; new leader meta-%d", load.total.Load(), leader+1)
+
+	// The killed member comes back as a follower and catches up; the
+	// group keeps serving.
+	c.StartMetaMember(old)
+	if err := os.WriteFile(filepath.Join(mnt, "after-restart"), []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createLoad is an mdtest-style create load through a mount: each worker
+// creates small files in its own directory (w<N>), writing and closing
+// each, and records the ones acknowledged.
+type createLoad struct {
+	t       *testing.T
+	mnt     string
+	acked   [][]string
+	errMu   sync.Mutex
+	errs    []error
+	total   atomic.Int64
+	stopped atomic.Bool
+	wg      sync.WaitGroup
+}
+
+func createContent(w int, name string) []byte { return []byte(fmt.Sprintf("%d/%s\n", w, name)) }
+
+// startCreates starts workers creating files under mnt.
+func startCreates(t *testing.T, mnt string, workers int) *createLoad {
+	l := &createLoad{t: t, mnt: mnt, acked: make([][]string, workers)}
 	for w := range workers {
 		dir := filepath.Join(mnt, fmt.Sprintf("w%d", w))
 		if err := os.Mkdir(dir, 0o755); err != nil {
 			t.Fatal(err)
 		}
-		wg.Add(1)
+		l.wg.Add(1)
 		go func() {
-			defer wg.Done()
-			for i := 0; !stop.Load(); i++ {
+			defer l.wg.Done()
+			for i := 0; !l.stopped.Load(); i++ {
 				name := fmt.Sprintf("f%06d", i)
-				if err := os.WriteFile(filepath.Join(dir, name), content(w, name), 0o644); err != nil {
-					errMu.Lock()
-					errs = append(errs, fmt.Errorf("worker %d: create %s: %w", w, name, err))
-					errMu.Unlock()
+				if err := os.WriteFile(filepath.Join(dir, name), createContent(w, name), 0o644); err != nil {
+					l.errMu.Lock()
+					l.errs = append(l.errs, fmt.Errorf("worker %d: create %s: %w", w, name, err))
+					l.errMu.Unlock()
 					return
 				}
-				acked[w] = append(acked[w], name)
-				total.Add(1)
+				l.acked[w] = append(l.acked[w], name)
+				l.total.Add(1)
 			}
 		}()
 	}
-	// waitCreates waits until n more creates were acknowledged (or a
-	// worker failed: the check below reports it).
-	waitCreates := func(n int64, what string) {
-		t.Helper()
-		want := total.Load() + n
-		deadline := time.Now().Add(3 * time.Minute) // against hangs only
-		for total.Load() < want {
-			errMu.Lock()
-			failed := len(errs) > 0
-			errMu.Unlock()
-			if failed {
-				return
-			}
-			if time.Now().After(deadline) {
-				stop.Store(true)
-				t.Fatalf("%s: only %d of %d creates acknowledged", what, total.Load(), want)
-			}
-			time.Sleep(10 * time.Millisecond)
-		}
-	}
-	waitCreates(200, "before the kill")
-	t.Logf("killing leader meta-%d (pid %d) after %d creates", old+1, c.MetaMemberPID(old), total.Load())
-	c.StopMetaMember(old)
-	waitCreates(200, "after the kill")
-	stop.Store(true)
-	wg.Wait()
-	if len(errs) > 0 {
-		t.Fatalf("the application saw errors across the failover: %v", errs)
-	}
-	leader := c.WaitMetaLeader()
-	if leader == old {
-		t.Fatalf("meta-%d was killed but is reported leader", old+1)
-	}
+	t.Cleanup(func() { l.stopped.Store(true); l.wg.Wait() })
+	return l
+}
 
-	for w := range workers {
-		dir := filepath.Join(mnt, fmt.Sprintf("w%d", w))
+// wait waits until n more creates were acknowledged (or a worker failed:
+// check reports it).
+func (l *createLoad) wait(n int64, what string) {
+	l.t.Helper()
+	want := l.total.Load() + n
+	deadline := time.Now().Add(3 * time.Minute) // against hangs only
+	for l.total.Load() < want {
+		l.errMu.Lock()
+		failed := len(l.errs) > 0
+		l.errMu.Unlock()
+		if failed {
+			return
+		}
+		if time.Now().After(deadline) {
+			l.stopped.Store(true)
+			l.t.Fatalf("%s: only %d of %d creates acknowledged", what, l.total.Load(), want)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// stop stops the workers and fails the test if any saw an error.
+func (l *createLoad) stop() {
+	l.t.Helper()
+	l.stopped.Store(true)
+	l.wg.Wait()
+	if len(l.errs) > 0 {
+		l.t.Fatalf("the application saw errors: %v", l.errs)
+	}
+}
+
+// check checks, through the mount, that every acknowledged create is
+// there exactly once, with its content, and nothing else is.
+func (l *createLoad) check() {
+	t := l.t
+	t.Helper()
+	for w := range l.acked {
+		dir := filepath.Join(l.mnt, fmt.Sprintf("w%d", w))
 		ents, err := os.ReadDir(dir)
 		if err != nil {
 			t.Fatal(err)
@@ -116,30 +152,22 @@ func TestHAKillLeader(t *testing.T) {
 			names = append(names, e.Name())
 		}
 		slices.Sort(names)
-		want := slices.Clone(acked[w])
+		want := slices.Clone(l.acked[w])
 		slices.Sort(want)
 		if !slices.Equal(names, want) {
 			t.Errorf("w%d: %d entries, %d creates acknowledged; extra %v, missing %v", w, len(names), len(want),
 				missingFrom(names, want), missingFrom(want, names))
 		}
-		for _, name := range acked[w] {
+		for _, name := range l.acked[w] {
 			got, err := os.ReadFile(filepath.Join(dir, name))
 			if err != nil {
 				t.Errorf("w%d/%s: %v", w, name, err)
 				continue
 			}
-			if !bytes.Equal(got, content(w, name)) {
-				t.Errorf("w%d/%s holds %q, want %q", w, name, got, content(w, name))
+			if !bytes.Equal(got, createContent(w, name)) {
+				t.Errorf("w%d/%s holds %q, want %q", w, name, got, createContent(w, name))
 			}
 		}
-	}
-	t.Logf("%d creates acknowledged, all there once; new leader meta-%d", total.Load(), leader+1)
-
-	// The killed member comes back as a follower and catches up; the
-	// group keeps serving.
-	c.StartMetaMember(old)
-	if err := os.WriteFile(filepath.Join(mnt, "after-restart"), []byte("x"), 0o644); err != nil {
-		t.Fatal(err)
 	}
 }
 

@@ -6,10 +6,12 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/weft-fs/weft/auth"
 	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/transport"
 )
 
@@ -59,6 +61,41 @@ func (c *Cluster) StopMetaMember(i int) { c.kill(c.metas[i]) }
 func (c *Cluster) StartMetaMember(i int) {
 	c.t.Helper()
 	c.startListener(c.metas[i], false)
+}
+
+// StopMetaMemberClean stops metadata server i with SIGTERM, as an admin
+// would (it closes its store cleanly), and waits for it to exit; if it
+// has not after Options.Ready, it is SIGKILLed and the test fails.
+func (c *Cluster) StopMetaMemberClean(i int) {
+	c.t.Helper()
+	p := c.metas[i]
+	if !p.running() {
+		return
+	}
+	p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(c.opts.Ready):
+		c.kill(p)
+		c.t.Fatalf("testcluster: %s did not stop within %v of SIGTERM", p.name, c.opts.Ready)
+	}
+}
+
+// MetaMemberDir returns the data directory of metadata server i.
+func (c *Cluster) MetaMemberDir(i int) string {
+	return filepath.Join(c.dir, "meta", fmt.Sprint(i+1))
+}
+
+// MetaMemberStatus asks running metadata server i for its own raft state
+// (as `weft status` does, with the client's key).
+func (c *Cluster) MetaMemberStatus(ctx context.Context, i int) (proto.ReplicaStatus, error) {
+	k, err := auth.Load(c.Keys("client"))
+	if err != nil {
+		return proto.ReplicaStatus{}, err
+	}
+	pool := transport.NewPool(transport.NewTCPWith(transport.TCPOptions{Security: k.Security(false)}), transport.PoolOptions{})
+	defer pool.Close()
+	return metarpc.NewClient(pool, c.metas[i].addr).MemberStatus(ctx)
 }
 
 // MetaMemberPID returns the process id of metadata server i, 0 if it is

@@ -22,7 +22,9 @@ type Checkpointer interface {
 	// Dir is the store's directory.
 	Dir() string
 	// Checkpoint writes a consistent copy of every batch committed so
-	// far into dir (which must not exist), durable when it returns.
+	// far into dir (which must not exist), durable when it returns; those
+	// batches are then durable in the store itself too (the WAL synced,
+	// or, without one, the memtable flushed).
 	Checkpoint(dir string) error
 	// Replace replaces the store's whole content with the checkpoint in
 	// dir, atomically: after a crash at any point the store opens as the
@@ -49,12 +51,21 @@ func (p *Pebble) FS() vfs.FS { return p.fs }
 func (p *Pebble) Dir() string { return p.dir }
 
 // Checkpoint implements Checkpointer with a pebble checkpoint (tables
-// hard-linked, the WAL flushed and copied, every file synced).
+// hard-linked, the WAL flushed and copied, every file synced). Without a
+// WAL the memtable is flushed first: a checkpoint copies tables and WAL,
+// and the commits since the last flush are in neither. That flush also
+// makes them durable in the store itself, which a replica's log
+// compaction after a snapshot relies on (package meta).
 func (p *Pebble) Checkpoint(dir string) error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if err := p.err(); err != nil {
 		return err
+	}
+	if p.opts.NoWAL {
+		if err := p.flushLocked(); err != nil {
+			return fmt.Errorf("store: checkpoint: %w", err)
+		}
 	}
 	if err := p.db.Checkpoint(dir, pebble.WithFlushedWAL()); err != nil {
 		return fmt.Errorf("store: checkpoint: %w", p.checkCorrupt(err))

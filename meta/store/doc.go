@@ -60,11 +60,33 @@
 // 32 KiB, a restored older copy) package meta detects with its durable
 // mark.
 //
+// # Durability: with a WAL, or without one
+//
+// By default the pebble store has a write-ahead log: Commit(false) is a
+// WAL write (not synced) and a memtable insert, durable after a later
+// Sync or Commit(true), which sync the WAL. A single metadata server runs
+// so: its store is its own record, and its durable mark (Mark) counts
+// what a synced commit made durable.
+//
+// With PebbleOptions.NoWAL (pebble's DisableWAL; package meta opens a
+// raft member's store so) a commit is a memtable insert only, and
+// durable once its memtable is flushed to a table: when the memtable
+// fills, or at Flush, Sync, Commit(true), Checkpoint and Close, which all
+// flush first. Flushes write whole memtables in commit order, so after a
+// crash the store is exactly its last flushed state, a prefix of its
+// batches with every batch whole: the applied counter that each batch
+// of package meta carries is never ahead of what the store holds. The
+// rest is caught up from the raft log, which holds every entry. Nothing
+// here takes the missing tail for damage: there is no WAL to find cut
+// short, and replicas keep no durable mark. A WAL that an earlier open
+// with one left is replayed at open, then flushed.
+//
 // # Checkpoints and replacement (replicas' snapshots)
 //
 // The pebble store is a Checkpointer: Checkpoint writes a consistent copy
 // of every committed batch into a new directory (pebble's checkpoint:
-// tables hard-linked, the WAL flushed and copied), which package
+// tables hard-linked, the WAL flushed and copied; without a WAL the
+// memtable flushed first), which package
 // meta/raftlog seals and streams to a replica that fell behind; Replace
 // makes such a copy the store's whole content, atomically. It copies the
 // checkpoint (tables linked, as pebble never changes a table, other files
@@ -85,5 +107,6 @@
 //   - Every stored inode number is below the next_ino counter, so numbers are
 //     never reused, also across restarts.
 //   - A batch is applied whole or not at all; Commit(false) is visible to
-//     readers at once but durable only after a later Sync or Commit(true).
+//     readers at once but durable only after a later Sync or Commit(true)
+//     (or a Checkpoint, or, without a WAL, any flush: see Durability).
 package store

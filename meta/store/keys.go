@@ -51,6 +51,20 @@ func u64key(prefix byte, v uint64) []byte {
 // InodeKey is "i" + ino.
 func InodeKey(ino uint64) []byte { return u64key(PrefixInode, ino) }
 
+// The Append forms below append a key to dst and return the result, so
+// that a writer can build its keys in a buffer it reuses (Batch copies
+// what it is given).
+
+// AppendInodeKey appends InodeKey(ino) to dst.
+func AppendInodeKey(dst []byte, ino uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, PrefixInode), ino)
+}
+
+// AppendDirentKey appends DirentKey(parent, name) to dst.
+func AppendDirentKey(dst []byte, parent uint64, name string) []byte {
+	return append(binary.BigEndian.AppendUint64(append(dst, PrefixDirent), parent), name...)
+}
+
 // DirPrefix is "d" + parent: the prefix of every entry of one directory.
 func DirPrefix(parent uint64) []byte { return u64key(PrefixDirent, parent) }
 
@@ -109,6 +123,13 @@ func ReplyKey(prefix []byte, slot uint64) []byte {
 	return binary.BigEndian.AppendUint64(append(make([]byte, 0, len(prefix)+8), prefix...), slot)
 }
 
+// AppendReplyKey appends ReplyKey(ReplyPrefix(session, name), slot) to dst.
+func AppendReplyKey(dst []byte, session [16]byte, name string, slot uint64) []byte {
+	dst = append(append(dst, PrefixReply), session[:]...)
+	dst = append(binary.BigEndian.AppendUint16(dst, uint16(len(name))), name...)
+	return binary.BigEndian.AppendUint64(dst, slot)
+}
+
 // ParseReplyKey splits a reply key into its session prefix and slot; ok is
 // false for a malformed key.
 func ParseReplyKey(k []byte) (prefix []byte, slot uint64, ok bool) {
@@ -124,8 +145,11 @@ func ParseReplyKey(k []byte) (prefix []byte, slot uint64, ok bool) {
 
 // QuotaKey is "q" + kind + id: the account of one user (kind 1), group
 // (2) or project (3).
-func QuotaKey(kind uint8, id uint32) []byte {
-	return binary.BigEndian.AppendUint32([]byte{PrefixQuota, kind}, id)
+func QuotaKey(kind uint8, id uint32) []byte { return AppendQuotaKey(nil, kind, id) }
+
+// AppendQuotaKey appends QuotaKey(kind, id) to dst.
+func AppendQuotaKey(dst []byte, kind uint8, id uint32) []byte {
+	return binary.BigEndian.AppendUint32(append(dst, PrefixQuota, kind), id)
 }
 
 // ParseQuotaKey splits a quota key; ok is false for a malformed key.

@@ -55,6 +55,17 @@ type PebbleOptions struct {
 	Logger *slog.Logger
 	// SkipCheck skips the consistency check at open (see OpenPebble).
 	SkipCheck bool
+	// NoWAL opens the database without a write-ahead log (pebble's
+	// DisableWAL): a commit is a memtable insert only, and it becomes
+	// durable when its memtable is flushed to a table (when it fills, or
+	// by Flush, Sync, Commit(true), Checkpoint and Close, which all flush
+	// first). After a crash the store is its last flushed state: a
+	// prefix of its batches, whole. For a replica's store, whose raft log
+	// holds every entry and is applied again from the index the store
+	// recorded (package meta); never for a store that is its own record.
+	// A WAL left by an earlier open with one is still replayed, then
+	// flushed, at open.
+	NoWAL bool
 }
 
 // OpenPebble opens (or creates) the pebble database in dir. It refuses,
@@ -115,6 +126,7 @@ func (p *Pebble) open() error {
 	opts := &pebble.Options{
 		Cache: c, Logger: pebbleLogger{p}, FS: p.fs,
 		FormatMajorVersion: pebble.FormatNewest,
+		DisableWAL:         o.NoWAL,
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
 				p.log.Error("store: pebble background error", "dir", dir, "err", err)
@@ -144,7 +156,10 @@ func (p *Pebble) open() error {
 	p.db = db
 	// The WAL that Open created was begun before the format version took
 	// effect and so lacks sync offsets: rotate to one that has them (the
-	// memtable is empty after replay, so this writes nothing).
+	// memtable is empty after replay, so this writes nothing). Without a
+	// WAL (NoWAL) this flushes what a WAL of an earlier open replayed, so
+	// that it is in a table before any new batch, which no WAL records,
+	// follows it.
 	if err := db.Flush(); err != nil {
 		db.Close()
 		return fmt.Errorf("store: open pebble in %s: rotate WAL: %w", dir, err)
@@ -225,11 +240,17 @@ func (p *Pebble) checkCorrupt(err error) error {
 	return err
 }
 
-// Flush writes the memtable out as a table (tests, and an operator who
-// wants the WAL short before a copy).
+// Flush writes the memtable out as a table, durably (tests, an operator
+// who wants the WAL short before a copy, and every durability point of a
+// store without a WAL).
 func (p *Pebble) Flush() error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
+	return p.flushLocked()
+}
+
+// flushLocked is Flush for a caller that holds p.mu.
+func (p *Pebble) flushLocked() error {
 	if err := p.err(); err != nil {
 		return err
 	}
@@ -238,6 +259,10 @@ func (p *Pebble) Flush() error {
 	}
 	return nil
 }
+
+// NoWAL reports whether the store runs without a write-ahead log
+// (PebbleOptions.NoWAL): what it has durably is its last flush.
+func (p *Pebble) NoWAL() bool { return p.opts.NoWAL }
 
 // Err returns the error every call returns once the database failed
 // (nil while it is sound).
@@ -305,12 +330,15 @@ func (p *Pebble) NewBatch() Batch {
 }
 
 // Sync implements Store: a synced empty log record flushes the WAL, and with
-// it every earlier unsynced commit.
+// it every earlier unsynced commit. Without a WAL it flushes the memtable.
 func (p *Pebble) Sync() error {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if err := p.err(); err != nil {
 		return err
+	}
+	if p.opts.NoWAL {
+		return p.flushLocked()
 	}
 	if err := p.db.LogData(nil, pebble.Sync); err != nil {
 		return fmt.Errorf("store: sync: %w", p.checkCorrupt(err))
@@ -318,17 +346,24 @@ func (p *Pebble) Sync() error {
 	return nil
 }
 
-// Close implements Store.
+// Close implements Store. Without a WAL the memtable is flushed first, so
+// a clean stop keeps every commit (a crash keeps the last flush).
 func (p *Pebble) Close() error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.db == nil {
 		return nil // a Replace failed to reopen it
 	}
-	if err := p.db.Close(); err != nil {
-		return fmt.Errorf("store: close: %w", err)
+	var ferr error
+	if p.opts.NoWAL && p.err() == nil {
+		if ferr = p.db.Flush(); ferr != nil {
+			ferr = fmt.Errorf("store: close: flush: %w", ferr)
+		}
 	}
-	return nil
+	if err := p.db.Close(); err != nil {
+		return errors.Join(ferr, fmt.Errorf("store: close: %w", err))
+	}
+	return ferr
 }
 
 type pebbleBatch struct {
@@ -365,13 +400,17 @@ func (b *pebbleBatch) Commit(sync bool) error {
 		return errors.New("store: commit: the store was replaced since the batch was made")
 	}
 	opts := pebble.NoSync
-	if sync {
+	if sync && !b.p.opts.NoWAL {
 		opts = pebble.Sync
 	}
 	err := b.b.Commit(opts)
 	b.b.Close()
 	if err != nil {
 		return fmt.Errorf("store: commit: %w", b.p.checkCorrupt(err))
+	}
+	if sync && b.p.opts.NoWAL {
+		// Without a WAL a batch is durable once its memtable is flushed.
+		return b.p.flushLocked()
 	}
 	return nil
 }

@@ -48,7 +48,8 @@ type Store interface {
 
 // Batch collects writes that Commit applies atomically: all or nothing,
 // visible to readers at once when Commit returns. A batch is used by one
-// goroutine and cannot be reused after Commit or Close.
+// goroutine and cannot be reused after Commit or Close. Set, Delete and
+// DeletePrefix copy their arguments: the caller may reuse them at once.
 type Batch interface {
 	Set(key, value []byte)
 	Delete(key []byte)

@@ -127,3 +127,40 @@ func TestGCKey(t *testing.T) {
 		t.Fatal("short key parsed")
 	}
 }
+
+// TestAppendKeys: each Append form appends the same bytes as its plain
+// form, after what dst held.
+func TestAppendKeys(t *testing.T) {
+	sess := [16]byte{1, 2, 3}
+	for _, tc := range []struct{ got, want []byte }{
+		{AppendInodeKey([]byte("x"), 42), append([]byte("x"), InodeKey(42)...)},
+		{AppendDirentKey([]byte("x"), 7, "name"), append([]byte("x"), DirentKey(7, "name")...)},
+		{AppendReplyKey([]byte("x"), sess, "client", 9), append([]byte("x"), ReplyKey(ReplyPrefix(sess, "client"), 9)...)},
+		{AppendQuotaKey([]byte("x"), 2, 1000), append([]byte("x"), QuotaKey(2, 1000)...)},
+	} {
+		if string(tc.got) != string(tc.want) {
+			t.Errorf("got %q, want %q", tc.got, tc.want)
+		}
+	}
+}
+
+// TestBatchCopies: a batch keeps what Set was given, though the caller
+// changes its buffers after the call.
+func TestBatchCopies(t *testing.T) {
+	for name, s := range impls(t) {
+		t.Run(name, func(t *testing.T) {
+			defer s.Close()
+			b := s.NewBatch()
+			k, v := []byte("key"), []byte("value")
+			b.Set(k, v)
+			copy(k, "xxx")
+			copy(v, "xxxxx")
+			if err := b.Commit(false); err != nil {
+				t.Fatal(err)
+			}
+			if got, err := s.Get([]byte("key")); err != nil || string(got) != "value" {
+				t.Fatalf("got %q, %v", got, err)
+			}
+		})
+	}
+}
