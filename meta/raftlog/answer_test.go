@@ -173,3 +173,40 @@ func TestSnapshotNotAnswered(t *testing.T) {
 		t.Fatalf("routed: rest %v, answer %v", rest, a.msgs)
 	}
 }
+
+// TestDropCommitOnly: while proposals are held, a leader drops the empty
+// appends (commit index only) to followers that replicate normally, and
+// keeps those to a follower being probed, appends with entries, and
+// other messages.
+func TestDropCommitOnly(t *testing.T) {
+	c := newCluster(t, 3, nil)
+	lead := c.waitLeader(c.ids)
+	if _, err := c.propose(lead, "a=1"); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	fs := others(c.ids, lead)
+	replicating, probed := fs[0], fs[1]
+	// A report of an unreachable follower makes raft probe it.
+	if err := c.nodes[lead].do(context.Background(), func() { c.nodes[lead].rn.ReportUnreachable(probed) }); err != nil {
+		t.Fatal(err)
+	}
+	c.settle()
+	empty := func(to uint64) *pb.Message {
+		return &pb.Message{Type: pb.MessageType_MsgApp.Enum(), To: new(to), Commit: new(uint64(9))}
+	}
+	withEntries := &pb.Message{Type: pb.MessageType_MsgApp.Enum(), To: new(replicating), Entries: []*pb.Entry{{Data: []byte("x")}}}
+	hb := &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), To: new(replicating)}
+	toReplicating, toProbed := empty(replicating), empty(probed)
+	got := make(chan []*pb.Message, 1)
+	n := c.nodes[lead]
+	if err := n.do(context.Background(), func() {
+		got <- n.dropCommitOnly([]*pb.Message{toReplicating, withEntries, toProbed, hb})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	kept := <-got
+	if len(kept) != 3 || kept[0] != withEntries || kept[1] != toProbed || kept[2] != hb {
+		t.Fatalf("kept %v; want the append with entries, the probe of %d and the heartbeat", kept, probed)
+	}
+}

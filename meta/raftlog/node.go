@@ -15,6 +15,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -176,8 +177,10 @@ type Node struct {
 	// heldSince is the appender's written count when the first held
 	// proposal was taken: they wait for one write at most.
 	heldSince uint64
-	applied   uint64
-	snapIdx   uint64
+	// commitOnlyDropped counts the empty appends dropCommitOnly dropped.
+	commitOnlyDropped uint64
+	applied           uint64
+	snapIdx           uint64
 	// readyTerm is the term in which this node, as leader, applied its
 	// term's first entry: it takes proposals only in that term.
 	readyTerm uint64
@@ -786,6 +789,9 @@ func (n *Node) handleReady() error {
 			peers = append(peers, m)
 		}
 	}
+	if len(n.held) > 0 {
+		peers = n.dropCommitOnly(peers)
+	}
 	// What goes to a member whose messages were just stepped goes back
 	// in the reply of its call (answer.go); the rest leaves at once.
 	peers = routeAnswers(n.answers, peers)
@@ -841,6 +847,41 @@ func (n *Node) handleReady() error {
 	n.maybeSnapshot()
 	n.publish()
 	return nil
+}
+
+// dropCommitOnly drops, from a leader's messages, the appends without
+// entries to followers that replicate normally (raft's StateReplicate):
+// raft broadcasts one to every follower each time its commit index moves,
+// so that they apply sooner. While proposals are held (Node.held: the
+// leader's log write is under way) an append with entries follows within
+// that write, and it carries the commit index too: the empty one would
+// cost each follower a round of its own (a call, a Ready, a write of its
+// HardState, an acknowledgement) for nothing the next one does not bring.
+// raft takes a dropped message as lost on the network, which it
+// tolerates: for a follower in StateReplicate an empty append changes
+// nothing in the leader's view of its progress but the commit index last
+// sent (so raft does not send it again by itself: the next append or
+// heartbeat brings it). An empty append to a follower being probed (its
+// log's end unknown) is the probe itself and is kept.
+func (n *Node) dropCommitOnly(msgs []*pb.Message) []*pb.Message {
+	var replicating map[uint64]bool
+	out := msgs[:0]
+	for _, m := range msgs {
+		if m.GetType() == pb.MessageType_MsgApp && len(m.GetEntries()) == 0 {
+			if replicating == nil {
+				replicating = map[uint64]bool{}
+				n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+					replicating[id] = pr.State == tracker.StateReplicate
+				})
+			}
+			if replicating[m.GetTo()] {
+				n.commitOnlyDropped++
+				continue
+			}
+		}
+		out = append(out, m)
+	}
+	return out
 }
 
 // saveSnapshot writes an append that carries a snapshot received from the
