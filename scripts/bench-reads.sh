@@ -22,9 +22,12 @@
 #   scripts/bench-reads.sh [--rounds 3] [--size 1GiB] [--rand-time 10s]
 #                          [--out DIR] [--base-port 7800] [--up "ARGS"]
 #                          [--systems "disk ceiling weft"] [--weft BIN]
+#                          [--base BIN]
 #
-# --weft runs a weft binary built elsewhere (main's, for a before/after
-# comparison) instead of building this tree's.
+# --weft runs a weft binary built elsewhere instead of building this
+# tree's. --base BIN adds the system "base": a second cluster of its own
+# (base port +25) run by another build (main's, for before and after in
+# one run), measured in turn with the others.
 # --up passes more arguments to weft up (e.g. --pprof-port 7830). Run as
 # root (dropping the page cache needs it). Needs fio.
 set -euo pipefail
@@ -38,6 +41,7 @@ base_port=7800
 up_extra=
 systems="disk ceiling weft"
 weft_bin=
+base_bin=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) rounds=$2; shift 2 ;;
@@ -48,7 +52,8 @@ while [ $# -gt 0 ]; do
 	--up) up_extra=$2; shift 2 ;;
 	--systems) systems=$2; shift 2 ;;
 	--weft) weft_bin=$(realpath "$2"); shift 2 ;;
-	*) echo "usage: bench-reads.sh [--rounds N] [--size SIZE] [--rand-time DUR] [--out DIR] [--base-port P] [--up ARGS] [--systems LIST] [--weft BIN]" >&2; exit 2 ;;
+	--base) base_bin=$(realpath "$2"); shift 2 ;;
+	*) echo "usage: bench-reads.sh [--rounds N] [--size SIZE] [--rand-time DUR] [--out DIR] [--base-port P] [--up ARGS] [--systems LIST] [--weft BIN] [--base BIN]" >&2; exit 2 ;;
 	esac
 done
 command -v fio >/dev/null || { echo "bench-reads: fio is needed (apt-get install fio)" >&2; exit 1; }
@@ -60,34 +65,46 @@ if [ -n "$weft_bin" ]; then
 else
 	go build -o "$out/weft" ./cmd/weft
 fi
+if [ -n "$base_bin" ]; then
+	# Another name than weft's, so that its processes are told apart.
+	mkdir -p "$out/base"
+	cp "$base_bin" "$out/base/weft"
+	systems="$systems base"
+fi
 go build -o "$out/ceilingmount" ./internal/tools/ceilingmount
 weft=$out/weft
 results=$out/results.jsonl
 : >"$results"
-data=$out/data
-mnt=$out/mnt
+declare -A data=([weft]=$out/data [base]=$out/base-data)
+declare -A mnt=([weft]=$out/mnt [base]=$out/base-mnt)
+declare -A bin=([weft]=$out/weft [base]=$out/base/weft)
+declare -A port=([weft]=$base_port [base]=$((base_port + 25)))
+declare -A up_pid=()
+declare -A pids=()
 disk=$out/disk
 cmnt=$out/ceiling-mnt
 cdata=$(mktemp -d /dev/shm/weft-bench-reads-XXXXXX)
-mkdir -p "$mnt" "$disk" "$cmnt"
+mkdir -p "${mnt[weft]}" "${mnt[base]}" "$disk" "$cmnt"
 
-up_pid=
 ceiling_pid=
 cleanup() {
-	if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
-		kill -TERM "$up_pid"
-		wait "$up_pid" || true
-	fi
+	local p
+	for p in "${up_pid[@]}"; do
+		if kill -0 "$p" 2>/dev/null; then
+			kill -TERM "$p"
+			wait "$p" || true
+		fi
+	done
 	if [ -n "$ceiling_pid" ] && kill -0 "$ceiling_pid" 2>/dev/null; then
 		kill -TERM "$ceiling_pid"
 		wait "$ceiling_pid" || true
 	fi
-	for m in "$mnt" "$cmnt"; do
+	for m in "${mnt[weft]}" "${mnt[base]}" "$cmnt"; do
 		if grep -qs " $m fuse" /proc/mounts; then
 			fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
 		fi
 	done
-	rm -rf "$cdata" "$data" "$disk"
+	rm -rf "$cdata" "${data[weft]}" "${data[base]}" "$disk"
 }
 trap cleanup EXIT
 
@@ -109,13 +126,14 @@ drop_caches() {
 	echo 3 >/proc/sys/vm/drop_caches
 }
 
-# The cluster's processes: found by /proc/*/comm first (reading the
-# command line of a process blocked in FUSE can hang; none is yet).
+# cluster_pids SYSTEM: the cluster's processes, found by /proc/*/comm
+# first (reading the command line of a process blocked in FUSE can hang;
+# none is yet).
 cluster_pids() {
 	local p
 	for p in /proc/[0-9]*; do
 		[ "$(cat "$p/comm" 2>/dev/null)" = weft ] || continue
-		if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- " --[a-z]* $data/"; then
+		if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- " --[a-z]* ${data[$1]}/"; then
 			basename "$p"
 		fi
 	done
@@ -130,18 +148,18 @@ cpu_ticks() {
 	echo "$t"
 }
 
-up_ready() { grep -qs "weft is up" "$out/up.log" || { kill -0 "$up_pid" 2>/dev/null || { cat "$out/up.log" >&2; exit 1; }; false; }; }
+up_ready() { grep -qs "weft is up" "$out/up-$1.log" || { kill -0 "${up_pid[$1]}" 2>/dev/null || { cat "$out/up-$1.log" >&2; exit 1; }; false; }; }
 ceiling_ready() { grep -qs mounted "$out/ceiling.log" || { kill -0 "$ceiling_pid" 2>/dev/null || { cat "$out/ceiling.log" >&2; exit 1; }; false; }; }
 
 for s in $systems; do
 	case $s in
-	weft)
+	weft | base)
 		# shellcheck disable=SC2086 # $up_extra is a list of arguments
-		"$weft" up --data "$data" --mount "$mnt" --base-port "$base_port" --log-level warn $up_extra >"$out/up.log" 2>&1 &
-		up_pid=$!
-		wait_for "weft up" 300 up_ready
-		weft_pids=$(cluster_pids)
-		echo "weft up: processes $weft_pids" >&2
+		"${bin[$s]}" up --data "${data[$s]}" --mount "${mnt[$s]}" --base-port "${port[$s]}" --log-level warn $up_extra >"$out/up-$s.log" 2>&1 &
+		up_pid[$s]=$!
+		wait_for "weft up ($s)" 300 up_ready "$s"
+		pids[$s]=$(cluster_pids "$s")
+		echo "weft up ($s): processes" ${pids[$s]} >&2
 		;;
 	ceiling)
 		"$out/ceilingmount" "$cdata" "$cmnt" >"$out/ceiling.log" 2>&1 &
@@ -157,14 +175,14 @@ dir_of() {
 	case $1 in
 	disk) echo "$disk" ;;
 	ceiling) echo "$cmnt" ;;
-	weft) echo "$mnt" ;;
+	*) echo "${mnt[$1]}" ;;
 	esac
 }
 pids_of() {
 	case $1 in
 	disk) echo "" ;;
 	ceiling) echo "$ceiling_pid" ;;
-	weft) echo "$weft_pids" ;;
+	*) echo "${pids[$1]}" ;;
 	esac
 }
 
@@ -179,12 +197,12 @@ jobs_for() {
 # measure ROUND SYSTEM PHASE FIO-ARGS...: run fio, record its figures and
 # the daemons' CPU time meanwhile.
 measure() {
-	local r=$1 s=$2 phase=$3 t0 t1 pids
+	local r=$1 s=$2 phase=$3 t0 t1 procs
 	shift 3
-	pids=$(pids_of "$s")
-	t0=$(cpu_ticks "$pids")
+	procs=$(pids_of "$s")
+	t0=$(cpu_ticks "$procs")
 	fio --output-format=json --group_reporting --ioengine=psync --direct=1 "$@" >"$out/fio-$s-$phase-$r.json"
-	t1=$(cpu_ticks "$pids")
+	t1=$(cpu_ticks "$procs")
 	python3 - "$out/fio-$s-$phase-$r.json" "$r" "$s" "$phase" "$t0" "$t1" "$(getconf CLK_TCK)" >>"$results" <<'PY'
 import json, sys
 f, r, s, phase, t0, t1, hz = sys.argv[1:]
@@ -228,24 +246,29 @@ python3 - "$results" "$rounds" "$size" <<'PY'
 import json, statistics, sys
 path, rounds, size = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = [json.loads(l) for l in open(path)]
-systems = [s for s in ("disk", "ceiling", "weft") if any(r["system"] == s for r in rows)]
+systems = [s for s in ("disk", "ceiling", "base", "weft") if any(r["system"] == s for r in rows)]
 phases = [("write1", "mib_s", "seq write 1 job, MiB/s"), ("read1", "mib_s", "seq read 1 job, MiB/s"),
           ("read4", "mib_s", "seq read 4 jobs, MiB/s"), ("rand4", "iops", "4 KiB random read 4 jobs, IOPS")]
 def med(s, p, k):
     v = [r[k] for r in rows if r["system"] == s and r["phase"] == p]
     return statistics.median(v) if v else None
 print(f"medians of {rounds} rounds; {size} per file, fio direct I/O (psync)\n")
-print("| figure | " + " | ".join(systems) + " | weft / disk | weft daemon CPU-s per GiB (random: per 100k reads) |")
-print("|---|" + "---|" * (len(systems) + 2))
+base = "base" in systems
+print("| figure | " + " | ".join(systems) + " | weft / disk | weft daemon CPU-s per GiB (random: per 100k reads) |"
+      + (" base's |" if base else ""))
+print("|---|" + "---|" * (len(systems) + 2 + base))
 for p, k, name in phases:
     vals = [med(s, p, k) for s in systems]
     w, d = med("weft", p, k), med("disk", p, k)
     ratio = f"{w / d:.2f}" if w and d else "-"
-    per = [r["cpu_s"] / (r["bytes"] / 2**30 if k == "mib_s" else r["ops"] / 1e5)
-           for r in rows if r["system"] == "weft" and r["phase"] == p]
-    cpu = f"{statistics.median(per):.2f}" if per else "-"
-    print(f"| {name} | " + " | ".join("-" if v is None else f"{v:,.0f}" for v in vals) + f" | {ratio} | {cpu} |")
-c = [r["cpu_s"] for r in rows if r["system"] == "weft" and r["phase"] == "read4"]
-if c:
-    print(f"\nweft daemon CPU-s during read4 (4 x {size}): " + ", ".join(f"{x:.1f}" for x in c))
+    def cpu(s):
+        per = [r["cpu_s"] / (r["bytes"] / 2**30 if k == "mib_s" else r["ops"] / 1e5)
+               for r in rows if r["system"] == s and r["phase"] == p]
+        return f"{statistics.median(per):.2f}" if per else "-"
+    print(f"| {name} | " + " | ".join("-" if v is None else f"{v:,.0f}" for v in vals) + f" | {ratio} | {cpu('weft')} |"
+          + (f" {cpu('base')} |" if base else ""))
+for s in ("base", "weft"):
+    c = [r["cpu_s"] for r in rows if r["system"] == s and r["phase"] == "read4"]
+    if c:
+        print(f"\n{s} daemon CPU-s during read4 (4 x {size}): " + ", ".join(f"{x:.1f}" for x in c))
 PY

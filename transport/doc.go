@@ -46,7 +46,9 @@
 //     writer goroutine sends everything queued with one writev (bodies of
 //     256 KiB and more are always left to it). Body parts are never copied
 //     and concurrent calls share system calls. Each connection has one
-//     reader goroutine (256 KiB buffered) that dispatches responses by id
+//     reader goroutine (buffered: 16 KiB on the client, so a large
+//     response body is read almost all straight into its destination;
+//     256 KiB on the server) that dispatches responses by id
 //     on the client and, on the server, hands each request to an idle
 //     handler goroutine of the connection, starting a new one when none is
 //     idle (up to MaxInflight), so a slow handler never holds up the

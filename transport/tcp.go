@@ -84,7 +84,15 @@ const (
 )
 
 const (
-	bufSize            = 256 << 10
+	bufSize = 256 << 10
+	// respBufSize is the read buffer of a client connection. Large
+	// response bodies (reads of 1 MiB) are read straight into their
+	// destination, but what the buffer already took past a header is
+	// copied out of it: 16 KiB keeps that copy under 2 % of a 1 MiB body
+	// (with bufSize it was up to a quarter, 6 % of a mount's CPU in
+	// sequential reads), and still takes several small responses per
+	// read(2).
+	respBufSize        = 16 << 10
 	defaultMaxInflight = 256
 	// writeAbortGrace is how long a call abandoned (ctx ended) while its
 	// request is being written waits for the write to finish before it
@@ -421,7 +429,7 @@ func (c *tcpConn) Close() error {
 
 func (c *tcpConn) readLoop() {
 	defer close(c.readerDone)
-	br := bufio.NewReaderSize(c.nc, bufSize)
+	br := bufio.NewReaderSize(c.nc, respBufSize)
 	var hb [HeaderSize]byte
 	for {
 		if _, err := io.ReadFull(br, hb[:]); err != nil {
