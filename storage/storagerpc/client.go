@@ -26,6 +26,9 @@ type Client struct {
 	// before the data: without them every shard read of a degraded EC
 	// read allocated (and the runtime zeroed) a fresh buffer.
 	bufs *bufpool.Pool
+	// noSums holds the targets whose server does not know OpReadSums
+	// (ENOSYS): they are read with OpRead.
+	noSums sync.Map
 }
 
 var _ proto.StorageService = (*Client)(nil)
@@ -60,8 +63,25 @@ func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ..
 }
 
 // Read reads into p, in requests of at most MaxIO bytes, and stops at the
-// end of the object.
+// end of the object. A read of whole blocks goes as OpReadSums (the
+// server sends the bytes without copying them, this client checks them:
+// readsums.go); one whose bytes do not match, or to a server without the
+// op, as OpRead, which the server checks.
 func (c *Client) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
+	if _, old := c.noSums.Load(t); off%SumBlock == 0 && len(p)%SumBlock == 0 && len(p) > 0 && !old {
+		n, err := c.readSums(ctx, t, obj, off, p)
+		switch {
+		case err == nil:
+			return n, nil
+		case errors.Is(err, ErrChecksum):
+			// Read again, checked by the server: it reports a corrupt
+			// object and fails with EIO, or the bytes raced with a write.
+		case errors.Is(err, syscall.ENOSYS):
+			c.noSums.Store(t, true)
+		default:
+			return n, err
+		}
+	}
 	done := 0
 	for done < len(p) {
 		want := min(len(p)-done, MaxIO)
