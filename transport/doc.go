@@ -55,6 +55,14 @@
 //     others. Handler goroutines live on to take later requests (at most
 //     16 idle per connection), which saves a goroutine start, and a
 //     handler's stack growth, per request.
+//   - A handler may end its response with bytes of a file (SendFile): the
+//     writer sends them with sendfile(2) after writev of what precedes
+//     them, from the page cache, never through the process; only on a
+//     connection in the clear (an encrypted one must copy through TLS, and
+//     SendFile says no). A file shorter than promised fails the
+//     connection, as a frame cut short must. A caller may have a response
+//     body read into two buffers, a head of known size and the rest
+//     (WithResponseBuffers), e.g. checksums and the data they cover.
 //   - Call returns only once the connection no longer reads the caller's
 //     parts: a call abandoned while its request is queued is withdrawn
 //     unsent; one abandoned mid-write (its own or the writer goroutine's)
