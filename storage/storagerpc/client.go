@@ -63,12 +63,13 @@ func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ..
 }
 
 // Read reads into p, in requests of at most MaxIO bytes, and stops at the
-// end of the object. A read of whole blocks goes as OpReadSums (the
-// server sends the bytes without copying them, this client checks them:
-// readsums.go); one whose bytes do not match, or to a server without the
-// op, as OpRead, which the server checks.
+// end of the object. A read of whole blocks, of at least MinReadSums
+// bytes, goes as OpReadSums (the server sends the bytes without copying
+// them, this client checks them: readsums.go); a smaller one, one whose
+// bytes do not match, or one to a server without the op, as OpRead, which
+// the server checks.
 func (c *Client) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
-	if _, old := c.noSums.Load(t); off%SumBlock == 0 && len(p)%SumBlock == 0 && len(p) > 0 && !old {
+	if _, old := c.noSums.Load(t); off%SumBlock == 0 && len(p)%SumBlock == 0 && len(p) >= MinReadSums && !old {
 		n, err := c.readSums(ctx, t, obj, off, p)
 		switch {
 		case err == nil:

@@ -87,7 +87,8 @@
 //
 // # Checked reads without copies
 //
-// Client.Read sends a read of whole blocks as OpReadSums: the server takes
+// Client.Read sends a read of whole blocks, of at least MinReadSums (64
+// KiB), as OpReadSums: the server takes
 // the object's read lock, reads the blocks' sidecar entries, and answers
 // them followed by the bytes, which the transport sends from the data
 // file with sendfile(2) (transport.SendFile; on an encrypted connection, or

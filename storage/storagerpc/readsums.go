@@ -39,6 +39,12 @@ const (
 // SumBlock is the block size of the checksums (storage.BlockSize).
 const SumBlock = 4096
 
+// MinReadSums is the smallest read the Client sends as OpReadSums. Below
+// it the server's copy costs less than what the op adds (a second buffer
+// on the client, the sendfile call, the checksums sent): 4 KiB random
+// reads with warm caches took 5-10 % more CPU per read as OpReadSums.
+const MinReadSums = 64 << 10
+
 const readSumsFormat = 1
 
 // ReadSumsHead is the size of an OpReadSums response's head for a request

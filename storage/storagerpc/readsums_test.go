@@ -82,7 +82,7 @@ func TestReadSumsOverTCP(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, tc := range []struct{ off, n, want int }{
-				{0, 4096, 4096}, {8192, 1 << 20, 1 << 20}, {1 << 20, 3 << 20, len(data) - 1<<20}, {3 << 20, 8192, 1000}, {4 << 20, 4096, 0},
+				{0, 64 << 10, 64 << 10}, {8192, 1 << 20, 1 << 20}, {1 << 20, 3 << 20, len(data) - 1<<20}, {3 << 20, 64 << 10, 1000}, {4 << 20, 64 << 10, 0},
 			} {
 				got := make([]byte, tc.n)
 				n, err := c.Read(ctx, 1, obj, uint64(tc.off), got)
@@ -93,12 +93,17 @@ func TestReadSumsOverTCP(t *testing.T) {
 			if s, r := count(storagerpc.OpReadSums), count(storagerpc.OpRead); s != 5 || r != 0 {
 				t.Fatalf("whole-block reads: %d OpReadSums, %d OpRead; want 5, 0", s, r)
 			}
-			got := make([]byte, 1000)
-			if n, err := c.Read(ctx, 1, obj, 4096, got); err != nil || n != 1000 || !bytes.Equal(got, data[4096:5096]) {
-				t.Fatalf("a partial block: %d, %v", n, err)
-			}
-			if s, r := count(storagerpc.OpReadSums), count(storagerpc.OpRead); s != 0 || r != 1 {
-				t.Fatalf("a partial block: %d OpReadSums, %d OpRead; want 0, 1", s, r)
+			for _, n := range []int{1000, 4096, storagerpc.MinReadSums + 100} { // a partial block; a small read
+				got := make([]byte, n)
+				if got, err := c.Read(ctx, 1, obj, 4096, got); err != nil || got != n {
+					t.Fatalf("%d bytes: %d, %v", n, got, err)
+				}
+				if !bytes.Equal(got, data[4096:4096+n]) {
+					t.Fatalf("%d bytes: not the object's", n)
+				}
+				if s, r := count(storagerpc.OpReadSums), count(storagerpc.OpRead); s != 0 || r != 1 {
+					t.Fatalf("%d bytes: %d OpReadSums, %d OpRead; want 0, 1", n, s, r)
+				}
 			}
 			if _, ok := corrupt.Load(obj); ok {
 				t.Fatal("a good object was reported corrupt")
@@ -116,7 +121,7 @@ func TestReadSumsOverTCP(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.Close()
-			got = make([]byte, 1<<20)
+			got := make([]byte, 1<<20)
 			n, err := c.Read(ctx, 1, obj, 0, got)
 			if !errors.Is(err, syscall.EIO) {
 				t.Fatalf("read over a flipped byte: %d bytes, %v; want EIO", n, err)
@@ -128,7 +133,7 @@ func TestReadSumsOverTCP(t *testing.T) {
 				t.Fatal("the corrupt object was not reported")
 			}
 			// The blocks before it still read.
-			if n, err := c.Read(ctx, 1, obj, 0, got[:4096]); err != nil || n != 4096 || !bytes.Equal(got[:4096], data[:4096]) {
+			if n, err := c.Read(ctx, 1, obj, 1<<20, got[:64<<10]); err != nil || n != 64<<10 || !bytes.Equal(got[:64<<10], data[1<<20:][:64<<10]) {
 				t.Fatalf("the good block before: %d, %v", n, err)
 			}
 		})
