@@ -23,9 +23,14 @@ import (
 // corrupt, or returns the bytes of a write that raced with the first
 // read).
 //
-// The object's read lock and its open handle are held until release is
-// called (exactly once, also on error: then it is a no-op), so the file
-// and its bytes stay as the entries describe them while they are sent. off
+// The entries are read under the object's read lock, which is let go
+// before ReadSpan returns: a client that does not read its responses must
+// not hold up writers. So a write may change the bytes before they are
+// sent; the reader's check then fails and it reads again with Read (and a
+// truncate may cut the file: the sender pads with zeros, which fail the
+// check the same way). The object's open handle is held until release is
+// called (exactly once, also on error: then it is a no-op), so the
+// descriptor stays open while the bytes are sent. off
 // and n must be multiples of BlockSize, so the range is of whole blocks
 // (each checksum covers a whole block; the last one may be cut by the
 // object's end, past which a block counts as zeros), and len(sums) at
@@ -55,10 +60,8 @@ func (t *Target) ReadSpan(ctx context.Context, obj proto.ObjectID, off uint64, n
 		l.RUnlock()
 		return nil, 0, 0, release, err
 	}
-	done := func() {
-		t.cache.release(h)
-		l.RUnlock()
-	}
+	defer l.RUnlock()
+	done := func() { t.cache.release(h) }
 	if off >= h.size {
 		done()
 		return nil, 0, 0, release, nil

@@ -59,8 +59,8 @@
 //     writer sends them with sendfile(2) after writev of what precedes
 //     them, from the page cache, never through the process; only on a
 //     connection in the clear (an encrypted one must copy through TLS, and
-//     SendFile says no). A file shorter than promised fails the
-//     connection, as a frame cut short must. A caller may have a response
+//     SendFile says no). A file found shorter than promised is padded
+//     with zeros, so the frame keeps its length. A caller may have a response
 //     body read into two buffers, a head of known size and the rest
 //     (WithResponseBuffers), e.g. checksums and the data they cover.
 //   - Call returns only once the connection no longer reads the caller's

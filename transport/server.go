@@ -588,9 +588,11 @@ func AfterResponse(ctx context.Context, f func()) bool {
 // the kernel's page cache to the connection with sendfile(2): the bytes
 // are never copied through this process. The response's length counts
 // them; they are sent only with an ok response. The handler must keep the
-// file open and its bytes in place until the response is written (see
-// AfterResponse: a file shorter than promised fails the connection, as a
-// response cut short must). It reports false, registering nothing, when
+// file open until the response is written (see AfterResponse). A file
+// found shorter than promised (cut meanwhile) is padded with zeros, so the
+// frame keeps its length: a handler whose bytes may change under it must
+// let its reader check them (storagerpc's OpReadSums sends checksums). It
+// reports false, registering nothing, when
 // the connection cannot (an encrypted one: the bytes must go through TLS;
 // or ctx is not a request's of this transport, or already has a file
 // segment): the handler then puts the bytes in its body itself.

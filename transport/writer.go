@@ -3,7 +3,6 @@ package transport
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"slices"
 	"sync"
@@ -296,8 +295,7 @@ func (w *frameWriter) sendFile(s *fileSegment) error {
 					serr = e
 					return true
 				case n == 0:
-					// The file ended early: the frame cannot be completed.
-					serr = io.ErrUnexpectedEOF
+					// The file was cut meanwhile: the rest is zeros.
 					return true
 				}
 			}
@@ -307,8 +305,18 @@ func (w *frameWriter) sendFile(s *fileSegment) error {
 	if err = errors.Join(cerr, err, serr); err != nil {
 		return fmt.Errorf("transport: sendfile of %d bytes at %d (%d sent): %w", s.n, s.off, s.n-left, err)
 	}
+	for left > 0 { // the frame keeps the length it announced
+		n, err := w.nc.Write(zeros[:min(left, len(zeros))])
+		if err != nil {
+			return fmt.Errorf("transport: padding a cut file: %w", err)
+		}
+		left -= n
+	}
 	return nil
 }
+
+// zeros pads a file segment whose file was cut while it was sent.
+var zeros = make([]byte, 64<<10)
 
 // finish marks the frames of a written batch and lets their waiters go.
 func (w *frameWriter) finish(batch []*outFrame, err error) {

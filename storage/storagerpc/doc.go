@@ -93,8 +93,10 @@
 // them followed by the bytes, which the transport sends from the data
 // file with sendfile(2) (transport.SendFile; on an encrypted connection, or
 // from the in-memory FS, the handler reads them into its buffer instead);
-// the lock, the open handle and the read budget are held until the
-// response is written. The Client reads the entries and the bytes into
+// the open handle and the read budget are held until the response is
+// written, the lock is not (a client that does not read must not hold up
+// writers): bytes a write changed in between fail the client's check,
+// and a file a truncate cut is padded with zeros, which fail it too. The Client reads the entries and the bytes into
 // separate buffers (transport.WithResponseBuffers: the bytes straight into
 // the caller's) and checks every block as the server would (CheckBlocks:
 // CRC32C of the block, zeros past the object's end, matching cur or prev;

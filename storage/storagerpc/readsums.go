@@ -138,8 +138,8 @@ func (h *Handler) serveReadSums(ctx context.Context, req []byte) ([]byte, error)
 		return head, nil
 	}
 	if sc, ok := data.(syscall.Conn); ok && transport.SendFile(ctx, sc, off, n) {
-		// Sent after the head, straight from the page cache; the span
-		// stays held until then.
+		// Sent after the head, straight from the page cache; the handle
+		// (its descriptor) stays held until then.
 		transport.AfterResponse(ctx, func() {
 			release()
 			g.release()
