@@ -287,6 +287,17 @@ func WithResponseBuffers(ctx context.Context, rb *ResponseBuffers) context.Conte
 	return context.WithValue(ctx, respBufsKey{}, rb)
 }
 
+// WithoutResponseBuffers returns ctx without the response buffers
+// WithResponseBuffer or WithResponseBuffers put in it, for other calls made
+// with it on the way (a lookup of the server's address): only the call
+// the buffers were meant for may read into them.
+func WithoutResponseBuffers(ctx context.Context) context.Context {
+	if ctx.Value(respBufsKey{}) == nil && ctx.Value(respBufKey{}) == nil {
+		return ctx
+	}
+	return context.WithValue(context.WithValue(ctx, respBufsKey{}, (*ResponseBuffers)(nil)), respBufKey{}, []byte(nil))
+}
+
 // fits reports whether an ok body of n bytes is read into the caller's
 // buffers.
 func (cl *call) fits(n uint32) bool {
@@ -309,7 +320,7 @@ func (c *tcpConn) Call(ctx context.Context, op uint16, parts ...[]byte) ([]byte,
 	}
 	cl := &call{op: op, done: make(chan struct{})}
 	cl.out.parts = parts
-	if rb, ok := ctx.Value(respBufsKey{}).(*ResponseBuffers); ok {
+	if rb, ok := ctx.Value(respBufsKey{}).(*ResponseBuffers); ok && rb != nil {
 		cl.rb, cl.dst = rb, rb.Body
 	} else {
 		cl.dst, _ = ctx.Value(respBufKey{}).([]byte)

@@ -40,7 +40,9 @@ func NewClient(pool *transport.Pool, resolve func(ctx context.Context, t proto.T
 }
 
 func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ...[]byte) ([]byte, error) {
-	addr, err := c.resolve(ctx, t)
+	// The lookup may call the metadata service: not into this call's
+	// response buffers.
+	addr, err := c.resolve(transport.WithoutResponseBuffers(ctx), t)
 	if err != nil {
 		return nil, fmt.Errorf("storagerpc: target %d: %w", t, err)
 	}

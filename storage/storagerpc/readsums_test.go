@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -64,7 +65,21 @@ func TestReadSumsOverTCP(t *testing.T) {
 			defer ln.Close()
 			pool := transport.NewPool(tcp, transport.PoolOptions{})
 			defer pool.Close()
-			c := storagerpc.NewClient(pool, func(context.Context, proto.TargetID) (string, error) { return ln.Addr(), nil })
+			// The address lookup calls another server with the read's ctx,
+			// as a mount's does the metadata service: its answer must not
+			// land in the read's buffers.
+			lookup, err := tcp.Listen("127.0.0.1:0", func(_ context.Context, _ uint16, req []byte) ([]byte, error) { return req, nil })
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer lookup.Close()
+			c := storagerpc.NewClient(pool, func(ctx context.Context, _ proto.TargetID) (string, error) {
+				q := bytes.Repeat([]byte("where is target 1? "), 1000) // longer than any head here
+				if a, err := pool.Call(ctx, lookup.Addr(), 1, q); err != nil || !bytes.Equal(a, q) {
+					return "", fmt.Errorf("lookup answered %d bytes of %d, %v", len(a), len(q), err)
+				}
+				return ln.Addr(), nil
+			})
 			count := func(op uint16) int {
 				mu.Lock()
 				defer mu.Unlock()
