@@ -65,7 +65,12 @@
 //   - Every block a read returns matches cur or prev of its entry; otherwise
 //     the read fails with syscall.EIO (wrapping ErrCorrupt) and logs, at
 //     level error, the target, object and offset. Wrong data is never
-//     returned (short of a CRC32C collision).
+//     returned (short of a CRC32C collision). ReadSpan (storagerpc
+//     OpReadSums) is the one read that does not check: it returns the
+//     entries of whole blocks, read under the object's read lock, with the
+//     data file's range, whose bytes the caller sends after the lock is let
+//     go (a write in between makes them fail the check), and the reader
+//     checks; on a mismatch it reads again with Read, which checks here.
 //   - When no update is in flight, cur == prev for every entry.
 //   - Updates of one object are serialized by a striped lock table (1024
 //     RWMutexes hashed by object id): writes and truncates take the lock

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"sort"
 	"sync"
 	"syscall"
@@ -159,4 +160,14 @@ func (s *Server) Allocated(ctx context.Context, id proto.TargetID, obj proto.Obj
 		return 0, err
 	}
 	return t.Allocated(ctx, obj)
+}
+
+// ReadSpan is Target.ReadSpan on the target id names (storagerpc's
+// SpanReader, OpReadSums).
+func (s *Server) ReadSpan(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off uint64, n int, sums []byte) (io.ReaderAt, int64, int, func(), error) {
+	t, err := s.Target(id)
+	if err != nil {
+		return nil, 0, 0, func() {}, err
+	}
+	return t.ReadSpan(ctx, obj, off, n, sums)
 }

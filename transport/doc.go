@@ -46,13 +46,23 @@
 //     writer goroutine sends everything queued with one writev (bodies of
 //     256 KiB and more are always left to it). Body parts are never copied
 //     and concurrent calls share system calls. Each connection has one
-//     reader goroutine (256 KiB buffered) that dispatches responses by id
+//     reader goroutine (buffered: 16 KiB on the client, so a large
+//     response body is read almost all straight into its destination;
+//     256 KiB on the server) that dispatches responses by id
 //     on the client and, on the server, hands each request to an idle
 //     handler goroutine of the connection, starting a new one when none is
 //     idle (up to MaxInflight), so a slow handler never holds up the
 //     others. Handler goroutines live on to take later requests (at most
 //     16 idle per connection), which saves a goroutine start, and a
 //     handler's stack growth, per request.
+//   - A handler may end its response with bytes of a file (SendFile): the
+//     writer sends them with sendfile(2) after writev of what precedes
+//     them, from the page cache, never through the process; only on a
+//     connection in the clear (an encrypted one must copy through TLS, and
+//     SendFile says no). A file found shorter than promised is padded
+//     with zeros, so the frame keeps its length. A caller may have a response
+//     body read into two buffers, a head of known size and the rest
+//     (WithResponseBuffers), e.g. checksums and the data they cover.
 //   - Call returns only once the connection no longer reads the caller's
 //     parts: a call abandoned while its request is queued is withdrawn
 //     unsent; one abandoned mid-write (its own or the writer goroutine's)

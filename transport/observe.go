@@ -44,7 +44,7 @@ func (t *observedTransport) Listen(addr string, h Handler) (Listener, error) {
 		end := obs.Begin(op)
 		start := time.Now()
 		resp, err := h(ctx, op, req)
-		end.End(start, len(req), len(resp), err)
+		end.End(start, len(req), len(resp)+sendFileBytes(ctx), err)
 		return resp, err
 	})
 }

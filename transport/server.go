@@ -504,6 +504,7 @@ func (sc *serverConn) handle(h header, req []byte) {
 	defer func() { <-sc.sem }()
 
 	rc := &reqCtx{Context: sc.ctx}
+	_, rc.canSendFile = sc.nc.(*net.TCPConn) // frames in the clear, on TCP
 	var resp []byte
 	var err error
 	if h.op == OpProbe {
@@ -516,12 +517,15 @@ func (sc *serverConn) handle(h header, req []byte) {
 	if rc.reqDone {
 		sc.l.bodies.Put(req)
 	}
-	if err == nil && len(resp) > MaxBody {
-		sc.l.log.Error("transport: handler response too large", "op", h.op, "bytes", len(resp))
-		err = fmt.Errorf("transport: op %d response of %d bytes over %d: %w", h.op, len(resp), MaxBody, errMsgSize)
+	if err == nil && len(resp)+rc.file.n > MaxBody {
+		sc.l.log.Error("transport: handler response too large", "op", h.op, "bytes", len(resp)+rc.file.n)
+		err = fmt.Errorf("transport: op %d response of %d bytes over %d: %w", h.op, len(resp)+rc.file.n, MaxBody, errMsgSize)
 	}
 	rh := header{kind: kindResponse, op: h.op, id: h.id}
 	f := &outFrame{done: make(chan struct{})}
+	if err == nil && rc.file.n > 0 {
+		f.file = &rc.file
+	}
 	if err != nil {
 		msg := err.Error()
 		if len(msg) > maxErrMsg {
@@ -530,7 +534,7 @@ func (sc *serverConn) handle(h header, req []byte) {
 		rh.status = uint32(errnoOf(err))
 		resp = []byte(msg)
 	}
-	rh.length = uint32(len(resp))
+	rh.length = uint32(f.bodyLen(len(resp)))
 	encodeHeader(f.hdr[:], rh)
 	f.parts = [][]byte{resp}
 	// Written by this goroutine when the connection is idle, else queued.
@@ -549,6 +553,10 @@ type reqCtx struct {
 	context.Context
 	after   []func()
 	reqDone bool
+	// canSendFile: the connection is a plain TCP one, so SendFile may add
+	// file bytes to the response (file; n 0: none).
+	canSendFile bool
+	file        fileSegment
 }
 
 type reqCtxKey struct{}
@@ -573,6 +581,41 @@ func AfterResponse(ctx context.Context, f func()) bool {
 	}
 	rc.after = append(rc.after, f)
 	return true
+}
+
+// SendFile asks the transport to send, after the body the handler running
+// with ctx returns, n bytes of the file src from offset off, straight from
+// the kernel's page cache to the connection with sendfile(2): the bytes
+// are never copied through this process. The response's length counts
+// them; they are sent only with an ok response. The handler must keep the
+// file open until the response is written (see AfterResponse). A file
+// found shorter than promised (cut meanwhile) is padded with zeros, so the
+// frame keeps its length: a handler whose bytes may change under it must
+// let its reader check them (storagerpc's OpReadSums sends checksums). It
+// reports false, registering nothing, when
+// the connection cannot (an encrypted one: the bytes must go through TLS;
+// or ctx is not a request's of this transport, or already has a file
+// segment): the handler then puts the bytes in its body itself.
+func SendFile(ctx context.Context, src syscall.Conn, off int64, n int) bool {
+	rc, ok := ctx.Value(reqCtxKey{}).(*reqCtx)
+	if !ok || !rc.canSendFile || rc.file.n != 0 || n <= 0 || off < 0 {
+		return false
+	}
+	raw, err := src.SyscallConn()
+	if err != nil {
+		return false
+	}
+	rc.file = fileSegment{src: raw, off: off, n: n}
+	return true
+}
+
+// sendFileBytes is the length of the file segment the request handled
+// with ctx sends (SendFile), for the byte counts of Observe.
+func sendFileBytes(ctx context.Context) int {
+	if rc, ok := ctx.Value(reqCtxKey{}).(*reqCtx); ok {
+		return rc.file.n
+	}
+	return 0
 }
 
 // DoneWithRequest tells the transport that the handler running with ctx

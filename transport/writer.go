@@ -1,10 +1,15 @@
 package transport
 
 import (
+	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Frame states, guarded by frameWriter.mu.
@@ -21,10 +26,27 @@ const (
 type outFrame struct {
 	hdr   [HeaderSize]byte
 	parts [][]byte
+	file  *fileSegment // sent after parts with sendfile(2) (SendFile); nil: none
 	state int
 	// done is closed when the writer no longer references parts (the frame
 	// is written, failed, or unsent). Nil if nobody waits for it.
 	done chan struct{}
+}
+
+// fileSegment is n bytes of a file from off, the end of a response body
+// (SendFile).
+type fileSegment struct {
+	src syscall.RawConn
+	off int64
+	n   int
+}
+
+// bodyLen is the frame's body length given its parts' bytes.
+func (f *outFrame) bodyLen(parts int) int {
+	if f.file != nil {
+		parts += f.file.n
+	}
+	return parts
 }
 
 // Bounds of one writev batch. Frames in a batch are released together, so a
@@ -165,6 +187,7 @@ func (w *frameWriter) queueBytes(limit int) int {
 		for _, p := range f.parts {
 			n += len(p)
 		}
+		n = f.bodyLen(n)
 		if n >= limit {
 			break
 		}
@@ -185,6 +208,7 @@ func (w *frameWriter) take(maxBytes int) []*outFrame {
 		for _, p := range f.parts {
 			nbytes += len(p)
 		}
+		nbytes = f.bodyLen(nbytes)
 		n++
 	}
 	batch := append(w.spare[:0], w.queue[:n]...)
@@ -196,9 +220,17 @@ func (w *frameWriter) take(maxBytes int) []*outFrame {
 }
 
 // write sends the frames of batch with one writev, without copying their
-// parts. Only the holder of busy calls it.
+// parts; a frame's file segment (SendFile) with sendfile(2) after the
+// writev of everything before it. Only the holder of busy calls it.
 func (w *frameWriter) write(batch []*outFrame) error {
+	if w.stall > 0 {
+		if now := time.Now(); now.Sub(w.deadlineSet) > w.stall/8 {
+			_ = w.nc.SetWriteDeadline(now.Add(w.stall))
+			w.deadlineSet = now
+		}
+	}
 	bufs := w.bufs[:0]
+	var err error
 	for _, f := range batch {
 		bufs = append(bufs, f.hdr[:])
 		for _, p := range f.parts {
@@ -206,19 +238,85 @@ func (w *frameWriter) write(batch []*outFrame) error {
 				bufs = append(bufs, p)
 			}
 		}
-	}
-	if w.stall > 0 {
-		if now := time.Now(); now.Sub(w.deadlineSet) > w.stall/8 {
-			_ = w.nc.SetWriteDeadline(now.Add(w.stall))
-			w.deadlineSet = now
+		if f.file != nil {
+			if bufs, err = w.writev(bufs); err != nil {
+				break
+			}
+			if err = w.sendFile(f.file); err != nil {
+				break
+			}
 		}
 	}
-	b := bufs // WriteTo consumes its receiver
-	_, err := b.WriteTo(w.nc)
+	if err == nil {
+		bufs, err = w.writev(bufs)
+	}
 	clear(bufs[:cap(bufs)])
 	w.bufs = bufs[:0]
 	return err
 }
+
+// writev writes bufs and returns them emptied, for reuse.
+func (w *frameWriter) writev(bufs net.Buffers) (net.Buffers, error) {
+	if len(bufs) == 0 {
+		return bufs, nil
+	}
+	b := bufs // WriteTo consumes its receiver
+	_, err := b.WriteTo(w.nc)
+	clear(bufs)
+	return bufs[:0], err
+}
+
+// sendFile writes s to the connection with sendfile(2), waiting (through
+// the poller, so within the write deadline) while the socket is full. The
+// connection is a *net.TCPConn: SendFile takes segments only then.
+func (w *frameWriter) sendFile(s *fileSegment) error {
+	sc, ok := w.nc.(syscall.Conn)
+	if !ok {
+		return errors.New("transport: sendfile on a connection without a descriptor")
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return fmt.Errorf("transport: sendfile: %w", err)
+	}
+	off, left := s.off, s.n
+	var serr error
+	cerr := s.src.Control(func(src uintptr) {
+		err = raw.Write(func(dst uintptr) bool {
+			for left > 0 {
+				n, e := unix.Sendfile(int(dst), int(src), &off, left)
+				if n > 0 {
+					left -= n
+				}
+				switch {
+				case e == unix.EAGAIN:
+					return false // wait until the socket takes more
+				case e == unix.EINTR:
+				case e != nil:
+					serr = e
+					return true
+				case n == 0:
+					// The file was cut meanwhile: the rest is zeros.
+					return true
+				}
+			}
+			return true
+		})
+	})
+	if err = errors.Join(cerr, err, serr); err != nil {
+		return fmt.Errorf("transport: sendfile of %d bytes at %d (%d sent): %w", s.n, s.off, s.n-left, err)
+	}
+	for left > 0 { // the frame keeps the length it announced
+		n, err := w.nc.Write(zeros[:min(left, len(zeros))])
+		if err != nil {
+			return fmt.Errorf("transport: padding a cut file: %w", err)
+		}
+		left -= n
+	}
+	return nil
+}
+
+// zeros pads a file segment whose file was cut while it was sent.
+var zeros = make([]byte, 64<<10)
 
 // finish marks the frames of a written batch and lets their waiters go.
 func (w *frameWriter) finish(batch []*outFrame, err error) {

@@ -3,7 +3,10 @@ package transport
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
+	"os"
+	"path/filepath"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -125,5 +128,73 @@ func TestAfterResponse(t *testing.T) {
 	}
 	if AfterResponse(context.Background(), func() {}) {
 		t.Fatal("AfterResponse accepted a context not from the transport")
+	}
+}
+
+// TestSendFile: a handler's file segment follows its body on the wire,
+// read by the client into its buffers (head and body) or in one piece; a
+// file shorter than promised is padded with zeros, so the frame keeps its
+// length and the connection its framing; SendFile outside a request does
+// nothing.
+func TestSendFile(t *testing.T) {
+	data := make([]byte, 3<<20+123)
+	for i := range data {
+		data[i] = byte(i*7 + i>>12)
+	}
+	path := filepath.Join(t.TempDir(), "f")
+	if err := os.WriteFile(path, data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if SendFile(context.Background(), f, 0, 10) {
+		t.Fatal("SendFile outside a request registered a segment")
+	}
+	tr, _ := newTestTransport(t)
+	l := serve(t, tr, func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+		off, n := int64(binary.LittleEndian.Uint64(req)), int(binary.LittleEndian.Uint64(req[8:]))
+		if !SendFile(ctx, f, off, n) {
+			return nil, syscall.ENOTSUP
+		}
+		if SendFile(ctx, f, 0, 1) {
+			return nil, errors.New("a second segment was taken")
+		}
+		return []byte("HEAD"), nil
+	})
+	c := dial(t, tr, l.Addr())
+	req := func(off, n int) []byte {
+		b := binary.LittleEndian.AppendUint64(nil, uint64(off))
+		return binary.LittleEndian.AppendUint64(b, uint64(n))
+	}
+	for _, tc := range []struct{ off, n int }{{0, 4096}, {4096, 1 << 20}, {12345, 2<<20 + 7}, {len(data) - 100, 100}} {
+		rb := &ResponseBuffers{Head: make([]byte, 4), Body: make([]byte, tc.n+10)}
+		got, err := c.Call(WithResponseBuffers(context.Background(), rb), 1, req(tc.off, tc.n))
+		if err != nil {
+			t.Fatalf("%d+%d: %v", tc.off, tc.n, err)
+		}
+		if !rb.Fit || string(rb.Head) != "HEAD" || &got[0] != &rb.Body[0] || !bytes.Equal(got, data[tc.off:tc.off+tc.n]) {
+			t.Fatalf("%d+%d: fit %v head %q, %d bytes, not the file's", tc.off, tc.n, rb.Fit, rb.Head, len(got))
+		}
+		got, err = c.Call(context.Background(), 1, req(tc.off, tc.n))
+		if err != nil || string(got[:4]) != "HEAD" || !bytes.Equal(got[4:], data[tc.off:tc.off+tc.n]) {
+			t.Fatalf("%d+%d in one piece: %v, %d bytes", tc.off, tc.n, err, len(got))
+		}
+	}
+	// A body that does not fit the buffers comes whole, in fresh memory.
+	rb := &ResponseBuffers{Head: make([]byte, 4), Body: make([]byte, 10)}
+	got, err := c.Call(WithResponseBuffers(context.Background(), rb), 1, req(0, 100))
+	if err != nil || rb.Fit || !bytes.Equal(got[4:], data[:100]) {
+		t.Fatalf("too long for the buffers: %v, fit %v", err, rb.Fit)
+	}
+	// Past the end of the file: zeros, and the connection still serves.
+	got, err = c.Call(context.Background(), 1, req(len(data)-10, 200<<10))
+	if err != nil || len(got) != 4+200<<10 || !bytes.Equal(got[4:14], data[len(data)-10:]) || !bytes.Equal(got[14:], make([]byte, 200<<10-10)) {
+		t.Fatalf("a file shorter than promised: %v, %d bytes", err, len(got))
+	}
+	if got, err := c.Call(context.Background(), 1, req(0, 10)); err != nil || !bytes.Equal(got[4:], data[:10]) {
+		t.Fatalf("after a padded segment: %v", err)
 	}
 }

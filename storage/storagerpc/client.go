@@ -26,6 +26,9 @@ type Client struct {
 	// before the data: without them every shard read of a degraded EC
 	// read allocated (and the runtime zeroed) a fresh buffer.
 	bufs *bufpool.Pool
+	// noSums holds the targets whose server does not know OpReadSums
+	// (ENOSYS): they are read with OpRead.
+	noSums sync.Map
 }
 
 var _ proto.StorageService = (*Client)(nil)
@@ -37,7 +40,9 @@ func NewClient(pool *transport.Pool, resolve func(ctx context.Context, t proto.T
 }
 
 func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ...[]byte) ([]byte, error) {
-	addr, err := c.resolve(ctx, t)
+	// The lookup may call the metadata service: not into this call's
+	// response buffers.
+	addr, err := c.resolve(transport.WithoutResponseBuffers(ctx), t)
 	if err != nil {
 		return nil, fmt.Errorf("storagerpc: target %d: %w", t, err)
 	}
@@ -60,8 +65,26 @@ func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ..
 }
 
 // Read reads into p, in requests of at most MaxIO bytes, and stops at the
-// end of the object.
+// end of the object. A read of whole blocks, of at least MinReadSums
+// bytes, goes as OpReadSums (the server sends the bytes without copying
+// them, this client checks them: readsums.go); a smaller one, one whose
+// bytes do not match, or one to a server without the op, as OpRead, which
+// the server checks.
 func (c *Client) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
+	if _, old := c.noSums.Load(t); off%SumBlock == 0 && len(p)%SumBlock == 0 && len(p) >= MinReadSums && !old {
+		n, err := c.readSums(ctx, t, obj, off, p)
+		switch {
+		case err == nil:
+			return n, nil
+		case errors.Is(err, ErrChecksum):
+			// Read again, checked by the server: it reports a corrupt
+			// object and fails with EIO, or the bytes raced with a write.
+		case errors.Is(err, syscall.ENOSYS):
+			c.noSums.Store(t, true)
+		default:
+			return n, err
+		}
+	}
 	done := 0
 	for done < len(p) {
 		want := min(len(p)-done, MaxIO)

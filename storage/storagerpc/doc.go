@@ -6,6 +6,8 @@
 // integers little-endian, built from wire primitives:
 //
 //	OpRead     106  cap, target u32, ino u64, stripe u32, off u64, len u32  -> the bytes read
+//	OpReadSums 171  OpRead's body (off, len whole 4 KiB blocks) -> format u8 (1), n u32,
+//	                (cur u32, prev u32) per block, then the n bytes read (readsums.go)
 //	OpWrite    107  cap, target u32, ino u64, stripe u32, off u64, data (u32 length + bytes) -> version u64
 //	OpTruncate 108  cap, target u32, ino u64, stripe u32, size u64          -> empty
 //	OpSync     109  cap, target u32, ino u64, stripe u32                    -> empty
@@ -27,7 +29,8 @@
 //	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
 //	OpJob      140  u8 version, u16 inner op, str job, the inner body  -> the inner op's answer
-//	OpJobRead  142  OpJob around OpRead;  OpJobWrite 143: around OpWrite
+//	OpJobRead  142  OpJob around OpRead;  OpJobWrite 143: around OpWrite;
+//	                OpJobReadSums 172: around OpReadSums
 //	OpJobStats 141  u8 version, str job ("": all)                       -> proto.EncodeJobStats (servers only)
 //
 // The Client sends a request whose ctx names a job (proto.WithJob) as
@@ -81,6 +84,31 @@
 // their exact bytes (up to 16384, then the cache starts over), so a
 // client's stream of requests costs a map lookup, not an HMAC, each; expiry
 // and rights are checked on every request.
+//
+// # Checked reads without copies
+//
+// Client.Read sends a read of whole blocks, of at least MinReadSums (64
+// KiB), as OpReadSums: the server takes
+// the object's read lock, reads the blocks' sidecar entries, and answers
+// them followed by the bytes, which the transport sends from the data
+// file with sendfile(2) (transport.SendFile; on an encrypted connection, or
+// from the in-memory FS, the handler reads them into its buffer instead);
+// the open handle and the read budget are held until the response is
+// written, the lock is not (a client that does not read must not hold up
+// writers): bytes a write changed in between fail the client's check,
+// and a file a truncate cut is padded with zeros, which fail it too. The Client reads the entries and the bytes into
+// separate buffers (transport.WithResponseBuffers: the bytes straight into
+// the caller's) and checks every block as the server would (CheckBlocks:
+// CRC32C of the block, zeros past the object's end, matching cur or prev;
+// a hole entry only zeros). A mismatch is read again as OpRead, which the
+// server checks: it logs and reports the corrupt object and fails with EIO
+// (or returns the bytes of a write that raced with the first read, so a
+// race never fails a read). Other reads, and all reads of a server that
+// answers OpReadSums with ENOSYS, go as OpRead. Every byte a client is
+// given is checked once either way. On loopback the server's CPU is about
+// what pread and writev cost (the kernel's TCP path dominates); on a NIC
+// with scatter-gather the bytes are not copied at all
+// (docs/performance.md, "Reads, issue 12").
 //
 // Invariants:
 //   - The Client sends a write's header and its data as separate parts of

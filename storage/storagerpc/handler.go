@@ -212,7 +212,7 @@ func (h *Handler) bad(op uint16, req []byte, err error) ([]byte, error) {
 // Serve is the transport.Handler.
 func (h *Handler) Serve(ctx context.Context, op uint16, req []byte) ([]byte, error) {
 	switch op {
-	case OpJob, OpJobRead, OpJobWrite:
+	case OpJob, OpJobRead, OpJobWrite, OpJobReadSums:
 		return h.serveJob(ctx, op, req)
 	case OpJobStats:
 		return h.serveJobStats(ctx, req)
@@ -257,6 +257,8 @@ func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 			g.release()
 		}
 		return buf[:n], nil
+	case OpReadSums:
+		return h.serveReadSums(ctx, req)
 	case OpWrite:
 		r, err := DecodeWrite(req)
 		if err != nil {

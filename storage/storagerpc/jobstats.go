@@ -2,6 +2,7 @@ package storagerpc
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
 	"syscall"
 	"time"
@@ -42,6 +43,8 @@ func jobOp(op uint16) uint16 {
 		return OpJobRead
 	case OpWrite:
 		return OpJobWrite
+	case OpReadSums:
+		return OpJobReadSums
 	}
 	return OpJob
 }
@@ -72,7 +75,7 @@ func decodeJobEnvelope(outer uint16, b []byte) (op uint16, job string, rest []by
 	if err := d.Err(); err != nil {
 		return 0, "", nil, fmt.Errorf("storagerpc: job envelope: %w", err)
 	}
-	if op == OpJob || op == OpJobStats || op == OpJobRead || op == OpJobWrite || jobOp(op) != outer {
+	if op == OpJob || op == OpJobStats || op == OpJobRead || op == OpJobWrite || op == OpJobReadSums || jobOp(op) != outer {
 		return 0, "", nil, fmt.Errorf("storagerpc: job envelope of op %d around op %d", outer, op)
 	}
 	if err := proto.ValidJobID(job); err != nil {
@@ -103,6 +106,9 @@ func (h *Handler) serveJob(ctx context.Context, outer uint16, req []byte) ([]byt
 	var read uint64
 	if err == nil && op == OpRead {
 		read = uint64(len(resp))
+	}
+	if err == nil && op == OpReadSums && len(resp) >= 5 {
+		read = uint64(binary.LittleEndian.Uint32(resp[1:])) // the bytes may follow by sendfile
 	}
 	if err != nil {
 		written = 0

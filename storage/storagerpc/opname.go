@@ -4,7 +4,7 @@ package storagerpc
 // op is not one.
 func OpName(op uint16) string {
 	switch op {
-	case OpRead, OpJobRead:
+	case OpRead, OpJobRead, OpReadSums, OpJobReadSums:
 		return "read"
 	case OpWrite, OpJobWrite:
 		return "write"

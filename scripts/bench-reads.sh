@@ -1,0 +1,274 @@
+#!/usr/bin/env bash
+# Reads (issue 12), measured side by side in one run: the local disk, the
+# FUSE ceiling (go-fuse loopback over tmpfs, passthrough off:
+# internal/tools/ceilingmount) and weft on the default cluster of `weft up`
+# (3 metadata replicas, 3 storage servers, 4 targets, mirror 2; data on
+# the same disk as the local-disk run). docs/performance.md, "Reads,
+# issue 12", is made with it.
+#
+# For each system and round, with fio (direct I/O, psync):
+#   write1   1 job writes f0 (--size, 1 MiB blocks, fsync at the end)
+#            (the other jobs' files f1..f3 are then written, not measured)
+#   read1    page cache dropped, 1 job reads f0 (1 MiB blocks)
+#   read4    page cache dropped, 4 jobs read f0..f3, one file each
+#   rand4    page cache dropped, 4 jobs read 4 KiB at random offsets of
+#            f0..f3 (one file each) for --rand-time
+# and, for weft and the ceiling, the CPU time (user+system, /proc/PID/stat)
+# of the daemons meanwhile: every weft process of the cluster (metadata,
+# storage, mount), the ceiling's one process. It prints each figure's
+# median over the rounds, weft's ratio to the local disk, and CPU-s per GiB
+# read (per 100,000 random reads).
+#
+#   scripts/bench-reads.sh [--rounds 3] [--size 1GiB] [--rand-time 10s]
+#                          [--out DIR] [--base-port 7800] [--up "ARGS"]
+#                          [--systems "disk ceiling weft"] [--weft BIN]
+#                          [--base BIN]
+#
+# --weft runs a weft binary built elsewhere instead of building this
+# tree's. --base BIN adds the system "base": a second cluster of its own
+# (base port +25) run by another build (main's, for before and after in
+# one run), measured in turn with the others.
+# --up passes more arguments to weft up (e.g. --pprof-port 7830). Run as
+# root (dropping the page cache needs it). Needs fio.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=3
+size=1GiB
+rand_time=10s
+out=/tmp/weft-bench-reads
+base_port=7800
+up_extra=
+systems="disk ceiling weft"
+weft_bin=
+base_bin=
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--rounds) rounds=$2; shift 2 ;;
+	--size) size=$2; shift 2 ;;
+	--rand-time) rand_time=$2; shift 2 ;;
+	--out) out=$2; shift 2 ;;
+	--base-port) base_port=$2; shift 2 ;;
+	--up) up_extra=$2; shift 2 ;;
+	--systems) systems=$2; shift 2 ;;
+	--weft) weft_bin=$(realpath "$2"); shift 2 ;;
+	--base) base_bin=$(realpath "$2"); shift 2 ;;
+	*) echo "usage: bench-reads.sh [--rounds N] [--size SIZE] [--rand-time DUR] [--out DIR] [--base-port P] [--up ARGS] [--systems LIST] [--weft BIN] [--base BIN]" >&2; exit 2 ;;
+	esac
+done
+command -v fio >/dev/null || { echo "bench-reads: fio is needed (apt-get install fio)" >&2; exit 1; }
+
+rm -rf "$out"
+mkdir -p "$out"
+if [ -n "$weft_bin" ]; then
+	cp "$weft_bin" "$out/weft"
+else
+	go build -o "$out/weft" ./cmd/weft
+fi
+if [ -n "$base_bin" ]; then
+	# Another name than weft's, so that its processes are told apart.
+	mkdir -p "$out/base"
+	cp "$base_bin" "$out/base/weft"
+	systems="$systems base"
+fi
+go build -o "$out/ceilingmount" ./internal/tools/ceilingmount
+weft=$out/weft
+results=$out/results.jsonl
+: >"$results"
+declare -A data=([weft]=$out/data [base]=$out/base-data)
+declare -A mnt=([weft]=$out/mnt [base]=$out/base-mnt)
+declare -A bin=([weft]=$out/weft [base]=$out/base/weft)
+declare -A port=([weft]=$base_port [base]=$((base_port + 25)))
+declare -A up_pid=()
+declare -A pids=()
+disk=$out/disk
+cmnt=$out/ceiling-mnt
+cdata=$(mktemp -d /dev/shm/weft-bench-reads-XXXXXX)
+mkdir -p "${mnt[weft]}" "${mnt[base]}" "$disk" "$cmnt"
+
+ceiling_pid=
+cleanup() {
+	local p
+	for p in "${up_pid[@]}"; do
+		if kill -0 "$p" 2>/dev/null; then
+			kill -TERM "$p"
+			wait "$p" || true
+		fi
+	done
+	if [ -n "$ceiling_pid" ] && kill -0 "$ceiling_pid" 2>/dev/null; then
+		kill -TERM "$ceiling_pid"
+		wait "$ceiling_pid" || true
+	fi
+	for m in "${mnt[weft]}" "${mnt[base]}" "$cmnt"; do
+		if grep -qs " $m fuse" /proc/mounts; then
+			fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+		fi
+	done
+	rm -rf "$cdata" "${data[weft]}" "${data[base]}" "$disk"
+}
+trap cleanup EXIT
+
+wait_for() {
+	local what=$1 secs=$2
+	shift 2
+	local deadline=$((SECONDS + secs))
+	until "$@"; do
+		if [ $SECONDS -ge $deadline ]; then
+			echo "bench-reads: gave up waiting for $what" >&2
+			return 1
+		fi
+		sleep 0.2
+	done
+}
+
+drop_caches() {
+	sync
+	echo 3 >/proc/sys/vm/drop_caches
+}
+
+# cluster_pids SYSTEM: the cluster's processes, found by /proc/*/comm
+# first (reading the command line of a process blocked in FUSE can hang;
+# none is yet).
+cluster_pids() {
+	local p
+	for p in /proc/[0-9]*; do
+		[ "$(cat "$p/comm" 2>/dev/null)" = weft ] || continue
+		if tr '\0' ' ' <"$p/cmdline" 2>/dev/null | grep -q -- " --[a-z]* ${data[$1]}/"; then
+			basename "$p"
+		fi
+	done
+}
+
+cpu_ticks() {
+	local p t=0 v
+	for p in $1; do
+		v=$(awk '{print $14 + $15}' "/proc/$p/stat" 2>/dev/null) || continue
+		t=$((t + ${v:-0}))
+	done
+	echo "$t"
+}
+
+up_ready() { grep -qs "weft is up" "$out/up-$1.log" || { kill -0 "${up_pid[$1]}" 2>/dev/null || { cat "$out/up-$1.log" >&2; exit 1; }; false; }; }
+ceiling_ready() { grep -qs mounted "$out/ceiling.log" || { kill -0 "$ceiling_pid" 2>/dev/null || { cat "$out/ceiling.log" >&2; exit 1; }; false; }; }
+
+for s in $systems; do
+	case $s in
+	weft | base)
+		# shellcheck disable=SC2086 # $up_extra is a list of arguments
+		"${bin[$s]}" up --data "${data[$s]}" --mount "${mnt[$s]}" --base-port "${port[$s]}" --log-level warn $up_extra >"$out/up-$s.log" 2>&1 &
+		up_pid[$s]=$!
+		wait_for "weft up ($s)" 300 up_ready "$s"
+		pids[$s]=$(cluster_pids "$s")
+		echo "weft up ($s): processes" ${pids[$s]} >&2
+		;;
+	ceiling)
+		"$out/ceilingmount" "$cdata" "$cmnt" >"$out/ceiling.log" 2>&1 &
+		ceiling_pid=$!
+		wait_for "the ceiling mount" 60 ceiling_ready
+		;;
+	disk) ;;
+	*) echo "bench-reads: unknown system $s" >&2; exit 2 ;;
+	esac
+done
+
+dir_of() {
+	case $1 in
+	disk) echo "$disk" ;;
+	ceiling) echo "$cmnt" ;;
+	*) echo "${mnt[$1]}" ;;
+	esac
+}
+pids_of() {
+	case $1 in
+	disk) echo "" ;;
+	ceiling) echo "$ceiling_pid" ;;
+	*) echo "${pids[$1]}" ;;
+	esac
+}
+
+# jobs_for DIR N: fio job sections, job i on DIR/f<i>.
+jobs_for() {
+	local i
+	for i in $(seq 0 $(($2 - 1))); do
+		echo "--name=j$i" "--filename=$1/f$i"
+	done
+}
+
+# measure ROUND SYSTEM PHASE FIO-ARGS...: run fio, record its figures and
+# the daemons' CPU time meanwhile.
+measure() {
+	local r=$1 s=$2 phase=$3 t0 t1 procs
+	shift 3
+	procs=$(pids_of "$s")
+	t0=$(cpu_ticks "$procs")
+	fio --output-format=json --group_reporting --ioengine=psync --direct=1 "$@" >"$out/fio-$s-$phase-$r.json"
+	t1=$(cpu_ticks "$procs")
+	python3 - "$out/fio-$s-$phase-$r.json" "$r" "$s" "$phase" "$t0" "$t1" "$(getconf CLK_TCK)" >>"$results" <<'PY'
+import json, sys
+f, r, s, phase, t0, t1, hz = sys.argv[1:]
+j = json.load(open(f))["jobs"][0]
+d = j["write"] if phase.startswith("write") else j["read"]
+print(json.dumps({"round": int(r), "system": s, "phase": phase, "mib_s": d["bw_bytes"] / 2**20,
+                  "iops": d["iops"], "bytes": d["io_bytes"], "ops": d["total_ios"],
+                  "cpu_s": (int(t1) - int(t0)) / int(hz)}))
+PY
+	tail -1 "$results" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("  %(system)s %(phase)s: %(mib_s).0f MiB/s, %(iops).0f IOPS, daemon CPU %(cpu_s).1f s" % r)' >&2
+}
+
+read -r -a sys_list <<<"$systems"
+n=${#sys_list[@]}
+for r in $(seq "$rounds"); do
+	echo "== round $r (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
+	# Rotate the order each round so no system always runs first.
+	order=("${sys_list[@]:$(((r - 1) % n))}" "${sys_list[@]:0:$(((r - 1) % n))}")
+	for s in "${order[@]}"; do
+		d=$(dir_of "$s")
+		rm -f "$d"/f[0-9]
+		drop_caches
+		# shellcheck disable=SC2046 # jobs_for prints a list of arguments
+		measure "$r" "$s" write1 --rw=write --bs=1M --size="$size" --end_fsync=1 $(jobs_for "$d" 1)
+		# shellcheck disable=SC2046
+		fio --output-format=terse --ioengine=psync --direct=1 --rw=write --bs=1M --size="$size" --end_fsync=1 \
+			--name=j1 --filename="$d/f1" --name=j2 --filename="$d/f2" --name=j3 --filename="$d/f3" >/dev/null
+		drop_caches
+		# shellcheck disable=SC2046
+		measure "$r" "$s" read1 --rw=read --bs=1M $(jobs_for "$d" 1)
+		drop_caches
+		# shellcheck disable=SC2046
+		measure "$r" "$s" read4 --rw=read --bs=1M $(jobs_for "$d" 4)
+		drop_caches
+		# shellcheck disable=SC2046
+		measure "$r" "$s" rand4 --rw=randread --bs=4k --time_based --runtime="$rand_time" $(jobs_for "$d" 4)
+	done
+done
+
+python3 - "$results" "$rounds" "$size" <<'PY'
+import json, statistics, sys
+path, rounds, size = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+rows = [json.loads(l) for l in open(path)]
+systems = [s for s in ("disk", "ceiling", "base", "weft") if any(r["system"] == s for r in rows)]
+phases = [("write1", "mib_s", "seq write 1 job, MiB/s"), ("read1", "mib_s", "seq read 1 job, MiB/s"),
+          ("read4", "mib_s", "seq read 4 jobs, MiB/s"), ("rand4", "iops", "4 KiB random read 4 jobs, IOPS")]
+def med(s, p, k):
+    v = [r[k] for r in rows if r["system"] == s and r["phase"] == p]
+    return statistics.median(v) if v else None
+print(f"medians of {rounds} rounds; {size} per file, fio direct I/O (psync)\n")
+base = "base" in systems
+print("| figure | " + " | ".join(systems) + " | weft / disk | weft daemon CPU-s per GiB (random: per 100k reads) |"
+      + (" base's |" if base else ""))
+print("|---|" + "---|" * (len(systems) + 2 + base))
+for p, k, name in phases:
+    vals = [med(s, p, k) for s in systems]
+    w, d = med("weft", p, k), med("disk", p, k)
+    ratio = f"{w / d:.2f}" if w and d else "-"
+    def cpu(s):
+        per = [r["cpu_s"] / (r["bytes"] / 2**30 if k == "mib_s" else r["ops"] / 1e5)
+               for r in rows if r["system"] == s and r["phase"] == p]
+        return f"{statistics.median(per):.2f}" if per else "-"
+    print(f"| {name} | " + " | ".join("-" if v is None else f"{v:,.0f}" for v in vals) + f" | {ratio} | {cpu('weft')} |"
+          + (f" {cpu('base')} |" if base else ""))
+for s in ("base", "weft"):
+    c = [r["cpu_s"] for r in rows if r["system"] == s and r["phase"] == "read4"]
+    if c:
+        print(f"\n{s} daemon CPU-s during read4 (4 x {size}): " + ", ".join(f"{x:.1f}" for x in c))
+PY
