@@ -1,0 +1,241 @@
+package tests
+
+import (
+	"encoding/json"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/weft-fs/weft/internal/testcluster"
+)
+
+// leaseStats is user.weft.leases of a mount.
+type leaseStats struct {
+	On     bool   `json:"on"`
+	Hits   uint64 `json:"hits"`
+	Misses uint64 `json:"misses"`
+}
+
+func mountLeases(t *testing.T, mnt string) leaseStats {
+	t.Helper()
+	buf := make([]byte, 256)
+	n, err := unix.Getxattr(mnt, "user.weft.leases", buf)
+	if err != nil {
+		t.Fatalf("getxattr user.weft.leases on %s: %v", mnt, err)
+	}
+	var s leaseStats
+	if err := json.Unmarshal(buf[:n], &s); err != nil {
+		t.Fatalf("user.weft.leases %q: %v", buf[:n], err)
+	}
+	return s
+}
+
+// warmLeases stats path on mnt until the mount answers a stat from its
+// lease cache (its first poll of the leader may still be under way when
+// the mount comes up), so that the checks after it test invalidation and
+// not a cache that was never filled.
+func warmLeases(t *testing.T, mnt, path string, missing bool) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		before := mountLeases(t, mnt)
+		_, err := os.Lstat(path)
+		if missing != errors.Is(err, fs.ErrNotExist) {
+			t.Fatalf("warm %s: %v (missing %v expected)", path, err, missing)
+		}
+		after := mountLeases(t, mnt)
+		if !after.On {
+			t.Fatalf("mount %s does not cache under leases", mnt)
+		}
+		if after.Hits > before.Hits {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("mount %s never answered a stat of %s from its cache: %+v", mnt, path, after)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func lstat(t *testing.T, path string) os.FileInfo {
+	t.Helper()
+	fi, err := os.Lstat(path)
+	if err != nil {
+		t.Fatalf("stat %s: %v", path, err)
+	}
+	return fi
+}
+
+func mustNotExist(t *testing.T, step, path string) {
+	t.Helper()
+	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("%s: stat %s on the other mount: %v, want ENOENT at once", step, path, err)
+	}
+}
+
+// TestLeaseCoherence: mount B caches lookups, negative lookups and
+// attributes under leases; every change made on mount A is seen by B's
+// next system call after A's call returned (the leader waits for B to drop
+// what it cached before it answers A).
+func TestLeaseCoherence(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Mounts: 2})
+	a, b := c.Mount(0), c.Mount(1)
+	if err := os.Mkdir(filepath.Join(a, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(a, "d", "f"), []byte("hello"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fB := filepath.Join(b, "d", "f")
+
+	t.Run("chmod", func(t *testing.T) {
+		warmLeases(t, b, fB, false)
+		if err := os.Chmod(filepath.Join(a, "d", "f"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if m := lstat(t, fB).Mode().Perm(); m != 0o600 {
+			t.Errorf("mode on B right after A's chmod returned: %o, want 600", m)
+		}
+	})
+
+	t.Run("write", func(t *testing.T) {
+		warmLeases(t, b, fB, false)
+		f, err := os.OpenFile(filepath.Join(a, "d", "f"), os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write([]byte(", world")); err != nil {
+			t.Fatal(err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		fa := lstat(t, filepath.Join(a, "d", "f"))
+		fb := lstat(t, fB)
+		if fb.Size() != fa.Size() || !fb.ModTime().Equal(fa.ModTime()) {
+			t.Errorf("B right after A's close: size %d mtime %v; A: size %d mtime %v", fb.Size(), fb.ModTime(), fa.Size(), fa.ModTime())
+		}
+	})
+
+	t.Run("close-to-open", func(t *testing.T) {
+		warmLeases(t, b, fB, false)
+		want := []byte("rewritten, longer than before")
+		if err := os.WriteFile(filepath.Join(a, "d", "f"), want, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		got, size, err := readAllFstat(fB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if string(got) != string(want) || size != int64(len(want)) {
+			t.Errorf("open on B after A's close: %q (fstat size %d), want %q", got, size, want)
+		}
+	})
+
+	t.Run("negative lookup then create", func(t *testing.T) {
+		nB := filepath.Join(b, "d", "new")
+		warmLeases(t, b, nB, true)
+		if err := os.WriteFile(filepath.Join(a, "d", "new"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := os.Lstat(nB); err != nil {
+			t.Errorf("B right after A created it: %v", err)
+		}
+	})
+
+	t.Run("rename", func(t *testing.T) {
+		warmLeases(t, b, fB, false)
+		warmLeases(t, b, filepath.Join(b, "d", "g"), true)
+		if err := os.Rename(filepath.Join(a, "d", "f"), filepath.Join(a, "d", "g")); err != nil {
+			t.Fatal(err)
+		}
+		mustNotExist(t, "rename", fB)
+		if _, err := os.Lstat(filepath.Join(b, "d", "g")); err != nil {
+			t.Errorf("B right after A's rename: %v", err)
+		}
+	})
+
+	t.Run("unlink", func(t *testing.T) {
+		gB := filepath.Join(b, "d", "g")
+		warmLeases(t, b, gB, false)
+		if err := os.Remove(filepath.Join(a, "d", "g")); err != nil {
+			t.Fatal(err)
+		}
+		mustNotExist(t, "unlink", gB)
+	})
+
+	t.Run("directory rename", func(t *testing.T) {
+		warmLeases(t, b, filepath.Join(b, "d"), false)
+		if err := os.Rename(filepath.Join(a, "d"), filepath.Join(a, "e")); err != nil {
+			t.Fatal(err)
+		}
+		mustNotExist(t, "directory rename", filepath.Join(b, "d"))
+		if _, err := os.Lstat(filepath.Join(b, "e", "new")); err != nil {
+			t.Errorf("B right after A renamed the directory: %v", err)
+		}
+	})
+}
+
+// TestLeaseDeadMount: a mount that holds leases and stops answering (frozen,
+// then killed) delays another mount's change by at most the lease term;
+// the change completes.
+func TestLeaseDeadMount(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Mounts: 2, MetaArgs: []string{"--lease-term", "2s"}})
+	a, b := c.Mount(0), c.Mount(1)
+	fA := filepath.Join(a, "f")
+	if err := os.WriteFile(fA, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fB := filepath.Join(b, "f")
+	warmLeases(t, b, fB, false)
+
+	chmod := func(step string, mode os.FileMode) {
+		t.Helper()
+		start := time.Now()
+		done := make(chan error, 1)
+		go func() { done <- os.Chmod(fA, mode) }()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatalf("%s: chmod: %v", step, err)
+			}
+		case <-time.After(2 * time.Minute): // against a hang only
+			t.Fatalf("%s: chmod on A did not complete while B holds a lease and does not answer", step)
+		}
+		t.Logf("%s: chmod on A took %v (lease term 2s)", step, time.Since(start))
+	}
+
+	c.FreezeMount(1)
+	thawed := false
+	defer func() {
+		if !thawed {
+			c.ThawMount(1)
+		}
+	}()
+	chmod("B frozen", 0o600)
+	c.ThawMount(1)
+	thawed = true
+	// B was dropped by the leader while frozen; thawed, it must not
+	// answer from what it cached before.
+	deadline := time.Now().Add(60 * time.Second)
+	for lstat(t, fB).Mode().Perm() != 0o600 {
+		if time.Now().After(deadline) {
+			t.Fatalf("B never saw the chmod made while it was frozen")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	warmLeases(t, b, fB, false)
+	c.StopMount(1)
+	chmod("B killed", 0o640)
+	if m := lstat(t, fA).Mode().Perm(); m != 0o640 {
+		t.Errorf("mode on A %o, want 640", m)
+	}
+}
