@@ -45,6 +45,10 @@ const leaseHeartbeat = DefaultLeaseTerm / 5
 // maxPollBatch bounds the invalidations one poll answer carries.
 const maxPollBatch = 4096
 
+// maxHolderLeases bounds the leases of one session; past it, what it
+// reads is invalidated as soon as it is granted (so it is not cached).
+const maxHolderLeases = 1 << 20
+
 // brokenSlots is the size of the table of recent breaks by inode hash.
 const brokenSlots = 4096
 
@@ -162,8 +166,7 @@ func (t *leaseTable) grant(sess session, g uint64, name string, inos ...proto.In
 		if ino == 0 {
 			continue
 		}
-		t.addLocked(h, ino)
-		if t.broken[uint64(ino)%brokenSlots] > g {
+		if !t.addLocked(h, ino) || t.broken[uint64(ino)%brokenSlots] > g {
 			n := ""
 			if i == 0 {
 				n = name // the first inode is the directory the name was looked up in
@@ -173,10 +176,13 @@ func (t *leaseTable) grant(sess session, g uint64, name string, inos ...proto.In
 	}
 }
 
-// addLocked records that h holds ino.
-func (t *leaseTable) addLocked(h *leaseHolder, ino proto.Ino) {
+// addLocked records that h holds ino, unless h holds too many leases.
+func (t *leaseTable) addLocked(h *leaseHolder, ino proto.Ino) bool {
 	if _, ok := h.inos[ino]; ok {
-		return
+		return true
+	}
+	if len(h.inos) >= maxHolderLeases {
+		return false
 	}
 	h.inos[ino] = struct{}{}
 	m := t.byIno[ino]
@@ -185,6 +191,30 @@ func (t *leaseTable) addLocked(h *leaseHolder, ino proto.Ino) {
 		t.byIno[ino] = m
 	}
 	m[h] = struct{}{}
+	return true
+}
+
+// grantDir records that sess holds dir and the inodes of ents, a part of
+// its listing read after begin returned g (the kernel caches names and
+// attributes from READDIRPLUS). If dir changed since g, every name listed
+// is invalidated at once: one of them may be gone.
+func (t *leaseTable) grantDir(sess session, g uint64, dir proto.Ino, ents []proto.DirEntry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.holders[sess]
+	if h == nil || !t.aliveLocked(h, t.now()) {
+		return
+	}
+	if !t.addLocked(h, dir) || t.broken[uint64(dir)%brokenSlots] > g {
+		for _, e := range ents {
+			t.queueLocked(h, proto.LeaseInval{Ino: dir, Name: e.Name})
+		}
+	}
+	for _, e := range ents {
+		if !t.addLocked(h, e.Attr.Ino) || t.broken[uint64(e.Attr.Ino)%brokenSlots] > g {
+			t.queueLocked(h, proto.LeaseInval{Ino: e.Attr.Ino})
+		}
+	}
 }
 
 func (t *leaseTable) queueLocked(h *leaseHolder, iv proto.LeaseInval) {
@@ -243,8 +273,7 @@ func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval
 	}
 	if h := t.holders[self]; h != nil && t.aliveLocked(h, now) {
 		for i, ino := range own[:min(len(own), 2)] {
-			t.addLocked(h, ino)
-			if racing[i] {
+			if !t.addLocked(h, ino) || racing[i] {
 				n := ""
 				if i == 0 {
 					n = name

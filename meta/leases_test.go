@@ -144,6 +144,30 @@ func TestLeaseOwnCreate(t *testing.T) {
 	}
 }
 
+// A listing takes leases on the directory and every inode listed; one that
+// raced a change of the directory invalidates every name it listed.
+func TestLeaseGrantDir(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	lt.poll(doneCtx(), a, 0)
+	ents := []proto.DirEntry{{Name: "x", Attr: proto.Attr{Ino: 11}}, {Name: "y", Attr: proto.Attr{Ino: 12}}}
+	lt.grantDir(a, lt.begin(), 1, ents)
+	if !lt.holds(a, 1) || !lt.holds(a, 11) || !lt.holds(a, 12) {
+		t.Fatal("listing granted too little")
+	}
+	if p := lt.poll(doneCtx(), a, 0); len(p.Invals) != 0 {
+		t.Fatalf("a fresh listing was invalidated: %+v", p.Invals)
+	}
+	g := lt.begin()
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "")
+	lt.poll(doneCtx(), a, 1)
+	lt.grantDir(a, g, 1, ents)
+	p := lt.poll(doneCtx(), a, 1)
+	if len(p.Invals) != 2 || p.Invals[0].Name != "x" || p.Invals[1].Name != "y" {
+		t.Fatalf("a listing that raced a change: %+v, want both names invalidated", p.Invals)
+	}
+}
+
 // A new leader forgets every lease; its epoch differs.
 func TestLeaseReset(t *testing.T) {
 	lt := newLeaseTable(time.Hour, nil)

@@ -716,6 +716,7 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 	if err != nil {
 		return nil, err
 	}
+	g := s.leases.begin()
 	d, err := s.readInode(dir)
 	if err != nil {
 		return nil, err
@@ -766,6 +767,7 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 		}
 		out = append(out, proto.DirEntry{Name: e.name, Attr: n.Attr})
 	}
+	s.leases.grantDir(cl.sess, g, dir, out)
 	return out, nil
 }
 

@@ -170,6 +170,30 @@ func TestLeaseCoherence(t *testing.T) {
 		mustNotExist(t, "unlink", gB)
 	})
 
+	t.Run("listed directory rename", func(t *testing.T) {
+		// B's kernel caches the names a listing returns (READDIRPLUS),
+		// directories' for 1 s; B's lease on ls itself was broken by
+		// the mkdir in it, so only the listing gives B one again.
+		if err := os.Mkdir(filepath.Join(a, "ls"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		lstat(t, filepath.Join(b, "ls"))
+		if err := os.Mkdir(filepath.Join(a, "ls", "x"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		ents, err := os.ReadDir(filepath.Join(b, "ls"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(ents) != 1 || ents[0].Name() != "x" {
+			t.Fatalf("B's listing of ls: %v, want x", ents)
+		}
+		if err := os.Rename(filepath.Join(a, "ls", "x"), filepath.Join(a, "ls", "y")); err != nil {
+			t.Fatal(err)
+		}
+		mustNotExist(t, "listed directory rename", filepath.Join(b, "ls", "x"))
+	})
+
 	t.Run("directory rename", func(t *testing.T) {
 		warmLeases(t, b, filepath.Join(b, "d"), false)
 		if err := os.Rename(filepath.Join(a, "d"), filepath.Join(a, "e")); err != nil {

@@ -1,0 +1,133 @@
+#!/usr/bin/env bash
+# Stats through a weft mount with metadata leases (this tree) against a
+# baseline build (default: main, without them), interleaved on this machine
+# (base, new, base, new, ...), with 1 and with 4 processes. Each run is a
+# fresh default `weft up` (3 metadata replicas, mirror 2, 3 storage
+# servers, 4 targets); P processes create F empty files each in a
+# directory of their own, the kernel's dentry and inode caches are
+# dropped and its 1 s attribute timeout waited out, then P processes stat
+# every file once (stats/s: each stat a LOOKUP to the mount, which the
+# baseline sends to the metadata leader and this tree answers from what
+# the mount holds under lease). Prints every run and the medians.
+#
+#   scripts/bench-lease-stat.sh [--rounds 3] [--files 5000] [--base REV]
+#                               [--base-port 7850] [--out DIR]
+#
+# Run as root (dropping the kernel's caches needs it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=3
+files=5000
+base=main
+base_port=7850
+out=/tmp/weft-bench-lease-stat
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--rounds) rounds=$2; shift 2 ;;
+	--files) files=$2; shift 2 ;;
+	--base) base=$2; shift 2 ;;
+	--base-port) base_port=$2; shift 2 ;;
+	--out) out=$2; shift 2 ;;
+	*) echo "bench-lease-stat: unknown argument $1" >&2; exit 2 ;;
+	esac
+done
+
+rm -rf "$out"
+mkdir -p "$out/src-base"
+git archive "$base" | tar -x -C "$out/src-base"
+(cd "$out/src-base" && go build -o "$out/weft-base" ./cmd/weft)
+go build -o "$out/weft-new" ./cmd/weft
+
+up_pid=
+mnt=
+stop_up() {
+	if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
+		kill -INT "$up_pid"
+		wait "$up_pid" || true
+	fi
+	up_pid=
+	if [ -n "$mnt" ] && grep -qs " $mnt fuse" /proc/mounts; then
+		fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
+	fi
+}
+trap stop_up EXIT
+
+run() { # run BIN PROCS ROUND: one cluster, one create and one stat pass
+	local bin=$1 procs=$2 round=$3 d=$out/$1-p$2-$3
+	mnt=$d/mnt
+	mkdir -p "$mnt"
+	"$out/weft-$bin" up --data "$d/data" --mount "$mnt" --base-port "$base_port" --log-level warn >"$d/up.log" 2>&1 &
+	up_pid=$!
+	local deadline=$((SECONDS + 300))
+	until grep -qs "weft is up" "$d/up.log"; do
+		if ! kill -0 "$up_pid" 2>/dev/null || [ $SECONDS -ge $deadline ]; then
+			cat "$d/up.log" >&2
+			exit 1
+		fi
+		sleep 0.2
+	done
+	python3 - "$mnt" "$files" "$procs" <<'PY'
+import os, sys, time
+from multiprocessing import Process
+
+root, files, procs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+
+def create(i):
+    d = os.path.join(root, "d%d" % i)
+    os.mkdir(d)
+    for j in range(files):
+        open(os.path.join(d, "f%d" % j), "w").close()
+
+def stat(i):
+    d = os.path.join(root, "d%d" % i)
+    for j in range(files):
+        os.stat(os.path.join(d, "f%d" % j))
+
+def timed(fn):
+    ps = [Process(target=fn, args=(i,)) for i in range(procs)]
+    t = time.monotonic()
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join()
+        if p.exitcode != 0:
+            sys.exit("bench-lease-stat: a worker failed")
+    return time.monotonic() - t
+
+n = files * procs
+c = timed(create)
+with open("/proc/sys/vm/drop_caches", "w") as f:
+    f.write("2\n")  # dentries and inodes: every stat is a LOOKUP again
+time.sleep(2)  # past the mount's 1 s entry and attribute timeouts
+s = timed(stat)
+print("%.0f %.0f" % (n / c, n / s))
+PY
+	stop_up
+	rm -rf "$d/data"
+}
+
+declare -A creates stats
+echo "bench-lease-stat: base $base ($(git rev-parse --short "$base")) vs this tree, $files files per process, $rounds rounds" >&2
+for round in $(seq "$rounds"); do
+	for procs in 1 4; do
+		for bin in base new; do
+			# $(...) waits for the run to end (its cluster stopped).
+			res=$(run "$bin" "$procs" "$round")
+			read -r c s <<<"$res"
+			echo "$bin procs=$procs round=$round creates/s=$c stats/s=$s"
+			creates[$bin$procs]+="$c "
+			stats[$bin$procs]+="$s "
+		done
+	done
+done
+median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+echo "--- medians"
+for procs in 1 4; do
+	for bin in base new; do
+		echo "$bin procs=$procs creates/s $(echo "${creates[$bin$procs]}" | median) stats/s $(echo "${stats[$bin$procs]}" | median)"
+	done
+	sb=$(echo "${stats[base$procs]}" | median) sn=$(echo "${stats[new$procs]}" | median)
+	cb=$(echo "${creates[base$procs]}" | median) cn=$(echo "${creates[new$procs]}" | median)
+	echo "procs=$procs new / base: stats $(echo "scale=2; $sn/$sb" | bc)x, creates $(echo "scale=2; $cn/$cb" | bc)x"
+done
