@@ -189,7 +189,7 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		// Last: its goroutine reads c.meta (the run-time parameters).
 		c.sess = newSession(c, svc)
 		if ls, ok := meta.(proto.LeaseService); ok && cfg.Leases {
-			c.leases = newLeaseCache(ls)
+			c.leases = newLeaseCache(ls, c.log)
 			c.leasesDone = make(chan struct{})
 			go func() {
 				defer close(c.leasesDone)

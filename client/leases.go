@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"time"
 
@@ -38,6 +39,7 @@ type dirName struct {
 
 // leaseCache is what this client holds under lease.
 type leaseCache struct {
+	log     *slog.Logger
 	svc     proto.LeaseService
 	onInval func([]proto.LeaseInval) // told of what changed elsewhere, before it is acknowledged
 
@@ -57,8 +59,8 @@ type leaseCache struct {
 	hits, misses uint64
 }
 
-func newLeaseCache(svc proto.LeaseService) *leaseCache {
-	return &leaseCache{svc: svc, attrs: map[proto.Ino]proto.Attr{}, names: map[dirName]proto.Ino{}}
+func newLeaseCache(svc proto.LeaseService, log *slog.Logger) *leaseCache {
+	return &leaseCache{svc: svc, log: log, attrs: map[proto.Ino]proto.Attr{}, names: map[dirName]proto.Ino{}}
 }
 
 // run polls until ctx ends.
@@ -81,6 +83,10 @@ func (l *leaseCache) run(ctx context.Context, timeout time.Duration) {
 		}
 		l.mu.Lock()
 		if p.Epoch != l.epoch || p.Epoch == 0 {
+			if n := len(l.attrs) + len(l.names); n > 0 {
+				l.log.Info("client: metadata lease cache dropped: the leader forgot this mount's leases (a new leader, or this mount was silent for longer than the lease term)",
+					"entries", n, "epoch", p.Epoch)
+			}
 			l.clearLocked()
 			l.epoch, l.ack = p.Epoch, 0
 		}

@@ -57,7 +57,7 @@ run() { # run BIN PROCS ROUND: one cluster, one create and one stat pass
 	local bin=$1 procs=$2 round=$3 d=$out/$1-p$2-$3
 	mnt=$d/mnt
 	mkdir -p "$mnt"
-	"$out/weft-$bin" up --data "$d/data" --mount "$mnt" --base-port "$base_port" --log-level warn >"$d/up.log" 2>&1 &
+	"$out/weft-$bin" up --data "$d/data" --mount "$mnt" --base-port "$base_port" --log-level info >"$d/up.log" 2>&1 &
 	up_pid=$!
 	local deadline=$((SECONDS + 300))
 	until grep -qs "weft is up" "$d/up.log"; do
@@ -101,9 +101,14 @@ with open("/proc/sys/vm/drop_caches", "w") as f:
     f.write("2\n")  # dentries and inodes: every stat is a LOOKUP again
 time.sleep(2)  # past the mount's 1 s entry and attribute timeouts
 s = timed(stat)
-print("%.0f %.0f" % (n / c, n / s))
+try:
+    leases = os.getxattr(root, "user.weft.leases").decode()
+except OSError:
+    leases = "-"
+print("%.0f %.0f %s" % (n / c, n / s, leases))
 PY
 	stop_up
+	mv "$d/data/logs" "$d/logs"
 	rm -rf "$d/data"
 }
 
@@ -114,8 +119,8 @@ for round in $(seq "$rounds"); do
 		for bin in base new; do
 			# $(...) waits for the run to end (its cluster stopped).
 			res=$(run "$bin" "$procs" "$round")
-			read -r c s <<<"$res"
-			echo "$bin procs=$procs round=$round creates/s=$c stats/s=$s"
+			read -r c s l <<<"$res"
+			echo "$bin procs=$procs round=$round creates/s=$c stats/s=$s leases=$l"
 			creates[$bin$procs]+="$c "
 			stats[$bin$procs]+="$s "
 		done
