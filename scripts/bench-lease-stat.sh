@@ -9,9 +9,12 @@
 # every file once (stats/s: each stat a LOOKUP to the mount, which the
 # baseline sends to the metadata leader and this tree answers from what
 # the mount holds under lease). Prints every run and the medians.
+# With --io500, each run is instead `weft bench io500 --stonewall 5s
+# --max-data 256MiB --max-files F` through the mount, and the stat phases
+# (mdtest-easy-stat, mdtest-hard-stat, kIOPS) are what is compared.
 #
 #   scripts/bench-lease-stat.sh [--rounds 3] [--files 5000] [--base REV]
-#                               [--base-port 7850] [--out DIR]
+#                               [--base-port 7850] [--out DIR] [--io500]
 #
 # Run as root (dropping the kernel's caches needs it).
 set -euo pipefail
@@ -22,6 +25,7 @@ files=5000
 base=main
 base_port=7850
 out=/tmp/weft-bench-lease-stat
+io500=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) rounds=$2; shift 2 ;;
@@ -29,6 +33,7 @@ while [ $# -gt 0 ]; do
 	--base) base=$2; shift 2 ;;
 	--base-port) base_port=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
+	--io500) io500=1; shift ;;
 	*) echo "bench-lease-stat: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -67,6 +72,23 @@ run() { # run BIN PROCS ROUND: one cluster, one create and one stat pass
 		fi
 		sleep 0.2
 	done
+	if [ -n "$io500" ]; then
+		"$out/weft-$bin" bench io500 --procs "$procs" --stonewall 5s --max-data 256MiB --max-files "$files" \
+			--json "$d/io500.json" "$mnt" >"$d/io500.log" 2>&1
+		python3 - "$d/io500.json" "$mnt" <<'PY'
+import json, os, sys
+p = json.load(open(sys.argv[1]))["phases"]
+try:
+    leases = os.getxattr(sys.argv[2], "user.weft.leases").decode()
+except OSError:
+    leases = "-"
+print("%.3f %.3f %s" % (p["mdtest-easy-stat"]["value"], p["mdtest-hard-stat"]["value"], leases))
+PY
+		stop_up
+		mv "$d/data/logs" "$d/logs"
+		rm -rf "$d/data"
+		return
+	fi
 	python3 - "$mnt" "$files" "$procs" <<'PY'
 import os, sys, time
 from multiprocessing import Process
@@ -120,7 +142,11 @@ for round in $(seq "$rounds"); do
 			# $(...) waits for the run to end (its cluster stopped).
 			res=$(run "$bin" "$procs" "$round")
 			read -r c s l <<<"$res"
-			echo "$bin procs=$procs round=$round creates/s=$c stats/s=$s leases=$l"
+			if [ -n "$io500" ]; then
+				echo "$bin procs=$procs round=$round mdtest-easy-stat=$c mdtest-hard-stat=$s kIOPS leases=$l"
+			else
+				echo "$bin procs=$procs round=$round creates/s=$c stats/s=$s leases=$l"
+			fi
 			creates[$bin$procs]+="$c "
 			stats[$bin$procs]+="$s "
 		done
@@ -130,9 +156,17 @@ median() { tr ' ' '\n' | grep . | sort -n | awk '{a[NR]=$1} END {print (NR%2) ? 
 echo "--- medians"
 for procs in 1 4; do
 	for bin in base new; do
-		echo "$bin procs=$procs creates/s $(echo "${creates[$bin$procs]}" | median) stats/s $(echo "${stats[$bin$procs]}" | median)"
+		if [ -n "$io500" ]; then
+			echo "$bin procs=$procs mdtest-easy-stat $(echo "${creates[$bin$procs]}" | median) mdtest-hard-stat $(echo "${stats[$bin$procs]}" | median) kIOPS"
+		else
+			echo "$bin procs=$procs creates/s $(echo "${creates[$bin$procs]}" | median) stats/s $(echo "${stats[$bin$procs]}" | median)"
+		fi
 	done
 	sb=$(echo "${stats[base$procs]}" | median) sn=$(echo "${stats[new$procs]}" | median)
 	cb=$(echo "${creates[base$procs]}" | median) cn=$(echo "${creates[new$procs]}" | median)
-	echo "procs=$procs new / base: stats $(echo "scale=2; $sn/$sb" | bc)x, creates $(echo "scale=2; $cn/$cb" | bc)x"
+	if [ -n "$io500" ]; then
+		echo "procs=$procs new / base: mdtest-easy-stat $(echo "scale=2; $cn/$cb" | bc)x, mdtest-hard-stat $(echo "scale=2; $sn/$sb" | bc)x"
+	else
+		echo "procs=$procs new / base: stats $(echo "scale=2; $sn/$sb" | bc)x, creates $(echo "scale=2; $cn/$cb" | bc)x"
+	fi
 done
