@@ -281,14 +281,38 @@ func (c *Client) changing(dir proto.Ino, name string, inos ...proto.Ino) func() 
 	return func() { c.leases.own(dir, name, inos...) }
 }
 
-// creating is called before this client creates name in dir: it drops
-// the entry (a negative one) and returns the sequence for created.
-func (c *Client) creating(dir proto.Ino, name string) uint64 {
+// creating is called before this client creates name in dir (or, with
+// inos, records a write's size and times: WriteDone): it drops what the
+// call changes and returns the sequence for created or changed.
+func (c *Client) creating(dir proto.Ino, name string, inos ...proto.Ino) uint64 {
 	if c.leases == nil {
 		return 0
 	}
-	c.leases.own(dir, name)
+	c.leases.own(dir, name, inos...)
 	return c.leases.begin()
+}
+
+// changed caches the attributes a WriteDone that began at s0 returned:
+// the leader gives this session a lease on the inode with it instead of
+// an invalidation (meta/leases.go), so the stat after a close costs no
+// round trip.
+func (c *Client) changed(s0 uint64, ino proto.Ino, a proto.Attr, err error) {
+	l := c.leases
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && a.Ino == ino && l.epoch != 0 && !l.movedLocked(s0, ino) {
+		l.fullLocked()
+		l.attrs[ino] = a
+	} else {
+		delete(l.attrs, ino)
+	}
+	// Reads of the inode that began before the change must not cache
+	// what it replaced.
+	l.seq++
+	l.slots[uint64(ino)%leaseSlots] = l.seq
 }
 
 // created caches what a create that began at s0 returned: the leader

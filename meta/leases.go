@@ -459,6 +459,11 @@ func (s *Server) breakLeases(ctx context.Context, c *Command, res *applyResult, 
 		if res.attr.Ino != 0 {
 			own = []proto.Ino{c.Parent, res.attr.Ino}
 		}
+	case OpWriteDone:
+		// So does a writer the attributes its close or fsync recorded.
+		if res.attr.Ino == c.Ino {
+			own = []proto.Ino{c.Ino}
+		}
 	}
 	if c.Parent != 0 {
 		ivs = append(ivs, proto.LeaseInval{Ino: c.Parent, Name: c.Name})
@@ -488,9 +493,12 @@ func (s *Server) breakLeases(ctx context.Context, c *Command, res *applyResult, 
 }
 
 // LeasePoll implements proto.LeaseService: a client session that polls
-// holds leases on what it reads (leases.go, docs/caching.md).
+// holds leases on what it reads (leases.go, docs/caching.md). It passes
+// the read barrier first: a deposed leader that does not know it yet
+// must not extend a client's trust in leases a new leader knows nothing
+// of.
 func (s *Server) LeasePoll(ctx context.Context, ack uint64) (proto.LeasePoll, error) {
-	cl, err := s.caller(ctx)
+	cl, err := s.reader(ctx)
 	if err != nil {
 		return proto.LeasePoll{}, err
 	}

@@ -323,3 +323,39 @@ func TestLeaseSharedDirectory(t *testing.T) {
 		}
 	}
 }
+
+// TestLeaseLeaderChange: with replicated metadata, a mount's leases are the
+// leader's; when the leader is killed, the new one knows none, so the
+// mount drops its cache (a new epoch) and, once its trust ran out, sees a
+// change made through the new leader; then it caches under the new
+// leader's leases again.
+func TestLeaseLeaderChange(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 2, MetaReplicas: 3, Mounts: 2, Timeout: "30s"})
+	a, b := c.Mount(0), c.Mount(1)
+	fA, fB := filepath.Join(a, "f"), filepath.Join(b, "f")
+	if err := os.WriteFile(fA, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	warmLeases(t, b, fB, false)
+	old := c.WaitMetaLeader()
+	c.StopMetaMember(old)
+	defer c.StartMetaMember(old)
+	if err := os.Chmod(fA, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(60 * time.Second)
+	for lstat(t, fB).Mode().Perm() != 0o600 {
+		if time.Now().After(deadline) {
+			t.Fatal("B never saw the chmod made through the new leader")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	warmLeases(t, b, fB, false) // caching again, under the new leader
+	if err := os.Chmod(fA, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if m := lstat(t, fB).Mode().Perm(); m != 0o640 {
+		t.Errorf("mode on B right after A's chmod under the new leader: %o, want 640", m)
+	}
+}
