@@ -15,6 +15,10 @@
 #
 #   scripts/bench-lease-stat.sh [--rounds 3] [--files 5000] [--base REV]
 #                               [--base-port 7850] [--out DIR] [--io500]
+#                               [--hard]
+#
+# --hard makes the files as mdtest-hard does: 3,901 bytes each, all
+# processes in one shared directory.
 #
 # Run as root (dropping the kernel's caches needs it).
 set -euo pipefail
@@ -26,6 +30,7 @@ base=main
 base_port=7850
 out=/tmp/weft-bench-lease-stat
 io500=
+hard=0
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) rounds=$2; shift 2 ;;
@@ -34,6 +39,7 @@ while [ $# -gt 0 ]; do
 	--base-port) base_port=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
 	--io500) io500=1; shift ;;
+	--hard) hard=1; shift ;;
 	*) echo "bench-lease-stat: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -89,22 +95,31 @@ PY
 		rm -rf "$d/data"
 		return
 	fi
-	python3 - "$mnt" "$files" "$procs" <<'PY'
+	python3 - "$mnt" "$files" "$procs" "$hard" <<'PY'
 import os, sys, time
 from multiprocessing import Process
 
-root, files, procs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+root, files, procs, hard = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "1"
+data = b"x" * 3901 if hard else b""
+if hard:
+    os.mkdir(os.path.join(root, "shared"))
+
+def path(i, j):
+    if hard:
+        return os.path.join(root, "shared", "r%d.f%d" % (i, j))
+    return os.path.join(root, "d%d" % i, "f%d" % j)
 
 def create(i):
-    d = os.path.join(root, "d%d" % i)
-    os.mkdir(d)
+    if not hard:
+        os.mkdir(os.path.join(root, "d%d" % i))
     for j in range(files):
-        open(os.path.join(d, "f%d" % j), "w").close()
+        with open(path(i, j), "wb") as f:
+            f.write(data)
 
 def stat(i):
-    d = os.path.join(root, "d%d" % i)
     for j in range(files):
-        os.stat(os.path.join(d, "f%d" % j))
+        if os.stat(path(i, j)).st_size != len(data):
+            sys.exit("bench-lease-stat: wrong size")
 
 def timed(fn):
     ps = [Process(target=fn, args=(i,)) for i in range(procs)]
