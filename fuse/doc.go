@@ -51,7 +51,9 @@
 //     NotifyEntry, NotifyContent with offset -1) before the leader hears it
 //     was done, so the change is seen here by the next system call after
 //     the call that made it returned, directories renamed elsewhere
-//     included. The mount keeps a map from inode to node for this, pruned
+//     included. It waits at most 100 ms for the kernel: a call of this
+//     mount holding the directory may itself wait at the leader for
+//     another mount; the kernel then drops the name when that call ends. The mount keeps a map from inode to node for this, pruned
 //     when the kernel forgets a node (OnForget). The virtual attribute
 //     user.weft.leases tells whether the cache is on and its hits and
 //     misses.
@@ -135,7 +137,9 @@
 // empty file to change its layout) and user.weft.df (get: JSON array of
 // {"id","addr","total","used","free","up","objects","files_free","device"}
 // per storage target) and user.weft.meta (get: the metadata server's
-// address, for admin tools such as weft find); user.weft.resync (set:
+// address, for admin tools such as weft find) and user.weft.leases (get:
+// JSON {"on","hits","misses"}: whether this mount caches lookups and
+// attributes under metadata leases, and how many its cache answered); user.weft.resync (set:
 // repair stale copies, client.Resync) and user.weft.migrate (set on a
 // regular file to a layout in user.weft.layout's JSON, targets optional:
 // client.Migrate restripes it online; `weft migrate` sets it). Setting
