@@ -377,6 +377,15 @@ func (t *leaseTable) poll(ctx context.Context, sess session, ack uint64) proto.L
 	return out
 }
 
+// drop forgets the leases of sess (its session ended).
+func (t *leaseTable) drop(sess session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h := t.holders[sess]; h != nil {
+		t.dropLocked(h)
+	}
+}
+
 // holds reports whether sess holds a lease on ino (for tests and status).
 func (t *leaseTable) holds(sess session, ino proto.Ino) bool {
 	t.mu.Lock()

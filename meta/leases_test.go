@@ -168,6 +168,18 @@ func TestLeaseGrantDir(t *testing.T) {
 	}
 }
 
+// A session that ended (a clean unmount) is waited for by no change.
+func TestLeaseDropSession(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	lt.poll(doneCtx(), a, 0)
+	lt.grant(a, lt.begin(), "", 4)
+	lt.drop(a)
+	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 4}}, nil, ""); len(w) != 0 || lt.holds(a, 4) {
+		t.Fatalf("a dropped session is still waited for (%d waits) or holds its lease", len(w))
+	}
+}
+
 // A new leader forgets every lease; its epoch differs.
 func TestLeaseReset(t *testing.T) {
 	lt := newLeaseTable(time.Hour, nil)
