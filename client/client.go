@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"hash/maphash"
 	"log/slog"
 	"sync"
@@ -38,6 +39,12 @@ type Config struct {
 	// answered (or before another copy is tried) before they are counted
 	// as failed (mirror.go); 0 means DefaultMirrorGrace.
 	MirrorGrace time.Duration
+	// Leases makes the client cache lookups (found or not) and attributes
+	// under metadata leases from the metadata leader, which tells it of
+	// every change made elsewhere before acknowledging that change
+	// (leases.go; docs/caching.md). Needs a service with sessions and
+	// leases (metarpc.Client); ignored otherwise.
+	Leases bool
 }
 
 const (
@@ -114,6 +121,12 @@ type Client struct {
 	// rows and coders serve erasure-coded files (ec.go).
 	rows   rowLocks
 	coders sync.Map // [2]uint8{k, m} -> reedsolomon.Encoder
+
+	// leases caches lookups and attributes under metadata leases
+	// (leases.go); nil without Config.Leases. leasesDone is closed when
+	// its poll loop ended.
+	leases     *leaseCache
+	leasesDone chan struct{}
 }
 
 // extended is what a metadata service may offer beyond proto.MetaService
@@ -175,6 +188,14 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 	if svc, ok := meta.(sessionService); ok {
 		// Last: its goroutine reads c.meta (the run-time parameters).
 		c.sess = newSession(c, svc)
+		if ls, ok := meta.(proto.LeaseService); ok && cfg.Leases {
+			c.leases = newLeaseCache(ls, c.log)
+			c.leasesDone = make(chan struct{})
+			go func() {
+				defer close(c.leasesDone)
+				c.leases.run(c.base, c.cfg.Timeout)
+			}()
+		}
 	}
 	return c
 }
@@ -196,6 +217,9 @@ func (c *Client) Close() error {
 	c.wg.Wait()
 	c.rel.drain()
 	c.cancel()
+	if c.leasesDone != nil {
+		<-c.leasesDone
+	}
 	var errs []error
 	if c.sess != nil {
 		errs = append(errs, c.sess.close())
@@ -257,9 +281,29 @@ func (c *Client) merge(a *proto.Attr) {
 
 // Lookup finds name in parent.
 func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	var s0 uint64
+	if c.leases != nil {
+		a, found, ok := c.leases.lookup(parent, name)
+		switch {
+		case ok && found:
+			c.merge(&a)
+			return a, nil
+		case ok:
+			return proto.Attr{}, fmt.Errorf("client: no entry %q in %d (cached): %w", name, parent, syscall.ENOENT)
+		}
+		s0 = c.leases.begin()
+	}
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	a, err := c.meta.Lookup(ctx, parent, name)
+	if c.leases != nil {
+		switch {
+		case err == nil:
+			c.leases.putLookup(s0, parent, name, a)
+		case errors.Is(err, syscall.ENOENT):
+			c.leases.putLookup(s0, parent, name, proto.Attr{})
+		}
+	}
 	if err == nil {
 		c.merge(&a)
 	}
@@ -269,10 +313,21 @@ func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 // GetAttr returns ino's attributes, including the size of writes this mount
 // has acknowledged but not yet reported to the metadata server.
 func (c *Client) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
+	var s0 uint64
+	if c.leases != nil {
+		if a, ok := c.leases.getAttr(ino); ok {
+			c.merge(&a)
+			return a, nil
+		}
+		s0 = c.leases.begin()
+	}
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	a, err := c.meta.GetAttr(ctx, ino)
 	if err == nil {
+		if c.leases != nil {
+			c.leases.putAttr(s0, a)
+		}
 		c.merge(&a)
 	}
 	return a, err
@@ -325,6 +380,7 @@ func (c *Client) settle(ctx context.Context, ino proto.Ino) error {
 // recovered, and the call fails with ESTALE if that made a new one (the
 // handle is gone).
 func (c *Client) setAttr(ctx context.Context, ino proto.Ino, in proto.SetAttrIn) (a proto.Attr, err error) {
+	defer c.changing(0, "", ino)()
 	if in.Valid&proto.SetHandle == 0 {
 		return c.meta.SetAttr(ctx, ino, in)
 	}
@@ -427,9 +483,11 @@ func (c *Client) truncateObjects(ctx context.Context, st *inodeState, l layout.L
 
 // Create makes a regular file, fifo, socket or device node.
 func (c *Client) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, error) {
+	s0 := c.creating(in.Parent, in.Name)
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	a, err := c.meta.Create(ctx, in)
+	c.created(s0, in.Parent, in.Name, a, err)
 	if err == nil {
 		c.merge(&a)
 	}
@@ -448,10 +506,12 @@ func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 			a, p proto.Attr
 			cap  []byte
 		)
+		s0 := c.creating(in.Parent, in.Name)
 		gen, err := c.withSession(rctx, func() (err error) {
 			a, p, cap, err = x.CreateOpen(rctx, in, want)
 			return err
 		})
+		c.created(s0, in.Parent, in.Name, a, err)
 		cancel()
 		if err == nil {
 			if a.IsDir() {
@@ -479,16 +539,22 @@ func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 
 // Mkdir makes a directory.
 func (c *Client) Mkdir(ctx context.Context, parent proto.Ino, name string, mode, uid, gid uint32) (proto.Attr, error) {
+	s0 := c.creating(parent, name)
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	return c.meta.Mkdir(ctx, parent, name, mode, uid, gid)
+	a, err := c.meta.Mkdir(ctx, parent, name, mode, uid, gid)
+	c.created(s0, parent, name, a, err)
+	return a, err
 }
 
 // Symlink makes a symbolic link.
 func (c *Client) Symlink(ctx context.Context, parent proto.Ino, name, target string, uid, gid uint32) (proto.Attr, error) {
+	s0 := c.creating(parent, name)
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	return c.meta.Symlink(ctx, parent, name, target, uid, gid)
+	a, err := c.meta.Symlink(ctx, parent, name, target, uid, gid)
+	c.created(s0, parent, name, a, err)
+	return a, err
 }
 
 // Readlink returns a symlink's target.
@@ -500,6 +566,7 @@ func (c *Client) Readlink(ctx context.Context, ino proto.Ino) (string, error) {
 
 // Link makes a hard link.
 func (c *Client) Link(ctx context.Context, ino, newParent proto.Ino, newName string) (proto.Attr, error) {
+	defer c.changing(newParent, newName, ino)()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	a, err := c.meta.Link(ctx, ino, newParent, newName)
@@ -519,6 +586,7 @@ func (c *Client) Unlink(ctx context.Context, parent proto.Ino, name string) erro
 // after the change (a zero Attr if the server did not say).
 func (c *Client) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
 	c.rel.flush()
+	defer c.changing(parent, name)()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	if x := c.extOK(); x != nil {
@@ -539,6 +607,7 @@ func (c *Client) Rmdir(ctx context.Context, parent proto.Ino, name string) error
 // RmdirAt is Rmdir that also returns the parent directory's attributes
 // after the change (a zero Attr if the server did not say).
 func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
+	defer c.changing(parent, name)()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	if x := c.extOK(); x != nil {
@@ -553,6 +622,8 @@ func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (pr
 // Rename renames an entry; flags as in renameat2(2).
 func (c *Client) Rename(ctx context.Context, oldParent proto.Ino, oldName string, newParent proto.Ino, newName string, flags uint32) error {
 	c.rel.flush()
+	defer c.changing(oldParent, oldName)()
+	defer c.changing(newParent, newName)()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	return c.meta.Rename(ctx, oldParent, oldName, newParent, newName, flags)
@@ -582,6 +653,7 @@ func (c *Client) GetXattr(ctx context.Context, ino proto.Ino, name string) ([]by
 
 // SetXattr sets an extended attribute.
 func (c *Client) SetXattr(ctx context.Context, ino proto.Ino, name string, value []byte, flags uint32) error {
+	defer c.changing(0, "", ino)()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	return c.meta.SetXattr(ctx, ino, name, value, flags)
@@ -596,6 +668,7 @@ func (c *Client) ListXattr(ctx context.Context, ino proto.Ino) ([]string, error)
 
 // RemoveXattr removes an extended attribute.
 func (c *Client) RemoveXattr(ctx context.Context, ino proto.Ino, name string) error {
+	defer c.changing(0, "", ino)()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	return c.meta.RemoveXattr(ctx, ino, name)
@@ -604,6 +677,7 @@ func (c *Client) RemoveXattr(ctx context.Context, ino proto.Ino, name string) er
 // SetLayout sets a directory's default layout or an empty file's layout. An
 // open handle on this mount picks up the new layout for its first write.
 func (c *Client) SetLayout(ctx context.Context, ino proto.Ino, l layout.Layout) (proto.Attr, error) {
+	defer c.changing(0, "", ino)()
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	a, err := c.meta.SetLayout(rctx, ino, l)

@@ -117,6 +117,17 @@
 //     bytes and waits for the writes in flight, truncates every object to its share of the new size,
 //     then records the size on the metadata server.
 //   - Holes. Bytes within the file size that no object holds read as zeros.
+//   - Metadata cache (Config.Leases; leases.go, docs/caching.md). The
+//     client polls the metadata leader for lease invalidations and, while
+//     its last answered poll was sent less than 3/4 of the lease term ago,
+//     answers Lookup (found or not) and GetAttr from what it read (or
+//     created) before; the leader tells it of every change made elsewhere
+//     before acknowledging that change (OnLeaseInval then drops the
+//     kernel's copies too). A change made here drops what it affects before
+//     it is sent and again after it returned (changing), so reads under way
+//     never cache what it replaced; an invalidation or change that arrives
+//     while a read is under way keeps that read out of the cache. Open
+//     always asks the leader (close-to-open).
 //   - Times. A file's mtime is the time of its last write (this client's
 //     clock when the write was accepted), reported with WriteDone, or of
 //     the last explicit set: a close long after the last write does not

@@ -684,10 +684,12 @@ func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 	defer cancel()
 	blocks := st.allocatedBlocks(rctx, l, span)
 	var a proto.Attr
+	s0 := c.creating(0, "", st.ino)
 	err := c.handleCall(rctx, st.ino, gen, func() (err error) {
 		a, err = c.meta.WriteDone(rctx, st.ino, end, mtime, blocks)
 		return err
 	})
+	c.changed(s0, st.ino, a, err)
 	st.noteQuota(err)
 	if err != nil {
 		return err

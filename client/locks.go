@@ -332,10 +332,12 @@ func (f *File) Append(ctx context.Context, p []byte) (uint64, int, error) {
 	var a proto.Attr
 	for {
 		rctx, cancel := f.c.rpcCtx(ctx)
+		done := f.c.changing(0, "", f.ino)
 		err = f.c.handleCall(rctx, f.ino, f.gen, func() (err error) {
 			a, err = f.c.locker.Append(rctx, f.ino, n)
 			return err
 		})
+		done()
 		cancel()
 		if !errors.Is(err, syscall.EAGAIN) {
 			break

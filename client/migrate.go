@@ -149,7 +149,9 @@ func (c *Client) migrateCopy(ctx context.Context, mg proto.Migrator, t proto.Mig
 	t.Blocks = dst.allocatedBlocks(ctx, nl, size)
 	rctx, cancel = c.rpcCtx(ctx)
 	defer cancel()
+	done := c.changing(0, "", t.Ino)
 	na, err := mg.MigrateCommit(rctx, t)
+	done()
 	if err != nil {
 		return proto.Attr{}, migrateErr(t.Ino, "commit", err)
 	}

@@ -155,6 +155,7 @@ func (c *Client) markStale(ctx context.Context, st *inodeState, slots []uint32) 
 	}
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
+	defer c.changing(0, "", st.ino)()
 	if _, err := sm.MarkStale(rctx, st.ino, st.gen, slots); err != nil {
 		return err
 	}
@@ -359,6 +360,7 @@ func (c *Client) Resync(ctx context.Context, ino proto.Ino) (int, error) {
 	}
 	rctx, cancel = c.rpcCtx(ctx)
 	defer cancel()
+	defer c.changing(0, "", ino)()
 	if _, err := sm.ClearStale(rctx, ino, a.Gen, l.Stale, a.Mtime); err != nil {
 		return 0, fmt.Errorf("client: resync of inode %d: clear stale marks: %w", ino, err)
 	}

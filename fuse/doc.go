@@ -42,11 +42,21 @@
 //
 //   - Attributes and directory names are cached by the kernel for 1 s;
 //     names of files, symlinks and other non-directories are not cached
-//     (every open or stat looks the name up), so a file renamed over a name
-//     on another mount is the one the next open here gets; failed lookups
-//     are not cached, so a file created on another mount can be opened here
-//     at once. A directory renamed on another mount can be seen under its
-//     old name here for up to 1 s.
+//     (every open or stat looks the name up), and neither are failed
+//     lookups. The LOOKUPs and GETATTRs that reach the mount are answered
+//     by the client's cache under metadata leases (client.Config.Leases,
+//     on unless Config.NoLeases; docs/caching.md) when it can. When the
+//     metadata leader invalidates an entry or attributes (a change
+//     elsewhere), the mount drops the kernel's copies (leases.go:
+//     NotifyEntry, NotifyContent with offset -1) before the leader hears it
+//     was done, so the change is seen here by the next system call after
+//     the call that made it returned, directories renamed elsewhere
+//     included. It waits at most 100 ms for the kernel: a call of this
+//     mount holding the directory may itself wait at the leader for
+//     another mount; the kernel then drops the name when that call ends. The mount keeps a map from inode to node for this, pruned
+//     when the kernel forgets a node (OnForget). The virtual attribute
+//     user.weft.leases tells whether the cache is on and its hits and
+//     misses.
 //   - After every create or remove in a directory the kernel drops the
 //     directory's cached attributes and asks again at the next path walk.
 //     The metadata server returns the directory's new attributes with the
@@ -127,7 +137,9 @@
 // empty file to change its layout) and user.weft.df (get: JSON array of
 // {"id","addr","total","used","free","up","objects","files_free","device"}
 // per storage target) and user.weft.meta (get: the metadata server's
-// address, for admin tools such as weft find); user.weft.resync (set:
+// address, for admin tools such as weft find) and user.weft.leases (get:
+// JSON {"on","hits","misses"}: whether this mount caches lookups and
+// attributes under metadata leases, and how many its cache answered); user.weft.resync (set:
 // repair stale copies, client.Resync) and user.weft.migrate (set on a
 // regular file to a layout in user.weft.layout's JSON, targets optional:
 // client.Migrate restripes it online; `weft migrate` sets it). Setting

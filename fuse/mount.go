@@ -50,6 +50,10 @@ type Config struct {
 	// Metrics, if set, gets the client's gauges (metrics.RegisterClient:
 	// the run-time parameters applied, storage requests under way).
 	Metrics prometheus.Registerer
+	// NoLeases turns off the metadata cache under leases (client.Config
+	// Leases; docs/caching.md): every lookup and stat the kernel does not
+	// answer itself then goes to the metadata leader.
+	NoLeases bool
 }
 
 // DefaultUnmountTimeout is how long each step of a shutdown may take
@@ -59,7 +63,7 @@ const DefaultUnmountTimeout = 10 * time.Second
 // ClientConfig returns the client part of the configuration.
 func (c Config) ClientConfig() client.Config {
 	return client.Config{MetaAddr: c.MetaAddr, Timeout: c.Timeout, CacheLimit: c.CacheLimit, Logger: c.Logger, Transport: c.Transport,
-		LogLevel: c.LogLevel, DefaultLogLevel: c.DefaultLogLevel}
+		LogLevel: c.LogLevel, DefaultLogLevel: c.DefaultLogLevel, Leases: !c.NoLeases}
 }
 
 const (
@@ -154,6 +158,8 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 	}
 	fsys := &filesystem{c: cl, log: log, creds: newCreds(cfg.JobIDVar), meta: cfg.MetaAddr}
 	root := &node{fsys: fsys}
+	fsys.nodes.Store(proto.RootIno, root)
+	cl.OnLeaseInval(fsys.invalidate)
 	var et time.Duration // non-directories; see dirEntryTimeout
 	at := attrTimeout
 	opts := &fs.Options{

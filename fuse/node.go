@@ -22,6 +22,9 @@ type filesystem struct {
 	meta  string // the metadata server's address (user.weft.meta)
 	// flushOwners passes FLUSH's lock owner to the handle (locks.go).
 	flushOwners sync.Map
+	// nodes maps the inodes the kernel knows to their nodes, for the
+	// metadata leader's invalidations (leases.go).
+	nodes sync.Map // proto.Ino -> *node
 }
 
 // errno converts a client error for the kernel; errors that are not errnos
@@ -132,6 +135,7 @@ var (
 	_ fs.NodeSetxattrer     = (*node)(nil)
 	_ fs.NodeListxattrer    = (*node)(nil)
 	_ fs.NodeRemovexattrer  = (*node)(nil)
+	_ fs.NodeOnForgetter    = (*node)(nil)
 	_ fs.FileReaddirenter   = (*dirHandle)(nil)
 	_ fs.FileLookuper       = (*dirHandle)(nil)
 	_ fs.FileSeekdirer      = (*dirHandle)(nil)
@@ -184,6 +188,7 @@ func (n *node) child(ctx context.Context, a proto.Attr, out *gofuse.EntryOut) *f
 	ch := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino)})
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.note(a)
+		n.fsys.nodes.Store(a.Ino, cn)
 	}
 	return ch
 }

@@ -16,6 +16,10 @@ const (
 	xattrLayout = "user.weft.layout"
 	xattrDF     = "user.weft.df"
 	xattrMeta   = "user.weft.meta" // the metadata server's address, for admin tools
+	// xattrLeases: JSON {"on","hits","misses"}: whether this mount caches
+	// under metadata leases, and how many lookups and stats that cache
+	// answered or not (client.Client.Leases).
+	xattrLeases = "user.weft.leases"
 	// xattrResync, set (any value) on a mirrored file, repairs its stale
 	// copies (client.Resync); `weft resync` sets it.
 	xattrResync = "user.weft.resync"
@@ -118,6 +122,13 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, 
 		v, _ = json.Marshal(toLayoutJSON(l))
 	case xattrMeta:
 		v = []byte(n.fsys.meta)
+	case xattrLeases:
+		on, hits, misses := n.fsys.c.Leases()
+		v, _ = json.Marshal(struct {
+			On     bool   `json:"on"`
+			Hits   uint64 `json:"hits"`
+			Misses uint64 `json:"misses"`
+		}{on, hits, misses})
 	case xattrDF:
 		ts, err := n.fsys.c.Targets(ctx)
 		if err != nil {

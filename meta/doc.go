@@ -199,6 +199,24 @@
 // Outside the grace period a reclaim is refused with ESTALE: the client
 // then starts a new session, and its old handles fail with ESTALE.
 //
+// # Metadata leases
+//
+// A session that polls (LeasePoll) holds a lease on every inode its
+// Lookup, GetAttr and ReadDir read (a directory's lease covers the names
+// in it, found or not) and on what its creates made (leases.go,
+// docs/caching.md). propose breaks them after a command is applied and
+// before its caller is answered: every holder of an inode the command
+// names, of the directories whose entries it changes, and of the inodes an
+// unlink, rmdir or rename took a name from, gets an invalidation on its
+// poll, and the command waits for every holder but its caller to
+// acknowledge, or for the holder's term (Options.LeaseTerm, default
+// DefaultLeaseTerm) since its last poll to run out, when the holder is
+// dropped with all its leases. A read that began before a break and took
+// its lease after it is invalidated at once (per inode hash, the
+// generation of the last break). Leases are the leader's, in memory: a new
+// leader starts with none and a new epoch, which makes every client drop
+// its cache.
+//
 // # Locks
 //
 // The server is the cluster's lock manager (locks.go, proto.LockService):

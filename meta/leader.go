@@ -104,6 +104,7 @@ func (s *Server) becameLeader(term uint64) {
 	if !fresh {
 		s.graceUntil.Store(time.Now().Add(s.opts.OrphanGrace).UnixNano())
 	}
+	s.leases.reset() // the last leader's leases are its own: every client drops its cache
 	s.mu.Lock()
 	clear(s.sessions)
 	clear(s.sessOpens)

@@ -34,6 +34,8 @@ type Config struct {
 	OrphanGrace time.Duration
 	// SessionLease: see Options.SessionLease (default DefaultSessionLease).
 	SessionLease time.Duration
+	// LeaseTerm: see Options.LeaseTerm (default DefaultLeaseTerm).
+	LeaseTerm time.Duration
 	// RebuildAfter, RebuildRate, NoRebuildRate: see Options (defaults
 	// DefaultRebuildAfter, DefaultRebuildRate).
 	RebuildAfter     time.Duration
@@ -203,7 +205,7 @@ func Run(ctx context.Context, cfg Config) error {
 	srv, err := New(Options{
 		Replica: replica,
 		Store:   st, Storage: cfg.Storage, NewStorage: cfg.NewStorage, HeartbeatTimeout: cfg.HeartbeatTimeout,
-		OrphanGrace: cfg.OrphanGrace, SessionLease: cfg.SessionLease,
+		OrphanGrace: cfg.OrphanGrace, SessionLease: cfg.SessionLease, LeaseTerm: cfg.LeaseTerm,
 		RebuildAfter: cfg.RebuildAfter, RebuildRate: cfg.RebuildRate, NoRebuildRate: cfg.NoRebuildRate,
 		MovedObjectGrace: cfg.MovedObjectGrace, Logger: log, Access: cfg.Access,
 		AllowUnauthenticated: cfg.AllowUnauthenticated,

@@ -41,7 +41,11 @@ type Options struct {
 	// When it expires its handles are dropped as if released, so a killed
 	// client's unlinked-but-open files are reclaimed.
 	SessionLease time.Duration
-	GCInterval   time.Duration // how often to retry the object-GC queue; default 5s
+	// LeaseTerm is how long the leader keeps the metadata leases of a
+	// session that stopped polling, so the longest a change waits for a
+	// mount that does not answer (leases.go); default DefaultLeaseTerm.
+	LeaseTerm  time.Duration
+	GCInterval time.Duration // how often to retry the object-GC queue; default 5s
 	// GCDelay is how long the GC waits after objects were queued before it
 	// removes them, so that a burst of unlinks is removed in a few batches
 	// (each acknowledged by one command) instead of one round per file.
@@ -186,6 +190,7 @@ type Server struct {
 	opens     map[proto.Ino]int
 	sessOpens map[session]map[proto.Ino]sessionOpens
 	sessions  map[session]*sessionState // registered sessions and their leases (session.go)
+	leases    *leaseTable               // metadata leases of polling sessions (leases.go)
 	// locks are the cluster-wide file locks (locks.go), released with the
 	// session that holds them.
 	locks *lockTable
@@ -342,6 +347,7 @@ func New(opts Options) (*Server, error) {
 		sessOpens:   map[session]map[proto.Ino]sessionOpens{},
 		sessions:    map[session]*sessionState{},
 		locks:       newLockTable(),
+		leases:      newLeaseTable(opts.LeaseTerm, nil),
 		appendEnd:   map[proto.Ino]uint64{},
 		reclaiming:  map[proto.Ino]bool{},
 		migrating:   map[proto.Ino]chan struct{}{},
@@ -405,7 +411,8 @@ func New(opts Options) (*Server, error) {
 			return nil, err
 		}
 	}
-	s.bg.Add(6)
+	s.bg.Add(7)
+	go s.every(s.leases.term, s.leases.sweep)
 	if opts.noRebuildLoop {
 		s.bg.Done()
 	} else {
@@ -569,7 +576,16 @@ func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
 	s.inflight.Add(1)
 	s.mu.Unlock()
 	defer s.inflight.Done()
+	g0 := s.leases.begin()
+	victims := s.leaseVictims(c)
 	res, err := s.commits.propose(ctx, c)
+	if err == nil {
+		// Before anyone hears of the change, no other mount may answer
+		// from what it replaced (leases.go).
+		if werr := s.breakLeases(ctx, c, &res, g0, victims); werr != nil {
+			return res, fmt.Errorf("meta: %v applied, waiting for caches to drop: %w", c.Op, werr)
+		}
+	}
 	if err == nil && len(res.orphans) > 0 {
 		s.enqueueReclaim(res.orphans...)
 	}
@@ -610,6 +626,7 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 	if err != nil {
 		return proto.Attr{}, err
 	}
+	g := s.leases.begin()
 	if len(name) > MaxNameLen {
 		return proto.Attr{}, errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
 	}
@@ -640,12 +657,14 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 		if !p.IsDir() {
 			return proto.Attr{}, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
 		}
+		s.leases.grant(cl.sess, g, name, parent) // a negative entry
 		return proto.Attr{}, noEntryError{parent, name}
 	}
 	n, err := s.readInode(de.Ino)
 	if err != nil {
 		return proto.Attr{}, err
 	}
+	s.leases.grant(cl.sess, g, name, parent, de.Ino)
 	return n.Attr, nil
 }
 
@@ -664,13 +683,16 @@ func (e noEntryError) Unwrap() error { return syscall.ENOENT }
 
 // GetAttr implements proto.MetaService.
 func (s *Server) GetAttr(ctx context.Context, ino proto.Ino) (proto.Attr, error) {
-	if _, err := s.reader(ctx); err != nil {
+	cl, err := s.reader(ctx)
+	if err != nil {
 		return proto.Attr{}, err
 	}
+	g := s.leases.begin()
 	n, err := s.readInode(ino)
 	if err != nil {
 		return proto.Attr{}, err
 	}
+	s.leases.grant(cl.sess, g, "", ino)
 	return n.Attr, nil
 }
 
@@ -699,6 +721,7 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 	if err != nil {
 		return nil, err
 	}
+	g := s.leases.begin()
 	d, err := s.readInode(dir)
 	if err != nil {
 		return nil, err
@@ -749,6 +772,7 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 		}
 		out = append(out, proto.DirEntry{Name: e.name, Attr: n.Attr})
 	}
+	s.leases.grantDir(cl.sess, g, dir, out)
 	return out, nil
 }
 

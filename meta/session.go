@@ -205,6 +205,9 @@ func (s *Server) CloseSession(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// A mount that unmounts cleanly has stopped polling (client.Close):
+	// no change needs to wait for it to drop its cache.
+	s.leases.drop(cl.sess)
 	s.mu.Lock()
 	_, ok := s.sessions[cl.sess]
 	s.mu.Unlock()
@@ -224,6 +227,7 @@ func (s *Server) Sessions() int {
 // dropSession forgets sess and drops all its open handles, as Release of
 // each would: orphans left without opens are reclaimed.
 func (s *Server) dropSession(sess session, why string) {
+	s.leases.drop(sess)
 	s.mu.Lock()
 	d := s.takeSessionLocked(sess)
 	s.mu.Unlock()

@@ -27,6 +27,7 @@ type metaOptions struct {
 	Data             string         `toml:"data"`
 	HeartbeatTimeout units.Duration `toml:"heartbeat_timeout"`
 	SessionLease     units.Duration `toml:"session_lease"`
+	LeaseTerm        units.Duration `toml:"lease_term"`
 	OrphanGrace      units.Duration `toml:"orphan_grace"`
 	RebuildAfter     units.Duration `toml:"rebuild_after"`
 	RebuildRate      units.Size     `toml:"rebuild_rate"`
@@ -124,6 +125,8 @@ group serves while a majority of its members run.`,
 	fs.Var(&o.HeartbeatTimeout, "heartbeat-timeout", "a storage target not heard from for this long is reported down")
 	o.SessionLease = units.Duration(meta.DefaultSessionLease)
 	fs.Var(&o.SessionLease, "session-lease", "a client session (a mount) not renewed for this long expires: its open files are closed and its locks released")
+	o.LeaseTerm = units.Duration(meta.DefaultLeaseTerm)
+	fs.Var(&o.LeaseTerm, "lease-term", "mounts cache lookups and attributes under metadata leases; a change waits at most this long for a mount that stopped answering to drop what it cached")
 	o.OrphanGrace = units.Duration(meta.DefaultOrphanGrace)
 	fs.StringVar(&o.HTTP, "http", "", "serve the web dashboard (health, capacity, throughput, clients) on http://ADDR/, e.g. 127.0.0.1:7480 (default off; it names client hosts: keep it on the management network)")
 	fs.Var(&o.OrphanGrace, "orphan-grace", "after a restart, how long mounts have to re-register their open files and locks (no new locks meanwhile) before unlinked files nobody holds are deleted")
@@ -199,6 +202,9 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	if o.SessionLease <= 0 {
 		return fmt.Errorf("--session-lease must be positive")
 	}
+	if o.LeaseTerm <= 0 {
+		return fmt.Errorf("--lease-term must be positive")
+	}
 	if o.OrphanGrace <= 0 {
 		return fmt.Errorf("--orphan-grace must be positive")
 	}
@@ -247,6 +253,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		ListenAddr:       o.Listen,
 		HeartbeatTimeout: time.Duration(o.HeartbeatTimeout),
 		SessionLease:     time.Duration(o.SessionLease),
+		LeaseTerm:        time.Duration(o.LeaseTerm),
 		OrphanGrace:      time.Duration(o.OrphanGrace),
 		RebuildAfter:     rebuildAfter(time.Duration(o.RebuildAfter)),
 		RebuildRate:      uint64(o.RebuildRate),

@@ -34,6 +34,8 @@ type mountOptions struct {
 	// JobIDVar: where each calling process's job id comes from
 	// (client.JobIDSource); "none" or "" for no job ids.
 	JobIDVar string `toml:"jobid_var"`
+	// NoLeases: no metadata cache under leases (fuse.Config.NoLeases).
+	NoLeases bool `toml:"no_leases"`
 	daemonOptions
 }
 
@@ -76,6 +78,7 @@ file (key "mountpoint"); the argument wins.`,
 	fs.BoolVar(&o.AllowOther, "allow-other", true, "let users other than the one who mounted use the mount (FUSE allow_other)")
 	fs.BoolVar(&o.NonEmpty, "nonempty", false, "mount over a directory that is not empty (its files are hidden while mounted)")
 	fs.BoolVar(&o.Debug, "debug", false, "log every FUSE request (very verbose)")
+	fs.BoolVar(&o.NoLeases, "no-leases", false, "do not cache lookups and attributes under metadata leases: every lookup and stat the kernel does not answer goes to the metadata leader")
 	o.UnmountTimeout = units.Duration(fuse.DefaultUnmountTimeout)
 	fs.StringVar(&o.JobIDVar, "jobid-var", client.DefaultJobIDVar, "tag each process's requests with a job id (weft jobstats) from this environment variable of the process, or procname_uid (e.g. dd.1000), or none")
 	fs.Var(&o.UnmountTimeout, "unmount-timeout", "on SIGINT/SIGTERM: if the unmount has not completed after this long, detach the mount lazily; if it is still served after as long again, abort its FUSE connection and exit")
@@ -191,6 +194,7 @@ func runMount(ctx context.Context, o *mountOptions) error {
 		AllowOther:      o.AllowOther,
 		Debug:           o.Debug,
 		JobIDVar:        client.JobIDSource(o.JobIDVar),
+		NoLeases:        o.NoLeases,
 		LogLevel:        d.level,
 		DefaultLogLevel: d.defaultLevel,
 

@@ -828,6 +828,9 @@ func request(op uint16) (message, bool) {
 	if !ok {
 		req, _, ok = migrateMessages(op)
 	}
+	if !ok {
+		req, _, ok = leaseMessages(op)
+	}
 	return req, ok
 }
 

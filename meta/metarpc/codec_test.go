@@ -107,20 +107,26 @@ func samples() []message {
 		&migrateBeginReq{5, layout.Layout{Kind: layout.EC, ECData: 2, ECParity: 1, StripeSize: 1 << 20, StripeCount: 1}},
 		&ticketMsg{proto.MigrateTicket{Ino: 5, Gen: 1, NewGen: 2, Layout: sampleAttr.Layout, Mtime: -3, Ctime: 4, Size: 5, Until: 6, Cap: []byte("cap"), Blocks: 7}},
 		&ticketMsg{proto.MigrateTicket{Ino: 5}},
+		&leasePollReq{7},
+		&leasePollResp{proto.LeasePoll{Epoch: 1 << 40, Term: 5e9, Invals: []proto.LeaseInval{{Seq: 1, Ino: 2, Name: "n"}, {Seq: 2, Ino: 3}}}},
 	}
 }
 
 // migrateOps are the restripe's ops (100..102, outside allOps' range).
 func migrateOps() []uint16 {
-	return []uint16{OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew}
+	return []uint16{OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew, OpLeasePoll}
 }
 
-// anyMessages is messages, or migrateMessages for the restripe's ops.
+// anyMessages is messages, or migrateMessages for the restripe's ops, or
+// leaseMessages for the leases'.
 func anyMessages(op uint16) (req, resp message, ok bool) {
 	if req, resp, ok = messages(op); ok {
 		return req, resp, ok
 	}
-	return migrateMessages(op)
+	if req, resp, ok = migrateMessages(op); ok {
+		return req, resp, ok
+	}
+	return leaseMessages(op)
 }
 
 func TestRoundTrip(t *testing.T) {

@@ -27,6 +27,12 @@
 // the statistics of the metadata service and its storage servers (see
 // docs/jobstats.md).
 //
+// OpLeasePoll (122; ops 122..129 are the metadata leases') is a
+// long-poll: it acknowledges the session's lease invalidations up to the
+// sequence number it carries and waits for new ones (proto.LeaseService,
+// lease.go; docs/caching.md). Its messages start with their own version
+// byte.
+//
 // The Client fills it from proto.CredFrom(ctx), or, when ctx has none,
 // from this process's effective uid, gid and groups (WithCred overrides
 // that default: the background work of a mount, admin tools), and from its

@@ -118,6 +118,8 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		return h.callScrub(ctx, op, req)
 	case OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew:
 		return h.callMigrate(ctx, op, req)
+	case OpLeasePoll:
+		return h.callLease(ctx, req)
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {
 			return nil, errNoExt

@@ -1,0 +1,336 @@
+package client
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+// Metadata leases (docs/caching.md): a client with Config.Leases polls the
+// metadata leader for invalidations (proto.LeaseService) and, while that
+// works, answers Lookup (found or not) and GetAttr from what it read
+// before. The leader tells it of every change made elsewhere before that
+// change is acknowledged, and keeps its leases at most the lease term
+// after its last poll arrived; this client trusts them only until
+// clientTerm after it sent its last answered poll (a shorter time, by its
+// own clock, which starts earlier), so a client cut off from the leader
+// stops answering from its cache before the leader gives up on it.
+
+// clientTermShare is the share of the leader's lease term this client
+// trusts its cache for after sending a poll that was answered.
+const clientTermShare = 0.75
+
+// maxLeaseEntries bounds the cache; past it, everything is dropped (the
+// leader may then send invalidations of things no longer cached, which
+// cost nothing).
+const maxLeaseEntries = 1 << 20
+
+// leaseSlots is the size of the table of recent invalidations by inode
+// hash (see leaseCache.seq).
+const leaseSlots = 4096
+
+type dirName struct {
+	dir  proto.Ino
+	name string
+}
+
+// leaseCache is what this client holds under lease.
+type leaseCache struct {
+	log     *slog.Logger
+	svc     proto.LeaseService
+	onInval func([]proto.LeaseInval) // told of what changed elsewhere, before it is acknowledged
+
+	mu    sync.Mutex
+	epoch uint64
+	ack   uint64
+	trust time.Time // monotonic: nothing is answered from the cache after it
+	// seq counts invalidations (and this client's own changes); slots
+	// holds, per inode hash, the seq of the last one. A read that began
+	// when seq was s0 is cached only if none of its inodes' slots moved
+	// past s0: it may have read what the invalidation replaced.
+	seq   uint64
+	slots [leaseSlots]uint64
+	attrs map[proto.Ino]proto.Attr
+	names map[dirName]proto.Ino // 0: no such entry (a negative lookup)
+
+	hits, misses uint64
+}
+
+func newLeaseCache(svc proto.LeaseService, log *slog.Logger) *leaseCache {
+	return &leaseCache{svc: svc, log: log, attrs: map[proto.Ino]proto.Attr{}, names: map[dirName]proto.Ino{}}
+}
+
+// run polls until ctx ends.
+func (l *leaseCache) run(ctx context.Context, timeout time.Duration) {
+	for ctx.Err() == nil {
+		l.mu.Lock()
+		ack := l.ack
+		l.mu.Unlock()
+		sent := time.Now()
+		pctx, cancel := context.WithTimeout(ctx, timeout)
+		p, err := l.svc.LeasePoll(pctx, ack)
+		cancel()
+		if err != nil {
+			// Trust lapses by itself; try again soon.
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		l.mu.Lock()
+		if p.Epoch != l.epoch || p.Epoch == 0 {
+			if n := len(l.attrs) + len(l.names); n > 0 {
+				l.log.Info("client: metadata lease cache dropped: the leader forgot this mount's leases (a new leader, or this mount was silent for longer than the lease term)",
+					"entries", n, "epoch", p.Epoch)
+			}
+			l.clearLocked()
+			l.epoch, l.ack = p.Epoch, 0
+		}
+		for _, iv := range p.Invals {
+			l.dropLocked(iv.Ino, iv.Name)
+			l.ack = max(l.ack, iv.Seq)
+		}
+		if p.Epoch != 0 {
+			l.trust = sent.Add(time.Duration(float64(p.Term) * clientTermShare))
+		}
+		tell := l.onInval
+		l.mu.Unlock()
+		if len(p.Invals) > 0 && tell != nil {
+			tell(p.Invals) // before the next poll acknowledges them
+		}
+	}
+}
+
+func (l *leaseCache) clearLocked() {
+	l.seq++
+	for i := range l.slots {
+		l.slots[i] = l.seq
+	}
+	clear(l.attrs)
+	clear(l.names)
+}
+
+// dropLocked forgets ino's attributes and, with a name, the entry of ino
+// (a directory) by that name and the attributes of the inode it named.
+func (l *leaseCache) dropLocked(ino proto.Ino, name string) {
+	l.seq++
+	l.slots[uint64(ino)%leaseSlots] = l.seq
+	delete(l.attrs, ino)
+	if name != "" {
+		k := dirName{ino, name}
+		if child, ok := l.names[k]; ok {
+			delete(l.names, k)
+			if child != 0 {
+				l.slots[uint64(child)%leaseSlots] = l.seq
+				delete(l.attrs, child)
+			}
+		}
+	}
+}
+
+// trustedLocked reports whether the cache may answer now.
+func (l *leaseCache) trustedLocked() bool {
+	return l.epoch != 0 && time.Now().Before(l.trust)
+}
+
+// begin returns the sequence number before a read that may be cached.
+func (l *leaseCache) begin() uint64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.seq
+}
+
+func (l *leaseCache) movedLocked(s0 uint64, inos ...proto.Ino) bool {
+	for _, ino := range inos {
+		if l.slots[uint64(ino)%leaseSlots] > s0 {
+			return true
+		}
+	}
+	return false
+}
+
+func (l *leaseCache) fullLocked() {
+	if len(l.attrs)+len(l.names) >= maxLeaseEntries {
+		l.clearLocked()
+	}
+}
+
+// getAttr answers ino's attributes from the cache.
+func (l *leaseCache) getAttr(ino proto.Ino) (proto.Attr, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.trustedLocked() {
+		l.misses++
+		return proto.Attr{}, false
+	}
+	a, ok := l.attrs[ino]
+	if ok {
+		l.hits++
+	} else {
+		l.misses++
+	}
+	return a, ok
+}
+
+// lookup answers a lookup from the cache: found says whether the name
+// exists (a negative entry if not), ok whether the cache knew.
+func (l *leaseCache) lookup(dir proto.Ino, name string) (a proto.Attr, found, ok bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.trustedLocked() {
+		l.misses++
+		return proto.Attr{}, false, false
+	}
+	ino, ok := l.names[dirName{dir, name}]
+	if !ok {
+		l.misses++
+		return proto.Attr{}, false, false
+	}
+	if ino == 0 {
+		l.hits++
+		return proto.Attr{}, false, true
+	}
+	a, ok = l.attrs[ino]
+	if ok {
+		l.hits++
+	} else {
+		l.misses++
+	}
+	return a, ok, ok
+}
+
+// putAttr caches a read of a's inode that began at s0.
+func (l *leaseCache) putAttr(s0 uint64, a proto.Attr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch == 0 || l.movedLocked(s0, a.Ino) {
+		return
+	}
+	l.fullLocked()
+	l.attrs[a.Ino] = a
+}
+
+// putLookup caches a lookup of name in dir that began at s0: found with
+// attributes a, or not found (a.Ino 0).
+func (l *leaseCache) putLookup(s0 uint64, dir proto.Ino, name string, a proto.Attr) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch == 0 || l.movedLocked(s0, dir, a.Ino) {
+		return
+	}
+	l.fullLocked()
+	l.names[dirName{dir, name}] = a.Ino
+	if a.Ino != 0 {
+		l.attrs[a.Ino] = a
+	}
+}
+
+// own drops what a change made here affects: the attributes of inos and,
+// for a change by name, the entry (dir, name) and the attributes of the
+// directory and of what the entry named. Called before the change is sent
+// (so that no read under way caches what it replaces) and after it
+// returned (so that no read that began before it stays cached).
+func (l *leaseCache) own(dir proto.Ino, name string, inos ...proto.Ino) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if dir != 0 {
+		l.dropLocked(dir, name)
+	}
+	for _, ino := range inos {
+		if ino != 0 {
+			l.dropLocked(ino, "")
+		}
+	}
+}
+
+// Leases reports whether this client caches metadata under leases, and
+// how many lookups and stats its cache answered (hits) or did not.
+func (c *Client) Leases() (on bool, hits, misses uint64) {
+	if c.leases == nil {
+		return false, 0, 0
+	}
+	c.leases.mu.Lock()
+	defer c.leases.mu.Unlock()
+	return true, c.leases.hits, c.leases.misses
+}
+
+// OnLeaseInval sets what is told of the invalidations the metadata leader
+// sends (a FUSE mount drops the kernel's entries and attributes with it);
+// the leader hears they were done only after it returns. Set it before
+// the first call.
+func (c *Client) OnLeaseInval(f func([]proto.LeaseInval)) {
+	if c.leases != nil {
+		c.leases.mu.Lock()
+		c.leases.onInval = f
+		c.leases.mu.Unlock()
+	}
+}
+
+// changing drops what a change by this client (of the entry name in dir,
+// and of inos) affects from the lease cache: call it before the change,
+// and the function it returns after.
+func (c *Client) changing(dir proto.Ino, name string, inos ...proto.Ino) func() {
+	if c.leases == nil {
+		return func() {}
+	}
+	c.leases.own(dir, name, inos...)
+	return func() { c.leases.own(dir, name, inos...) }
+}
+
+// creating is called before this client creates name in dir (or, with
+// inos, records a write's size and times: WriteDone): it drops what the
+// call changes and returns the sequence for created or changed.
+func (c *Client) creating(dir proto.Ino, name string, inos ...proto.Ino) uint64 {
+	if c.leases == nil {
+		return 0
+	}
+	c.leases.own(dir, name, inos...)
+	return c.leases.begin()
+}
+
+// changed caches the attributes a WriteDone that began at s0 returned:
+// the leader gives this session a lease on the inode with it instead of
+// an invalidation (meta/leases.go), so the stat after a close costs no
+// round trip.
+func (c *Client) changed(s0 uint64, ino proto.Ino, a proto.Attr, err error) {
+	l := c.leases
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && a.Ino == ino && l.epoch != 0 && !l.movedLocked(s0, ino) {
+		l.fullLocked()
+		l.attrs[ino] = a
+	} else {
+		delete(l.attrs, ino)
+	}
+	// Reads of the inode that began before the change must not cache
+	// what it replaced.
+	l.seq++
+	l.slots[uint64(ino)%leaseSlots] = l.seq
+}
+
+// created caches what a create that began at s0 returned: the leader
+// gave this session leases on the directory and the new inode with it.
+// The directory's attributes changed and are dropped.
+func (c *Client) created(s0 uint64, dir proto.Ino, name string, a proto.Attr, err error) {
+	l := c.leases
+	if l == nil {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err == nil && a.Ino != 0 && l.epoch != 0 && !l.movedLocked(s0, dir, a.Ino) {
+		l.fullLocked()
+		l.names[dirName{dir, name}] = a.Ino
+		l.attrs[a.Ino] = a
+	}
+	l.seq++
+	l.slots[uint64(dir)%leaseSlots] = l.seq
+	delete(l.attrs, dir)
+}

@@ -1,0 +1,159 @@
+package client
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+// trustedCache returns a cache that trusts what it holds for an hour.
+func trustedCache() *leaseCache {
+	l := newLeaseCache(nil, slog.New(slog.DiscardHandler))
+	l.epoch, l.trust = 1, time.Now().Add(time.Hour)
+	return l
+}
+
+func TestLeaseCacheAnswers(t *testing.T) {
+	l := trustedCache()
+	a := proto.Attr{Ino: 7, Mode: 0o100644, Size: 3}
+	l.putLookup(l.begin(), 1, "f", a)
+	l.putLookup(l.begin(), 1, "missing", proto.Attr{})
+	if got, found, ok := l.lookup(1, "f"); !ok || !found || got.Ino != a.Ino || got.Size != a.Size {
+		t.Fatalf("lookup f: %+v %v %v", got, found, ok)
+	}
+	if _, found, ok := l.lookup(1, "missing"); !ok || found {
+		t.Fatalf("negative lookup: found %v ok %v, want a cached absence", found, ok)
+	}
+	if got, ok := l.getAttr(7); !ok || got.Ino != a.Ino || got.Size != a.Size {
+		t.Fatalf("getattr: %+v %v", got, ok)
+	}
+	// An invalidation of the name drops it and the inode it named.
+	l.mu.Lock()
+	l.dropLocked(1, "f")
+	l.mu.Unlock()
+	if _, _, ok := l.lookup(1, "f"); ok {
+		t.Fatal("invalidated name still answered")
+	}
+	if _, ok := l.getAttr(7); ok {
+		t.Fatal("attributes of an invalidated name's inode still answered")
+	}
+}
+
+// A read under way when an invalidation (or a change of this client)
+// arrives may have read what was replaced: it is not cached.
+func TestLeaseCacheReadRacingInvalidation(t *testing.T) {
+	l := trustedCache()
+	s0 := l.begin()
+	l.own(0, "", 7) // a change of inode 7 while the read was under way
+	l.putAttr(s0, proto.Attr{Ino: 7, Size: 1})
+	if _, ok := l.getAttr(7); ok {
+		t.Fatal("a read that raced a change was cached")
+	}
+	s0 = l.begin()
+	l.mu.Lock()
+	l.dropLocked(1, "g") // an invalidation of the directory's entry
+	l.mu.Unlock()
+	l.putLookup(s0, 1, "g", proto.Attr{})
+	if _, _, ok := l.lookup(1, "g"); ok {
+		t.Fatal("a lookup that raced an invalidation of its directory was cached")
+	}
+	// Another inode's change does not matter.
+	s0 = l.begin()
+	l.own(0, "", 8)
+	l.putAttr(s0, proto.Attr{Ino: 9, Size: 1})
+	if _, ok := l.getAttr(9); !ok {
+		t.Fatal("a read of an unrelated inode was not cached")
+	}
+}
+
+func TestLeaseCacheTrust(t *testing.T) {
+	l := trustedCache()
+	l.putAttr(l.begin(), proto.Attr{Ino: 7})
+	l.mu.Lock()
+	l.trust = time.Now().Add(-time.Second) // no poll answered for too long
+	l.mu.Unlock()
+	if _, ok := l.getAttr(7); ok {
+		t.Fatal("answered after its trust ran out")
+	}
+}
+
+// fakeLeases answers polls from a script.
+type fakeLeases struct {
+	mu    sync.Mutex
+	polls []proto.LeasePoll
+	acks  []uint64
+}
+
+func (f *fakeLeases) LeasePoll(ctx context.Context, ack uint64) (proto.LeasePoll, error) {
+	f.mu.Lock()
+	f.acks = append(f.acks, ack)
+	if len(f.polls) == 0 {
+		f.mu.Unlock()
+		<-ctx.Done()
+		return proto.LeasePoll{}, ctx.Err()
+	}
+	p := f.polls[0]
+	f.polls = f.polls[1:]
+	f.mu.Unlock()
+	return p, nil
+}
+
+// The poll loop drops what it is told, tells OnLeaseInval before it
+// acknowledges, and drops everything when the epoch changes.
+func TestLeaseCachePollLoop(t *testing.T) {
+	f := &fakeLeases{polls: []proto.LeasePoll{
+		{Epoch: 5, Term: time.Hour},
+		{Epoch: 5, Term: time.Hour, Invals: []proto.LeaseInval{{Seq: 1, Ino: 7}}},
+		{Epoch: 6, Term: time.Hour},
+	}}
+	l := newLeaseCache(f, slog.New(slog.DiscardHandler))
+	var told []proto.LeaseInval
+	var seenAttr bool
+	l.onInval = func(ivs []proto.LeaseInval) {
+		told = append(told, ivs...)
+		_, seenAttr = l.getAttr(7)
+	}
+	// Fill the cache once the first poll made it trusted.
+	l.mu.Lock()
+	l.epoch, l.trust = 5, time.Now().Add(time.Hour)
+	l.mu.Unlock()
+	l.putAttr(l.begin(), proto.Attr{Ino: 7})
+	l.putAttr(l.begin(), proto.Attr{Ino: 8})
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.run(ctx, time.Minute)
+	}()
+	deadline := time.Now().Add(time.Minute)
+	for {
+		f.mu.Lock()
+		n := len(f.acks)
+		f.mu.Unlock()
+		if n >= 4 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the poll loop did not poll four times")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	cancel()
+	<-done
+	if len(told) != 1 || told[0].Ino != 7 || seenAttr {
+		t.Fatalf("told %+v (attr still cached when told: %v), want inode 7 dropped first", told, seenAttr)
+	}
+	if f.acks[2] != 1 {
+		t.Fatalf("acks %v: the poll after the invalidation must acknowledge seq 1", f.acks)
+	}
+	if f.acks[3] != 0 {
+		t.Fatalf("acks %v: a new epoch starts acknowledging from 0", f.acks)
+	}
+	if _, ok := l.getAttr(8); ok {
+		t.Fatal("the cache survived a new epoch")
+	}
+}

@@ -1,0 +1,518 @@
+package meta
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
+)
+
+// Metadata leases (docs/caching.md): the leader lets a client session that
+// polls for invalidations (LeasePoll) cache what it read, and tells it
+// before a change of that is acknowledged to anyone.
+//
+// A lease is "session S holds inode X": S may answer X's attributes and,
+// for a directory, lookups of names in X (found or not) from its cache.
+// Every Lookup and GetAttr of a polling session takes leases on what it
+// read; so do the creates of a session on the new entry. A command that
+// changes X (leaseBreaks) queues an invalidation (X, name) for every
+// holder and, before the command's caller gets its reply, waits until
+// each other holder acknowledged it (its next poll) or is dead (no poll
+// arrived for DefaultLeaseTerm): so when a change returns, no live
+// mount still answers from what it replaced. The caller's own session is
+// told too but not waited for: it may be the one blocking its kernel.
+//
+// A holder that stops polling is dropped DefaultLeaseTerm after its last
+// poll arrived, with all its leases; its client stops trusting its cache
+// clientLeaseTerm after it sent its last answered poll, which is earlier.
+// Leases live in the leader's memory only: a new leader (or a holder
+// dropped and coming back) answers with a new epoch, and a client that
+// sees its epoch change drops its whole cache.
+
+// DefaultLeaseTerm is how long the leader keeps a silent holder's leases:
+// the longest a change waits for a mount that stopped answering.
+const DefaultLeaseTerm = 5 * time.Second
+
+// leaseHeartbeat is how long a poll waits for an invalidation before it is
+// answered empty; a live client thus renews its trust several times a term.
+const leaseHeartbeat = DefaultLeaseTerm / 5
+
+// maxPollBatch bounds the invalidations one poll answer carries.
+const maxPollBatch = 4096
+
+// maxHolderLeases bounds the leases of one session; past it, what it
+// reads is invalidated as soon as it is granted (so it is not cached).
+const maxHolderLeases = 1 << 20
+
+// brokenSlots is the size of the table of recent breaks by inode hash.
+const brokenSlots = 4096
+
+// leaseTable is the leader's record of who caches what.
+type leaseTable struct {
+	term time.Duration
+	now  func() time.Time
+
+	mu      sync.Mutex
+	epoch   uint64 // this leadership's; holders' epochs derive from it
+	nextInc uint64 // holder incarnations
+	gen     uint64 // counts breaks
+	// broken[ino%brokenSlots] is gen of the last break of an inode in
+	// that slot: a grant that began before it may have read what the
+	// break replaced (grant).
+	broken  [brokenSlots]uint64
+	holders map[session]*leaseHolder
+	byIno   map[proto.Ino]map[*leaseHolder]struct{}
+}
+
+// leaseHolder is one polling session.
+type leaseHolder struct {
+	sess  session
+	epoch uint64
+	seen  time.Time // arrival of its last poll
+	next  uint64    // seq of the last invalidation queued
+	acked uint64
+	queue []proto.LeaseInval // not acknowledged yet, by seq
+	inos  map[proto.Ino]struct{}
+	wake  chan struct{} // 1-buffered: something was queued
+	ack   chan struct{} // closed (and replaced) when acked moves
+	dead  bool
+}
+
+func newLeaseTable(term time.Duration, now func() time.Time) *leaseTable {
+	if term <= 0 {
+		term = DefaultLeaseTerm
+	}
+	if now == nil {
+		now = time.Now
+	}
+	t := &leaseTable{term: term, now: now}
+	t.reset()
+	return t
+}
+
+// reset forgets every lease and starts a new epoch (a new leader).
+func (t *leaseTable) reset() {
+	var b [8]byte
+	_, _ = rand.Read(b[:])
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, h := range t.holders {
+		t.dropLocked(h)
+	}
+	t.epoch = binary.LittleEndian.Uint64(b[:]) &^ 0xffffffff
+	t.nextInc = 0
+	t.holders = map[session]*leaseHolder{}
+	t.byIno = map[proto.Ino]map[*leaseHolder]struct{}{}
+}
+
+func (t *leaseTable) aliveLocked(h *leaseHolder, now time.Time) bool {
+	return !h.dead && now.Before(h.seen.Add(t.term))
+}
+
+// dropLocked forgets h and its leases and releases whoever waits on it.
+func (t *leaseTable) dropLocked(h *leaseHolder) {
+	if h.dead {
+		return
+	}
+	h.dead = true
+	for ino := range h.inos {
+		if m := t.byIno[ino]; m != nil {
+			delete(m, h)
+			if len(m) == 0 {
+				delete(t.byIno, ino)
+			}
+		}
+	}
+	h.inos, h.queue = nil, nil
+	if t.holders[h.sess] == h {
+		delete(t.holders, h.sess)
+	}
+	close(h.ack)
+}
+
+// empty reports cheaply whether nobody holds anything (the common case of
+// a cluster without caching mounts: changes then cost nothing here).
+func (t *leaseTable) empty() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.byIno) == 0
+}
+
+// begin returns the break generation before a read that may grant.
+func (t *leaseTable) begin() uint64 {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.gen
+}
+
+// grant records that sess holds inos, read after begin returned g. An inode
+// changed since g (or one sharing its slot) gets an invalidation at once:
+// what was read may predate the change. Sessions that do not poll get
+// nothing.
+func (t *leaseTable) grant(sess session, g uint64, name string, inos ...proto.Ino) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.holders[sess]
+	now := t.now()
+	if h == nil || !t.aliveLocked(h, now) {
+		return
+	}
+	for i, ino := range inos {
+		if ino == 0 {
+			continue
+		}
+		if !t.addLocked(h, ino) || t.broken[uint64(ino)%brokenSlots] > g {
+			n := ""
+			if i == 0 {
+				n = name // the first inode is the directory the name was looked up in
+			}
+			t.queueLocked(h, proto.LeaseInval{Ino: ino, Name: n})
+		}
+	}
+}
+
+// addLocked records that h holds ino, unless h holds too many leases.
+func (t *leaseTable) addLocked(h *leaseHolder, ino proto.Ino) bool {
+	if _, ok := h.inos[ino]; ok {
+		return true
+	}
+	if len(h.inos) >= maxHolderLeases {
+		return false
+	}
+	h.inos[ino] = struct{}{}
+	m := t.byIno[ino]
+	if m == nil {
+		m = map[*leaseHolder]struct{}{}
+		t.byIno[ino] = m
+	}
+	m[h] = struct{}{}
+	return true
+}
+
+// grantDir records that sess holds dir and the inodes of ents, a part of
+// its listing read after begin returned g (the kernel caches names and
+// attributes from READDIRPLUS). If dir changed since g, every name listed
+// is invalidated at once: one of them may be gone.
+func (t *leaseTable) grantDir(sess session, g uint64, dir proto.Ino, ents []proto.DirEntry) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.holders[sess]
+	if h == nil || !t.aliveLocked(h, t.now()) {
+		return
+	}
+	if !t.addLocked(h, dir) || t.broken[uint64(dir)%brokenSlots] > g {
+		for _, e := range ents {
+			t.queueLocked(h, proto.LeaseInval{Ino: dir, Name: e.Name})
+		}
+	}
+	for _, e := range ents {
+		if !t.addLocked(h, e.Attr.Ino) || t.broken[uint64(e.Attr.Ino)%brokenSlots] > g {
+			t.queueLocked(h, proto.LeaseInval{Ino: e.Attr.Ino})
+		}
+	}
+}
+
+func (t *leaseTable) queueLocked(h *leaseHolder, iv proto.LeaseInval) {
+	h.next++
+	iv.Seq = h.next
+	h.queue = append(h.queue, iv)
+	select {
+	case h.wake <- struct{}{}:
+	default:
+	}
+}
+
+// leaseWait is what a change must wait for: holder h acknowledging seq.
+type leaseWait struct {
+	h   *leaseHolder
+	seq uint64
+}
+
+// breakLeases queues the invalidations of a change to every holder of the
+// inodes it names (the holder loses its lease on them) and returns what
+// the change must wait for (wait): the acknowledgements of every holder
+// but self. A create (own non-nil) is not told to its own session, which
+// takes leases on own (the directory first, then the new inode) instead,
+// as a read that began at g0 would: a break by someone else since then
+// invalidates them at once.
+func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval, own []proto.Ino, name string) []leaseWait {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.gen++
+	var waits []leaseWait
+	now := t.now()
+	var racing [2]bool // own[i] was broken by another change since g0
+	for i, ino := range own[:min(len(own), 2)] {
+		racing[i] = t.broken[uint64(ino)%brokenSlots] > g0
+	}
+	for _, iv := range ivs {
+		t.broken[uint64(iv.Ino)%brokenSlots] = t.gen
+		m := t.byIno[iv.Ino]
+		for h := range m {
+			if !t.aliveLocked(h, now) {
+				t.dropLocked(h)
+				continue
+			}
+			if own != nil && h.sess == self {
+				continue
+			}
+			delete(h.inos, iv.Ino)
+			t.queueLocked(h, iv)
+			if h.sess != self {
+				waits = append(waits, leaseWait{h, h.next})
+			}
+		}
+		if len(m) == 0 {
+			delete(t.byIno, iv.Ino)
+		}
+	}
+	if h := t.holders[self]; h != nil && t.aliveLocked(h, now) {
+		for i, ino := range own[:min(len(own), 2)] {
+			if !t.addLocked(h, ino) || racing[i] {
+				n := ""
+				if i == 0 {
+					n = name
+				}
+				t.queueLocked(h, proto.LeaseInval{Ino: ino, Name: n})
+			}
+		}
+	}
+	return waits
+}
+
+// wait waits until every holder in ws acknowledged, or is dead (no poll
+// for the lease term: it was dropped, and its client stopped trusting its
+// cache before that), or ctx ends.
+func (t *leaseTable) wait(ctx context.Context, ws []leaseWait) error {
+	for _, w := range ws {
+		for {
+			t.mu.Lock()
+			if w.h.dead || w.h.acked >= w.seq {
+				t.mu.Unlock()
+				break
+			}
+			now := t.now()
+			if !t.aliveLocked(w.h, now) {
+				t.dropLocked(w.h)
+				t.mu.Unlock()
+				break
+			}
+			left := w.h.seen.Add(t.term).Sub(now)
+			ch := w.h.ack
+			t.mu.Unlock()
+			tm := time.NewTimer(left)
+			select {
+			case <-ch:
+			case <-tm.C:
+			case <-ctx.Done():
+				tm.Stop()
+				return ctx.Err()
+			}
+			tm.Stop()
+		}
+	}
+	return nil
+}
+
+// poll is one LeasePoll of sess: it acknowledges everything up to ack,
+// registers the session as a holder if it is not one (a new epoch), and
+// answers the invalidations not yet acknowledged, waiting up to the
+// heartbeat for one.
+func (t *leaseTable) poll(ctx context.Context, sess session, ack uint64) proto.LeasePoll {
+	t.mu.Lock()
+	h := t.holders[sess]
+	now := t.now()
+	if h != nil && !t.aliveLocked(h, now) {
+		t.dropLocked(h)
+		h = nil
+	}
+	if h == nil {
+		t.nextInc++
+		h = &leaseHolder{sess: sess, epoch: t.epoch | (t.nextInc & 0xffffffff), inos: map[proto.Ino]struct{}{},
+			wake: make(chan struct{}, 1), ack: make(chan struct{})}
+		t.holders[sess] = h
+	} else if ack > h.acked && ack <= h.next {
+		h.acked = ack
+		i := 0
+		for i < len(h.queue) && h.queue[i].Seq <= ack {
+			i++
+		}
+		h.queue = append(h.queue[:0], h.queue[i:]...)
+		close(h.ack)
+		h.ack = make(chan struct{})
+	}
+	h.seen = now
+	t.mu.Unlock()
+
+	tm := time.NewTimer(min(leaseHeartbeat, t.term/2))
+	defer tm.Stop()
+	for {
+		t.mu.Lock()
+		if len(h.queue) > 0 || h.dead {
+			break
+		}
+		t.mu.Unlock()
+		select {
+		case <-h.wake:
+			continue
+		case <-tm.C:
+		case <-ctx.Done():
+		}
+		t.mu.Lock()
+		break
+	}
+	defer t.mu.Unlock()
+	out := proto.LeasePoll{Epoch: h.epoch, Term: t.term}
+	if h.dead {
+		out.Epoch = 0 // dropped while waiting: the client must drop all
+		return out
+	}
+	n := min(len(h.queue), maxPollBatch)
+	out.Invals = append([]proto.LeaseInval(nil), h.queue[:n]...)
+	return out
+}
+
+// drop forgets the leases of sess (its session ended).
+func (t *leaseTable) drop(sess session) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h := t.holders[sess]; h != nil {
+		t.dropLocked(h)
+	}
+}
+
+// holds reports whether sess holds a lease on ino (for tests and status).
+func (t *leaseTable) holds(sess session, ino proto.Ino) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.holders[sess]
+	if h == nil {
+		return false
+	}
+	_, ok := h.inos[ino]
+	return ok
+}
+
+// sweep drops holders that stopped polling.
+func (t *leaseTable) sweep() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	now := t.now()
+	for _, h := range t.holders {
+		if !t.aliveLocked(h, now) {
+			t.dropLocked(h)
+		}
+	}
+}
+
+// sessionOf returns the session of the request served with ctx (as
+// authorize decides it, without checking anything).
+func sessionOf(ctx context.Context) session {
+	var sess session
+	sess.id, _ = proto.SessionFrom(ctx)
+	if p, ok := transport.PeerFrom(ctx); ok {
+		sess.remote, sess.name = true, p.Name
+	}
+	return sess
+}
+
+// leaseVictims returns the inodes a command removes or replaces by name
+// (unlink, rmdir, rename): their link counts and ctimes change, and they
+// are not named in the command. Read before the command is applied; a
+// race with another change of the same names only costs an invalidation
+// more or, for the inode that name had a moment before, one less (it is
+// then the other change's to invalidate).
+func (s *Server) leaseVictims(c *Command) []proto.Ino {
+	var names [2]struct {
+		dir  proto.Ino
+		name string
+	}
+	switch c.Op {
+	case OpUnlink, OpRmdir:
+		names[0].dir, names[0].name = c.Parent, c.Name
+	case OpRename:
+		names[0].dir, names[0].name = c.Parent, c.Name
+		names[1].dir, names[1].name = c.NewParent, c.NewName
+	default:
+		return nil
+	}
+	var out []proto.Ino
+	for _, n := range names {
+		if n.dir == 0 {
+			continue
+		}
+		if de, ok, err := loadDirent(s.st, n.dir, n.name); err == nil && ok {
+			out = append(out, de.Ino)
+		}
+	}
+	return out
+}
+
+// breakLeases tells every holder of what command c (just applied, with
+// result res) changed, and waits for the holders other than the caller
+// (see leaseTable.breakLeases). g0 is the break generation from before c
+// was applied.
+func (s *Server) breakLeases(ctx context.Context, c *Command, res *applyResult, g0 uint64, victims []proto.Ino) error {
+	var ivs []proto.LeaseInval
+	var own []proto.Ino
+	switch c.Op {
+	case OpInit, OpRegisterTarget, OpGCDone, OpSessionDrop, OpTargetState:
+		return nil
+	case OpCreate, OpMkdir, OpSymlink:
+		// The creator caches the new entry from its reply.
+		if res.attr.Ino != 0 {
+			own = []proto.Ino{c.Parent, res.attr.Ino}
+		}
+	case OpWriteDone:
+		// So does a writer the attributes its close or fsync recorded.
+		if res.attr.Ino == c.Ino {
+			own = []proto.Ino{c.Ino}
+		}
+	}
+	if c.Parent != 0 {
+		ivs = append(ivs, proto.LeaseInval{Ino: c.Parent, Name: c.Name})
+	}
+	if c.NewParent != 0 {
+		ivs = append(ivs, proto.LeaseInval{Ino: c.NewParent, Name: c.NewName})
+	}
+	if c.Ino != 0 {
+		ivs = append(ivs, proto.LeaseInval{Ino: c.Ino})
+	}
+	if c.Op == OpSetProject {
+		for _, ino := range c.Inos {
+			ivs = append(ivs, proto.LeaseInval{Ino: ino})
+		}
+	}
+	for _, ino := range victims {
+		ivs = append(ivs, proto.LeaseInval{Ino: ino})
+	}
+	if len(ivs) == 0 {
+		return nil
+	}
+	waits := s.leases.breakLeases(sessionOf(ctx), g0, ivs, own, c.Name)
+	if len(waits) == 0 {
+		return nil
+	}
+	return s.leases.wait(ctx, waits)
+}
+
+// LeasePoll implements proto.LeaseService: a client session that polls
+// holds leases on what it reads (leases.go, docs/caching.md). It passes
+// the read barrier first: a deposed leader that does not know it yet
+// must not extend a client's trust in leases a new leader knows nothing
+// of.
+func (s *Server) LeasePoll(ctx context.Context, ack uint64) (proto.LeasePoll, error) {
+	cl, err := s.reader(ctx)
+	if err != nil {
+		return proto.LeasePoll{}, err
+	}
+	if cl.sess.id == (proto.SessionID{}) {
+		return proto.LeasePoll{}, errnof(syscall.EINVAL, "metadata leases need a session (a non-zero session id)")
+	}
+	return s.leases.poll(ctx, cl.sess, ack), nil
+}

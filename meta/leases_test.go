@@ -1,0 +1,196 @@
+package meta
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+// fakeLeaseClock is a clock tests move by hand.
+type fakeLeaseClock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *fakeLeaseClock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *fakeLeaseClock) add(d time.Duration) {
+	c.mu.Lock()
+	c.now = c.now.Add(d)
+	c.mu.Unlock()
+}
+
+func leaseSess(name string) session {
+	return session{remote: true, name: name, id: proto.SessionID{name[0]}}
+}
+
+// done is a context already ended: a poll then answers at once.
+func doneCtx() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}
+
+func TestLeaseBreakWaitsForAck(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	if p := lt.poll(doneCtx(), a, 0); p.Epoch == 0 || len(p.Invals) != 0 {
+		t.Fatalf("first poll: %+v", p)
+	}
+	lt.grant(a, lt.begin(), "x", 1, 5)
+	if !lt.holds(a, 1) || !lt.holds(a, 5) {
+		t.Fatal("grant recorded nothing")
+	}
+	waits := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "")
+	if len(waits) != 1 {
+		t.Fatalf("%d waits, want 1 (holder a)", len(waits))
+	}
+	done := make(chan error, 1)
+	go func() { done <- lt.wait(context.Background(), waits) }()
+	p := lt.poll(doneCtx(), a, 0)
+	if len(p.Invals) != 1 || p.Invals[0].Ino != 1 || p.Invals[0].Name != "x" || p.Invals[0].Seq != 1 {
+		t.Fatalf("poll answered %+v, want the invalidation of (1, x)", p.Invals)
+	}
+	select {
+	case err := <-done:
+		t.Fatalf("the change stopped waiting (%v) before the holder acknowledged", err)
+	default:
+	}
+	if lt.holds(a, 1) || !lt.holds(a, 5) {
+		t.Fatal("after the break a must hold 5 but not 1")
+	}
+	lt.poll(doneCtx(), a, 1) // acknowledges
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if p := lt.poll(doneCtx(), a, 1); len(p.Invals) != 0 {
+		t.Fatalf("acknowledged invalidations sent again: %+v", p.Invals)
+	}
+}
+
+func TestLeaseSilentHolderIsDropped(t *testing.T) {
+	clk := &fakeLeaseClock{now: time.Unix(1000, 0)}
+	lt := newLeaseTable(time.Minute, clk.Now)
+	a, b := leaseSess("a"), leaseSess("b")
+	p0 := lt.poll(doneCtx(), a, 0)
+	lt.grant(a, lt.begin(), "", 7)
+	waits := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 7}}, nil, "")
+	if len(waits) != 1 {
+		t.Fatalf("%d waits, want 1", len(waits))
+	}
+	clk.add(time.Minute + time.Second) // a never polls again
+	if err := lt.wait(context.Background(), waits); err != nil {
+		t.Fatal(err)
+	}
+	if lt.holds(a, 7) {
+		t.Fatal("a silent holder kept its lease")
+	}
+	// Coming back, it learns it was dropped: a new epoch.
+	if p := lt.poll(doneCtx(), a, 1); p.Epoch == p0.Epoch || p.Epoch == 0 {
+		t.Fatalf("epoch %x after the drop, was %x: the client would keep its cache", p.Epoch, p0.Epoch)
+	}
+	lt.grant(a, lt.begin(), "", 8)
+	clk.add(2 * time.Minute)
+	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 8}}, nil, ""); len(w) != 0 {
+		t.Fatalf("a change waits for a holder silent for longer than the term: %d waits", len(w))
+	}
+}
+
+// A read that began before a change and took its lease after the change
+// was broken may have read the old state: it is invalidated at once.
+func TestLeaseGrantAfterBreakInvalidates(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	lt.poll(doneCtx(), a, 0)
+	g := lt.begin()
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 9, Name: "n"}}, nil, "")
+	lt.grant(a, g, "n", 9)
+	p := lt.poll(doneCtx(), a, 0)
+	if len(p.Invals) != 1 || p.Invals[0].Ino != 9 || p.Invals[0].Name != "n" {
+		t.Fatalf("poll answered %+v, want the invalidation of (9, n)", p.Invals)
+	}
+	// A read that began after the change keeps its lease.
+	lt.grant(a, lt.begin(), "", 10)
+	if p := lt.poll(doneCtx(), a, 1); len(p.Invals) != 0 {
+		t.Fatalf("a fresh read was invalidated: %+v", p.Invals)
+	}
+}
+
+// A create is not invalidated to its own session, which takes leases on
+// the directory and the new inode; others are told and waited for.
+func TestLeaseOwnCreate(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	lt.poll(doneCtx(), a, 0)
+	lt.poll(doneCtx(), b, 0)
+	lt.grant(a, lt.begin(), "f", 1)
+	lt.grant(b, lt.begin(), "f", 1)
+	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 20}}, []proto.Ino{1, 20}, "f")
+	if len(waits) != 1 || waits[0].h.sess != b {
+		t.Fatalf("waits %+v, want b only", waits)
+	}
+	if p := lt.poll(doneCtx(), a, 0); len(p.Invals) != 0 {
+		t.Fatalf("the creator was told of its own create: %+v", p.Invals)
+	}
+	if !lt.holds(a, 1) || !lt.holds(a, 20) || lt.holds(b, 1) {
+		t.Fatal("leases after the create: a must hold 1 and 20, b nothing")
+	}
+}
+
+// A listing takes leases on the directory and every inode listed; one that
+// raced a change of the directory invalidates every name it listed.
+func TestLeaseGrantDir(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	lt.poll(doneCtx(), a, 0)
+	ents := []proto.DirEntry{{Name: "x", Attr: proto.Attr{Ino: 11}}, {Name: "y", Attr: proto.Attr{Ino: 12}}}
+	lt.grantDir(a, lt.begin(), 1, ents)
+	if !lt.holds(a, 1) || !lt.holds(a, 11) || !lt.holds(a, 12) {
+		t.Fatal("listing granted too little")
+	}
+	if p := lt.poll(doneCtx(), a, 0); len(p.Invals) != 0 {
+		t.Fatalf("a fresh listing was invalidated: %+v", p.Invals)
+	}
+	g := lt.begin()
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "")
+	lt.poll(doneCtx(), a, 1)
+	lt.grantDir(a, g, 1, ents)
+	p := lt.poll(doneCtx(), a, 1)
+	if len(p.Invals) != 2 || p.Invals[0].Name != "x" || p.Invals[1].Name != "y" {
+		t.Fatalf("a listing that raced a change: %+v, want both names invalidated", p.Invals)
+	}
+}
+
+// A session that ended (a clean unmount) is waited for by no change.
+func TestLeaseDropSession(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	lt.poll(doneCtx(), a, 0)
+	lt.grant(a, lt.begin(), "", 4)
+	lt.drop(a)
+	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 4}}, nil, ""); len(w) != 0 || lt.holds(a, 4) {
+		t.Fatalf("a dropped session is still waited for (%d waits) or holds its lease", len(w))
+	}
+}
+
+// A new leader forgets every lease; its epoch differs.
+func TestLeaseReset(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a := leaseSess("a")
+	p0 := lt.poll(doneCtx(), a, 0)
+	lt.grant(a, lt.begin(), "", 3)
+	lt.reset()
+	if lt.holds(a, 3) || !lt.empty() {
+		t.Fatal("reset kept a lease")
+	}
+	if p := lt.poll(doneCtx(), a, 0); p.Epoch == p0.Epoch {
+		t.Fatal("same epoch after reset")
+	}
+}

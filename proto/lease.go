@@ -1,0 +1,36 @@
+package proto
+
+import (
+	"context"
+	"time"
+)
+
+// LeaseInval tells a lease holder that what it cached of Ino changed: its
+// attributes and, if Name is set, the entry Name in the directory Ino
+// (created, removed or replaced). Seq orders a holder's invalidations; the
+// holder acknowledges by sending the highest Seq it processed in its next
+// poll.
+type LeaseInval struct {
+	Seq  uint64
+	Ino  Ino
+	Name string
+}
+
+// LeasePoll is the answer to a lease poll: the holder's epoch (it changes
+// when the leader forgot the holder's leases: a new leader, or the holder
+// was dropped for not polling; 0: dropped now; either way the client must
+// drop everything it cached), the term the leader keeps a silent holder's
+// leases, and the invalidations not yet acknowledged.
+type LeasePoll struct {
+	Epoch  uint64
+	Term   time.Duration
+	Invals []LeaseInval
+}
+
+// LeaseService is a metadata service that grants metadata leases to the
+// sessions that poll it (see docs/caching.md). LeasePoll acknowledges the
+// invalidations up to ack and waits (up to about a fifth of the term) for
+// new ones.
+type LeaseService interface {
+	LeasePoll(ctx context.Context, ack uint64) (LeasePoll, error)
+}
