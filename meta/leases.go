@@ -36,7 +36,7 @@ import (
 
 // DefaultLeaseTerm is how long the leader keeps a silent holder's leases:
 // the longest a change waits for a mount that stopped answering.
-const DefaultLeaseTerm = 5 * time.Second
+const DefaultLeaseTerm = 2 * time.Second
 
 // leaseHeartbeat is how long a poll waits for an invalidation before it is
 // answered empty; a live client thus renews its trust several times a term.

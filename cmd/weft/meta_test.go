@@ -77,7 +77,7 @@ log_format = "json"
 		t.Fatal(err)
 	}
 	want := metaOptions{Listen: "127.0.0.1:9000", Data: dir, HeartbeatTimeout: units.Duration(45 * time.Second),
-		SessionLease: units.Duration(2 * time.Second), LeaseTerm: units.Duration(5 * time.Second), OrphanGrace: units.Duration(time.Minute),
+		SessionLease: units.Duration(2 * time.Second), LeaseTerm: units.Duration(2 * time.Second), OrphanGrace: units.Duration(time.Minute),
 		RebuildAfter: units.Duration(30 * time.Minute), RebuildRate: units.Size(1 << 30),
 		MovedGrace: units.Duration(time.Minute),
 		RaftTick:   units.Duration(100 * time.Millisecond), ElectionTicks: 10, HeartbeatTicks: 1, LeaseReads: true,
