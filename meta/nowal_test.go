@@ -1,11 +1,8 @@
 package meta
 
 import (
-	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
-	"syscall"
 	"testing"
 
 	"github.com/weft-fs/weft/meta/store"
@@ -52,23 +49,7 @@ func TestReplicaCrashReplays(t *testing.T) {
 			next := 0
 			load := func(n int) {
 				for range n {
-					name := fmt.Sprintf("f%04d", next)
-					r.do(func(s *Server) error {
-						_, err := s.Create(ctx, proto.CreateIn{Parent: dir.Ino, Name: name, Mode: syscall.S_IFIFO | 0644})
-						if errors.Is(err, syscall.EEXIST) {
-							err = nil // a retry after a change of leader
-						}
-						return err
-					})
-					if next%3 == 0 {
-						r.do(func(s *Server) error {
-							err := s.Unlink(ctx, dir.Ino, name)
-							if errors.Is(err, syscall.ENOENT) {
-								err = nil
-							}
-							return err
-						})
-					} else {
+					if name, kept := r.createOrUnlink(dir.Ino, next); kept {
 						want = append(want, name)
 					}
 					next++

@@ -185,6 +185,31 @@ func (r *pebbleSet) do(op func(s *Server) error) {
 
 // converged waits until every running member applied the leader's commit
 // index and checks their stores hold the same keys and values.
+// createOrUnlink creates file i (f%04d) in dir on the leader and unlinks
+// every third one again; kept says whether the file stays. A retry after
+// a change of leader may find its first attempt done (EEXIST, ENOENT).
+func (r *pebbleSet) createOrUnlink(dir proto.Ino, i int) (name string, kept bool) {
+	name = fmt.Sprintf("f%04d", i)
+	r.do(func(s *Server) error {
+		_, err := s.Create(ctx, proto.CreateIn{Parent: dir, Name: name, Mode: syscall.S_IFIFO | 0644})
+		if errors.Is(err, syscall.EEXIST) {
+			err = nil
+		}
+		return err
+	})
+	if i%3 != 0 {
+		return name, true
+	}
+	r.do(func(s *Server) error {
+		err := s.Unlink(ctx, dir, name)
+		if errors.Is(err, syscall.ENOENT) {
+			err = nil
+		}
+		return err
+	})
+	return name, false
+}
+
 func (r *pebbleSet) converged() {
 	r.t.Helper()
 	lead := r.leader()
@@ -283,23 +308,7 @@ func TestReplicaSnapshotCatchUp(t *testing.T) {
 	const files = 1500
 	var want []string
 	for i := range files {
-		name := fmt.Sprintf("f%04d", i)
-		r.do(func(s *Server) error {
-			_, err := s.Create(ctx, proto.CreateIn{Parent: dir.Ino, Name: name, Mode: syscall.S_IFIFO | 0644})
-			if errors.Is(err, syscall.EEXIST) {
-				err = nil // a retry after a change of leader
-			}
-			return err
-		})
-		if i%3 == 0 {
-			r.do(func(s *Server) error {
-				err := s.Unlink(ctx, dir.Ino, name)
-				if errors.Is(err, syscall.ENOENT) {
-					err = nil
-				}
-				return err
-			})
-		} else {
+		if name, kept := r.createOrUnlink(dir.Ino, i); kept {
 			want = append(want, name)
 		}
 	}
