@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -306,12 +305,7 @@ func TestFrozenServers(t *testing.T) {
 func TestMountWithoutMeta(t *testing.T) {
 	bin := testcluster.Binary(t)
 	mnt := t.TempDir()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close() // nothing listens there now
+	addr := freeAddr(t) // nothing listens there now
 	ctx, cancel := context.WithTimeout(context.Background(), hangGuard)
 	defer cancel()
 	start := time.Now()

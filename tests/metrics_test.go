@@ -19,16 +19,12 @@ import (
 	"github.com/weft-fs/weft/internal/testcluster"
 )
 
-// freeAddr returns a loopback address nobody listens on right now.
+// freeAddr returns a loopback address nobody listens on right now, and
+// that no test cluster of this process is given (a port picked apart
+// from the cluster's could be picked again for one of its servers).
 func freeAddr(t *testing.T) string {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	return addr
+	return testcluster.FreeAddr(t)
 }
 
 // scrape reads and parses http://addr/metrics.

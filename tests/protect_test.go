@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -397,12 +396,7 @@ func TestTargetIdentity(t *testing.T) {
 		before, _ = os.ReadFile(filepath.Join(dir, "target.json"))
 		return strings.Contains(string(before), `"fsid"`) && !strings.Contains(string(before), `"id":0,`)
 	})
-	lis, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := lis.Addr().String()
-	lis.Close()
+	addr := freeAddr(t)
 	out, err := runStorage(t, c.Bin(), "--listen", addr, "--meta", c.MetaAddr(), "--keys", c.Keys("storage"), "--target", dir)
 	if err == nil || !strings.Contains(out, "in use by another storage server") {
 		t.Fatalf("second server on a used target: %v: %s", err, out)

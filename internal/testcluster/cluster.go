@@ -708,6 +708,11 @@ var givenAddrs struct {
 	m map[string]bool
 }
 
+// FreeAddr is freeAddr for tests that start processes of their own
+// beside a cluster (a daemon's --metrics address, say): an address from
+// it is never also given to a cluster's process.
+func FreeAddr(t testing.TB) string { return freeAddr(t) }
+
 // freeAddr picks a loopback port that is free now and was not handed out
 // before in this process. Another process may take it before ours binds
 // it; startListener retries with a new one.
