@@ -53,6 +53,19 @@ func (n *Node) stepAnswered(ctx context.Context, from uint64, msgs []*pb.Message
 	return a, nil
 }
 
+// stepInOrder is what a member does with call seq of epoch from member
+// from (an answered call): it queues msgs to node n after the calls
+// before it (o), and returns n's answer.
+func (o *callOrder) stepInOrder(ctx context.Context, n *Node, epoch, seq, from uint64, msgs []*pb.Message) ([]*pb.Message, error) {
+	o.await(ctx, epoch, seq)
+	a, err := n.stepAnswered(ctx, from, msgs)
+	o.done(epoch, seq)
+	if err != nil {
+		return nil, err
+	}
+	return n.awaitAnswer(ctx, a)
+}
+
 // awaitAnswer returns a's messages once the node has closed it.
 func (n *Node) awaitAnswer(ctx context.Context, a *answer) ([]*pb.Message, error) {
 	select {
@@ -78,10 +91,14 @@ func answerFor(as []*answer, to uint64) *answer {
 // closeAnswers closes the answers taken since the last Ready, with what
 // they hold: none is left waiting when no Ready follows a step.
 func (n *Node) closeAnswers() {
-	for _, a := range n.answers {
+	closeAll(n.answers)
+	n.answers = n.answers[:0]
+}
+
+func closeAll(as []*answer) {
+	for _, a := range as {
 		a.close()
 	}
-	n.answers = n.answers[:0]
 }
 
 // routeAnswers puts each of msgs addressed to an open answer's member in

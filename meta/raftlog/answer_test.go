@@ -110,7 +110,7 @@ func TestStepAnswered(t *testing.T) {
 // the order sent even when they arrive out of order; a call of a newer
 // epoch releases the calls waiting for one that never came.
 func TestCallOrder(t *testing.T) {
-	o := &callOrder{moved: make(chan struct{})}
+	o := newCallOrder()
 	ctx := context.Background()
 	var mu sync.Mutex
 	var order []uint64

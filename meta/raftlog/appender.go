@@ -165,9 +165,7 @@ func (a *appender) deliver(batch []appendJob) {
 		a.send(peers)
 	}
 	for _, j := range batch {
-		for _, an := range j.answers {
-			an.close()
-		}
+		closeAll(j.answers)
 	}
 	if len(local) > 0 {
 		a.mu.Lock()

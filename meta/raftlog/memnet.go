@@ -137,7 +137,7 @@ func (t memTransport) deliverAnswered(to *Node, m *pb.Message) {
 	t.nw.mu.Lock()
 	o := t.nw.orders[link]
 	if o == nil {
-		o = &callOrder{moved: make(chan struct{})}
+		o = newCallOrder()
 		t.nw.orders[link] = o
 	}
 	t.nw.seqs[link]++
@@ -150,14 +150,7 @@ func (t memTransport) deliverAnswered(to *Node, m *pb.Message) {
 			t.nw.inflight--
 			t.nw.mu.Unlock()
 		}()
-		ctx := context.Background()
-		o.await(ctx, 1, seq)
-		a, err := to.stepAnswered(ctx, t.from, []*pb.Message{wireCopy(m)})
-		o.done(1, seq)
-		if err != nil {
-			return
-		}
-		answer, err := to.awaitAnswer(ctx, a)
+		answer, err := o.stepInOrder(context.Background(), to, 1, seq, t.from, []*pb.Message{wireCopy(m)})
 		if err != nil || len(answer) == 0 {
 			return
 		}

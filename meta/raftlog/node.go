@@ -177,10 +177,8 @@ type Node struct {
 	// heldSince is the appender's written count when the first held
 	// proposal was taken: they wait for one write at most.
 	heldSince uint64
-	// commitOnlyDropped counts the empty appends dropCommitOnly dropped.
-	commitOnlyDropped uint64
-	applied           uint64
-	snapIdx           uint64
+	applied   uint64
+	snapIdx   uint64
 	// readyTerm is the term in which this node, as leader, applied its
 	// term's first entry: it takes proposals only in that term.
 	readyTerm uint64
@@ -815,9 +813,7 @@ func (n *Node) handleReady() error {
 			answers = now
 		}
 	}
-	for _, a := range answers {
-		a.close()
-	}
+	closeAll(answers)
 	for _, rs := range rd.ReadStates {
 		if len(rs.RequestCtx) != 8 {
 			continue
@@ -875,7 +871,6 @@ func (n *Node) dropCommitOnly(msgs []*pb.Message) []*pb.Message {
 				})
 			}
 			if replicating[m.GetTo()] {
-				n.commitOnlyDropped++
 				continue
 			}
 		}

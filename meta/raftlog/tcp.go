@@ -215,6 +215,17 @@ func (t *TCPTransport) Close() {
 // that already has queueLen waiting is dropped (raft sends again) and the
 // member reported unreachable.
 func (t *TCPTransport) Send(msgs []*pb.Message) {
+	// Snapshots and messages for a full queue are handled once t.mu is
+	// let go (sendSnapshot and report take it).
+	var snaps, overflow []*pb.Message
+	defer func() {
+		for _, m := range snaps {
+			t.sendSnapshot(m)
+		}
+		for _, m := range overflow {
+			t.report(m.GetTo(), []*pb.Message{m})
+		}
+	}()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if t.closed {
@@ -228,13 +239,13 @@ func (t *TCPTransport) Send(msgs []*pb.Message) {
 			continue
 		}
 		if m.GetType() == pb.MessageType_MsgSnap {
-			go t.sendSnapshot(m)
+			snaps = append(snaps, m)
 			continue
 		}
 		p.mu.Lock()
 		if len(p.pending) >= queueLen {
 			p.mu.Unlock()
-			go t.report(id, []*pb.Message{m})
+			overflow = append(overflow, m)
 			continue
 		}
 		p.pending = append(p.pending, m)

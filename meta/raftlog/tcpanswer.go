@@ -105,14 +105,7 @@ func (t *TCPTransport) answer(ctx context.Context, n *Node, epoch, seq uint64, m
 			return nil, fmt.Errorf("raftlog: answered messages from %d and %d in one call: %w", from, m.GetFrom(), syscall.EINVAL)
 		}
 	}
-	o := t.callOrder(from)
-	o.await(ctx, epoch, seq)
-	a, err := n.stepAnswered(ctx, from, msgs)
-	o.done(epoch, seq)
-	if err != nil {
-		return nil, err
-	}
-	out, err := n.awaitAnswer(ctx, a)
+	out, err := t.callOrder(from).stepInOrder(ctx, n, epoch, seq, from, msgs)
 	if err != nil || len(out) == 0 {
 		return nil, err
 	}
@@ -137,11 +130,13 @@ func (t *TCPTransport) callOrder(from uint64) *callOrder {
 	defer t.mu.Unlock()
 	o, ok := t.orders[from]
 	if !ok {
-		o = &callOrder{moved: make(chan struct{})}
+		o = newCallOrder()
 		t.orders[from] = o
 	}
 	return o
 }
+
+func newCallOrder() *callOrder { return &callOrder{moved: make(chan struct{})} }
 
 // await returns when call seq of epoch may queue its messages: the calls
 // before it in its epoch have, or its epoch is no longer the newest (a
