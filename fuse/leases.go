@@ -58,6 +58,18 @@ func (f *filesystem) dropKernel(ivs []proto.LeaseInval) {
 	}
 }
 
+// track records cn as the node of inode ino, which the kernel's
+// notifications must name. go-fuse keeps the node it registered first for
+// an inode: a later lookup's new node is dropped for it (fs.rawBridge
+// addNewNode), so the one recorded stays unless the kernel forgot it (its
+// OnForget removes it) or it never got registered (it lost a race of two
+// first lookups: it holds no kernel reference).
+func (f *filesystem) track(ino proto.Ino, cn *node) {
+	if v, loaded := f.nodes.LoadOrStore(ino, cn); loaded && v.(*node).Forgotten() {
+		f.nodes.Store(ino, cn)
+	}
+}
+
 // OnForget implements fs.NodeOnForgetter: the kernel forgot the inode, so
 // nothing of it is cached there any more.
 func (n *node) OnForget() {

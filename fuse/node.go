@@ -188,7 +188,7 @@ func (n *node) child(ctx context.Context, a proto.Attr, out *gofuse.EntryOut) *f
 	ch := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino)})
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.note(a)
-		n.fsys.nodes.Store(a.Ino, cn)
+		n.fsys.track(a.Ino, cn)
 	}
 	return ch
 }

@@ -105,6 +105,29 @@ func TestLeaseCoherence(t *testing.T) {
 		}
 	})
 
+	t.Run("fstat of an open file", func(t *testing.T) {
+		// Two lookups on B (the second makes go-fuse a node it drops for
+		// the one it has), then an open descriptor: its fstat is answered
+		// from the kernel's attributes, which the invalidation must reach.
+		warmLeases(t, b, fB, false)
+		lstat(t, fB)
+		f, err := os.Open(fB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer f.Close()
+		if err := os.Chmod(filepath.Join(a, "d", "f"), 0o640); err != nil {
+			t.Fatal(err)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m := fi.Mode().Perm(); m != 0o640 {
+			t.Errorf("fstat on B right after A's chmod returned: %o, want 640", m)
+		}
+	})
+
 	t.Run("write", func(t *testing.T) {
 		warmLeases(t, b, fB, false)
 		f, err := os.OpenFile(filepath.Join(a, "d", "f"), os.O_WRONLY|os.O_APPEND, 0)
