@@ -5,11 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+
+	"github.com/weft-fs/weft/storage/storagerpc"
 )
 
 // BlockSize is the unit of integrity checking: every object is checked in
-// 4 KiB blocks, each with its own CRC32C in the sidecar.
-const BlockSize = 4096
+// 4 KiB blocks, each with its own CRC32C in the sidecar (clients check
+// reads against those checksums in the same blocks: storagerpc.SumBlock).
+const BlockSize = storagerpc.SumBlock
 
 // Sidecar layout (all integers little-endian):
 //
@@ -29,11 +32,8 @@ const (
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
-// zeroPad supplies the zeros that pad a short tail block; never written to.
-var zeroPad [BlockSize]byte
-
 // zeroBlockCRC is the CRC32C of a block of zeros: what a hole reads as.
-var zeroBlockCRC = crc32.Checksum(zeroPad[:], castagnoli)
+var zeroBlockCRC = storagerpc.ZeroBlockCRC
 
 // errBadSidecar is wrapped by decode errors; the target turns them into EIO.
 var errBadSidecar = errors.New("storage: bad sidecar")
@@ -93,10 +93,9 @@ func (e entry) match(c uint32) (uint32, bool) {
 	return 0, false
 }
 
-// crcMatches: stored value 0 (hole) accepts a block of zeros.
-func crcMatches(c, stored uint32) bool {
-	return c == stored || (stored == 0 && c == zeroBlockCRC)
-}
+// crcMatches: stored value 0 (hole) accepts a block of zeros. The rule
+// is the one clients check reads by (storagerpc.CheckBlocks).
+func crcMatches(c, stored uint32) bool { return storagerpc.SumMatches(c, stored) }
 
 // decodeEntries fills out from b (8 bytes each). Missing bytes (a short
 // sidecar) decode as zero entries, that is holes. It never panics.
@@ -124,13 +123,7 @@ func entryOff(block uint64) int64 { return headerSize + int64(block)*entrySize }
 
 // blockCRC is the CRC32C of a block whose first len(b) bytes are b and whose
 // remaining bytes (past the end of the object) are zero.
-func blockCRC(b []byte) uint32 {
-	c := crc32.Checksum(b, castagnoli)
-	if len(b) < BlockSize {
-		c = crc32.Update(c, castagnoli, zeroPad[:BlockSize-len(b)])
-	}
-	return c
-}
+func blockCRC(b []byte) uint32 { return storagerpc.BlockCRC(b) }
 
 // blocksFor is the number of blocks an object of size bytes spans.
 func blocksFor(size uint64) uint64 { return (size + BlockSize - 1) / BlockSize }

@@ -63,10 +63,29 @@ type SpanReader interface {
 var ErrChecksum = errors.New("storagerpc: bytes do not match their checksums")
 
 var (
-	castagnoli   = crc32.MakeTable(crc32.Castagnoli)
-	zeroBlock    = make([]byte, SumBlock)
-	zeroBlockSum = crc32.Checksum(zeroBlock, castagnoli)
+	castagnoli = crc32.MakeTable(crc32.Castagnoli)
+	zeroBlock  = make([]byte, SumBlock)
+	// ZeroBlockCRC is the CRC32C of a block of zeros: what a hole reads
+	// as.
+	ZeroBlockCRC = crc32.Checksum(zeroBlock, castagnoli)
 )
+
+// BlockCRC is the CRC32C of a block whose first len(b) bytes are b and
+// whose remaining bytes (past the end of the object) are zero: the
+// checksum a storage target's sidecar keeps for each block.
+func BlockCRC(b []byte) uint32 {
+	c := crc32.Checksum(b, castagnoli)
+	if len(b) < SumBlock {
+		c = crc32.Update(c, castagnoli, zeroBlock[:SumBlock-len(b)])
+	}
+	return c
+}
+
+// SumMatches reports whether a block whose CRC is c matches a stored
+// checksum: a stored 0 is a hole, which a block of zeros matches.
+func SumMatches(c, stored uint32) bool {
+	return c == stored || (stored == 0 && c == ZeroBlockCRC)
+}
 
 // CheckBlocks checks data, the bytes of consecutive blocks from a block
 // boundary (the last one may be short: the object ends there, and its
@@ -81,21 +100,14 @@ func CheckBlocks(data, sums []byte) error {
 		}
 		b := data[:min(len(data), SumBlock)]
 		data = data[len(b):]
-		c := crc32.Checksum(b, castagnoli)
-		if len(b) < SumBlock {
-			c = crc32.Update(c, castagnoli, zeroBlock[:SumBlock-len(b)])
-		}
+		c := BlockCRC(b)
 		cur := binary.LittleEndian.Uint32(sums[8*i:])
 		prev := binary.LittleEndian.Uint32(sums[8*i+4:])
-		if !sumMatches(c, cur) && !sumMatches(c, prev) {
+		if !SumMatches(c, cur) && !SumMatches(c, prev) {
 			return fmt.Errorf("%w: block %d", ErrChecksum, i)
 		}
 	}
 	return nil
-}
-
-func sumMatches(c, stored uint32) bool {
-	return c == stored || (stored == 0 && c == zeroBlockSum)
 }
 
 // serveReadSums serves OpReadSums: see the op's documentation.
