@@ -22,7 +22,13 @@ import (
 const FlushInterval = 500 * time.Millisecond
 
 // markWritten records that an object of t changed since its last sync.
-func (t *Target) markWritten() { t.written.Store(true) }
+// Every write calls it: a load first keeps the flag's cache line shared
+// between cores while it is already set.
+func (t *Target) markWritten() {
+	if !t.written.Load() {
+		t.written.Store(true)
+	}
+}
 
 // flushLoop syncs t every interval while it is written to, and once more
 // when ctx ends.
@@ -53,7 +59,6 @@ func (t *Target) flushWritten() {
 	if !ok {
 		return
 	}
-	t.syncs.Add(1)
 	if err := fs.SyncFS(t.dir); err != nil {
 		t.log.Error("storage: background sync failed: what was written to this target in the last moments may not be on its disk", "target", t.dir, "err", err)
 	}

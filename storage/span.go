@@ -51,16 +51,14 @@ func (t *Target) ReadSpan(ctx context.Context, obj proto.ObjectID, off uint64, n
 	}
 	l := t.lockFor(obj)
 	l.RLock()
+	defer l.RUnlock()
 	h, err := t.acquire(obj, false)
 	if errors.Is(err, errMissing) {
-		l.RUnlock()
 		return nil, 0, 0, release, nil
 	}
 	if err != nil {
-		l.RUnlock()
 		return nil, 0, 0, release, err
 	}
-	defer l.RUnlock()
 	done := func() { t.cache.release(h) }
 	if off >= h.size {
 		done()
@@ -68,13 +66,10 @@ func (t *Target) ReadSpan(ctx context.Context, obj proto.ObjectID, off uint64, n
 	}
 	dn := min(uint64(n), h.size-off)
 	b0, b1 := off/BlockSize, blocksFor(off+dn)
-	raw := sums[:(b1-b0)*entrySize]
-	got, err := h.crc.ReadAt(raw, entryOff(b0))
-	if err != nil && err != io.EOF {
+	if err := t.readEntryBytes(h, b0, sums[:(b1-b0)*entrySize]); err != nil {
 		done()
-		return nil, 0, 0, release, fmt.Errorf("storage: target %s object %s: read checksums: %w", t.dir, objName(obj), err)
+		return nil, 0, 0, release, err
 	}
-	clear(raw[got:]) // past the sidecar's end: holes
 	t.reads.Add(1)
 	t.readBytes.Add(dn)
 	return h.data, int64(off), int(dn), done, nil

@@ -72,10 +72,9 @@ type Target struct {
 	ident identity
 	lock  io.Closer // the flock of target.lock, nil once closed
 
-	// written: an object changed since the last background sync;
-	// syncs counts those syncs (flush.go).
+	// written: an object changed since the last background sync
+	// (flush.go).
 	written atomic.Bool
-	syncs   atomic.Uint64
 
 	fsidChecked atomic.Bool                 // Run checked the file system id with the registry
 	newFiles    map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
@@ -475,14 +474,24 @@ func (t *Target) loadSidecar(h *handle) error {
 // the sidecar are holes.
 func (t *Target) readEntries(h *handle, b0, b1 uint64) ([]entry, error) {
 	buf := make([]byte, (b1-b0)*entrySize)
-	n, err := h.crc.ReadAt(buf, entryOff(b0))
-	if err != nil && err != io.EOF {
-		return nil, fmt.Errorf("storage: target %s object %s: read checksums: %w", t.dir, objName(h.obj), err)
+	if err := t.readEntryBytes(h, b0, buf); err != nil {
+		return nil, err
 	}
-	clear(buf[n:])
 	es := make([]entry, b1-b0)
 	decodeEntries(buf, es)
 	return es, nil
+}
+
+// readEntryBytes reads the sidecar's entries of the len(buf)/entrySize
+// blocks from b0 into buf, as stored; entries past the sidecar's end are
+// holes (zeros).
+func (t *Target) readEntryBytes(h *handle, b0 uint64, buf []byte) error {
+	n, err := h.crc.ReadAt(buf, entryOff(b0))
+	if err != nil && err != io.EOF {
+		return fmt.Errorf("storage: target %s object %s: read checksums: %w", t.dir, objName(h.obj), err)
+	}
+	clear(buf[n:])
+	return nil
 }
 
 // readBlock reads block blk of the object into buf (BlockSize bytes), with

@@ -64,6 +64,13 @@ func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ..
 	return c.pool.Call(ctx, addr, op, parts...)
 }
 
+// lacksSums reports whether target t's server answered OpReadSums with
+// ENOSYS (an older weft).
+func (c *Client) lacksSums(t proto.TargetID) bool {
+	_, old := c.noSums.Load(t)
+	return old
+}
+
 // Read reads into p, in requests of at most MaxIO bytes, and stops at the
 // end of the object. A read of whole blocks, of at least MinReadSums
 // bytes, goes as OpReadSums (the server sends the bytes without copying
@@ -71,7 +78,7 @@ func (c *Client) call(ctx context.Context, t proto.TargetID, op uint16, parts ..
 // bytes do not match, or one to a server without the op, as OpRead, which
 // the server checks.
 func (c *Client) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
-	if _, old := c.noSums.Load(t); off%SumBlock == 0 && len(p)%SumBlock == 0 && len(p) >= MinReadSums && !old {
+	if off%SumBlock == 0 && len(p)%SumBlock == 0 && len(p) >= MinReadSums && !c.lacksSums(t) {
 		n, err := c.readSums(ctx, t, obj, off, p)
 		switch {
 		case err == nil:
