@@ -111,13 +111,12 @@ func (s *Server) caller(ctx context.Context) (caller, error) {
 func (s *Server) authorize(ctx context.Context) (caller, error) {
 	var c caller
 	c.cred = proto.CredPtr(ctx) // shared with ctx: never modified, only replaced
-	c.sess.id, _ = proto.SessionFrom(ctx)
+	c.sess = sessionOf(ctx)
 	c.seq = proto.SeqFrom(ctx)
 	p, ok := transport.PeerFrom(ctx)
 	if !ok {
 		return c, nil
 	}
-	c.sess.remote, c.sess.name = true, p.Name
 	if p.Role.IsServer() {
 		if c.cred == nil {
 			c.cred = &proto.Cred{}

@@ -135,14 +135,6 @@ func (t *leaseTable) dropLocked(h *leaseHolder) {
 	close(h.ack)
 }
 
-// empty reports cheaply whether nobody holds anything (the common case of
-// a cluster without caching mounts: changes then cost nothing here).
-func (t *leaseTable) empty() bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return len(t.byIno) == 0
-}
-
 // begin returns the break generation before a read that may grant.
 func (t *leaseTable) begin() uint64 {
 	t.mu.Lock()
@@ -386,18 +378,6 @@ func (t *leaseTable) drop(sess session) {
 	}
 }
 
-// holds reports whether sess holds a lease on ino (for tests and status).
-func (t *leaseTable) holds(sess session, ino proto.Ino) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	h := t.holders[sess]
-	if h == nil {
-		return false
-	}
-	_, ok := h.inos[ino]
-	return ok
-}
-
 // sweep drops holders that stopped polling.
 func (t *leaseTable) sweep() {
 	t.mu.Lock()
@@ -410,8 +390,8 @@ func (t *leaseTable) sweep() {
 	}
 }
 
-// sessionOf returns the session of the request served with ctx (as
-// authorize decides it, without checking anything).
+// sessionOf returns the session of the request served with ctx, without
+// checking anything (authorize takes it from here too).
 func sessionOf(ctx context.Context) session {
 	var sess session
 	sess.id, _ = proto.SessionFrom(ctx)

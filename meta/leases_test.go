@@ -194,3 +194,22 @@ func TestLeaseReset(t *testing.T) {
 		t.Fatal("same epoch after reset")
 	}
 }
+
+// empty reports whether nobody holds anything.
+func (t *leaseTable) empty() bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return len(t.byIno) == 0
+}
+
+// holds reports whether sess holds a lease on ino .
+func (t *leaseTable) holds(sess session, ino proto.Ino) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.holders[sess]
+	if h == nil {
+		return false
+	}
+	_, ok := h.inos[ino]
+	return ok
+}
