@@ -249,7 +249,10 @@ func TestMirrorStorageKilled(t *testing.T) {
 // acknowledged byte from the other one.
 func TestMirrorStorageFrozen(t *testing.T) {
 	t.Parallel() // waits on timeouts, on a cluster of its own
-	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 2, Mounts: 2, Timeout: "10s"})
+	// The frozen copy costs each write MirrorGrace, not the RPC timeout;
+	// the timeout bounds the live copy's calls, and a loaded machine's
+	// disk can hold an fdatasync for many seconds.
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 2, Mounts: 2, Timeout: "60s"})
 	d := mirrorSetup(t, c)
 	stop := make(chan struct{})
 	ld := startMirrorLoad(d, stop)

@@ -159,7 +159,10 @@
 // context.DeadlineExceeded; a handler's own ETIMEDOUT or a cancelled call
 // does not count), or a dial to it got no answer in time (a partitioned
 // host drops the SYN): the server may be frozen (SIGSTOP, swapping) or cut
-// off, which no connection error reveals. While an address is suspect every call to it
+// off, which no connection error reveals. A deadline noticed more than a
+// second after it passed does not count either: then this process was the
+// one stopped (a mount continued after SIGSTOP), not the server. While an
+// address is suspect every call to it
 // fails at once with ETIMEDOUT naming the address, instead of each waiting
 // out its own deadline. One background probe per suspect address dials a
 // connection of its own and sends OpProbe, which the transport server

@@ -165,7 +165,7 @@ func (p *Pool) Call(ctx context.Context, addr string, op uint16, parts ...[]byte
 			// drops the SYN) is as telling as an unanswered call:
 			// without this, every retry, such as the kernel's re-read
 			// after a failed read-ahead, would wait out its own timeout.
-			if unanswered(err) || errors.Is(err, errDialTimeout) {
+			if (unanswered(err) || errors.Is(err, errDialTimeout)) && !stoppedMeanwhile(ctx) {
 				p.suspect(addr, a)
 			}
 			if errors.Is(err, syscall.EACCES) || errors.Is(err, syscall.EPROTO) {
@@ -180,7 +180,7 @@ func (p *Pool) Call(ctx context.Context, addr string, op uint16, parts ...[]byte
 				continue
 			}
 		}
-		if err != nil && unanswered(err) {
+		if err != nil && unanswered(err) && !stoppedMeanwhile(ctx) {
 			p.suspect(addr, a)
 		}
 		return resp, err
@@ -195,6 +195,20 @@ var errDialTimeout = errors.New("dial timed out")
 func unanswered(err error) bool {
 	var re *RemoteError
 	return !errors.As(err, &re) && errors.Is(err, syscall.ETIMEDOUT) && errors.Is(err, context.DeadlineExceeded)
+}
+
+// lateDeadline is how long after a call's deadline its expiry may be
+// noticed before the lateness says that this process was not running.
+const lateDeadline = time.Second
+
+// stoppedMeanwhile reports whether ctx's deadline passed well before this
+// process noticed: the process itself was stopped (SIGSTOP, a paused VM,
+// a host starved of CPU) while the call was out, so the server's silence
+// is no evidence against it. Marking it suspect would fail every call
+// after the process resumes until a probe gets through.
+func stoppedMeanwhile(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return ok && time.Since(dl) > lateDeadline
 }
 
 func (a *addrConns) suspectSince() time.Time {

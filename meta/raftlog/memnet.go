@@ -89,7 +89,7 @@ func (nw *MemNetwork) Heal() {
 }
 
 // Delivered counts the messages delivered so far, and answered deliveries
-// still under way (tests use them to tell when the network is quiet).
+// and snapshot streams still under way (tests use them to tell when the network is quiet).
 func (nw *MemNetwork) Delivered() (delivered uint64, underWay int) {
 	nw.mu.Lock()
 	defer nw.mu.Unlock()
@@ -118,6 +118,9 @@ func (t memTransport) Send(msgs []*pb.Message) {
 			// Send must not block. (A sender no longer attached is being
 			// stopped: nothing to stream from, nobody to report to.)
 			if from != nil {
+				t.nw.mu.Lock()
+				t.nw.inflight++ // the network is not quiet until it is reported
+				t.nw.mu.Unlock()
 				go t.sendSnapshot(from, m)
 			}
 			continue
@@ -197,6 +200,9 @@ func (t memTransport) sendSnapshot(from *Node, m *pb.Message) {
 		status = raft.SnapshotFailure
 	}
 	from.reportSnapshotWait(m.GetTo(), status)
+	t.nw.mu.Lock()
+	t.nw.inflight--
+	t.nw.mu.Unlock()
 }
 
 // wireCopy encodes and decodes m, as a wire would.

@@ -485,13 +485,23 @@ func (n *Node) Campaign(ctx context.Context) error {
 func (n *Node) ReportUnreachable(id uint64) { n.reportUnreachable(id) }
 
 // ReportSnapshot tells raft whether a snapshot sent to id arrived; a
-// transport must report every MsgSnap it was given. It never blocks.
+// transport must report every MsgSnap it was given. It never blocks, and
+// the report is never dropped.
 func (n *Node) ReportSnapshot(id uint64, status raft.SnapshotStatus) { n.reportSnapshot(id, status) }
 
 func (n *Node) reportUnreachable(id uint64) { n.try(func() { n.rn.ReportUnreachable(id) }) }
 
 func (n *Node) reportSnapshot(id uint64, status raft.SnapshotStatus) {
-	n.try(func() { n.rn.ReportSnapshot(id, status) })
+	f := func() { n.rn.ReportSnapshot(id, status) }
+	select {
+	case n.reqs <- f:
+	default:
+		// Unlike an unreachable report this one must not be dropped:
+		// raft keeps the follower paused until it hears how the
+		// snapshot went. The caller may be the node goroutine itself
+		// (Send), which cannot wait for its own queue.
+		go func() { _ = n.do(context.Background(), f) }()
+	}
 }
 
 // reportSnapshotWait is ReportSnapshot for a snapshot sender's own
