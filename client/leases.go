@@ -17,7 +17,10 @@ import (
 // after its last poll arrived; this client trusts them only until
 // clientTerm after it sent its last answered poll (a shorter time, by its
 // own clock, which starts earlier), so a client cut off from the leader
-// stops answering from its cache before the leader gives up on it.
+// stops answering from its cache before the leader gives up on it; and
+// never longer than the answer's Valid after it sent the poll: a
+// replicated leader's leases die with its leadership, and Valid ends
+// before another member can lead (meta.Server.LeasePoll).
 
 // clientTermShare is the share of the leader's lease term this client
 // trusts its cache for after sending a poll that was answered.
@@ -95,7 +98,9 @@ func (l *leaseCache) run(ctx context.Context, timeout time.Duration) {
 			l.ack = max(l.ack, iv.Seq)
 		}
 		if p.Epoch != 0 {
-			l.trust = sent.Add(time.Duration(float64(p.Term) * clientTermShare))
+			// Never longer than the leader is sure to lead (p.Valid):
+			// a new leader knows none of these leases.
+			l.trust = sent.Add(min(time.Duration(float64(p.Term)*clientTermShare), p.Valid))
 		}
 		tell := l.onInval
 		l.mu.Unlock()
@@ -256,6 +261,23 @@ func (c *Client) Leases() (on bool, hits, misses uint64) {
 	c.leases.mu.Lock()
 	defer c.leases.mu.Unlock()
 	return true, c.leases.hits, c.leases.misses
+}
+
+// CacheBound bounds how long the caller (the kernel, through the FUSE
+// layer) may keep attributes or names it gets from this client without
+// asking again: with leases, no longer than this client trusts its
+// leases (a leader change takes every lease away without an
+// invalidation); without, d.
+func (c *Client) CacheBound(d time.Duration) time.Duration {
+	if c.leases == nil {
+		return d
+	}
+	c.leases.mu.Lock()
+	defer c.leases.mu.Unlock()
+	if c.leases.epoch == 0 {
+		return 0
+	}
+	return max(0, min(d, time.Until(c.leases.trust)))
 }
 
 // OnLeaseInval sets what is told of the invalidations the metadata leader

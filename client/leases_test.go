@@ -157,3 +157,46 @@ func TestLeaseCachePollLoop(t *testing.T) {
 		t.Fatal("the cache survived a new epoch")
 	}
 }
+
+// The trust a poll answer gives is bounded by its Valid (a replicated
+// leader's lease on its leadership), however long the term.
+func TestLeaseCacheTrustBoundedByValid(t *testing.T) {
+	for _, tc := range []struct {
+		valid   time.Duration
+		trusted bool
+	}{{0, false}, {time.Hour, true}} {
+		f := &fakeLeases{polls: []proto.LeasePoll{{Epoch: 5, Term: 4 * time.Hour, Valid: tc.valid}}}
+		l := newLeaseCache(f, slog.New(slog.DiscardHandler))
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			l.run(ctx, time.Minute)
+		}()
+		deadline := time.Now().Add(time.Minute) // against hangs only
+		for {
+			f.mu.Lock()
+			n := len(f.acks)
+			f.mu.Unlock()
+			if n >= 2 { // the first answer was taken in
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the poll loop did not poll twice")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		cancel()
+		<-done
+		l.putAttr(l.begin(), proto.Attr{Ino: 7})
+		l.mu.Lock()
+		trust := l.trust
+		l.mu.Unlock()
+		if _, ok := l.getAttr(7); ok != tc.trusted {
+			t.Errorf("valid %v, term 4h: cache answers %v (trust until %v), want %v", tc.valid, ok, trust, tc.trusted)
+		}
+		if trust.After(time.Now().Add(tc.valid)) {
+			t.Errorf("valid %v: trusted until %v, past the poll's valid", tc.valid, trust)
+		}
+	}
+}

@@ -160,8 +160,6 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 	root := &node{fsys: fsys}
 	fsys.nodes.Store(proto.RootIno, root)
 	cl.OnLeaseInval(fsys.invalidate)
-	var et time.Duration // non-directories; see dirEntryTimeout
-	at := attrTimeout
 	opts := &fs.Options{
 		MountOptions: gofuse.MountOptions{
 			AllowOther:   cfg.AllowOther,
@@ -181,8 +179,11 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 			// with its exact byte range, so unaligned writes from
 			// several mounts to one file do not clobber each other.
 		},
-		EntryTimeout: &et,
-		AttrTimeout:  &at,
+		// No default entry and attribute timeouts: every reply sets its
+		// own (node.child, Getattr, Setattr), bounded by the client's
+		// lease trust (filesystem.kernelTTL), and a zero one must stay
+		// zero (go-fuse puts the default in for a zero timeout).
+		// Non-directories' names get none (see dirEntryTimeout).
 		// No negative caching: a file created on another mount must be
 		// visible to the next open here.
 		NegativeTimeout: nil,

@@ -55,6 +55,9 @@ const brokenSlots = 4096
 // leaseTable is the leader's record of who caches what.
 type leaseTable struct {
 	term time.Duration
+	// beat is how long a poll waits for an invalidation before it is
+	// answered empty (leaseHeartbeat, or less: Server.boundPollBeat).
+	beat time.Duration
 	now  func() time.Time
 
 	mu      sync.Mutex
@@ -90,7 +93,7 @@ func newLeaseTable(term time.Duration, now func() time.Time) *leaseTable {
 	if now == nil {
 		now = time.Now
 	}
-	t := &leaseTable{term: term, now: now}
+	t := &leaseTable{term: term, beat: min(leaseHeartbeat, term/2), now: now}
 	t.reset()
 	return t
 }
@@ -341,7 +344,7 @@ func (t *leaseTable) poll(ctx context.Context, sess session, ack uint64) proto.L
 	h.seen = now
 	t.mu.Unlock()
 
-	tm := time.NewTimer(min(leaseHeartbeat, t.term/2))
+	tm := time.NewTimer(t.beat)
 	defer tm.Stop()
 	for {
 		t.mu.Lock()
@@ -484,9 +487,21 @@ func (s *Server) breakLeases(ctx context.Context, c *Command, res *applyResult, 
 // LeasePoll implements proto.LeaseService: a client session that polls
 // holds leases on what it reads (leases.go, docs/caching.md). It passes
 // the read barrier first: a deposed leader that does not know it yet
-// must not extend a client's trust in leases a new leader knows nothing
-// of.
+// registers no holder.
+//
+// The answer says for how long after the poll arrived the client may
+// trust its cache (LeasePoll.Valid). A single server's leases last as
+// long as it does: the term. A replicated leader's last only as long as
+// its leadership is sure: once it is deposed, a new leader that knows
+// none of them acknowledges changes without telling anyone. So just
+// before answering it passes a read barrier once more, one whose lease
+// (Replica.ReadLease) has at least two poll beats to run, and bounds
+// Valid by that lease's end: no other member can become leader before
+// it (readBarrier), and the client counts from when it sent the poll,
+// which is earlier than its arrival. Without lease reads there is no
+// such bound, and clients get nothing to trust.
 func (s *Server) LeasePoll(ctx context.Context, ack uint64) (proto.LeasePoll, error) {
+	arrived := time.Now()
 	cl, err := s.reader(ctx)
 	if err != nil {
 		return proto.LeasePoll{}, err
@@ -494,5 +509,23 @@ func (s *Server) LeasePoll(ctx context.Context, ack uint64) (proto.LeasePoll, er
 	if cl.sess.id == (proto.SessionID{}) {
 		return proto.LeasePoll{}, errnof(syscall.EINVAL, "metadata leases need a session (a non-zero session id)")
 	}
-	return s.leases.poll(ctx, cl.sess, ack), nil
+	p := s.leases.poll(ctx, cl.sess, ack)
+	p.Valid = p.Term
+	if s.replica != nil {
+		until, err := s.replica.leadUntil(ctx, 2*s.leases.beat)
+		if err != nil {
+			return proto.LeasePoll{}, s.readFailed(err)
+		}
+		p.Valid = max(0, until.Sub(arrived))
+	}
+	return p, nil
+}
+
+// boundPollBeat shortens the poll beat of a replicated leader to a third
+// of its read lease, so that a client's trust, bounded by the lease
+// (LeasePoll), is renewed before it runs out.
+func (s *Server) boundPollBeat(readLease time.Duration) {
+	if readLease > 0 {
+		s.leases.beat = min(s.leases.beat, readLease/3)
+	}
 }

@@ -148,6 +148,13 @@ func isNewInode(c *Command) bool                       { return c.Op == OpCreate
 func (l *raftLog) status() raftlog.Status              { return l.node.Status() }
 func (l *raftLog) stop()                               { l.node.Stop() }
 func (l *raftLog) readIndex(ctx context.Context) error { return l.reads.wait(ctx, l.node.ReadIndex) }
+
+// leadUntil passes a read barrier whose lease has at least minLeft to
+// run, and returns when that lease ends: until then no other member can
+// have become leader (zero without lease reads: no such bound).
+func (l *raftLog) leadUntil(ctx context.Context, minLeft time.Duration) (time.Time, error) {
+	return l.reads.waitUntil(ctx, l.node.ReadIndex, minLeft)
+}
 func (l *raftLog) propose(ctx context.Context, c *Command) (applyResult, error) {
 	check := func() error {
 		if isNewInode(c) && uint64(c.Ino) < l.minIno {
@@ -196,6 +203,7 @@ func (s *Server) startReplica(r *Replica) error {
 	if tick > 0 {
 		// Without a clock (tests tick by hand) there is no lease.
 		l.reads.lease = r.ReadLease
+		s.boundPollBeat(r.ReadLease)
 	}
 	l.reads.status = func() raftlog.Status { return l.node.Status() }
 	cfg := raftlog.Config{
@@ -257,12 +265,18 @@ func (s *Server) reader(ctx context.Context) (caller, error) {
 		return cl, err
 	}
 	if err := s.replica.readIndex(ctx); err != nil {
-		if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) {
-			return cl, fmt.Errorf("meta: read: %w", s.notLeader(err))
-		}
-		return cl, fmt.Errorf("meta: read: %v: %w", err, syscall.ETIMEDOUT)
+		return cl, s.readFailed(err)
 	}
 	return cl, nil
+}
+
+// readFailed is the error of a read whose barrier failed with err: EAGAIN
+// naming the leader (not the leader, or not yet), else ETIMEDOUT.
+func (s *Server) readFailed(err error) error {
+	if errors.Is(err, syscall.EAGAIN) || errors.Is(err, syscall.EIO) {
+		return fmt.Errorf("meta: read: %w", s.notLeader(err))
+	}
+	return fmt.Errorf("meta: read: %v: %w", err, syscall.ETIMEDOUT)
 }
 
 // raiseIno raises the inode allocator to at least next.
@@ -321,19 +335,29 @@ type readBarrier struct {
 type readRound struct {
 	done  chan struct{}
 	err   error
-	reads int // how many reads joined (tests)
+	until time.Time // the lease the round confirmed (zero: none)
+	reads int       // how many reads joined (tests)
 }
 
 // wait returns once a round issued after the call has confirmed (or
 // failed: its error), or when ctx ends.
 func (b *readBarrier) wait(ctx context.Context, issue func(context.Context) error) error {
+	_, err := b.waitUntil(ctx, issue, 0)
+	return err
+}
+
+// waitUntil is wait that also returns the end of the lease the read is
+// covered by (zero without lease reads). The lease must have at least
+// minLeft to run, or the read waits for a round of its own.
+func (b *readBarrier) waitUntil(ctx context.Context, issue func(context.Context) error, minLeft time.Duration) (time.Time, error) {
 	if b.lease > 0 {
 		st := b.status()
 		b.mu.Lock()
-		ok := st.Ready && st.Term == b.leaseTerm && time.Now().Before(b.leaseUntil)
+		until := b.leaseUntil
+		ok := st.Ready && st.Term == b.leaseTerm && time.Now().Add(minLeft).Before(until)
 		b.mu.Unlock()
 		if ok {
-			return nil
+			return until, nil
 		}
 	}
 	b.mu.Lock()
@@ -350,9 +374,9 @@ func (b *readBarrier) wait(ctx context.Context, issue func(context.Context) erro
 	b.mu.Unlock()
 	select {
 	case <-r.done:
-		return r.err
+		return r.until, r.err
 	case <-ctx.Done():
-		return fmt.Errorf("meta: read barrier: %w", ctx.Err())
+		return time.Time{}, fmt.Errorf("meta: read barrier: %w", ctx.Err())
 	}
 }
 
@@ -375,6 +399,7 @@ func (b *readBarrier) run(r *readRound, issue func(context.Context) error) {
 				b.mu.Lock()
 				b.leaseUntil, b.leaseTerm = start.Add(b.lease), st.Term
 				b.mu.Unlock()
+				r.until = start.Add(b.lease)
 			}
 		}
 		close(r.done)

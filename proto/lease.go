@@ -22,8 +22,14 @@ type LeaseInval struct {
 // drop everything it cached), the term the leader keeps a silent holder's
 // leases, and the invalidations not yet acknowledged.
 type LeasePoll struct {
-	Epoch  uint64
-	Term   time.Duration
+	Epoch uint64
+	Term  time.Duration
+	// Valid is how long after the poll arrived at the server the client
+	// may trust what it caches, at most (a replicated leader's lease on
+	// its leadership; see meta.Server.LeasePoll). The client counts it
+	// from when it sent the poll. An older server does not send it: the
+	// decoder then sets it to Term.
+	Valid  time.Duration
 	Invals []LeaseInval
 }
 

@@ -107,8 +107,8 @@ func samples() []message {
 		&migrateBeginReq{5, layout.Layout{Kind: layout.EC, ECData: 2, ECParity: 1, StripeSize: 1 << 20, StripeCount: 1}},
 		&ticketMsg{proto.MigrateTicket{Ino: 5, Gen: 1, NewGen: 2, Layout: sampleAttr.Layout, Mtime: -3, Ctime: 4, Size: 5, Until: 6, Cap: []byte("cap"), Blocks: 7}},
 		&ticketMsg{proto.MigrateTicket{Ino: 5}},
-		&leasePollReq{7},
-		&leasePollResp{proto.LeasePoll{Epoch: 1 << 40, Term: 5e9, Invals: []proto.LeaseInval{{Seq: 1, Ino: 2, Name: "n"}, {Seq: 2, Ino: 3}}}},
+		&leasePollReq{Ack: 7},
+		&leasePollResp{P: proto.LeasePoll{Epoch: 1 << 40, Term: 5e9, Valid: 4e8, Invals: []proto.LeaseInval{{Seq: 1, Ino: 2, Name: "n"}, {Seq: 2, Ino: 3}}}},
 	}
 }
 
@@ -370,5 +370,33 @@ func TestStatusVersion1(t *testing.T) {
 	e.B[0] = 3
 	if err := unmarshal(e.B, &got); err == nil {
 		t.Fatal("a status of an unknown version decoded")
+	}
+}
+
+// TestLeasePollVersion1: a poll of an older client (version 1) is
+// answered in version 1, without Valid; a version-1 answer decodes with
+// Valid = Term; an unknown version is refused.
+func TestLeasePollVersion1(t *testing.T) {
+	e := wire.NewEncoder(16)
+	e.U8(1)
+	e.U64(9)
+	var req leasePollReq
+	if err := unmarshal(e.B, &req); err != nil || req.Ack != 9 || req.v != 1 {
+		t.Fatalf("version 1 poll decoded as %+v, %v", req, err)
+	}
+	answer := marshal(&leasePollResp{P: proto.LeasePoll{Epoch: 3, Term: 2e9, Valid: 1e8}, v: req.v})
+	if answer[0] != 1 {
+		t.Fatalf("answer to a version 1 poll in version %d", answer[0])
+	}
+	var got leasePollResp
+	if err := unmarshal(answer, &got); err != nil {
+		t.Fatal(err)
+	}
+	if got.P.Epoch != 3 || got.P.Term != 2e9 || got.P.Valid != 2e9 {
+		t.Fatalf("version 1 answer decoded as %+v, want Valid = Term", got.P)
+	}
+	e.B[0] = 3
+	if err := unmarshal(e.B, &req); err == nil {
+		t.Fatal("a poll of an unknown version decoded")
 	}
 }

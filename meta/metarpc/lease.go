@@ -1,6 +1,7 @@
 package metarpc
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"syscall"
@@ -21,20 +22,34 @@ const (
 //
 //	poll request: u8 version, u64 ack
 //	poll answer:  u8 version, u64 epoch, i64 term (ns), u32 n,
-//	              n x (u64 seq, u64 ino, str name)
-const leaseVersion = 1
+//	              n x (u64 seq, u64 ino, str name), and from version 2
+//	              i64 valid (ns)
+//
+// A server answers in the version of the request (1 or 2); clients send
+// 2. An answer of version 1 (an older server) has no valid: it is the
+// term.
+const leaseVersion = 2
+
+// leaseVersionNoValid is the version of answers without valid.
+const leaseVersionNoValid = 1
 
 // maxLeaseInvals bounds the invalidations one answer may carry (the
 // decoder's bound; the server sends at most 4096).
 const maxLeaseInvals = 1 << 16
 
-func checkLeaseVersion(d *wire.Decoder, what string) {
-	if v := d.U8(); d.Err() == nil && v != leaseVersion {
-		d.Fail(fmt.Errorf("metarpc: %s of version %d not supported (this side reads %d)", what, v, leaseVersion))
+// checkLeaseVersion reads a message's version: 1 or 2.
+func checkLeaseVersion(d *wire.Decoder, what string) uint8 {
+	v := d.U8()
+	if d.Err() == nil && v != leaseVersion && v != leaseVersionNoValid {
+		d.Fail(fmt.Errorf("metarpc: %s of version %d not supported (this side reads %d and %d)", what, v, leaseVersionNoValid, leaseVersion))
 	}
+	return v
 }
 
-type leasePollReq struct{ Ack uint64 }
+type leasePollReq struct {
+	Ack uint64
+	v   uint8 // the version it came in (the answer's)
+}
 
 func (m *leasePollReq) encode(e *wire.Encoder) {
 	e.U8(leaseVersion)
@@ -42,14 +57,18 @@ func (m *leasePollReq) encode(e *wire.Encoder) {
 }
 
 func (m *leasePollReq) decode(d *wire.Decoder) {
-	checkLeaseVersion(d, "lease poll")
+	m.v = checkLeaseVersion(d, "lease poll")
 	m.Ack = d.U64()
 }
 
-type leasePollResp struct{ P proto.LeasePoll }
+type leasePollResp struct {
+	P proto.LeasePoll
+	v uint8 // version to encode in (0: leaseVersion)
+}
 
 func (m *leasePollResp) encode(e *wire.Encoder) {
-	e.U8(leaseVersion)
+	v := cmp.Or(m.v, leaseVersion)
+	e.U8(v)
 	e.U64(m.P.Epoch)
 	e.I64(int64(m.P.Term))
 	e.U32(uint32(len(m.P.Invals)))
@@ -58,10 +77,13 @@ func (m *leasePollResp) encode(e *wire.Encoder) {
 		e.U64(uint64(iv.Ino))
 		e.String(iv.Name)
 	}
+	if v >= 2 {
+		e.I64(int64(m.P.Valid))
+	}
 }
 
 func (m *leasePollResp) decode(d *wire.Decoder) {
-	checkLeaseVersion(d, "lease poll answer")
+	v := checkLeaseVersion(d, "lease poll answer")
 	m.P.Epoch = d.U64()
 	m.P.Term = time.Duration(d.I64())
 	n := d.U32()
@@ -80,6 +102,10 @@ func (m *leasePollResp) decode(d *wire.Decoder) {
 		iv.Name = d.StringMax(4096) // a name (the server refuses longer than 255 bytes)
 		m.P.Invals = append(m.P.Invals, iv)
 	}
+	m.P.Valid = m.P.Term
+	if v >= 2 {
+		m.P.Valid = time.Duration(d.I64())
+	}
 }
 
 // leaseMessages returns the request and response of a lease op.
@@ -96,14 +122,15 @@ func (h *handler) callLease(ctx context.Context, req message) (message, error) {
 	if !ok {
 		return nil, fmt.Errorf("metarpc: the service grants no metadata leases: %w", syscall.ENOSYS)
 	}
-	p, err := ls.LeasePoll(ctx, req.(*leasePollReq).Ack)
-	return &leasePollResp{p}, err
+	r := req.(*leasePollReq)
+	p, err := ls.LeasePoll(ctx, r.Ack)
+	return &leasePollResp{P: p, v: r.v}, err
 }
 
 // LeasePoll implements proto.LeaseService. It is sent like a read: an ack
 // sent twice acknowledges nothing more.
 func (c *Client) LeasePoll(ctx context.Context, ack uint64) (proto.LeasePoll, error) {
 	var r leasePollResp
-	err := c.do(ctx, OpLeasePoll, &leasePollReq{ack}, &r)
+	err := c.do(ctx, OpLeasePoll, &leasePollReq{Ack: ack}, &r)
 	return r.P, err
 }
