@@ -119,7 +119,9 @@
 //   - Holes. Bytes within the file size that no object holds read as zeros.
 //   - Metadata cache (Config.Leases; leases.go, docs/caching.md). The
 //     client polls the metadata leader for lease invalidations and, while
-//     its last answered poll was sent less than 3/4 of the lease term ago,
+//     its last answered poll was sent less than 3/4 of the lease term ago
+//     (and less than the answer's Valid: a replicated leader's lease on
+//     its leadership; CacheBound bounds the kernel's copies by the same),
 //     answers Lookup (found or not) and GetAttr from what it read (or
 //     created) before; the leader tells it of every change made elsewhere
 //     before acknowledging that change (OnLeaseInval then drops the

@@ -215,7 +215,10 @@
 // its lease after it is invalidated at once (per inode hash, the
 // generation of the last break). Leases are the leader's, in memory: a new
 // leader starts with none and a new epoch, which makes every client drop
-// its cache.
+// its cache. A replicated leader's poll answer bounds the client's trust
+// by the leader's read lease (LeasePoll.Valid), which ends before any
+// other member can lead: no client answers from a deposed leader's
+// leases once a new one acknowledges changes.
 //
 // # Locks
 //
