@@ -357,8 +357,12 @@ func TestLeaseSharedDirectory(t *testing.T) {
 // under the new leader's leases again.
 func TestLeaseLeaderChange(t *testing.T) {
 	t.Parallel()
+	// A 300 ms raft tick: a 3 s election timeout and a 1.5 s read lease,
+	// which bounds the mounts' trust: on a loaded machine a quorum round
+	// may take longer than the default 0.5 s lease, and a mount would
+	// then cache nothing (correct, but not what this test looks at).
 	c := testcluster.Start(t, testcluster.Options{Servers: 1, Targets: 2, MetaReplicas: 3, Mounts: 2, Timeout: "30s",
-		MetaArgs: []string{"--lease-term", "30s"}})
+		MetaArgs: []string{"--lease-term", "30s", "--raft-tick", "300ms"}})
 	a, b := c.Mount(0), c.Mount(1)
 	fA, fB := filepath.Join(a, "f"), filepath.Join(b, "f")
 	if err := os.WriteFile(fA, []byte("x"), 0o644); err != nil {
