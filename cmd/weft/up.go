@@ -301,6 +301,11 @@ func planUp(o upOptions) upPlan {
 			c.Args = append(c.Args, "--target", dir)
 			c.Dirs = append(c.Dirs, dir)
 		}
+		// Short-circuit local reads for the mount (storage/local.go):
+		// unless DATA's path is too long for a Unix socket's.
+		if sock := filepath.Join(o.Data, "run", fmt.Sprintf("storage-%d.sock", s)); len(sock) <= maxSocketPath {
+			c.Args = append(c.Args, "--local-socket", sock)
+		}
 		c.Args = append(c.Args, childFlags...)
 		p.Storage = append(p.Storage, c)
 	}
