@@ -73,11 +73,19 @@ func (c *fdCache) get(k key, cap []byte, now time.Time) *entry {
 }
 
 // put adds e, referenced, replacing an entry of the same object, and
-// drops the least recently used entries past the bound.
+// drops the least recently used entries past the bound. If another read
+// opened the object with the same capability meanwhile, that entry is
+// returned (referenced) and e is closed.
 func (c *fdCache) put(e *entry) *entry {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if old := c.m[e.key]; old != nil {
+		if bytes.Equal(old.cap, e.cap) {
+			c.closeLocked(e)
+			old.refs++
+			c.lru.MoveToFront(old.elem)
+			return old
+		}
 		c.dropLocked(old)
 	}
 	e.refs = 1
