@@ -197,8 +197,11 @@ func TestLocalReadsCorrupt(t *testing.T) {
 	waitLocal(t, maddr, mir, mirWant)
 
 	flip := func(p string, slot int) int {
-		tg := stripeTargets(t, c, p)[slot]
-		srv := byTarget[tg]
+		l, err := testcluster.GetLayout(p)
+		if err != nil || len(l.Targets) <= slot {
+			t.Fatalf("layout of %s: %+v, %v", p, l, err)
+		}
+		srv := byTarget[uint32(l.Targets[slot])]
 		flipObject(t, objectPath(t, c.TargetDirs(srv)[0], p, slot))
 		return srv
 	}
