@@ -156,25 +156,9 @@ func (s *localServer) accept() {
 	}
 }
 
-// peerCred is the credentials of c's peer, from when it connected.
-func peerCred(c *net.UnixConn) (*syscall.Ucred, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
-}
-
 // serve answers c's requests, one at a time, until it closes.
 func (s *localServer) serve(c *net.UnixConn) {
-	cred, err := peerCred(c)
+	cred, err := storagerpc.PeerCred(c)
 	if err != nil {
 		s.refuse(c, "", "no peer credentials: "+err.Error(), syscall.EACCES)
 		return

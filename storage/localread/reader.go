@@ -411,7 +411,7 @@ func (s *server) conn() (*net.UnixConn, error) {
 	if err != nil {
 		return nil, fmt.Errorf("localread: %w", err)
 	}
-	cred, err := peerCred(c)
+	cred, err := storagerpc.PeerCred(c)
 	if err == nil && cred.Uid != 0 && int(cred.Uid) != s.uid {
 		err = fmt.Errorf("localread: %s is served by uid %d, neither root nor ours (%d)", s.info.Path, cred.Uid, s.uid)
 	}
@@ -493,20 +493,4 @@ func parseFDs(oob []byte) ([]int, error) {
 		fds = append(fds, got...)
 	}
 	return fds, nil
-}
-
-// peerCred is the credentials of c's peer.
-func peerCred(c *net.UnixConn) (*syscall.Ucred, error) {
-	rc, err := c.SyscallConn()
-	if err != nil {
-		return nil, err
-	}
-	var cred *syscall.Ucred
-	var cerr error
-	if err := rc.Control(func(fd uintptr) {
-		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
-	}); err != nil {
-		return nil, err
-	}
-	return cred, cerr
 }

@@ -3,6 +3,7 @@ package storagerpc
 import (
 	"context"
 	"fmt"
+	"net"
 	"syscall"
 
 	"github.com/weft-fs/weft/internal/checks"
@@ -200,6 +201,24 @@ func (h *Handler) AuthorizeLocal(c []byte, obj proto.ObjectID, who string) error
 		return h.guard.refuse(p, OpLocalInfo, err.Error())
 	}
 	return nil
+}
+
+// PeerCred returns the credentials of the process at the other end of a
+// local socket connection (SO_PEERCRED, as of its connect): both ends
+// check them.
+func PeerCred(c *net.UnixConn) (*syscall.Ucred, error) {
+	rc, err := c.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	var cred *syscall.Ucred
+	var cerr error
+	if err := rc.Control(func(fd uintptr) {
+		cred, cerr = syscall.GetsockoptUcred(int(fd), syscall.SOL_SOCKET, syscall.SO_PEERCRED)
+	}); err != nil {
+		return nil, err
+	}
+	return cred, cerr
 }
 
 // LocalInfo asks target t's server for its local socket (OpLocalInfo).
