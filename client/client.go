@@ -45,6 +45,11 @@ type Config struct {
 	// (leases.go; docs/caching.md). Needs a service with sessions and
 	// leases (metarpc.Client); ignored otherwise.
 	Leases bool
+	// NoLocalReads turns off short-circuit local reads (used by New
+	// only): by default, objects of storage servers on this host that
+	// offer a local socket are read from their files, every block checked
+	// (package storage/localread; docs/performance.md).
+	NoLocalReads bool
 }
 
 const (

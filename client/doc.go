@@ -328,5 +328,15 @@
 // server returns. Errors from the services are syscall.Errno values (wrapped
 // with context); Errno maps any error to the errno for the kernel.
 //
-// Nothing here holds a file descriptor per file.
+// # Short-circuit local reads
+//
+// New wraps the storage client in a localread.Reader unless
+// Config.NoLocalReads: objects of storage servers on this host are read
+// from their files, every block checked against its sidecar, and anything
+// that does not check is read over RPC (package storage/localread). When
+// a file's last handle is released, the Reader closes the descriptors of
+// its objects (Forget).
+//
+// The client holds no file descriptor per file, except the Reader's (at
+// most 1,024 objects, two each).
 package client

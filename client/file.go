@@ -238,8 +238,15 @@ func (c *Client) unref(st *inodeState) {
 		st.dropRALocked()
 		st.mu.Unlock()
 		st.stopCaps()
+		if f, ok := c.storage.(forgetter); ok {
+			f.Forget(st.ino) // short-circuit reads' descriptors of its objects
+		}
 	}
 }
+
+// forgetter is a storage client that keeps something per file until told
+// the file was closed (localread.Reader's descriptors).
+type forgetter interface{ Forget(ino proto.Ino) }
 
 // File is an open handle on a file. Its methods are safe for concurrent use.
 type File struct {

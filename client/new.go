@@ -10,6 +10,7 @@ import (
 
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage/localread"
 	"github.com/weft-fs/weft/storage/storagerpc"
 	"github.com/weft-fs/weft/transport"
 )
@@ -29,10 +30,21 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	pool := transport.NewPool(tr, transport.PoolOptions{})
 	meta := metarpc.NewClient(pool, cfg.MetaAddr)
 	r := &resolver{meta: meta}
-	storage := &resolvingStorage{StorageService: storagerpc.NewClient(pool, r.resolve), r: r}
+	rpc := storagerpc.NewClient(pool, r.resolve)
+	storage := &resolvingStorage{StorageService: rpc, r: r}
+	var local *localread.Reader
+	if !cfg.NoLocalReads {
+		// Objects of storage servers on this host are read from their
+		// files (package storage/localread).
+		local = localread.New(rpc, localread.Options{Logger: cfg.Logger})
+		storage.StorageService = local
+	}
 	c := NewWithServices(meta, storage, cfg)
 	r.timeout = c.cfg.Timeout
 	c.close = append(c.close, pool.Close)
+	if local != nil {
+		c.close = append(c.close, local.Close)
+	}
 	return c, nil
 }
 
@@ -130,6 +142,23 @@ func (s *resolvingStorage) Extend(ctx context.Context, t proto.TargetID, obj pro
 	err := x.Extend(ctx, t, obj, size)
 	s.r.invalidate(err)
 	return err
+}
+
+// Forget forwards to the storage client (localread.Reader: the file's
+// objects' descriptors are closed).
+func (s *resolvingStorage) Forget(ino proto.Ino) {
+	if f, ok := s.StorageService.(forgetter); ok {
+		f.Forget(ino)
+	}
+}
+
+// LocalReads forwards to the storage client (localread.Reader).
+func (s *resolvingStorage) LocalReads() (local, fallback, opens uint64, ok bool) {
+	if lr, isLocal := s.StorageService.(*localread.Reader); isLocal {
+		local, fallback, opens = lr.Stats()
+		return local, fallback, opens, true
+	}
+	return 0, 0, 0, false
 }
 
 // ReadRow, WriteRow and Fence implement proto.RowVersioner when the

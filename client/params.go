@@ -53,6 +53,19 @@ func (c *Client) StorageInflight() map[string]int64 {
 	return nil
 }
 
+// LocalReads returns the storage reads this client served from local
+// files (short-circuit, package storage/localread), those that went over
+// RPC although their server is on this host, and the objects it opened
+// locally; ok is false when local reads are off.
+func (c *Client) LocalReads() (local, fallback, opens uint64, ok bool) {
+	if s, isRS := c.storage.(interface {
+		LocalReads() (uint64, uint64, uint64, bool)
+	}); isRS {
+		return s.LocalReads()
+	}
+	return 0, 0, 0, false
+}
+
 // Outstanding forwards to the storage client.
 func (s *resolvingStorage) Outstanding() map[string]int64 {
 	if o, ok := s.StorageService.(outstander); ok {

@@ -54,6 +54,9 @@ type Config struct {
 	// Leases; docs/caching.md): every lookup and stat the kernel does not
 	// answer itself then goes to the metadata leader.
 	NoLeases bool
+	// NoLocalReads turns off short-circuit local reads (client.Config
+	// NoLocalReads; package storage/localread).
+	NoLocalReads bool
 }
 
 // DefaultUnmountTimeout is how long each step of a shutdown may take
@@ -63,7 +66,8 @@ const DefaultUnmountTimeout = 10 * time.Second
 // ClientConfig returns the client part of the configuration.
 func (c Config) ClientConfig() client.Config {
 	return client.Config{MetaAddr: c.MetaAddr, Timeout: c.Timeout, CacheLimit: c.CacheLimit, Logger: c.Logger, Transport: c.Transport,
-		LogLevel: c.LogLevel, DefaultLogLevel: c.DefaultLogLevel, Leases: !c.NoLeases}
+		LogLevel: c.LogLevel, DefaultLogLevel: c.DefaultLogLevel, Leases: !c.NoLeases,
+		NoLocalReads: c.NoLocalReads}
 }
 
 const (

@@ -14,6 +14,13 @@ type ClientSource interface {
 	StorageInflight() map[string]int64
 }
 
+// LocalReadSource is what a ClientSource may also tell (client.Client
+// has it): its short-circuit local reads (package storage/localread); ok
+// is false when they are off.
+type LocalReadSource interface {
+	LocalReads() (local, fallback, opens uint64, ok bool)
+}
+
 // clientCollector reads a ClientSource at every scrape, so the values are
 // those of the moment (a `weft param set` shows at the mount's next
 // session renewal).
@@ -21,11 +28,14 @@ type clientCollector struct {
 	src      ClientSource
 	param    *prometheus.Desc
 	inflight *prometheus.Desc
+	local    *prometheus.Desc
 }
 
 // RegisterClient adds a mount's weft_client_param{name} (the run-time
 // parameters it applied: docs/params.md) and
-// weft_client_storage_inflight{server} gauges to reg.
+// weft_client_storage_inflight{server} gauges to reg, and
+// weft_client_local_reads_total{result} when the source is a
+// LocalReadSource with local reads on.
 func RegisterClient(reg prometheus.Registerer, src ClientSource) error {
 	return reg.Register(&clientCollector{
 		src: src,
@@ -35,6 +45,9 @@ func RegisterClient(reg prometheus.Registerer, src ClientSource) error {
 		inflight: prometheus.NewDesc("weft_client_storage_inflight",
 			"Storage requests this mount has under way, by storage server address.",
 			[]string{"server"}, nil),
+		local: prometheus.NewDesc("weft_client_local_reads_total",
+			"Storage reads of this mount by how they went: result=local read from the object's file on this host (short-circuit, every block checked), fallback went over RPC although the server is on this host (checksum mismatch, missing object, error), open counts objects opened locally. Absent when local reads are off.",
+			[]string{"result"}, nil),
 	})
 }
 
@@ -42,6 +55,7 @@ func RegisterClient(reg prometheus.Registerer, src ClientSource) error {
 func (c *clientCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- c.param
 	ch <- c.inflight
+	ch <- c.local
 }
 
 // Collect implements prometheus.Collector.
@@ -57,5 +71,12 @@ func (c *clientCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	for addr, n := range c.src.StorageInflight() {
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(n), addr)
+	}
+	if lr, ok := c.src.(LocalReadSource); ok {
+		if local, fallback, opens, on := lr.LocalReads(); on {
+			ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(local), "local")
+			ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(fallback), "fallback")
+			ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(opens), "open")
+		}
 	}
 }

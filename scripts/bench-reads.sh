@@ -22,12 +22,15 @@
 #   scripts/bench-reads.sh [--rounds 3] [--size 1GiB] [--rand-time 10s]
 #                          [--out DIR] [--base-port 7800] [--up "ARGS"]
 #                          [--systems "disk ceiling weft"] [--weft BIN]
-#                          [--base BIN]
+#                          [--base BIN] [--base-up "ARGS"]
 #
 # --weft runs a weft binary built elsewhere instead of building this
 # tree's. --base BIN adds the system "base": a second cluster of its own
 # (base port +25) run by another build (main's, for before and after in
-# one run), measured in turn with the others.
+# one run), measured in turn with the others. --base-up passes more
+# arguments to the base cluster's weft up (instead of --up's): with --base
+# set to this tree's build, `--base-up "--no-local-reads"` compares reads
+# with and without short-circuit local reads in one run.
 # --up passes more arguments to weft up (e.g. --pprof-port 7830). Run as
 # root (dropping the page cache needs it). Needs fio.
 set -euo pipefail
@@ -42,6 +45,8 @@ up_extra=
 systems="disk ceiling weft"
 weft_bin=
 base_bin=
+base_up=
+base_up_set=
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) rounds=$2; shift 2 ;;
@@ -53,7 +58,8 @@ while [ $# -gt 0 ]; do
 	--systems) systems=$2; shift 2 ;;
 	--weft) weft_bin=$(realpath "$2"); shift 2 ;;
 	--base) base_bin=$(realpath "$2"); shift 2 ;;
-	*) echo "usage: bench-reads.sh [--rounds N] [--size SIZE] [--rand-time DUR] [--out DIR] [--base-port P] [--up ARGS] [--systems LIST] [--weft BIN] [--base BIN]" >&2; exit 2 ;;
+	--base-up) base_up=$2; base_up_set=1; shift 2 ;;
+	*) echo "usage: bench-reads.sh [--rounds N] [--size SIZE] [--rand-time DUR] [--out DIR] [--base-port P] [--up ARGS] [--systems LIST] [--weft BIN] [--base BIN] [--base-up ARGS]" >&2; exit 2 ;;
 	esac
 done
 command -v fio >/dev/null || { echo "bench-reads: fio is needed (apt-get install fio)" >&2; exit 1; }
@@ -154,8 +160,12 @@ ceiling_ready() { grep -qs mounted "$out/ceiling.log" || { kill -0 "$ceiling_pid
 for s in $systems; do
 	case $s in
 	weft | base)
-		# shellcheck disable=SC2086 # $up_extra is a list of arguments
-		"${bin[$s]}" up --data "${data[$s]}" --mount "${mnt[$s]}" --base-port "${port[$s]}" --log-level warn $up_extra >"$out/up-$s.log" 2>&1 &
+		args=$up_extra
+		if [ "$s" = base ] && [ -n "$base_up_set" ]; then
+			args=$base_up
+		fi
+		# shellcheck disable=SC2086 # $args is a list of arguments
+		"${bin[$s]}" up --data "${data[$s]}" --mount "${mnt[$s]}" --base-port "${port[$s]}" --log-level warn $args >"$out/up-$s.log" 2>&1 &
 		up_pid[$s]=$!
 		wait_for "weft up ($s)" 300 up_ready "$s"
 		pids[$s]=$(cluster_pids "$s")

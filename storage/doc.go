@@ -239,6 +239,21 @@
 // (in-process calls and requests the handler let through). Servers (meta,
 // storage roles) need no capability; only they may Remove objects.
 //
+// # Short-circuit local reads
+//
+// With Config.LocalSocket (`weft storage --local-socket PATH`), Run also
+// listens on a Unix socket (local.go; SOCK_SEQPACKET, mode 0600) and
+// advertises it with a random per-process id (storagerpc OpLocalInfo). It
+// serves only root and the server's own user (SO_PEERCRED), who may read
+// the target directories anyway; for each request carrying a capability
+// granting read on an object (storagerpc.Handler.AuthorizeLocal) it
+// answers the object's data file and sidecar, opened O_RDONLY, as
+// descriptors (SCM_RIGHTS). The client (package storage/localread)
+// preads them without any lock here and checks every block against the
+// sidecar (SidecarEntryOff, CheckSidecarHeader: the format above);
+// whatever does not check it reads again with Read, which locks, checks
+// and reports. Such reads are not counted in the target's I/O.
+//
 // # Errors
 //
 // Every error matches a syscall.Errno with errors.Is: ENOSPC (full), EIO

@@ -70,6 +70,10 @@ type Config struct {
 	// Scrub, if set, counts the scrub's bytes and corrupt objects
 	// (metrics).
 	Scrub ScrubObserver
+	// LocalSocket, if set, is the path of a Unix socket on which the
+	// server also serves short-circuit local reads (local.go) to clients
+	// of its own host; "" = none.
+	LocalSocket string
 
 	capKey *capability.Key
 }
@@ -132,6 +136,14 @@ func (cfg Config) validate() (Config, error) {
 		dirs[i] = abs
 	}
 	cfg.Targets = dirs
+	if cfg.LocalSocket != "" {
+		// Clients are told this path: it must not depend on their cwd.
+		abs, err := filepath.Abs(cfg.LocalSocket)
+		if err != nil {
+			return cfg, fmt.Errorf("storage: local socket %s: %w", cfg.LocalSocket, err)
+		}
+		cfg.LocalSocket = abs
+	}
 	if cfg.CapabilityKey != nil {
 		k, err := capability.NewKey(0, cfg.CapabilityKey)
 		if err != nil {
@@ -188,14 +200,31 @@ func Run(ctx context.Context, cfg Config) error {
 	if peers != nil {
 		srv.SetPeers(peers)
 	}
+	var local storagerpc.LocalInfo // the local socket, if any (local.go)
+	if cfg.LocalSocket != "" {
+		id, err := newLocalID()
+		if err != nil {
+			return fmt.Errorf("storage: local socket id: %w", err)
+		}
+		local = storagerpc.LocalInfo{Path: cfg.LocalSocket, ID: id}
+	}
 	h := storagerpc.New(srv, storagerpc.Options{
 		Logger: log, CapabilityKey: cfg.capKey, AllowUnauthenticated: cfg.AllowUnauthenticated,
 		ReadBytesPerConn: cfg.ReadBytesPerConn, ReadBytesPerServer: cfg.ReadBytesPerServer,
-		Jobs: cfg.Jobs,
+		Jobs: cfg.Jobs, Local: local,
 	})
 	ln, err := tr.Listen(cfg.ListenAddr, h.Serve)
 	if err != nil {
 		return fmt.Errorf("storage: listen on %s: %w", cfg.ListenAddr, err)
+	}
+	if local.Path != "" {
+		ls, err := listenLocal(local.Path, local.ID, srv, h.AuthorizeLocal, log)
+		if err != nil {
+			ln.Close()
+			return err
+		}
+		defer ls.Close()
+		log.Info("storage: serving short-circuit local reads", "socket", local.Path)
 	}
 	var targets []*Target
 	defer func() {

@@ -127,3 +127,20 @@ func blockCRC(b []byte) uint32 { return storagerpc.BlockCRC(b) }
 
 // blocksFor is the number of blocks an object of size bytes spans.
 func blocksFor(size uint64) uint64 { return (size + BlockSize - 1) / BlockSize }
+
+// Readers of sidecars outside this package (the client's short-circuit
+// local reads, package storage/localread, given the sidecar's descriptor)
+// use the format through these: SidecarHeaderSize bytes of header, which
+// CheckSidecarHeader checks (magic, format version, header CRC), then the
+// 8-byte entry {cur, prev} of block i at SidecarEntryOff(i).
+const SidecarHeaderSize = headerSize
+
+// SidecarEntryOff is where block's entry lives in a sidecar.
+func SidecarEntryOff(block uint64) int64 { return entryOff(block) }
+
+// CheckSidecarHeader checks a sidecar's header, b its first
+// SidecarHeaderSize bytes; the error wraps errBadSidecar's message.
+func CheckSidecarHeader(b []byte) error {
+	_, err := decodeHeader(b)
+	return err
+}

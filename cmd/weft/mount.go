@@ -36,6 +36,8 @@ type mountOptions struct {
 	JobIDVar string `toml:"jobid_var"`
 	// NoLeases: no metadata cache under leases (fuse.Config.NoLeases).
 	NoLeases bool `toml:"no_leases"`
+	// NoLocalReads: no short-circuit local reads (fuse.Config.NoLocalReads).
+	NoLocalReads bool `toml:"no_local_reads"`
 	daemonOptions
 }
 
@@ -80,6 +82,7 @@ file (key "mountpoint"); the argument wins.`,
 	fs.BoolVar(&o.Debug, "debug", false, "log every FUSE request (very verbose)")
 	fs.BoolVar(&o.NoLeases, "no-leases", false, "do not cache lookups and attributes under metadata leases: every lookup and stat the kernel does not answer goes to the metadata leader")
 	o.UnmountTimeout = units.Duration(fuse.DefaultUnmountTimeout)
+	fs.BoolVar(&o.NoLocalReads, "no-local-reads", false, "read every object over RPC, also those of storage servers on this host (by default, where a server offers a local socket, the mount reads its object files directly, checking every block)")
 	fs.StringVar(&o.JobIDVar, "jobid-var", client.DefaultJobIDVar, "tag each process's requests with a job id (weft jobstats) from this environment variable of the process, or procname_uid (e.g. dd.1000), or none")
 	fs.Var(&o.UnmountTimeout, "unmount-timeout", "on SIGINT/SIGTERM: if the unmount has not completed after this long, detach the mount lazily; if it is still served after as long again, abort its FUSE connection and exit")
 	o.daemonOptions.addFlags(fs)
@@ -195,6 +198,7 @@ func runMount(ctx context.Context, o *mountOptions) error {
 		Debug:           o.Debug,
 		JobIDVar:        client.JobIDSource(o.JobIDVar),
 		NoLeases:        o.NoLeases,
+		NoLocalReads:    o.NoLocalReads,
 		LogLevel:        d.level,
 		DefaultLogLevel: d.defaultLevel,
 

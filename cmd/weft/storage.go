@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -31,9 +32,13 @@ type storageOptions struct {
 	ReadBufferPerConn units.Size     `toml:"read_buffer_per_conn"`
 	ReadBufferTotal   units.Size     `toml:"read_buffer_total"`
 	Domain            string         `toml:"domain"`
+	LocalSocket       string         `toml:"local_socket"`
 	jobstatsOptions
 	daemonOptions
 }
+
+// maxSocketPath is the longest path a Unix socket may have.
+const maxSocketPath = 107
 
 func newStorageCmd() *cobra.Command { return storageCommand(runStorage) }
 
@@ -77,6 +82,7 @@ It serves until SIGINT or SIGTERM, then shuts down cleanly.`,
 		return pflag.NormalizedName(name)
 	})
 	fs.StringVar(&o.Domain, "domain", "", "failure domain of this server (e.g. a rack): copies and shards of a stripe go to distinct domains (default: the server is its own)")
+	fs.StringVar(&o.LocalSocket, "local-socket", "", "also serve short-circuit local reads on this Unix socket (mounts on this host then read object files directly, checking every block); at most "+strconv.Itoa(maxSocketPath)+" bytes (default: none)")
 	fs.Var(&o.Capacity, "capacity", "per-target byte limit, e.g. 500GiB (default 0: what the disk has)")
 	o.HeartbeatInterval = units.Duration(2 * time.Second)
 	fs.Var(&o.HeartbeatInterval, "heartbeat-interval", "how often to report usage to the metadata server")
@@ -125,6 +131,9 @@ func (o *storageOptions) resolve(cmd *cobra.Command, configPath string) error {
 			return fmt.Errorf("--target %s given twice", t)
 		}
 		seen[abs] = true
+	}
+	if len(o.LocalSocket) > maxSocketPath {
+		return fmt.Errorf("--local-socket %s: a path of %d bytes, at most %d (a Unix socket's limit)", o.LocalSocket, len(o.LocalSocket), maxSocketPath)
 	}
 	if o.HeartbeatInterval <= 0 {
 		return errors.New("--heartbeat-interval must be positive")
@@ -180,5 +189,6 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 		Transport:          d.transport,
 		Registry:           metarpc.NewClient(pool, o.Meta),
 		Domain:             o.Domain,
+		LocalSocket:        o.LocalSocket,
 	})
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ func TestStorageFlags(t *testing.T) {
 		{"bad heartbeat", append(slices.Clone(base), "--heartbeat-interval", "0s"), []string{"must be positive"}},
 		{"bad log level", append(slices.Clone(base), "--log-level", "trace"), []string{"--log-level"}},
 		{"read buffer below one read", append(slices.Clone(base), "--read-buffer-per-conn", "1MiB"), []string{"--read-buffer-per-conn", "at least 16MiB"}},
+		{"local socket path too long", append(slices.Clone(base), "--local-socket", "/"+strings.Repeat("s", 120)), []string{"--local-socket", "at most 107"}},
 		{"read buffer total below per conn", append(slices.Clone(base), "--read-buffer-total", "32MiB"), []string{"--read-buffer-total", "below"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

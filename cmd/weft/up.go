@@ -46,6 +46,9 @@ type upOptions struct {
 	// 127.0.0.1: metadata server i (1-based) on PprofPort+i-1, storage server s on
 	// PprofPort+10+s, the mount on PprofPort+20.
 	PprofPort int
+	// NoLocalReads: no local sockets for the storage servers, so the
+	// mount reads everything over RPC (storage/localread).
+	NoLocalReads bool
 }
 
 func newUpCmd() *cobra.Command {
@@ -118,6 +121,7 @@ mount on P+20; for go tool pprof while a benchmark runs.`,
 	fs.Var(&o.RaftTick, "raft-tick", "the metadata group's raft tick (weft meta --raft-tick)")
 	fs.IntVar(&o.ElectionTicks, "election-ticks", 10, "the metadata group's election timeout in ticks (weft meta --election-ticks)")
 	fs.IntVar(&o.PprofPort, "pprof-port", 0, "serve each process's Go profiles (weft meta --pprof) on 127.0.0.1: metadata server i on this port +i-1, storage servers on +10 and up, the mount on +20 (default off)")
+	fs.BoolVar(&o.NoLocalReads, "no-local-reads", false, "give the storage servers no local socket, so the mount reads every object over RPC (by default it reads them from their files, checking every block: short-circuit local reads)")
 	fs.BoolVar(&o.Encrypt, "encrypt", false, "encrypt every connection between the processes (TLS; see docs/security.md for its cost)")
 	return cmd
 }
@@ -300,6 +304,11 @@ func planUp(o upOptions) upPlan {
 			dir := filepath.Join(o.Data, fmt.Sprintf("target-%d", t))
 			c.Args = append(c.Args, "--target", dir)
 			c.Dirs = append(c.Dirs, dir)
+		}
+		// Short-circuit local reads for the mount (storage/local.go):
+		// unless DATA's path is too long for a Unix socket's.
+		if sock := filepath.Join(o.Data, "run", fmt.Sprintf("storage-%d.sock", s)); !o.NoLocalReads && len(sock) <= maxSocketPath {
+			c.Args = append(c.Args, "--local-socket", sock)
 		}
 		c.Args = append(c.Args, childFlags...)
 		p.Storage = append(p.Storage, c)

@@ -98,7 +98,7 @@ func TestPlanUp(t *testing.T) {
 		for _, d := range wantTargets[i] {
 			want = append(want, "--target", d)
 		}
-		want = append(want, "--log-level", "info")
+		want = append(want, "--local-socket", fmt.Sprintf("/d/run/storage-%d.sock", i), "--log-level", "info")
 		if !slices.Equal(s.Args, want) {
 			t.Fatalf("storage %d args %q, want %q", i, s.Args, want)
 		}

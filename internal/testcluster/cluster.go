@@ -49,6 +49,10 @@ type Options struct {
 	// cut one off while it runs. Needs MetaReplicas.
 	MetaNetNS   bool
 	StorageArgs []string // extra `weft storage` flags
+	// LocalReads gives every storage server a local socket
+	// (--local-socket DIR/run/storage-<i>.sock), so mounts read the
+	// objects of its targets from their files (storage/localread).
+	LocalReads bool
 }
 
 func (o *Options) fill() {
@@ -197,6 +201,9 @@ func Start(t testing.TB, opts Options) *Cluster {
 			if c.opts.Capacity != "" {
 				a = append(a, "--capacity", c.opts.Capacity)
 			}
+			if c.opts.LocalReads {
+				a = append(a, "--local-socket", c.LocalSocket(i))
+			}
 			return append(a, c.opts.StorageArgs...)
 		}
 		c.storage = append(c.storage, p)
@@ -235,6 +242,12 @@ func GenerateKeys(t testing.TB) string {
 
 // Dir is the cluster's temporary directory (meta/, target-*/, mnt-*/, logs/).
 func (c *Cluster) Dir() string { return c.dir }
+
+// LocalSocket is the path of storage server i's local socket (with
+// Options.LocalReads).
+func (c *Cluster) LocalSocket(i int) string {
+	return filepath.Join(c.dir, "run", fmt.Sprintf("storage-%d.sock", i))
+}
 
 // Bin is the path of the weft binary.
 func (c *Cluster) Bin() string { return c.bin }

@@ -26,6 +26,8 @@
 //	                tag u64, srcCap, src (target u32, ino u64, stripe u32), srcOff u64, len u32,
 //	                expect tag u64, expect dirty u8 -> empty (EAGAIN: the source's version
 //	                differs; EREMOTEIO: the source could not be read)
+//	OpLocalInfo 173 empty -> format u8 (1), path str, id [16]byte: the server's
+//	                local socket for short-circuit reads ("" = none; local.go)
 //	OpRemove   104  target u32, ino u64, stripe u32                         -> empty
 //	OpRemoveMany 105  target u32, count u32, (ino u64, stripe u32) x count  -> empty
 //	OpJob      140  u8 version, u16 inner op, str job, the inner body  -> the inner op's answer
@@ -74,6 +76,11 @@
 //     names the peer's certificate name; Seek needs one granting read
 //     too, Allocated one granting anything, Copy and CopyRow one granting
 //     write on the destination and one (srcCap) granting read on the source; Write, Truncate, Sync and Space need one granting write; Remove and RemoveMany are refused.
+//
+// OpLocalInfo answers any authenticated peer. AuthorizeLocal checks a
+// request of the storage server's local socket (local.go) as a client's
+// Read is checked, bar the holder's name (the socket's server has checked
+// the process's uid instead).
 //
 // OpRebuild (120) and OpScrubStart (170) are the metadata service's: only
 // metadata servers (and in-process callers) may send them.

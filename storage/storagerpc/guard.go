@@ -47,6 +47,11 @@ type Options struct {
 	// Jobs, if set, counts the requests that name a job (OpJob); nil:
 	// they are served but not counted, and OpJobStats answers ENOSYS.
 	Jobs *jobstats.Table
+
+	// Local is what OpLocalInfo answers: the server's local socket for
+	// short-circuit reads (local.go) and its id; a zero Local says the
+	// server has none.
+	Local LocalInfo
 }
 
 // guard decides whether a request may reach the service, by the peer's role

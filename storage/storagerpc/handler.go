@@ -48,6 +48,8 @@ type Handler struct {
 	held atomic.Int64 // read-buffer bytes taken from the budgets
 
 	jobs *jobstats.Table // where OpJob requests are counted; nil: nowhere
+
+	local LocalInfo // what OpLocalInfo answers
 }
 
 // connBudget is one connection's read budget; refs counts the requests
@@ -94,6 +96,7 @@ func New(svc proto.StorageService, o Options) *Handler {
 		conns:   map[string]*connBudget{},
 		sweepAt: minSweep,
 		jobs:    o.Jobs,
+		local:   o.Local,
 	}
 }
 
@@ -259,6 +262,8 @@ func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		return buf[:n], nil
 	case OpReadSums:
 		return h.serveReadSums(ctx, req)
+	case OpLocalInfo:
+		return h.serveLocalInfo(ctx, req)
 	case OpWrite:
 		r, err := DecodeWrite(req)
 		if err != nil {

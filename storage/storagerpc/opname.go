@@ -36,6 +36,8 @@ func OpName(op uint16) string {
 		return "copy_row"
 	case OpScrubStart:
 		return "scrub_start"
+	case OpLocalInfo:
+		return "local_info"
 	}
 	return rowOpName(op)
 }

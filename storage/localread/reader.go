@@ -1,0 +1,496 @@
+package localread
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/weft-fs/weft/capability"
+	"github.com/weft-fs/weft/internal/bufpool"
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/storage"
+	"github.com/weft-fs/weft/storage/storagerpc"
+)
+
+// Options configure a Reader.
+type Options struct {
+	Logger *slog.Logger
+	// MaxOpen bounds the objects whose descriptors are kept open (two
+	// each); 0 = DefaultMaxOpen.
+	MaxOpen int
+	// Now is the clock capabilities' expiry is checked against; default
+	// time.Now. (The socket's server is on this host, so this clock is
+	// the one that checked the capability.)
+	Now func() time.Time
+}
+
+// Reader is a storagerpc.Client whose Read reads objects of storage
+// servers on this host straight from their files (see the package
+// documentation); every other call, and every read it cannot serve, goes
+// to the Client. It is safe for concurrent use.
+type Reader struct {
+	*storagerpc.Client
+	log   *slog.Logger
+	now   func() time.Time
+	cache *fdCache
+	bufs  *bufpool.Pool
+	uid   int
+
+	base   context.Context // of background probes; cancelled by Close
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	targets map[proto.TargetID]*targetState
+	servers map[storagerpc.LocalInfo]*server
+
+	local, fallback, opens atomic.Uint64
+}
+
+// targetState is what this Reader knows of a target's server: srv is its
+// local socket (nil: not local, or not known yet); retryAt is when to ask
+// again after it was found not local; probing while a probe runs.
+type targetState struct {
+	srv     *server
+	retryAt time.Time
+	probing bool
+}
+
+// Times of the probe.
+const (
+	// retryProbe is how long a target found not local (or whose socket
+	// failed) is read over RPC before its server is asked again.
+	retryProbe = 30 * time.Second
+	// localTimeout bounds one exchange on a local socket.
+	localTimeout = 5 * time.Second
+	// maxIdle is how many idle connections to one socket are kept.
+	maxIdle = 4
+)
+
+// New returns a Reader over c.
+func New(c *storagerpc.Client, o Options) *Reader {
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	base, cancel := context.WithCancel(context.Background())
+	return &Reader{Client: c, log: o.Logger, now: o.Now, cache: newFDCache(o.MaxOpen),
+		bufs: bufpool.New(8, storagerpc.MaxIO), uid: os.Getuid(), base: base, cancel: cancel,
+		targets: map[proto.TargetID]*targetState{}, servers: map[storagerpc.LocalInfo]*server{}}
+}
+
+// Stats returns the reads served from local files, the reads that fell
+// back to RPC although their target's server is local (a checksum
+// mismatch: a write under way, or corruption; a missing object; an
+// error), and the objects opened through local sockets, since New.
+func (r *Reader) Stats() (local, fallback, opens uint64) {
+	return r.local.Load(), r.fallback.Load(), r.opens.Load()
+}
+
+// OpenObjects is how many objects' descriptors are held.
+func (r *Reader) OpenObjects() int { return r.cache.len() }
+
+// Forget closes the descriptors of inode ino's objects (its file was
+// closed: the client calls it when it drops the file's last handle).
+func (r *Reader) Forget(ino proto.Ino) { r.cache.dropIno(ino) }
+
+// Close closes every descriptor and idle connection; reads after it go to
+// the Client.
+func (r *Reader) Close() error {
+	r.cancel()
+	r.wg.Wait()
+	r.cache.dropAll()
+	r.mu.Lock()
+	for _, s := range r.servers {
+		s.closeIdle()
+	}
+	r.targets = map[proto.TargetID]*targetState{}
+	r.mu.Unlock()
+	return nil
+}
+
+// Read reads from the object's files when its server is on this host and
+// everything checks; otherwise (and on any doubt) through the Client.
+func (r *Reader) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
+	if cap := proto.CapabilityFrom(ctx); len(cap) > 0 && r.base.Err() == nil {
+		if srv := r.serverOf(t); srv != nil {
+			n, err := r.readLocal(ctx, srv, t, obj, cap, off, p)
+			if err == nil {
+				r.local.Add(1)
+				return n, nil
+			}
+			r.fallback.Add(1)
+			r.log.Debug("localread: reading over RPC", "target", t, "object", obj, "off", off, "err", err)
+		}
+	}
+	return r.Client.Read(ctx, t, obj, off, p)
+}
+
+// Errors of readLocal, all answered by reading over RPC.
+var (
+	errReplaced = errors.New("localread: the object's file was removed or replaced")
+	errShort    = errors.New("localread: the object's file is shorter than it said")
+	errNotSame  = errors.New("localread: the socket answers for another server")
+)
+
+// readLocal reads from obj's files, opening them first if needed.
+func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, obj proto.ObjectID, cap []byte, off uint64, p []byte) (int, error) {
+	k := key{t: t, obj: obj}
+	e := r.cache.get(k, cap, r.now())
+	if e == nil {
+		var err error
+		if e, err = r.open(ctx, srv, k, cap); err != nil {
+			return 0, err
+		}
+		e = r.cache.put(e)
+	}
+	n, err := r.readEntry(e, off, p)
+	r.cache.release(e)
+	if err != nil && !errors.Is(err, storagerpc.ErrChecksum) {
+		// A mismatch is most often a write under way: the descriptors
+		// stay. Anything else: open again next time.
+		r.cache.drop(e)
+	}
+	return n, err
+}
+
+// readEntry reads [off, off+len(p)) of e's object, up to its end, and
+// checks every block it touches against the sidecar (storagerpc.CheckBlocks:
+// the rule the server reads by).
+func (r *Reader) readEntry(e *entry, off uint64, p []byte) (int, error) {
+	var st syscall.Stat_t
+	if err := syscall.Fstat(e.data, &st); err != nil {
+		return 0, fmt.Errorf("localread: fstat: %w", err)
+	}
+	if st.Nlink == 0 {
+		// Removed (a rebuild may remove and make it again): what it
+		// holds may be old.
+		return 0, errReplaced
+	}
+	size := uint64(st.Size)
+	if off >= size || len(p) == 0 {
+		return 0, nil
+	}
+	n := min(uint64(len(p)), size-off)
+	end := off + n
+	b0, b1 := off/storagerpc.SumBlock, (end+storagerpc.SumBlock-1)/storagerpc.SumBlock
+	spanOff, spanEnd := b0*storagerpc.SumBlock, min(b1*storagerpc.SumBlock, size)
+	span := p[:n]
+	if off != spanOff || end != spanEnd {
+		// Blocks are checked whole: read them whole, aside.
+		buf := r.bufs.Get(int(spanEnd - spanOff))
+		defer r.bufs.Put(buf)
+		span = buf
+	}
+	if err := preadFull(e.data, span, int64(spanOff)); err != nil {
+		return 0, err
+	}
+	sums := r.bufs.Get(int(8 * (b1 - b0)))
+	defer r.bufs.Put(sums)
+	got, err := pread(e.crc, sums, storage.SidecarEntryOff(b0))
+	if err != nil {
+		return 0, err
+	}
+	clear(sums[got:]) // entries past the sidecar's end are holes
+	if err := storagerpc.CheckBlocks(span, sums); err != nil {
+		return 0, err
+	}
+	if &span[0] != &p[0] {
+		copy(p[:n], span[off-spanOff:])
+	}
+	return int(n), nil
+}
+
+// pread reads at off until p is full or the file ends.
+func pread(fd int, p []byte, off int64) (int, error) {
+	done := 0
+	for done < len(p) {
+		n, err := syscall.Pread(fd, p[done:], off+int64(done))
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return done, fmt.Errorf("localread: pread: %w", err)
+		}
+		if n == 0 {
+			break
+		}
+		done += n
+	}
+	return done, nil
+}
+
+// preadFull reads all of p at off.
+func preadFull(fd int, p []byte, off int64) error {
+	n, err := pread(fd, p, off)
+	if err != nil {
+		return err
+	}
+	if n < len(p) {
+		return fmt.Errorf("%w: %d of %d bytes at %d", errShort, n, len(p), off)
+	}
+	return nil
+}
+
+// open asks srv for k's files with cap.
+func (r *Reader) open(ctx context.Context, srv *server, k key, cap []byte) (*entry, error) {
+	c, err := capability.Parse(cap)
+	if err != nil {
+		return nil, fmt.Errorf("localread: %w", err)
+	}
+	req := storagerpc.LocalReq{Op: storagerpc.LocalOpen, Cap: cap, ObjectReq: storagerpc.ObjectReq{Target: k.t, Obj: k.obj}}
+	resp, fds, err := srv.exchange(ctx, req.Encode())
+	if err == nil && resp.ID != srv.info.ID {
+		err = errNotSame // the server restarted (or another took its path)
+	}
+	if err == nil && resp.Errno == 0 && len(fds) != 2 {
+		err = fmt.Errorf("localread: %d descriptors for an object (want 2)", len(fds))
+	}
+	if err == nil && resp.Errno != 0 {
+		err = fmt.Errorf("localread: %s: %w", resp.Msg, resp.Errno)
+		if resp.Errno == syscall.ENOENT || resp.Errno == syscall.EACCES {
+			closeFDs(fds)
+			return nil, err // a missing object, a refused capability: the RPC answers
+		}
+	}
+	if err != nil {
+		closeFDs(fds)
+		r.lost(srv, err)
+		return nil, err
+	}
+	e := &entry{key: k, data: fds[0], crc: fds[1], cap: append([]byte(nil), cap...), expiry: c.Expiry}
+	// The sidecar must be of the format this build reads.
+	head := make([]byte, storage.SidecarHeaderSize)
+	if n, err := pread(e.crc, head, 0); err != nil || n < len(head) {
+		closeFDs(fds)
+		return nil, fmt.Errorf("localread: sidecar header of %d bytes: %v", n, err)
+	}
+	if err := storage.CheckSidecarHeader(head); err != nil {
+		closeFDs(fds)
+		return nil, fmt.Errorf("localread: %w", err)
+	}
+	r.opens.Add(1)
+	return e, nil
+}
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		syscall.Close(fd)
+	}
+}
+
+// serverOf returns the local socket of target t's server, or nil while
+// there is none (or it is not known yet: the first read of a target
+// starts a probe in the background and goes over RPC).
+func (r *Reader) serverOf(t proto.TargetID) *server {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ts := r.targets[t]
+	if ts == nil {
+		ts = &targetState{}
+		r.targets[t] = ts
+	}
+	if ts.srv != nil || ts.probing || now.Before(ts.retryAt) {
+		return ts.srv
+	}
+	ts.probing = true
+	r.wg.Go(func() { r.probe(t, ts) })
+	return nil
+}
+
+// probe asks target t's server for its local socket and checks that it
+// answers here, as that server.
+func (r *Reader) probe(t proto.TargetID, ts *targetState) {
+	ctx, cancel := context.WithTimeout(r.base, localTimeout)
+	defer cancel()
+	srv, err := r.find(ctx, t)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	ts.probing = false
+	if err != nil {
+		ts.retryAt = r.now().Add(retryProbe)
+		r.log.Debug("localread: reading target over RPC", "target", t, "why", err)
+		return
+	}
+	ts.srv = srv
+	if !srv.announced {
+		srv.announced = true
+		r.log.Info("short-circuit local reads in use", "socket", srv.info.Path, "target", t)
+	}
+}
+
+func (r *Reader) find(ctx context.Context, t proto.TargetID) (*server, error) {
+	info, err := r.Client.LocalInfo(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	if info.Path == "" {
+		return nil, errors.New("localread: the server has no local socket")
+	}
+	r.mu.Lock()
+	srv := r.servers[info]
+	if srv == nil {
+		srv = &server{info: info, uid: r.uid}
+		r.servers[info] = srv
+	}
+	r.mu.Unlock()
+	resp, fds, err := srv.exchange(ctx, storagerpc.LocalReq{Op: storagerpc.LocalHello}.Encode())
+	closeFDs(fds)
+	if err != nil {
+		return nil, err // no such socket here: another host's server
+	}
+	if resp.Errno != 0 {
+		return nil, fmt.Errorf("localread: %s: %s: %w", info.Path, resp.Msg, resp.Errno)
+	}
+	if resp.ID != info.ID {
+		return nil, fmt.Errorf("%w (%s)", errNotSame, info.Path)
+	}
+	return srv, nil
+}
+
+// lost forgets srv for every target after its socket failed or answered
+// for another server: they are probed again after retryProbe.
+func (r *Reader) lost(srv *server, err error) {
+	r.log.Warn("localread: local socket failed; reading over RPC", "socket", srv.info.Path, "err", err)
+	srv.closeIdle()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	now := r.now()
+	for _, ts := range r.targets {
+		if ts.srv == srv {
+			ts.srv, ts.retryAt = nil, now.Add(retryProbe)
+		}
+	}
+	delete(r.servers, srv.info)
+	srv.announced = false
+}
+
+// server is one storage server's local socket, with a few idle
+// connections.
+type server struct {
+	info      storagerpc.LocalInfo
+	uid       int
+	announced bool // logged as in use (under Reader.mu)
+
+	mu   sync.Mutex
+	idle []*net.UnixConn
+}
+
+func (s *server) closeIdle() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.idle {
+		c.Close()
+	}
+	s.idle = nil
+}
+
+// conn returns an idle connection or a new one, whose peer runs as root
+// or as this process's user (anyone else could pass off any file).
+func (s *server) conn() (*net.UnixConn, error) {
+	s.mu.Lock()
+	if n := len(s.idle); n > 0 {
+		c := s.idle[n-1]
+		s.idle = s.idle[:n-1]
+		s.mu.Unlock()
+		return c, nil
+	}
+	s.mu.Unlock()
+	c, err := net.DialUnix("unixpacket", nil, &net.UnixAddr{Name: s.info.Path, Net: "unixpacket"})
+	if err != nil {
+		return nil, fmt.Errorf("localread: %w", err)
+	}
+	cred, err := storagerpc.PeerCred(c)
+	if err == nil && cred.Uid != 0 && int(cred.Uid) != s.uid {
+		err = fmt.Errorf("localread: %s is served by uid %d, neither root nor ours (%d)", s.info.Path, cred.Uid, s.uid)
+	}
+	if err != nil {
+		c.Close()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (s *server) putIdle(c *net.UnixConn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.idle) >= maxIdle {
+		c.Close()
+		return
+	}
+	s.idle = append(s.idle, c)
+}
+
+// exchange sends req and returns the answer and the descriptors that came
+// with it (the caller closes them).
+func (s *server) exchange(ctx context.Context, req []byte) (storagerpc.LocalResp, []int, error) {
+	c, err := s.conn()
+	if err != nil {
+		return storagerpc.LocalResp{}, nil, err
+	}
+	dl := time.Now().Add(localTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
+		dl = d
+	}
+	c.SetDeadline(dl)
+	if _, _, err := c.WriteMsgUnix(req, nil, nil); err != nil {
+		c.Close()
+		return storagerpc.LocalResp{}, nil, fmt.Errorf("localread: %w", err)
+	}
+	buf := make([]byte, storagerpc.MaxLocalMessage)
+	oob := make([]byte, syscall.CmsgSpace(4*4)) // room for more than the 2 sent
+	n, oobn, flags, _, err := c.ReadMsgUnix(buf, oob)
+	var fds []int
+	if oobn > 0 {
+		fds, _ = parseFDs(oob[:oobn])
+	}
+	switch {
+	case err != nil:
+	case n == 0 || err == io.EOF:
+		err = io.ErrUnexpectedEOF
+	case flags&(syscall.MSG_TRUNC|syscall.MSG_CTRUNC) != 0:
+		err = errors.New("localread: answer truncated")
+	}
+	var resp storagerpc.LocalResp
+	if err == nil {
+		resp, err = storagerpc.DecodeLocalResp(buf[:n])
+	}
+	if err != nil {
+		closeFDs(fds)
+		c.Close()
+		return storagerpc.LocalResp{}, nil, fmt.Errorf("localread: %s: %w", s.info.Path, err)
+	}
+	s.putIdle(c)
+	return resp, fds, nil
+}
+
+// parseFDs returns the descriptors of SCM_RIGHTS messages in oob.
+func parseFDs(oob []byte) ([]int, error) {
+	msgs, err := syscall.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	for _, m := range msgs {
+		if m.Header.Level != syscall.SOL_SOCKET || m.Header.Type != syscall.SCM_RIGHTS {
+			continue
+		}
+		got, err := syscall.ParseUnixRights(&m)
+		if err != nil {
+			return fds, err
+		}
+		fds = append(fds, got...)
+	}
+	return fds, nil
+}
