@@ -137,7 +137,9 @@
 //     utime) the client sends, waits for and records this mount's accepted
 //     writes to the file (settle), so writes buffered before the set can
 //     never move the time it set; stat then shows exactly that time on
-//     every mount.
+//     every mount. WriteDones of one file are sent one at a time, so the
+//     settle also waits for one already out (another handle's flush),
+//     which could otherwise be applied after the set.
 //
 // # Space calls and allocation
 //

@@ -42,6 +42,14 @@ type inodeState struct {
 	gen  uint64 // the file's generation: part of every object's name
 	refs int    // guarded by Client.mu
 
+	// doneMu serializes writeDone: one WriteDone of this inode in flight
+	// at a time. Two in flight at once (the kernel's late RELEASE of an
+	// earlier handle flushing while a futimens settles) could be applied
+	// in either order, so the one that covered the writes could land
+	// after the explicit time set the other let through, and move the
+	// mtime it set.
+	doneMu sync.Mutex
+
 	mu sync.Mutex
 	// job is the job (proto.WithJob) of the latest read or write through
 	// this client: write-behind sends and read-ahead fetches, which run
@@ -672,8 +680,12 @@ func (f *File) writeDone(ctx context.Context) error { return f.state().writeDone
 // there are any not yet recorded: the highest byte written and the time of
 // the last write, which becomes the file's mtime (so a close long after the
 // last write does not move mtime). gen is the session generation the call
-// belongs to (handleCall).
+// belongs to (handleCall). A WriteDone already in flight is waited for
+// first (doneMu): returning while it is out would let a caller order an
+// operation (an explicit mtime) before it.
 func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
+	st.doneMu.Lock()
+	defer st.doneMu.Unlock()
 	st.mu.Lock()
 	if !st.dirty {
 		st.mu.Unlock()

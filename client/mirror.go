@@ -137,6 +137,13 @@ func (c *Client) fanOut(ctx context.Context, st *inodeState, l layout.Layout, sl
 		return nil
 	}
 	if (ok == 0 && l.Kind != layout.EC) || st.strict {
+		if ok == 0 {
+			// Logged, since the error reaches the caller as a bare errno
+			// (ETIMEDOUT, EIO): which copies failed, how, and after how
+			// long, for whoever wonders why a mirrored write failed.
+			c.log.Warn("no copy of a mirrored stripe succeeded", "op", what, "ino", st.ino, "slots", failed,
+				"after", time.Since(start).Round(time.Millisecond), "err", first)
+		}
 		return first
 	}
 	c.log.Warn("an object missed a write: marking it stale", "ino", st.ino, "slots", failed, "err", first)

@@ -433,12 +433,22 @@ func (r *registry) notePlaced(ids []proto.TargetID) {
 
 // statfs sums the targets' space, counting a file system that several
 // targets share (the same Device) once: its size and free space once,
-// and the bytes each target holds.
+// and the bytes each target holds. The shared file system's figures are
+// those its lowest-numbered target reported, as in `weft df`
+// (health.Sum): each target reports at its own heartbeat, so while the
+// disk fills the reports differ, and taking whichever the map yielded
+// first made free space jump between calls.
 func (r *registry) statfs() (total, used, free uint64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	ids := make([]proto.TargetID, 0, len(r.byID))
+	for id := range r.byID {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
 	seen := map[string]bool{}
-	for _, t := range r.byID {
+	for _, id := range ids {
+		t := r.byID[id]
 		used += t.info.Used
 		if d := t.info.Device; d != "" {
 			if seen[d] {

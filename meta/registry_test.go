@@ -138,3 +138,26 @@ func TestStatFSSharedDevice(t *testing.T) {
 		t.Fatalf("target %+v: the heartbeat's objects, free inodes and device are not kept", ts[0])
 	}
 }
+
+// TestStatFSSharedDeviceReports: targets of one disk that reported its
+// free space at different moments (each at its own heartbeat, while the
+// disk filled) give StatFS the figures of the lowest-numbered one, every
+// time, as `weft df` counts them: not whichever target came first.
+func TestStatFSSharedDeviceReports(t *testing.T) {
+	e := newEnv(t)
+	for i, free := range []uint64{60, 50, 40, 30} {
+		uuid := fmt.Sprint("t", i)
+		_, err := e.srv.RegisterTarget(ctx, uuid, proto.TargetInfo{Addr: "host:" + uuid, Total: 100, Used: 10, Free: free, Device: "m1:disk"})
+		e.must(err)
+	}
+	ts, err := e.srv.Targets(ctx)
+	e.must(err)
+	want := ts[0].Free
+	for range 100 {
+		st, err := e.srv.StatFS(ctx)
+		e.must(err)
+		if st.Total != 100 || st.Free != want {
+			t.Fatalf("statfs %+v, want total 100 and the free space of target %d (%d)", st, ts[0].ID, want)
+		}
+	}
+}

@@ -27,7 +27,11 @@
 // on the first RegisterTarget and stored, and every later registration must
 // return the same id (Run fails otherwise, as it does when the metadata
 // server refuses the target: EINVAL, EPERM for a uuid another storage
-// server registered or a target of another file system, EACCES).
+// server registered or a target of another file system, EACCES). A
+// restarted server serves its targets by their stored ids before it
+// registers again; it listens before opening them (a port in use fails
+// first), and requests that arrive meanwhile wait for the opening rather
+// than being told the target is unknown.
 //
 // A target belongs to one file system: at its first registration Run asks
 // the metadata server for its file system id (metarpc OpFSID) and records

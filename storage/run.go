@@ -192,10 +192,19 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	// Listen before opening the targets: a port already in use must fail
-	// before a new target directory is formatted. Until a target is added
-	// to srv, requests for it fail as for any unknown target (and no one
-	// sends any: the metadata server learns of this server only when a
-	// target registers).
+	// before a new target directory is formatted. Requests wait until the
+	// targets are open: the clients of a restarted server know its
+	// address and its targets' ids, and would otherwise be told for the
+	// moment the opening takes (long on a loaded machine) that the server
+	// serves no such target (ESTALE), which a reader of a plain file
+	// would see as an error and an EC reader as a lost shard. A new
+	// target (no id yet) is added to srv when it registers; until then
+	// requests for it fail as for any unknown target (and no one sends
+	// any: the metadata server learns of it only then).
+	opened := make(chan struct{})
+	var openedOnce sync.Once
+	markOpened := func() { openedOnce.Do(func() { close(opened) }) }
+	defer markOpened() // on a failed start, release the requests waiting
 	srv := NewServer()
 	if peers != nil {
 		srv.SetPeers(peers)
@@ -213,7 +222,15 @@ func Run(ctx context.Context, cfg Config) error {
 		ReadBytesPerConn: cfg.ReadBytesPerConn, ReadBytesPerServer: cfg.ReadBytesPerServer,
 		Jobs: cfg.Jobs, Local: local,
 	})
-	ln, err := tr.Listen(cfg.ListenAddr, h.Serve)
+	serve := func(ctx context.Context, op uint16, req []byte) ([]byte, error) {
+		select {
+		case <-opened:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("storage: its targets are still being opened: %w", syscall.EAGAIN)
+		}
+		return h.Serve(ctx, op, req)
+	}
+	ln, err := tr.Listen(cfg.ListenAddr, serve)
 	if err != nil {
 		return fmt.Errorf("storage: listen on %s: %w", cfg.ListenAddr, err)
 	}
@@ -245,6 +262,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 		}
 	}
+	markOpened()
 
 	addr := cfg.AdvertiseAddr
 	if addr == "" {

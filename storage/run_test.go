@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
@@ -16,6 +17,7 @@ import (
 	"github.com/weft-fs/weft/meta/metarpc"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/storage/storagerpc"
+	"github.com/weft-fs/weft/storage/vfs"
 	"github.com/weft-fs/weft/transport"
 )
 
@@ -290,5 +292,84 @@ func TestRunPortInUseFormatsNothing(t *testing.T) {
 	}
 	if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("target directory made before the listen failed: %v", err)
+	}
+}
+
+// gatedLockFS holds every target lock (OpenTarget's first step) until gate
+// is closed: a restarted server whose targets take long to open.
+type gatedLockFS struct {
+	vfs.FS
+	gate chan struct{}
+}
+
+func (f gatedLockFS) Lock(name string) (io.Closer, error) {
+	<-f.gate
+	return f.FS.Lock(name)
+}
+
+// TestRunRequestsWaitForTargets: a request that reaches a restarted server
+// while its targets are still being opened (it listens first) waits for
+// them and is served, instead of being told the target is unknown
+// (ESTALE), which under load a reader of the restarted server's file saw
+// (TestECCrossMountPartialWrites: "storage: unknown target 1").
+func TestRunRequestsWaitForTargets(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "t")
+	reg := newFakeRegistry(0)
+	stop := startRun(t, Config{ListenAddr: "127.0.0.1:0", Targets: []string{dir}, Registry: reg, HeartbeatInterval: 20 * time.Millisecond, AllowUnauthenticated: true})
+	var id proto.TargetID
+	var addr string
+	waitFor(t, "the target registered and served", func() bool {
+		infos, beats := reg.snapshot() // served once registered: after a second call
+		for i, info := range infos {
+			id, addr = i, info.Addr
+		}
+		return id != 0 && beats[id] >= 2
+	})
+	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+	defer pool.Close()
+	client := storagerpc.NewClient(pool, func(context.Context, proto.TargetID) (string, error) { return addr, nil })
+	obj := proto.ObjectID{Ino: 7}
+	if _, err := client.Write(ctx, id, obj, 0, []byte("before the restart")); err != nil {
+		t.Fatal(err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+
+	fs := gatedLockFS{FS: vfs.Default, gate: make(chan struct{})}
+	stop = startRun(t, Config{ListenAddr: addr, Targets: []string{dir}, Registry: reg, HeartbeatInterval: 20 * time.Millisecond, AllowUnauthenticated: true, FS: fs})
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(fs.gate) }) }
+	t.Cleanup(open) // before stop (cleanups run last first): Run waits for the lock
+	waitFor(t, "the restarted server listening", func() bool {
+		c, err := net.Dial("tcp", addr)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	type result struct {
+		data string
+		err  error
+	}
+	read := make(chan result, 1)
+	go func() {
+		buf := make([]byte, 100)
+		n, err := client.Read(ctx, id, obj, 0, buf)
+		read <- result{string(buf[:n]), err}
+	}()
+	// How long the opening takes only decides whether a wrong answer
+	// comes before it ends; a right one waits for it whatever it is.
+	select {
+	case r := <-read:
+		t.Fatalf("a read while the target was being opened returned %q, %v: want it to wait for the target", r.data, r.err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	open()
+	if r := <-read; r.err != nil || r.data != "before the restart" {
+		t.Fatalf("read once the target is open: %q, %v", r.data, r.err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }

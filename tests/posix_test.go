@@ -570,24 +570,43 @@ func TestPOSIX(t *testing.T) {
 	})
 
 	t.Run("statfs", func(t *testing.T) {
-		ts, err := testcluster.DF(mnt)
-		if err != nil {
-			t.Fatal(err)
-		}
 		// Targets on one file system (one device) count it once.
-		var total, free uint64
-		seen := map[string]bool{}
-		for _, ti := range ts {
-			if ti.Device != "" && seen[ti.Device] {
-				continue
+		sum := func(ts []testcluster.TargetInfo) (total, free uint64) {
+			seen := map[string]bool{}
+			for _, ti := range ts {
+				if ti.Device != "" && seen[ti.Device] {
+					continue
+				}
+				seen[ti.Device] = true
+				total += ti.Total
+				free += ti.Free
 			}
-			seen[ti.Device] = true
-			total += ti.Total
-			free += ti.Free
+			return total, free
 		}
+		// Both answers come from the usage the storage servers last
+		// reported, which moves with every heartbeat while other
+		// processes write to the disk: compare statfs with a df that
+		// saw the same reports before and after it.
+		var ts []testcluster.TargetInfo
+		var total, free uint64
 		var st unix.Statfs_t
-		if err := unix.Statfs(mnt, &st); err != nil {
-			t.Fatal(err)
+		for deadline := time.Now().Add(hangGuard); ; {
+			before, err := testcluster.DF(mnt)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := unix.Statfs(mnt, &st); err != nil {
+				t.Fatal(err)
+			}
+			if ts, err = testcluster.DF(mnt); err != nil {
+				t.Fatal(err)
+			}
+			t0, f0 := sum(before)
+			total, free = sum(ts)
+			if (t0 == total && f0 == free) || time.Now().After(deadline) {
+				break
+			}
+			t.Logf("a heartbeat moved free space by %d bytes during statfs: again", int64(free)-int64(f0))
 		}
 		bs := uint64(st.Frsize)
 		if bs == 0 {

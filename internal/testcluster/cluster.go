@@ -24,11 +24,14 @@ import (
 
 // Options describe the cluster to start. Zero values take the defaults.
 type Options struct {
-	Servers    int           // `weft storage` processes (default 1)
-	Targets    int           // storage targets in total, spread round-robin over the servers (default 4)
-	Capacity   string        // per-target --capacity ("" = what the disk has)
-	Mounts     int           // `weft mount` mounts (default 1; -1 for none)
-	Timeout    string        // mount --timeout (default "3s")
+	Servers  int    // `weft storage` processes (default 1)
+	Targets  int    // storage targets in total, spread round-robin over the servers (default 4)
+	Capacity string // per-target --capacity ("" = what the disk has)
+	Mounts   int    // `weft mount` mounts (default 1; -1 for none)
+	// Timeout is the mounts' --timeout (default DefaultTimeout). A test
+	// about what a mount does when a server does not answer sets a short
+	// one; the default only guards against hangs.
+	Timeout    string
 	CacheLimit string        // mount --cache-limit ("" = weft's default)
 	Ready      time.Duration // how long to wait for processes to come up (default 60s)
 	MountArgs  []string      // extra `weft mount` flags
@@ -55,6 +58,13 @@ type Options struct {
 	LocalReads bool
 }
 
+// DefaultTimeout is the mounts' RPC timeout unless Options.Timeout says
+// otherwise: far above what a live server takes on a loaded machine. With
+// 3 s, a storage server's fsync on a disk shared with parallel tests and
+// other writers went unanswered in time (a mirror copy was then marked
+// stale; an unprotected file's write would have failed with ETIMEDOUT).
+const DefaultTimeout = "60s"
+
 func (o *Options) fill() {
 	if o.Servers <= 0 {
 		o.Servers = 1
@@ -72,7 +82,7 @@ func (o *Options) fill() {
 		o.Mounts = 0
 	}
 	if o.Timeout == "" {
-		o.Timeout = "3s"
+		o.Timeout = DefaultTimeout
 	}
 	if o.Ready <= 0 {
 		o.Ready = 60 * time.Second

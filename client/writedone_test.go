@@ -1,0 +1,90 @@
+package client
+
+import (
+	"context"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/internal/fake"
+	"github.com/weft-fs/weft/meta"
+	"github.com/weft-fs/weft/proto"
+)
+
+// gatedMeta holds the first WriteDone that reaches it until gate is
+// closed, as a loaded metadata server may answer one call after another
+// sent later.
+type gatedMeta struct {
+	*meta.Server
+	armed   atomic.Bool
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (m *gatedMeta) WriteDone(ctx context.Context, ino proto.Ino, end uint64, mtime int64, blocks uint64) (proto.Attr, error) {
+	if m.armed.CompareAndSwap(true, false) {
+		close(m.entered)
+		<-m.gate
+	}
+	return m.Server.WriteDone(ctx, ino, end, mtime, blocks)
+}
+
+// TestExplicitMtimeAfterLateFlush: an explicit mtime (futimens) set while
+// another handle's flush of the same writes is still out (the kernel's
+// RELEASE of an earlier descriptor, late on a loaded machine) is the
+// file's mtime at the end: the time set waits for that WriteDone instead
+// of sending its own and going ahead, which let the late one land after it
+// and put the write's time back (TestModel: "write a then futimens 1: a:
+// mtime <now>, want 1").
+func TestExplicitMtimeAfterLateFlush(t *testing.T) {
+	ctx := context.Background()
+	srv := &gatedMeta{Server: newMetaServer(t), entered: make(chan struct{}), gate: make(chan struct{})}
+	c := NewWithServices(srv, fake.NewStorage(), Config{})
+	defer c.Close()
+	early, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "a", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := c.Open(ctx, a.Ino, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, f, []byte("written before the time is set"), 204800)
+
+	srv.armed.Store(true)
+	released := make(chan error, 1)
+	go func() { released <- early.Release(ctx) }()
+	<-srv.entered // its WriteDone is out
+	set := make(chan error, 1)
+	go func() {
+		_, err := c.SetAttr(ctx, a.Ino, proto.SetAttrIn{Valid: proto.SetMtime | proto.SetAtime, Mtime: 1, Atime: 1})
+		set <- err
+	}()
+	// The time set must not complete while the WriteDone is out; give a
+	// wrong one the chance to (how long only decides whether a wrong
+	// order shows; a right one waits for the gate whatever it is).
+	select {
+	case err := <-set:
+		t.Errorf("the time set completed while a WriteDone of earlier writes was still out (%v)", err)
+		set <- err
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(srv.gate)
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-set; err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := srv.GetAttr(ctx, a.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Mtime != 1 {
+		t.Fatalf("mtime %d after futimens to 1, want 1: the flush's WriteDone moved it", got.Mtime)
+	}
+}
