@@ -121,7 +121,7 @@
 //     client polls the metadata leader for lease invalidations and, while
 //     its last answered poll was sent less than 3/4 of the lease term ago
 //     (and less than the answer's Valid: a replicated leader's lease on
-//     its leadership; CacheBound bounds the kernel's copies by the same),
+//     its leadership),
 //     answers Lookup (found or not) and GetAttr from what it read (or
 //     created) before; the leader tells it of every change made elsewhere
 //     before acknowledging that change (OnLeaseInval then drops the

@@ -263,23 +263,6 @@ func (c *Client) Leases() (on bool, hits, misses uint64) {
 	return true, c.leases.hits, c.leases.misses
 }
 
-// CacheBound bounds how long the caller (the kernel, through the FUSE
-// layer) may keep attributes or names it gets from this client without
-// asking again: with leases, no longer than this client trusts its
-// leases (a leader change takes every lease away without an
-// invalidation); without, d.
-func (c *Client) CacheBound(d time.Duration) time.Duration {
-	if c.leases == nil {
-		return d
-	}
-	c.leases.mu.Lock()
-	defer c.leases.mu.Unlock()
-	if c.leases.epoch == 0 {
-		return 0
-	}
-	return max(0, min(d, time.Until(c.leases.trust)))
-}
-
 // OnLeaseInval sets what is told of the invalidations the metadata leader
 // sends (a FUSE mount drops the kernel's entries and attributes with it);
 // the leader hears they were done only after it returns. Set it before

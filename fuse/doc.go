@@ -40,10 +40,7 @@
 //
 // # Consistency and caching
 //
-//   - Attributes and directory names are cached by the kernel for 1 s, and
-//     under metadata leases no longer than the client trusts them
-//     (filesystem.kernelTTL, client.CacheBound: a new metadata leader
-//     tells nothing of its predecessor's leases);
+//   - Attributes and directory names are cached by the kernel for 1 s;
 //     names of files, symlinks and other non-directories are not cached
 //     (every open or stat looks the name up), and neither are failed
 //     lookups. The LOOKUPs and GETATTRs that reach the mount are answered

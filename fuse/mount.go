@@ -164,6 +164,8 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 	root := &node{fsys: fsys}
 	fsys.nodes.Store(proto.RootIno, root)
 	cl.OnLeaseInval(fsys.invalidate)
+	var et time.Duration // non-directories; see dirEntryTimeout
+	at := attrTimeout
 	opts := &fs.Options{
 		MountOptions: gofuse.MountOptions{
 			AllowOther:   cfg.AllowOther,
@@ -183,11 +185,8 @@ func Mount(cl *client.Client, cfg Config) (*Server, error) {
 			// with its exact byte range, so unaligned writes from
 			// several mounts to one file do not clobber each other.
 		},
-		// No default entry and attribute timeouts: every reply sets its
-		// own (node.child, Getattr, Setattr), bounded by the client's
-		// lease trust (filesystem.kernelTTL), and a zero one must stay
-		// zero (go-fuse puts the default in for a zero timeout).
-		// Non-directories' names get none (see dirEntryTimeout).
+		EntryTimeout: &et,
+		AttrTimeout:  &at,
 		// No negative caching: a file created on another mount must be
 		// visible to the next open here.
 		NegativeTimeout: nil,

@@ -27,16 +27,6 @@ type filesystem struct {
 	nodes sync.Map // proto.Ino -> *node
 }
 
-// kernelTTL is how long the kernel may keep what a reply tells it (a
-// name, attributes) without asking again: d, but with metadata leases no
-// longer than the client trusts them (client.CacheBound). The leader
-// tells of a change by an invalidation, which this mount passes on to the
-// kernel; a new leader tells nothing of its predecessor's leases, so the
-// kernel must not outlive them.
-func (f *filesystem) kernelTTL(d time.Duration) time.Duration {
-	return f.c.CacheBound(d)
-}
-
 // errno converts a client error for the kernel; errors that are not errnos
 // become EIO and are logged.
 func (f *filesystem) errno(op string, err error) syscall.Errno {
@@ -95,7 +85,7 @@ func (n *node) setFresh(a proto.Attr) {
 		return
 	}
 	if n.freshUntil.IsZero() || a.Ctime >= n.fresh.Ctime {
-		n.fresh, n.freshUntil = a, time.Now().Add(n.fsys.kernelTTL(attrTimeout))
+		n.fresh, n.freshUntil = a, time.Now().Add(attrTimeout)
 	}
 }
 
@@ -192,9 +182,8 @@ func fillAttr(out *gofuse.Attr, a proto.Attr) {
 // know it yet, and fills out.
 func (n *node) child(ctx context.Context, a proto.Attr, out *gofuse.EntryOut) *fs.Inode {
 	fillAttr(&out.Attr, a)
-	out.SetAttrTimeout(n.fsys.kernelTTL(attrTimeout))
 	if a.IsDir() {
-		out.SetEntryTimeout(n.fsys.kernelTTL(dirEntryTimeout))
+		out.SetEntryTimeout(dirEntryTimeout)
 	}
 	ch := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino)})
 	if cn, ok := ch.Operations().(*node); ok {
@@ -228,7 +217,6 @@ func (n *node) Lookup(ctx context.Context, name string, out *gofuse.EntryOut) (*
 func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *gofuse.AttrOut) syscall.Errno {
 	if a, ok := n.freshAttr(); ok {
 		fillAttr(&out.Attr, a)
-		out.SetTimeout(n.fsys.kernelTTL(attrTimeout))
 		n.note(a)
 		return 0
 	}
@@ -238,7 +226,6 @@ func (n *node) Getattr(ctx context.Context, _ fs.FileHandle, out *gofuse.AttrOut
 		return n.fsys.errno("getattr", err)
 	}
 	fillAttr(&out.Attr, a)
-	out.SetTimeout(n.fsys.kernelTTL(attrTimeout))
 	n.note(a)
 	return 0
 }
@@ -307,7 +294,6 @@ func (n *node) Setattr(ctx context.Context, fh fs.FileHandle, in *gofuse.SetAttr
 		return n.fsys.errno("setattr", err)
 	}
 	fillAttr(&out.Attr, a)
-	out.SetTimeout(n.fsys.kernelTTL(attrTimeout))
 	n.note(a)
 	return 0
 }
