@@ -327,7 +327,7 @@ posix_fadvise = 1
 	el := time.Since(start)
 	t.Logf("fsx: 100000 ops in %v (%.0f ops/s)", el.Round(time.Millisecond), 100000/el.Seconds())
 	if err != nil {
-		t.Fatalf("fsx failed: %v\n%s", err, tailString(string(out), 60))
+		t.Fatalf("fsx failed: %v\nwhat it found:\n%s\nthe operations before:\n%s", err, fsxFindings(string(out), 30), tailString(string(out), 40))
 	}
 	// With every server up, no object was ever found short, no copy or
 	// shard was given up on or rebuilt.
@@ -337,6 +337,21 @@ posix_fadvise = 1
 		}
 	}
 	return file
+}
+
+// fsxOp matches a line of the operation log fsx prints after a failure.
+var fsxOp = regexp.MustCompile(`^\[ERROR fsx\]\s+\d+ `)
+
+// fsxFindings returns the first n lines of fsx's output that are not its
+// operation log: what it found wrong (the log's tail alone hides it).
+func fsxFindings(s string, n int) string {
+	var found []string
+	for _, l := range strings.Split(s, "\n") {
+		if l != "" && !fsxOp.MatchString(l) && len(found) < n {
+			found = append(found, l)
+		}
+	}
+	return strings.Join(found, "\n")
 }
 
 func tailString(s string, n int) string {
