@@ -65,42 +65,7 @@ run() { # run R ROUND: one cluster, one create and one stat pass
 		fi
 		sleep 0.2
 	done
-	python3 - "$mnt" "$files" "$procs" <<'PY'
-import os, sys, time
-from multiprocessing import Process, Queue
-
-root, files, procs = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
-
-def create(i):
-    d = os.path.join(root, "d%d" % i)
-    os.mkdir(d)
-    for j in range(files):
-        open(os.path.join(d, "f%d" % j), "w").close()
-
-def stat(i):
-    d = os.path.join(root, "d%d" % i)
-    for j in range(files):
-        os.stat(os.path.join(d, "f%d" % j))
-
-def timed(fn):
-    ps = [Process(target=fn, args=(i,)) for i in range(procs)]
-    t = time.monotonic()
-    for p in ps:
-        p.start()
-    for p in ps:
-        p.join()
-        if p.exitcode != 0:
-            sys.exit("bench-meta-stat: a worker failed")
-    return time.monotonic() - t
-
-n = files * procs
-c = timed(create)
-with open("/proc/sys/vm/drop_caches", "w") as f:
-    f.write("2\n")  # dentries and inodes: every stat is a LOOKUP again
-time.sleep(2)  # past the mount's 1 s entry and attribute timeouts
-s = timed(stat)
-print("%.0f %.0f" % (n / c, n / s))
-PY
+	python3 scripts/statload.py "$mnt" "$files" "$procs" 0
 	stop_up
 	rm -rf "$d/data"
 }
@@ -112,7 +77,7 @@ for round in $(seq "$rounds"); do
 		# $(...) waits for the run to end (its cluster stopped); a process
 		# substitution would let the next run start beside it.
 		res=$(run "$r" "$round")
-		read -r c s <<<"$res"
+		read -r c s _ <<<"$res"
 		echo "R=$r round=$round creates/s=$c stats/s=$s"
 		creates[$r]+="$c "
 		stats[$r]+="$s "
