@@ -9,6 +9,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/internal/pace"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
@@ -127,24 +128,33 @@ func (rb *rebuilder) endRepair(ino proto.Ino, slot int) {
 	rb.repairMu.Unlock()
 }
 
-// fenceRepair fences a stale object before the rebuild repairs it in
-// place, as weft resync does: a write or truncate that a client sent to it
-// before it was marked stale (its server cut off, say) and that is
-// delivered only now carries an older capability and is refused, so it
-// cannot land on the repaired copy. Nothing to do without capabilities
-// (no key) or with a storage client that cannot fence.
-func (s *Server) fenceRepair(ctx context.Context, n *inode, t proto.TargetID, obj proto.ObjectID) error {
+// fenceRepair fences the object a rebuild writes (a stale copy repaired
+// in place, or the new object of a move) before it does, as weft resync
+// does, and returns the fence (the capability's issue time, Unix ns) for
+// the rebuild's requests to carry (proto.RebuildRequest.Fence). A write or
+// truncate that a client sent to a stale copy before it was marked stale
+// (its server cut off, say) and that is delivered only now carries an
+// older capability and is refused, so it cannot land on the repair; and a
+// rebuild request of this attempt that its storage server runs after this
+// service gave up on it (a timeout: the server keeps going) is refused
+// once a later repair fenced the object again. 0 without capabilities (no
+// key) or with a storage client that cannot fence.
+func (s *Server) fenceRepair(ctx context.Context, n *inode, t proto.TargetID, obj proto.ObjectID) (int64, error) {
 	rv, ok := s.opts.Storage.(proto.RowVersioner)
 	if !ok {
-		return nil
+		return 0, nil
 	}
 	c, err := s.issue(ctx, &n.Attr, proto.AccessWrite)
 	if err != nil || c == nil {
-		return err
+		return 0, err
+	}
+	cp, err := capability.Parse(c)
+	if err != nil {
+		return 0, err
 	}
 	cctx, cancel := context.WithTimeout(proto.WithCapability(ctx, c), rebuildCallTimeout)
 	defer cancel()
-	return rv.Fence(cctx, t, obj)
+	return cp.Issued.UnixNano(), rv.Fence(cctx, t, obj)
 }
 
 // clearStaleExclusive runs clear (a ClearStale proposal) unless one of
@@ -464,9 +474,6 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 			return err
 		}
 		defer rb.endRepair(j.Ino, j.Slot)
-		if err := s.fenceRepair(ctx, n, j.From, proto.ObjectID{Ino: n.Ino, Gen: n.Gen, Stripe: uint32(j.Slot)}); err != nil {
-			return fmt.Errorf("meta: rebuild inode %d slot %d: fence on target %d: %w", j.Ino, j.Slot, j.From, err)
-		}
 	}
 	dst := j.From
 	if j.Move {
@@ -474,10 +481,15 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 			return err
 		}
 	}
+	fence, err := s.fenceRepair(ctx, n, dst, proto.ObjectID{Ino: n.Ino, Gen: n.Gen, Stripe: uint32(j.Slot)})
+	if err != nil {
+		return fmt.Errorf("meta: rebuild inode %d slot %d: fence on target %d: %w", j.Ino, j.Slot, dst, err)
+	}
 	req, err := s.rebuildSources(n, j, dst)
 	if err != nil {
 		return err
 	}
+	req.Fence = fence
 	req.Size = objectLen(l, n.Size, j.Slot)
 	// An EC shard is rebuilt over its stripe's whole row extent (the
 	// parity's length), not only its own bytes: a shard shorter than its

@@ -1,6 +1,7 @@
 package meta
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"slices"
@@ -9,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
@@ -317,5 +319,75 @@ func TestRebuildInPlaceRepairExclusive(t *testing.T) {
 	e.must(err)
 	if len(got.Layout.Stale) != 0 {
 		t.Fatalf("stale after the repair: %v", got.Layout)
+	}
+}
+
+// fencingStorage is rebuildStorage that can fence objects: it records the
+// issue time of the capability each Fence carries.
+type fencingStorage struct {
+	*rebuildStorage
+	fences []int64
+}
+
+func (f *fencingStorage) Fence(ctx context.Context, _ proto.TargetID, _ proto.ObjectID) error {
+	cp, err := capability.Parse(proto.CapabilityFrom(ctx))
+	if err != nil {
+		return err
+	}
+	f.mu.Lock()
+	f.fences = append(f.fences, cp.Issued.UnixNano())
+	f.mu.Unlock()
+	return nil
+}
+
+func (f *fencingStorage) ReadRow(context.Context, proto.TargetID, proto.ObjectID, uint64, uint64, []byte) (int, proto.RowVersion, error) {
+	return 0, proto.RowVersion{}, syscall.ENOSYS
+}
+
+func (f *fencingStorage) WriteRow(context.Context, proto.TargetID, proto.ObjectID, proto.RowWrite) (uint64, error) {
+	return 0, syscall.ENOSYS
+}
+
+// TestRebuildRequestsCarryFence: each rebuild attempt fences the object it
+// writes, in place or on the target a move goes to, and every request of
+// the attempt names that fence (the storage server refuses them once a
+// later repair fenced the object again); a later attempt fences later.
+func TestRebuildRequestsCarryFence(t *testing.T) {
+	fs := &fencingStorage{rebuildStorage: &rebuildStorage{fakeStorage: newFakeStorage()}}
+	clock := testEpoch
+	e := newEnv(t, func(o *Options) {
+		o.Storage = fs
+		o.NoRebuildRate = true
+		o.noRebuildLoop, o.noGCLoop = true, true
+		o.CapabilityKey = bytes.Repeat([]byte{9}, capability.KeySize)
+		o.Now = func() time.Time { clock = clock.Add(time.Millisecond); return clock }
+	})
+	e.addServerTarget("a", "a:1", "")
+	e.addServerTarget("b", "b:1", "")
+	pol := layout.Layout{Kind: layout.Mirror, Mirror: 2, StripeSize: 1 << 20, StripeCount: 1}
+	a, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: 0o644, Layout: &pol})
+	e.must(err)
+	a, err = e.srv.WriteDone(ctx, a.Ino, 9<<20, testEpoch.UnixNano()+1, proto.NoBlocks)
+	e.must(err)
+	var last int64
+	for attempt := range 2 {
+		_, err = e.srv.MarkStale(ctx, a.Ino, a.Gen, []uint32{1})
+		e.must(err)
+		jobs, _, err := e.srv.findJobs()
+		e.must(err)
+		fs.reqs, fs.fences = nil, nil
+		e.must(e.srv.rb.rebuild(ctx, jobs[0]))
+		if len(fs.fences) != 1 || fs.fences[0] <= last {
+			t.Fatalf("attempt %d: fences %v (the last attempt's %d)", attempt, fs.fences, last)
+		}
+		last = fs.fences[0]
+		if len(fs.reqs) < 3 {
+			t.Fatalf("attempt %d: %d requests for 9 MiB", attempt, len(fs.reqs))
+		}
+		for _, r := range fs.reqs {
+			if r.Fence != last {
+				t.Fatalf("attempt %d: request at %d fenced at %d, the attempt fenced at %d", attempt, r.Off, r.Fence, last)
+			}
+		}
 	}
 }

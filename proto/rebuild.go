@@ -49,6 +49,14 @@ type RebuildRequest struct {
 	// counts in later reconstructions. 0 for a mirror copy.
 	Unit    uint64
 	Sources []RebuildSource
+	// Fence is the issue time (Unix ns) of the capability the metadata
+	// service fenced the destination object with before this rebuild (0:
+	// not fenced, a cluster without keys). The server changes the object
+	// only while no later fence was set on it: a repair that finished
+	// meanwhile (weft resync fences with a newer capability) is never
+	// overwritten by a rebuild request delivered or still running after
+	// the metadata service gave up on it.
+	Fence int64
 }
 
 // MaxRebuildSources bounds a request's sources (copies or shards of a

@@ -125,7 +125,8 @@
 // source that answers) or an EC shard decoded from K shards of its stripe
 // (klauspost/reedsolomon). The first range of an object empties it first,
 // so that ranges reading as zeros stay holes; the last sets its length
-// and syncs it. This is the metadata service's rebuild, storage to
+// and syncs it. Its changes are fenced (below, "Object versions and
+// fences"). This is the metadata service's rebuild, storage to
 // storage (meta/rebuild.go).
 //
 // Space (fallocate on one object, proto.SpaceMode) punches, zeroes and
@@ -230,7 +231,10 @@
 //     with a capability issued earlier fail with ErrFenced (EACCES). A
 //     fence never moves back. Requests without a capability (servers,
 //     in-process callers, whom the handler trusts) are not fenced, and a
-//     Fence without one does nothing. Remove deletes the version file
+//     Fence without one does nothing; a RebuildObject's writes are fenced
+//     as of the fence its request names (the metadata service fences the
+//     object before it asks), so one still running, or delivered, after
+//     the service gave up on it cannot overwrite a repair made since. Remove deletes the version file
 //     first, so a new object of the same name never inherits a fence.
 //
 // # Access control

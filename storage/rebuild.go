@@ -21,8 +21,9 @@ const MaxRebuildLen = 64 << 20
 // Sources on this server's targets are read directly, others through the
 // peers (as a storage server: no capability). After a RebuildStart the
 // object was emptied first, so ranges that read as zeros are left holes;
-// RebuildFinish sets the object's length and syncs it. The RPC handler
-// lets only metadata servers ask for it.
+// RebuildFinish sets the object's length and syncs it. A fenced request
+// (r.Fence) changes the object only while no later fence was set on it.
+// The RPC handler lets only metadata servers ask for it.
 func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uint64, error) {
 	dt, err := s.Target(r.Target)
 	if err != nil {
@@ -34,6 +35,11 @@ func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uin
 	if len(r.Sources) == 0 && r.Len > 0 {
 		return 0, fmt.Errorf("storage: rebuild of %s without sources: %w", objName(r.Obj), syscall.EINVAL)
 	}
+	// Every change below is refused once the object was fenced after the
+	// metadata service fenced it for this rebuild: a repair finished
+	// meanwhile (this request arrived, or ran on, after the service gave
+	// up on it) stays as it is.
+	ctx = withRebuildFence(ctx, r.Fence)
 	if r.Flags&proto.RebuildStart != 0 {
 		err := dt.Truncate(ctx, r.Obj, 0)
 		if errors.Is(err, ErrCorrupt) {

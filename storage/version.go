@@ -207,21 +207,41 @@ func (t *Target) checkFence(ctx context.Context, h *handle) error {
 	if h.ver == nil || h.ver.hdr.Fence == 0 {
 		return nil
 	}
-	c := proto.CapabilityFrom(ctx)
-	if c == nil {
+	var issued time.Time
+	if f, ok := ctx.Value(rebuildFenceKey{}).(int64); ok {
+		// A rebuild, as of the fence the metadata service set for it.
+		issued = time.Unix(0, f)
+	} else if c := proto.CapabilityFrom(ctx); c != nil {
+		cp, err := capability.Parse(c)
+		if err != nil {
+			return fmt.Errorf("storage: target %s object %s: %w (%w)", t.dir, objName(h.obj), err, syscall.EACCES)
+		}
+		issued = cp.Issued
+	} else {
 		return nil
 	}
-	cp, err := capability.Parse(c)
-	if err != nil {
-		return fmt.Errorf("storage: target %s object %s: %w (%w)", t.dir, objName(h.obj), err, syscall.EACCES)
-	}
-	if cp.Issued.UnixNano() < h.ver.hdr.Fence {
+	if issued.UnixNano() < h.ver.hdr.Fence {
 		t.logger().Warn("storage: refused a write from before the object's fence", "object", objName(h.obj),
-			"issued", cp.Issued, "fence", time.Unix(0, h.ver.hdr.Fence))
+			"issued", issued, "fence", time.Unix(0, h.ver.hdr.Fence))
 		return fmt.Errorf("storage: target %s object %s: capability issued %v, fence %v: %w (%w)",
-			t.dir, objName(h.obj), cp.Issued, time.Unix(0, h.ver.hdr.Fence), ErrFenced, syscall.EACCES)
+			t.dir, objName(h.obj), issued, time.Unix(0, h.ver.hdr.Fence), ErrFenced, syscall.EACCES)
 	}
 	return nil
+}
+
+// rebuildFenceKey carries, in the context of a rebuild's writes, the
+// fence the metadata service set before it (proto.RebuildRequest.Fence):
+// the writes are refused once the object was fenced later, as a client's
+// write with a capability issued at that time would be.
+type rebuildFenceKey struct{}
+
+// withRebuildFence returns ctx for the writes of a rebuild fenced at
+// fence (Unix ns; 0: not fenced, ctx unchanged).
+func withRebuildFence(ctx context.Context, fence int64) context.Context {
+	if fence == 0 {
+		return ctx
+	}
+	return context.WithValue(ctx, rebuildFenceKey{}, fence)
 }
 
 // ReadRow reads up to len(p) bytes of obj at off, all in one unit of unit

@@ -23,11 +23,13 @@ const (
 //
 //	u8 version, object (u32 target, u64 ino, u32 slot, u64 gen),
 //	u64 off, u64 len, u64 size, u8 flags, u8 ec data, u8 ec parity, u8 shard,
-//	u64 unit, u32 n, n × (u32 target, u32 slot, u8 shard)
+//	u64 unit, u32 n, n × (u32 target, u32 slot, u8 shard), i64 fence
 //
 // The response is a u64: the bytes written. Version 2 added unit (the
-// rows of an EC shard carry versions: package storage, "Object versions").
-const rebuildVersion = 2
+// rows of an EC shard carry versions: package storage, "Object versions");
+// version 3 the fence (proto.RebuildRequest.Fence). A version 2 request
+// (an older metadata server) is read as unfenced.
+const rebuildVersion = 3
 
 // EncodeRebuild encodes a rebuild request.
 func EncodeRebuild(r proto.RebuildRequest) []byte {
@@ -48,14 +50,16 @@ func EncodeRebuild(r proto.RebuildRequest) []byte {
 		e.U32(s.Slot)
 		e.U8(s.Shard)
 	}
+	e.U64(uint64(r.Fence))
 	return e.B
 }
 
 // DecodeRebuild decodes a rebuild request; it never panics.
 func DecodeRebuild(b []byte) (proto.RebuildRequest, error) {
 	d := wire.NewDecoder(b)
-	if v := d.U8(); d.Err() == nil && v != rebuildVersion {
-		return proto.RebuildRequest{}, fmt.Errorf("storagerpc: rebuild request version %d not supported (this server reads %d)", v, rebuildVersion)
+	v := d.U8()
+	if d.Err() == nil && v != rebuildVersion && v != 2 {
+		return proto.RebuildRequest{}, fmt.Errorf("storagerpc: rebuild request version %d not supported (this server reads 2 and %d)", v, rebuildVersion)
 	}
 	o := decodeObject(d)
 	r := proto.RebuildRequest{Target: o.Target, Obj: o.Obj, Off: d.U64(), Len: d.U64(), Size: d.U64(),
@@ -66,11 +70,17 @@ func DecodeRebuild(b []byte) (proto.RebuildRequest, error) {
 			r.Sources[i] = proto.RebuildSource{Target: proto.TargetID(d.U32()), Slot: d.U32(), Shard: d.U8()}
 		}
 	}
+	if v >= 3 {
+		r.Fence = int64(d.U64())
+	}
 	if err := d.Done(); err != nil {
 		return proto.RebuildRequest{}, fmt.Errorf("storagerpc: rebuild request: %w", err)
 	}
 	if r.Flags&^(proto.RebuildStart|proto.RebuildFinish) != 0 {
 		return proto.RebuildRequest{}, fmt.Errorf("storagerpc: rebuild request: unknown flags %#x", r.Flags)
+	}
+	if r.Fence < 0 {
+		return proto.RebuildRequest{}, fmt.Errorf("storagerpc: rebuild request: fence %d", r.Fence)
 	}
 	if r.Len > MaxCopy {
 		return proto.RebuildRequest{}, fmt.Errorf("storagerpc: rebuild request of %d bytes (at most %d)", r.Len, MaxCopy)

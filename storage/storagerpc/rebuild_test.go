@@ -14,7 +14,8 @@ import (
 func sampleRebuild() proto.RebuildRequest {
 	return proto.RebuildRequest{Target: 3, Obj: proto.ObjectID{Ino: 7, Gen: 9, Stripe: 2}, Off: 4 << 20, Len: 1 << 20,
 		Size: 5 << 20, Flags: proto.RebuildFinish, ECData: 2, ECParity: 1, Shard: 2, Unit: 1 << 20,
-		Sources: []proto.RebuildSource{{Target: 1, Slot: 0, Shard: 0}, {Target: 2, Slot: 1, Shard: 1}}}
+		Sources: []proto.RebuildSource{{Target: 1, Slot: 0, Shard: 0}, {Target: 2, Slot: 1, Shard: 1}},
+		Fence:   1_800_000_000_123_456_789}
 }
 
 func TestRebuildCodec(t *testing.T) {
@@ -28,6 +29,7 @@ func TestRebuildCodec(t *testing.T) {
 		"ec half": {ECData: 2},
 		"too big": {Len: MaxCopy + 1},
 		"no unit": {ECData: 2, ECParity: 1},
+		"fence":   {Fence: -1},
 	} {
 		if _, err := DecodeRebuild(EncodeRebuild(bad)); err == nil {
 			t.Errorf("%s: decoded", name)
@@ -37,6 +39,19 @@ func TestRebuildCodec(t *testing.T) {
 	b[0] = 1
 	if _, err := DecodeRebuild(b); err == nil {
 		t.Error("version 1 (no unit) decoded")
+	}
+	// Version 2 (an older metadata server) has no fence: read as unfenced.
+	b = EncodeRebuild(r)
+	b = b[:len(b)-8]
+	b[0] = 2
+	want := r
+	want.Fence = 0
+	if got, err := DecodeRebuild(b); err != nil || !reflect.DeepEqual(got, want) {
+		t.Fatalf("version 2: %+v, %v", got, err)
+	}
+	b[0] = 3
+	if _, err := DecodeRebuild(b); err == nil {
+		t.Error("version 3 without its fence decoded")
 	}
 }
 
