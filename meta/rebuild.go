@@ -87,6 +87,12 @@ type rebuilder struct {
 	// gone.
 	repairMu  sync.Mutex
 	repairing map[repairKey]bool
+	// spoiled holds objects an in-place repair began on and ended without
+	// repairing (a source or the target failed): it may have emptied the
+	// object after a resync had copied it and before that resync's
+	// ClearStale. The next ClearStale of one is refused (EBUSY; resync
+	// copies again, after the failed repair) and forgets it.
+	spoiled map[repairKey]bool
 	// urgent asks for a scan now: a corrupt object was marked stale
 	// (scrub.go), and no one else repairs it.
 	urgent atomic.Bool
@@ -122,10 +128,21 @@ func (rb *rebuilder) beginRepair(ino proto.Ino, slot int, from proto.TargetID) (
 	return true, nil
 }
 
-func (rb *rebuilder) endRepair(ino proto.Ino, slot int) {
+// endRepair ends an in-place repair; repaired says whether it cleared
+// the stale mark (else the object is spoiled, see rebuilder.spoiled).
+func (rb *rebuilder) endRepair(ino proto.Ino, slot int, repaired bool) {
 	rb.repairMu.Lock()
-	delete(rb.repairing, repairKey{ino, slot})
-	rb.repairMu.Unlock()
+	defer rb.repairMu.Unlock()
+	k := repairKey{ino, slot}
+	delete(rb.repairing, k)
+	if repaired {
+		delete(rb.spoiled, k)
+		return
+	}
+	if rb.spoiled == nil {
+		rb.spoiled = map[repairKey]bool{}
+	}
+	rb.spoiled[k] = true
 }
 
 // fenceRepair fences the object a rebuild writes (a stale copy repaired
@@ -166,6 +183,17 @@ func (rb *rebuilder) clearStaleExclusive(ino proto.Ino, slots []uint32, clear fu
 		if rb.repairing[repairKey{ino, int(slot)}] {
 			return proto.Attr{}, errnof(syscall.EBUSY, "inode %d slot %d is being repaired by the rebuild: it is fresh once that ends", ino, slot)
 		}
+	}
+	var spoiled []uint32
+	for _, slot := range slots {
+		k := repairKey{ino, int(slot)}
+		if rb.spoiled[k] {
+			delete(rb.spoiled, k)
+			spoiled = append(spoiled, slot)
+		}
+	}
+	if len(spoiled) > 0 {
+		return proto.Attr{}, errnof(syscall.EBUSY, "inode %d slots %v: a repair by the rebuild failed on them meanwhile, perhaps after they were copied: copy them again", ino, spoiled)
 	}
 	return clear()
 }
@@ -447,7 +475,7 @@ func (rb *rebuilder) addBytes(n uint64) {
 // destination's storage server, then records the move (or clears the
 // stale mark) with OpMoveSlot, which refuses it if the file was written
 // meanwhile.
-func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
+func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) (retErr error) {
 	s := rb.s
 	rbs, ok := s.opts.Storage.(proto.ObjectRebuilder)
 	if !ok {
@@ -473,7 +501,8 @@ func (rb *rebuilder) rebuild(ctx context.Context, j rebuildJob) error {
 		if err != nil || !ok {
 			return err
 		}
-		defer rb.endRepair(j.Ino, j.Slot)
+		// Only a nil return is a repair (the MoveSlot cleared the mark).
+		defer func() { rb.endRepair(j.Ino, j.Slot, retErr == nil) }()
 	}
 	dst := j.From
 	if j.Move {

@@ -23,15 +23,19 @@ type rebuildStorage struct {
 	mu   sync.Mutex
 	reqs []proto.RebuildRequest
 	hook func(proto.RebuildRequest)
+	fail error // returned by every request, if set
 }
 
 func (r *rebuildStorage) RebuildObject(_ context.Context, req proto.RebuildRequest) (uint64, error) {
 	r.mu.Lock()
 	r.reqs = append(r.reqs, req)
-	hook := r.hook
+	hook, fail := r.hook, r.fail
 	r.mu.Unlock()
 	if hook != nil {
 		hook(req)
+	}
+	if fail != nil {
+		return 0, fail
 	}
 	return req.Len, nil
 }
@@ -320,6 +324,21 @@ func TestRebuildInPlaceRepairExclusive(t *testing.T) {
 	if len(got.Layout.Stale) != 0 {
 		t.Fatalf("stale after the repair: %v", got.Layout)
 	}
+	// (c) A repair that fails (its storage server emptied the object and
+	// could not read the source) between a resync's copy and its
+	// ClearStale: that ClearStale is refused, the resync's next one (after
+	// copying again) passes.
+	_, err = e.srv.MarkStale(ctx, a.Ino, a.Gen, []uint32{1})
+	e.must(err)
+	rs.hook, rs.fail = nil, syscall.ENETUNREACH
+	if err := e.srv.rb.rebuild(ctx, jobs[0]); !errors.Is(err, syscall.ENETUNREACH) {
+		t.Fatalf("failing repair: %v", err)
+	}
+	if _, err := e.srv.ClearStale(ctx, a.Ino, a.Gen, []uint32{1}, a.Mtime); !errors.Is(err, syscall.EBUSY) {
+		t.Fatalf("ClearStale after a failed repair: %v, want EBUSY", err)
+	}
+	_, err = e.srv.ClearStale(ctx, a.Ino, a.Gen, []uint32{1}, a.Mtime)
+	e.must(err)
 }
 
 // fencingStorage is rebuildStorage that can fence objects: it records the

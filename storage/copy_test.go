@@ -17,6 +17,9 @@ type failingPeers struct{ proto.StorageService }
 func (failingPeers) ReadRow(context.Context, proto.TargetID, proto.ObjectID, uint64, uint64, []byte) (int, proto.RowVersion, error) {
 	return 0, proto.RowVersion{}, fmt.Errorf("peer: %w", syscall.EHOSTUNREACH)
 }
+func (failingPeers) Read(context.Context, proto.TargetID, proto.ObjectID, uint64, []byte) (int, error) {
+	return 0, fmt.Errorf("peer: %w", syscall.EHOSTUNREACH)
+}
 func (failingPeers) WriteRow(context.Context, proto.TargetID, proto.ObjectID, proto.RowWrite) (uint64, error) {
 	return 0, syscall.ENOSYS
 }

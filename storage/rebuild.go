@@ -19,11 +19,13 @@ const MaxRebuildLen = 64 << 20
 // the object r names on its target of this server, read from a copy (the
 // first source that answers) or decoded from K shards of its EC stripe.
 // Sources on this server's targets are read directly, others through the
-// peers (as a storage server: no capability). After a RebuildStart the
-// object was emptied first, so ranges that read as zeros are left holes;
-// RebuildFinish sets the object's length and syncs it. A fenced request
-// (r.Fence) changes the object only while no later fence was set on it.
-// The RPC handler lets only metadata servers ask for it.
+// peers (as a storage server: no capability). The whole range is read
+// before the object is changed, so a request whose sources fail changes
+// nothing. A RebuildStart empties the object first, so ranges that read
+// as zeros are left holes; RebuildFinish sets the object's length and
+// syncs it. A fenced request (r.Fence) changes the object only while no
+// later fence was set on it. The RPC handler lets only metadata servers
+// ask for it.
 func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uint64, error) {
 	dt, err := s.Target(r.Target)
 	if err != nil {
@@ -35,12 +37,22 @@ func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uin
 	if len(r.Sources) == 0 && r.Len > 0 {
 		return 0, fmt.Errorf("storage: rebuild of %s without sources: %w", objName(r.Obj), syscall.EINVAL)
 	}
+	if r.Unit == 0 && r.ECData > 0 && r.Len > 0 {
+		return 0, fmt.Errorf("storage: rebuild of an ec shard of %s without its unit: %w", objName(r.Obj), syscall.EINVAL)
+	}
+	var rows []proto.RowWrite
+	if r.Len > 0 {
+		if rows, err = s.rebuildRead(ctx, r); err != nil {
+			return 0, err
+		}
+	}
 	// Every change below is refused once the object was fenced after the
 	// metadata service fenced it for this rebuild: a repair finished
 	// meanwhile (this request arrived, or ran on, after the service gave
 	// up on it) stays as it is.
 	ctx = withRebuildFence(ctx, r.Fence)
-	if r.Flags&proto.RebuildStart != 0 {
+	start := r.Flags&proto.RebuildStart != 0
+	if start {
 		err := dt.Truncate(ctx, r.Obj, 0)
 		if errors.Is(err, ErrCorrupt) {
 			// An unreadable sidecar or version file (found by the
@@ -52,26 +64,22 @@ func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uin
 		}
 	}
 	var written uint64
-	if r.Unit > 0 && r.Len > 0 {
-		written, err = s.rebuildRows(ctx, dt, r)
+	for _, w := range rows {
+		if start && allZero(w.Data) {
+			w.Data = nil // after a start the object is empty: zeros need no write
+		}
+		switch {
+		case r.Unit == 0 && w.Data != nil:
+			_, err = dt.Write(ctx, r.Obj, w.Off, w.Data)
+		case r.Unit > 0 && (w.Data != nil || w.Tag != 0):
+			_, err = dt.WriteRow(ctx, r.Obj, w)
+		default:
+			continue
+		}
 		if err != nil {
 			return written, err
 		}
-	} else if r.Len > 0 {
-		if r.ECData > 0 {
-			return 0, fmt.Errorf("storage: rebuild of an ec shard of %s without its unit: %w", objName(r.Obj), syscall.EINVAL)
-		}
-		p, err := s.rebuildCopy(ctx, r)
-		if err != nil {
-			return 0, err
-		}
-		// After a start the object is empty: zeros need no write.
-		if r.Flags&proto.RebuildStart == 0 || !allZero(p) {
-			if _, err := dt.Write(ctx, r.Obj, r.Off, p); err != nil {
-				return 0, err
-			}
-			written = uint64(len(p))
-		}
+		written += uint64(len(w.Data))
 	}
 	if r.Flags&proto.RebuildFinish != 0 {
 		if err := dt.Truncate(ctx, r.Obj, r.Size); err != nil {
@@ -82,6 +90,19 @@ func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uin
 		}
 	}
 	return written, nil
+}
+
+// rebuildRead reads the request's range from its sources: one write of
+// the whole range for a mirror copy (Unit 0), else one per row (unit).
+func (s *Server) rebuildRead(ctx context.Context, r proto.RebuildRequest) ([]proto.RowWrite, error) {
+	if r.Unit == 0 {
+		p, err := s.rebuildCopy(ctx, r)
+		if err != nil {
+			return nil, err
+		}
+		return []proto.RowWrite{{Off: r.Off, Data: p}}, nil
+	}
+	return s.rebuildRows(ctx, r)
 }
 
 // readSource reads the range of one source object into p (bytes past its
@@ -126,18 +147,19 @@ func (s *Server) rebuildCopy(ctx context.Context, r proto.RebuildRequest) ([]byt
 	return nil, fmt.Errorf("storage: rebuild %s: no copy readable: %w (%w)", objName(r.Obj), errors.Join(errs...), syscall.EIO)
 }
 
-// rebuildRows writes the range of an EC shard row by row (unit by unit),
+// rebuildRows reads the range of an EC shard row by row (unit by unit),
 // its bytes up to r.Size (the range may run past it, to the end of the
-// stripe's rows), each row with its version: a shard written without them would have
-// version 0 in every row and never count in a reconstruction again
-// (client/ec.go decodes only from shards of one version). A copy off a
-// draining target takes each row's version from the source (a dirty row,
-// whose interrupted write left its bytes undetermined, gets version 0,
-// so the other shards decide it); a decoded shard takes the version that
-// at least K of the sources' rows share, and a row for which no K agree
-// fails the rebuild (EIO): `weft resync` re-encodes such a row first.
-func (s *Server) rebuildRows(ctx context.Context, dt *Target, r proto.RebuildRequest) (uint64, error) {
-	var written uint64
+// stripe's rows), each row with its version: a shard written without them
+// would have version 0 in every row and never count in a reconstruction
+// again (client/ec.go decodes only from shards of one version). A copy off
+// a draining target takes each row's version from the source (a dirty
+// row, whose interrupted write left its bytes undetermined, gets version
+// 0, so the other shards decide it); a decoded shard takes the version
+// that at least K of the sources' rows share, and a row for which no K
+// agree fails the rebuild (EIO): `weft resync` re-encodes such a row
+// first.
+func (s *Server) rebuildRows(ctx context.Context, r proto.RebuildRequest) ([]proto.RowWrite, error) {
+	var rows []proto.RowWrite
 	for off, end := r.Off, r.Off+r.Len; off < end; {
 		n := min(end, (off/r.Unit+1)*r.Unit) - off
 		var p []byte
@@ -149,24 +171,19 @@ func (s *Server) rebuildRows(ctx context.Context, dt *Target, r proto.RebuildReq
 			p, tag, err = s.rebuildShardRow(ctx, r, off, n)
 		}
 		if err != nil {
-			return written, err
+			return nil, err
 		}
 		// Bytes only up to the object's length (a shard shorter than its
 		// stripe's rows), the version for every row of the range.
 		p = p[:min(uint64(len(p)), r.Size-min(r.Size, off))]
 		w := proto.RowWrite{Off: off, Unit: r.Unit, Data: p, Tag: tag}
-		if len(p) == 0 || r.Flags&proto.RebuildStart != 0 && allZero(p) {
-			w.Data = nil // after a start the object is empty: zeros need no write
+		if len(p) == 0 {
+			w.Data = nil
 		}
-		if w.Data != nil || tag != 0 {
-			if _, err := dt.WriteRow(ctx, r.Obj, w); err != nil {
-				return written, err
-			}
-			written += uint64(len(w.Data))
-		}
+		rows = append(rows, w)
 		off += n
 	}
-	return written, nil
+	return rows, nil
 }
 
 // readSourceRow reads n bytes of one source object at off (in one unit)

@@ -105,3 +105,33 @@ func TestRebuildFenced(t *testing.T) {
 		checkObject(t, targets[2], dst, model(pattern(3, len(old))))
 	}
 }
+
+// TestRebuildSourceFailsChangesNothing: a rebuild whose sources cannot be
+// read leaves the object as it was, also with RebuildStart (which empties
+// the object only once the range is read): a repair that fails at once
+// (its server cannot reach the source) never spoils a copy that a resync
+// has just written.
+func TestRebuildSourceFailsChangesNothing(t *testing.T) {
+	tg := openMem(t, newMemFS(t), TargetOptions{})
+	if err := tg.SetID(1); err != nil {
+		t.Fatal(err)
+	}
+	s := NewServer()
+	if err := s.Add(tg); err != nil {
+		t.Fatal(err)
+	}
+	s.SetPeers(failingPeers{})
+	dst := proto.ObjectID{Ino: 4, Gen: 2, Stripe: 1}
+	old := pattern(5, 3*testUnit/2)
+	if _, err := tg.Write(ctx, dst, 0, old); err != nil {
+		t.Fatal(err)
+	}
+	for _, unit := range []uint64{0, testUnit} {
+		r := proto.RebuildRequest{Target: 1, Obj: dst, Len: 2 * testUnit, Size: 2 * testUnit, Unit: unit,
+			Flags: proto.RebuildStart | proto.RebuildFinish, Sources: []proto.RebuildSource{{Target: 7, Slot: 0}}}
+		if _, err := s.RebuildObject(ctx, r); err == nil {
+			t.Fatalf("unit %d: rebuild from an unreadable source succeeded", unit)
+		}
+		checkObject(t, tg, dst, model(old))
+	}
+}
