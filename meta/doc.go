@@ -369,6 +369,15 @@
 // name on the GC queue (so a late removal never deletes a new copy).
 // Progress (RebuildProgress) is the leader's, in memory.
 //
+// An in-place repair and a client's resync (ClearStale) of the same
+// object exclude each other (rebuilder.repairMu): a repair begins only on
+// an object still stale, a ClearStale is refused (EBUSY) while one is
+// under way and once after one failed (it may have emptied the object
+// after the resync copied it). Every rebuild attempt fences its
+// destination object with a fresh capability and names that fence in its
+// requests, so a request the storage server runs after this service gave
+// up on it cannot change a copy a later repair fenced.
+//
 // # Scrub
 //
 // Storage servers report the objects their scrub or their reads found

@@ -73,7 +73,7 @@ func resyncFile(w io.Writer, path string) error {
 		}
 		return nil
 	case errors.Is(err, unix.EBUSY):
-		return fmt.Errorf("%s: open for writing, written during the repair, or being repaired by the metadata service's rebuild: its copies stay stale for now; run resync again (when it is closed)", path)
+		return fmt.Errorf("%s: open for writing, written during the repair, or being repaired by the metadata service's rebuild (or a repair of it by the rebuild failed meanwhile): its copies stay stale for now; run resync again (when it is closed)", path)
 	case errors.Is(err, unix.EHOSTUNREACH), errors.Is(err, unix.ETIMEDOUT), errors.Is(err, unix.ECONNREFUSED), errors.Is(err, unix.EIO):
 		return fmt.Errorf("%s: a stale copy's storage server is not reachable yet (%w); see weft df", path, err)
 	}
