@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Reads (issue 12), measured side by side in one run: the local disk, the
 # FUSE ceiling (go-fuse loopback over tmpfs, passthrough off:
-# internal/tools/ceilingmount) and weft on the default cluster of `weft up`
+# internal/tools/ceilingmount), the same loopback over a directory on the
+# disk ("ceilingdisk": the thinnest FUSE file system on this disk, so the
+# most any FUSE file system reads from it; run with GOMAXPROCS=8, as the
+# weft mount runs, its best setting here) and weft on the default cluster of `weft up`
 # (3 metadata replicas, 3 storage servers, 4 targets, mirror 2; data on
 # the same disk as the local-disk run). docs/performance.md, "Reads,
 # issue 12", is made with it.
@@ -21,7 +24,7 @@
 #
 #   scripts/bench-reads.sh [--rounds 3] [--size 1GiB] [--rand-time 10s]
 #                          [--out DIR] [--base-port 7800] [--up "ARGS"]
-#                          [--systems "disk ceiling weft"] [--weft BIN]
+#                          [--systems "disk ceiling ceilingdisk weft"] [--weft BIN]
 #                          [--base BIN] [--base-up "ARGS"]
 #
 # --weft runs a weft binary built elsewhere instead of building this
@@ -42,7 +45,7 @@ rand_time=10s
 out=/tmp/weft-bench-reads
 base_port=7800
 up_extra=
-systems="disk ceiling weft"
+systems="disk ceiling ceilingdisk weft"
 weft_bin=
 base_bin=
 base_up=
@@ -90,9 +93,12 @@ declare -A pids=()
 disk=$out/disk
 cmnt=$out/ceiling-mnt
 cdata=$(mktemp -d /dev/shm/weft-bench-reads-XXXXXX)
-mkdir -p "${mnt[weft]}" "${mnt[base]}" "$disk" "$cmnt"
+dmnt=$out/ceilingdisk-mnt
+ddata=$out/ceilingdisk-data
+mkdir -p "${mnt[weft]}" "${mnt[base]}" "$disk" "$cmnt" "$dmnt" "$ddata"
 
 ceiling_pid=
+ceilingdisk_pid=
 cleanup() {
 	local p
 	for p in "${up_pid[@]}"; do
@@ -101,16 +107,18 @@ cleanup() {
 			wait "$p" || true
 		fi
 	done
-	if [ -n "$ceiling_pid" ] && kill -0 "$ceiling_pid" 2>/dev/null; then
-		kill -TERM "$ceiling_pid"
-		wait "$ceiling_pid" || true
-	fi
-	for m in "${mnt[weft]}" "${mnt[base]}" "$cmnt"; do
+	for p in "$ceiling_pid" "$ceilingdisk_pid"; do
+		if [ -n "$p" ] && kill -0 "$p" 2>/dev/null; then
+			kill -TERM "$p"
+			wait "$p" || true
+		fi
+	done
+	for m in "${mnt[weft]}" "${mnt[base]}" "$cmnt" "$dmnt"; do
 		if grep -qs " $m fuse" /proc/mounts; then
 			fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
 		fi
 	done
-	rm -rf "$cdata" "${data[weft]}" "${data[base]}" "$disk"
+	rm -rf "$cdata" "${data[weft]}" "${data[base]}" "$disk" "$ddata"
 }
 trap cleanup EXIT
 
@@ -155,7 +163,7 @@ cpu_ticks() {
 }
 
 up_ready() { grep -qs "weft is up" "$out/up-$1.log" || { kill -0 "${up_pid[$1]}" 2>/dev/null || { cat "$out/up-$1.log" >&2; exit 1; }; false; }; }
-ceiling_ready() { grep -qs mounted "$out/ceiling.log" || { kill -0 "$ceiling_pid" 2>/dev/null || { cat "$out/ceiling.log" >&2; exit 1; }; false; }; }
+ceiling_ready() { grep -qs mounted "$out/$1.log" || { kill -0 "$2" 2>/dev/null || { cat "$out/$1.log" >&2; exit 1; }; false; }; }
 
 for s in $systems; do
 	case $s in
@@ -174,7 +182,12 @@ for s in $systems; do
 	ceiling)
 		"$out/ceilingmount" "$cdata" "$cmnt" >"$out/ceiling.log" 2>&1 &
 		ceiling_pid=$!
-		wait_for "the ceiling mount" 60 ceiling_ready
+		wait_for "the ceiling mount" 60 ceiling_ready ceiling "$ceiling_pid"
+		;;
+	ceilingdisk)
+		GOMAXPROCS=8 "$out/ceilingmount" "$ddata" "$dmnt" >"$out/ceilingdisk.log" 2>&1 &
+		ceilingdisk_pid=$!
+		wait_for "the ceiling mount over the disk" 60 ceiling_ready ceilingdisk "$ceilingdisk_pid"
 		;;
 	disk) ;;
 	*) echo "bench-reads: unknown system $s" >&2; exit 2 ;;
@@ -185,6 +198,7 @@ dir_of() {
 	case $1 in
 	disk) echo "$disk" ;;
 	ceiling) echo "$cmnt" ;;
+	ceilingdisk) echo "$dmnt" ;;
 	*) echo "${mnt[$1]}" ;;
 	esac
 }
@@ -192,6 +206,7 @@ pids_of() {
 	case $1 in
 	disk) echo "" ;;
 	ceiling) echo "$ceiling_pid" ;;
+	ceilingdisk) echo "$ceilingdisk_pid" ;;
 	*) echo "${pids[$1]}" ;;
 	esac
 }
@@ -256,7 +271,7 @@ python3 - "$results" "$rounds" "$size" <<'PY'
 import json, statistics, sys
 path, rounds, size = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 rows = [json.loads(l) for l in open(path)]
-systems = [s for s in ("disk", "ceiling", "base", "weft") if any(r["system"] == s for r in rows)]
+systems = [s for s in ("disk", "ceiling", "ceilingdisk", "base", "weft") if any(r["system"] == s for r in rows)]
 phases = [("write1", "mib_s", "seq write 1 job, MiB/s"), ("read1", "mib_s", "seq read 1 job, MiB/s"),
           ("read4", "mib_s", "seq read 4 jobs, MiB/s"), ("rand4", "iops", "4 KiB random read 4 jobs, IOPS")]
 def med(s, p, k):
@@ -264,13 +279,17 @@ def med(s, p, k):
     return statistics.median(v) if v else None
 print(f"medians of {rounds} rounds; {size} per file, fio direct I/O (psync)\n")
 base = "base" in systems
-print("| figure | " + " | ".join(systems) + " | weft / disk | weft daemon CPU-s per GiB (random: per 100k reads) |"
-      + (" base's |" if base else ""))
-print("|---|" + "---|" * (len(systems) + 2 + base))
+cdisk = "ceilingdisk" in systems
+print("| figure | " + " | ".join(systems) + " | weft / disk |" + (" weft / ceilingdisk |" if cdisk else "")
+      + " weft daemon CPU-s per GiB (random: per 100k reads) |" + (" base's |" if base else ""))
+print("|---|" + "---|" * (len(systems) + 2 + base + cdisk))
 for p, k, name in phases:
     vals = [med(s, p, k) for s in systems]
     w, d = med("weft", p, k), med("disk", p, k)
     ratio = f"{w / d:.2f}" if w and d else "-"
+    if cdisk:
+        c = med("ceilingdisk", p, k)
+        ratio += " | " + (f"{w / c:.2f}" if w and c else "-")
     def cpu(s):
         per = [r["cpu_s"] / (r["bytes"] / 2**30 if k == "mib_s" else r["ops"] / 1e5)
                for r in rows if r["system"] == s and r["phase"] == p]

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"time"
 
@@ -173,6 +174,16 @@ func dataBudget(cacheLimit uint64) uint64 { return cacheLimit - fixedMemory }
 
 // runMount mounts and serves until ctx is cancelled (SIGINT/SIGTERM: it
 // unmounts) or the file system is unmounted from outside.
+// mountProcs is the mount's GOMAXPROCS on a machine of cpus CPUs: at
+// least 8. The mount's goroutines spend their time in blocking system
+// calls (reading /dev/fuse, preads of objects' files for short-circuit
+// reads, which wait for the disk on a cache miss), and a goroutine in a
+// system call keeps its P until the runtime's monitor takes it back, tens
+// of microseconds to milliseconds later: with one P per CPU, four cold
+// 4 KiB reads at once held both Ps of a 2-CPU machine while the requests
+// behind them waited (docs/performance.md, "The mount's Ps").
+func mountProcs(cpus int) int { return max(cpus, 8) }
+
 func runMount(ctx context.Context, o *mountOptions) error {
 	d, err := o.start("weft mount", transport.RoleClient)
 	if err != nil {
@@ -181,6 +192,9 @@ func runMount(ctx context.Context, o *mountOptions) error {
 	defer d.stop()
 	if os.Getenv("GOMEMLIMIT") == "" { // an explicit GOMEMLIMIT wins
 		debug.SetMemoryLimit(int64(o.CacheLimit))
+	}
+	if os.Getenv("GOMAXPROCS") == "" { // an explicit GOMAXPROCS wins
+		runtime.GOMAXPROCS(mountProcs(runtime.NumCPU()))
 	}
 	var reg prometheus.Registerer // (a nil *Registry is not a nil interface)
 	if d.registry != nil {
