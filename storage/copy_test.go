@@ -31,14 +31,7 @@ func (failingPeers) Fence(context.Context, proto.TargetID, proto.ObjectID) error
 // EREMOTEIO (the source failed, not the destination shard), EXDEV without
 // peers; either way the destination keeps its bytes and version.
 func TestCopyRowSourceFails(t *testing.T) {
-	tg := openMem(t, newMemFS(t), TargetOptions{})
-	if err := tg.SetID(1); err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer()
-	if err := s.Add(tg); err != nil {
-		t.Fatal(err)
-	}
+	s, tg := serveMem(t, nil, 1)
 	dst := proto.ObjectID{Ino: 9, Stripe: 1, Gen: 1}
 	old := pattern(3, testUnit)
 	if _, err := tg.WriteRow(ctx, dst, proto.RowWrite{Unit: testUnit, Data: old, Tag: 5}); err != nil {
@@ -69,4 +62,21 @@ func TestCopyRowSourceFails(t *testing.T) {
 	if got, v := readRow(t, tg, dst, 0, testUnit); !bytes.Equal(got, want) || v != (proto.RowVersion{Tag: 6}) {
 		t.Fatalf("copied: version %+v, bytes equal %v", v, bytes.Equal(got, want))
 	}
+}
+
+// serveMem adds a new in-memory target with id to s (a new server when s
+// is nil) and returns both.
+func serveMem(t *testing.T, s *Server, id proto.TargetID) (*Server, *Target) {
+	t.Helper()
+	tg := openMem(t, newMemFS(t), TargetOptions{})
+	if err := tg.SetID(id); err != nil {
+		t.Fatal(err)
+	}
+	if s == nil {
+		s = NewServer()
+	}
+	if err := s.Add(tg); err != nil {
+		t.Fatal(err)
+	}
+	return s, tg
 }

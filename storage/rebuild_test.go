@@ -1,13 +1,11 @@
 package storage
 
 import (
-	"bytes"
 	"errors"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/proto"
 )
 
@@ -18,32 +16,14 @@ import (
 // its storage server still runs or receives late, cannot empty or
 // overwrite the repaired copy. A later rebuild, fenced later, passes.
 func TestRebuildFenced(t *testing.T) {
-	key, err := capability.NewKey(0, bytes.Repeat([]byte{7}, capability.KeySize))
-	if err != nil {
-		t.Fatal(err)
-	}
 	src := proto.ObjectID{Ino: 5, Gen: 3, Stripe: 0}
 	dst := proto.ObjectID{Ino: 5, Gen: 3, Stripe: 1}
-	capAt := func(issued time.Time) []byte {
-		b, err := key.Sign(capability.Capability{Ino: dst.Ino, Gen: dst.Gen, Rights: proto.AccessReadWrite, Issued: issued, Expiry: issued.Add(time.Hour)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	sign := capSigner(t)
+	capAt := func(issued time.Time) []byte { return sign(dst, issued) }
 	t0 := time.Unix(1_800_000_000, 0)
-	s := NewServer()
-	targets := map[proto.TargetID]*Target{}
-	for _, id := range []proto.TargetID{1, 2} {
-		tg := openMem(t, newMemFS(t), TargetOptions{})
-		if err := tg.SetID(id); err != nil {
-			t.Fatal(err)
-		}
-		if err := s.Add(tg); err != nil {
-			t.Fatal(err)
-		}
-		targets[id] = tg
-	}
+	s, tg1 := serveMem(t, nil, 1)
+	_, tg2 := serveMem(t, s, 2)
+	targets := map[proto.TargetID]*Target{1: tg1, 2: tg2}
 	for _, unit := range []uint64{0, testUnit} {
 		src.Ino++
 		dst.Ino = src.Ino
@@ -112,14 +92,7 @@ func TestRebuildFenced(t *testing.T) {
 // (its server cannot reach the source) never spoils a copy that a resync
 // has just written.
 func TestRebuildSourceFailsChangesNothing(t *testing.T) {
-	tg := openMem(t, newMemFS(t), TargetOptions{})
-	if err := tg.SetID(1); err != nil {
-		t.Fatal(err)
-	}
-	s := NewServer()
-	if err := s.Add(tg); err != nil {
-		t.Fatal(err)
-	}
+	s, tg := serveMem(t, nil, 1)
 	s.SetPeers(failingPeers{})
 	dst := proto.ObjectID{Ino: 4, Gen: 2, Stripe: 1}
 	old := pattern(5, 3*testUnit/2)

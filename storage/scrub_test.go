@@ -232,14 +232,7 @@ func TestScrubPaced(t *testing.T) {
 // TestScrubStartNow: with no interval, passes run only when asked for
 // (StartScrub), one per request.
 func TestScrubStartNow(t *testing.T) {
-	tg := openMem(t, newMemFS(t), TargetOptions{})
-	if err := tg.SetID(3); err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer()
-	if err := srv.Add(tg); err != nil {
-		t.Fatal(err)
-	}
+	srv, tg := serveMem(t, nil, 3)
 	if _, err := tg.Write(ctx, proto.ObjectID{Ino: 1}, 0, pattern(1, 100)); err != nil {
 		t.Fatal(err)
 	}
@@ -350,14 +343,7 @@ func (f *flakyReceiver) found() []proto.ObjectID {
 // service with the target's state, once each, and again after a failed
 // report.
 func TestScrubReporter(t *testing.T) {
-	tg := openMem(t, newMemFS(t), TargetOptions{})
-	if err := tg.SetID(3); err != nil {
-		t.Fatal(err)
-	}
-	srv := NewServer()
-	if err := srv.Add(tg); err != nil {
-		t.Fatal(err)
-	}
+	srv, tg := serveMem(t, nil, 3)
 	rep := newScrubReporter()
 	rep.every = 5 * time.Millisecond
 	tg.SetCorruptHook(func(obj proto.ObjectID) { rep.found(tg, obj) })

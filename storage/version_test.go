@@ -140,19 +140,26 @@ func TestRowVersionTruncate(t *testing.T) {
 	}
 }
 
-func TestFence(t *testing.T) {
+// capSigner returns a function that signs a read-write capability for an
+// object's file issued at a given time, with a test key.
+func capSigner(t *testing.T) func(obj proto.ObjectID, issued time.Time) []byte {
 	key, err := capability.NewKey(0, bytes.Repeat([]byte{7}, capability.KeySize))
 	if err != nil {
 		t.Fatal(err)
 	}
-	obj := proto.ObjectID{Ino: 5, Gen: 3}
-	capAt := func(issued time.Time) []byte {
+	return func(obj proto.ObjectID, issued time.Time) []byte {
 		b, err := key.Sign(capability.Capability{Ino: obj.Ino, Gen: obj.Gen, Rights: proto.AccessReadWrite, Issued: issued, Expiry: issued.Add(time.Hour)})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return b
 	}
+}
+
+func TestFence(t *testing.T) {
+	obj := proto.ObjectID{Ino: 5, Gen: 3}
+	sign := capSigner(t)
+	capAt := func(issued time.Time) []byte { return sign(obj, issued) }
 	t0 := time.Unix(1_800_000_000, 0)
 	before, repair, after := capAt(t0), capAt(t0.Add(time.Second)), capAt(t0.Add(2*time.Second))
 	mem := newMemFS(t)
