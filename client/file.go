@@ -74,7 +74,11 @@ type inodeState struct {
 	timer      *time.Timer
 	timerArmed bool
 	truncating int
-	err        error
+	// truncates counts the truncates this client began on the file: a
+	// read that saw one begin meanwhile may have read an object as the
+	// truncate left it for a moment (checkLength, readEpoch).
+	truncates uint64
+	err       error
 	// overQuota: the last WriteDone was refused with EDQUOT (quota.go):
 	// writes past the recorded size fail with EDQUOT until one succeeds.
 	overQuota bool
@@ -149,6 +153,7 @@ func (st *inodeState) beginTruncate() layout.Layout {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.truncating++
+	st.truncates++
 	st.drainLocked()
 	st.dropRALocked()
 	return st.layout
@@ -621,6 +626,7 @@ func (f *File) readPieces(ctx context.Context, st *inodeState, l layout.Layout, 
 // readRange fills p with the file bytes at off, fetching stripe units
 // concurrently; holes and short objects read as zeros.
 func (c *Client) readRange(ctx context.Context, st *inodeState, l layout.Layout, off uint64, p []byte) error {
+	ctx = st.readEpoch(ctx)
 	exts := l.Extents(off, uint64(len(p)))
 	if l.Kind == layout.EC {
 		return c.ecReadRange(ctx, st, l, off, p, exts)

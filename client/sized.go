@@ -25,7 +25,9 @@ import (
 // file), not a hole: readExtent checks, after asking the metadata server
 // for the current size (another client may be truncating the file: it
 // cuts the objects before it records the size, so it asks a few times over
-// 0.75 s), and then reads another copy of a mirrored file, marking the short one stale,
+// 0.75 s; a read that a truncate of this client overlapped, read-ahead
+// under way say, is never taken for loss: readEpoch), and then reads
+// another copy of a mirrored file, marking the short one stale,
 // or fails with EIO and logs it for an unprotected one. Files placed before
 // ObjectsSized existed are not checked: their holes may be short objects.
 
@@ -77,6 +79,19 @@ func (c *Client) extendObjects(ctx context.Context, st *inodeState, l layout.Lay
 	return nil
 }
 
+// readEpochKey carries, in a read's context, how many truncates this
+// client had begun on the file when the read began (inodeState.truncates).
+type readEpochKey struct{}
+
+// readEpoch returns ctx marked with the truncates begun so far, for
+// checkLength to tell a read that a truncate overlapped.
+func (st *inodeState) readEpoch(ctx context.Context) context.Context {
+	st.mu.Lock()
+	n := st.truncates
+	st.mu.Unlock()
+	return context.WithValue(ctx, readEpochKey{}, n)
+}
+
 // errShortObject is wrapped when an object is shorter than the file size
 // says: its data was lost.
 var errShortObject = errors.New("client: object shorter than the file: data lost")
@@ -93,15 +108,18 @@ func (c *Client) checkLength(ctx context.Context, st *inodeState, l layout.Layou
 		return nil
 	}
 	st.mu.Lock()
-	size, truncating := st.metaSize, st.truncating > 0
+	size, truncating, truncates := st.metaSize, st.truncating > 0, st.truncates
 	st.mu.Unlock()
 	short := func(size uint64) bool {
 		return e.ObjOff+uint64(got) < min(l.ObjectSize(size, e.Stripe), e.ObjOff+e.Len)
 	}
-	if !short(size) || truncating {
+	if began, ok := ctx.Value(readEpochKey{}).(uint64); !short(size) || truncating || ok && began != truncates {
 		// While this client truncates, it cuts the objects before it
 		// records the size; the reads that overlap it (read-ahead already
-		// under way) are dropped.
+		// under way) are dropped. A read that a truncate of this client
+		// overlapped, even one over by now, may have found an object as
+		// the truncate left it for a moment (cut down, not yet grown to a
+		// later size): what it read is no evidence of loss.
 		return nil
 	}
 	var a proto.Attr
