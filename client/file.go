@@ -50,6 +50,12 @@ type inodeState struct {
 	// mtime it set.
 	doneMu sync.Mutex
 
+	// truncates counts the truncates this client began on the file: a
+	// read that saw one begin meanwhile may have read an object as the
+	// truncate left it for a moment (checkLength, readEpoch). Atomic, so
+	// that a read takes no lock to note it.
+	truncates atomic.Uint64
+
 	mu sync.Mutex
 	// job is the job (proto.WithJob) of the latest read or write through
 	// this client: write-behind sends and read-ahead fetches, which run
@@ -74,11 +80,7 @@ type inodeState struct {
 	timer      *time.Timer
 	timerArmed bool
 	truncating int
-	// truncates counts the truncates this client began on the file: a
-	// read that saw one begin meanwhile may have read an object as the
-	// truncate left it for a moment (checkLength, readEpoch).
-	truncates uint64
-	err       error
+	err        error
 	// overQuota: the last WriteDone was refused with EDQUOT (quota.go):
 	// writes past the recorded size fail with EDQUOT until one succeeds.
 	overQuota bool
@@ -153,7 +155,7 @@ func (st *inodeState) beginTruncate() layout.Layout {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.truncating++
-	st.truncates++
+	st.truncates.Add(1)
 	st.drainLocked()
 	st.dropRALocked()
 	return st.layout

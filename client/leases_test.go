@@ -102,6 +102,34 @@ func (f *fakeLeases) LeasePoll(ctx context.Context, ack uint64) (proto.LeasePoll
 	return p, nil
 }
 
+// runPolls runs l's poll loop against f until f was polled n times (a
+// minute at most, against hangs), then stops it.
+func runPolls(t *testing.T, l *leaseCache, f *fakeLeases, n int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		l.run(ctx, time.Minute)
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	for deadline := time.Now().Add(time.Minute); ; {
+		f.mu.Lock()
+		polled := len(f.acks)
+		f.mu.Unlock()
+		if polled >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the poll loop did not poll %d times", n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 // The poll loop drops what it is told, tells OnLeaseInval before it
 // acknowledges, and drops everything when the epoch changes.
 func TestLeaseCachePollLoop(t *testing.T) {
@@ -123,27 +151,7 @@ func TestLeaseCachePollLoop(t *testing.T) {
 	l.mu.Unlock()
 	l.putAttr(l.begin(), proto.Attr{Ino: 7})
 	l.putAttr(l.begin(), proto.Attr{Ino: 8})
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		l.run(ctx, time.Minute)
-	}()
-	deadline := time.Now().Add(time.Minute)
-	for {
-		f.mu.Lock()
-		n := len(f.acks)
-		f.mu.Unlock()
-		if n >= 4 {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("the poll loop did not poll four times")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	cancel()
-	<-done
+	runPolls(t, l, f, 4)
 	if len(told) != 1 || told[0].Ino != 7 || seenAttr {
 		t.Fatalf("told %+v (attr still cached when told: %v), want inode 7 dropped first", told, seenAttr)
 	}
@@ -167,27 +175,7 @@ func TestLeaseCacheTrustBoundedByValid(t *testing.T) {
 	}{{0, false}, {time.Hour, true}} {
 		f := &fakeLeases{polls: []proto.LeasePoll{{Epoch: 5, Term: 4 * time.Hour, Valid: tc.valid}}}
 		l := newLeaseCache(f, slog.New(slog.DiscardHandler))
-		ctx, cancel := context.WithCancel(context.Background())
-		done := make(chan struct{})
-		go func() {
-			defer close(done)
-			l.run(ctx, time.Minute)
-		}()
-		deadline := time.Now().Add(time.Minute) // against hangs only
-		for {
-			f.mu.Lock()
-			n := len(f.acks)
-			f.mu.Unlock()
-			if n >= 2 { // the first answer was taken in
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the poll loop did not poll twice")
-			}
-			time.Sleep(time.Millisecond)
-		}
-		cancel()
-		<-done
+		runPolls(t, l, f, 2) // the first answer was taken in
 		l.putAttr(l.begin(), proto.Attr{Ino: 7})
 		l.mu.Lock()
 		trust := l.trust

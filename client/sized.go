@@ -86,10 +86,7 @@ type readEpochKey struct{}
 // readEpoch returns ctx marked with the truncates begun so far, for
 // checkLength to tell a read that a truncate overlapped.
 func (st *inodeState) readEpoch(ctx context.Context) context.Context {
-	st.mu.Lock()
-	n := st.truncates
-	st.mu.Unlock()
-	return context.WithValue(ctx, readEpochKey{}, n)
+	return context.WithValue(ctx, readEpochKey{}, st.truncates.Load())
 }
 
 // errShortObject is wrapped when an object is shorter than the file size
@@ -108,12 +105,12 @@ func (c *Client) checkLength(ctx context.Context, st *inodeState, l layout.Layou
 		return nil
 	}
 	st.mu.Lock()
-	size, truncating, truncates := st.metaSize, st.truncating > 0, st.truncates
+	size, truncating := st.metaSize, st.truncating > 0
 	st.mu.Unlock()
 	short := func(size uint64) bool {
 		return e.ObjOff+uint64(got) < min(l.ObjectSize(size, e.Stripe), e.ObjOff+e.Len)
 	}
-	if began, ok := ctx.Value(readEpochKey{}).(uint64); !short(size) || truncating || ok && began != truncates {
+	if began, ok := ctx.Value(readEpochKey{}).(uint64); !short(size) || truncating || ok && began != st.truncates.Load() {
 		// While this client truncates, it cuts the objects before it
 		// records the size; the reads that overlap it (read-ahead already
 		// under way) are dropped. A read that a truncate of this client

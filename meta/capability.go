@@ -54,6 +54,11 @@ func checkAccess(cl caller, a *proto.Attr, want proto.Access) error {
 // files have objects: for anything else, and on a server without a
 // capability key, it is nil.
 func (s *Server) issue(ctx context.Context, a *proto.Attr, want proto.Access) ([]byte, error) {
+	return s.issueAt(ctx, a, want, s.opts.Now())
+}
+
+// issueAt is issue with the issue time given (a fence is that time).
+func (s *Server) issueAt(ctx context.Context, a *proto.Attr, want proto.Access, now time.Time) ([]byte, error) {
 	if s.capKey == nil || !a.IsRegular() || want == 0 {
 		return nil, nil
 	}
@@ -61,7 +66,6 @@ func (s *Server) issue(ctx context.Context, a *proto.Attr, want proto.Access) ([
 	if p, ok := transport.PeerFrom(ctx); ok && p.Role == transport.RoleClient {
 		holder = p.Name
 	}
-	now := s.opts.Now()
 	b, err := s.capKey.Sign(capability.Capability{Ino: a.Ino, Gen: a.Gen, Rights: want.Grants(), Issued: now,
 		Expiry: now.Add(s.opts.CapabilityLifetime), Holder: holder})
 	if err != nil {

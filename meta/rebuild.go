@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/internal/pace"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
@@ -161,17 +160,14 @@ func (s *Server) fenceRepair(ctx context.Context, n *inode, t proto.TargetID, ob
 	if !ok {
 		return 0, nil
 	}
-	c, err := s.issue(ctx, &n.Attr, proto.AccessWrite)
+	issued := s.opts.Now()
+	c, err := s.issueAt(ctx, &n.Attr, proto.AccessWrite, issued)
 	if err != nil || c == nil {
-		return 0, err
-	}
-	cp, err := capability.Parse(c)
-	if err != nil {
 		return 0, err
 	}
 	cctx, cancel := context.WithTimeout(proto.WithCapability(ctx, c), rebuildCallTimeout)
 	defer cancel()
-	return cp.Issued.UnixNano(), rv.Fence(cctx, t, obj)
+	return issued.UnixNano(), rv.Fence(cctx, t, obj)
 }
 
 // clearStaleExclusive runs clear (a ClearStale proposal) unless one of

@@ -172,8 +172,6 @@ const (
 // dataBudget is the part of the cache limit that file data may use.
 func dataBudget(cacheLimit uint64) uint64 { return cacheLimit - fixedMemory }
 
-// runMount mounts and serves until ctx is cancelled (SIGINT/SIGTERM: it
-// unmounts) or the file system is unmounted from outside.
 // mountProcs is the mount's GOMAXPROCS on a machine of cpus CPUs: at
 // least 8. The mount's goroutines spend their time in blocking system
 // calls (reading /dev/fuse, preads of objects' files for short-circuit
@@ -184,6 +182,8 @@ func dataBudget(cacheLimit uint64) uint64 { return cacheLimit - fixedMemory }
 // behind them waited (docs/performance.md, "The mount's Ps").
 func mountProcs(cpus int) int { return max(cpus, 8) }
 
+// runMount mounts and serves until ctx is cancelled (SIGINT/SIGTERM: it
+// unmounts) or the file system is unmounted from outside.
 func runMount(ctx context.Context, o *mountOptions) error {
 	d, err := o.start("weft mount", transport.RoleClient)
 	if err != nil {
