@@ -2,7 +2,9 @@ package raftlog
 
 import (
 	"context"
+	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -174,11 +176,11 @@ func TestSnapshotNotAnswered(t *testing.T) {
 	}
 }
 
-// TestDropCommitOnly: while proposals are held, a leader drops the empty
-// appends (commit index only) to followers that replicate normally, and
-// keeps those to a follower being probed, appends with entries, and
-// other messages.
-func TestDropCommitOnly(t *testing.T) {
+// TestHoldCommitOnly: a hand-ticked leader (no clock) holds back, while
+// proposals are held, the empty appends (commit index only) to followers
+// that replicate normally, and keeps those to a follower being probed,
+// appends with entries, and other messages.
+func TestHoldCommitOnly(t *testing.T) {
 	c := newCluster(t, 3, nil)
 	lead := c.waitLeader(c.ids)
 	if _, err := c.propose(lead, "a=1"); err != nil {
@@ -198,15 +200,87 @@ func TestDropCommitOnly(t *testing.T) {
 	withEntries := &pb.Message{Type: pb.MessageType_MsgApp.Enum(), To: new(replicating), Entries: []*pb.Entry{{Data: []byte("x")}}}
 	hb := &pb.Message{Type: pb.MessageType_MsgHeartbeat.Enum(), To: new(replicating)}
 	toReplicating, toProbed := empty(replicating), empty(probed)
-	got := make(chan []*pb.Message, 1)
+	got := make(chan []*pb.Message, 2)
 	n := c.nodes[lead]
 	if err := n.do(context.Background(), func() {
-		got <- n.dropCommitOnly([]*pb.Message{toReplicating, withEntries, toProbed, hb})
+		// Nothing held: a hand-ticked leader sends them all.
+		got <- n.holdCommitOnly([]*pb.Message{toReplicating, toProbed})
+		n.held = append(n.held, heldProposal{})
+		got <- n.holdCommitOnly([]*pb.Message{toReplicating, withEntries, toProbed, hb})
+		n.held = n.held[:0]
 	}); err != nil {
 		t.Fatal(err)
+	}
+	if kept := <-got; len(kept) != 2 {
+		t.Fatalf("nothing held: kept %v; want both", kept)
 	}
 	kept := <-got
 	if len(kept) != 3 || kept[0] != withEntries || kept[1] != toProbed || kept[2] != hb {
 		t.Fatalf("kept %v; want the append with entries, the probe of %d and the heartbeat", kept, probed)
+	}
+}
+
+// countingTransport counts the appends without entries sent through it.
+type countingTransport struct {
+	Transport
+	empty *atomic.Int64
+}
+
+func (t countingTransport) Send(msgs []*pb.Message) {
+	for _, m := range msgs {
+		if m.GetType() == pb.MessageType_MsgApp && len(m.GetEntries()) == 0 {
+			t.empty.Add(1)
+		}
+	}
+	t.Transport.Send(msgs)
+}
+
+// TestCommitNoticeHeldBack: a leader with a clock holds back the append
+// that only tells a follower a new commit index; the next append with
+// entries carries the index instead (no empty append is sent), and when
+// none follows the notice still leaves after CommitNoticeDelay, so idle
+// followers apply without a tick or another proposal.
+func TestCommitNoticeHeldBack(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		delay time.Duration
+	}{{"superseded", time.Hour}, {"sent", time.Millisecond}} {
+		t.Run(tc.name, func(t *testing.T) {
+			var empty atomic.Int64
+			c := newCluster(t, 3, func(cfg *Config) {
+				cfg.TickInterval = time.Hour // a clock whose ticks never come: the test ticks
+				cfg.CommitNoticeDelay = tc.delay
+				cfg.Transport = countingTransport{cfg.Transport, &empty}
+			})
+			lead := c.waitLeader(c.ids)
+			c.waitApplied(c.ids, c.nodes[lead].Status().Commit)
+			before := empty.Load()
+			if _, err := c.propose(lead, "a=1"); err != nil {
+				t.Fatal(err)
+			}
+			fs := others(c.ids, lead)
+			if tc.delay == time.Hour {
+				if _, err := c.propose(lead, "b=2"); err != nil {
+					t.Fatal(err)
+				}
+				// The append of b=2 told the followers that a=1 is
+				// committed; the notice of b=2's commit is still held.
+				idx := c.nodes[lead].Status().Applied - 1
+				for _, f := range fs {
+					c.waitStatus(f, fmt.Sprintf("node %d applies a=1 (index %d)", f, idx), func(s Status) bool { return s.Applied >= idx })
+				}
+				if n := empty.Load() - before; n != 0 {
+					t.Fatalf("%d appends without entries sent; want none (an append with entries followed each commit)", n)
+				}
+				return
+			}
+			idx := c.nodes[lead].Status().Applied
+			for _, f := range fs {
+				c.waitStatus(f, fmt.Sprintf("node %d applies a=1 (index %d) with no tick", f, idx), func(s Status) bool { return s.Applied >= idx })
+			}
+			if n := empty.Load() - before; n == 0 {
+				t.Fatal("the followers applied a=1 with no commit notice sent")
+			}
+		})
 	}
 }
