@@ -69,7 +69,11 @@
 //     heartbeats, vote requests, read-index traffic. raft itself holds
 //     back every message that promises something about this node's disk
 //     (a vote, an append acknowledgement, the leader's acknowledgement of
-//     its own entries): they are the responses of the Ready's append;
+//     its own entries): they are the responses of the Ready's append.
+//     An append that only tells a follower a new commit index is held
+//     back for up to Config.CommitNoticeDelay (2 ms): the next append
+//     with entries carries the index instead, so a busy group does not
+//     pay a round per follower for each commit (Node.holdCommitOnly);
 //  2. the append (MsgStorageAppend: entries and HardState) is queued to
 //     the appender, which writes the appends waiting in one pebble batch
 //     each, synced once for all of them when any has new entries, a new
