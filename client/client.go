@@ -50,6 +50,10 @@ type Config struct {
 	// offer a local socket are read from their files, every block checked
 	// (package storage/localread; docs/performance.md).
 	NoLocalReads bool
+	// BufferedLocalReads reads every local object through this host's
+	// page cache, large reads too (by default they bypass it:
+	// localread.Options.DirectMin).
+	BufferedLocalReads bool
 }
 
 const (

@@ -36,7 +36,11 @@ func New(ctx context.Context, cfg Config) (*Client, error) {
 	if !cfg.NoLocalReads {
 		// Objects of storage servers on this host are read from their
 		// files (package storage/localread).
-		local = localread.New(rpc, localread.Options{Logger: cfg.Logger})
+		o := localread.Options{Logger: cfg.Logger}
+		if cfg.BufferedLocalReads {
+			o.DirectMin = -1
+		}
+		local = localread.New(rpc, o)
 		storage.StorageService = local
 	}
 	c := NewWithServices(meta, storage, cfg)

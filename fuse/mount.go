@@ -57,6 +57,9 @@ type Config struct {
 	// NoLocalReads turns off short-circuit local reads (client.Config
 	// NoLocalReads; package storage/localread).
 	NoLocalReads bool
+	// BufferedLocalReads: large local reads through the page cache too
+	// (client.Config BufferedLocalReads).
+	BufferedLocalReads bool
 }
 
 // DefaultUnmountTimeout is how long each step of a shutdown may take
@@ -67,7 +70,7 @@ const DefaultUnmountTimeout = 10 * time.Second
 func (c Config) ClientConfig() client.Config {
 	return client.Config{MetaAddr: c.MetaAddr, Timeout: c.Timeout, CacheLimit: c.CacheLimit, Logger: c.Logger, Transport: c.Transport,
 		LogLevel: c.LogLevel, DefaultLogLevel: c.DefaultLogLevel, Leases: !c.NoLeases,
-		NoLocalReads: c.NoLocalReads}
+		NoLocalReads: c.NoLocalReads, BufferedLocalReads: c.BufferedLocalReads}
 }
 
 const (

@@ -140,6 +140,24 @@ func TestLocalSocket(t *testing.T) {
 			t.Fatalf("read [%d,+%d): %d bytes, %v", r[0], r[1], n, err)
 		}
 	}
+	// A large aligned read bypasses the page cache (O_DIRECT) and reads
+	// what was written last. (Into a buffer of its own, page aligned: Go
+	// allocates buffers this large at page boundaries.)
+	newer := bytes.Repeat([]byte("direct"), 200<<10/6)[:128<<10]
+	if _, err := f.Write(ctx, newer, 256<<10); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	copy(data[256<<10:], newer)
+	big := make([]byte, 512<<10)
+	if n, err := f.Read(ctx, big, 128<<10); err != nil || !bytes.Equal(big[:n], data[128<<10:640<<10]) {
+		t.Fatalf("large read: %d bytes, %v", n, err)
+	}
+	if lr.DirectReads() == 0 {
+		t.Fatal("no read bypassed the page cache")
+	}
 	// (Concurrent first reads of the object may each have opened it.)
 	if local, fallback, opens := lr.Stats(); fallback != 0 || opens == 0 || lr.OpenObjects() != 1 {
 		t.Fatalf("local %d, fallback %d, opens %d, open objects %d: want no fallback, one object open", local, fallback, opens, lr.OpenObjects())

@@ -39,6 +39,9 @@ type mountOptions struct {
 	NoLeases bool `toml:"no_leases"`
 	// NoLocalReads: no short-circuit local reads (fuse.Config.NoLocalReads).
 	NoLocalReads bool `toml:"no_local_reads"`
+	// BufferedLocalReads: large local reads through the page cache too
+	// (fuse.Config.BufferedLocalReads).
+	BufferedLocalReads bool `toml:"buffered_local_reads"`
 	daemonOptions
 }
 
@@ -83,6 +86,7 @@ file (key "mountpoint"); the argument wins.`,
 	fs.BoolVar(&o.Debug, "debug", false, "log every FUSE request (very verbose)")
 	fs.BoolVar(&o.NoLeases, "no-leases", false, "do not cache lookups and attributes under metadata leases: every lookup and stat the kernel does not answer goes to the metadata leader")
 	o.UnmountTimeout = units.Duration(fuse.DefaultUnmountTimeout)
+	fs.BoolVar(&o.BufferedLocalReads, "buffered-local-reads", false, "read local objects through this host's page cache also for large reads (by default a read of 128 KiB or more bypasses it, O_DIRECT: cold sequential reads at the disk's speed and less CPU; buffered, re-reads of data that fits in memory come from the page cache)")
 	fs.BoolVar(&o.NoLocalReads, "no-local-reads", false, "read every object over RPC, also those of storage servers on this host (by default, where a server offers a local socket, the mount reads its object files directly, checking every block)")
 	fs.StringVar(&o.JobIDVar, "jobid-var", client.DefaultJobIDVar, "tag each process's requests with a job id (weft jobstats) from this environment variable of the process, or procname_uid (e.g. dd.1000), or none")
 	fs.Var(&o.UnmountTimeout, "unmount-timeout", "on SIGINT/SIGTERM: if the unmount has not completed after this long, detach the mount lazily; if it is still served after as long again, abort its FUSE connection and exit")
@@ -201,20 +205,21 @@ func runMount(ctx context.Context, o *mountOptions) error {
 		reg = d.registry
 	}
 	return fuse.Run(ctx, fuse.Config{
-		Metrics:         reg,
-		MetaAddr:        o.Meta,
-		Timeout:         time.Duration(o.Timeout),
-		CacheLimit:      dataBudget(uint64(o.CacheLimit)),
-		Logger:          d.log,
-		Transport:       d.transport,
-		Mountpoint:      o.Mountpoint,
-		AllowOther:      o.AllowOther,
-		Debug:           o.Debug,
-		JobIDVar:        client.JobIDSource(o.JobIDVar),
-		NoLeases:        o.NoLeases,
-		NoLocalReads:    o.NoLocalReads,
-		LogLevel:        d.level,
-		DefaultLogLevel: d.defaultLevel,
+		Metrics:            reg,
+		MetaAddr:           o.Meta,
+		Timeout:            time.Duration(o.Timeout),
+		CacheLimit:         dataBudget(uint64(o.CacheLimit)),
+		Logger:             d.log,
+		Transport:          d.transport,
+		Mountpoint:         o.Mountpoint,
+		AllowOther:         o.AllowOther,
+		Debug:              o.Debug,
+		JobIDVar:           client.JobIDSource(o.JobIDVar),
+		NoLeases:           o.NoLeases,
+		NoLocalReads:       o.NoLocalReads,
+		BufferedLocalReads: o.BufferedLocalReads,
+		LogLevel:           d.level,
+		DefaultLogLevel:    d.defaultLevel,
 
 		UnmountTimeout: time.Duration(o.UnmountTimeout),
 	})

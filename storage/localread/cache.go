@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"container/list"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 )
 
 // DefaultMaxOpen is how many objects' descriptors a Reader keeps open by
-// default (two descriptors each).
+// default (two descriptors each, three once read directly).
 const DefaultMaxOpen = 1024
 
 // key names one object of one target.
@@ -27,8 +28,12 @@ type key struct {
 type entry struct {
 	key
 	data, crc int
-	cap       []byte
-	expiry    time.Time
+	// direct is the O_DIRECT descriptor of the data file
+	// (Reader.directFD): 0 not opened yet, -1 none to be had, else the
+	// descriptor + 1.
+	direct atomic.Int32
+	cap    []byte
+	expiry time.Time
 
 	refs    int
 	dropped bool
@@ -168,5 +173,22 @@ func (c *fdCache) dropLocked(e *entry) {
 func (c *fdCache) closeLocked(e *entry) {
 	c.close(e.data)
 	c.close(e.crc)
+	if fd, _ := e.directFD(); fd >= 0 {
+		c.close(fd)
+	}
 	e.data, e.crc = -1, -1
+	e.direct.Store(-1)
+}
+
+// directFD returns e's O_DIRECT descriptor (-1: none) and whether one was
+// tried for at all.
+func (e *entry) directFD() (fd int, tried bool) {
+	switch v := e.direct.Load(); {
+	case v == 0:
+		return -1, false
+	case v < 0:
+		return -1, true
+	default:
+		return int(v) - 1, true
+	}
 }

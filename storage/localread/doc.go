@@ -27,9 +27,17 @@
 //     an object removed (st_nlink 0: a rebuild may replace its file), a
 //     missing object, a refused capability, a failed socket, a server that
 //     restarted (another id). Writes never go through here.
+//   - A read of at least Options.DirectMin bytes (128 KiB), aligned,
+//     bypasses the page cache (O_DIRECT, on a second open of the same
+//     data file through /proc/self/fd, made on first use; none to be had,
+//     as on tmpfs, leaves the reads cached). It is checked as every
+//     other read, and coherent with the server's buffered writes: the
+//     kernel writes a range's dirty pages back before a direct read of
+//     it.
 //   - Descriptors are used only with the very capability bytes the server
 //     checked, and not past its expiry; at most Options.MaxOpen objects
-//     (DefaultMaxOpen, 1024; two descriptors each) stay open, least
+//     (DefaultMaxOpen, 1024; two descriptors each, three once read
+//     directly) stay open, least
 //     recently used dropped first, and an entry's descriptors are closed
 //     once no read uses them. Forget drops an inode's (the client calls
 //     it when the file's last handle is released); an error drops the

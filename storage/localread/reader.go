@@ -8,10 +8,12 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/internal/bufpool"
@@ -30,7 +32,25 @@ type Options struct {
 	// time.Now. (The socket's server is on this host, so this clock is
 	// the one that checked the capability.)
 	Now func() time.Time
+	// DirectMin: a read of at least this many bytes whose offset, length
+	// and buffer are aligned to DirectAlign bypasses the page cache of
+	// this host (O_DIRECT, on a second descriptor of the object's data
+	// file, opened on first use): a cold sequential read then moves at
+	// the disk's speed, with one copy less and no page cache to fill and
+	// evict. 0: DefaultDirectMin; negative: never (every read through
+	// the page cache, where re-reads of what fits in memory are served
+	// from it).
+	DirectMin int
 }
+
+// DefaultDirectMin is Options.DirectMin's default: large reads, which
+// stream, bypass the page cache; small ones (4 KiB random reads, small
+// files) keep it.
+const DefaultDirectMin = 128 << 10
+
+// DirectAlign is the alignment O_DIRECT reads are made with (the
+// logical block size of every disk in use is 512 or 4,096 bytes).
+const DirectAlign = 4096
 
 // Reader is a storagerpc.Client whose Read reads objects of storage
 // servers on this host straight from their files (see the package
@@ -43,6 +63,8 @@ type Reader struct {
 	cache *fdCache
 	bufs  *bufpool.Pool
 	uid   int
+	// directMin is Options.DirectMin resolved (0: never).
+	directMin int
 
 	base   context.Context // of background probes; cancelled by Close
 	cancel context.CancelFunc
@@ -53,6 +75,7 @@ type Reader struct {
 	servers map[storagerpc.LocalInfo]*server
 
 	local, fallback, opens atomic.Uint64
+	direct                 atomic.Uint64
 }
 
 // targetState is what this Reader knows of a target's server: srv is its
@@ -83,8 +106,14 @@ func New(c *storagerpc.Client, o Options) *Reader {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
+	switch {
+	case o.DirectMin == 0:
+		o.DirectMin = DefaultDirectMin
+	case o.DirectMin < 0:
+		o.DirectMin = 0
+	}
 	base, cancel := context.WithCancel(context.Background())
-	return &Reader{Client: c, log: o.Logger, now: o.Now, cache: newFDCache(o.MaxOpen),
+	return &Reader{Client: c, log: o.Logger, now: o.Now, cache: newFDCache(o.MaxOpen), directMin: o.DirectMin,
 		bufs: bufpool.New(8, storagerpc.MaxIO), uid: os.Getuid(), base: base, cancel: cancel,
 		targets: map[proto.TargetID]*targetState{}, servers: map[storagerpc.LocalInfo]*server{}}
 }
@@ -96,6 +125,10 @@ func New(c *storagerpc.Client, o Options) *Reader {
 func (r *Reader) Stats() (local, fallback, opens uint64) {
 	return r.local.Load(), r.fallback.Load(), r.opens.Load()
 }
+
+// DirectReads returns how many of the local reads bypassed the page cache
+// (Options.DirectMin), since New.
+func (r *Reader) DirectReads() uint64 { return r.direct.Load() }
 
 // OpenObjects is how many objects' descriptors are held.
 func (r *Reader) OpenObjects() int { return r.cache.len() }
@@ -192,7 +225,14 @@ func (r *Reader) readEntry(e *entry, off uint64, p []byte) (int, error) {
 		defer r.bufs.Put(buf)
 		span = buf
 	}
-	if err := preadFull(e.data, span, int64(spanOff)); err != nil {
+	fd := e.data
+	if r.directOK(span, spanOff) {
+		if d := r.directFD(e); d >= 0 {
+			fd = d
+			r.direct.Add(1)
+		}
+	}
+	if err := preadFull(fd, span, int64(spanOff)); err != nil {
 		return 0, err
 	}
 	sums := r.bufs.Get(int(8 * (b1 - b0)))
@@ -209,6 +249,37 @@ func (r *Reader) readEntry(e *entry, off uint64, p []byte) (int, error) {
 		copy(p[:n], span[off-spanOff:])
 	}
 	return int(n), nil
+}
+
+// directOK reports whether a read of span at off may bypass the page
+// cache: large enough, and offset, length and buffer aligned as O_DIRECT
+// needs (a file's last, partial block is read through the cache).
+func (r *Reader) directOK(span []byte, off uint64) bool {
+	return r.directMin > 0 && len(span) >= r.directMin && len(span)%DirectAlign == 0 &&
+		off%DirectAlign == 0 && uintptr(unsafe.Pointer(&span[0]))%DirectAlign == 0
+}
+
+// directFD returns e's O_DIRECT descriptor of the object's data file,
+// opening it on first use, or -1 where there is none. It is a second
+// open of the very file the server gave (through /proc/self/fd, so the
+// same inode, and the same checks on every block): a descriptor's
+// O_DIRECT flag belongs to its open file, and the cached reads keep the
+// first. A file system without O_DIRECT (tmpfs), or a file this process
+// may not open itself (a mount not run as root, a server's private
+// files), leaves the entry with cached reads only.
+func (r *Reader) directFD(e *entry) int {
+	if fd, tried := e.directFD(); tried {
+		return fd
+	}
+	d, err := syscall.Open("/proc/self/fd/"+strconv.Itoa(e.data), syscall.O_RDONLY|syscall.O_DIRECT|syscall.O_CLOEXEC, 0)
+	if err != nil {
+		r.log.Debug("localread: no O_DIRECT reads of this object", "target", e.t, "object", e.obj, "err", err)
+		e.direct.CompareAndSwap(0, -1)
+	} else if !e.direct.CompareAndSwap(0, int32(d)+1) {
+		syscall.Close(d) // another read opened it first
+	}
+	fd, _ := e.directFD()
+	return fd
 }
 
 // pread reads at off until p is full or the file ends.
