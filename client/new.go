@@ -157,12 +157,11 @@ func (s *resolvingStorage) Forget(ino proto.Ino) {
 }
 
 // LocalReads forwards to the storage client (localread.Reader).
-func (s *resolvingStorage) LocalReads() (local, fallback, opens uint64, ok bool) {
+func (s *resolvingStorage) LocalReads() (localread.Counts, bool) {
 	if lr, isLocal := s.StorageService.(*localread.Reader); isLocal {
-		local, fallback, opens = lr.Stats()
-		return local, fallback, opens, true
+		return lr.Counts(), true
 	}
-	return 0, 0, 0, false
+	return localread.Counts{}, false
 }
 
 // ReadRow, WriteRow and Fence implement proto.RowVersioner when the

@@ -8,6 +8,7 @@ import (
 
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta/metarpc"
+	"github.com/weft-fs/weft/storage/localread"
 )
 
 // paramLister is what a metadata service offers for run-time parameters
@@ -54,16 +55,17 @@ func (c *Client) StorageInflight() map[string]int64 {
 }
 
 // LocalReads returns the storage reads this client served from local
-// files (short-circuit, package storage/localread), those that went over
-// RPC although their server is on this host, and the objects it opened
-// locally; ok is false when local reads are off.
-func (c *Client) LocalReads() (local, fallback, opens uint64, ok bool) {
+// files (short-circuit, package storage/localread) and how many of them
+// bypassed the page cache, those that went over RPC although their
+// server is on this host, and the objects it opened locally; ok is false
+// when local reads are off.
+func (c *Client) LocalReads() (localread.Counts, bool) {
 	if s, isRS := c.storage.(interface {
-		LocalReads() (uint64, uint64, uint64, bool)
+		LocalReads() (localread.Counts, bool)
 	}); isRS {
 		return s.LocalReads()
 	}
-	return 0, 0, 0, false
+	return localread.Counts{}, false
 }
 
 // Outstanding forwards to the storage client.

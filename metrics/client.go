@@ -4,6 +4,8 @@ import (
 	"sort"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/weft-fs/weft/storage/localread"
 )
 
 // ClientSource is what a mount's client tells its metrics
@@ -18,7 +20,7 @@ type ClientSource interface {
 // has it): its short-circuit local reads (package storage/localread); ok
 // is false when they are off.
 type LocalReadSource interface {
-	LocalReads() (local, fallback, opens uint64, ok bool)
+	LocalReads() (localread.Counts, bool)
 }
 
 // clientCollector reads a ClientSource at every scrape, so the values are
@@ -46,7 +48,7 @@ func RegisterClient(reg prometheus.Registerer, src ClientSource) error {
 			"Storage requests this mount has under way, by storage server address.",
 			[]string{"server"}, nil),
 		local: prometheus.NewDesc("weft_client_local_reads_total",
-			"Storage reads of this mount by how they went: result=local read from the object's file on this host (short-circuit, every block checked), fallback went over RPC although the server is on this host (checksum mismatch, missing object, error), open counts objects opened locally. Absent when local reads are off.",
+			"Storage reads of this mount by how they went: result=local read from the object's file on this host (short-circuit, every block checked), direct the local reads that bypassed the page cache (O_DIRECT: large aligned reads; also counted in local), fallback went over RPC although the server is on this host (checksum mismatch, missing object, error), open counts objects opened locally. Absent when local reads are off.",
 			[]string{"result"}, nil),
 	})
 }
@@ -73,10 +75,11 @@ func (c *clientCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(c.inflight, prometheus.GaugeValue, float64(n), addr)
 	}
 	if lr, ok := c.src.(LocalReadSource); ok {
-		if local, fallback, opens, on := lr.LocalReads(); on {
-			ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(local), "local")
-			ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(fallback), "fallback")
-			ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(opens), "open")
+		if n, on := lr.LocalReads(); on {
+			ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(n.Local), "local")
+			ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(n.Direct), "direct")
+			ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(n.Fallback), "fallback")
+			ch <- prometheus.MustNewConstMetric(c.local, prometheus.CounterValue, float64(n.Opens), "open")
 		}
 	}
 }

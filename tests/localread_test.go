@@ -29,6 +29,13 @@ func localCounts(t *testing.T, addr string) (local, fallback, opens float64) {
 		value(m, "weft_client_local_reads_total", "", "result", "open")
 }
 
+// directCount scrapes how many of a mount's local reads bypassed the
+// page cache (large aligned reads: localread.Options.DirectMin).
+func directCount(t *testing.T, addr string) float64 {
+	t.Helper()
+	return value(scrape(t, addr), "weft_client_local_reads_total", "", "result", "direct")
+}
+
 // alignedBuf returns n bytes aligned for O_DIRECT.
 func alignedBuf(n int) []byte {
 	b := make([]byte, n+4096)
@@ -113,6 +120,7 @@ func TestLocalReads(t *testing.T) {
 		waitLocal(t, maddr, p, want)
 	}
 	local0, fallback0, opens0 := localCounts(t, maddr)
+	direct0 := directCount(t, maddr)
 	t.Logf("after the first reads: local %v, fallback %v, opens %v", local0, fallback0, opens0)
 
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -141,6 +149,11 @@ func TestLocalReads(t *testing.T) {
 	if fallback1 != 0 {
 		t.Errorf("%v reads fell back to RPC, with nothing corrupt and no writer", fallback1)
 	}
+	// Reads of 128 KiB and more, aligned, bypass the page cache.
+	direct1 := directCount(t, maddr)
+	if direct1 <= direct0 {
+		t.Errorf("no read bypassed the page cache (direct reads %v before, %v after)", direct0, direct1)
+	}
 
 	// A write is seen by the next read (the descriptors are of the very
 	// files the server writes).
@@ -164,6 +177,9 @@ func TestLocalReads(t *testing.T) {
 	}
 	if local2, _, _ := localCounts(t, maddr); local2 <= local1 {
 		t.Errorf("the read after the write was not local (local reads %v before, %v after)", local1, local2)
+	}
+	if direct2 := directCount(t, maddr); direct2 <= direct1 {
+		t.Errorf("the read after the write did not bypass the page cache (direct reads %v before, %v after)", direct1, direct2)
 	}
 }
 

@@ -130,6 +130,20 @@ func (r *Reader) Stats() (local, fallback, opens uint64) {
 // (Options.DirectMin), since New.
 func (r *Reader) DirectReads() uint64 { return r.direct.Load() }
 
+// Counts is what a Reader did since New (Reader.Counts).
+type Counts struct {
+	Local    uint64 // reads served from local files
+	Direct   uint64 // of those, the reads that bypassed the page cache
+	Fallback uint64 // reads over RPC although their server is local
+	Opens    uint64 // objects opened through local sockets
+}
+
+// Counts returns Stats and DirectReads together.
+func (r *Reader) Counts() Counts {
+	local, fallback, opens := r.Stats()
+	return Counts{Local: local, Direct: r.DirectReads(), Fallback: fallback, Opens: opens}
+}
+
 // OpenObjects is how many objects' descriptors are held.
 func (r *Reader) OpenObjects() int { return r.cache.len() }
 
