@@ -185,9 +185,9 @@ type Node struct {
 	heldSince uint64
 	// owedCommit holds, per follower, the last append without entries
 	// that raft made only to tell it the commit index and that was held
-	// back (dropCommitOnly): the next append with entries carries the
-	// index instead; if none goes within commitNoticeDelay, the held
-	// one is sent (commitDue fires).
+	// back (holdCommitOnly): the next append with entries carries the
+	// index instead; if none goes within Config.CommitNoticeDelay, the
+	// held one is sent (commitDue fires).
 	owedCommit map[uint64]*pb.Message
 	commitDue  *time.Timer
 	applied    uint64
@@ -883,10 +883,10 @@ const DefaultCommitNoticeDelay = 2 * time.Millisecond
 // leader a send and an answer. Every append with entries carries the
 // commit index too, so such an append to the same follower makes the
 // held one moot (it is forgotten); one still held after
-// Config.CommitNoticeDelay is sent then (sendOwedCommits). A hand-ticked node
-// (no TickInterval: tests that step the group deterministically) holds
-// them only while proposals are held (Node.held), when an append with
-// entries follows within the leader's log write. raft takes a held
+// Config.CommitNoticeDelay is sent then (sendOwedCommits). A hand-ticked
+// node (no TickInterval: tests that step the group deterministically)
+// drops them only while proposals are held (Node.held), when an append
+// with entries follows within the leader's log write. raft takes a held
 // message as one delayed on the network, which it tolerates: for a
 // follower in StateReplicate an empty append changes nothing in the
 // leader's view of its progress but the commit index last sent. An empty

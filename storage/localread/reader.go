@@ -76,6 +76,9 @@ type Reader struct {
 
 	local, fallback, opens atomic.Uint64
 	direct                 atomic.Uint64
+	// directOff is set once a direct read failed with EINVAL: none is
+	// tried again.
+	directOff atomic.Bool
 }
 
 // targetState is what this Reader knows of a target's server: srv is its
@@ -243,11 +246,24 @@ func (r *Reader) readEntry(e *entry, off uint64, p []byte) (int, error) {
 	if r.directOK(span, spanOff) {
 		if d := r.directFD(e); d >= 0 {
 			fd = d
-			r.direct.Add(1)
 		}
 	}
-	if err := preadFull(fd, span, int64(spanOff)); err != nil {
+	err := preadFull(fd, span, int64(spanOff))
+	if err != nil && fd != e.data && errors.Is(err, syscall.EINVAL) {
+		// The file system took O_DIRECT at open but not this read (an
+		// alignment it wants larger): read through the cache, and from
+		// now on always.
+		if r.directOff.CompareAndSwap(false, true) {
+			r.log.Warn("localread: O_DIRECT reads refused, reading through the page cache", "err", err)
+		}
+		fd = e.data
+		err = preadFull(fd, span, int64(spanOff))
+	}
+	if err != nil {
 		return 0, err
+	}
+	if fd != e.data {
+		r.direct.Add(1)
 	}
 	sums := r.bufs.Get(int(8 * (b1 - b0)))
 	defer r.bufs.Put(sums)
@@ -269,7 +285,7 @@ func (r *Reader) readEntry(e *entry, off uint64, p []byte) (int, error) {
 // cache: large enough, and offset, length and buffer aligned as O_DIRECT
 // needs (a file's last, partial block is read through the cache).
 func (r *Reader) directOK(span []byte, off uint64) bool {
-	return r.directMin > 0 && len(span) >= r.directMin && len(span)%DirectAlign == 0 &&
+	return r.directMin > 0 && !r.directOff.Load() && len(span) >= r.directMin && len(span)%DirectAlign == 0 &&
 		off%DirectAlign == 0 && uintptr(unsafe.Pointer(&span[0]))%DirectAlign == 0
 }
 
@@ -278,7 +294,7 @@ func (r *Reader) directOK(span []byte, off uint64) bool {
 // open of the very file the server gave (through /proc/self/fd, so the
 // same inode, and the same checks on every block): a descriptor's
 // O_DIRECT flag belongs to its open file, and the cached reads keep the
-// first. A file system without O_DIRECT (tmpfs), or a file this process
+// first. A file system without O_DIRECT (tmpfs before Linux 6.6), or a file this process
 // may not open itself (a mount not run as root, a server's private
 // files), leaves the entry with cached reads only.
 func (r *Reader) directFD(e *entry) int {
