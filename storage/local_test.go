@@ -125,7 +125,7 @@ func TestLocalSocket(t *testing.T) {
 		if err != nil || !bytes.Equal(got[:n], data) {
 			t.Fatalf("read %d bytes, %v", n, err)
 		}
-		if local, _, _ := lr.Stats(); local > 0 {
+		if lr.Counts().Local > 0 {
 			break
 		}
 		if time.Now().After(deadline) {
@@ -155,12 +155,12 @@ func TestLocalSocket(t *testing.T) {
 	if n, err := f.Read(ctx, big, 128<<10); err != nil || !bytes.Equal(big[:n], data[128<<10:640<<10]) {
 		t.Fatalf("large read: %d bytes, %v", n, err)
 	}
-	if lr.DirectReads() == 0 {
+	if lr.Counts().Direct == 0 {
 		t.Fatal("no read bypassed the page cache")
 	}
 	// (Concurrent first reads of the object may each have opened it.)
-	if local, fallback, opens := lr.Stats(); fallback != 0 || opens == 0 || lr.OpenObjects() != 1 {
-		t.Fatalf("local %d, fallback %d, opens %d, open objects %d: want no fallback, one object open", local, fallback, opens, lr.OpenObjects())
+	if n := lr.Counts(); n.Fallback != 0 || n.Opens == 0 || lr.OpenObjects() != 1 {
+		t.Fatalf("local %d, fallback %d, opens %d, open objects %d: want no fallback, one object open", n.Local, n.Fallback, n.Opens, lr.OpenObjects())
 	}
 
 	if err := f.Release(ctx); err != nil {
@@ -194,7 +194,7 @@ func TestLocalSocket(t *testing.T) {
 	if _, err := f.Read(ctx, got[:4096], 8192); !errors.Is(err, syscall.EIO) {
 		t.Fatalf("read of a corrupt block: %v, want EIO", err)
 	}
-	if _, fallback, _ := lr.Stats(); fallback != 1 {
+	if fallback := lr.Counts().Fallback; fallback != 1 {
 		t.Fatalf("%d reads fell back to RPC, want the corrupt one", fallback)
 	}
 	if n, err := f.Read(ctx, got[:4096], 0); err != nil || !bytes.Equal(got[:n], data[:4096]) {

@@ -893,29 +893,34 @@ const DefaultCommitNoticeDelay = 2 * time.Millisecond
 // append to a follower being probed (its log's end unknown) is the probe
 // itself and leaves at once.
 func (n *Node) holdCommitOnly(msgs []*pb.Message) []*pb.Message {
-	hold := len(n.held) > 0 || n.cfg.TickInterval > 0
+	clocked := n.cfg.TickInterval > 0
 	var replicating map[uint64]bool
 	out := msgs[:0]
 	for _, m := range msgs {
-		if m.GetType() == pb.MessageType_MsgApp {
-			if len(m.GetEntries()) > 0 {
-				delete(n.owedCommit, m.GetTo())
-			} else if hold {
-				if replicating == nil {
-					replicating = map[uint64]bool{}
-					n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-						replicating[id] = pr.State == tracker.StateReplicate
-					})
-				}
-				if replicating[m.GetTo()] {
-					if n.cfg.TickInterval > 0 {
-						n.oweCommit(m)
-					}
-					continue
-				}
-			}
+		if m.GetType() != pb.MessageType_MsgApp {
+			out = append(out, m)
+			continue
 		}
-		out = append(out, m)
+		if len(m.GetEntries()) > 0 {
+			delete(n.owedCommit, m.GetTo())
+			out = append(out, m)
+			continue
+		}
+		if replicating == nil && (clocked || len(n.held) > 0) {
+			replicating = map[uint64]bool{}
+			n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
+				replicating[id] = pr.State == tracker.StateReplicate
+			})
+		}
+		switch {
+		case !replicating[m.GetTo()]:
+			out = append(out, m) // a probe, or nothing to hold it for
+		case clocked:
+			n.oweCommit(m)
+		default:
+			// A hand-ticked node with proposals held drops it: their
+			// append follows within the leader's log write.
+		}
 	}
 	return out
 }
@@ -946,7 +951,7 @@ func (n *Node) commitNoticeDelay() time.Duration {
 // commitDueC is the channel the node waits on for owed commit notices
 // (nil, never ready, when none is owed).
 func (n *Node) commitDueC() <-chan time.Time {
-	if len(n.owedCommit) == 0 || n.commitDue == nil {
+	if len(n.owedCommit) == 0 {
 		return nil
 	}
 	return n.commitDue.C

@@ -121,30 +121,17 @@ func New(c *storagerpc.Client, o Options) *Reader {
 		targets: map[proto.TargetID]*targetState{}, servers: map[storagerpc.LocalInfo]*server{}}
 }
 
-// Stats returns the reads served from local files, the reads that fell
-// back to RPC although their target's server is local (a checksum
-// mismatch: a write under way, or corruption; a missing object; an
-// error), and the objects opened through local sockets, since New.
-func (r *Reader) Stats() (local, fallback, opens uint64) {
-	return r.local.Load(), r.fallback.Load(), r.opens.Load()
-}
-
-// DirectReads returns how many of the local reads bypassed the page cache
-// (Options.DirectMin), since New.
-func (r *Reader) DirectReads() uint64 { return r.direct.Load() }
-
-// Counts is what a Reader did since New (Reader.Counts).
+// Counts is what a Reader did since New.
 type Counts struct {
 	Local    uint64 // reads served from local files
-	Direct   uint64 // of those, the reads that bypassed the page cache
-	Fallback uint64 // reads over RPC although their server is local
+	Direct   uint64 // of those, the reads that bypassed the page cache (Options.DirectMin)
+	Fallback uint64 // reads over RPC although their server is local (a checksum mismatch: a write under way, or corruption; a missing object; an error)
 	Opens    uint64 // objects opened through local sockets
 }
 
-// Counts returns Stats and DirectReads together.
+// Counts returns what the Reader did since New.
 func (r *Reader) Counts() Counts {
-	local, fallback, opens := r.Stats()
-	return Counts{Local: local, Direct: r.DirectReads(), Fallback: fallback, Opens: opens}
+	return Counts{Local: r.local.Load(), Direct: r.direct.Load(), Fallback: r.fallback.Load(), Opens: r.opens.Load()}
 }
 
 // OpenObjects is how many objects' descriptors are held.
