@@ -1,0 +1,175 @@
+// Command syncfloor measures the two figures that bound how fast one
+// process can create (or delete) files on a FUSE file system whose
+// acknowledged metadata changes are durable (issue 12's contract, with
+// issue 8's rule that a change is acknowledged only once on disk): how
+// long the disk takes to make one small write durable, by the fastest way
+// there is, and how long a create (or an unlink) takes through a FUSE
+// file system that does nothing durable (the ceiling) and on its backing
+// file system directly. scripts/bench-sync-floor.sh runs it; it is a
+// measuring tool, not part of weft.
+//
+//	syncfloor durable DIR [--n 2000]
+//	syncfloor namespace DIR [--n 5000]
+//
+// durable writes in a scratch file in DIR, one write at a time, each
+// durable before the next starts, three ways: a 4 KiB O_DIRECT|O_DSYNC
+// overwrite of a preallocated, synced file (no metadata to journal, no
+// page cache), a 512-byte O_DSYNC overwrite, and a 512-byte append
+// followed by fdatasync (what a log does); and fdatasync of a file with
+// nothing dirty (a cache flush alone, which no durable write can beat).
+// namespace creates --n empty files in DIR from this one process
+// (open O_CREAT|O_EXCL, close: mdtest-easy's create), then unlinks them.
+//
+// Output: one JSON line per figure, {"what":..., "n":..., "min_us":...,
+// "p10_us":..., "p50_us":...}. Any error ends the run with a non-zero exit.
+package main
+
+import (
+	"cmp"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+func main() {
+	if len(os.Args) < 3 {
+		fmt.Fprintln(os.Stderr, "usage: syncfloor durable|namespace DIR [--n N]")
+		os.Exit(2)
+	}
+	mode, dir := os.Args[1], os.Args[2]
+	fs := flag.NewFlagSet(mode, flag.ExitOnError)
+	n := fs.Int("n", 0, "operations per figure (durable: 2000, namespace: 5000)")
+	_ = fs.Parse(os.Args[3:])
+	var err error
+	switch mode {
+	case "durable":
+		err = durable(dir, cmp.Or(*n, 2000))
+	case "namespace":
+		err = namespace(dir, cmp.Or(*n, 5000))
+	default:
+		err = fmt.Errorf("unknown mode %q", mode)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "syncfloor:", err)
+		os.Exit(1)
+	}
+}
+
+// figure is one measured operation's latencies.
+type figure struct {
+	What  string  `json:"what"`
+	N     int     `json:"n"`
+	Min   float64 `json:"min_us"`
+	P10   float64 `json:"p10_us"`
+	P50   float64 `json:"p50_us"`
+	Total float64 `json:"total_s"`
+}
+
+// timeEach runs op n times, one after the other, and prints its figure.
+func timeEach(what string, n int, op func(i int) error) error {
+	ds := make([]time.Duration, n)
+	t0 := time.Now()
+	for i := range n {
+		s := time.Now()
+		if err := op(i); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
+		ds[i] = time.Since(s)
+	}
+	total := time.Since(t0)
+	slices.Sort(ds)
+	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
+	b, _ := json.Marshal(figure{What: what, N: n, Min: us(ds[0]), P10: us(ds[n/10]), P50: us(ds[n/2]), Total: total.Seconds()})
+	fmt.Println(string(b))
+	return nil
+}
+
+func durable(dir string, n int) error {
+	const block = 4096
+	size := int64(n+1) * block
+	pre := filepath.Join(dir, "syncfloor-pre")
+	defer os.Remove(pre)
+	f, err := os.OpenFile(pre, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteAt(make([]byte, size), 0); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return err
+	}
+	f.Close()
+
+	direct, err := unix.Open(pre, unix.O_RDWR|unix.O_DIRECT|unix.O_DSYNC|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return fmt.Errorf("open O_DIRECT: %w", err)
+	}
+	defer unix.Close(direct)
+	raw := make([]byte, 2*block)
+	buf := raw[block-int(uintptr(unsafe.Pointer(&raw[0]))%block):][:block]
+	if err := timeEach("direct-dsync-4k-overwrite", n, func(i int) error {
+		_, err := unix.Pwrite(direct, buf, int64(i)*block)
+		return err
+	}); err != nil {
+		return err
+	}
+
+	dsync, err := unix.Open(pre, unix.O_RDWR|unix.O_DSYNC|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(dsync)
+	small := make([]byte, 512)
+	if err := timeEach("dsync-512-overwrite", n, func(i int) error {
+		_, err := unix.Pwrite(dsync, small, int64(i)*512)
+		return err
+	}); err != nil {
+		return err
+	}
+	if err := timeEach("fdatasync-nothing-dirty", n, func(int) error { return unix.Fdatasync(dsync) }); err != nil {
+		return err
+	}
+
+	app := filepath.Join(dir, "syncfloor-append")
+	defer os.Remove(app)
+	a, err := os.OpenFile(app, os.O_CREATE|os.O_WRONLY|os.O_TRUNC|os.O_APPEND, 0o600)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	return timeEach("append-512-fdatasync", n, func(int) error {
+		if _, err := a.Write(small); err != nil {
+			return err
+		}
+		return unix.Fdatasync(int(a.Fd()))
+	})
+}
+
+func namespace(dir string, n int) error {
+	work, err := os.MkdirTemp(dir, "syncfloor-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	name := func(i int) string { return filepath.Join(work, fmt.Sprintf("file.%d", i)) }
+	if err := timeEach("create-close", n, func(i int) error {
+		f, err := os.OpenFile(name(i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		if err != nil {
+			return err
+		}
+		return f.Close()
+	}); err != nil {
+		return err
+	}
+	return timeEach("unlink", n, func(i int) error { return os.Remove(name(i)) })
+}

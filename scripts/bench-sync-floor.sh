@@ -1,0 +1,126 @@
+#!/usr/bin/env bash
+# What the durability contract leaves for one process's creates and
+# deletes (issue 12's mdtest-easy lines), measured in one run: the FUSE
+# ceiling (go-fuse loopback over tmpfs, internal/tools/ceilingmount) and
+# its tmpfs directly, creating and unlinking files from one process, and
+# the fastest durable small write of the disk weft keeps its metadata on
+# (internal/tools/syncfloor). With one process each create waits for its
+# reply before the next starts, and weft may reply only once the create is
+# on disk (README "Durability"; issue 8: on a majority of members, whose
+# writes can at best run side by side), so one create takes at least the
+# ceiling's FUSE round trips (the ceiling's time less its tmpfs work) plus
+# one durable write. The script prints that bound as a fraction of the
+# ceiling's rate, beside weft's own (a default `weft up`, unless
+# --no-weft), medians of --rounds. docs/performance.md, "One process's
+# creates against the durability floor", is made with it.
+#
+#   scripts/bench-sync-floor.sh [--rounds 3] [--files 5000] [--writes 2000]
+#                               [--disk-dir /var/tmp] [--base-port 7850]
+#                               [--no-weft] [--out DIR]
+#
+# --disk-dir must be on the disk weft's data goes on (weft up --data puts
+# it under --out, so the default --out and --disk-dir should share a disk).
+# Run as root (the mounts need it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=3
+files=5000
+writes=2000
+disk_dir=/var/tmp
+base_port=7850
+with_weft=1
+out=/tmp/weft-bench-sync-floor
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--rounds) rounds=$2; shift 2 ;;
+	--files) files=$2; shift 2 ;;
+	--writes) writes=$2; shift 2 ;;
+	--disk-dir) disk_dir=$2; shift 2 ;;
+	--base-port) base_port=$2; shift 2 ;;
+	--no-weft) with_weft=0; shift ;;
+	--out) out=$2; shift 2 ;;
+	*) echo "usage: bench-sync-floor.sh [--rounds N] [--files N] [--writes N] [--disk-dir DIR] [--base-port P] [--no-weft] [--out DIR]" >&2; exit 2 ;;
+	esac
+done
+
+rm -rf "$out"
+mkdir -p "$out/ceiling-mnt" "$out/weft-mnt"
+go build -o "$out/" ./cmd/weft ./internal/tools/ceilingmount ./internal/tools/syncfloor
+tmpfs=$(mktemp -d /dev/shm/weft-sync-floor.XXXXXX)
+
+ceiling_pid= up_pid=
+cleanup() {
+	if [ -n "$up_pid" ] && kill -0 "$up_pid" 2>/dev/null; then
+		kill -TERM "$up_pid"
+		wait "$up_pid" || true
+	fi
+	if [ -n "$ceiling_pid" ] && kill -0 "$ceiling_pid" 2>/dev/null; then
+		kill -TERM "$ceiling_pid"
+		wait "$ceiling_pid" || true
+	fi
+	umount -l "$out/ceiling-mnt" 2>/dev/null || true
+	umount -l "$out/weft-mnt" 2>/dev/null || true
+	rm -rf "$tmpfs"
+}
+trap cleanup EXIT
+
+wait_for() { # wait_for WHAT LOG TEXT PID
+	for _ in $(seq 600); do
+		grep -qs "$3" "$2" && return 0
+		kill -0 "$4" 2>/dev/null || { cat "$2" >&2; echo "bench-sync-floor: $1 exited" >&2; exit 1; }
+		sleep 0.2
+	done
+	echo "bench-sync-floor: gave up waiting for $1" >&2
+	exit 1
+}
+
+"$out/ceilingmount" "$tmpfs" "$out/ceiling-mnt" >"$out/ceiling.log" 2>&1 &
+ceiling_pid=$!
+wait_for "the ceiling mount" "$out/ceiling.log" mounted "$ceiling_pid"
+if [ "$with_weft" = 1 ]; then
+	"$out/weft" up --data "$out/weft-data" --mount "$out/weft-mnt" --base-port "$base_port" --log-level warn >"$out/up.log" 2>&1 &
+	up_pid=$!
+	wait_for "weft up" "$out/up.log" "weft is up" "$up_pid"
+fi
+
+for r in $(seq "$rounds"); do
+	echo "== round $r" >&2
+	"$out/syncfloor" durable "$disk_dir" --n "$writes" | sed "s/^/durable $r /" >>"$out/results"
+	"$out/syncfloor" namespace "$out/ceiling-mnt" --n "$files" | sed "s/^/ceiling $r /" >>"$out/results"
+	"$out/syncfloor" namespace "$tmpfs" --n "$files" | sed "s/^/tmpfs $r /" >>"$out/results"
+	if [ "$with_weft" = 1 ]; then
+		"$out/syncfloor" namespace "$out/weft-mnt" --n "$files" | sed "s/^/weft $r /" >>"$out/results"
+	fi
+done
+
+python3 - "$out/results" <<'PY'
+import json, statistics, sys
+rows = {}
+for line in open(sys.argv[1]):
+    system, rnd, js = line.split(" ", 2)
+    f = json.loads(js)
+    # mean time per operation: what a rate is made of
+    rows.setdefault((system, f["what"]), []).append(1e6 * f["total_s"] / f["n"])
+med = {k: statistics.median(v) for k, v in rows.items()}
+print("mean µs per operation (medians of the rounds):")
+for (s, w), v in sorted(med.items()):
+    print(f"  {s:8} {w:28} {v:8.1f}   runs: " + ", ".join(f"{x:.1f}" for x in rows[(s, w)]))
+durable = {w: v for (s, w), v in med.items() if s == "durable" and w != "fdatasync-nothing-dirty"}
+best_w, best = min(durable.items(), key=lambda kv: kv[1])
+flush = med[("durable", "fdatasync-nothing-dirty")]
+print(f"\nfastest durable write: {best_w}, {best:.1f} µs; a cache flush with nothing to write: {flush:.1f} µs")
+print("\n| operation | ceiling /s | FUSE part µs | bound with the fastest write /s (÷ ceiling) | bound with a bare flush (÷ ceiling) | weft /s (÷ ceiling) |")
+print("|---|---|---|---|---|---|")
+for op in ("create-close", "unlink"):
+    c, t = med[("ceiling", op)], med[("tmpfs", op)]
+    fuse = c - t
+    rate = lambda us: 1e6 / us
+    line = f"| {op} | {rate(c):,.0f} | {fuse:.1f} | {rate(fuse + best):,.0f} ({(fuse + t) / (fuse + best):.2f}) | {rate(fuse + flush):,.0f} ({(fuse + t) / (fuse + flush):.2f}) |"
+    if ("weft", op) in med:
+        w = med[("weft", op)]
+        line += f" {rate(w):,.0f} ({c / w:.2f}) |"
+    else:
+        line += " |"
+    print(line)
+PY
