@@ -691,3 +691,73 @@ func TestGCDownTargetDoesNotBlockOthers(t *testing.T) {
 		t.Fatalf("%d objects of target 1 removed in %d RemoveMany calls, want 2", gcBatch+50, n)
 	}
 }
+
+// prefixCountingStore counts the range deletions (DeletePrefix) its
+// batches are given.
+type prefixCountingStore struct {
+	store.Store
+	prefixDeletes *int
+}
+
+func (s prefixCountingStore) NewBatch() store.Batch {
+	return prefixCountingBatch{s.Store.NewBatch(), s.prefixDeletes}
+}
+
+type prefixCountingBatch struct {
+	store.Batch
+	n *int
+}
+
+func (b prefixCountingBatch) DeletePrefix(p []byte) { *b.n++; b.Batch.DeletePrefix(p) }
+
+// TestUnlinkWithoutRangeDeletes: reclaiming an unlinked file (inline, as
+// nobody has it open) removes its keys, xattrs included, with point
+// deletes only. A range deletion per reclaim made pebble fragment every
+// tombstone in its memtable again on each later read: a burst of unlinks
+// ran in quadratic time (docs/performance.md).
+func TestUnlinkWithoutRangeDeletes(t *testing.T) {
+	var n int
+	mem := store.NewMem()
+	srv, err := New(Options{Store: prefixCountingStore{mem, &n}, Seed: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.Close()
+	if _, err := srv.RegisterTarget(ctx, "u1", proto.TargetInfo{Addr: "a:1", Total: 1 << 30, Free: 1 << 30}); err != nil {
+		t.Fatal(err)
+	}
+	var inos []proto.Ino
+	for i := range 10 {
+		a, err := srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: fmt.Sprint("f", i), Mode: 0644})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := srv.SetXattr(ctx, a.Ino, "user.k", []byte("v"), 0); err != nil {
+			t.Fatal(err)
+		}
+		inos = append(inos, a.Ino)
+	}
+	for i := range 10 {
+		if err := srv.Unlink(ctx, proto.RootIno, fmt.Sprint("f", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n != 0 {
+		t.Fatalf("%d range deletions for 10 unlinks", n)
+	}
+	for _, ino := range inos {
+		if _, err := srv.GetAttr(ctx, ino); !errors.Is(err, syscall.ENOENT) {
+			t.Fatalf("inode %d after unlink: %v", ino, err)
+		}
+		p := store.XattrPrefix(uint64(ino))
+		if err := mem.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
+			t.Errorf("inode %d: xattr key %q left", ino, k)
+			return true
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if orphans, err := srv.Orphans(); err != nil || len(orphans) != 0 {
+		t.Fatalf("orphans %v, %v", orphans, err)
+	}
+}

@@ -1440,16 +1440,16 @@ func (t *txn) reclaim(c *Command) error {
 // GC.
 func (t *txn) reclaimInode(n *inode) error {
 	ino := n.Ino
-	p := store.XattrPrefix(uint64(ino))
-	var keys [][]byte
-	if err := t.sm.st.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
-		keys = append(keys, bytes.Clone(k))
-		return true
-	}); err != nil {
+	if err := t.deleteKeysWithPrefix(store.XattrPrefix(uint64(ino))); err != nil {
 		return errnof(syscall.EIO, "scan xattrs: %v", err)
 	}
-	for _, k := range keys {
-		t.b.Delete(k)
+	// Point deletes of the keys there are (almost always none), not a
+	// range deletion: every range tombstone in pebble's memtable is
+	// fragmented again by each later read until the memtable is flushed,
+	// so one per reclaimed inode made a burst of unlinks quadratic
+	// (docs/performance.md, "One process's creates and deletes").
+	if err := t.deleteKeysWithPrefix(store.LostPrefix(uint64(ino))); err != nil {
+		return errnof(syscall.EIO, "scan lost objects: %v", err)
 	}
 	if n.IsRegular() {
 		for i, tg := range n.Layout.Targets {
@@ -1457,13 +1457,28 @@ func (t *txn) reclaimInode(n *inode) error {
 			t.res.gcQueued++
 		}
 	}
-	t.b.DeletePrefix(store.LostPrefix(uint64(ino)))
 	t.b.Delete(store.OrphanKey(uint64(ino)))
 	delete(t.cache, ino)
 	delete(t.dirty, ino)
 	t.deleted[ino] = true
 	t.inodes--
 	t.res.orphans = slices.DeleteFunc(t.res.orphans, func(o proto.Ino) bool { return o == ino })
+	return nil
+}
+
+// deleteKeysWithPrefix deletes, in the txn's batch, every key of the
+// store that starts with p.
+func (t *txn) deleteKeysWithPrefix(p []byte) error {
+	var keys [][]byte
+	if err := t.sm.st.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
+		keys = append(keys, bytes.Clone(k))
+		return true
+	}); err != nil {
+		return err
+	}
+	for _, k := range keys {
+		t.b.Delete(k)
+	}
 	return nil
 }
 
