@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -322,9 +324,13 @@ func TestLinearizable(t *testing.T) {
 	t.Logf("%d operations (%d of unknown outcome), %d faults", len(history), unknown, faults)
 	res, info := porcupine.CheckOperationsVerbose(nsModel, history, 5*time.Minute)
 	if res != porcupine.Ok {
-		path := t.TempDir() + "/history.html"
-		if err := porcupine.VisualizePath(nsModel, info, path); err == nil {
-			t.Logf("visualization: %s", path)
+		// Outside t.TempDir, which goes with the test: a rare failure's
+		// history must outlive the run to be read.
+		if dir, err := os.MkdirTemp("", "weft-linearizable-"); err == nil {
+			path := filepath.Join(dir, "history.html")
+			if err := porcupine.VisualizePath(nsModel, info, path); err == nil {
+				t.Logf("visualization (kept): %s", path)
+			}
 		}
 		t.Fatalf("history is %s", res)
 	}
