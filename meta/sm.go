@@ -1467,19 +1467,13 @@ func (t *txn) reclaimInode(n *inode) error {
 }
 
 // deleteKeysWithPrefix deletes, in the txn's batch, every key of the
-// store that starts with p.
+// store that starts with p. The batch copies each key (store.Batch), so
+// the scan's keys are deleted as they come.
 func (t *txn) deleteKeysWithPrefix(p []byte) error {
-	var keys [][]byte
-	if err := t.sm.st.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
-		keys = append(keys, bytes.Clone(k))
-		return true
-	}); err != nil {
-		return err
-	}
-	for _, k := range keys {
+	return t.sm.st.Scan(p, store.PrefixEnd(p), func(k, _ []byte) bool {
 		t.b.Delete(k)
-	}
-	return nil
+		return true
+	})
 }
 
 // fileOfGen returns the regular file ino of generation gen: EINVAL for

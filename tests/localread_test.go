@@ -20,20 +20,17 @@ import (
 // Short-circuit local reads (storage/localread): the storage servers have
 // local sockets, so the mount reads their object files itself.
 
+// localReadCounts is a mount's weft_client_local_reads_total: direct
+// counts the local reads that bypassed the page cache (large aligned
+// reads: localread.Options.DirectMin).
+type localReadCounts struct{ local, fallback, opens, direct float64 }
+
 // localCounts scrapes a mount's weft_client_local_reads_total.
-func localCounts(t *testing.T, addr string) (local, fallback, opens float64) {
+func localCounts(t *testing.T, addr string) localReadCounts {
 	t.Helper()
 	m := scrape(t, addr)
-	return value(m, "weft_client_local_reads_total", "", "result", "local"),
-		value(m, "weft_client_local_reads_total", "", "result", "fallback"),
-		value(m, "weft_client_local_reads_total", "", "result", "open")
-}
-
-// directCount scrapes how many of a mount's local reads bypassed the
-// page cache (large aligned reads: localread.Options.DirectMin).
-func directCount(t *testing.T, addr string) float64 {
-	t.Helper()
-	return value(scrape(t, addr), "weft_client_local_reads_total", "", "result", "direct")
+	v := func(result string) float64 { return value(m, "weft_client_local_reads_total", "", "result", result) }
+	return localReadCounts{local: v("local"), fallback: v("fallback"), opens: v("open"), direct: v("direct")}
 }
 
 // alignedBuf returns n bytes aligned for O_DIRECT.
@@ -76,7 +73,7 @@ func waitLocal(t *testing.T, addr, path string, want []byte) {
 		if err != nil || !bytes.Equal(b, want) {
 			t.Fatalf("read of %s: %v (%s)", path, err, firstDiff(b, want))
 		}
-		if local, _, _ := localCounts(t, addr); local > 0 {
+		if localCounts(t, addr).local > 0 {
 			return
 		}
 		if time.Now().After(deadline) {
@@ -119,9 +116,8 @@ func TestLocalReads(t *testing.T) {
 	for p, want := range files {
 		waitLocal(t, maddr, p, want)
 	}
-	local0, fallback0, opens0 := localCounts(t, maddr)
-	direct0 := directCount(t, maddr)
-	t.Logf("after the first reads: local %v, fallback %v, opens %v", local0, fallback0, opens0)
+	n0 := localCounts(t, maddr)
+	t.Logf("after the first reads: %+v", n0)
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	reads := 0
@@ -141,18 +137,17 @@ func TestLocalReads(t *testing.T) {
 			reads++
 		}
 	}
-	local1, fallback1, opens1 := localCounts(t, maddr)
-	t.Logf("after %d random reads: local %v, fallback %v, opens %v", reads, local1, fallback1, opens1)
-	if local1-local0 < float64(reads) {
-		t.Errorf("%d reads through the mount, %v read locally", reads, local1-local0)
+	n1 := localCounts(t, maddr)
+	t.Logf("after %d random reads: %+v", reads, n1)
+	if n1.local-n0.local < float64(reads) {
+		t.Errorf("%d reads through the mount, %v read locally", reads, n1.local-n0.local)
 	}
-	if fallback1 != 0 {
-		t.Errorf("%v reads fell back to RPC, with nothing corrupt and no writer", fallback1)
+	if n1.fallback != 0 {
+		t.Errorf("%v reads fell back to RPC, with nothing corrupt and no writer", n1.fallback)
 	}
 	// Reads of 128 KiB and more, aligned, bypass the page cache.
-	direct1 := directCount(t, maddr)
-	if direct1 <= direct0 {
-		t.Errorf("no read bypassed the page cache (direct reads %v before, %v after)", direct0, direct1)
+	if n1.direct <= n0.direct {
+		t.Errorf("no read bypassed the page cache (direct reads %v before, %v after)", n0.direct, n1.direct)
 	}
 
 	// A write is seen by the next read (the descriptors are of the very
@@ -175,11 +170,12 @@ func TestLocalReads(t *testing.T) {
 	if err != nil || !bytes.Equal(b, want) {
 		t.Fatalf("read after a write: %v (%s)", err, firstDiff(b, want))
 	}
-	if local2, _, _ := localCounts(t, maddr); local2 <= local1 {
-		t.Errorf("the read after the write was not local (local reads %v before, %v after)", local1, local2)
+	n2 := localCounts(t, maddr)
+	if n2.local <= n1.local {
+		t.Errorf("the read after the write was not local (local reads %v before, %v after)", n1.local, n2.local)
 	}
-	if direct2 := directCount(t, maddr); direct2 <= direct1 {
-		t.Errorf("the read after the write did not bypass the page cache (direct reads %v before, %v after)", direct1, direct2)
+	if n2.direct <= n1.direct {
+		t.Errorf("the read after the write did not bypass the page cache (direct reads %v before, %v after)", n1.direct, n2.direct)
 	}
 }
 
@@ -223,7 +219,7 @@ func TestLocalReadsCorrupt(t *testing.T) {
 	}
 	raidSrv := flip(raid, 0)
 	mirSrv := flip(mir, 0)
-	_, fallback0, _ := localCounts(t, maddr)
+	fallback0 := localCounts(t, maddr).fallback
 
 	// flipObject flips the byte in the middle: 2 MiB into each object.
 	if b, err := readDirect(t, raid, 2<<20-4096, 8192); !errors.Is(err, syscall.EIO) {
@@ -246,7 +242,7 @@ func TestLocalReadsCorrupt(t *testing.T) {
 			t.Fatalf("mirrored file with one copy corrupt: %v (%s)", err, firstDiff(b, mirWant))
 		}
 	}
-	if _, fallback, _ := localCounts(t, maddr); fallback <= fallback0 {
+	if fallback := localCounts(t, maddr).fallback; fallback <= fallback0 {
 		t.Errorf("no local read fell back to RPC (fallbacks %v before the corrupt reads, %v after)", fallback0, fallback)
 	}
 	for _, srv := range []int{raidSrv, mirSrv} {
