@@ -204,9 +204,9 @@ func TestHoldCommitOnly(t *testing.T) {
 	n := c.nodes[lead]
 	if err := n.do(context.Background(), func() {
 		// Nothing held: a hand-ticked leader sends them all.
-		got <- n.holdCommitOnly([]*pb.Message{toReplicating, toProbed})
+		got <- n.holdAppends([]*pb.Message{toReplicating, toProbed})
 		n.held = append(n.held, heldProposal{})
-		got <- n.holdCommitOnly([]*pb.Message{toReplicating, withEntries, toProbed, hb})
+		got <- n.holdAppends([]*pb.Message{toReplicating, withEntries, toProbed, hb})
 		n.held = n.held[:0]
 	}); err != nil {
 		t.Fatal(err)

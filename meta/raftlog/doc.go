@@ -73,7 +73,9 @@
 //     An append that only tells a follower a new commit index is held
 //     back for up to Config.CommitNoticeDelay (2 ms): the next append
 //     with entries carries the index instead, so a busy group does not
-//     pay a round per follower for each commit (Node.holdCommitOnly);
+//     pay a round per follower for each commit, and the appends to a
+//     follower the quorum does not need are merged, every
+//     Config.LaggardDelay (5 ms) (hold.go);
 //  2. the append (MsgStorageAppend: entries and HardState) is queued to
 //     the appender, which writes the appends waiting in one pebble batch
 //     each, synced once for all of them when any has new entries, a new

@@ -1,7 +1,6 @@
 package raftlog
 
 import (
-	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -16,7 +15,6 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
-	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -118,8 +116,13 @@ type Config struct {
 	// CommitNoticeDelay is how long a leader with a clock (TickInterval
 	// > 0) holds back an append that only tells a follower a new commit
 	// index, for an append with entries to carry the index instead
-	// (holdCommitOnly); 0: DefaultCommitNoticeDelay.
+	// (hold.go); 0: DefaultCommitNoticeDelay.
 	CommitNoticeDelay time.Duration
+	// LaggardDelay is how long a leader with a clock holds back the
+	// appends to a follower it does not need for its quorum, merging
+	// them into one (hold.go); 0: DefaultLaggardDelay; negative: never
+	// (every follower receives every append at once).
+	LaggardDelay time.Duration
 	// Snapshots is where the state machine's snapshots are kept, made
 	// and received (nil: none; the log is never compacted and a member
 	// that fell behind a peer's compacted log cannot catch up).
@@ -183,15 +186,17 @@ type Node struct {
 	// heldSince is the appender's written count when the first held
 	// proposal was taken: they wait for one write at most.
 	heldSince uint64
-	// owedCommit holds, per follower, the last append without entries
-	// that raft made only to tell it the commit index and that was held
-	// back (holdCommitOnly): the next append with entries carries the
-	// index instead; if none goes within Config.CommitNoticeDelay, the
-	// held one is sent (commitDue fires).
-	owedCommit map[uint64]*pb.Message
-	commitDue  *time.Timer
-	applied    uint64
-	snapIdx    uint64
+	// heldApps are the appends held back per follower (hold.go), and
+	// holdTimer fires when the first of them is due.
+	heldApps  map[uint64]*heldApp
+	holdTimer *time.Timer
+	// laggards are the followers this leader last chose to leave out of
+	// its quorum, and matches when it saw each follower's Match move
+	// (hold.go, progressStates).
+	laggards map[uint64]bool
+	matches  map[uint64]matchSeen
+	applied  uint64
+	snapIdx  uint64
 	// readyTerm is the term in which this node, as leader, applied its
 	// term's first entry: it takes proposals only in that term.
 	readyTerm uint64
@@ -702,8 +707,8 @@ func (n *Node) run() {
 			f()
 		case <-n.ap.kick:
 			n.stepLocal()
-		case <-n.commitDueC():
-			n.sendOwedCommits()
+		case <-n.holdDueC():
+			n.sendDueAppends(time.Now())
 		case err := <-n.ap.errc:
 			n.log.Error("raftlog: node stops: cannot persist the log", "id", n.cfg.ID, "err", err)
 			return
@@ -812,7 +817,7 @@ func (n *Node) handleReady() error {
 			peers = append(peers, m)
 		}
 	}
-	peers = n.holdCommitOnly(peers)
+	peers = n.holdAppends(peers)
 	// What goes to a member whose messages were just stepped goes back
 	// in the reply of its call (answer.go); the rest leaves at once.
 	peers = routeAnswers(n.answers, peers)
@@ -866,112 +871,6 @@ func (n *Node) handleReady() error {
 	n.maybeSnapshot()
 	n.publish()
 	return nil
-}
-
-// DefaultCommitNoticeDelay is how long a leader with a clock holds back
-// an append that only tells a follower the commit index (holdCommitOnly),
-// waiting for an append with entries to carry it. Under load the next
-// round leaves well within it; an idle group's followers learn the index
-// this much later (they apply that much later; nothing waits for them).
-const DefaultCommitNoticeDelay = 2 * time.Millisecond
-
-// holdCommitOnly takes, out of a leader's messages, the appends without
-// entries to followers that replicate normally (raft's StateReplicate):
-// raft sends one to every follower each time its commit index moves, so
-// that they apply sooner, and each costs the follower a round of its own
-// (a call, a Ready, a write of its HardState, an acknowledgement) and the
-// leader a send and an answer. Every append with entries carries the
-// commit index too, so such an append to the same follower makes the
-// held one moot (it is forgotten); one still held after
-// Config.CommitNoticeDelay is sent then (sendOwedCommits). A hand-ticked
-// node (no TickInterval: tests that step the group deterministically)
-// drops them only while proposals are held (Node.held), when an append
-// with entries follows within the leader's log write. raft takes a held
-// message as one delayed on the network, which it tolerates: for a
-// follower in StateReplicate an empty append changes nothing in the
-// leader's view of its progress but the commit index last sent. An empty
-// append to a follower being probed (its log's end unknown) is the probe
-// itself and leaves at once.
-func (n *Node) holdCommitOnly(msgs []*pb.Message) []*pb.Message {
-	clocked := n.cfg.TickInterval > 0
-	var replicating map[uint64]bool
-	out := msgs[:0]
-	for _, m := range msgs {
-		if m.GetType() != pb.MessageType_MsgApp {
-			out = append(out, m)
-			continue
-		}
-		if len(m.GetEntries()) > 0 {
-			delete(n.owedCommit, m.GetTo())
-			out = append(out, m)
-			continue
-		}
-		if replicating == nil && (clocked || len(n.held) > 0) {
-			replicating = map[uint64]bool{}
-			n.rn.WithProgress(func(id uint64, _ raft.ProgressType, pr tracker.Progress) {
-				replicating[id] = pr.State == tracker.StateReplicate
-			})
-		}
-		switch {
-		case !replicating[m.GetTo()]:
-			out = append(out, m) // a probe, or nothing to hold it for
-		case clocked:
-			n.oweCommit(m)
-		default:
-			// A hand-ticked node with proposals held drops it: their
-			// append follows within the leader's log write.
-		}
-	}
-	return out
-}
-
-// oweCommit holds m, an append that only carries the commit index, until
-// an append with entries to its follower replaces it or the notice delay
-// runs out.
-func (n *Node) oweCommit(m *pb.Message) {
-	if n.owedCommit == nil {
-		n.owedCommit = map[uint64]*pb.Message{}
-	}
-	first := len(n.owedCommit) == 0
-	n.owedCommit[m.GetTo()] = m
-	switch {
-	case n.commitDue == nil:
-		n.commitDue = time.NewTimer(n.commitNoticeDelay())
-	case first:
-		// No notice was owed: the timer is stopped or ran out unread
-		// (Reset drops a value it left, as of Go 1.23).
-		n.commitDue.Reset(n.commitNoticeDelay())
-	}
-}
-
-func (n *Node) commitNoticeDelay() time.Duration {
-	return cmp.Or(n.cfg.CommitNoticeDelay, DefaultCommitNoticeDelay)
-}
-
-// commitDueC is the channel the node waits on for owed commit notices
-// (nil, never ready, when none is owed).
-func (n *Node) commitDueC() <-chan time.Time {
-	if len(n.owedCommit) == 0 {
-		return nil
-	}
-	return n.commitDue.C
-}
-
-// sendOwedCommits sends the commit notices still owed, if this node still
-// leads (a deposed leader's would be refused as stale anyway).
-func (n *Node) sendOwedCommits() {
-	var msgs []*pb.Message
-	if bs := n.rn.BasicStatus(); bs.RaftState == raft.StateLeader {
-		for _, m := range n.owedCommit {
-			if m.GetTerm() == bs.GetTerm() {
-				msgs = append(msgs, m)
-			}
-		}
-	}
-	clear(n.owedCommit)
-	if len(msgs) > 0 {
-		n.cfg.Transport.Send(msgs)
-	}
 }
 
 // saveSnapshot writes an append that carries a snapshot received from the
