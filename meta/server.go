@@ -630,9 +630,16 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 	if len(name) > MaxNameLen {
 		return proto.Attr{}, errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
 	}
+	// The entry and its inode are read in one view: a rename over the
+	// name between the two reads would delete the inode the entry named.
+	v, err := s.st.View()
+	if err != nil {
+		return proto.Attr{}, errnof(syscall.EIO, "lookup: %v", err)
+	}
+	defer v.Close()
 	if !cl.isRoot() {
 		// Search permission on the parent; root may search any directory.
-		p, err := s.readInode(parent)
+		p, err := loadInode(v, parent)
 		if err != nil {
 			return proto.Attr{}, err
 		}
@@ -645,12 +652,12 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 	}
 	// Only directories have entries: for root, the parent is read (for
 	// ENOENT or ENOTDIR) only when the name is not found.
-	de, ok, err := loadDirent(s.st, parent, name)
+	de, ok, err := loadDirent(v, parent, name)
 	if err != nil {
 		return proto.Attr{}, err
 	}
 	if !ok {
-		p, err := s.readInode(parent)
+		p, err := loadInode(v, parent)
 		if err != nil {
 			return proto.Attr{}, err
 		}
@@ -660,7 +667,7 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 		s.leases.grant(cl.sess, g, name, parent) // a negative entry
 		return proto.Attr{}, noEntryError{parent, name}
 	}
-	n, err := s.readInode(de.Ino)
+	n, err := loadInode(v, de.Ino)
 	if err != nil {
 		return proto.Attr{}, err
 	}
@@ -722,7 +729,15 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 		return nil, err
 	}
 	g := s.leases.begin()
-	d, err := s.readInode(dir)
+	// The entries and their inodes are read in one view: an entry whose
+	// inode a later rename or unlink deleted is never left out (nor one
+	// shown with its next inode's attributes).
+	v, err := s.st.View()
+	if err != nil {
+		return nil, errnof(syscall.EIO, "readdir %d: %v", dir, err)
+	}
+	defer v.Close()
+	d, err := loadInode(v, dir)
 	if err != nil {
 		return nil, err
 	}
@@ -746,7 +761,7 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 	}
 	ents := make([]ent, 0, min(max, 256))
 	var bad error
-	err = s.st.Scan(lower, store.PrefixEnd(prefix), func(k, v []byte) bool {
+	err = v.Scan(lower, store.PrefixEnd(prefix), func(k, v []byte) bool {
 		de, err := decodeDirent(v)
 		if err != nil {
 			bad = err
@@ -763,10 +778,7 @@ func (s *Server) ReadDir(ctx context.Context, dir proto.Ino, after string, max i
 	}
 	out := make([]proto.DirEntry, 0, len(ents))
 	for _, e := range ents {
-		n, err := s.readInode(e.de.Ino)
-		if errors.Is(err, syscall.ENOENT) {
-			continue // removed since the scan
-		}
+		n, err := loadInode(v, e.de.Ino)
 		if err != nil {
 			return nil, err
 		}

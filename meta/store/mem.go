@@ -62,6 +62,11 @@ func (m *Mem) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
 	if err != nil {
 		return err
 	}
+	scanTree(t, lower, upper, fn)
+	return nil
+}
+
+func scanTree(t *btreemap.BTreeMap[[]byte, []byte], lower, upper []byte, fn func(key, value []byte) bool) {
 	hi := btreemap.Max[[]byte]()
 	if upper != nil {
 		hi = btreemap.LT(upper)
@@ -71,8 +76,35 @@ func (m *Mem) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
 			break
 		}
 	}
+}
+
+// View implements Store: a copy-on-write snapshot of the tree.
+func (m *Mem) View() (View, error) {
+	t, err := m.snapshot()
+	if err != nil {
+		return nil, err
+	}
+	return memView{t}, nil
+}
+
+type memView struct {
+	t *btreemap.BTreeMap[[]byte, []byte]
+}
+
+func (v memView) Get(key []byte) ([]byte, error) {
+	_, val, ok := v.t.Get(key)
+	if !ok {
+		return nil, ErrNotFound
+	}
+	return append([]byte(nil), val...), nil
+}
+
+func (v memView) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
+	scanTree(v.t, lower, upper, fn)
 	return nil
 }
+
+func (memView) Close() {}
 
 // NewBatch implements Store.
 func (m *Mem) NewBatch() Batch { return &memBatch{m: m} }

@@ -283,7 +283,11 @@ func (p *Pebble) Get(key []byte) ([]byte, error) {
 	if err := p.err(); err != nil {
 		return nil, err
 	}
-	v, closer, err := p.db.Get(key)
+	return p.get(p.db, key)
+}
+
+func (p *Pebble) get(r pebble.Reader, key []byte) ([]byte, error) {
+	v, closer, err := r.Get(key)
 	if errors.Is(err, pebble.ErrNotFound) {
 		return nil, ErrNotFound
 	}
@@ -302,7 +306,11 @@ func (p *Pebble) Scan(lower, upper []byte, fn func(key, value []byte) bool) erro
 	if err := p.err(); err != nil {
 		return err
 	}
-	it, err := p.db.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
+	return p.scan(p.db, lower, upper, fn)
+}
+
+func (p *Pebble) scan(r pebble.Reader, lower, upper []byte, fn func(key, value []byte) bool) error {
+	it, err := r.NewIter(&pebble.IterOptions{LowerBound: lower, UpperBound: upper})
 	if err != nil {
 		return fmt.Errorf("store: scan: %w", err)
 	}
@@ -320,6 +328,34 @@ func (p *Pebble) Scan(lower, upper []byte, fn func(key, value []byte) bool) erro
 		return fmt.Errorf("store: scan: %w", p.checkCorrupt(err))
 	}
 	return p.err()
+}
+
+// View implements Store with a pebble snapshot. The view holds mu shared
+// until closed (Replace waits for it); its reads do not take mu again (a
+// second shared lock would wait behind a waiting Replace: a deadlock).
+func (p *Pebble) View() (View, error) {
+	p.mu.RLock()
+	if err := p.err(); err != nil {
+		p.mu.RUnlock()
+		return nil, err
+	}
+	return &pebbleView{p: p, snap: p.db.NewSnapshot()}, nil
+}
+
+type pebbleView struct {
+	p    *Pebble
+	snap *pebble.Snapshot
+}
+
+func (v *pebbleView) Get(key []byte) ([]byte, error) { return v.p.get(v.snap, key) }
+
+func (v *pebbleView) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
+	return v.p.scan(v.snap, lower, upper, fn)
+}
+
+func (v *pebbleView) Close() {
+	v.snap.Close()
+	v.p.mu.RUnlock()
 }
 
 // NewBatch implements Store.

@@ -35,9 +35,23 @@ type Reader interface {
 	Scan(lower, upper []byte, fn func(key, value []byte) bool) error
 }
 
+// View is a Reader of a store as it was when the view was taken: batches
+// committed later are not seen, so every read through it is of one state.
+// A read that takes more than one key (a directory entry and the inode it
+// names) takes them through a view, or a change committed between them
+// could mix two states (the entry of one, the inode of the next, which a
+// rename over the name may have deleted). Close releases it.
+type View interface {
+	Reader
+	Close()
+}
+
 // Store is where the metadata state machine keeps its state.
 type Store interface {
 	Reader
+	// View takes a view of the store as it is now. It holds what it sees
+	// from reclamation until closed: close it soon.
+	View() (View, error)
 	// NewBatch starts an empty write batch.
 	NewBatch() Batch
 	// Sync makes every batch committed so far durable: one synced write

@@ -97,6 +97,60 @@ func TestStores(t *testing.T) {
 	}
 }
 
+// TestViews: a view reads the store as it was when taken, whatever is
+// committed after (a key deleted, one changed, one added), through Get
+// and Scan, while the store itself reads the new state.
+func TestViews(t *testing.T) {
+	for name, s := range impls(t) {
+		t.Run(name, func(t *testing.T) {
+			defer s.Close()
+			b := s.NewBatch()
+			b.Set([]byte("d/b"), []byte("3"))
+			b.Set([]byte("d/c"), []byte("7"))
+			b.Set([]byte("i/7"), []byte("seven"))
+			if err := b.Commit(false); err != nil {
+				t.Fatal(err)
+			}
+			v, err := s.View()
+			if err != nil {
+				t.Fatal(err)
+			}
+			// A rename of b over c: c names 3, inode 7 is gone.
+			b = s.NewBatch()
+			b.Delete([]byte("d/b"))
+			b.Set([]byte("d/c"), []byte("3"))
+			b.Delete([]byte("i/7"))
+			b.Set([]byte("d/e"), []byte("9"))
+			if err := b.Commit(false); err != nil {
+				t.Fatal(err)
+			}
+			list := func(r Reader) string {
+				var kv []string
+				if err := r.Scan([]byte("d/"), PrefixEnd([]byte("d/")), func(k, v []byte) bool {
+					kv = append(kv, string(k)+"="+string(v))
+					return true
+				}); err != nil {
+					t.Fatal(err)
+				}
+				return fmt.Sprint(kv)
+			}
+			if got := list(v); got != "[d/b=3 d/c=7]" {
+				t.Fatalf("view scans %s; want the entries as they were", got)
+			}
+			if got, err := v.Get([]byte("i/7")); err != nil || string(got) != "seven" {
+				t.Fatalf("view gets %q, %v; want the deleted key's value", got, err)
+			}
+			if got := list(s); got != "[d/c=3 d/e=9]" {
+				t.Fatalf("store scans %s after the view was taken; want the new state", got)
+			}
+			v.Close()
+			if _, err := s.Get([]byte("i/7")); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("store gets %v for the deleted key", err)
+			}
+		})
+	}
+}
+
 func TestPrefixEnd(t *testing.T) {
 	cases := []struct{ in, want []byte }{
 		{[]byte("a"), []byte("b")},
