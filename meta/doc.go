@@ -541,6 +541,11 @@
 //     cache of quota records) are a function of the store: a replica that
 //     opens the same store and applies the same commands reaches
 //     byte-identical state (TestApplyDeterministic).
+//   - A read that answers from more than one key (Lookup: the entry and
+//     its inode; ReadDir: the entries and their inodes) reads them in one
+//     store view (store.View), so it answers from one state: between two
+//     plain reads a rename over the name deletes the inode the entry
+//     named, and the name would seem not to exist (TestReadsSeeOneState).
 //
 // # How raft slots in
 //

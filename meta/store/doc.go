@@ -1,6 +1,7 @@
 // Package store is where the metadata service keeps its state: a small
-// ordered key/value interface (point get, range scan, atomic batch, sync)
-// with a pebble implementation for servers and an in-memory one for unit
+// ordered key/value interface (point get, range scan, atomic batch, sync,
+// and views: reads of one state that later batches do not change) with a
+// pebble implementation for servers and an in-memory one for unit
 // tests. The meta package's state machine is the only writer; it never
 // depends on which implementation it runs on.
 //
