@@ -59,11 +59,12 @@ import (
 const DefaultCommitNoticeDelay = 2 * time.Millisecond
 
 // DefaultLaggardDelay is how long a leader with a clock holds back the
-// appends to a laggard, merging them. In one measurement (creates from
-// four processes, three members on one 2-core machine) the laggard's CPU
-// per create fell from 183 to 96 µs at 2 ms, 62 µs at 5 ms, 45 µs at
-// 10 ms; it is also how long commits may wait, once, when the follower
-// in the quorum stops (above).
+// appends to a laggard, merging them. With creates from four processes,
+// three members on one 2-core machine, the laggard's CPU per create fell
+// from 0.18 to 0.09-0.10 ms (docs/performance.md, issue 8 session 13); a
+// longer delay saves less and less (an experiment that held for 2, 5 and
+// 10 ms: 0.096, 0.062, 0.045 ms), and is how long commits wait, a round
+// or two, when the follower in the quorum stops (above).
 const DefaultLaggardDelay = 5 * time.Millisecond
 
 // maxHeldBytes bounds the entries merged into one held append: beyond,
