@@ -299,8 +299,8 @@ func (w *worker) cleanup() (*job, error) {
 	}}, nil
 }
 
-// alignedBuf returns n bytes aligned to 4 KiB, as O_DIRECT requires.
-func alignedBuf(n int) []byte {
+// AlignedBuf returns n bytes aligned to 4 KiB, as O_DIRECT requires.
+func AlignedBuf(n int) []byte {
 	b := make([]byte, n+4096)
 	off := int(-uintptr(unsafe.Pointer(&b[0])) & 4095)
 	return b[off : off+n : off+n]
@@ -379,7 +379,7 @@ func fileJob(p string, flags int, write bool, perItem int64, do func(fd int, i i
 }
 
 func (w *worker) iorEasy(write bool) (*job, error) {
-	buf := alignedBuf(EasyTransfer)
+	buf := AlignedBuf(EasyTransfer)
 	if write {
 		p := w.path("ior-easy", easyFile(w.rank))
 		return fileJob(p, w.openFlags(true, true)|syscall.O_TRUNC, true, EasyTransfer, func(fd int, i int64) error {
@@ -450,7 +450,7 @@ func (w *worker) iorRnd(transfers int64) (*job, error) {
 	}
 	src := w.neighbour()
 	p := w.path("ior-easy", easyFile(src))
-	buf := alignedBuf(RndBlock)
+	buf := AlignedBuf(RndBlock)
 	rng := rand.New(rand.NewPCG(uint64(w.rank), uint64(time.Now().UnixNano())))
 	return verifiedReadJob(p, w.openFlags(false, true), buf, src, func(int64) int64 { return rng.Int64N(blocks) * RndBlock })
 }

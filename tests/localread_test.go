@@ -12,8 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
-	"unsafe"
 
+	"github.com/weft-fs/weft/bench"
 	"github.com/weft-fs/weft/internal/testcluster"
 )
 
@@ -33,13 +33,6 @@ func localCounts(t *testing.T, addr string) localReadCounts {
 	return localReadCounts{local: v("local"), fallback: v("fallback"), opens: v("open"), direct: v("direct")}
 }
 
-// alignedBuf returns n bytes aligned for O_DIRECT.
-func alignedBuf(n int) []byte {
-	b := make([]byte, n+4096)
-	skip := (4096 - int(uintptr(unsafe.Pointer(&b[0]))%4096)) % 4096
-	return b[skip : skip+n]
-}
-
 // readDirect reads [off, off+n) of path with O_DIRECT (so the kernel's page
 // cache, which holds what this mount wrote, does not answer).
 func readDirect(t *testing.T, path string, off int64, n int) ([]byte, error) {
@@ -49,7 +42,7 @@ func readDirect(t *testing.T, path string, off int64, n int) ([]byte, error) {
 		t.Fatal(err)
 	}
 	defer f.Close()
-	buf := alignedBuf(n)
+	buf := bench.AlignedBuf(n)
 	var got int
 	err = within(t, "an O_DIRECT read", func() error {
 		var err error

@@ -170,7 +170,12 @@ func (n *Node) progressStates(clocked bool, now time.Time) map[uint64]tracker.St
 		lagging, stalled bool
 	}
 	var fs []follower
-	states := map[uint64]tracker.StateType{}
+	// Reused: this runs at every Ready of a busy leader.
+	if n.states == nil {
+		n.states = map[uint64]tracker.StateType{}
+	}
+	states := n.states
+	clear(states)
 	stallAfter := 2 * n.laggardDelay()
 	n.rn.WithProgress(func(id uint64, typ raft.ProgressType, pr tracker.Progress) {
 		states[id] = pr.State

@@ -15,6 +15,7 @@ import (
 
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
+	"go.etcd.io/raft/v3/tracker"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -195,6 +196,7 @@ type Node struct {
 	// (hold.go, progressStates).
 	laggards map[uint64]bool
 	matches  map[uint64]matchSeen
+	states   map[uint64]tracker.StateType // progressStates' answer, reused
 	applied  uint64
 	snapIdx  uint64
 	// readyTerm is the term in which this node, as leader, applied its

@@ -48,7 +48,12 @@ func (m *Mem) Get(key []byte) ([]byte, error) {
 	if m.closed {
 		return nil, ErrClosed
 	}
-	_, v, ok := m.t.Get(key)
+	return getTree(m.t, key)
+}
+
+// getTree returns a copy of key's value in t, or ErrNotFound.
+func getTree(t *btreemap.BTreeMap[[]byte, []byte], key []byte) ([]byte, error) {
+	_, v, ok := t.Get(key)
 	if !ok {
 		return nil, ErrNotFound
 	}
@@ -91,13 +96,7 @@ type memView struct {
 	t *btreemap.BTreeMap[[]byte, []byte]
 }
 
-func (v memView) Get(key []byte) ([]byte, error) {
-	_, val, ok := v.t.Get(key)
-	if !ok {
-		return nil, ErrNotFound
-	}
-	return append([]byte(nil), val...), nil
-}
+func (v memView) Get(key []byte) ([]byte, error) { return getTree(v.t, key) }
 
 func (v memView) Scan(lower, upper []byte, fn func(key, value []byte) bool) error {
 	scanTree(v.t, lower, upper, fn)

@@ -33,8 +33,8 @@ import (
 	"path/filepath"
 	"slices"
 	"time"
-	"unsafe"
 
+	"github.com/weft-fs/weft/bench"
 	"golang.org/x/sys/unix"
 )
 
@@ -115,8 +115,7 @@ func durable(dir string, n int) error {
 		return fmt.Errorf("open O_DIRECT: %w", err)
 	}
 	defer unix.Close(direct)
-	raw := make([]byte, 2*block)
-	buf := raw[block-int(uintptr(unsafe.Pointer(&raw[0]))%block):][:block]
+	buf := bench.AlignedBuf(block)
 	if err := timeEach("direct-dsync-4k-overwrite", n, func(i int) error {
 		_, err := unix.Pwrite(direct, buf, int64(i)*block)
 		return err
