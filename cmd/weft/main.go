@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"os"
 
+	"github.com/weft-fs/weft/internal/timerslack"
+
 	"github.com/spf13/cobra"
 )
 
@@ -44,6 +46,10 @@ func newRootCmd() *cobra.Command {
 }
 
 func main() {
+	if err := timerslack.Relax(); err != nil {
+		fmt.Fprintln(os.Stderr, "weft:", err)
+		os.Exit(2)
+	}
 	root := newRootCmd()
 	root.SetArgs(findArgs(os.Args[1:]))
 	if err := root.Execute(); err != nil {
