@@ -553,6 +553,9 @@ func (c *Client) Mkdir(ctx context.Context, parent proto.Ino, name string, mode,
 	defer cancel()
 	a, err := c.meta.Mkdir(ctx, parent, name, mode, uid, gid)
 	c.created(s0, parent, name, a, err)
+	if err == nil {
+		c.madeDir(s0, a)
+	}
 	return a, err
 }
 

@@ -58,12 +58,19 @@ type leaseCache struct {
 	slots [leaseSlots]uint64
 	attrs map[proto.Ino]proto.Attr
 	names map[dirName]proto.Ino // 0: no such entry (a negative lookup)
+	// complete holds the directories whose every entry is in names: ones
+	// this client made (empty then) and has created in since, with the
+	// lease on them unbroken. A name of one that names lacks does not
+	// exist, so the lookup the kernel sends before every create there is
+	// answered here. Any invalidation of the directory, and any change of
+	// it by this client other than a create that succeeded, ends it.
+	complete map[proto.Ino]struct{}
 
 	hits, misses uint64
 }
 
 func newLeaseCache(svc proto.LeaseService, log *slog.Logger) *leaseCache {
-	return &leaseCache{svc: svc, log: log, attrs: map[proto.Ino]proto.Attr{}, names: map[dirName]proto.Ino{}}
+	return &leaseCache{svc: svc, log: log, attrs: map[proto.Ino]proto.Attr{}, names: map[dirName]proto.Ino{}, complete: map[proto.Ino]struct{}{}}
 }
 
 // run polls until ctx ends.
@@ -117,6 +124,7 @@ func (l *leaseCache) clearLocked() {
 	}
 	clear(l.attrs)
 	clear(l.names)
+	clear(l.complete)
 }
 
 // dropLocked forgets ino's attributes and, with a name, the entry of ino
@@ -125,6 +133,7 @@ func (l *leaseCache) dropLocked(ino proto.Ino, name string) {
 	l.seq++
 	l.slots[uint64(ino)%leaseSlots] = l.seq
 	delete(l.attrs, ino)
+	delete(l.complete, ino)
 	if name != "" {
 		k := dirName{ino, name}
 		if child, ok := l.names[k]; ok {
@@ -159,7 +168,7 @@ func (l *leaseCache) movedLocked(s0 uint64, inos ...proto.Ino) bool {
 }
 
 func (l *leaseCache) fullLocked() {
-	if len(l.attrs)+len(l.names) >= maxLeaseEntries {
+	if len(l.attrs)+len(l.names)+len(l.complete) >= maxLeaseEntries {
 		l.clearLocked()
 	}
 }
@@ -192,6 +201,10 @@ func (l *leaseCache) lookup(dir proto.Ino, name string) (a proto.Attr, found, ok
 	}
 	ino, ok := l.names[dirName{dir, name}]
 	if !ok {
+		if _, all := l.complete[dir]; all {
+			l.hits++
+			return proto.Attr{}, false, true
+		}
 		l.misses++
 		return proto.Attr{}, false, false
 	}
@@ -290,11 +303,27 @@ func (c *Client) changing(dir proto.Ino, name string, inos ...proto.Ino) func() 
 // inos, records a write's size and times: WriteDone): it drops what the
 // call changes and returns the sequence for created or changed.
 func (c *Client) creating(dir proto.Ino, name string, inos ...proto.Ino) uint64 {
-	if c.leases == nil {
+	l := c.leases
+	if l == nil {
 		return 0
 	}
-	c.leases.own(dir, name, inos...)
-	return c.leases.begin()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	// As own, but a complete directory stays complete: until the create
+	// returns, name is as absent as it was (created settles it).
+	_, all := l.complete[dir]
+	if dir != 0 {
+		l.dropLocked(dir, name)
+	}
+	for _, ino := range inos {
+		if ino != 0 {
+			l.dropLocked(ino, "")
+		}
+	}
+	if all {
+		l.complete[dir] = struct{}{}
+	}
+	return l.seq
 }
 
 // changed caches the attributes a WriteDone that began at s0 returned:
@@ -330,7 +359,9 @@ func (c *Client) created(s0 uint64, dir proto.Ino, name string, a proto.Attr, er
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if err == nil && a.Ino != 0 && l.epoch != 0 && !l.movedLocked(s0, dir, a.Ino) {
+	_, all := l.complete[dir]
+	cached := err == nil && a.Ino != 0 && l.epoch != 0 && !l.movedLocked(s0, dir, a.Ino)
+	if cached {
 		l.fullLocked()
 		l.names[dirName{dir, name}] = a.Ino
 		l.attrs[a.Ino] = a
@@ -338,4 +369,29 @@ func (c *Client) created(s0 uint64, dir proto.Ino, name string, a proto.Attr, er
 	l.seq++
 	l.slots[uint64(dir)%leaseSlots] = l.seq
 	delete(l.attrs, dir)
+	// A complete directory stays so only if the name's fate is known:
+	// the create succeeded and nothing else changed the directory since
+	// it began (an invalidation would have ended it already).
+	if all && cached {
+		l.complete[dir] = struct{}{}
+	} else {
+		delete(l.complete, dir)
+	}
+}
+
+// madeDir records that the directory a Mkdir that began at s0 made (a,
+// just created) is empty: this session took a lease on it with the
+// reply (meta/leases.go), so until an invalidation of it arrives, every
+// entry it gets is this client's own create.
+func (c *Client) madeDir(s0 uint64, a proto.Attr) {
+	l := c.leases
+	if l == nil || !a.IsDir() {
+		return
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch != 0 && !l.movedLocked(s0, a.Ino) {
+		l.fullLocked()
+		l.complete[a.Ino] = struct{}{}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -186,5 +187,94 @@ func TestLeaseCacheTrustBoundedByValid(t *testing.T) {
 		if trust.After(time.Now().Add(tc.valid)) {
 			t.Errorf("valid %v: trusted until %v, past the poll's valid", tc.valid, trust)
 		}
+	}
+}
+
+// A directory this client made, and has only created in since, answers
+// lookups of names it lacks as absent; anything else that touches the
+// directory ends that.
+func TestLeaseCacheCompleteDirectory(t *testing.T) {
+	c := &Client{leases: trustedCache()}
+	l := c.leases
+	absent := func(dir proto.Ino, name string) bool {
+		_, found, ok := l.lookup(dir, name)
+		return ok && !found
+	}
+	const parent, dir = 1, 10
+	mkdir := func(dir proto.Ino) {
+		s0 := c.creating(parent, "d")
+		a := proto.Attr{Ino: dir, Mode: 0o040755}
+		c.created(s0, parent, "d", a, nil)
+		c.madeDir(s0, a)
+	}
+	create := func(name string, ino proto.Ino, err error) {
+		s0 := c.creating(dir, name)
+		c.created(s0, dir, name, proto.Attr{Ino: ino, Mode: 0o100644}, err)
+	}
+
+	mkdir(dir)
+	if !absent(dir, "f1") {
+		t.Fatal("a name in a directory this client just made is not known absent")
+	}
+	create("f1", 11, nil)
+	if a, found, ok := l.lookup(dir, "f1"); !ok || !found || a.Ino != 11 {
+		t.Fatalf("created name: %+v found %v ok %v", a, found, ok)
+	}
+	if !absent(dir, "f2") {
+		t.Fatal("a create ended the directory's completeness")
+	}
+	// A name being created is absent until the create returns.
+	s0 := c.creating(dir, "f2")
+	if !absent(dir, "f2") {
+		t.Fatal("a name under creation is not absent")
+	}
+	c.created(s0, dir, "f2", proto.Attr{Ino: 12, Mode: 0o100644}, nil)
+
+	// A failed create: the name's fate is unknown (EEXIST, EACCES, ...).
+	create("f3", 0, syscall.EACCES)
+	if _, _, ok := l.lookup(dir, "other"); ok {
+		t.Fatal("a failed create left the directory complete")
+	}
+
+	// An invalidation of the directory (another mount's change).
+	mkdir(dir + 100)
+	l.mu.Lock()
+	l.dropLocked(dir+100, "x")
+	l.mu.Unlock()
+	if _, _, ok := l.lookup(dir+100, "y"); ok {
+		t.Fatal("an invalidated directory still answers absent names")
+	}
+
+	// This client's own change other than a create (an unlink).
+	mkdir(dir + 200)
+	create("g", 201, nil)
+	done := c.changing(dir+200, "g")
+	done()
+	if _, _, ok := l.lookup(dir+200, "g"); ok {
+		t.Fatal("an unlinked name is still answered")
+	}
+	if _, _, ok := l.lookup(dir+200, "h"); ok {
+		t.Fatal("an unlink left the directory complete")
+	}
+
+	// A mkdir that raced an invalidation of the new inode.
+	s0 = c.creating(parent, "e")
+	l.mu.Lock()
+	l.dropLocked(dir+300, "")
+	l.mu.Unlock()
+	a := proto.Attr{Ino: dir + 300, Mode: 0o040755}
+	c.created(s0, parent, "e", a, nil)
+	c.madeDir(s0, a)
+	if _, _, ok := l.lookup(dir+300, "z"); ok {
+		t.Fatal("a directory whose lease raced an invalidation was taken as complete")
+	}
+
+	// A new epoch forgets it all.
+	mkdir(dir + 400)
+	l.mu.Lock()
+	l.clearLocked()
+	l.mu.Unlock()
+	if _, _, ok := l.lookup(dir+400, "z"); ok {
+		t.Fatal("a cleared cache still answers")
 	}
 }

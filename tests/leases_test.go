@@ -218,6 +218,36 @@ func TestLeaseCoherence(t *testing.T) {
 		mustNotExist(t, "listed directory rename", filepath.Join(b, "ls", "x"))
 	})
 
+	t.Run("create elsewhere in a directory made here", func(t *testing.T) {
+		// A knows every name of a directory it made and only created in
+		// since, and answers lookups of the others as absent without
+		// asking the leader; B's create there must end that at once.
+		warmLeases(t, a, filepath.Join(a, "d"), false)
+		made := filepath.Join(a, "made")
+		if err := os.Mkdir(made, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(made, "mine"), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		before := mountLeases(t, a)
+		const fresh = 20
+		for i := range fresh {
+			mustNotExist(t, "fresh name in a directory made here", filepath.Join(made, "fresh"+strconv.Itoa(i)))
+		}
+		after := mountLeases(t, a)
+		if misses := after.Misses - before.Misses; misses >= fresh/2 {
+			t.Errorf("%d lookups of names absent from a directory A made cost %d cache misses: want them answered from A's cache", fresh, misses)
+		}
+		if err := os.WriteFile(filepath.Join(b, "made", "theirs"), []byte("b"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(filepath.Join(made, "theirs")); err != nil || string(got) != "b" {
+			t.Errorf("A right after B created made/theirs: %q, %v", got, err)
+		}
+		lstat(t, filepath.Join(made, "mine"))
+	})
+
 	t.Run("directory rename", func(t *testing.T) {
 		warmLeases(t, b, filepath.Join(b, "d"), false)
 		if err := os.Rename(filepath.Join(a, "d"), filepath.Join(a, "e")); err != nil {
