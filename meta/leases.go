@@ -234,8 +234,10 @@ type leaseWait struct {
 // but self. A create (own non-nil) is not told to its own session, which
 // takes leases on own (the directory first, then the new inode) instead,
 // as a read that began at g0 would: a break by someone else since then
-// invalidates them at once.
-func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval, own []proto.Ino, name string) []leaseWait {
+// invalidates them at once. Nor are the first selfKnows of ivs: the
+// caller's reply carries what they changed (an unlink's or rmdir's
+// directory, with its new attributes), and its session keeps its lease.
+func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval, own []proto.Ino, name string, selfKnows int) []leaseWait {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.gen++
@@ -245,7 +247,7 @@ func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval
 	for i, ino := range own[:min(len(own), 2)] {
 		racing[i] = t.broken[uint64(ino)%brokenSlots] > g0
 	}
-	for _, iv := range ivs {
+	for i, iv := range ivs {
 		t.broken[uint64(iv.Ino)%brokenSlots] = t.gen
 		m := t.byIno[iv.Ino]
 		for h := range m {
@@ -253,7 +255,7 @@ func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval
 				t.dropLocked(h)
 				continue
 			}
-			if own != nil && h.sess == self {
+			if h.sess == self && (own != nil || i < selfKnows) {
 				continue
 			}
 			delete(h.inos, iv.Ino)
@@ -443,6 +445,7 @@ func (s *Server) leaseVictims(c *Command) []proto.Ino {
 func (s *Server) breakLeases(ctx context.Context, c *Command, res *applyResult, g0 uint64, victims []proto.Ino) error {
 	var ivs []proto.LeaseInval
 	var own []proto.Ino
+	selfKnows := 0
 	switch c.Op {
 	case OpInit, OpRegisterTarget, OpGCDone, OpSessionDrop, OpTargetState:
 		return nil
@@ -456,6 +459,14 @@ func (s *Server) breakLeases(ctx context.Context, c *Command, res *applyResult, 
 		if res.attr.Ino == c.Ino {
 			own = []proto.Ino{c.Ino}
 		}
+	case OpUnlink, OpRmdir:
+		// The remover's mount drops the name itself (its kernel too, as
+		// FUSE does for its own unlink), and the reply carries the
+		// directory's new attributes (UnlinkAt, RmdirAt), which telling
+		// it of its own change would throw away: the next look at the
+		// directory would ask again. The inode that lost its name is
+		// still told (the mount may cache it under another name).
+		selfKnows = 1
 	}
 	if c.Parent != 0 {
 		ivs = append(ivs, proto.LeaseInval{Ino: c.Parent, Name: c.Name})
@@ -477,7 +488,7 @@ func (s *Server) breakLeases(ctx context.Context, c *Command, res *applyResult, 
 	if len(ivs) == 0 {
 		return nil
 	}
-	waits := s.leases.breakLeases(sessionOf(ctx), g0, ivs, own, c.Name)
+	waits := s.leases.breakLeases(sessionOf(ctx), g0, ivs, own, c.Name, selfKnows)
 	if len(waits) == 0 {
 		return nil
 	}

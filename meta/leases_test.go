@@ -48,7 +48,7 @@ func TestLeaseBreakWaitsForAck(t *testing.T) {
 	if !lt.holds(a, 1) || !lt.holds(a, 5) {
 		t.Fatal("grant recorded nothing")
 	}
-	waits := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "")
+	waits := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "", 0)
 	if len(waits) != 1 {
 		t.Fatalf("%d waits, want 1 (holder a)", len(waits))
 	}
@@ -81,7 +81,7 @@ func TestLeaseSilentHolderIsDropped(t *testing.T) {
 	a, b := leaseSess("a"), leaseSess("b")
 	p0 := lt.poll(doneCtx(), a, 0)
 	lt.grant(a, lt.begin(), "", 7)
-	waits := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 7}}, nil, "")
+	waits := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 7}}, nil, "", 0)
 	if len(waits) != 1 {
 		t.Fatalf("%d waits, want 1", len(waits))
 	}
@@ -98,7 +98,7 @@ func TestLeaseSilentHolderIsDropped(t *testing.T) {
 	}
 	lt.grant(a, lt.begin(), "", 8)
 	clk.add(2 * time.Minute)
-	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 8}}, nil, ""); len(w) != 0 {
+	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 8}}, nil, "", 0); len(w) != 0 {
 		t.Fatalf("a change waits for a holder silent for longer than the term: %d waits", len(w))
 	}
 }
@@ -110,7 +110,7 @@ func TestLeaseGrantAfterBreakInvalidates(t *testing.T) {
 	a, b := leaseSess("a"), leaseSess("b")
 	lt.poll(doneCtx(), a, 0)
 	g := lt.begin()
-	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 9, Name: "n"}}, nil, "")
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 9, Name: "n"}}, nil, "", 0)
 	lt.grant(a, g, "n", 9)
 	p := lt.poll(doneCtx(), a, 0)
 	if len(p.Invals) != 1 || p.Invals[0].Ino != 9 || p.Invals[0].Name != "n" {
@@ -132,7 +132,7 @@ func TestLeaseOwnCreate(t *testing.T) {
 	lt.poll(doneCtx(), b, 0)
 	lt.grant(a, lt.begin(), "f", 1)
 	lt.grant(b, lt.begin(), "f", 1)
-	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 20}}, []proto.Ino{1, 20}, "f")
+	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 20}}, []proto.Ino{1, 20}, "f", 0)
 	if len(waits) != 1 || waits[0].h.sess != b {
 		t.Fatalf("waits %+v, want b only", waits)
 	}
@@ -141,6 +141,32 @@ func TestLeaseOwnCreate(t *testing.T) {
 	}
 	if !lt.holds(a, 1) || !lt.holds(a, 20) || lt.holds(b, 1) {
 		t.Fatal("leases after the create: a must hold 1 and 20, b nothing")
+	}
+}
+
+// An unlink is not told to its own session for the directory (its reply
+// carries the directory's new attributes, and the session keeps its
+// lease), but is for the inode that lost the name; others are told of
+// both and waited for.
+func TestLeaseOwnUnlink(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	lt.poll(doneCtx(), a, 0)
+	lt.poll(doneCtx(), b, 0)
+	lt.grant(a, lt.begin(), "f", 1, 7)
+	lt.grant(b, lt.begin(), "f", 1, 7)
+	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 7}}, nil, "f", 1)
+	if len(waits) != 2 || waits[0].h.sess != b || waits[1].h.sess != b {
+		t.Fatalf("waits %+v, want b's two invalidations only", waits)
+	}
+	if p := lt.poll(doneCtx(), a, 0); len(p.Invals) != 1 || p.Invals[0].Ino != 7 || p.Invals[0].Name != "" {
+		t.Fatalf("the remover was told %+v, want only the inode that lost its name", p.Invals)
+	}
+	if p := lt.poll(doneCtx(), b, 0); len(p.Invals) != 2 {
+		t.Fatalf("another holder was told %+v, want the directory's entry and the inode", p.Invals)
+	}
+	if !lt.holds(a, 1) || lt.holds(a, 7) || lt.holds(b, 1) || lt.holds(b, 7) {
+		t.Fatal("leases after the unlink: a must hold the directory only, b nothing")
 	}
 }
 
@@ -159,7 +185,7 @@ func TestLeaseGrantDir(t *testing.T) {
 		t.Fatalf("a fresh listing was invalidated: %+v", p.Invals)
 	}
 	g := lt.begin()
-	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "")
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "", 0)
 	lt.poll(doneCtx(), a, 1)
 	lt.grantDir(a, g, 1, ents)
 	p := lt.poll(doneCtx(), a, 1)
@@ -175,7 +201,7 @@ func TestLeaseDropSession(t *testing.T) {
 	lt.poll(doneCtx(), a, 0)
 	lt.grant(a, lt.begin(), "", 4)
 	lt.drop(a)
-	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 4}}, nil, ""); len(w) != 0 || lt.holds(a, 4) {
+	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 4}}, nil, "", 0); len(w) != 0 || lt.holds(a, 4) {
 		t.Fatalf("a dropped session is still waited for (%d waits) or holds its lease", len(w))
 	}
 }

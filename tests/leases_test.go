@@ -248,6 +248,54 @@ func TestLeaseCoherence(t *testing.T) {
 		lstat(t, filepath.Join(made, "mine"))
 	})
 
+	t.Run("own unlinks", func(t *testing.T) {
+		// An unlink's reply carries its directory's new attributes, and
+		// the leader does not take them back by telling the unlinking
+		// mount of its own change: the directory's next stat there costs
+		// no round trip, and is right.
+		warmLeases(t, a, filepath.Join(a, "d"), false)
+		dir := filepath.Join(a, "rm")
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		const n = 20
+		for i := range n {
+			if err := os.WriteFile(filepath.Join(dir, "f"+strconv.Itoa(i)), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// B's chmod of a file A holds a lease on returns only once A has
+		// acknowledged every invalidation queued to it before, the one
+		// of A's own unlink among them (if the leader sent it): so the
+		// stat after it sees what that invalidation did.
+		other := filepath.Join(a, "rm-other")
+		if err := os.WriteFile(other, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		misses := uint64(0)
+		for i := range n {
+			if err := os.Remove(filepath.Join(dir, "f"+strconv.Itoa(i))); err != nil {
+				t.Fatal(err)
+			}
+			lstat(t, other)
+			if err := os.Chmod(filepath.Join(b, "rm-other"), os.FileMode(0o600+i%2*0o40)); err != nil {
+				t.Fatal(err)
+			}
+			before := mountLeases(t, a)
+			lstat(t, dir)
+			misses += mountLeases(t, a).Misses - before.Misses
+		}
+		if misses >= n/2 {
+			t.Errorf("%d unlinks, each followed by a stat of the directory, cost %d cache misses: want the directory's attributes from the unlinks' replies", n, misses)
+		}
+		mustNotExist(t, "own unlink", filepath.Join(dir, "f0"))
+		mustNotExist(t, "own unlink, the other mount", filepath.Join(b, "rm", "f0"))
+		ta, tb := lstat(t, dir), lstat(t, filepath.Join(b, "rm"))
+		if !ta.ModTime().Equal(tb.ModTime()) {
+			t.Errorf("the directory's mtime after the unlinks: %v on A, %v on B", ta.ModTime(), tb.ModTime())
+		}
+	})
+
 	t.Run("directory rename", func(t *testing.T) {
 		warmLeases(t, b, filepath.Join(b, "d"), false)
 		if err := os.Rename(filepath.Join(a, "d"), filepath.Join(a, "e")); err != nil {
