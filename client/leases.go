@@ -255,6 +255,10 @@ func (l *leaseCache) putLookup(s0 uint64, dir proto.Ino, name string, a proto.At
 func (l *leaseCache) own(dir proto.Ino, name string, inos ...proto.Ino) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	l.ownLocked(dir, name, inos...)
+}
+
+func (l *leaseCache) ownLocked(dir proto.Ino, name string, inos ...proto.Ino) {
 	if dir != 0 {
 		l.dropLocked(dir, name)
 	}
@@ -312,14 +316,7 @@ func (c *Client) creating(dir proto.Ino, name string, inos ...proto.Ino) uint64 
 	// As own, but a complete directory stays complete: until the create
 	// returns, name is as absent as it was (created settles it).
 	_, all := l.complete[dir]
-	if dir != 0 {
-		l.dropLocked(dir, name)
-	}
-	for _, ino := range inos {
-		if ino != 0 {
-			l.dropLocked(ino, "")
-		}
-	}
+	l.ownLocked(dir, name, inos...)
 	if all {
 		l.complete[dir] = struct{}{}
 	}

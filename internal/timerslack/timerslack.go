@@ -18,8 +18,8 @@ const Default = time.Millisecond
 // process (a duration such as "5ms"; "0" leaves the runtime's own slack).
 const EnvVar = "WEFT_SYSMON_SLACK"
 
-// FromEnv is the slack a process should use: Default, or what EnvVar says.
-func FromEnv() (time.Duration, error) {
+// fromEnv is the slack a process should use: Default, or what EnvVar says.
+func fromEnv() (time.Duration, error) {
 	v, ok := os.LookupEnv(EnvVar)
 	if !ok || v == "" {
 		return Default, nil
@@ -31,13 +31,13 @@ func FromEnv() (time.Duration, error) {
 	return d, nil
 }
 
-// RelaxMonitor sets the timer slack of the runtime's monitor thread to
+// relaxMonitor sets the timer slack of the runtime's monitor thread to
 // slack (0 does nothing) and returns that thread's id.
-func RelaxMonitor(slack time.Duration) (int, error) {
+func relaxMonitor(slack time.Duration) (int, error) {
 	if slack == 0 {
 		return 0, nil
 	}
-	tid, err := MonitorThread()
+	tid, err := monitorThread()
 	if err != nil {
 		return 0, err
 	}
@@ -48,8 +48,8 @@ func RelaxMonitor(slack time.Duration) (int, error) {
 	return tid, nil
 }
 
-// Slack reads a thread's timer slack.
-func Slack(tid int) (time.Duration, error) {
+// threadSlack reads a thread's timer slack.
+func threadSlack(tid int) (time.Duration, error) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/timerslack_ns", tid))
 	if err != nil {
 		return 0, fmt.Errorf("timerslack: %w", err)
@@ -65,11 +65,11 @@ func Slack(tid int) (time.Duration, error) {
 // wrap below it.
 const pidMax = 1 << 22
 
-// MonitorThread finds the runtime's monitor thread: of the process's
+// monitorThread finds the runtime's monitor thread: of the process's
 // threads other than the main one, the earliest started, ties (start
 // times are in clock ticks) broken by the id handed out first after the
 // process's own (ids increase, wrapping at pid_max).
-func MonitorThread() (int, error) {
+func monitorThread() (int, error) {
 	pid := os.Getpid()
 	entries, err := os.ReadDir("/proc/self/task")
 	if err != nil {
@@ -120,14 +120,14 @@ func startTime(tid int) (uint64, error) {
 }
 
 // Relax is what a weft program calls first in main: the monitor thread
-// gets FromEnv's slack. Only a malformed EnvVar is an error; a thread that
+// gets fromEnv's slack. Only a malformed EnvVar is an error; a thread that
 // cannot be changed (no CAP_SYS_NICE, no /proc) leaves the process as the
 // runtime made it, which is correct, only busier.
 func Relax() error {
-	slack, err := FromEnv()
+	slack, err := fromEnv()
 	if err != nil {
 		return err
 	}
-	_, _ = RelaxMonitor(slack)
+	_, _ = relaxMonitor(slack)
 	return nil
 }

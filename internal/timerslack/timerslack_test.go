@@ -45,7 +45,7 @@ func TestMonitorThreadIsSysmon(t *testing.T) {
 	}()
 	defer func() { stop.Store(true); <-done }()
 
-	tid, err := MonitorThread()
+	tid, err := monitorThread()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,26 +75,26 @@ func TestMonitorThreadIsSysmon(t *testing.T) {
 
 func TestRelaxMonitorSetsOnlyItsSlack(t *testing.T) {
 	pid := os.Getpid()
-	before, err := Slack(pid)
+	before, err := threadSlack(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
 	const want = 3 * time.Millisecond
-	tid, err := RelaxMonitor(want)
+	tid, err := relaxMonitor(want)
 	if err != nil {
-		t.Fatalf("RelaxMonitor: %v (writing another thread's slack needs CAP_SYS_NICE)", err)
+		t.Fatalf("relaxMonitor: %v (writing another thread's slack needs CAP_SYS_NICE)", err)
 	}
 	if tid == pid {
 		t.Fatalf("the main thread was chosen")
 	}
-	if got, err := Slack(tid); err != nil || got != want {
+	if got, err := threadSlack(tid); err != nil || got != want {
 		t.Fatalf("monitor thread %d slack = %v, %v; want %v", tid, got, err, want)
 	}
-	if got, err := Slack(pid); err != nil || got != before {
+	if got, err := threadSlack(pid); err != nil || got != before {
 		t.Fatalf("main thread slack = %v, %v; want it unchanged (%v)", got, err, before)
 	}
-	if tid2, err := RelaxMonitor(0); err != nil || tid2 != 0 {
-		t.Fatalf("RelaxMonitor(0) = %d, %v; want nothing done", tid2, err)
+	if tid2, err := relaxMonitor(0); err != nil || tid2 != 0 {
+		t.Fatalf("relaxMonitor(0) = %d, %v; want nothing done", tid2, err)
 	}
 }
 
@@ -116,7 +116,7 @@ func TestFromEnv(t *testing.T) {
 		} else {
 			t.Setenv(EnvVar, c.val)
 		}
-		got, err := FromEnv()
+		got, err := fromEnv()
 		if c.bad != (err != nil) || got != c.want {
 			t.Errorf("%s=%q: got %v, %v; want %v (error %v)", EnvVar, c.val, got, err, c.want, c.bad)
 		}
