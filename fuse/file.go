@@ -24,13 +24,17 @@ type handle struct {
 	// are counted for it (with writeback caching the kernel may send them
 	// from another thread, so the writer's own pid is not reliable).
 	job string
+	// uncached: opened with O_DIRECT. Its reads are marked so
+	// (proto.WithUncached): read from a local object's file, they bypass
+	// this host's page cache too, as the application asked.
+	uncached bool
 }
 
 func newHandle(fsys *filesystem, f *client.File, inode *fs.Inode, flags uint32, job string) *handle {
 	// A metadata service without Append (test fakes) leaves O_APPEND to
 	// the kernel's idea of the end of file, which is right on one mount.
 	appending := flags&syscall.O_APPEND != 0 && fsys.c.ClusterLocks()
-	return &handle{fsys: fsys, f: f, inode: inode, appending: appending, job: job}
+	return &handle{fsys: fsys, f: f, inode: inode, appending: appending, job: job, uncached: flags&syscall.O_DIRECT != 0}
 }
 
 // openFlags returns the FOPEN flags of the open reply. An appending
@@ -49,6 +53,9 @@ func (h *handle) openFlags(flags uint32) uint32 {
 // writev: see bufsResult.
 func (h *handle) Read(ctx context.Context, dest []byte, off int64) (gofuse.ReadResult, syscall.Errno) {
 	ctx = h.fsys.creds.withJob(ctx)
+	if h.uncached {
+		ctx = proto.WithUncached(ctx)
+	}
 	bufs, release, err := h.f.ReadBufs(ctx, dest, uint64(off))
 	if err != nil {
 		return nil, h.fsys.errno("read", err)

@@ -65,3 +65,20 @@ func CapabilityFrom(ctx context.Context) []byte {
 	c, _ := ctx.Value(capKey{}).([]byte)
 	return c
 }
+
+type uncachedKey struct{}
+
+// WithUncached returns ctx marking the reads made with it as reads of a
+// handle its application opened with O_DIRECT: it asked for no page
+// cache between it and the disk, so a storage client that reads an
+// object's file itself (short-circuit local reads) bypasses this host's
+// page cache for them too, as the kernel would for a local file.
+func WithUncached(ctx context.Context) context.Context {
+	return context.WithValue(ctx, uncachedKey{}, true)
+}
+
+// UncachedFrom reports whether ctx was marked by WithUncached.
+func UncachedFrom(ctx context.Context) bool {
+	u, _ := ctx.Value(uncachedKey{}).(bool)
+	return u
+}

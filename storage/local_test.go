@@ -140,6 +140,32 @@ func TestLocalSocket(t *testing.T) {
 			t.Fatalf("read [%d,+%d): %d bytes, %v", r[0], r[1], n, err)
 		}
 	}
+	// A small aligned read bypasses it only for a handle opened O_DIRECT
+	// (its reads' context marked uncached), and reads the same bytes. (A
+	// second handle: its open drops the first's read-ahead chunks, which
+	// would serve these reads.)
+	f2, _, err := c.Open(ctx, a.Ino, proto.AccessRead)
+	if err != nil {
+		t.Fatal(err)
+	}
+	small := make([]byte, 4096, 64<<10)[:4096] // page aligned, as every buffer this large
+	for i, uncached := range []bool{false, true} {
+		rctx := ctx
+		if uncached {
+			rctx = proto.WithUncached(ctx)
+		}
+		off := (i + 3) * 64 << 10 // where nothing was read before
+		before := lr.Counts().Direct
+		if n, err := f2.Read(rctx, small, uint64(off)); err != nil || !bytes.Equal(small[:n], data[off:off+4096]) {
+			t.Fatalf("4 KiB read (uncached %v): %d bytes, %v", uncached, n, err)
+		}
+		if direct := lr.Counts().Direct - before; direct != map[bool]uint64{false: 0, true: 1}[uncached] {
+			t.Fatalf("4 KiB read (uncached %v): %d reads bypassed the page cache", uncached, direct)
+		}
+	}
+	if err := f2.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
 	// A large aligned read bypasses the page cache (O_DIRECT) and reads
 	// what was written last. (Into a buffer of its own, page aligned: Go
 	// allocates buffers this large at page boundaries.)

@@ -143,9 +143,25 @@ func TestLocalReads(t *testing.T) {
 		t.Errorf("no read bypassed the page cache (direct reads %v before, %v after)", n0.direct, n1.direct)
 	}
 
+	// A 4 KiB read of a handle opened O_DIRECT bypasses this host's page
+	// cache too, as its application asked (smaller reads than 128 KiB of
+	// other handles keep it).
+	p := filepath.Join(mnt, "r", "f")
+	for i := range 8 {
+		off := int64(i)<<20 + 8192
+		b, err := readDirect(t, p, off, 4096)
+		if want := files[p][off : off+4096]; err != nil || !bytes.Equal(b, want) {
+			t.Fatalf("%s [%d,+4096): %v (%s)", p, off, err, firstDiff(b, want))
+		}
+	}
+	n4k := localCounts(t, maddr)
+	if got := n4k.direct - n1.direct; got != 8 {
+		t.Errorf("%v of 8 O_DIRECT 4 KiB reads bypassed the page cache", got)
+	}
+	n1 = n4k
+
 	// A write is seen by the next read (the descriptors are of the very
 	// files the server writes).
-	p := filepath.Join(mnt, "r", "f")
 	patch := bytes.Repeat([]byte("new bytes "), 1000)
 	f, err := os.OpenFile(p, os.O_WRONLY, 0)
 	if err != nil {

@@ -27,8 +27,9 @@
 //     an object removed (st_nlink 0: a rebuild may replace its file), a
 //     missing object, a refused capability, a failed socket, a server that
 //     restarted (another id). Writes never go through here.
-//   - A read of at least Options.DirectMin bytes (128 KiB), aligned,
-//     bypasses the page cache (O_DIRECT, on a second open of the same
+//   - A read of at least Options.DirectMin bytes (128 KiB), aligned, and
+//     any aligned read of a handle its application opened with O_DIRECT
+//     (proto.WithUncached), bypasses the page cache (O_DIRECT, on a second open of the same
 //     data file through /proc/self/fd, made on first use; none to be had,
 //     as on tmpfs, leaves the reads cached). It is checked as every
 //     other read, and coherent with the server's buffered writes: the

@@ -39,7 +39,9 @@ type Options struct {
 	// the disk's speed, with one copy less and no page cache to fill and
 	// evict. 0: DefaultDirectMin; negative: never (every read through
 	// the page cache, where re-reads of what fits in memory are served
-	// from it).
+	// from it). A read whose context is marked proto.WithUncached (its
+	// application opened the file O_DIRECT) bypasses the page cache at
+	// any size, if aligned, unless DirectMin is negative.
 	DirectMin int
 }
 
@@ -161,7 +163,7 @@ func (r *Reader) Close() error {
 func (r *Reader) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
 	if cap := proto.CapabilityFrom(ctx); len(cap) > 0 && r.base.Err() == nil {
 		if srv := r.serverOf(t); srv != nil {
-			n, err := r.readLocal(ctx, srv, t, obj, cap, off, p)
+			n, err := r.readLocal(ctx, srv, t, obj, cap, off, p, proto.UncachedFrom(ctx))
 			if err == nil {
 				r.local.Add(1)
 				return n, nil
@@ -181,7 +183,7 @@ var (
 )
 
 // readLocal reads from obj's files, opening them first if needed.
-func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, obj proto.ObjectID, cap []byte, off uint64, p []byte) (int, error) {
+func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, obj proto.ObjectID, cap []byte, off uint64, p []byte, uncached bool) (int, error) {
 	k := key{t: t, obj: obj}
 	e := r.cache.get(k, cap, r.now())
 	if e == nil {
@@ -191,7 +193,7 @@ func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, o
 		}
 		e = r.cache.put(e)
 	}
-	n, err := r.readEntry(e, off, p)
+	n, err := r.readEntry(e, off, p, uncached)
 	r.cache.release(e)
 	if err != nil && !errors.Is(err, storagerpc.ErrChecksum) {
 		// A mismatch is most often a write under way: the descriptors
@@ -203,8 +205,9 @@ func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, o
 
 // readEntry reads [off, off+len(p)) of e's object, up to its end, and
 // checks every block it touches against the sidecar (storagerpc.CheckBlocks:
-// the rule the server reads by).
-func (r *Reader) readEntry(e *entry, off uint64, p []byte) (int, error) {
+// the rule the server reads by). uncached: the application asked for no
+// page cache (proto.WithUncached).
+func (r *Reader) readEntry(e *entry, off uint64, p []byte, uncached bool) (int, error) {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(e.data, &st); err != nil {
 		return 0, fmt.Errorf("localread: fstat: %w", err)
@@ -230,7 +233,7 @@ func (r *Reader) readEntry(e *entry, off uint64, p []byte) (int, error) {
 		span = buf
 	}
 	fd := e.data
-	if r.directOK(span, spanOff) {
+	if r.directOK(span, spanOff, uncached) {
 		if d := r.directFD(e); d >= 0 {
 			fd = d
 		}
@@ -269,11 +272,14 @@ func (r *Reader) readEntry(e *entry, off uint64, p []byte) (int, error) {
 }
 
 // directOK reports whether a read of span at off may bypass the page
-// cache: large enough, and offset, length and buffer aligned as O_DIRECT
-// needs (a file's last, partial block is read through the cache).
-func (r *Reader) directOK(span []byte, off uint64) bool {
-	return r.directMin > 0 && !r.directOff.Load() && len(span) >= r.directMin && len(span)%DirectAlign == 0 &&
-		off%DirectAlign == 0 && uintptr(unsafe.Pointer(&span[0]))%DirectAlign == 0
+// cache: large enough (any size for an uncached read), and offset, length
+// and buffer aligned as O_DIRECT needs (a file's last, partial block is
+// read through the cache).
+func (r *Reader) directOK(span []byte, off uint64, uncached bool) bool {
+	if r.directMin <= 0 || r.directOff.Load() || (!uncached && len(span) < r.directMin) {
+		return false
+	}
+	return len(span)%DirectAlign == 0 && off%DirectAlign == 0 && uintptr(unsafe.Pointer(&span[0]))%DirectAlign == 0
 }
 
 // directFD returns e's O_DIRECT descriptor of the object's data file,
