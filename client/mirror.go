@@ -272,7 +272,7 @@ func (c *Client) readExtent(ctx context.Context, st *inodeState, l layout.Layout
 	for i, slot := range order {
 		actx, cancel := ctx, context.CancelFunc(func() {})
 		if i < len(order)-1 {
-			actx, cancel = context.WithTimeout(ctx, c.mirrorGrace())
+			actx, cancel = withLazyDeadline(ctx, c.mirrorGrace())
 		}
 		got, err := read(actx, slot)
 		cancel()
