@@ -91,6 +91,11 @@
 //     so the kernel never caches an appended record at its own, wrong,
 //     offset. The flag is taken at open (a later fcntl(F_SETFL, O_APPEND)
 //     is not seen).
+//   - A handle opened with O_DIRECT has its reads marked uncached
+//     (proto.WithUncached): where the mount reads an object from its file
+//     on this host (package localread), it bypasses the host's page cache
+//     for every aligned read, not only for large ones, as the application
+//     asked. Like O_APPEND, the flag is taken at open.
 //
 // # Locks
 //
