@@ -64,10 +64,15 @@ func (f *filesystem) dropKernel(ivs []proto.LeaseInval) {
 // addNewNode), so the one recorded stays unless the kernel forgot it (its
 // OnForget removes it) or it never got registered (it lost a race of two
 // first lookups: it holds no kernel reference).
-func (f *filesystem) track(ino proto.Ino, cn *node) {
-	if v, loaded := f.nodes.LoadOrStore(ino, cn); loaded && v.(*node).Forgotten() {
+//
+// It returns the node recorded: cn, or the one the kernel already uses.
+func (f *filesystem) track(ino proto.Ino, cn *node) *node {
+	v, loaded := f.nodes.LoadOrStore(ino, cn)
+	if loaded && v.(*node).Forgotten() {
 		f.nodes.Store(ino, cn)
+		return cn
 	}
+	return v.(*node)
 }
 
 // OnForget implements fs.NodeOnForgetter: the kernel forgot the inode, so

@@ -188,7 +188,13 @@ func (n *node) child(ctx context.Context, a proto.Attr, out *gofuse.EntryOut) *f
 	ch := n.NewInode(ctx, &node{fsys: n.fsys}, fs.StableAttr{Mode: a.Mode & syscall.S_IFMT, Ino: uint64(a.Ino)})
 	if cn, ok := ch.Operations().(*node); ok {
 		cn.note(a)
-		n.fsys.track(a.Ino, cn)
+		if known := n.fsys.track(a.Ino, cn); known != cn {
+			// The kernel knows the inode already: go-fuse keeps its
+			// node and drops cn, and this reply told the kernel a, so
+			// the kept node must note it, or its next Open would take
+			// the kernel's attributes for stale and drop them.
+			known.note(a)
+		}
 	}
 	return ch
 }
