@@ -246,9 +246,10 @@ func (c *Client) Config() Config { return c.cfg }
 // detached from the caller's cancellation: FUSE interrupts (which the Go
 // runtime's preemption signals provoke all the time in the calling process)
 // must not abort an operation halfway through, but nothing may hang longer
-// than the timeout either.
+// than the timeout either. Its timer starts only when something waits on
+// it (lazyDeadline): a read served from a local file never does.
 func (c *Client) rpcCtx(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), c.cfg.Timeout)
+	return withLazyDeadline(context.WithoutCancel(ctx), c.cfg.Timeout)
 }
 
 // Errno maps an error from the client to the errno to give the kernel: the

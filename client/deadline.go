@@ -7,10 +7,11 @@ import (
 )
 
 // lazyDeadline is context.WithTimeout whose timer is started only when
-// something waits on it. A read served from an object's file on this host
-// (localread) never waits on its context: it only asks for the deadline
-// (for a socket's) and for values. Two timers started and stopped for
-// each 4 KiB random read (the read's bound and the mirror copy's grace)
+// something waits on it (rpcCtx and a mirror copy's grace are made with
+// it). A read served from an object's file on this host (localread) never
+// waits on its context: it only asks for the deadline (for a socket's)
+// and for values. Two timers started and stopped for each 4 KiB random
+// read (the read's bound and the mirror copy's grace)
 // cost the mount about 6 % of its random-read rate (docs/performance.md,
 // issue 12 session 15).
 //

@@ -554,9 +554,7 @@ func (f *File) readBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byt
 		clear(p)
 		return [][]byte{p}, noRelease, nil
 	}
-	// As rpcCtx, without a timer unless something waits (lazyDeadline):
-	// a local read never does.
-	ctx, cancel := withLazyDeadline(context.WithoutCancel(ctx), f.c.cfg.Timeout)
+	ctx, cancel := f.c.rpcCtx(ctx)
 	defer cancel()
 	if pieces != nil {
 		return f.readPieces(ctx, st, l, pieces, p, off)

@@ -29,12 +29,12 @@
 //     restarted (another id). Writes never go through here.
 //   - A read of at least Options.DirectMin bytes (128 KiB), aligned, and
 //     any aligned read of a handle its application opened with O_DIRECT
-//     (proto.WithUncached), bypasses the page cache (O_DIRECT, on a second open of the same
-//     data file through /proc/self/fd, made on first use; none to be had,
-//     as on tmpfs, leaves the reads cached). It is checked as every
-//     other read, and coherent with the server's buffered writes: the
-//     kernel writes a range's dirty pages back before a direct read of
-//     it.
+//     (proto.WithUncached), bypasses the page cache (O_DIRECT, on a
+//     second open of the same data file through /proc/self/fd, made on
+//     first use; none to be had, as on tmpfs, leaves the reads cached).
+//     It is checked as every other read, and coherent with the server's
+//     buffered writes: the kernel writes a range's dirty pages back
+//     before a direct read of it.
 //   - Descriptors are used only with the very capability bytes the server
 //     checked, and not past its expiry; at most Options.MaxOpen objects
 //     (DefaultMaxOpen, 1024; two descriptors each, three once read

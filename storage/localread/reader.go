@@ -163,7 +163,7 @@ func (r *Reader) Close() error {
 func (r *Reader) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
 	if cap := proto.CapabilityFrom(ctx); len(cap) > 0 && r.base.Err() == nil {
 		if srv := r.serverOf(t); srv != nil {
-			n, err := r.readLocal(ctx, srv, t, obj, cap, off, p, proto.UncachedFrom(ctx))
+			n, err := r.readLocal(ctx, srv, t, obj, cap, off, p)
 			if err == nil {
 				r.local.Add(1)
 				return n, nil
@@ -183,7 +183,7 @@ var (
 )
 
 // readLocal reads from obj's files, opening them first if needed.
-func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, obj proto.ObjectID, cap []byte, off uint64, p []byte, uncached bool) (int, error) {
+func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, obj proto.ObjectID, cap []byte, off uint64, p []byte) (int, error) {
 	k := key{t: t, obj: obj}
 	e := r.cache.get(k, cap, r.now())
 	if e == nil {
@@ -193,7 +193,7 @@ func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, o
 		}
 		e = r.cache.put(e)
 	}
-	n, err := r.readEntry(e, off, p, uncached)
+	n, err := r.readEntry(e, off, p, proto.UncachedFrom(ctx))
 	r.cache.release(e)
 	if err != nil && !errors.Is(err, storagerpc.ErrChecksum) {
 		// A mismatch is most often a write under way: the descriptors
