@@ -167,10 +167,13 @@ func (l *leaseCache) movedLocked(s0 uint64, inos ...proto.Ino) bool {
 	return false
 }
 
-func (l *leaseCache) fullLocked() {
+// fullLocked drops everything when the cache is full, and says so.
+func (l *leaseCache) fullLocked() bool {
 	if len(l.attrs)+len(l.names)+len(l.complete) >= maxLeaseEntries {
 		l.clearLocked()
+		return true
 	}
+	return false
 }
 
 // getAttr answers ino's attributes from the cache.
@@ -356,20 +359,37 @@ func (c *Client) created(s0 uint64, dir proto.Ino, name string, a proto.Attr, er
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	// A complete directory stays so if the create succeeded: had
+	// anything else changed the directory since the create began, it
+	// would not be complete any more (an invalidation of it, or a change
+	// of this client's other than a create, ends that). The slots are no
+	// test of it: they are shared by inode hash, so with creates in
+	// several directories at once a new inode's slot is now and then
+	// another directory's (inode 4,099, directory 3), and the directory
+	// lost its completeness for good (4 processes creating: half the
+	// lookups before a create went to the leader).
 	_, all := l.complete[dir]
-	cached := err == nil && a.Ino != 0 && l.epoch != 0 && !l.movedLocked(s0, dir, a.Ino)
-	if cached {
-		l.fullLocked()
-		l.names[dirName{dir, name}] = a.Ino
-		l.attrs[a.Ino] = a
+	made := err == nil && a.Ino != 0 && l.epoch != 0
+	keep := made && all
+	// The reply's attributes (and, in a directory not known complete,
+	// its name) may be cached only if nothing that could have replaced
+	// them arrived while the create was under way.
+	fresh := made && !l.movedLocked(s0, dir, a.Ino)
+	if fresh || keep {
+		if l.fullLocked() {
+			keep = false // everything, the directory's completeness too, was dropped
+		}
+		if fresh || keep {
+			l.names[dirName{dir, name}] = a.Ino
+		}
+		if fresh {
+			l.attrs[a.Ino] = a
+		}
 	}
 	l.seq++
 	l.slots[uint64(dir)%leaseSlots] = l.seq
 	delete(l.attrs, dir)
-	// A complete directory stays so only if the name's fate is known:
-	// the create succeeded and nothing else changed the directory since
-	// it began (an invalidation would have ended it already).
-	if all && cached {
+	if keep {
 		l.complete[dir] = struct{}{}
 	} else {
 		delete(l.complete, dir)

@@ -230,6 +230,24 @@ func TestLeaseCacheCompleteDirectory(t *testing.T) {
 	}
 	c.created(s0, dir, "f2", proto.Attr{Ino: 12, Mode: 0o100644}, nil)
 
+	// Creates in two complete directories at once, where the new inode
+	// of one shares its slot (inode hash) with the other directory: both
+	// stay complete.
+	other := proto.Ino(dir + 500)
+	mkdir(other)
+	sA := c.creating(dir, "f4")
+	sB := c.creating(other, "g1") // moves other's slot, after sA
+	c.created(sA, dir, "f4", proto.Attr{Ino: other + leaseSlots, Mode: 0o100644}, nil)
+	c.created(sB, other, "g1", proto.Attr{Ino: dir + 2*leaseSlots, Mode: 0o100644}, nil)
+	for _, d := range []proto.Ino{dir, other} {
+		if !absent(d, "next") {
+			t.Fatalf("directory %d: concurrent creates whose inodes share a slot ended its completeness", d)
+		}
+	}
+	if _, found, ok := l.lookup(dir, "f4"); ok && !found {
+		t.Fatal("a name created while its inode's slot moved is answered as absent")
+	}
+
 	// A failed create: the name's fate is unknown (EEXIST, EACCES, ...).
 	create("f3", 0, syscall.EACCES)
 	if _, _, ok := l.lookup(dir, "other"); ok {
