@@ -243,9 +243,23 @@ func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval
 	t.gen++
 	var waits []leaseWait
 	now := t.now()
-	var racing [2]bool // own[i] was broken by another change since g0
+	// racing[i]: own[i] may have been broken by another change since g0
+	// (the slots are shared by inode hash, so this may be another
+	// inode's break). A lease self holds still was not: every break of
+	// that inode since it was granted took it away. The directory of a
+	// create usually is (the session made it, or looked it up), and
+	// without this check a new inode of another directory that shares
+	// its slot (with creates in several directories at once, now and
+	// then) invalidated the name just created to its own session, which
+	// then stopped answering the lookups before its next creates there.
+	self0 := t.holders[self]
+	var racing [2]bool
 	for i, ino := range own[:min(len(own), 2)] {
-		racing[i] = t.broken[uint64(ino)%brokenSlots] > g0
+		held := false
+		if self0 != nil {
+			_, held = self0.inos[ino]
+		}
+		racing[i] = !held && t.broken[uint64(ino)%brokenSlots] > g0
 	}
 	for i, iv := range ivs {
 		t.broken[uint64(iv.Ino)%brokenSlots] = t.gen

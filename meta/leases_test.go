@@ -144,6 +144,37 @@ func TestLeaseOwnCreate(t *testing.T) {
 	}
 }
 
+// A create whose directory's slot was broken since it began (by a change
+// of another inode sharing the slot, or of the directory itself): a
+// session that held its lease on the directory all along is not told
+// (any break of the directory would have taken the lease, and told it);
+// one that did not hold it is, as the directory may have changed unseen.
+func TestLeaseOwnCreateRacing(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	lt.poll(doneCtx(), a, 0)
+	lt.poll(doneCtx(), b, 0)
+	const dir, other = 1, 2
+	lt.grant(a, lt.begin(), "", dir)
+	g0 := lt.begin()
+	// b creates in another directory; its new inode shares dir's slot.
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: other, Name: "x"}, {Ino: dir + brokenSlots}}, []proto.Ino{other, dir + brokenSlots}, "x", 0)
+	lt.breakLeases(a, g0, []proto.LeaseInval{{Ino: dir, Name: "f"}, {Ino: 30}}, []proto.Ino{dir, 30}, "f", 0)
+	if p := lt.poll(doneCtx(), a, 0); len(p.Invals) != 0 {
+		t.Fatalf("a create in a directory whose lease its session held was invalidated to it: %+v", p.Invals)
+	}
+
+	// The same in a directory a does not hold a lease on: told.
+	const dir2 = 3
+	g0 = lt.begin()
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: other, Name: "y"}, {Ino: dir2 + brokenSlots}}, []proto.Ino{other, dir2 + brokenSlots}, "y", 0)
+	lt.breakLeases(a, g0, []proto.LeaseInval{{Ino: dir2, Name: "g"}, {Ino: 31}}, []proto.Ino{dir2, 31}, "g", 0)
+	p := lt.poll(doneCtx(), a, 0)
+	if len(p.Invals) != 1 || p.Invals[0].Ino != dir2 || p.Invals[0].Name != "g" {
+		t.Fatalf("a create that may have raced a change of a directory not held: told %+v, want (%d, g)", p.Invals, dir2)
+	}
+}
+
 // An unlink is not told to its own session for the directory (its reply
 // carries the directory's new attributes, and the session keeps its
 // lease), but is for the inode that lost the name; others are told of
