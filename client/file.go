@@ -47,7 +47,8 @@ type inodeState struct {
 	// earlier handle flushing while a futimens settles) could be applied
 	// in either order, so the one that covered the writes could land
 	// after the explicit time set the other let through, and move the
-	// mtime it set.
+	// mtime it set. A truncate holds it too (beginTruncate to
+	// endTruncate), or a late WriteDone would undo it.
 	doneMu sync.Mutex
 
 	// truncates counts the truncates this client began on the file: a
@@ -150,8 +151,13 @@ func (st *inodeState) setLayout(l layout.Layout) {
 }
 
 // beginTruncate stops new writes from being issued, waits for the ones in
-// flight and returns the layout to truncate.
+// flight and returns the layout to truncate. It also waits for a WriteDone
+// under way and holds off new ones until endTruncate (doneMu): a WriteDone
+// of writes before the truncate (the kernel's late RELEASE of an earlier
+// handle flushing) that the metadata server applied after the truncate
+// would set the size back up to what it covered (fsx: "Size error").
 func (st *inodeState) beginTruncate() layout.Layout {
+	st.doneMu.Lock()
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.truncating++
@@ -166,6 +172,7 @@ func (st *inodeState) endTruncate() {
 	st.truncating--
 	st.cond.Broadcast()
 	st.mu.Unlock()
+	st.doneMu.Unlock()
 }
 
 func (st *inodeState) truncated(a *proto.Attr, size uint64) {

@@ -88,3 +88,58 @@ func TestExplicitMtimeAfterLateFlush(t *testing.T) {
 		t.Fatalf("mtime %d after futimens to 1, want 1: the flush's WriteDone moved it", got.Mtime)
 	}
 }
+
+// TestTruncateAfterLateFlush: a truncate while another handle's flush of
+// earlier writes is still out (the kernel's late RELEASE) waits for it: a
+// WriteDone applied after the truncate would set the size back up to the
+// end of those writes (fsx, TestFsxMirror: "Size error: expected 0x42ad8
+// but found 0x100000").
+func TestTruncateAfterLateFlush(t *testing.T) {
+	ctx := context.Background()
+	srv := &gatedMeta{Server: newMetaServer(t), entered: make(chan struct{}), gate: make(chan struct{})}
+	c := NewWithServices(srv, fake.NewStorage(), Config{})
+	defer c.Close()
+	early, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "a", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := c.Open(ctx, a.Ino, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, f, []byte("the end of the file before the truncate"), 1<<20)
+
+	srv.armed.Store(true)
+	released := make(chan error, 1)
+	go func() { released <- early.Release(ctx) }()
+	<-srv.entered // its WriteDone (size 1 MiB and more) is out
+	const size = 4096
+	truncated := make(chan error, 1)
+	go func() {
+		_, err := f.Truncate(ctx, size)
+		truncated <- err
+	}()
+	select {
+	case err := <-truncated:
+		t.Errorf("the truncate completed while a WriteDone of earlier writes was still out (%v)", err)
+		truncated <- err
+	case <-time.After(100 * time.Millisecond):
+	}
+	close(srv.gate)
+	if err := <-released; err != nil {
+		t.Fatal(err)
+	}
+	if err := <-truncated; err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := srv.GetAttr(ctx, a.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Size != size {
+		t.Fatalf("size %d after a truncate to %d: the late flush's WriteDone set it back", got.Size, size)
+	}
+}
