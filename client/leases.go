@@ -167,13 +167,10 @@ func (l *leaseCache) movedLocked(s0 uint64, inos ...proto.Ino) bool {
 	return false
 }
 
-// fullLocked drops everything when the cache is full, and says so.
-func (l *leaseCache) fullLocked() bool {
+func (l *leaseCache) fullLocked() {
 	if len(l.attrs)+len(l.names)+len(l.complete) >= maxLeaseEntries {
 		l.clearLocked()
-		return true
 	}
-	return false
 }
 
 // getAttr answers ino's attributes from the cache.
@@ -368,23 +365,21 @@ func (c *Client) created(s0 uint64, dir proto.Ino, name string, a proto.Attr, er
 	// another directory's (inode 4,099, directory 3), and the directory
 	// lost its completeness for good (4 processes creating: half the
 	// lookups before a create went to the leader).
-	_, all := l.complete[dir]
 	made := err == nil && a.Ino != 0 && l.epoch != 0
-	keep := made && all
 	// The reply's attributes (and, in a directory not known complete,
 	// its name) may be cached only if nothing that could have replaced
 	// them arrived while the create was under way.
 	fresh := made && !l.movedLocked(s0, dir, a.Ino)
+	if made {
+		l.fullLocked() // first: a full cache drops the completeness too
+	}
+	_, all := l.complete[dir]
+	keep := made && all
 	if fresh || keep {
-		if l.fullLocked() {
-			keep = false // everything, the directory's completeness too, was dropped
-		}
-		if fresh || keep {
-			l.names[dirName{dir, name}] = a.Ino
-		}
-		if fresh {
-			l.attrs[a.Ino] = a
-		}
+		l.names[dirName{dir, name}] = a.Ino
+	}
+	if fresh {
+		l.attrs[a.Ino] = a
 	}
 	l.seq++
 	l.slots[uint64(dir)%leaseSlots] = l.seq

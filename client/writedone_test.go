@@ -30,18 +30,18 @@ func (m *gatedMeta) WriteDone(ctx context.Context, ino proto.Ino, end uint64, mt
 	return m.Server.WriteDone(ctx, ino, end, mtime, blocks)
 }
 
-// TestExplicitMtimeAfterLateFlush: an explicit mtime (futimens) set while
-// another handle's flush of the same writes is still out (the kernel's
-// RELEASE of an earlier descriptor, late on a loaded machine) is the
-// file's mtime at the end: the time set waits for that WriteDone instead
-// of sending its own and going ahead, which let the late one land after it
-// and put the write's time back (TestModel: "write a then futimens 1: a:
-// mtime <now>, want 1").
-func TestExplicitMtimeAfterLateFlush(t *testing.T) {
+// raceLateFlush writes through one of two handles of a new file (its
+// last byte ending at off plus the data), has the other handle's release
+// flush those writes with its WriteDone held at the metadata server, and
+// runs op meanwhile: op must not complete while that WriteDone is out
+// (what, in the error, names it). It returns the server and the file's
+// inode once both have finished and the writing handle is released.
+func raceLateFlush(t *testing.T, off uint64, what string, op func(c *Client, f *File, ino proto.Ino) error) (*gatedMeta, proto.Ino) {
+	t.Helper()
 	ctx := context.Background()
 	srv := &gatedMeta{Server: newMetaServer(t), entered: make(chan struct{}), gate: make(chan struct{})}
 	c := NewWithServices(srv, fake.NewStorage(), Config{})
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
 	early, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "a", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
@@ -50,37 +50,49 @@ func TestExplicitMtimeAfterLateFlush(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mustWrite(t, f, []byte("written before the time is set"), 204800)
+	mustWrite(t, f, []byte("written before the race"), off)
 
 	srv.armed.Store(true)
 	released := make(chan error, 1)
 	go func() { released <- early.Release(ctx) }()
 	<-srv.entered // its WriteDone is out
-	set := make(chan error, 1)
-	go func() {
-		_, err := c.SetAttr(ctx, a.Ino, proto.SetAttrIn{Valid: proto.SetMtime | proto.SetAtime, Mtime: 1, Atime: 1})
-		set <- err
-	}()
-	// The time set must not complete while the WriteDone is out; give a
-	// wrong one the chance to (how long only decides whether a wrong
-	// order shows; a right one waits for the gate whatever it is).
+	done := make(chan error, 1)
+	go func() { done <- op(c, f, a.Ino) }()
+	// op must not complete while the WriteDone is out; give a wrong one
+	// the chance to (how long only decides whether a wrong order shows;
+	// a right one waits for the gate whatever it is).
 	select {
-	case err := <-set:
-		t.Errorf("the time set completed while a WriteDone of earlier writes was still out (%v)", err)
-		set <- err
+	case err := <-done:
+		t.Errorf("the %s completed while a WriteDone of earlier writes was still out (%v)", what, err)
+		done <- err
 	case <-time.After(100 * time.Millisecond):
 	}
 	close(srv.gate)
 	if err := <-released; err != nil {
 		t.Fatal(err)
 	}
-	if err := <-set; err != nil {
+	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	if err := f.Release(ctx); err != nil {
 		t.Fatal(err)
 	}
-	got, err := srv.GetAttr(ctx, a.Ino)
+	return srv, a.Ino
+}
+
+// TestExplicitMtimeAfterLateFlush: an explicit mtime (futimens) set while
+// another handle's flush of the same writes is still out (the kernel's
+// RELEASE of an earlier descriptor, late on a loaded machine) is the
+// file's mtime at the end: the time set waits for that WriteDone instead
+// of sending its own and going ahead, which let the late one land after it
+// and put the write's time back (TestModel: "write a then futimens 1: a:
+// mtime <now>, want 1").
+func TestExplicitMtimeAfterLateFlush(t *testing.T) {
+	srv, ino := raceLateFlush(t, 204800, "time set", func(c *Client, _ *File, ino proto.Ino) error {
+		_, err := c.SetAttr(context.Background(), ino, proto.SetAttrIn{Valid: proto.SetMtime | proto.SetAtime, Mtime: 1, Atime: 1})
+		return err
+	})
+	got, err := srv.GetAttr(context.Background(), ino)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,47 +107,12 @@ func TestExplicitMtimeAfterLateFlush(t *testing.T) {
 // end of those writes (fsx, TestFsxMirror: "Size error: expected 0x42ad8
 // but found 0x100000").
 func TestTruncateAfterLateFlush(t *testing.T) {
-	ctx := context.Background()
-	srv := &gatedMeta{Server: newMetaServer(t), entered: make(chan struct{}), gate: make(chan struct{})}
-	c := NewWithServices(srv, fake.NewStorage(), Config{})
-	defer c.Close()
-	early, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "a", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, _, err := c.Open(ctx, a.Ino, proto.AccessReadWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mustWrite(t, f, []byte("the end of the file before the truncate"), 1<<20)
-
-	srv.armed.Store(true)
-	released := make(chan error, 1)
-	go func() { released <- early.Release(ctx) }()
-	<-srv.entered // its WriteDone (size 1 MiB and more) is out
 	const size = 4096
-	truncated := make(chan error, 1)
-	go func() {
-		_, err := f.Truncate(ctx, size)
-		truncated <- err
-	}()
-	select {
-	case err := <-truncated:
-		t.Errorf("the truncate completed while a WriteDone of earlier writes was still out (%v)", err)
-		truncated <- err
-	case <-time.After(100 * time.Millisecond):
-	}
-	close(srv.gate)
-	if err := <-released; err != nil {
-		t.Fatal(err)
-	}
-	if err := <-truncated; err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Release(ctx); err != nil {
-		t.Fatal(err)
-	}
-	got, err := srv.GetAttr(ctx, a.Ino)
+	srv, ino := raceLateFlush(t, 1<<20, "truncate", func(_ *Client, f *File, _ proto.Ino) error {
+		_, err := f.Truncate(context.Background(), size)
+		return err
+	})
+	got, err := srv.GetAttr(context.Background(), ino)
 	if err != nil {
 		t.Fatal(err)
 	}

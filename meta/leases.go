@@ -244,20 +244,17 @@ func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval
 	var waits []leaseWait
 	now := t.now()
 	// racing[i]: own[i] may have been broken by another change since g0
-	// (the slots are shared by inode hash, so this may be another
-	// inode's break). A lease self holds still was not: every break of
-	// that inode since it was granted took it away. The directory of a
-	// create usually is (the session made it, or looked it up), and
-	// without this check a new inode of another directory that shares
-	// its slot (with creates in several directories at once, now and
-	// then) invalidated the name just created to its own session, which
-	// then stopped answering the lookups before its next creates there.
-	self0 := t.holders[self]
+	// (the slots are shared by inode hash: perhaps another inode's
+	// break). Not if self still holds its lease on it: every break takes
+	// that away. Without this, a new inode sharing the slot of the
+	// directory a session creates in told it to forget the name it just
+	// made, and it stopped answering the lookups before its creates.
+	mine := t.holders[self]
 	var racing [2]bool
 	for i, ino := range own[:min(len(own), 2)] {
 		held := false
-		if self0 != nil {
-			_, held = self0.inos[ino]
+		if mine != nil {
+			_, held = mine.inos[ino]
 		}
 		racing[i] = !held && t.broken[uint64(ino)%brokenSlots] > g0
 	}
@@ -282,14 +279,14 @@ func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval
 			delete(t.byIno, iv.Ino)
 		}
 	}
-	if h := t.holders[self]; h != nil && t.aliveLocked(h, now) {
+	if mine != nil && t.aliveLocked(mine, now) {
 		for i, ino := range own[:min(len(own), 2)] {
-			if !t.addLocked(h, ino) || racing[i] {
+			if !t.addLocked(mine, ino) || racing[i] {
 				n := ""
 				if i == 0 {
 					n = name
 				}
-				t.queueLocked(h, proto.LeaseInval{Ino: ino, Name: n})
+				t.queueLocked(mine, proto.LeaseInval{Ino: ino, Name: n})
 			}
 		}
 	}
