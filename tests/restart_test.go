@@ -26,10 +26,14 @@ type upProc struct {
 
 // freeBasePort finds a base port for `weft up` whose meta ports (base,
 // +1, +2: three members by default) and storage ports (base+10, base+11,
-// ...) are all free now.
+// ...) are all free now. It picks them below the kernel's ephemeral range:
+// a port in that range that is free now can be taken by any outgoing
+// connection (of this test's other clusters, running in parallel) before
+// weft up binds it (CI: "bind: address already in use" on port 48348).
 func freeBasePort(t *testing.T, servers int) int {
+	low := ephemeralLow()
 	for i := 0; i < 200; i++ {
-		base := 20000 + rand.IntN(30000)
+		base := 10000 + rand.IntN(low-10000-20)
 		ok := true
 		for _, p := range append(seq(base, 3), seq(base+10, servers)...) {
 			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
@@ -45,6 +49,18 @@ func freeBasePort(t *testing.T, servers int) int {
 	}
 	t.Fatal("no free base port")
 	return 0
+}
+
+// ephemeralLow is the first port of the kernel's range for outgoing
+// connections and port-0 listeners (32768 unless configured otherwise).
+func ephemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+		if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+			return n
+		}
+	}
+	return 32768
 }
 
 func seq(from, n int) []int {
