@@ -31,7 +31,7 @@ type upProc struct {
 // connection (of this test's other clusters, running in parallel) before
 // weft up binds it (CI: "bind: address already in use" on port 48348).
 func freeBasePort(t *testing.T, servers int) int {
-	low := ephemeralLow()
+	low := testcluster.EphemeralLow()
 	for i := 0; i < 200; i++ {
 		base := 10000 + rand.IntN(low-10000-20)
 		ok := true
@@ -49,18 +49,6 @@ func freeBasePort(t *testing.T, servers int) int {
 	}
 	t.Fatal("no free base port")
 	return 0
-}
-
-// ephemeralLow is the first port of the kernel's range for outgoing
-// connections and port-0 listeners (32768 unless configured otherwise).
-func ephemeralLow() int {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
-	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
-		if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
-			return n
-		}
-	}
-	return 32768
 }
 
 func seq(from, n int) []int {

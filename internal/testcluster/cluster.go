@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/weft-fs/weft/auth"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -737,26 +738,46 @@ var givenAddrs struct {
 func FreeAddr(t testing.TB) string { return freeAddr(t) }
 
 // freeAddr picks a loopback port that is free now and was not handed out
-// before in this process. Another process may take it before ours binds
-// it; startListener retries with a new one.
+// before in this process. It picks below the kernel's ephemeral range: a
+// free port inside it can be taken by any outgoing connection before our
+// server binds it, and a group member cannot move to another port (its
+// peers name it). Another test process may still bind it first;
+// startListener retries.
 func freeAddr(t testing.TB) string {
 	givenAddrs.Lock()
 	defer givenAddrs.Unlock()
 	if givenAddrs.m == nil {
 		givenAddrs.m = map[string]bool{}
 	}
-	for {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
+	low := EphemeralLow()
+	for i := 0; i < 10000; i++ {
+		addr := "127.0.0.1:" + strconv.Itoa(10000+rand.IntN(low-10000))
+		if givenAddrs.m[addr] {
+			continue
 		}
-		addr := l.Addr().String()
+		l, err := net.Listen("tcp", addr)
+		if err != nil {
+			continue
+		}
 		l.Close()
-		if !givenAddrs.m[addr] {
-			givenAddrs.m[addr] = true
-			return addr
+		givenAddrs.m[addr] = true
+		return addr
+	}
+	t.Fatal("testcluster: no free port below the ephemeral range")
+	return ""
+}
+
+// EphemeralLow is the first port of the kernel's range for outgoing
+// connections and port-0 listeners (32768 unless configured otherwise).
+// Tests that choose ports for servers choose them below it.
+func EphemeralLow() int {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range")
+	if f := strings.Fields(string(b)); err == nil && len(f) == 2 {
+		if n, err := strconv.Atoi(f[0]); err == nil && n > 11000 {
+			return n
 		}
 	}
+	return 32768
 }
 
 // tail returns the last n lines of a file.
