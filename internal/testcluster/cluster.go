@@ -436,10 +436,46 @@ func (c *Cluster) FreezeMeta() { c.signal(c.meta, syscall.SIGSTOP) }
 // ThawMeta resumes the metadata server stopped by FreezeMeta.
 func (c *Cluster) ThawMeta() { c.signal(c.meta, syscall.SIGCONT) }
 
+// signal sends sig to p. A SIGSTOP returns once every thread of p is
+// stopped, so what the test does next meets a frozen process (the kernel
+// delivers the stop to each thread on its own way back to user space);
+// freezing a process that is not running fails the test instead of
+// letting it go on against a live one.
 func (c *Cluster) signal(p *proc, sig syscall.Signal) {
-	if p.running() {
-		p.cmd.Process.Signal(sig)
+	c.t.Helper()
+	if !p.running() {
+		if sig == syscall.SIGSTOP {
+			c.t.Fatalf("testcluster: cannot freeze %s: not running (%v)", p.name, p.err)
+		}
+		return
 	}
+	if err := p.cmd.Process.Signal(sig); err != nil {
+		c.t.Fatalf("testcluster: %v to %s: %v", sig, p.name, err)
+	}
+	if sig != syscall.SIGSTOP {
+		return
+	}
+	err := waitFor(c.opts.Ready, nil, func() bool { return allStopped(p.cmd.Process.Pid) })
+	if err != nil {
+		c.t.Fatalf("testcluster: %s (pid %d) not stopped after SIGSTOP: %v", p.name, p.cmd.Process.Pid, err)
+	}
+}
+
+// allStopped reports whether every thread of pid is in the stopped state
+// (T in /proc/PID/task/TID/stat).
+func allStopped(pid int) bool {
+	tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil || len(tasks) == 0 {
+		return false
+	}
+	for _, task := range tasks {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/stat", pid, task.Name()))
+		i := bytes.LastIndexByte(b, ')')
+		if err != nil || i < 0 || i+2 >= len(b) || b[i+2] != 'T' {
+			return false
+		}
+	}
+	return true
 }
 
 // AddMount starts one more `weft mount` on a new mountpoint, waits until it
