@@ -53,8 +53,10 @@ type Security struct {
 
 // helloVersion is the version of the hello exchanged after the TLS
 // handshake (and of the protocol behind it). Peers with different
-// versions refuse each other with an error naming both.
-const helloVersion uint16 = 1
+// versions refuse each other with an error naming both. Version 2 moved
+// the metadata service's restripe, scrub and lease ops (100..122) into
+// its own range (1..99): they shared codes with storage ops.
+const helloVersion uint16 = 2
 
 // ProtocolVersion is the protocol version this build speaks (the hello's):
 // a server refuses a peer of another version with an error naming both.

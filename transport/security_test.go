@@ -390,7 +390,7 @@ func TestHelloVersionMismatch(t *testing.T) {
 	}()
 	cli, _ := secureTransport(t, keys(t, "client"), false, transport.TCPOptions{})
 	_, err = cli.Dial(context.Background(), ln.Addr().String())
-	if err == nil || !errors.Is(err, syscall.EPROTO) || !strings.Contains(err.Error(), "server speaks protocol version 9, this client version 1") {
+	if err == nil || !errors.Is(err, syscall.EPROTO) || !strings.Contains(err.Error(), "server speaks protocol version 9, this client version 2") {
 		t.Fatalf("dial of a version-9 server: %v", err)
 	}
 
@@ -411,11 +411,11 @@ func TestHelloVersionMismatch(t *testing.T) {
 	if _, err := io.ReadFull(tc, b[:]); err != nil {
 		t.Fatal(err)
 	}
-	if string(b[:4]) != "WFTH" || b[4] != 1 || b[7] != 1 {
+	if string(b[:4]) != "WFTH" || b[4] != byte(transport.ProtocolVersion) || b[7] != 1 {
 		t.Fatalf("server's answer to a version-9 hello: %q", b)
 	}
 	waitFor(t, func() bool {
-		return strings.Contains(lb.String(), "client speaks protocol version 9, this server version 1")
+		return strings.Contains(lb.String(), "client speaks protocol version 9, this server version 2")
 	})
 }
 

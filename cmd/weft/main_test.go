@@ -70,9 +70,35 @@ func TestOpNameCoversEveryService(t *testing.T) {
 		storagerpc.OpRead:    "read",
 		storagerpc.OpWrite:   "write",
 		999:                  "op_999",
+		// These shared codes with metadata ops before protocol version 2,
+		// and were named after them.
+		storagerpc.OpAllocated: "allocated",
+		storagerpc.OpSpace:     "space",
+		storagerpc.OpSeek:      "seek",
+		storagerpc.OpRebuild:   "rebuild",
+		metarpc.OpScrubStatus:  "scrub_status",
+		metarpc.OpLeasePoll:    "lease_poll",
+		metarpc.OpMigrateBegin: "migrate_begin",
 	} {
 		if got := opName(op); got != want {
 			t.Errorf("opName(%d) = %q, want %q", op, got, want)
+		}
+	}
+}
+
+// TestOpCodesDoNotCollide: an op code names one operation of one service
+// (metadata 1..99, storage 100..199), so the metrics, which name ops by
+// code alone, name each right.
+func TestOpCodesDoNotCollide(t *testing.T) {
+	for op := 0; op <= 0xffff; op++ {
+		m, s := metarpc.OpName(uint16(op)), storagerpc.OpName(uint16(op))
+		switch {
+		case m != "" && s != "":
+			t.Errorf("op %d is metadata's %q and storage's %q", op, m, s)
+		case m != "" && op >= 100:
+			t.Errorf("metadata op %q has code %d, outside 1..99", m, op)
+		case s != "" && (op < 100 || op > 199):
+			t.Errorf("storage op %q has code %d, outside 100..199", s, op)
 		}
 	}
 }

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"strings"
 	"testing"
 
@@ -34,7 +35,7 @@ func TestVersion(t *testing.T) {
 		}
 	}
 	out := runRoot(t, "version")
-	if !strings.HasPrefix(out, want) || !strings.Contains(out, "protocol 1") {
+	if !strings.HasPrefix(out, want) || !strings.Contains(out, fmt.Sprintf("protocol %d", transport.ProtocolVersion)) {
 		t.Errorf("weft version printed %q", out)
 	}
 	var v versionJSON

@@ -112,7 +112,7 @@ func samples() []message {
 	}
 }
 
-// migrateOps are the restripe's ops (100..102, outside allOps' range).
+// migrateOps are the restripe's ops and the leases' (not in allOps).
 func migrateOps() []uint16 {
 	return []uint16{OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew, OpLeasePoll}
 }

@@ -27,7 +27,7 @@
 // the statistics of the metadata service and its storage servers (see
 // docs/jobstats.md).
 //
-// OpLeasePoll (122; ops 122..129 are the metadata leases') is a
+// OpLeasePoll (96) is a
 // long-poll: it acknowledges the session's lease invalidations up to the
 // sequence number it carries and waits for new ones (proto.LeaseService,
 // lease.go; docs/caching.md). Its messages start with their own version
@@ -136,7 +136,7 @@
 // extension (from a client before it) is still read, as mtime 0 (the
 // server's clock), and one of version 1 as reporting no blocks.
 //
-// The scrub's ops (110 report, 111 start, 112 status; scrub.go) start
+// The scrub's ops (93 report, 94 start, 95 status; scrub.go) start
 // every message with a format byte (1). A report carries at most
 // proto.MaxScrubFound objects, a status at most proto.MaxScrubLost lost
 // ones.

@@ -11,11 +11,11 @@ import (
 	"github.com/weft-fs/weft/wire"
 )
 
-// Metadata leases (ops 122..129 are this file's; docs/caching.md).
+// Metadata leases (op 96 is this file's, 122 until protocol version 2; docs/caching.md).
 const (
 	// OpLeasePoll acknowledges a session's lease invalidations and waits
 	// (about a fifth of the lease term) for new ones (proto.LeaseService).
-	OpLeasePoll uint16 = 122
+	OpLeasePoll uint16 = 96
 )
 
 // leaseVersion is the first byte of every message of these ops:

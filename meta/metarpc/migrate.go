@@ -10,25 +10,26 @@ import (
 	"github.com/weft-fs/weft/wire"
 )
 
-// Online restripe (proto.Migrator, `weft migrate`; ops 100..104 are this
-// file's).
+// Online restripe (proto.Migrator, `weft migrate`; ops 64..68 are this
+// file's; until protocol version 2 they were 100..102 and 120..121, codes
+// of storage ops).
 const (
 	// OpMigrateBegin places a new layout for a file and answers a ticket.
-	OpMigrateBegin uint16 = 100
+	OpMigrateBegin uint16 = 64
 	// OpMigrateCommit swaps the file's layout for the ticket's.
-	OpMigrateCommit uint16 = 101
+	OpMigrateCommit uint16 = 65
 	// OpMigrateAbort drops a ticket's new objects.
-	OpMigrateAbort uint16 = 102
+	OpMigrateAbort uint16 = 66
 )
 
-// Ops 120..124: a handle's follow of a restripe, the ticket's renewal.
+// Ops 67..68: a handle's follow of a restripe, the ticket's renewal.
 const (
 	// OpMigrateFollow answers a handle opened at an earlier generation
 	// with the file's current attributes and a capability
 	// (proto.MigrateFollower).
-	OpMigrateFollow uint16 = 120
+	OpMigrateFollow uint16 = 67
 	// OpMigrateRenew extends a ticket's life while its copy runs.
-	OpMigrateRenew uint16 = 121
+	OpMigrateRenew uint16 = 68
 )
 
 // migrateVersion is the first byte of every message of these ops:

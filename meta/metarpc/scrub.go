@@ -9,18 +9,18 @@ import (
 	"github.com/weft-fs/weft/wire"
 )
 
-// Scrub (`weft scrub`, issue 9 point 6; ops 110..114 are the scrub's).
+// Scrub (`weft scrub`, issue 9 point 6; ops 93..95 are the scrub's; 110..112 until protocol version 2).
 const (
 	// OpScrubReport: a storage server reports a target's scrub state and
 	// the objects it found corrupt (proto.ScrubReceiver). Storage
 	// servers only, on their own targets.
-	OpScrubReport uint16 = 110
+	OpScrubReport uint16 = 93
 	// OpScrubStart begins a scrub pass on every target that is up (root
 	// only); the answer lists them.
-	OpScrubStart uint16 = 111
+	OpScrubStart uint16 = 94
 	// OpScrubStatus returns every target's scrub state and the lost
 	// objects.
-	OpScrubStatus uint16 = 112
+	OpScrubStatus uint16 = 95
 )
 
 // scrubVersion is the first byte of every message of these ops:
