@@ -477,6 +477,7 @@ func (c *Client) truncateOnce(ctx context.Context, ino proto.Ino, in proto.SetAt
 }
 
 func (c *Client) truncateObjects(ctx context.Context, st *inodeState, l layout.Layout, size uint64) error {
+	defer st.changingAllocation()()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	if l.Kind == layout.EC {

@@ -88,6 +88,9 @@ type inodeState struct {
 	ra        readAhead
 
 	caps caps // the capabilities its storage requests carry (capability.go)
+	// alloc: the objects' block counts known from write replies
+	// (allocated.go).
+	alloc allocCounts
 
 	// strict: a write that misses an object fails instead of marking the
 	// object stale (a restripe's new objects, migrate.go).
@@ -477,8 +480,7 @@ func (c *Client) writeExtents(ctx context.Context, st *inodeState, l layout.Layo
 		data := p[e.FileOff-off:][:e.Len]
 		return c.onStripe(ctx, st, l, e.Stripe, fmt.Sprintf("%s [%d,+%d) to", what, e.FileOff, e.Len), func(ctx context.Context, t proto.TargetID, obj proto.ObjectID) error {
 			return st.withCap(ctx, proto.AccessWrite, func(ctx context.Context) error {
-				_, err := c.storage.Write(ctx, t, obj, e.ObjOff, data)
-				return err
+				return c.writeObject(ctx, st, t, obj, e.ObjOff, data)
 			})
 		})
 	})

@@ -378,6 +378,7 @@ func (c *Client) Resync(ctx context.Context, ino proto.Ino) (int, error) {
 // resyncSlot copies the object in slot (stale) from a fresh copy of its
 // stripe, for a file of size bytes.
 func (c *Client) resyncSlot(ctx context.Context, st *inodeState, l layout.Layout, slot int, size uint64) error {
+	defer st.changingAllocation()()
 	w := l.Width()
 	stripe := slot / w
 	n := l.ObjectSize(size, stripe)

@@ -281,6 +281,19 @@ type ObjectExtender interface {
 	Extend(ctx context.Context, t TargetID, obj ObjectID, size uint64) error
 }
 
+// CountingWriter is a StorageService whose writes also answer what
+// Allocated would right after them: the bytes the object's allocated
+// blocks take once the write is done. A client that wrote every object of
+// a file since it last changed them otherwise (truncate, fallocate, copy)
+// knows the file's blocks without asking (st_blocks at each flush).
+type CountingWriter interface {
+	WriteCounting(ctx context.Context, t TargetID, obj ObjectID, off uint64, data []byte) (version, allocated uint64, err error)
+}
+
+// AllocatedUnknown is WriteCounting's allocated when the server did not
+// count (a storage service without CountingWriter behind the wire).
+const AllocatedUnknown = ^uint64(0)
+
 // StaleMarker is what a client asks of the metadata server for protected
 // (mirror, EC) files: MarkStale records that the objects in slots of the
 // file (of generation gen) missed a write, before the write is

@@ -90,6 +90,15 @@ func (s *Server) Write(ctx context.Context, id proto.TargetID, obj proto.ObjectI
 	return t.Write(ctx, obj, off, data)
 }
 
+// WriteCounting implements proto.CountingWriter.
+func (s *Server) WriteCounting(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (version, allocated uint64, err error) {
+	t, err := s.Target(id)
+	if err != nil {
+		return 0, 0, err
+	}
+	return t.WriteCounting(ctx, obj, off, data)
+}
+
 func (s *Server) Truncate(ctx context.Context, id proto.TargetID, obj proto.ObjectID, size uint64) error {
 	t, err := s.Target(id)
 	if err != nil {

@@ -617,24 +617,51 @@ func (t *Target) Write(ctx context.Context, obj proto.ObjectID, off uint64, data
 	l := t.lockFor(obj)
 	l.Lock()
 	defer l.Unlock()
-	return t.write(ctx, obj, off, data, nil)
+	return t.write(ctx, obj, off, data, nil, nil)
+}
+
+// WriteCounting is Write that also returns what Allocated would answer
+// right after it (proto.CountingWriter): the bytes the object's allocated
+// blocks take, counted under the same lock as the write.
+func (t *Target) WriteCounting(ctx context.Context, obj proto.ObjectID, off uint64, data []byte) (version, allocated uint64, err error) {
+	if err := checkCtx(ctx); err != nil {
+		return 0, 0, err
+	}
+	end := off + uint64(len(data))
+	if off >= MaxObjectSize || end > MaxObjectSize {
+		return 0, 0, fmt.Errorf("storage: write at %d+%d past the object size limit: %w", off, len(data), syscall.EFBIG)
+	}
+	l := t.lockFor(obj)
+	l.Lock()
+	defer l.Unlock()
+	version, err = t.write(ctx, obj, off, data, nil, &allocated)
+	return version, allocated, err
 }
 
 // write is Write (w nil) or WriteRow under the object's exclusive lock.
 // The version file's entries (version.go) go dirty before the data is
-// touched and clean after the sidecar's header.
-func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data []byte, w *proto.RowWrite) (uint64, error) {
+// touched and clean after the sidecar's header. If alloc is not nil, a
+// successful write sets it to the bytes the object's allocated blocks
+// take after it (Allocated's answer).
+func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data []byte, w *proto.RowWrite, alloc *uint64) (uint64, error) {
+	count := func(blocks uint64) {
+		if alloc != nil {
+			*alloc = blocks * BlockSize
+		}
+	}
 	t.markWritten()
 	end := off + uint64(len(data))
 	if len(data) == 0 && w == nil {
 		h, err := t.acquire(obj, false)
 		if errors.Is(err, errMissing) {
+			count(0)
 			return 0, nil
 		}
 		if err != nil {
 			return 0, err
 		}
 		defer t.cache.release(h)
+		count(h.hdr.Blocks)
 		return h.hdr.Version, nil
 	}
 	h, err := t.acquire(obj, true)
@@ -653,6 +680,7 @@ func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data
 		if err := t.doneUnits(h, uu); err != nil {
 			return 0, err
 		}
+		count(h.hdr.Blocks)
 		return h.hdr.Version, nil
 	}
 
@@ -757,6 +785,7 @@ func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data
 	}
 	t.writes.Add(1)
 	t.writeBytes.Add(uint64(len(data)))
+	count(nh.Blocks)
 	return nh.Version, nil
 }
 

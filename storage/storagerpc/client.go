@@ -118,19 +118,27 @@ func (c *Client) Read(ctx context.Context, t proto.TargetID, obj proto.ObjectID,
 // Write writes data, in requests of at most MaxIO bytes, and returns the
 // version the last of them produced.
 func (c *Client) Write(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (uint64, error) {
+	v, _, err := c.WriteCounting(ctx, t, obj, off, data)
+	return v, err
+}
+
+// WriteCounting implements proto.CountingWriter: the allocated bytes are
+// the server's answer to the last piece of the write
+// (proto.AllocatedUnknown if it did not count).
+func (c *Client) WriteCounting(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (version, allocated uint64, err error) {
 	for done := 0; ; {
 		chunk := data[done:min(len(data), done+MaxIO)]
 		req := WriteReq{Cap: proto.CapabilityFrom(ctx), ObjectReq: ObjectReq{Target: t, Obj: obj}, Off: off + uint64(done), Data: chunk}
 		resp, err := c.call(ctx, t, OpWrite, req.EncodeHeader(), chunk)
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		version, err := DecodeVersion(resp)
+		version, allocated, err := DecodeWriteReply(resp)
 		if err != nil {
-			return 0, fmt.Errorf("%w: %w", err, syscall.EIO)
+			return 0, 0, fmt.Errorf("%w: %w", err, syscall.EIO)
 		}
 		if done += len(chunk); done >= len(data) {
-			return version, nil
+			return version, allocated, nil
 		}
 	}
 }

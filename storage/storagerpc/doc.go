@@ -8,7 +8,7 @@
 //	OpRead     106  cap, target u32, ino u64, stripe u32, off u64, len u32  -> the bytes read
 //	OpReadSums 171  OpRead's body (off, len whole 4 KiB blocks) -> format u8 (1), n u32,
 //	                (cur u32, prev u32) per block, then the n bytes read (readsums.go)
-//	OpWrite    107  cap, target u32, ino u64, stripe u32, off u64, data (u32 length + bytes) -> version u64
+//	OpWrite    107  cap, target u32, ino u64, stripe u32, off u64, data (u32 length + bytes) -> version u64, allocated u64 (bytes, as OpAllocated answers after the write; a response of the version alone: not counted)
 //	OpTruncate 108  cap, target u32, ino u64, stripe u32, size u64          -> empty
 //	OpSync     109  cap, target u32, ino u64, stripe u32                    -> empty
 //	OpSpace    110  cap, target u32, ino u64, stripe u32, mode u8, off u64, len u64 -> empty

@@ -275,7 +275,16 @@ func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		}
 		// The capability goes along: its issue time is checked against
 		// the object's fence (storage.Target.Fence).
-		v, err := svc.Write(proto.WithCapability(ctx, r.Cap), r.Target, r.Obj, r.Off, r.Data)
+		wctx := proto.WithCapability(ctx, r.Cap)
+		if cw, ok := svc.(proto.CountingWriter); ok {
+			v, n, err := cw.WriteCounting(wctx, r.Target, r.Obj, r.Off, r.Data)
+			transport.DoneWithRequest(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return EncodeWriteReply(v, n), nil
+		}
+		v, err := svc.Write(wctx, r.Target, r.Obj, r.Off, r.Data)
 		// The service keeps no reference to the data, so the body is
 		// never held past the handler (the transport bounds bodies).
 		transport.DoneWithRequest(ctx)

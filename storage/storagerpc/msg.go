@@ -143,11 +143,36 @@ func DecodeWrite(b []byte) (WriteReq, error) {
 	return r, nil
 }
 
-// EncodeVersion and DecodeVersion are the body of a write response.
+// EncodeVersion and DecodeVersion are the body of a response that is a
+// version (a write's, of a service that does not count its blocks).
 func EncodeVersion(v uint64) []byte {
 	e := wire.NewEncoder(8)
 	e.U64(v)
 	return e.B
+}
+
+// EncodeWriteReply is the body of a write response: the object's new
+// version and the bytes its allocated blocks take after the write.
+func EncodeWriteReply(version, allocated uint64) []byte {
+	e := wire.NewEncoder(16)
+	e.U64(version)
+	e.U64(allocated)
+	return e.B
+}
+
+// DecodeWriteReply decodes a write response: version and allocated bytes,
+// or the version alone (allocated proto.AllocatedUnknown).
+func DecodeWriteReply(b []byte) (version, allocated uint64, err error) {
+	if len(b) == 8 {
+		v, err := DecodeVersion(b)
+		return v, proto.AllocatedUnknown, err
+	}
+	d := wire.NewDecoder(b)
+	version, allocated = d.U64(), d.U64()
+	if err := d.Done(); err != nil {
+		return 0, 0, fmt.Errorf("storagerpc: write response: %w", err)
+	}
+	return version, allocated, nil
 }
 
 func DecodeVersion(b []byte) (uint64, error) {

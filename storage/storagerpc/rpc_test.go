@@ -53,8 +53,9 @@ func TestHandlerDirect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if v, err := storagerpc.DecodeVersion(resp); v != 1 || err != nil {
-		t.Fatalf("version %d, %v", v, err)
+	// A new object's first write: version 1, and one block allocated.
+	if v, n, err := storagerpc.DecodeWriteReply(resp); v != 1 || n != storage.BlockSize || err != nil {
+		t.Fatalf("write reply: version %d, allocated %d, %v", v, n, err)
 	}
 	resp, err = h(ctx, storagerpc.OpRead, storagerpc.ReadReq{ObjectReq: obj, Off: 8, Len: 100}.Encode())
 	if err != nil || !bytes.Equal(resp, []byte("\x00\x00hello")) {
@@ -247,6 +248,23 @@ func TestRemoveManyOldServer(t *testing.T) {
 	for _, o := range objs {
 		if n, err := c.Read(ctx, 1, o, 0, buf); n != 0 || err != nil {
 			t.Fatalf("object %v still there: %d, %v", o, n, err)
+		}
+	}
+}
+
+// TestWriteReply: a write reply carries the version and the allocated
+// bytes; one of the version alone decodes as not counted; anything else is
+// refused.
+func TestWriteReply(t *testing.T) {
+	if v, n, err := storagerpc.DecodeWriteReply(storagerpc.EncodeWriteReply(7, 8192)); v != 7 || n != 8192 || err != nil {
+		t.Errorf("round trip: %d %d %v", v, n, err)
+	}
+	if v, n, err := storagerpc.DecodeWriteReply(storagerpc.EncodeVersion(7)); v != 7 || n != proto.AllocatedUnknown || err != nil {
+		t.Errorf("version alone: %d %d %v", v, n, err)
+	}
+	for _, l := range []int{0, 4, 12, 15, 17, 24} {
+		if _, _, err := storagerpc.DecodeWriteReply(make([]byte, l)); err == nil {
+			t.Errorf("a %d-byte write reply decoded", l)
 		}
 	}
 }
