@@ -153,12 +153,15 @@
 // bytes counts as a write (size and mtime recorded at the next flush).
 // File.Lseek asks every data column (one fresh copy, or the EC data
 // shard) for its next data or hole (StorageService.Seek) and answers the
-// nearest in file offsets. At every WriteDone the client first asks each
-// fresh object that may hold bytes of the file, copies and parity
-// included, how much it holds (StorageService.Allocated) and reports the
-// sum as the file's blocks (proto.Attr.Blocks, st_blocks): what the file
-// occupies; if a target does not answer, the count is left as it was.
-// After a truncate through a handle the next flush counts again.
+// nearest in file offsets. At every WriteDone the client reports the sum
+// of what each fresh object that may hold bytes of the file holds, copies
+// and parity included, as the file's blocks (proto.Attr.Blocks,
+// st_blocks): what the file occupies. An object this client wrote since
+// it last changed the file's objects otherwise counts what its last write
+// answered (proto.CountingWriter; allocated.go); any other it asks
+// (StorageService.Allocated); if a target does not answer, the count is
+// left as it was. A truncate, fallocate, copy into the file or resync
+// forgets the counts, so the next flush asks again.
 // Client.CopyRange (copy_file_range) cuts the range where a stripe unit of
 // either file ends and sends each piece as one StorageService.Copy to the
 // destination object's server (each fresh copy of a mirrored one), which
