@@ -125,6 +125,19 @@ func (s *resolvingStorage) Write(ctx context.Context, t proto.TargetID, obj prot
 	return v, err
 }
 
+// WriteCounting implements proto.CountingWriter: through the storage
+// client's when it has one, else Write with the count unknown.
+func (s *resolvingStorage) WriteCounting(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (version, allocated uint64, err error) {
+	cw, ok := s.StorageService.(proto.CountingWriter)
+	if !ok {
+		version, err = s.Write(ctx, t, obj, off, data)
+		return version, proto.AllocatedUnknown, err
+	}
+	version, allocated, err = cw.WriteCounting(ctx, t, obj, off, data)
+	s.r.invalidate(err)
+	return version, allocated, err
+}
+
 func (s *resolvingStorage) Truncate(ctx context.Context, t proto.TargetID, obj proto.ObjectID, size uint64) error {
 	err := s.StorageService.Truncate(ctx, t, obj, size)
 	s.r.invalidate(err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"testing"
 
 	dto "github.com/prometheus/client_model/go"
@@ -145,6 +146,15 @@ func TestMetrics(t *testing.T) {
 	}
 	if v := value(mount, "weft_rpc_client_requests_total", "create_open"); v < 1 {
 		t.Errorf("mount: weft_rpc_client_requests_total{op=create_open} = %v", v)
+	}
+	// Every object of f was written by this mount: the storage servers'
+	// write replies counted its blocks, and its close asked nothing more.
+	if v := value(mount, "weft_rpc_client_requests_total", "allocated"); v > 0 { // -1: never called
+		t.Errorf("mount: %v allocated calls for a file it wrote whole, want 0", v)
+	}
+	var sb syscall.Stat_t
+	if err := syscall.Stat(p, &sb); err != nil || sb.Blocks < size/512 {
+		t.Errorf("st_blocks of f: %d (%v), want at least %d", sb.Blocks, err, size/512)
 	}
 	// The kernel sends RELEASE after close(2) has returned, and the mount
 	// renews its session in the background: a call may be in flight at
