@@ -1111,7 +1111,7 @@ func authConn(t testing.TB, k *auth.Keys, addr string) net.Conn {
 	cfg.SessionTicketsDisabled = true
 	tc := tls.Client(raw, cfg)
 	raw.SetDeadline(time.Now().Add(time.Minute))
-	hello := []byte{'W', 'F', 'T', 'H', 1, 0, 0, 0} // version 1, no encryption, status ok
+	hello := []byte{'W', 'F', 'T', 'H', byte(transport.ProtocolVersion), byte(transport.ProtocolVersion >> 8), 0, 0} // this version, no encryption, status ok
 	var resp [8]byte
 	if err := tc.Handshake(); err == nil {
 		if _, err = tc.Write(hello); err == nil {
