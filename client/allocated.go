@@ -52,15 +52,10 @@ type allocCount struct{ version, bytes uint64 }
 // writeObject writes data at off of obj on target t and notes the
 // object's count from the reply.
 func (c *Client) writeObject(ctx context.Context, st *inodeState, t proto.TargetID, obj proto.ObjectID, off uint64, data []byte) error {
-	cw, ok := c.storage.(proto.CountingWriter)
-	if !ok {
-		_, err := c.storage.Write(ctx, t, obj, off, data)
-		return err
-	}
 	st.mu.Lock()
 	epoch := st.alloc.epoch
 	st.mu.Unlock()
-	v, n, err := cw.WriteCounting(ctx, t, obj, off, data)
+	v, n, err := proto.WriteCounting(ctx, c.storage, t, obj, off, data)
 	st.noteAllocated(epoch, allocKey{t, obj}, allocCount{v, n}, err)
 	return err
 }

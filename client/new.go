@@ -125,15 +125,10 @@ func (s *resolvingStorage) Write(ctx context.Context, t proto.TargetID, obj prot
 	return v, err
 }
 
-// WriteCounting implements proto.CountingWriter: through the storage
-// client's when it has one, else Write with the count unknown.
+// WriteCounting implements proto.CountingWriter (the count unknown when
+// the storage client does not count).
 func (s *resolvingStorage) WriteCounting(ctx context.Context, t proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (version, allocated uint64, err error) {
-	cw, ok := s.StorageService.(proto.CountingWriter)
-	if !ok {
-		version, err = s.Write(ctx, t, obj, off, data)
-		return version, proto.AllocatedUnknown, err
-	}
-	version, allocated, err = cw.WriteCounting(ctx, t, obj, off, data)
+	version, allocated, err = proto.WriteCounting(ctx, s.StorageService, t, obj, off, data)
 	s.r.invalidate(err)
 	return version, allocated, err
 }

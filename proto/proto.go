@@ -294,6 +294,16 @@ type CountingWriter interface {
 // count (a storage service without CountingWriter behind the wire).
 const AllocatedUnknown = ^uint64(0)
 
+// WriteCounting writes through s's WriteCounting when s is a
+// CountingWriter, else through Write with allocated AllocatedUnknown.
+func WriteCounting(ctx context.Context, s StorageService, t TargetID, obj ObjectID, off uint64, data []byte) (version, allocated uint64, err error) {
+	if cw, ok := s.(CountingWriter); ok {
+		return cw.WriteCounting(ctx, t, obj, off, data)
+	}
+	version, err = s.Write(ctx, t, obj, off, data)
+	return version, AllocatedUnknown, err
+}
+
 // StaleMarker is what a client asks of the metadata server for protected
 // (mirror, EC) files: MarkStale records that the objects in slots of the
 // file (of generation gen) missed a write, before the write is

@@ -85,7 +85,7 @@ func (t *Target) punch(obj proto.ObjectID, off, end uint64) error {
 		if lo >= hi {
 			return nil
 		}
-		_, err := t.write(context.Background(), obj, lo, make([]byte, hi-lo), nil, nil) // no fence: space ops are RAID-0 only
+		_, _, err := t.write(context.Background(), obj, lo, make([]byte, hi-lo), nil) // no fence: space ops are RAID-0 only
 		return err
 	}
 	if fb0 >= fb1 {

@@ -607,17 +607,8 @@ func (t *Target) readHandle(h *handle, obj proto.ObjectID, off uint64, p []byte)
 // {new, old}, then the data, then the entries collapsed to {new, new}, then
 // the header (version, allocated blocks).
 func (t *Target) Write(ctx context.Context, obj proto.ObjectID, off uint64, data []byte) (uint64, error) {
-	if err := checkCtx(ctx); err != nil {
-		return 0, err
-	}
-	end := off + uint64(len(data))
-	if off >= MaxObjectSize || end > MaxObjectSize {
-		return 0, fmt.Errorf("storage: write at %d+%d past the object size limit: %w", off, len(data), syscall.EFBIG)
-	}
-	l := t.lockFor(obj)
-	l.Lock()
-	defer l.Unlock()
-	return t.write(ctx, obj, off, data, nil, nil)
+	version, _, err := t.WriteCounting(ctx, obj, off, data)
+	return version, err
 }
 
 // WriteCounting is Write that also returns what Allocated would answer
@@ -634,60 +625,51 @@ func (t *Target) WriteCounting(ctx context.Context, obj proto.ObjectID, off uint
 	l := t.lockFor(obj)
 	l.Lock()
 	defer l.Unlock()
-	version, err = t.write(ctx, obj, off, data, nil, &allocated)
-	return version, allocated, err
+	version, blocks, err := t.write(ctx, obj, off, data, nil)
+	return version, blocks * BlockSize, err
 }
 
 // write is Write (w nil) or WriteRow under the object's exclusive lock.
 // The version file's entries (version.go) go dirty before the data is
-// touched and clean after the sidecar's header. If alloc is not nil, a
-// successful write sets it to the bytes the object's allocated blocks
-// take after it (Allocated's answer).
-func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data []byte, w *proto.RowWrite, alloc *uint64) (uint64, error) {
-	count := func(blocks uint64) {
-		if alloc != nil {
-			*alloc = blocks * BlockSize
-		}
-	}
+// touched and clean after the sidecar's header. It returns the object's
+// version and its allocated blocks (Allocated's count) after the write.
+func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data []byte, w *proto.RowWrite) (version, blocks uint64, err error) {
 	t.markWritten()
 	end := off + uint64(len(data))
 	if len(data) == 0 && w == nil {
 		h, err := t.acquire(obj, false)
 		if errors.Is(err, errMissing) {
-			count(0)
-			return 0, nil
+			return 0, 0, nil
 		}
 		if err != nil {
-			return 0, err
+			return 0, 0, err
 		}
 		defer t.cache.release(h)
-		count(h.hdr.Blocks)
-		return h.hdr.Version, nil
+		return h.hdr.Version, h.hdr.Blocks, nil
 	}
 	h, err := t.acquire(obj, true)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	defer t.cache.release(h)
 	if err := t.checkFence(ctx, h); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	uu, err := t.planUnits(h, off, end, w)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	if len(data) == 0 { // a versioned write of no bytes: only the version changes
 		if err := t.doneUnits(h, uu); err != nil {
-			return 0, err
+			return 0, 0, err
 		}
-		count(h.hdr.Blocks)
-		return h.hdr.Version, nil
+		return h.hdr.Version, h.hdr.Blocks, nil
 	}
 
 	b0, b1 := off/BlockSize, blocksFor(end)
 	old, err := t.readEntries(h, b0, b1)
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	next := make([]entry, len(old))
 	var newBlocks uint64
@@ -714,7 +696,7 @@ func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data
 				buf = make([]byte, BlockSize)
 			}
 			if err := t.readBlock(h, blk, buf); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			if v, ok := old[i].match(blockCRC(buf)); ok {
 				onDisk = v
@@ -728,11 +710,11 @@ func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data
 				buf = make([]byte, BlockSize)
 			}
 			if err := t.readBlock(h, blk, buf); err != nil {
-				return 0, err
+				return 0, 0, err
 			}
 			v, ok := old[i].match(blockCRC(buf))
 			if !ok {
-				return 0, t.corrupt(obj, bs, "checksum mismatch")
+				return 0, 0, t.corrupt(obj, bs, "checksum mismatch")
 			}
 			onDisk = v
 			copy(buf[lo-bs:], data[lo-off:hi-off])
@@ -745,17 +727,17 @@ func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data
 	}
 
 	if err := t.reserve(newBlocks * BlockSize); err != nil {
-		return 0, err
+		return 0, 0, err
 	}
 	// On a failed update the entries stay {new, old}: whichever of the two
 	// the data holds (a partial write may leave some blocks of each) checks.
 	// The handle is dropped because its cached size may be stale.
-	fail := func(err error, release bool) (uint64, error) {
+	fail := func(err error, release bool) (uint64, uint64, error) {
 		if release {
 			t.used.Add(-newBlocks * BlockSize)
 		}
 		t.cache.drop(obj)
-		return 0, fmt.Errorf("storage: target %s object %s: write at %d: %w", t.dir, objName(obj), off, err)
+		return 0, 0, fmt.Errorf("storage: target %s object %s: write at %d: %w", t.dir, objName(obj), off, err)
 	}
 	if err := t.beginUnits(h, uu); err != nil {
 		return fail(err, true)
@@ -785,8 +767,7 @@ func (t *Target) write(ctx context.Context, obj proto.ObjectID, off uint64, data
 	}
 	t.writes.Add(1)
 	t.writeBytes.Add(uint64(len(data)))
-	count(nh.Blocks)
-	return nh.Version, nil
+	return nh.Version, nh.Blocks, nil
 }
 
 // reserve accounts n more used bytes, or fails with ENOSPC if that would

@@ -313,7 +313,8 @@ func (t *Target) WriteRow(ctx context.Context, obj proto.ObjectID, w proto.RowWr
 	l := t.lockFor(obj)
 	l.Lock()
 	defer l.Unlock()
-	return t.write(ctx, obj, w.Off, w.Data, &w, nil)
+	version, _, err := t.write(ctx, obj, w.Off, w.Data, &w)
+	return version, err
 }
 
 // Fence makes obj refuse every write (and truncate) whose capability was

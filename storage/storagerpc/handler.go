@@ -275,23 +275,17 @@ func (h *Handler) serve(ctx context.Context, op uint16, req []byte) ([]byte, err
 		}
 		// The capability goes along: its issue time is checked against
 		// the object's fence (storage.Target.Fence).
-		wctx := proto.WithCapability(ctx, r.Cap)
-		if cw, ok := svc.(proto.CountingWriter); ok {
-			v, n, err := cw.WriteCounting(wctx, r.Target, r.Obj, r.Off, r.Data)
-			transport.DoneWithRequest(ctx)
-			if err != nil {
-				return nil, err
-			}
-			return EncodeWriteReply(v, n), nil
-		}
-		v, err := svc.Write(wctx, r.Target, r.Obj, r.Off, r.Data)
+		v, n, err := proto.WriteCounting(proto.WithCapability(ctx, r.Cap), svc, r.Target, r.Obj, r.Off, r.Data)
 		// The service keeps no reference to the data, so the body is
 		// never held past the handler (the transport bounds bodies).
 		transport.DoneWithRequest(ctx)
 		if err != nil {
 			return nil, err
 		}
-		return EncodeVersion(v), nil
+		if n == proto.AllocatedUnknown {
+			return EncodeVersion(v), nil
+		}
+		return EncodeWriteReply(v, n), nil
 	case OpTruncate:
 		r, err := DecodeTruncate(req)
 		if err != nil {
