@@ -27,7 +27,22 @@ type inode struct {
 	// while a handle of any other generation is of another file. At most
 	// maxMigrated are kept.
 	Migrated []uint64
+	// Keyed records other keys of the store that belong to the inode and
+	// must go with it (inodeHasXattrs, inodeHasLost): set when the first
+	// is written and never cleared, so reclaimInode looks for them only
+	// where there may be some. A scan of a key prefix costs a pebble
+	// iterator (tens of µs), on every member, for every unlink, and the
+	// answer was almost always "none".
+	Keyed uint8
 }
+
+// inode.Keyed bits.
+const (
+	inodeHasXattrs = 1 << iota // store.XattrKey records may exist
+	inodeHasLost               // store.LostKey records may exist
+	// inodeKeyedUnknown: a record older than version 6 did not say.
+	inodeKeyedUnknown = inodeHasXattrs | inodeHasLost
+)
 
 // maxMigrated bounds inode.Migrated: a handle that stayed open across
 // more restripes than this gets ESTALE (reopen) rather than a record that
@@ -42,8 +57,10 @@ const maxMigrated = 16
 // next WriteDone reports them. Version 4 appends the project id
 // (quota.go); earlier records decode with project 0. Version 5 appends
 // the generations restripes replaced (inode.Migrated: u16 count, u64
-// each); earlier records decode with none.
-const inodeVersion = 5
+// each); earlier records decode with none. Version 6 appends
+// inode.Keyed (u8); earlier records decode with every bit set (may have
+// such keys: look).
+const inodeVersion = 6
 
 // clone returns a copy of n that shares nothing with it.
 func (n *inode) clone() *inode {
@@ -54,7 +71,7 @@ func (n *inode) clone() *inode {
 }
 
 func (n *inode) encode() []byte {
-	return n.appendTo(wire.NewEncoder(98 + len(n.Symlink) + 4*len(n.Layout.Targets) + 8*len(n.Migrated)))
+	return n.appendTo(wire.NewEncoder(99 + len(n.Symlink) + 4*len(n.Layout.Targets) + 8*len(n.Migrated)))
 }
 
 // appendTo appends the inode's record (encode) to e's buffer and returns
@@ -70,6 +87,7 @@ func (n *inode) appendTo(e *wire.Encoder) []byte {
 	for _, g := range n.Migrated {
 		e.U64(g)
 	}
+	e.U8(n.Keyed)
 	return e.B
 }
 
@@ -105,6 +123,10 @@ func decodeInode(b []byte) (*inode, error) {
 		for range k {
 			n.Migrated = append(n.Migrated, d.U64())
 		}
+	}
+	n.Keyed = inodeKeyedUnknown
+	if v >= 6 {
+		n.Keyed = d.U8()
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode inode: %w", err)

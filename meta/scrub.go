@@ -210,11 +210,16 @@ func (s *Server) scrubLost(ctx context.Context, key scrubObject, why string) err
 // server's own command. A slot no longer on that target is EBUSY, a file
 // of another generation ESTALE: nothing is recorded.
 func (t *txn) lostObject(c *Command) error {
-	if _, err := t.reportedSlot(c); err != nil {
+	n, err := t.reportedSlot(c)
+	if err != nil {
 		return err
 	}
 	v := append([]byte{lostFormat}, u64(uint64(c.Now))...)
 	t.b.Set(store.LostKey(uint64(c.Ino), c.Gen, c.Slots[0], uint32(c.TargetID)), v)
+	if n.Keyed&inodeHasLost == 0 {
+		n.Keyed |= inodeHasLost
+		t.put(n)
+	}
 	return nil
 }
 

@@ -131,6 +131,56 @@ func TestReclaimDeletesXattrs(t *testing.T) {
 	}
 }
 
+// TestReclaimOldRecordXattrs: an inode record written before version 6
+// does not say whether the inode has xattrs (inode.Keyed): its reclaim
+// still looks for them, and removes them. A new inode says so from its
+// first xattr.
+func TestReclaimOldRecordXattrs(t *testing.T) {
+	e := newEnv(t)
+	a, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "p", Mode: syscall.S_IFIFO | 0644})
+	e.must(err)
+	b, err := e.srv.Create(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "q", Mode: syscall.S_IFIFO | 0644})
+	e.must(err)
+	for _, ino := range []proto.Ino{a.Ino, b.Ino} {
+		n, err := loadInode(e.st, ino)
+		e.must(err)
+		if n.Keyed != 0 {
+			t.Fatalf("new inode %d: Keyed %#x", ino, n.Keyed)
+		}
+	}
+	e.must(e.srv.SetXattr(ctx, a.Ino, "user.k", []byte("x"), 0))
+	n, err := loadInode(e.st, a.Ino)
+	e.must(err)
+	if n.Keyed != inodeHasXattrs {
+		t.Fatalf("after setxattr: Keyed %#x", n.Keyed)
+	}
+	// a's record as version 5 wrote it: no Keyed byte.
+	rec := n.encode()
+	rec[0] = 5
+	rec = rec[:len(rec)-1]
+	if old, err := decodeInode(rec); err != nil || old.Keyed != inodeKeyedUnknown {
+		t.Fatalf("version 5 record: %+v %v", old, err)
+	}
+	e.srv.Close()
+	bt := e.st.NewBatch()
+	bt.Set(store.InodeKey(uint64(a.Ino)), rec)
+	e.must(bt.Commit(true))
+	e.start()
+	e.must(e.srv.Unlink(ctx, proto.RootIno, "p"))
+	// Reclaimed now rather than after the restart's orphan grace.
+	_, err = e.srv.propose(ctx, &Command{Op: OpReclaim, Now: e.srv.now(), Inos: []proto.Ino{a.Ino}})
+	e.must(err)
+	if _, err := e.srv.GetAttr(ctx, a.Ino); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("reclaimed inode: %v", err)
+	}
+	p := store.XattrPrefix(uint64(a.Ino))
+	left := 0
+	e.must(e.st.Scan(p, store.PrefixEnd(p), func(k, v []byte) bool { left++; return true }))
+	if left != 0 {
+		t.Fatalf("%d xattrs left after reclaim of a version 5 record", left)
+	}
+}
+
 // TestInvariants checks, after a mixed workload, what doc.go promises:
 // every entry names an inode, orphans are exactly the nlink-0 inodes,
 // directory nlink is 2 + subdirectories, counters match.

@@ -1255,6 +1255,7 @@ func (t *txn) xattr(c *Command) error {
 			return errnof(syscall.ENODATA, "no xattr %q", c.Name)
 		}
 		t.b.Set(key, c.Value)
+		n.Keyed |= inodeHasXattrs
 	}
 	n.Ctime = c.Now
 	t.put(n)
@@ -1440,16 +1441,21 @@ func (t *txn) reclaim(c *Command) error {
 // GC.
 func (t *txn) reclaimInode(n *inode) error {
 	ino := n.Ino
-	if err := t.deleteKeysWithPrefix(store.XattrPrefix(uint64(ino))); err != nil {
-		return errnof(syscall.EIO, "scan xattrs: %v", err)
-	}
 	// Point deletes of the keys there are (almost always none), not a
 	// range deletion: every range tombstone in pebble's memtable is
 	// fragmented again by each later read until the memtable is flushed,
 	// so one per reclaimed inode made a burst of unlinks quadratic
-	// (docs/performance.md, "One process's creates and deletes").
-	if err := t.deleteKeysWithPrefix(store.LostPrefix(uint64(ino))); err != nil {
-		return errnof(syscall.EIO, "scan lost objects: %v", err)
+	// (docs/performance.md, "One process's creates and deletes"). And
+	// only where the inode says there may be some (inode.Keyed).
+	if n.Keyed&inodeHasXattrs != 0 {
+		if err := t.deleteKeysWithPrefix(store.XattrPrefix(uint64(ino))); err != nil {
+			return errnof(syscall.EIO, "scan xattrs: %v", err)
+		}
+	}
+	if n.Keyed&inodeHasLost != 0 {
+		if err := t.deleteKeysWithPrefix(store.LostPrefix(uint64(ino))); err != nil {
+			return errnof(syscall.EIO, "scan lost objects: %v", err)
+		}
 	}
 	if n.IsRegular() {
 		for i, tg := range n.Layout.Targets {
