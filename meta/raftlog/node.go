@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"runtime"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -852,6 +853,14 @@ func (n *Node) handleReady() error {
 	// path (docs/performance.md, "Where a replicated create waits").
 	if len(peers) > 0 {
 		n.cfg.Transport.Send(peers)
+	}
+	if appendMsg != nil && applyMsg != nil && n.rn.BasicStatus().RaftState != raft.StateLeader {
+		// A follower lets its appender run now, on this thread, and
+		// applies after: the append's fsync is what the leader waits for,
+		// the apply nobody. Otherwise the appender waited for the apply
+		// (about 30 µs) or for another thread to wake (34 µs median).
+		// A leader does not: its apply answers the proposers.
+		runtime.Gosched()
 	}
 	closeAll(answers)
 	for _, rs := range rd.ReadStates {
