@@ -1,7 +1,6 @@
 package raftlog
 
 import (
-	"runtime"
 	"context"
 	"crypto/rand"
 	"encoding/binary"
@@ -9,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
