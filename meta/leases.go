@@ -237,7 +237,10 @@ type leaseWait struct {
 // invalidates them at once. Nor are the first selfKnows of ivs: the
 // caller's reply carries what they changed (an unlink's or rmdir's
 // directory, with its new attributes), and its session keeps its lease.
-func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval, own []proto.Ino, name string, selfKnows int) []leaseWait {
+// With selfGone, the rest of ivs name inodes nothing reaches any more (an
+// unlink reclaimed them): self loses its leases on them without being
+// told.
+func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval, own []proto.Ino, name string, selfKnows int, selfGone bool) []leaseWait {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.gen++
@@ -269,7 +272,14 @@ func (t *leaseTable) breakLeases(self session, g0 uint64, ivs []proto.LeaseInval
 			if h.sess == self && (own != nil || i < selfKnows) {
 				continue
 			}
+			// h stays listed under the inode (m): told of one name of a
+			// directory, its client keeps the directory's other names,
+			// and must hear of their changes too (a rename's two names
+			// in one directory are two invalidations of one inode).
 			delete(h.inos, iv.Ino)
+			if h.sess == self && selfGone {
+				continue
+			}
 			t.queueLocked(h, iv)
 			if h.sess != self {
 				waits = append(waits, leaseWait{h, h.next})
@@ -456,7 +466,7 @@ func (s *Server) leaseVictims(c *Command) []proto.Ino {
 func (s *Server) breakLeases(ctx context.Context, c *Command, res *applyResult, g0 uint64, victims []proto.Ino) error {
 	var ivs []proto.LeaseInval
 	var own []proto.Ino
-	selfKnows := 0
+	selfKnows, selfGone := 0, false
 	switch c.Op {
 	case OpInit, OpRegisterTarget, OpGCDone, OpSessionDrop, OpTargetState:
 		return nil
@@ -476,8 +486,13 @@ func (s *Server) breakLeases(ctx context.Context, c *Command, res *applyResult, 
 		// directory's new attributes (UnlinkAt, RmdirAt), which telling
 		// it of its own change would throw away: the next look at the
 		// directory would ask again. The inode that lost its name is
-		// still told (the mount may cache it under another name).
+		// still told (the mount may cache it under another name),
+		// unless the unlink reclaimed it: no name reaches it any more and
+		// nobody has it open, so what the remover cached of it can never
+		// be asked for again. Telling it would cost the remover's mount
+		// a poll (a round trip to the leader) per file removed.
 		selfKnows = 1
+		selfGone = c.Op == OpUnlink && res.reclaimed
 	}
 	if c.Parent != 0 {
 		ivs = append(ivs, proto.LeaseInval{Ino: c.Parent, Name: c.Name})
@@ -499,7 +514,7 @@ func (s *Server) breakLeases(ctx context.Context, c *Command, res *applyResult, 
 	if len(ivs) == 0 {
 		return nil
 	}
-	waits := s.leases.breakLeases(sessionOf(ctx), g0, ivs, own, c.Name, selfKnows)
+	waits := s.leases.breakLeases(sessionOf(ctx), g0, ivs, own, c.Name, selfKnows, selfGone)
 	if len(waits) == 0 {
 		return nil
 	}

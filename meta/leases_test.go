@@ -2,7 +2,9 @@ package meta
 
 import (
 	"context"
+	"github.com/weft-fs/weft/transport"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -48,7 +50,7 @@ func TestLeaseBreakWaitsForAck(t *testing.T) {
 	if !lt.holds(a, 1) || !lt.holds(a, 5) {
 		t.Fatal("grant recorded nothing")
 	}
-	waits := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "", 0)
+	waits := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "", 0, false)
 	if len(waits) != 1 {
 		t.Fatalf("%d waits, want 1 (holder a)", len(waits))
 	}
@@ -81,7 +83,7 @@ func TestLeaseSilentHolderIsDropped(t *testing.T) {
 	a, b := leaseSess("a"), leaseSess("b")
 	p0 := lt.poll(doneCtx(), a, 0)
 	lt.grant(a, lt.begin(), "", 7)
-	waits := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 7}}, nil, "", 0)
+	waits := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 7}}, nil, "", 0, false)
 	if len(waits) != 1 {
 		t.Fatalf("%d waits, want 1", len(waits))
 	}
@@ -98,7 +100,7 @@ func TestLeaseSilentHolderIsDropped(t *testing.T) {
 	}
 	lt.grant(a, lt.begin(), "", 8)
 	clk.add(2 * time.Minute)
-	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 8}}, nil, "", 0); len(w) != 0 {
+	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 8}}, nil, "", 0, false); len(w) != 0 {
 		t.Fatalf("a change waits for a holder silent for longer than the term: %d waits", len(w))
 	}
 }
@@ -110,7 +112,7 @@ func TestLeaseGrantAfterBreakInvalidates(t *testing.T) {
 	a, b := leaseSess("a"), leaseSess("b")
 	lt.poll(doneCtx(), a, 0)
 	g := lt.begin()
-	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 9, Name: "n"}}, nil, "", 0)
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 9, Name: "n"}}, nil, "", 0, false)
 	lt.grant(a, g, "n", 9)
 	p := lt.poll(doneCtx(), a, 0)
 	if len(p.Invals) != 1 || p.Invals[0].Ino != 9 || p.Invals[0].Name != "n" {
@@ -132,7 +134,7 @@ func TestLeaseOwnCreate(t *testing.T) {
 	lt.poll(doneCtx(), b, 0)
 	lt.grant(a, lt.begin(), "f", 1)
 	lt.grant(b, lt.begin(), "f", 1)
-	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 20}}, []proto.Ino{1, 20}, "f", 0)
+	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 20}}, []proto.Ino{1, 20}, "f", 0, false)
 	if len(waits) != 1 || waits[0].h.sess != b {
 		t.Fatalf("waits %+v, want b only", waits)
 	}
@@ -158,8 +160,8 @@ func TestLeaseOwnCreateRacing(t *testing.T) {
 	lt.grant(a, lt.begin(), "", dir)
 	g0 := lt.begin()
 	// b creates in another directory; its new inode shares dir's slot.
-	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: other, Name: "x"}, {Ino: dir + brokenSlots}}, []proto.Ino{other, dir + brokenSlots}, "x", 0)
-	lt.breakLeases(a, g0, []proto.LeaseInval{{Ino: dir, Name: "f"}, {Ino: 30}}, []proto.Ino{dir, 30}, "f", 0)
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: other, Name: "x"}, {Ino: dir + brokenSlots}}, []proto.Ino{other, dir + brokenSlots}, "x", 0, false)
+	lt.breakLeases(a, g0, []proto.LeaseInval{{Ino: dir, Name: "f"}, {Ino: 30}}, []proto.Ino{dir, 30}, "f", 0, false)
 	if p := lt.poll(doneCtx(), a, 0); len(p.Invals) != 0 {
 		t.Fatalf("a create in a directory whose lease its session held was invalidated to it: %+v", p.Invals)
 	}
@@ -167,8 +169,8 @@ func TestLeaseOwnCreateRacing(t *testing.T) {
 	// The same in a directory a does not hold a lease on: told.
 	const dir2 = 3
 	g0 = lt.begin()
-	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: other, Name: "y"}, {Ino: dir2 + brokenSlots}}, []proto.Ino{other, dir2 + brokenSlots}, "y", 0)
-	lt.breakLeases(a, g0, []proto.LeaseInval{{Ino: dir2, Name: "g"}, {Ino: 31}}, []proto.Ino{dir2, 31}, "g", 0)
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: other, Name: "y"}, {Ino: dir2 + brokenSlots}}, []proto.Ino{other, dir2 + brokenSlots}, "y", 0, false)
+	lt.breakLeases(a, g0, []proto.LeaseInval{{Ino: dir2, Name: "g"}, {Ino: 31}}, []proto.Ino{dir2, 31}, "g", 0, false)
 	p := lt.poll(doneCtx(), a, 0)
 	if len(p.Invals) != 1 || p.Invals[0].Ino != dir2 || p.Invals[0].Name != "g" {
 		t.Fatalf("a create that may have raced a change of a directory not held: told %+v, want (%d, g)", p.Invals, dir2)
@@ -186,7 +188,7 @@ func TestLeaseOwnUnlink(t *testing.T) {
 	lt.poll(doneCtx(), b, 0)
 	lt.grant(a, lt.begin(), "f", 1, 7)
 	lt.grant(b, lt.begin(), "f", 1, 7)
-	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 7}}, nil, "f", 1)
+	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 7}}, nil, "f", 1, false)
 	if len(waits) != 2 || waits[0].h.sess != b || waits[1].h.sess != b {
 		t.Fatalf("waits %+v, want b's two invalidations only", waits)
 	}
@@ -198,6 +200,31 @@ func TestLeaseOwnUnlink(t *testing.T) {
 	}
 	if !lt.holds(a, 1) || lt.holds(a, 7) || lt.holds(b, 1) || lt.holds(b, 7) {
 		t.Fatal("leases after the unlink: a must hold the directory only, b nothing")
+	}
+}
+
+// An unlink that reclaimed the inode (selfGone): the remover loses its
+// lease on it without being told (nothing reaches the inode any more);
+// other holders are told and waited for as before.
+func TestLeaseOwnUnlinkReclaimed(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	lt.poll(doneCtx(), a, 0)
+	lt.poll(doneCtx(), b, 0)
+	lt.grant(a, lt.begin(), "f", 1, 7)
+	lt.grant(b, lt.begin(), "f", 1, 7)
+	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 7}}, nil, "f", 1, true)
+	if len(waits) != 2 || waits[0].h.sess != b || waits[1].h.sess != b {
+		t.Fatalf("waits %+v, want b's two invalidations only", waits)
+	}
+	if p := lt.poll(doneCtx(), a, 0); len(p.Invals) != 0 {
+		t.Fatalf("the remover was told %+v, want nothing", p.Invals)
+	}
+	if p := lt.poll(doneCtx(), b, 0); len(p.Invals) != 2 {
+		t.Fatalf("another holder was told %+v, want the directory's entry and the inode", p.Invals)
+	}
+	if !lt.holds(a, 1) || lt.holds(a, 7) {
+		t.Fatal("after the unlink a must hold the directory and not the inode")
 	}
 }
 
@@ -216,7 +243,7 @@ func TestLeaseGrantDir(t *testing.T) {
 		t.Fatalf("a fresh listing was invalidated: %+v", p.Invals)
 	}
 	g := lt.begin()
-	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "", 0)
+	lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "x"}}, nil, "", 0, false)
 	lt.poll(doneCtx(), a, 1)
 	lt.grantDir(a, g, 1, ents)
 	p := lt.poll(doneCtx(), a, 1)
@@ -232,7 +259,7 @@ func TestLeaseDropSession(t *testing.T) {
 	lt.poll(doneCtx(), a, 0)
 	lt.grant(a, lt.begin(), "", 4)
 	lt.drop(a)
-	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 4}}, nil, "", 0); len(w) != 0 || lt.holds(a, 4) {
+	if w := lt.breakLeases(b, lt.begin(), []proto.LeaseInval{{Ino: 4}}, nil, "", 0, false); len(w) != 0 || lt.holds(a, 4) {
 		t.Fatalf("a dropped session is still waited for (%d waits) or holds its lease", len(w))
 	}
 }
@@ -269,4 +296,49 @@ func (t *leaseTable) holds(sess session, ino proto.Ino) bool {
 	}
 	_, ok := h.inos[ino]
 	return ok
+}
+
+// A mount that unlinks a file's last name, nobody having it open, is not
+// told of the inode (the unlink reclaimed it): one poll less per file
+// removed. Removing one name of a file with two, it is told: its link
+// count changed, and the mount may cache it under the other name.
+func TestLeaseUnlinkTellsRemoverOnlyOfLiveInodes(t *testing.T) {
+	e := newEnv(t)
+	e.addTarget("t1", 1<<30)
+	a := proto.WithSession(proto.WithCred(transport.WithPeer(ctx, transport.Peer{Addr: "10.0.0.9:1", Role: transport.RoleClient, Name: "a"}), proto.Cred{}), proto.SessionID{7})
+	var ack uint64
+	poll := func() []proto.LeaseInval {
+		t.Helper()
+		done, cancel := context.WithCancel(a)
+		cancel()
+		p, err := e.srv.LeasePoll(done, ack)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, iv := range p.Invals {
+			ack = max(ack, iv.Seq)
+		}
+		return p.Invals
+	}
+	f, err := e.srv.Create(a, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644})
+	e.must(err)
+	g, err := e.srv.Create(a, proto.CreateIn{Parent: proto.RootIno, Name: "g", Mode: syscall.S_IFREG | 0o644})
+	e.must(err)
+	_, err = e.srv.Link(a, g.Ino, proto.RootIno, "g2")
+	e.must(err)
+	poll()
+	for _, n := range []string{"f", "g", "g2"} {
+		_, err := e.srv.Lookup(a, proto.RootIno, n)
+		e.must(err)
+	}
+	poll()
+	e.must(e.srv.Unlink(a, proto.RootIno, "f"))
+	if ivs := poll(); len(ivs) != 0 {
+		t.Fatalf("removing f (reclaimed, inode %d) told the remover %+v", f.Ino, ivs)
+	}
+	e.must(e.srv.Unlink(a, proto.RootIno, "g"))
+	ivs := poll()
+	if len(ivs) != 1 || ivs[0].Ino != g.Ino || ivs[0].Name != "" {
+		t.Fatalf("removing one of g's two names told the remover %+v, want inode %d", ivs, g.Ino)
+	}
 }

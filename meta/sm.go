@@ -119,6 +119,9 @@ type applyResult struct {
 	wrote     bool
 	synced    bool       // the batch was committed synced (see applyAt)
 	parent    proto.Attr // the parent directory after the change (create, unlink, rmdir)
+	// reclaimed: an unlink removed the inode's last name and reclaimed
+	// it in the same command (nobody had it open).
+	reclaimed bool
 	// dup: the command's request was applied before; this is its stored
 	// reply (attr, parent, and the error), and nothing was applied now.
 	dup  bool
@@ -979,6 +982,7 @@ func (t *txn) remove(c *Command) error {
 		if err := t.reclaimInode(n); err != nil {
 			return err
 		}
+		t.res.reclaimed = true
 	}
 	parent.Mtime, parent.Ctime = c.Now, c.Now
 	t.put(parent)
