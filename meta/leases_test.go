@@ -2,13 +2,13 @@ package meta
 
 import (
 	"context"
-	"github.com/weft-fs/weft/transport"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/transport"
 )
 
 // fakeLeaseClock is a clock tests move by hand.
@@ -179,52 +179,35 @@ func TestLeaseOwnCreateRacing(t *testing.T) {
 
 // An unlink is not told to its own session for the directory (its reply
 // carries the directory's new attributes, and the session keeps its
-// lease), but is for the inode that lost the name; others are told of
-// both and waited for.
+// lease), but is for the inode that lost the name, unless the unlink
+// reclaimed it (selfGone: nothing reaches the inode any more); either
+// way the session loses its lease on the inode. Others are told of both
+// and waited for.
 func TestLeaseOwnUnlink(t *testing.T) {
-	lt := newLeaseTable(time.Hour, nil)
-	a, b := leaseSess("a"), leaseSess("b")
-	lt.poll(doneCtx(), a, 0)
-	lt.poll(doneCtx(), b, 0)
-	lt.grant(a, lt.begin(), "f", 1, 7)
-	lt.grant(b, lt.begin(), "f", 1, 7)
-	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 7}}, nil, "f", 1, false)
-	if len(waits) != 2 || waits[0].h.sess != b || waits[1].h.sess != b {
-		t.Fatalf("waits %+v, want b's two invalidations only", waits)
-	}
-	if p := lt.poll(doneCtx(), a, 0); len(p.Invals) != 1 || p.Invals[0].Ino != 7 || p.Invals[0].Name != "" {
-		t.Fatalf("the remover was told %+v, want only the inode that lost its name", p.Invals)
-	}
-	if p := lt.poll(doneCtx(), b, 0); len(p.Invals) != 2 {
-		t.Fatalf("another holder was told %+v, want the directory's entry and the inode", p.Invals)
-	}
-	if !lt.holds(a, 1) || lt.holds(a, 7) || lt.holds(b, 1) || lt.holds(b, 7) {
-		t.Fatal("leases after the unlink: a must hold the directory only, b nothing")
-	}
-}
-
-// An unlink that reclaimed the inode (selfGone): the remover loses its
-// lease on it without being told (nothing reaches the inode any more);
-// other holders are told and waited for as before.
-func TestLeaseOwnUnlinkReclaimed(t *testing.T) {
-	lt := newLeaseTable(time.Hour, nil)
-	a, b := leaseSess("a"), leaseSess("b")
-	lt.poll(doneCtx(), a, 0)
-	lt.poll(doneCtx(), b, 0)
-	lt.grant(a, lt.begin(), "f", 1, 7)
-	lt.grant(b, lt.begin(), "f", 1, 7)
-	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 7}}, nil, "f", 1, true)
-	if len(waits) != 2 || waits[0].h.sess != b || waits[1].h.sess != b {
-		t.Fatalf("waits %+v, want b's two invalidations only", waits)
-	}
-	if p := lt.poll(doneCtx(), a, 0); len(p.Invals) != 0 {
-		t.Fatalf("the remover was told %+v, want nothing", p.Invals)
-	}
-	if p := lt.poll(doneCtx(), b, 0); len(p.Invals) != 2 {
-		t.Fatalf("another holder was told %+v, want the directory's entry and the inode", p.Invals)
-	}
-	if !lt.holds(a, 1) || lt.holds(a, 7) {
-		t.Fatal("after the unlink a must hold the directory and not the inode")
+	for _, gone := range []bool{false, true} {
+		lt := newLeaseTable(time.Hour, nil)
+		a, b := leaseSess("a"), leaseSess("b")
+		lt.poll(doneCtx(), a, 0)
+		lt.poll(doneCtx(), b, 0)
+		lt.grant(a, lt.begin(), "f", 1, 7)
+		lt.grant(b, lt.begin(), "f", 1, 7)
+		waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 1, Name: "f"}, {Ino: 7}}, nil, "f", 1, gone)
+		if len(waits) != 2 || waits[0].h.sess != b || waits[1].h.sess != b {
+			t.Fatalf("gone %v: waits %+v, want b's two invalidations only", gone, waits)
+		}
+		p := lt.poll(doneCtx(), a, 0)
+		if gone && len(p.Invals) != 0 {
+			t.Fatalf("the remover of a reclaimed inode was told %+v, want nothing", p.Invals)
+		}
+		if !gone && (len(p.Invals) != 1 || p.Invals[0].Ino != 7 || p.Invals[0].Name != "") {
+			t.Fatalf("the remover was told %+v, want only the inode that lost its name", p.Invals)
+		}
+		if p := lt.poll(doneCtx(), b, 0); len(p.Invals) != 2 {
+			t.Fatalf("gone %v: another holder was told %+v, want the directory's entry and the inode", gone, p.Invals)
+		}
+		if !lt.holds(a, 1) || lt.holds(a, 7) || lt.holds(b, 1) || lt.holds(b, 7) {
+			t.Fatalf("gone %v: leases after the unlink: a must hold the directory only, b nothing", gone)
+		}
 	}
 }
 
