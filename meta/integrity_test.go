@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
-	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -79,32 +78,6 @@ func integrityOpen(t *testing.T, dir string, want int) error {
 	return nil
 }
 
-// largest returns the largest file in dir whose name ends in suffix.
-func largest(t *testing.T, dir, suffix string) (string, int64) {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var names []string
-	sizes := map[string]int64{}
-	for _, e := range ents {
-		if strings.HasSuffix(e.Name(), suffix) {
-			fi, err := e.Info()
-			if err != nil {
-				t.Fatal(err)
-			}
-			names = append(names, e.Name())
-			sizes[e.Name()] = fi.Size()
-		}
-	}
-	if len(names) == 0 {
-		t.Fatalf("no *%s file in %s", suffix, dir)
-	}
-	sort.Slice(names, func(i, j int) bool { return sizes[names[i]] > sizes[names[j]] })
-	return filepath.Join(dir, names[0]), sizes[names[0]]
-}
-
 func flip(t *testing.T, path string, off int64) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -131,28 +104,28 @@ func TestIntegrityDamagedStoreRefused(t *testing.T) {
 		want   error // besides store.ErrCorrupt
 	}{
 		{"wal-byte-in-middle", false, func(t *testing.T, dir string) {
-			p, size := largest(t, dir, ".log")
+			p, size := testutil.Largest(t, dir, ".log")
 			flip(t, p, size/2)
 		}, nil},
 		{"wal-byte-in-last-block", false, func(t *testing.T, dir string) {
 			// pebble cannot tell this from a torn tail: the mark can.
-			p, size := largest(t, dir, ".log")
+			p, size := testutil.Largest(t, dir, ".log")
 			flip(t, p, size-2000)
 		}, ErrRollback},
 		{"wal-truncated", false, func(t *testing.T, dir string) {
-			p, size := largest(t, dir, ".log")
+			p, size := testutil.Largest(t, dir, ".log")
 			if err := os.Truncate(p, size/2); err != nil {
 				t.Fatal(err)
 			}
 		}, ErrRollback},
 		{"wal-removed", false, func(t *testing.T, dir string) {
-			p, _ := largest(t, dir, ".log")
+			p, _ := testutil.Largest(t, dir, ".log")
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)
 			}
 		}, ErrRollback},
 		{"sst-byte", true, func(t *testing.T, dir string) {
-			p, size := largest(t, dir, ".sst")
+			p, size := testutil.Largest(t, dir, ".sst")
 			flip(t, p, size/3)
 		}, nil},
 	}
@@ -225,7 +198,7 @@ func TestIntegrityMarkNeverLeads(t *testing.T) {
 func TestIntegrityAcceptRollback(t *testing.T) {
 	dir := t.TempDir()
 	integrityFill(t, dir, 200, false)
-	p, size := largest(t, dir, ".log")
+	p, size := testutil.Largest(t, dir, ".log")
 	if err := os.Truncate(p, size/2); err != nil {
 		t.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/weft-fs/weft/internal/testutil"
 	"github.com/weft-fs/weft/meta/raftlog"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
@@ -156,25 +157,29 @@ func flipMem(t *testing.T, fs vfs.FS, dir, suffix string) string {
 		t.Fatal(err)
 	}
 	var best string
-	var size int64 = -1
+	var b []byte
+	size := int64(-1)
 	for _, n := range names {
-		if st, err := fs.Stat(fs.PathJoin(dir, n)); err == nil && strings.HasSuffix(n, suffix) && st.Size() > size {
-			best, size = fs.PathJoin(dir, n), st.Size()
+		if !strings.HasSuffix(n, suffix) {
+			continue
+		}
+		f, err := fs.Open(fs.PathJoin(dir, n))
+		if err != nil {
+			t.Fatal(err)
+		}
+		content, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := testutil.ContentLen(content); l > size {
+			best, b, size = fs.PathJoin(dir, n), content, l
 		}
 	}
 	if best == "" {
 		t.Fatalf("no %s file in %s", suffix, dir)
 	}
-	f, err := fs.Open(best)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := io.ReadAll(f)
-	f.Close()
-	if err != nil {
-		t.Fatal(err)
-	}
-	b[len(b)/2] ^= 0x40
+	b[size/2] ^= 0x40
 	w, err := fs.Create(best, vfs.WriteCategoryUnspecified)
 	if err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/weft-fs/weft/internal/testcluster"
+	"github.com/weft-fs/weft/internal/testutil"
 )
 
 // TestIntegrity flips one byte of an object file on a target. Reading the
@@ -179,13 +180,7 @@ func TestIntegrityMetaRefusesDamagedStore(t *testing.T) {
 			if err := os.CopyFS(dir, os.DirFS(metaDir)); err != nil {
 				t.Fatal(err)
 			}
-			wal, size := "", int64(0)
-			ents, _ := os.ReadDir(dir)
-			for _, e := range ents {
-				if fi, err := e.Info(); err == nil && strings.HasSuffix(e.Name(), ".log") && fi.Size() > size {
-					wal, size = filepath.Join(dir, e.Name()), fi.Size()
-				}
-			}
+			wal, size := testutil.Largest(t, dir, ".log")
 			if size < 64<<10 {
 				t.Fatalf("largest WAL %q has %d bytes: too few records to damage its middle", wal, size)
 			}

@@ -4,10 +4,10 @@ import (
 	"bytes"
 	"errors"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/weft-fs/weft/internal/testutil"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
 
@@ -34,26 +34,6 @@ func writeLog(t *testing.T, dir string, n int, flush bool) {
 	}
 }
 
-// largest returns the largest file in dir whose name ends in suffix.
-func largest(t *testing.T, dir, suffix string) (string, int64) {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var best string
-	var size int64 = -1
-	for _, e := range ents {
-		if fi, _ := e.Info(); strings.HasSuffix(e.Name(), suffix) && fi.Size() > size {
-			best, size = filepath.Join(dir, e.Name()), fi.Size()
-		}
-	}
-	if best == "" {
-		t.Fatalf("no %s file in %s", suffix, dir)
-	}
-	return best, size
-}
-
 func flip(t *testing.T, path string, off int64) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -77,7 +57,7 @@ func TestStorageCorruptRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeLog(t, dir, 301, tc.flush)
-			path, size := largest(t, dir, tc.suffix)
+			path, size := testutil.Largest(t, dir, tc.suffix)
 			if tc.suffix == ".log" && size < 64<<10 {
 				t.Fatalf("%s of %d bytes: too small", path, size)
 			}

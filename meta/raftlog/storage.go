@@ -10,6 +10,7 @@ import (
 
 	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
+	"github.com/weft-fs/weft/internal/walprefill"
 	"github.com/weft-fs/weft/wire"
 	"go.etcd.io/raft/v3"
 	pb "go.etcd.io/raft/v3/raftpb"
@@ -102,6 +103,10 @@ var ErrCorrupt = errors.New("raftlog: the raft log is corrupt")
 const RecoverHint = "wipe this member's data (log, store and snapshots) and re-sync it from the others: " +
 	"weft admin meta remove ID, start it empty in join mode, weft admin meta add ID ADDR (docs/deployment.md)"
 
+// memTableSize is pebble's default memtable size, named because a new
+// log is prefilled to match it (walprefill.Size).
+const memTableSize = 4 << 20
+
 // OpenStorage opens (or creates) the log in dir. As the metadata store
 // does (store.OpenPebble), it refuses, with an error wrapping ErrCorrupt,
 // a log whose WAL has a damaged record followed by synced ones (the log is
@@ -116,6 +121,7 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 	s := &Storage{log: o.Logger, hs: &pb.HardState{}, cs: &pb.ConfState{}, snap: pb.EnsureSnapshot(nil)}
 	opts := &pebble.Options{
 		Logger: pebbleLogger{o.Logger}, FormatMajorVersion: pebble.FormatNewest,
+		MemTableSize: memTableSize,
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
 				o.Logger.Error("raftlog: pebble background error", "dir", dir, "err", err)
@@ -131,6 +137,9 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 	if o.FS != nil {
 		opts.FS = o.FS
 	}
+	// Every append with entries is synced: new logs written full before
+	// use sync as cheaply as recycled ones (package walprefill).
+	opts.FS = walprefill.Wrap(opts.FS, walprefill.Size(memTableSize))
 	db, err := pebble.Open(dir, opts)
 	if pebble.IsCorruptionError(err) {
 		return nil, fmt.Errorf("raftlog: open log in %s: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)

@@ -38,31 +38,6 @@ func fill(t *testing.T, dir string, n int, flush bool) {
 	}
 }
 
-// filesWith returns the files in dir whose names end in suffix, largest
-// first.
-func filesWith(t *testing.T, dir, suffix string) []string {
-	t.Helper()
-	ents, err := os.ReadDir(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var out []string
-	var best int64 = -1
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), suffix) {
-			continue
-		}
-		fi, _ := e.Info()
-		if fi.Size() > best {
-			best = fi.Size()
-			out = append([]string{filepath.Join(dir, e.Name())}, out...)
-		} else {
-			out = append(out, filepath.Join(dir, e.Name()))
-		}
-	}
-	return out
-}
-
 func flipByte(t *testing.T, path string, off int) {
 	t.Helper()
 	b, err := os.ReadFile(path)
@@ -89,18 +64,11 @@ func countKeys(t *testing.T, p *Pebble) int {
 func TestPebbleCorruptWALRefused(t *testing.T) {
 	dir := t.TempDir()
 	fill(t, dir, 301, false)
-	wals := filesWith(t, dir, ".log")
-	if len(wals) == 0 {
-		t.Fatal("no WAL")
+	wal, size := testutil.Largest(t, dir, ".log")
+	if size < 64<<10 {
+		t.Fatalf("WAL of %d bytes: too small to have records after the middle block", size)
 	}
-	fi, err := os.Stat(wals[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	if fi.Size() < 64<<10 {
-		t.Fatalf("WAL of %d bytes: too small to have records after the middle block", fi.Size())
-	}
-	flipByte(t, wals[0], int(fi.Size()/2))
+	flipByte(t, wal, int(size/2))
 	var logs testutil.LogBuffer
 	p, err := OpenPebble(dir, PebbleOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err == nil {
@@ -119,15 +87,8 @@ func TestPebbleCorruptWALRefused(t *testing.T) {
 func TestPebbleCorruptSSTRefused(t *testing.T) {
 	dir := t.TempDir()
 	fill(t, dir, 3000, true)
-	ssts := filesWith(t, dir, ".sst")
-	if len(ssts) == 0 {
-		t.Fatal("no table after a flush")
-	}
-	fi, err := os.Stat(ssts[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	flipByte(t, ssts[0], int(fi.Size()/3))
+	sst, size := testutil.Largest(t, dir, ".sst")
+	flipByte(t, sst, int(size/3))
 	var logs testutil.LogBuffer
 	p, err := OpenPebble(dir, PebbleOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err == nil {
@@ -149,12 +110,8 @@ func TestPebbleCorruptSSTRefused(t *testing.T) {
 func TestPebbleCorruptSSTReadFails(t *testing.T) {
 	dir := t.TempDir()
 	fill(t, dir, 3000, true)
-	ssts := filesWith(t, dir, ".sst")
-	fi, err := os.Stat(ssts[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	flipByte(t, ssts[0], int(fi.Size()/3))
+	sst, size := testutil.Largest(t, dir, ".sst")
+	flipByte(t, sst, int(size/3))
 	var logs testutil.LogBuffer
 	p, err := OpenPebble(dir, PebbleOptions{SkipCheck: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	if err != nil {
