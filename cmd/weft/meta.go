@@ -232,6 +232,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		return err
 	}
 	defer d.stop()
+	d.log.Info("go runtime", "gomaxprocs", o.setMaxProcs(0))
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
 	serving := func(srv *meta.Server) { d.registerJobs(srv.JobTable()) }

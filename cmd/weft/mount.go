@@ -197,9 +197,7 @@ func runMount(ctx context.Context, o *mountOptions) error {
 	if os.Getenv("GOMEMLIMIT") == "" { // an explicit GOMEMLIMIT wins
 		debug.SetMemoryLimit(int64(o.CacheLimit))
 	}
-	if os.Getenv("GOMAXPROCS") == "" { // an explicit GOMAXPROCS wins
-		runtime.GOMAXPROCS(mountProcs(runtime.NumCPU()))
-	}
+	d.log.Info("go runtime", "gomaxprocs", o.setMaxProcs(mountProcs(runtime.NumCPU())))
 	var reg prometheus.Registerer // (a nil *Registry is not a nil interface)
 	if d.registry != nil {
 		reg = d.registry

@@ -159,6 +159,7 @@ func runStorage(ctx context.Context, o *storageOptions) error {
 		return err
 	}
 	defer d.stop()
+	d.log.Info("go runtime", "gomaxprocs", o.setMaxProcs(0))
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
 	jobs := jobstats.New(o.jobstatsOptions.options("storage"))

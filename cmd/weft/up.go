@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -42,6 +43,9 @@ type upOptions struct {
 	MetaReplicas  int
 	RaftTick      units.Duration
 	ElectionTicks int
+	// MetaGoMaxProcs is each metadata server's --gomaxprocs (0: its
+	// default, one per CPU).
+	MetaGoMaxProcs int
 	// PprofPort, when not 0, serves each child's Go profiles on
 	// 127.0.0.1: metadata server i (1-based) on PprofPort+i-1, storage server s on
 	// PprofPort+10+s, the mount on PprofPort+20.
@@ -120,6 +124,7 @@ mount on P+20; for go tool pprof while a benchmark runs.`,
 	o.RaftTick = units.Duration(100 * time.Millisecond)
 	fs.Var(&o.RaftTick, "raft-tick", "the metadata group's raft tick (weft meta --raft-tick)")
 	fs.IntVar(&o.ElectionTicks, "election-ticks", 10, "the metadata group's election timeout in ticks (weft meta --election-ticks)")
+	fs.IntVar(&o.MetaGoMaxProcs, "meta-gomaxprocs", 1, "threads running Go code at once in each metadata server (weft meta --gomaxprocs; 0: one per CPU). 1 by default: the servers share this host with each other, the storage servers, the mount and its users, and a member's changes are applied one at a time anyway")
 	fs.IntVar(&o.PprofPort, "pprof-port", 0, "serve each process's Go profiles (weft meta --pprof) on 127.0.0.1: metadata server i on this port +i-1, storage servers on +10 and up, the mount on +20 (default off)")
 	fs.BoolVar(&o.NoLocalReads, "no-local-reads", false, "give the storage servers no local socket, so the mount reads every object over RPC (by default it reads them from their files, checking every block: short-circuit local reads)")
 	fs.BoolVar(&o.Encrypt, "encrypt", false, "encrypt every connection between the processes (TLS; see docs/security.md for its cost)")
@@ -174,6 +179,9 @@ func (o *upOptions) resolve() error {
 	}
 	if o.MetaReplicas != 1 && o.MetaReplicas != 3 && o.MetaReplicas != 5 {
 		return fmt.Errorf("--meta-replicas %d: want 1, 3 or 5", o.MetaReplicas)
+	}
+	if o.MetaGoMaxProcs < 0 {
+		return fmt.Errorf("--meta-gomaxprocs %d: want 0 (one per CPU) or more", o.MetaGoMaxProcs)
 	}
 	if o.RaftTick <= 0 || o.ElectionTicks < 2 {
 		return fmt.Errorf("--raft-tick must be positive and --election-ticks at least 2")
@@ -264,10 +272,14 @@ func planUp(o upOptions) upPlan {
 	keys := filepath.Join(o.Data, "keys")
 	p := upPlan{Data: o.Data, Mount: o.Mount, MetaAddr: metaAddr, Targets: o.Targets, Keys: keys, Mirror: o.Mirror}
 	dirs := metaDirs(o.Data, max(o.MetaReplicas, 1))
+	metaFlags := childFlags
+	if o.MetaGoMaxProcs != 0 {
+		metaFlags = append(slices.Clip(childFlags), "--gomaxprocs", strconv.Itoa(o.MetaGoMaxProcs))
+	}
 	if len(dirs) == 1 {
 		p.Metas = []childSpec{{
 			Name: "meta",
-			Args: append([]string{"meta", "--listen", metaAddr, "--data", dirs[0], "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, childFlags...),
+			Args: append([]string{"meta", "--listen", metaAddr, "--data", dirs[0], "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, metaFlags...),
 			Addr: metaAddr,
 			Log:  filepath.Join(logs, "meta.log"),
 			Dirs: dirs,
@@ -285,7 +297,7 @@ func planUp(o upOptions) upPlan {
 				Name: fmt.Sprintf("meta-%d", i+1),
 				Args: append([]string{"meta", "--id", strconv.Itoa(i + 1), "--peers", strings.Join(peers, ","), "--data", d,
 					"--keys", filepath.Join(keys, auth.ClusterMetaDir), "--raft-tick", o.RaftTick.String(),
-					"--election-ticks", strconv.Itoa(o.ElectionTicks)}, childFlags...),
+					"--election-ticks", strconv.Itoa(o.ElectionTicks)}, metaFlags...),
 				Addr: addrs[i],
 				Log:  filepath.Join(logs, fmt.Sprintf("meta-%d.log", i+1)),
 				Dirs: []string{d},
