@@ -36,6 +36,10 @@ type Replica struct {
 	// Started, if set, is called with the node once it runs (a
 	// TCPTransport's Start).
 	Started func(*raftlog.Node)
+	// OnRole, if set, is told each time this member becomes the group's
+	// leader (true) or stops being it (false); it starts a follower
+	// (raftlog.Config.OnRole: on the node goroutine, so it must be quick).
+	OnRole func(leader bool)
 	// TickInterval is raft's clock (default 100ms; negative: no clock,
 	// tests tick the node themselves). The election timeout is
 	// ElectionTick ticks (default 10), heartbeats every HeartbeatTick
@@ -211,7 +215,7 @@ func (s *Server) startReplica(r *Replica) error {
 		SM: &raftApplier{sm: s.sm, hook: s.opts.applyHook, raise: s.raiseIno, restored: s.restored, registered: s.reg.noteApplied,
 			paramSet: s.applyParams},
 		TickInterval: tick, ElectionTick: r.ElectionTick, HeartbeatTick: r.HeartbeatTick,
-		Logger: s.log,
+		Logger: s.log, OnRole: r.OnRole,
 		OnLeader: func(term uint64) {
 			s.raiseIno(s.sm.nextIno)
 			l.minIno = s.nextIno.Load()

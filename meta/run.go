@@ -81,6 +81,8 @@ type Config struct {
 	// timeout after a quorum confirmed its leadership, instead of a
 	// quorum round per burst of reads (Replica.ReadLease).
 	LeaseReads bool
+	// OnRole: see Replica.OnRole.
+	OnRole func(leader bool)
 }
 
 // Validate checks the configuration and reports the first problem.

@@ -75,7 +75,7 @@ func startMember(ctx context.Context, cfg Config, tr transport.Transport, st *st
 	m.replica = &Replica{
 		ReadLease: lease,
 		ID:        cfg.ID, Peers: cfg.Peers.IDs(), Addrs: cfg.Peers, Log: lg, Transport: m.tcp,
-		Started:      m.tcp.Start,
+		Started: m.tcp.Start, OnRole: cfg.OnRole,
 		TickInterval: cfg.TickInterval, ElectionTick: cfg.ElectionTicks, HeartbeatTick: cfg.HeartbeatTicks,
 	}
 	return m, nil

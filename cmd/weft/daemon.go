@@ -46,7 +46,7 @@ func (o *daemonOptions) addFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.Metrics, "metrics", "", "serve Prometheus metrics (RPC counts, latencies and bytes per operation, memory, CPU) on http://ADDR/metrics, e.g. 127.0.0.1:9400 (default off)")
 	fs.StringVar(&o.Keys, "keys", defaultKeys, "directory of this process's key bundle (ca.crt, node.crt, node.key; capability.key for servers), made by `weft keygen`")
 	fs.BoolVar(&o.Encrypt, "encrypt", false, "encrypt traffic on the wire (servers: require it of every peer; clients: ask for it); without it connections are authenticated but frames travel in the clear")
-	fs.IntVar(&o.GoMaxProcs, "gomaxprocs", 0, "how many threads run Go code at once (the Go runtime's GOMAXPROCS; the environment variable GOMAXPROCS wins); 0: one per CPU (weft mount: at least 8); weft up gives its metadata servers 1")
+	fs.IntVar(&o.GoMaxProcs, "gomaxprocs", 0, "how many threads run Go code at once (the Go runtime's GOMAXPROCS; the environment variable GOMAXPROCS wins); 0: one per CPU (weft mount: at least 8)")
 	o.logOptions.addFlags(fs)
 }
 

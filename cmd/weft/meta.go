@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -44,7 +46,10 @@ type metaOptions struct {
 	ElectionTicks  int            `toml:"election_ticks"`
 	HeartbeatTicks int            `toml:"heartbeat_ticks"`
 	LeaseReads     bool           `toml:"lease_reads"`
-	peers          meta.Peers
+	// FollowerGoMaxProcs is GOMAXPROCS while this member follows (0:
+	// --gomaxprocs throughout).
+	FollowerGoMaxProcs int `toml:"follower_gomaxprocs"`
+	peers              meta.Peers
 	accessOptions
 	jobstatsOptions
 	daemonOptions
@@ -142,6 +147,7 @@ group serves while a majority of its members run.`,
 	fs.Var(&o.RaftTick, "raft-tick", "raft's clock tick (replicated group)")
 	fs.IntVar(&o.ElectionTicks, "election-ticks", 10, "ticks without a leader before a member calls an election (raft randomizes between this and twice it)")
 	fs.IntVar(&o.HeartbeatTicks, "heartbeat-ticks", 1, "ticks between the leader's heartbeats")
+	fs.IntVar(&o.FollowerGoMaxProcs, "follower-gomaxprocs", 0, "threads running Go code at once while this member is a follower (it serves no clients then, and applies the leader's changes one at a time); as leader it runs with --gomaxprocs. 0: --gomaxprocs throughout; weft up gives its members 1")
 	fs.BoolVar(&o.LeaseReads, "lease-reads", true, "the leader answers reads for half an election timeout after a quorum confirmed it leads (false: a quorum round for every burst of reads)")
 	fs.BoolVar(&o.AcceptRollback, "accept-rollback", false,
 		"serve a store that has fewer changes than it had durably applied before (an older backup restored on purpose)")
@@ -185,6 +191,12 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 		}
 		o.peers = p
 	}
+	if o.FollowerGoMaxProcs < 0 {
+		return fmt.Errorf("--follower-gomaxprocs %d: want 0 (as --gomaxprocs) or more", o.FollowerGoMaxProcs)
+	}
+	if o.FollowerGoMaxProcs > 0 && o.ID == 0 {
+		return fmt.Errorf("--follower-gomaxprocs is for a member of a replicated group (--id, --peers): a lone server never follows")
+	}
 	if err := checkAddr("listen", o.Listen, true); err != nil {
 		return err
 	}
@@ -220,6 +232,25 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 	return o.daemonOptions.validate()
 }
 
+// followerProcs starts a member with --follower-gomaxprocs and returns
+// what switches GOMAXPROCS between it and leaderProcs as the member's role
+// changes (meta.Config.OnRole); nil when the setting is off or the
+// environment variable GOMAXPROCS rules.
+func (o *metaOptions) followerProcs(leaderProcs int, log *slog.Logger) func(leader bool) {
+	if o.FollowerGoMaxProcs == 0 || o.FollowerGoMaxProcs == leaderProcs || os.Getenv("GOMAXPROCS") != "" {
+		return nil
+	}
+	runtime.GOMAXPROCS(o.FollowerGoMaxProcs) // a member starts as a follower
+	return func(leader bool) {
+		n := o.FollowerGoMaxProcs
+		if leader {
+			n = leaderProcs
+		}
+		runtime.GOMAXPROCS(n)
+		log.Info("go runtime: threads for the new role", "leader", leader, "gomaxprocs", n)
+	}
+}
+
 // runMeta serves the metadata service. Its storage client removes the
 // objects of deleted files from the targets.
 func runMeta(ctx context.Context, o *metaOptions) error {
@@ -232,7 +263,9 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		return err
 	}
 	defer d.stop()
-	d.log.Info("go runtime", "gomaxprocs", o.setMaxProcs(0))
+	leaderProcs := o.setMaxProcs(0)
+	onRole := o.followerProcs(leaderProcs, d.log)
+	d.log.Info("go runtime", "gomaxprocs", runtime.GOMAXPROCS(0))
 	pool := transport.NewPool(d.transport, transport.PoolOptions{})
 	defer pool.Close()
 	serving := func(srv *meta.Server) { d.registerJobs(srv.JobTable()) }
@@ -267,6 +300,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		ElectionTicks:    o.ElectionTicks,
 		HeartbeatTicks:   o.HeartbeatTicks,
 		LeaseReads:       o.LeaseReads,
+		OnRole:           onRole,
 		Logger:           d.log,
 		Transport:        d.transport,
 		Access:           acc,

@@ -70,6 +70,7 @@ squash_uid = 99
 root_squash_exempt = ["10.0.0.0/8"]
 log_level = "info"
 log_format = "json"
+gomaxprocs = 1
 `)
 	var got metaOptions
 	run := func(_ context.Context, o *metaOptions) error { got = *o; return nil }
@@ -83,7 +84,7 @@ log_format = "json"
 		RaftTick:   units.Duration(100 * time.Millisecond), ElectionTicks: 10, HeartbeatTicks: 1, LeaseReads: true,
 		accessOptions:   accessOptions{RootSquash: true, SquashUid: 99, SquashGid: 65534, RootSquashExempt: []string{"10.0.0.0/8"}},
 		jobstatsOptions: jobstatsOptions{JobstatsCleanup: units.Duration(jobstats.DefaultIdle), JobstatsMax: jobstats.DefaultMax},
-		daemonOptions:   daemonOptions{Keys: defaultKeys, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
+		daemonOptions:   daemonOptions{Keys: defaultKeys, GoMaxProcs: 1, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("resolved %+v, want %+v", got, want)
 	}
@@ -141,6 +142,7 @@ peers = "1=10.0.0.1:7400,2=10.0.0.2:7400,3=10.0.0.3:7400"
 raft_tick = "50ms"
 election_ticks = 20
 heartbeat_ticks = 2
+follower_gomaxprocs = 1
 `)
 	var got metaOptions
 	run := func(_ context.Context, o *metaOptions) error { got = *o; return nil }
@@ -148,7 +150,10 @@ heartbeat_ticks = 2
 		t.Fatal(err)
 	}
 	if got.Listen != "10.0.0.2:7400" || got.ID != 2 || len(got.peers) != 3 || got.peers[3] != "10.0.0.3:7400" ||
-		got.RaftTick != units.Duration(50*time.Millisecond) || got.ElectionTicks != 20 || got.HeartbeatTicks != 2 {
+		got.RaftTick != units.Duration(50*time.Millisecond) || got.ElectionTicks != 20 || got.HeartbeatTicks != 2 ||
+		got.FollowerGoMaxProcs != 1 {
 		t.Fatalf("resolved %+v", got)
 	}
+	wantErr(t, execute(metaCommand(run), "--data", dir, "--follower-gomaxprocs", "1"), "--follower-gomaxprocs is for a member")
+	wantErr(t, execute(metaCommand(run), "--config", cfg, "--follower-gomaxprocs", "-1"), "--follower-gomaxprocs -1")
 }

@@ -43,9 +43,9 @@ type upOptions struct {
 	MetaReplicas  int
 	RaftTick      units.Duration
 	ElectionTicks int
-	// MetaGoMaxProcs is each metadata server's --gomaxprocs (0: its
-	// default, one per CPU).
-	MetaGoMaxProcs int
+	// MetaFollowerGoMaxProcs is each member's --follower-gomaxprocs (0:
+	// as when leading, one per CPU); not used with one metadata server.
+	MetaFollowerGoMaxProcs int
 	// PprofPort, when not 0, serves each child's Go profiles on
 	// 127.0.0.1: metadata server i (1-based) on PprofPort+i-1, storage server s on
 	// PprofPort+10+s, the mount on PprofPort+20.
@@ -124,7 +124,7 @@ mount on P+20; for go tool pprof while a benchmark runs.`,
 	o.RaftTick = units.Duration(100 * time.Millisecond)
 	fs.Var(&o.RaftTick, "raft-tick", "the metadata group's raft tick (weft meta --raft-tick)")
 	fs.IntVar(&o.ElectionTicks, "election-ticks", 10, "the metadata group's election timeout in ticks (weft meta --election-ticks)")
-	fs.IntVar(&o.MetaGoMaxProcs, "meta-gomaxprocs", 1, "threads running Go code at once in each metadata server (weft meta --gomaxprocs; 0: one per CPU). 1 by default: the servers share this host with each other, the storage servers, the mount and its users, and a member's changes are applied one at a time anyway")
+	fs.IntVar(&o.MetaFollowerGoMaxProcs, "meta-follower-gomaxprocs", 1, "threads running Go code at once in a member of the metadata group while it follows (weft meta --follower-gomaxprocs; 0: one per CPU, as the leader). 1 by default: every process of the cluster shares this host, and a follower serves no clients and applies the leader's changes one at a time")
 	fs.IntVar(&o.PprofPort, "pprof-port", 0, "serve each process's Go profiles (weft meta --pprof) on 127.0.0.1: metadata server i on this port +i-1, storage servers on +10 and up, the mount on +20 (default off)")
 	fs.BoolVar(&o.NoLocalReads, "no-local-reads", false, "give the storage servers no local socket, so the mount reads every object over RPC (by default it reads them from their files, checking every block: short-circuit local reads)")
 	fs.BoolVar(&o.Encrypt, "encrypt", false, "encrypt every connection between the processes (TLS; see docs/security.md for its cost)")
@@ -180,8 +180,8 @@ func (o *upOptions) resolve() error {
 	if o.MetaReplicas != 1 && o.MetaReplicas != 3 && o.MetaReplicas != 5 {
 		return fmt.Errorf("--meta-replicas %d: want 1, 3 or 5", o.MetaReplicas)
 	}
-	if o.MetaGoMaxProcs < 0 {
-		return fmt.Errorf("--meta-gomaxprocs %d: want 0 (one per CPU) or more", o.MetaGoMaxProcs)
+	if o.MetaFollowerGoMaxProcs < 0 {
+		return fmt.Errorf("--meta-follower-gomaxprocs %d: want 0 (one per CPU) or more", o.MetaFollowerGoMaxProcs)
 	}
 	if o.RaftTick <= 0 || o.ElectionTicks < 2 {
 		return fmt.Errorf("--raft-tick must be positive and --election-ticks at least 2")
@@ -272,14 +272,10 @@ func planUp(o upOptions) upPlan {
 	keys := filepath.Join(o.Data, "keys")
 	p := upPlan{Data: o.Data, Mount: o.Mount, MetaAddr: metaAddr, Targets: o.Targets, Keys: keys, Mirror: o.Mirror}
 	dirs := metaDirs(o.Data, max(o.MetaReplicas, 1))
-	metaFlags := childFlags
-	if o.MetaGoMaxProcs != 0 {
-		metaFlags = append(slices.Clip(childFlags), "--gomaxprocs", strconv.Itoa(o.MetaGoMaxProcs))
-	}
 	if len(dirs) == 1 {
 		p.Metas = []childSpec{{
 			Name: "meta",
-			Args: append([]string{"meta", "--listen", metaAddr, "--data", dirs[0], "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, metaFlags...),
+			Args: append([]string{"meta", "--listen", metaAddr, "--data", dirs[0], "--keys", filepath.Join(keys, auth.ClusterMetaDir)}, childFlags...),
 			Addr: metaAddr,
 			Log:  filepath.Join(logs, "meta.log"),
 			Dirs: dirs,
@@ -292,12 +288,16 @@ func planUp(o upOptions) upPlan {
 			addrs = append(addrs, a)
 		}
 		p.MetaAddr = strings.Join(addrs, ",")
+		memberFlags := childFlags
+		if o.MetaFollowerGoMaxProcs != 0 {
+			memberFlags = append(slices.Clip(childFlags), "--follower-gomaxprocs", strconv.Itoa(o.MetaFollowerGoMaxProcs))
+		}
 		for i, d := range dirs {
 			p.Metas = append(p.Metas, childSpec{
 				Name: fmt.Sprintf("meta-%d", i+1),
 				Args: append([]string{"meta", "--id", strconv.Itoa(i + 1), "--peers", strings.Join(peers, ","), "--data", d,
 					"--keys", filepath.Join(keys, auth.ClusterMetaDir), "--raft-tick", o.RaftTick.String(),
-					"--election-ticks", strconv.Itoa(o.ElectionTicks)}, metaFlags...),
+					"--election-ticks", strconv.Itoa(o.ElectionTicks)}, memberFlags...),
 				Addr: addrs[i],
 				Log:  filepath.Join(logs, fmt.Sprintf("meta-%d.log", i+1)),
 				Dirs: []string{d},

@@ -72,6 +72,7 @@ func TestUpFlags(t *testing.T) {
 	wantErr(t, execute(newUpCmd(), "--servers", "5", "--targets", "4"), "--servers 5")
 	wantErr(t, execute(newUpCmd(), "--servers", "2", "--mirror", "3"), "--mirror 3")
 	wantErr(t, execute(newUpCmd(), "extra"), "unknown command")
+	wantErr(t, execute(newUpCmd(), "--meta-follower-gomaxprocs", "-1"), "--meta-follower-gomaxprocs -1")
 }
 
 func TestPlanUp(t *testing.T) {
@@ -337,9 +338,10 @@ func TestUpLockData(t *testing.T) {
 }
 
 // TestPlanUpReplicas: three members on base-port, +1, +2 with the same
-// --peers, and every client given all three addresses.
+// --peers and --follower-gomaxprocs, and every client given all three
+// addresses.
 func TestPlanUpReplicas(t *testing.T) {
-	o := upOptions{Data: "/d", Mount: "/m", Targets: 2, Servers: 1, BasePort: 7400, LogLevel: "info", MetaReplicas: 3}
+	o := upOptions{Data: "/d", Mount: "/m", Targets: 2, Servers: 1, BasePort: 7400, LogLevel: "info", MetaReplicas: 3, MetaFollowerGoMaxProcs: 1}
 	if err := o.resolve(); err != nil {
 		t.Fatal(err)
 	}
@@ -351,7 +353,7 @@ func TestPlanUpReplicas(t *testing.T) {
 	for i, m := range p.Metas {
 		want := []string{"meta", "--id", fmt.Sprint(i + 1), "--peers", "1=127.0.0.1:7400,2=127.0.0.1:7401,3=127.0.0.1:7402",
 			"--data", fmt.Sprintf("/d/meta-%d", i+1), "--keys", "/d/keys/meta", "--raft-tick", "100ms", "--election-ticks", "10",
-			"--log-level", "info"}
+			"--log-level", "info", "--follower-gomaxprocs", "1"}
 		if !slices.Equal(m.Args, want) || m.Addr != fmt.Sprintf("127.0.0.1:%d", 7400+i) {
 			t.Errorf("member %d: %s %q, want %q", i+1, m.Addr, m.Args, want)
 		}
@@ -363,12 +365,15 @@ func TestPlanUpReplicas(t *testing.T) {
 		if err := execute(metaCommand(func(_ context.Context, o *metaOptions) error { got = *o; return nil }), args...); err != nil {
 			t.Fatal(err)
 		}
-		if got.Listen != m.Addr || got.ID != uint64(i+1) {
-			t.Errorf("member %d resolves to listen %s id %d", i+1, got.Listen, got.ID)
+		if got.Listen != m.Addr || got.ID != uint64(i+1) || got.FollowerGoMaxProcs != 1 {
+			t.Errorf("member %d resolves to listen %s id %d follower gomaxprocs %d", i+1, got.Listen, got.ID, got.FollowerGoMaxProcs)
 		}
 	}
 	if !slices.Contains(p.Storage[0].Args, list) || !slices.Contains(p.Mounter.Args, list) {
 		t.Errorf("clients do not get every member: storage %q, mount %q", p.Storage[0].Args, p.Mounter.Args)
+	}
+	if slices.Contains(p.Storage[0].Args, "--follower-gomaxprocs") || slices.Contains(p.Mounter.Args, "--follower-gomaxprocs") {
+		t.Errorf("--meta-follower-gomaxprocs given to others than the metadata servers: storage %q, mount %q", p.Storage[0].Args, p.Mounter.Args)
 	}
 }
 

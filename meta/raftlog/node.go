@@ -139,6 +139,11 @@ type Config struct {
 	// any earlier leader had committed. A proposer that decides things
 	// from the applied state (meta's inode allocator) resynchronises here.
 	OnLeader func(term uint64)
+	// OnRole, if set, is called on the node goroutine each time this
+	// node becomes raft's leader (true: as soon as it is elected, before
+	// OnLeader) or stops being it (false: deposed, partitioned away,
+	// removed). A node starts as a follower and is not told so.
+	OnRole func(leader bool)
 	// OnConfChange, if set, is called on the node goroutine when a
 	// configuration change is applied, with the change and the new
 	// configuration (a transport learns new members' addresses here).
@@ -200,6 +205,8 @@ type Node struct {
 	states   map[uint64]tracker.StateType // progressStates' answer, reused
 	applied  uint64
 	snapIdx  uint64
+	// leader: raft's role as last told to Config.OnRole.
+	leader bool
 	// readyTerm is the term in which this node, as leader, applied its
 	// term's first entry: it takes proposals only in that term.
 	readyTerm uint64
@@ -886,6 +893,14 @@ func (n *Node) handleReady() error {
 		// Reads waiting for a quorum's confirmation will not get it from
 		// this node any more.
 		n.failReads(&NotLeaderError{Leader: rd.SoftState.Lead})
+	}
+	if rd.SoftState != nil {
+		if leader := rd.SoftState.RaftState == raft.StateLeader; leader != n.leader {
+			n.leader = leader
+			if n.cfg.OnRole != nil {
+				n.cfg.OnRole(leader)
+			}
+		}
 	}
 	n.wakeReads()
 	n.dropUnplaced()

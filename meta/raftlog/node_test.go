@@ -1,6 +1,7 @@
 package raftlog
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -340,6 +341,48 @@ func TestOnLeader(t *testing.T) {
 	got := <-calls
 	if got.id != lead || got.a4 != "4" {
 		t.Fatalf("OnLeader on %d (leader %d) with a4=%q: the previous leader's entries were not applied first", got.id, lead, got.a4)
+	}
+}
+
+// TestOnRole: OnRole tells a node when it becomes leader and when it
+// stops being it (here: cut off from the others, it steps down when it
+// misses a quorum, CheckQuorum), and the others nothing until one of them
+// is elected in its place. Each call comes before the status that shows
+// the change is published.
+func TestOnRole(t *testing.T) {
+	type call struct {
+		id     uint64
+		leader bool
+	}
+	calls := make(chan call, 16)
+	told := func() []call { // the calls made so far, in order
+		var out []call
+		for {
+			select {
+			case c := <-calls:
+				out = append(out, c)
+			default:
+				return out
+			}
+		}
+	}
+	c := newCluster(t, 3, func(cfg *Config) {
+		id := cfg.ID
+		cfg.OnRole = func(leader bool) { calls <- call{id, leader} }
+	})
+	old := c.waitLeader(c.ids)
+	if got := told(); !slices.Equal(got, []call{{old, true}}) {
+		t.Fatalf("OnRole calls %+v once %d leads, want [{%d true}]", got, old, old)
+	}
+	c.nw.Partition([]uint64{old}, others(c.ids, old))
+	c.tickUntil("the cut-off leader steps down", func() bool { return !c.nodes[old].Status().IsLeader })
+	lead := c.waitLeader(others(c.ids, old))
+	got := told()
+	slices.SortFunc(got, func(a, b call) int { return cmp.Compare(a.id, b.id) })
+	want := []call{{old, false}, {lead, true}}
+	slices.SortFunc(want, func(a, b call) int { return cmp.Compare(a.id, b.id) })
+	if !slices.Equal(got, want) {
+		t.Fatalf("OnRole calls %+v after %d was cut off and %d elected, want %+v", got, old, lead, want)
 	}
 }
 
