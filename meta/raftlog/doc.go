@@ -118,6 +118,10 @@
 //     ProposeIf's check runs there too, so a proposer that resets state
 //     from the applied state (meta's inode allocator) can refuse
 //     proposals built before the reset.
+//   - Config.OnRole is told, on the node goroutine, each change between
+//     leader and not as raft makes it (before OnLeader on a new leader,
+//     and before the Status that shows it): meta gives a follower, which
+//     serves no clients, fewer threads.
 //   - A command entry's data is an 8-byte proposal id and the command.
 //     Ids are unique per node incarnation (the node id in the top 16 bits,
 //     a random 48-bit counter), so an entry proposed before a restart can
