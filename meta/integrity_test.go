@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weft-fs/weft/internal/testutil"
 	"github.com/weft-fs/weft/layout"
 	"github.com/weft-fs/weft/meta/store"
@@ -104,28 +105,28 @@ func TestIntegrityDamagedStoreRefused(t *testing.T) {
 		want   error // besides store.ErrCorrupt
 	}{
 		{"wal-byte-in-middle", false, func(t *testing.T, dir string) {
-			p, size := testutil.Largest(t, dir, ".log")
+			p, size := testutil.Largest(t, vfs.Default, dir, ".log")
 			flip(t, p, size/2)
 		}, nil},
 		{"wal-byte-in-last-block", false, func(t *testing.T, dir string) {
 			// pebble cannot tell this from a torn tail: the mark can.
-			p, size := testutil.Largest(t, dir, ".log")
+			p, size := testutil.Largest(t, vfs.Default, dir, ".log")
 			flip(t, p, size-2000)
 		}, ErrRollback},
 		{"wal-truncated", false, func(t *testing.T, dir string) {
-			p, size := testutil.Largest(t, dir, ".log")
+			p, size := testutil.Largest(t, vfs.Default, dir, ".log")
 			if err := os.Truncate(p, size/2); err != nil {
 				t.Fatal(err)
 			}
 		}, ErrRollback},
 		{"wal-removed", false, func(t *testing.T, dir string) {
-			p, _ := testutil.Largest(t, dir, ".log")
+			p, _ := testutil.Largest(t, vfs.Default, dir, ".log")
 			if err := os.Remove(p); err != nil {
 				t.Fatal(err)
 			}
 		}, ErrRollback},
 		{"sst-byte", true, func(t *testing.T, dir string) {
-			p, size := testutil.Largest(t, dir, ".sst")
+			p, size := testutil.Largest(t, vfs.Default, dir, ".sst")
 			flip(t, p, size/3)
 		}, nil},
 	}
@@ -198,7 +199,7 @@ func TestIntegrityMarkNeverLeads(t *testing.T) {
 func TestIntegrityAcceptRollback(t *testing.T) {
 	dir := t.TempDir()
 	integrityFill(t, dir, 200, false)
-	p, size := testutil.Largest(t, dir, ".log")
+	p, size := testutil.Largest(t, vfs.Default, dir, ".log")
 	if err := os.Truncate(p, size/2); err != nil {
 		t.Fatal(err)
 	}

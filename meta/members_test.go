@@ -152,32 +152,15 @@ func TestReplaceDeadMember(t *testing.T) {
 // name ends in suffix, on an in-memory file system.
 func flipMem(t *testing.T, fs vfs.FS, dir, suffix string) string {
 	t.Helper()
-	names, err := fs.List(dir)
+	best, size := testutil.Largest(t, fs, dir, suffix)
+	f, err := fs.Open(best)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var best string
-	var b []byte
-	size := int64(-1)
-	for _, n := range names {
-		if !strings.HasSuffix(n, suffix) {
-			continue
-		}
-		f, err := fs.Open(fs.PathJoin(dir, n))
-		if err != nil {
-			t.Fatal(err)
-		}
-		content, err := io.ReadAll(f)
-		f.Close()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if l := testutil.ContentLen(content); l > size {
-			best, b, size = fs.PathJoin(dir, n), content, l
-		}
-	}
-	if best == "" {
-		t.Fatalf("no %s file in %s", suffix, dir)
+	b, err := io.ReadAll(f)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
 	}
 	b[size/2] ^= 0x40
 	w, err := fs.Create(best, vfs.WriteCategoryUnspecified)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	pebblevfs "github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weft-fs/weft/internal/testcluster"
 	"github.com/weft-fs/weft/internal/testutil"
 )
@@ -180,7 +181,7 @@ func TestIntegrityMetaRefusesDamagedStore(t *testing.T) {
 			if err := os.CopyFS(dir, os.DirFS(metaDir)); err != nil {
 				t.Fatal(err)
 			}
-			wal, size := testutil.Largest(t, dir, ".log")
+			wal, size := testutil.Largest(t, pebblevfs.Default, dir, ".log")
 			if size < 64<<10 {
 				t.Fatalf("largest WAL %q has %d bytes: too few records to damage its middle", wal, size)
 			}

@@ -2,10 +2,11 @@ package testutil
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
+	"io"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
 // ContentLen is len(b) without the zeros at its end. A pebble write-ahead
@@ -15,26 +16,32 @@ func ContentLen(b []byte) int64 {
 	return int64(len(bytes.TrimRight(b, "\x00")))
 }
 
-// Largest returns the file in dir whose name ends in suffix with the most
-// content (ContentLen), and that length: the log or table a test damages.
-func Largest(t testing.TB, dir, suffix string) (string, int64) {
+// Largest returns the file in dir of fs (vfs.Default: the OS's) whose name
+// ends in suffix with the most content (ContentLen), and that length: the
+// log or table a test damages.
+func Largest(t testing.TB, fs vfs.FS, dir, suffix string) (string, int64) {
 	t.Helper()
-	ents, err := os.ReadDir(dir)
+	names, err := fs.List(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	best, size := "", int64(-1)
-	for _, e := range ents {
-		if !strings.HasSuffix(e.Name(), suffix) || !e.Type().IsRegular() {
+	for _, n := range names {
+		if !strings.HasSuffix(n, suffix) {
 			continue
 		}
-		path := filepath.Join(dir, e.Name())
-		b, err := os.ReadFile(path)
+		path := fs.PathJoin(dir, n)
+		f, err := fs.Open(path)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if n := ContentLen(b); n > size {
-			best, size = path, n
+		b, err := io.ReadAll(f)
+		f.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if l := ContentLen(b); l > size {
+			best, size = path, l
 		}
 	}
 	if best == "" {

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/cockroachdb/pebble/v2"
 	"github.com/cockroachdb/pebble/v2/vfs"
 )
 
@@ -14,11 +15,28 @@ const walCategory vfs.DiskWriteCategory = "pebble-wal"
 // chunk is the size of each zero write.
 const chunk = 256 << 10
 
+// defaultMemTableSize is pebble's own default (Options.MemTableSize 0).
+const defaultMemTableSize = 4 << 20
+
 // Size is how much of a log file to prefill for a database whose memtable
 // holds memTableSize bytes: what pebble preallocates for a log (110 % of
 // the memtable), since a log is rotated when its memtable is full.
 func Size(memTableSize uint64) int64 {
 	return int64(memTableSize + memTableSize/10)
+}
+
+// Prefill makes opts' database prefill its new logs: it fixes the
+// memtable size (pebble's default unless set) and wraps opts.FS (the OS's
+// if nil) so that each new log is written to Size of it.
+func Prefill(opts *pebble.Options) {
+	if opts.MemTableSize == 0 {
+		opts.MemTableSize = defaultMemTableSize
+	}
+	fs := opts.FS
+	if fs == nil {
+		fs = vfs.Default
+	}
+	opts.FS = Wrap(fs, Size(opts.MemTableSize))
 }
 
 // FS is a vfs.FS whose new write-ahead log files are prefilled with zeros.

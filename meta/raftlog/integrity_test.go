@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weft-fs/weft/internal/testutil"
 	pb "go.etcd.io/raft/v3/raftpb"
 )
@@ -57,7 +58,7 @@ func TestStorageCorruptRefused(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			dir := t.TempDir()
 			writeLog(t, dir, 301, tc.flush)
-			path, size := testutil.Largest(t, dir, tc.suffix)
+			path, size := testutil.Largest(t, vfs.Default, dir, tc.suffix)
 			if tc.suffix == ".log" && size < 64<<10 {
 				t.Fatalf("%s of %d bytes: too small", path, size)
 			}

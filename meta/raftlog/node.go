@@ -889,13 +889,14 @@ func (n *Node) handleReady() error {
 			_ = n.rn.Step(r)
 		}
 	}
-	if rd.SoftState != nil && rd.SoftState.RaftState != raft.StateLeader {
-		// Reads waiting for a quorum's confirmation will not get it from
-		// this node any more.
-		n.failReads(&NotLeaderError{Leader: rd.SoftState.Lead})
-	}
 	if rd.SoftState != nil {
-		if leader := rd.SoftState.RaftState == raft.StateLeader; leader != n.leader {
+		leader := rd.SoftState.RaftState == raft.StateLeader
+		if !leader {
+			// Reads waiting for a quorum's confirmation will not get it
+			// from this node any more.
+			n.failReads(&NotLeaderError{Leader: rd.SoftState.Lead})
+		}
+		if leader != n.leader {
 			n.leader = leader
 			if n.cfg.OnRole != nil {
 				n.cfg.OnRole(leader)

@@ -103,10 +103,6 @@ var ErrCorrupt = errors.New("raftlog: the raft log is corrupt")
 const RecoverHint = "wipe this member's data (log, store and snapshots) and re-sync it from the others: " +
 	"weft admin meta remove ID, start it empty in join mode, weft admin meta add ID ADDR (docs/deployment.md)"
 
-// memTableSize is pebble's default memtable size, named because a new
-// log is prefilled to match it (walprefill.Size).
-const memTableSize = 4 << 20
-
 // OpenStorage opens (or creates) the log in dir. As the metadata store
 // does (store.OpenPebble), it refuses, with an error wrapping ErrCorrupt,
 // a log whose WAL has a damaged record followed by synced ones (the log is
@@ -121,7 +117,6 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 	s := &Storage{log: o.Logger, hs: &pb.HardState{}, cs: &pb.ConfState{}, snap: pb.EnsureSnapshot(nil)}
 	opts := &pebble.Options{
 		Logger: pebbleLogger{o.Logger}, FormatMajorVersion: pebble.FormatNewest,
-		MemTableSize: memTableSize,
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
 				o.Logger.Error("raftlog: pebble background error", "dir", dir, "err", err)
@@ -139,7 +134,7 @@ func OpenStorage(dir string, o StorageOptions) (*Storage, error) {
 	}
 	// Every append with entries is synced: new logs written full before
 	// use sync as cheaply as recycled ones (package walprefill).
-	opts.FS = walprefill.Wrap(opts.FS, walprefill.Size(memTableSize))
+	walprefill.Prefill(opts)
 	db, err := pebble.Open(dir, opts)
 	if pebble.IsCorruptionError(err) {
 		return nil, fmt.Errorf("raftlog: open log in %s: %w: %w (%s)", dir, ErrCorrupt, err, RecoverHint)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cockroachdb/pebble/v2/vfs"
 	"github.com/weft-fs/weft/internal/testutil"
 )
 
@@ -64,7 +65,7 @@ func countKeys(t *testing.T, p *Pebble) int {
 func TestPebbleCorruptWALRefused(t *testing.T) {
 	dir := t.TempDir()
 	fill(t, dir, 301, false)
-	wal, size := testutil.Largest(t, dir, ".log")
+	wal, size := testutil.Largest(t, vfs.Default, dir, ".log")
 	if size < 64<<10 {
 		t.Fatalf("WAL of %d bytes: too small to have records after the middle block", size)
 	}
@@ -87,7 +88,7 @@ func TestPebbleCorruptWALRefused(t *testing.T) {
 func TestPebbleCorruptSSTRefused(t *testing.T) {
 	dir := t.TempDir()
 	fill(t, dir, 3000, true)
-	sst, size := testutil.Largest(t, dir, ".sst")
+	sst, size := testutil.Largest(t, vfs.Default, dir, ".sst")
 	flipByte(t, sst, int(size/3))
 	var logs testutil.LogBuffer
 	p, err := OpenPebble(dir, PebbleOptions{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
@@ -110,7 +111,7 @@ func TestPebbleCorruptSSTRefused(t *testing.T) {
 func TestPebbleCorruptSSTReadFails(t *testing.T) {
 	dir := t.TempDir()
 	fill(t, dir, 3000, true)
-	sst, size := testutil.Largest(t, dir, ".sst")
+	sst, size := testutil.Largest(t, vfs.Default, dir, ".sst")
 	flipByte(t, sst, int(size/3))
 	var logs testutil.LogBuffer
 	p, err := OpenPebble(dir, PebbleOptions{SkipCheck: true, Logger: slog.New(slog.NewTextHandler(&logs, nil))})

@@ -115,10 +115,6 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	return p, nil
 }
 
-// memTableSize is pebble's default memtable size, named because a new
-// log is prefilled to match it (walprefill.Size).
-const memTableSize = 4 << 20
-
 // open opens the database in p.dir and checks it (p.db is set on success).
 func (p *Pebble) open() error {
 	dir, o := p.dir, p.opts
@@ -132,7 +128,6 @@ func (p *Pebble) open() error {
 		Cache: c, Logger: pebbleLogger{p}, FS: p.fs,
 		FormatMajorVersion: pebble.FormatNewest,
 		DisableWAL:         o.NoWAL,
-		MemTableSize:       memTableSize,
 		EventListener: &pebble.EventListener{
 			BackgroundError: func(err error) {
 				p.log.Error("store: pebble background error", "dir", dir, "err", err)
@@ -146,7 +141,7 @@ func (p *Pebble) open() error {
 	if !o.NoWAL && !o.InMemory {
 		// Every commit group is synced: new logs written full before use
 		// sync as cheaply as recycled ones (package walprefill).
-		opts.FS = walprefill.Wrap(opts.FS, walprefill.Size(memTableSize))
+		walprefill.Prefill(opts)
 	}
 	// Bloom filters on every level (the others inherit L0's): most point
 	// reads of the metadata service miss (the lookup before every create,
