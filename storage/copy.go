@@ -28,12 +28,12 @@ func (s *Server) SetPeers(p proto.StorageService) {
 // short (a hole at the object's end) is written as zeros. The caller has
 // checked the capabilities (the RPC handler does).
 func (s *Server) Copy(ctx context.Context, t proto.TargetID, dst proto.ObjectID, dstOff uint64, srcT proto.TargetID, src proto.ObjectID, srcOff, n uint64, _ []byte) error {
-	dt, err := s.Target(t)
+	dt, err := s.target(ctx, t)
 	if err != nil {
 		return err
 	}
 	read := func(off uint64, p []byte) (int, error) {
-		if st, err := s.Target(srcT); err == nil {
+		if st, err := s.target(ctx, srcT); err == nil {
 			return st.Read(ctx, src, off, p)
 		}
 		s.mu.Lock()
@@ -72,7 +72,7 @@ var _ proto.RowCopier = (*Server)(nil)
 // checked the capabilities (the RPC handler does); ctx carries dst's, for
 // its fence.
 func (s *Server) CopyRow(ctx context.Context, t proto.TargetID, dst proto.ObjectID, c proto.RowCopy) error {
-	dt, err := s.Target(t)
+	dt, err := s.target(ctx, t)
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,7 @@ func (s *Server) readRowAt(ctx context.Context, id proto.TargetID, obj proto.Obj
 	var n int
 	var v proto.RowVersion
 	var err error
-	if st, terr := s.Target(id); terr == nil {
+	if st, terr := s.target(ctx, id); terr == nil {
 		n, v, err = st.ReadRow(ctx, obj, off, unit, p)
 	} else {
 		s.mu.Lock()

@@ -31,7 +31,10 @@
 // restarted server serves its targets by their stored ids before it
 // registers again; it listens before opening them (a port in use fails
 // first), and requests that arrive meanwhile wait for the opening rather
-// than being told the target is unknown.
+// than being told the target is unknown. Likewise a request for an id this
+// server does not serve waits while a first registration is in flight: the
+// metadata server places files on a new target as soon as it records it,
+// and a client may ask for it before the reply reaches this server.
 //
 // A target belongs to one file system: at its first registration Run asks
 // the metadata server for its file system id (metarpc OpFSID) and records

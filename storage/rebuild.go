@@ -27,7 +27,7 @@ const MaxRebuildLen = 64 << 20
 // later fence was set on it. The RPC handler lets only metadata servers
 // ask for it.
 func (s *Server) RebuildObject(ctx context.Context, r proto.RebuildRequest) (uint64, error) {
-	dt, err := s.Target(r.Target)
+	dt, err := s.target(ctx, r.Target)
 	if err != nil {
 		return 0, err
 	}
@@ -112,7 +112,7 @@ func (s *Server) readSource(ctx context.Context, src proto.RebuildSource, obj pr
 	id.Stripe = src.Slot
 	var n int
 	var err error
-	if st, terr := s.Target(src.Target); terr == nil {
+	if st, terr := s.target(ctx, src.Target); terr == nil {
 		n, err = st.Read(ctx, id, off, p)
 	} else {
 		s.mu.Lock()

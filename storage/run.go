@@ -397,6 +397,12 @@ func register(ctx context.Context, cfg Config, addr string, srv *Server, t *Targ
 	if err := checkFSID(ctx, cfg, t); err != nil {
 		return err
 	}
+	if t.ID() == 0 {
+		// Clients may learn the id the reply carries before it arrives:
+		// their requests wait for it (Server.target).
+		done := srv.Registering()
+		defer done()
+	}
 	info := proto.TargetInfo{ID: t.ID(), Addr: addr, Total: u.Total, Used: u.Used, Free: u.Free, Up: true, Domain: cfg.Domain, FSID: t.FSID(),
 		Objects: uint64(max(u.Objects, 0)), FilesFree: u.FilesFree, Device: u.Device, IO: u.IO}
 	id, err := cfg.Registry.RegisterTarget(ctx, t.UUID(), info)

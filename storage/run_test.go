@@ -373,3 +373,75 @@ func TestRunRequestsWaitForTargets(t *testing.T) {
 		t.Fatalf("Run: %v", err)
 	}
 }
+
+// gatedRegistry records a new target's registration at once but holds its
+// reply until the gate opens: the moment in which the metadata service
+// already places files on the target and its server does not know the id.
+type gatedRegistry struct {
+	*fakeRegistry
+	gate     chan struct{}
+	recorded chan proto.TargetInfo
+}
+
+func (r *gatedRegistry) RegisterTarget(ctx context.Context, uuid string, info proto.TargetInfo) (proto.TargetID, error) {
+	id, err := r.fakeRegistry.RegisterTarget(ctx, uuid, info)
+	if err == nil && info.ID == 0 {
+		info.ID = id
+		r.recorded <- info
+		<-r.gate
+	}
+	return id, err
+}
+
+// TestRunRequestsWaitForRegistration: a client that learns a new target's
+// id from the metadata service before the registration's reply reaches the
+// storage server has its request wait for that reply and served, not told
+// the target is unknown (TestHAPartitionLeader: a mount's write to a
+// target registered 70 ms earlier failed "storage: unknown target 1").
+func TestRunRequestsWaitForRegistration(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "t")
+	reg := &gatedRegistry{fakeRegistry: newFakeRegistry(0), gate: make(chan struct{}), recorded: make(chan proto.TargetInfo, 1)}
+	var opened sync.Once
+	open := func() { opened.Do(func() { close(reg.gate) }) }
+	stop := startRun(t, Config{ListenAddr: "127.0.0.1:0", Targets: []string{dir}, Registry: reg, HeartbeatInterval: 20 * time.Millisecond, AllowUnauthenticated: true})
+	t.Cleanup(open) // before stop (cleanups run last first): the registration holds Run
+	var info proto.TargetInfo
+	select {
+	case info = <-reg.recorded:
+	case <-time.After(2 * time.Minute): // a hang guard
+		t.Fatal("the target never registered")
+	}
+	pool := transport.NewPool(transport.NewTCP(), transport.PoolOptions{})
+	defer pool.Close()
+	client := storagerpc.NewClient(pool, func(context.Context, proto.TargetID) (string, error) { return info.Addr, nil })
+	obj := proto.ObjectID{Ino: 9}
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := client.Write(ctx, info.ID, obj, 0, []byte("placed at once"))
+		wrote <- err
+	}()
+	unknown := make(chan error, 1)
+	go func() {
+		_, err := client.Read(ctx, info.ID+1, obj, 0, make([]byte, 10))
+		unknown <- err
+	}()
+	select {
+	case err := <-wrote:
+		t.Fatalf("a write before the registration's reply returned %v: want it to wait for the reply", err)
+	case <-time.After(100 * time.Millisecond):
+	}
+	open()
+	if err := <-wrote; err != nil {
+		t.Fatalf("write once registered: %v", err)
+	}
+	if err := <-unknown; !errors.Is(err, syscall.ESTALE) {
+		t.Fatalf("read of a target the reply did not name: %v, want ESTALE", err)
+	}
+	buf := make([]byte, 100)
+	if n, err := client.Read(ctx, info.ID, obj, 0, buf); err != nil || string(buf[:n]) != "placed at once" {
+		t.Fatalf("read back: %q, %v", buf[:n], err)
+	}
+	if err := stop(); err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+}

@@ -307,7 +307,7 @@ func newScrubber() *scrubber {
 // now (unless one is under way). Only metadata servers may ask (the RPC
 // handler checks).
 func (s *Server) StartScrub(ctx context.Context, id proto.TargetID) error {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return err
 	}

@@ -26,6 +26,13 @@ type Server struct {
 	targets map[proto.TargetID]*Target
 	peers   proto.StorageService // other servers' targets, for Copy (SetPeers)
 
+	// First registrations in flight (Registering). The metadata service
+	// may hand a new target's id to clients as soon as it records the
+	// registration, before its reply reaches this server and Add runs;
+	// a request for an unknown target waits for those replies instead of
+	// failing (a mount writing to a target registered a moment ago).
+	registering int
+	settled     chan struct{} // closed when registering drops to 0
 }
 
 var _ proto.StorageService = (*Server)(nil)
@@ -50,8 +57,54 @@ func (s *Server) Add(t *Target) error {
 	return nil
 }
 
+// Registering marks the first registration of a target without an id as
+// in flight; the caller calls the returned function once the reply has
+// been handled (the target added, or the call failed). Requests for an
+// unknown target wait until no first registration is in flight.
+func (s *Server) Registering() (done func()) {
+	s.mu.Lock()
+	if s.registering == 0 {
+		s.settled = make(chan struct{})
+	}
+	s.registering++
+	s.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			s.mu.Lock()
+			s.registering--
+			if s.registering == 0 {
+				close(s.settled)
+			}
+			s.mu.Unlock()
+		})
+	}
+}
+
+// target is Target for a request: an id not served yet waits while a
+// first registration is in flight (its reply may carry that id), until
+// none is or ctx ends.
+func (s *Server) target(ctx context.Context, id proto.TargetID) (*Target, error) {
+	for {
+		s.mu.RLock()
+		t, pending, settled := s.targets[id], s.registering > 0, s.settled
+		s.mu.RUnlock()
+		if t != nil {
+			return t, nil
+		}
+		if !pending {
+			return s.Target(id)
+		}
+		select {
+		case <-settled:
+		case <-ctx.Done():
+			return s.Target(id)
+		}
+	}
+}
+
 // Target returns the target with id, or an error wrapping ErrUnknownTarget
-// and syscall.ESTALE.
+// and syscall.ESTALE. It does not wait (see target).
 func (s *Server) Target(id proto.TargetID) (*Target, error) {
 	s.mu.RLock()
 	t := s.targets[id]
@@ -75,7 +128,7 @@ func (s *Server) Targets() []*Target {
 }
 
 func (s *Server) Read(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off uint64, p []byte) (int, error) {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -83,7 +136,7 @@ func (s *Server) Read(ctx context.Context, id proto.TargetID, obj proto.ObjectID
 }
 
 func (s *Server) Write(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (uint64, error) {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -92,7 +145,7 @@ func (s *Server) Write(ctx context.Context, id proto.TargetID, obj proto.ObjectI
 
 // WriteCounting implements proto.CountingWriter.
 func (s *Server) WriteCounting(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off uint64, data []byte) (version, allocated uint64, err error) {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return 0, 0, err
 	}
@@ -100,7 +153,7 @@ func (s *Server) WriteCounting(ctx context.Context, id proto.TargetID, obj proto
 }
 
 func (s *Server) Truncate(ctx context.Context, id proto.TargetID, obj proto.ObjectID, size uint64) error {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -109,7 +162,7 @@ func (s *Server) Truncate(ctx context.Context, id proto.TargetID, obj proto.Obje
 
 // Extend implements proto.ObjectExtender.
 func (s *Server) Extend(ctx context.Context, id proto.TargetID, obj proto.ObjectID, size uint64) error {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -117,7 +170,7 @@ func (s *Server) Extend(ctx context.Context, id proto.TargetID, obj proto.Object
 }
 
 func (s *Server) Sync(ctx context.Context, id proto.TargetID, obj proto.ObjectID) error {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -125,7 +178,7 @@ func (s *Server) Sync(ctx context.Context, id proto.TargetID, obj proto.ObjectID
 }
 
 func (s *Server) Remove(ctx context.Context, id proto.TargetID, obj proto.ObjectID) error {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -135,7 +188,7 @@ func (s *Server) Remove(ctx context.Context, id proto.TargetID, obj proto.Object
 // RemoveMany removes the objects one after the other and stops at the first
 // failure (the caller retries the whole list).
 func (s *Server) RemoveMany(ctx context.Context, id proto.TargetID, objs []proto.ObjectID) error {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -148,7 +201,7 @@ func (s *Server) RemoveMany(ctx context.Context, id proto.TargetID, objs []proto
 }
 
 func (s *Server) Space(ctx context.Context, id proto.TargetID, obj proto.ObjectID, mode proto.SpaceMode, off, n uint64) error {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return err
 	}
@@ -156,7 +209,7 @@ func (s *Server) Space(ctx context.Context, id proto.TargetID, obj proto.ObjectI
 }
 
 func (s *Server) Seek(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off uint64, what proto.SeekWhat) (uint64, error) {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -164,7 +217,7 @@ func (s *Server) Seek(ctx context.Context, id proto.TargetID, obj proto.ObjectID
 }
 
 func (s *Server) Allocated(ctx context.Context, id proto.TargetID, obj proto.ObjectID) (uint64, error) {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -174,7 +227,7 @@ func (s *Server) Allocated(ctx context.Context, id proto.TargetID, obj proto.Obj
 // ReadSpan is Target.ReadSpan on the target id names (storagerpc's
 // SpanReader, OpReadSums).
 func (s *Server) ReadSpan(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off uint64, n int, sums []byte) (io.ReaderAt, int64, int, func(), error) {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return nil, 0, 0, func() {}, err
 	}

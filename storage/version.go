@@ -478,7 +478,7 @@ var _ proto.RowVersioner = (*Server)(nil)
 
 // ReadRow implements proto.RowVersioner.
 func (s *Server) ReadRow(ctx context.Context, id proto.TargetID, obj proto.ObjectID, off, unit uint64, p []byte) (int, proto.RowVersion, error) {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return 0, proto.RowVersion{}, err
 	}
@@ -487,7 +487,7 @@ func (s *Server) ReadRow(ctx context.Context, id proto.TargetID, obj proto.Objec
 
 // WriteRow implements proto.RowVersioner.
 func (s *Server) WriteRow(ctx context.Context, id proto.TargetID, obj proto.ObjectID, w proto.RowWrite) (uint64, error) {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return 0, err
 	}
@@ -496,7 +496,7 @@ func (s *Server) WriteRow(ctx context.Context, id proto.TargetID, obj proto.Obje
 
 // Fence implements proto.RowVersioner.
 func (s *Server) Fence(ctx context.Context, id proto.TargetID, obj proto.ObjectID) error {
-	t, err := s.Target(id)
+	t, err := s.target(ctx, id)
 	if err != nil {
 		return err
 	}
