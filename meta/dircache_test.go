@@ -81,3 +81,91 @@ func TestDirCacheMatchesStore(t *testing.T) {
 	}
 	t.Log(fmt.Sprintf("up to %d directories cached", cached))
 }
+
+// TestFileAndNameCachesMatchStore: the state machine's caches of other
+// inodes (files) and of directory entries (names, including names known
+// absent) hold what the store holds, after every command of a random
+// sequence of creates, hard links, unlinks, renames over existing files
+// and chmods of files in two directories, many of which fail (a name
+// taken or missing, over a quota after changing the parent in their own
+// transaction). A stale entry would show as a lookup or an unlink that
+// sees a removed name, or a link count the store does not have.
+func TestFileAndNameCachesMatchStore(t *testing.T) {
+	st := store.NewMem()
+	sm, err := openStateMachine(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sm.apply(&Command{Op: OpInit, Now: 1, Mode: 0755, Text: "fsid"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sm.apply(&Command{Op: OpSetQuota, Now: 1, Quota: &QuotaSpec{Kind: uint8(metarpc.QuotaUser), ID: 1000, Inodes: 20}}); err != nil {
+		t.Fatal(err)
+	}
+	res, err := sm.apply(&Command{Op: OpMkdir, Now: 1, Parent: proto.RootIno, Name: "d", Ino: proto.Ino(sm.nextIno), Mode: 0777})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dirs := []proto.Ino{proto.RootIno, res.attr.Ino}
+	user := &proto.Cred{Uid: 1000, Gid: 1000}
+	rng := rand.New(rand.NewPCG(3, 4))
+	names := []string{"a", "b", "c", "d2", "e"}
+	var files []proto.Ino
+	maxFiles, maxNames, absent := 0, 0, 0
+	for step := range 4000 {
+		c := &Command{Now: int64(step + 2), Parent: dirs[rng.IntN(2)], Name: names[rng.IntN(len(names))]}
+		if rng.IntN(2) == 0 {
+			c.Cred, c.Uid, c.Gid = user, user.Uid, user.Gid
+		}
+		switch rng.IntN(6) {
+		case 0, 1:
+			c.Op, c.Ino, c.Mode = OpCreate, proto.Ino(sm.nextIno), syscall.S_IFIFO|0666
+		case 2:
+			c.Op = OpUnlink
+		case 3:
+			c.Op, c.NewParent, c.NewName = OpRename, dirs[rng.IntN(2)], names[rng.IntN(len(names))]
+		case 4:
+			if len(files) == 0 {
+				continue
+			}
+			c.Op, c.Ino, c.NewParent, c.NewName = OpLink, files[rng.IntN(len(files))], dirs[rng.IntN(2)], names[rng.IntN(len(names))]
+		case 5:
+			if len(files) == 0 {
+				continue
+			}
+			c.Op, c.Ino = OpSetAttr, files[rng.IntN(len(files))]
+			c.SetAttr = proto.SetAttrIn{Valid: proto.SetMode, Mode: 0o600 | uint32(rng.IntN(0o100))}
+		}
+		res, err := sm.apply(c)
+		if err == nil && c.Op == OpCreate {
+			files = append(files, res.attr.Ino)
+		}
+		for ino, n := range sm.files {
+			stored, err := loadInode(st, ino)
+			if err != nil {
+				t.Fatalf("step %d (%s %q): cached file %d: %v", step, c.Op, c.Name, ino, err)
+			}
+			if !bytes.Equal(n.encode(), stored.encode()) {
+				t.Fatalf("step %d (%s %q): cached file %d differs from the store:\n%+v\n%+v", step, c.Op, c.Name, ino, n, stored)
+			}
+		}
+		gone := 0
+		for k, de := range sm.names {
+			stored, ok, err := loadDirent(st, k.parent, k.name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ok != (de.Ino != 0) || ok && stored != de {
+				t.Fatalf("step %d (%s %q): cached entry %d/%q is %+v, the store has %+v (present %v)", step, c.Op, c.Name, k.parent, k.name, de, stored, ok)
+			}
+			if !ok {
+				gone++
+			}
+		}
+		maxFiles, maxNames, absent = max(maxFiles, len(sm.files)), max(maxNames, len(sm.names)), max(absent, gone)
+	}
+	if maxFiles < 3 || maxNames < 5 || absent < 2 {
+		t.Fatalf("at most %d files, %d names, %d absent names were cached: the test tested little", maxFiles, maxNames, absent)
+	}
+	t.Logf("up to %d files, %d names (%d absent) cached", maxFiles, maxNames, absent)
+}

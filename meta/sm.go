@@ -91,7 +91,16 @@ type stateMachine struct {
 	// deleted. The state machine is the store's only writer, so the
 	// cache is what the store holds; it is dropped with the store
 	// (replaceWith).
-	dirs  map[proto.Ino]*inode
+	dirs map[proto.Ino]*inode
+	// files and names cache, the same way and for the same reason, the
+	// other inodes (at most maxCachedFiles, with at least one link) and
+	// the directory entries (at most maxCachedNames, and names known
+	// absent) that commands committed or read: an unlink reads the entry
+	// and the inode a create wrote, on every member. A command's own
+	// writes reach them only when it commits (txn.names), as they reach
+	// the store.
+	files map[proto.Ino]*inode
+	names map[nameKey]dirent
 	rk    []byte       // the key of a read (txn.get, lookup): room for any
 	enc   wire.Encoder // for records encoded by function (encodeAttrDisk)
 	spare *txn
@@ -99,6 +108,21 @@ type stateMachine struct {
 
 // maxCachedDirs bounds stateMachine.dirs: about 300 bytes each.
 const maxCachedDirs = 4096
+
+// maxCachedFiles and maxCachedNames bound stateMachine.files and names
+// (about 300 and 100 bytes each): the files of a benchmark's phase or an
+// application's recent output. Past the bound a cache starts over, as
+// dirs does: a miss costs the pebble read it saves.
+const (
+	maxCachedFiles = 1 << 16
+	maxCachedNames = 1 << 16
+)
+
+// nameKey is a directory entry's key in stateMachine.names.
+type nameKey struct {
+	parent proto.Ino
+	name   string
+}
 
 // Keys of the counters a command writes (store.Batch copies its
 // arguments: these are never changed).
@@ -144,7 +168,8 @@ func errnof(errno syscall.Errno, format string, args ...any) error {
 
 func openStateMachine(st store.Store) (*stateMachine, error) {
 	sm := &stateMachine{st: st, newestSeq: map[replySession]uint64{}, uuidToID: map[string]proto.TargetID{}, idToUUID: map[proto.TargetID]string{},
-		quotas: map[quotaKey]quotaRecord{}, rk: make([]byte, 0, 1+8+MaxNameLen), dirs: map[proto.Ino]*inode{}}
+		quotas: map[quotaKey]quotaRecord{}, rk: make([]byte, 0, 1+8+MaxNameLen), dirs: map[proto.Ino]*inode{},
+		files: map[proto.Ino]*inode{}, names: map[nameKey]dirent{}}
 	var err error
 	if sm.nextIno, err = getCounter(st, store.CounterNextIno); err != nil {
 		return nil, err
@@ -225,7 +250,10 @@ type txn struct {
 	orig map[proto.Ino]charge
 	// quotaW are the quota records this command writes (quota.go).
 	quotaW map[quotaKey]quotaRecord
-	res    applyResult
+	// names are the directory entries this command writes (Ino 0:
+	// deletes), for stateMachine.names once it commits.
+	names map[nameKey]dirent
+	res   applyResult
 
 	nextIno, inodes uint64
 	nextTarget      uint32
@@ -241,6 +269,9 @@ func (t *txn) get(ino proto.Ino) (*inode, error) {
 		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
 	}
 	n := t.sm.dirs[ino]
+	if n == nil {
+		n = t.sm.files[ino]
+	}
 	if n != nil {
 		n = n.clone()
 	} else {
@@ -271,12 +302,49 @@ func (t *txn) put(n *inode) {
 	delete(t.deleted, n.Ino)
 }
 
+// lookup returns the committed entry name in parent (not one this
+// command wrote: as the store, the cache has only what was committed).
 func (t *txn) lookup(parent proto.Ino, name string) (dirent, bool, error) {
-	return loadDirentBuf(t.sm.st, parent, name, t.sm.rk)
+	if de, ok := t.sm.names[nameKey{parent, name}]; ok {
+		return de, de.Ino != 0, nil
+	}
+	de, ok, err := loadDirentBuf(t.sm.st, parent, name, t.sm.rk)
+	if err == nil {
+		if !ok {
+			de = dirent{}
+		}
+		t.sm.cacheName(nameKey{parent, strings.Clone(name)}, de)
+	}
+	return de, ok, err
 }
 
 func (t *txn) setDirent(parent proto.Ino, name string, child *inode) {
-	t.setScratch(store.AppendDirentKey(t.sm.kb, uint64(parent), name), dirent{Ino: child.Ino, Type: child.Mode & syscall.S_IFMT}.appendTo(t.sm.vb))
+	de := dirent{Ino: child.Ino, Type: child.Mode & syscall.S_IFMT}
+	t.setScratch(store.AppendDirentKey(t.sm.kb, uint64(parent), name), de.appendTo(t.sm.vb))
+	t.noteName(parent, name, de)
+}
+
+// deleteDirent deletes the entry name in parent.
+func (t *txn) deleteDirent(parent proto.Ino, name string) {
+	t.b.Delete(store.DirentKey(uint64(parent), name))
+	t.noteName(parent, name, dirent{})
+}
+
+// noteName records an entry the command writes (Ino 0: deletes), for the
+// cache once it commits.
+func (t *txn) noteName(parent proto.Ino, name string, de dirent) {
+	if t.names == nil {
+		t.names = map[nameKey]dirent{}
+	}
+	t.names[nameKey{parent, name}] = de
+}
+
+// cacheName puts a committed entry (Ino 0: none) in sm.names.
+func (sm *stateMachine) cacheName(k nameKey, de dirent) {
+	if _, ok := sm.names[k]; !ok && len(sm.names) >= maxCachedNames {
+		clear(sm.names)
+	}
+	sm.names[k] = de
 }
 
 // setScratch writes key → value in the batch, key built by appending to
@@ -352,17 +420,29 @@ func (t *txn) commit() error {
 	}
 	for ino := range t.dirty {
 		n := t.cache[ino]
-		if !n.IsDir() || n.Nlink == 0 {
+		switch {
+		case n.Nlink == 0:
 			delete(t.sm.dirs, ino)
-			continue
+			delete(t.sm.files, ino)
+		case n.IsDir():
+			if _, ok := t.sm.dirs[ino]; !ok && len(t.sm.dirs) >= maxCachedDirs {
+				clear(t.sm.dirs) // simple, and rare: the hot directories come back at once
+			}
+			t.sm.dirs[ino] = n.clone()
+		default:
+			if _, ok := t.sm.files[ino]; !ok && len(t.sm.files) >= maxCachedFiles {
+				clear(t.sm.files)
+			}
+			t.sm.files[ino] = n.clone()
 		}
-		if _, ok := t.sm.dirs[ino]; !ok && len(t.sm.dirs) >= maxCachedDirs {
-			clear(t.sm.dirs) // simple, and rare: the hot directories come back at once
-		}
-		t.sm.dirs[ino] = n.clone()
 	}
 	for ino := range t.deleted {
 		delete(t.sm.dirs, ino)
+		delete(t.sm.files, ino)
+	}
+	for k, de := range t.names {
+		k.name = strings.Clone(k.name)
+		t.sm.cacheName(k, de)
 	}
 	t.sm.applied = t.index
 	t.res.wrote = true
@@ -378,7 +458,7 @@ func (sm *stateMachine) replaceWith(fresh *stateMachine) {
 	sm.st, sm.nextIno, sm.inodes, sm.nextTarget = fresh.st, fresh.nextIno, fresh.inodes, fresh.nextTarget
 	sm.applied, sm.fsid, sm.newestSeq = fresh.applied, fresh.fsid, fresh.newestSeq
 	sm.uuidToID, sm.idToUUID = fresh.uuidToID, fresh.idToUUID
-	sm.quotas, sm.dirs = fresh.quotas, fresh.dirs
+	sm.quotas, sm.dirs, sm.files, sm.names = fresh.quotas, fresh.dirs, fresh.files, fresh.names
 	if fresh.fsid != "" {
 		sm.fsidPub.Store(&fresh.fsid)
 	}
@@ -530,6 +610,7 @@ func (sm *stateMachine) release(t *txn) {
 	clear(t.deleted)
 	clear(t.orig)
 	clear(t.quotaW)
+	clear(t.names)
 	t.res = applyResult{}
 	sm.spare = t
 }
@@ -974,7 +1055,7 @@ func (t *txn) remove(c *Command) error {
 		}
 		parent.Nlink--
 	}
-	t.b.Delete(store.DirentKey(uint64(c.Parent), c.Name))
+	t.deleteDirent(c.Parent, c.Name)
 	t.dropLink(n, c.Now)
 	if c.Op == OpUnlink && n.Nlink == 0 && slices.Contains(c.Inos, n.Ino) {
 		// The proposer found no open handle and blocks new ones until this
@@ -1130,7 +1211,7 @@ func (t *txn) rename(c *Command) error {
 			op.Nlink--
 			np.Nlink++
 		}
-		t.b.Delete(store.DirentKey(uint64(op.Ino), c.Name))
+		t.deleteDirent(op.Ino, c.Name)
 		t.setDirent(np.Ino, c.NewName, src)
 		src.Ctime = now
 		t.put(src)
