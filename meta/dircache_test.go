@@ -20,20 +20,7 @@ import (
 // transaction (over a quota): a failed command leaves the cache as it
 // was.
 func TestDirCacheMatchesStore(t *testing.T) {
-	st := store.NewMem()
-	sm, err := openStateMachine(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sm.apply(&Command{Op: OpInit, Now: 1, Mode: 0755, Text: "fsid"}); err != nil {
-		t.Fatal(err)
-	}
-	// User 1000 may make 40 inodes: its creates and mkdirs beyond fail
-	// with EDQUOT after they changed their parent in their transaction.
-	if _, err := sm.apply(&Command{Op: OpSetQuota, Now: 1, Quota: &QuotaSpec{Kind: uint8(metarpc.QuotaUser), ID: 1000, Inodes: 40}}); err != nil {
-		t.Fatal(err)
-	}
-	user := &proto.Cred{Uid: 1000, Gid: 1000}
+	st, sm, user := newCacheTestStateMachine(t, 40)
 	rng := rand.New(rand.NewPCG(1, 2))
 	dirs := []proto.Ino{proto.RootIno}
 	names := []string{"a", "b", "c", "d"}
@@ -91,23 +78,12 @@ func TestDirCacheMatchesStore(t *testing.T) {
 // transaction). A stale entry would show as a lookup or an unlink that
 // sees a removed name, or a link count the store does not have.
 func TestFileAndNameCachesMatchStore(t *testing.T) {
-	st := store.NewMem()
-	sm, err := openStateMachine(st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sm.apply(&Command{Op: OpInit, Now: 1, Mode: 0755, Text: "fsid"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sm.apply(&Command{Op: OpSetQuota, Now: 1, Quota: &QuotaSpec{Kind: uint8(metarpc.QuotaUser), ID: 1000, Inodes: 20}}); err != nil {
-		t.Fatal(err)
-	}
+	st, sm, user := newCacheTestStateMachine(t, 20)
 	res, err := sm.apply(&Command{Op: OpMkdir, Now: 1, Parent: proto.RootIno, Name: "d", Ino: proto.Ino(sm.nextIno), Mode: 0777})
 	if err != nil {
 		t.Fatal(err)
 	}
 	dirs := []proto.Ino{proto.RootIno, res.attr.Ino}
-	user := &proto.Cred{Uid: 1000, Gid: 1000}
 	rng := rand.New(rand.NewPCG(3, 4))
 	names := []string{"a", "b", "c", "d2", "e"}
 	var files []proto.Ino
@@ -168,4 +144,24 @@ func TestFileAndNameCachesMatchStore(t *testing.T) {
 		t.Fatalf("at most %d files, %d names, %d absent names were cached: the test tested little", maxFiles, maxNames, absent)
 	}
 	t.Logf("up to %d files, %d names (%d absent) cached", maxFiles, maxNames, absent)
+}
+
+// newCacheTestStateMachine returns an initialized state machine on a
+// memory store, and user 1000, who may make inodes inodes: its creates
+// and mkdirs beyond fail with EDQUOT after they changed their parent in
+// their transaction.
+func newCacheTestStateMachine(t *testing.T, inodes uint64) (store.Store, *stateMachine, *proto.Cred) {
+	t.Helper()
+	st := store.NewMem()
+	sm, err := openStateMachine(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sm.apply(&Command{Op: OpInit, Now: 1, Mode: 0755, Text: "fsid"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sm.apply(&Command{Op: OpSetQuota, Now: 1, Quota: &QuotaSpec{Kind: uint8(metarpc.QuotaUser), ID: 1000, Inodes: inodes}}); err != nil {
+		t.Fatal(err)
+	}
+	return st, sm, &proto.Cred{Uid: 1000, Gid: 1000}
 }

@@ -308,12 +308,9 @@ func (t *txn) lookup(parent proto.Ino, name string) (dirent, bool, error) {
 	if de, ok := t.sm.names[nameKey{parent, name}]; ok {
 		return de, de.Ino != 0, nil
 	}
-	de, ok, err := loadDirentBuf(t.sm.st, parent, name, t.sm.rk)
+	de, ok, err := loadDirentBuf(t.sm.st, parent, name, t.sm.rk) // de is zero when !ok
 	if err == nil {
-		if !ok {
-			de = dirent{}
-		}
-		t.sm.cacheName(nameKey{parent, strings.Clone(name)}, de)
+		t.sm.cacheName(nameKey{parent, name}, de)
 	}
 	return de, ok, err
 }
@@ -339,12 +336,20 @@ func (t *txn) noteName(parent proto.Ino, name string, de dirent) {
 	t.names[nameKey{parent, name}] = de
 }
 
-// cacheName puts a committed entry (Ino 0: none) in sm.names.
+// cacheName puts a committed entry (Ino 0: none) in sm.names, with a
+// name of its own (a command's may share its decoded entry's memory).
 func (sm *stateMachine) cacheName(k nameKey, de dirent) {
-	if _, ok := sm.names[k]; !ok && len(sm.names) >= maxCachedNames {
-		clear(sm.names)
+	k.name = strings.Clone(k.name)
+	putBounded(sm.names, k, de, maxCachedNames)
+}
+
+// putBounded sets m[k] = v, first emptying m if k is new and m holds max
+// already: simple, and rare; what is hot comes back at once.
+func putBounded[K comparable, V any](m map[K]V, k K, v V, max int) {
+	if _, ok := m[k]; !ok && len(m) >= max {
+		clear(m)
 	}
-	sm.names[k] = de
+	m[k] = v
 }
 
 // setScratch writes key → value in the batch, key built by appending to
@@ -425,15 +430,9 @@ func (t *txn) commit() error {
 			delete(t.sm.dirs, ino)
 			delete(t.sm.files, ino)
 		case n.IsDir():
-			if _, ok := t.sm.dirs[ino]; !ok && len(t.sm.dirs) >= maxCachedDirs {
-				clear(t.sm.dirs) // simple, and rare: the hot directories come back at once
-			}
-			t.sm.dirs[ino] = n.clone()
+			putBounded(t.sm.dirs, ino, n.clone(), maxCachedDirs)
 		default:
-			if _, ok := t.sm.files[ino]; !ok && len(t.sm.files) >= maxCachedFiles {
-				clear(t.sm.files)
-			}
-			t.sm.files[ino] = n.clone()
+			putBounded(t.sm.files, ino, n.clone(), maxCachedFiles)
 		}
 	}
 	for ino := range t.deleted {
@@ -441,7 +440,6 @@ func (t *txn) commit() error {
 		delete(t.sm.files, ino)
 	}
 	for k, de := range t.names {
-		k.name = strings.Clone(k.name)
 		t.sm.cacheName(k, de)
 	}
 	t.sm.applied = t.index

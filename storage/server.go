@@ -59,8 +59,9 @@ func (s *Server) Add(t *Target) error {
 
 // Registering marks the first registration of a target without an id as
 // in flight; the caller calls the returned function once the reply has
-// been handled (the target added, or the call failed). Requests for an
-// unknown target wait until no first registration is in flight.
+// been handled (the target added, or the call failed), exactly once.
+// Requests for an unknown target wait until no first registration is in
+// flight.
 func (s *Server) Registering() (done func()) {
 	s.mu.Lock()
 	if s.registering == 0 {
@@ -68,16 +69,13 @@ func (s *Server) Registering() (done func()) {
 	}
 	s.registering++
 	s.mu.Unlock()
-	var once sync.Once
 	return func() {
-		once.Do(func() {
-			s.mu.Lock()
-			s.registering--
-			if s.registering == 0 {
-				close(s.settled)
-			}
-			s.mu.Unlock()
-		})
+		s.mu.Lock()
+		s.registering--
+		if s.registering == 0 {
+			close(s.settled)
+		}
+		s.mu.Unlock()
 	}
 }
 
