@@ -2,6 +2,7 @@ package meta
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"syscall"
@@ -164,4 +165,88 @@ func newCacheTestStateMachine(t *testing.T, inodes uint64) (store.Store, *stateM
 		t.Fatal(err)
 	}
 	return st, sm, &proto.Cred{Uid: 1000, Gid: 1000}
+}
+
+// keyRecorder is a store whose batches note the keys they write.
+type keyRecorder struct {
+	store.Store
+	keys [][]byte
+}
+
+func (r *keyRecorder) NewBatch() store.Batch { return &recordingBatch{r.Store.NewBatch(), r} }
+
+type recordingBatch struct {
+	store.Batch
+	r *keyRecorder
+}
+
+func (b *recordingBatch) Set(k, v []byte) {
+	b.r.keys = append(b.r.keys, bytes.Clone(k))
+	b.Batch.Set(k, v)
+}
+
+func (b *recordingBatch) Delete(k []byte) {
+	b.r.keys = append(b.r.keys, bytes.Clone(k))
+	b.Batch.Delete(k)
+}
+
+// TestUnlinkReclaimedAtOnceWritesNoOrphanRecord: an unlink of a file's
+// last link that its proposer found unopened (Command.Inos) deletes the
+// inode in its own batch without marking it an orphan first (a set and a
+// delete of the orphan record per unlink, on every member); an unlink of a
+// file that is open (no Inos) still marks it, and its reclaim removes the
+// mark.
+func TestUnlinkReclaimedAtOnceWritesNoOrphanRecord(t *testing.T) {
+	rec := &keyRecorder{Store: store.NewMem()}
+	sm, err := openStateMachine(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := sm.apply(&Command{Op: OpInit, Now: 1, Mode: 0755, Text: "fsid"}); err != nil {
+		t.Fatal(err)
+	}
+	orphanWrites := func() int {
+		n := 0
+		for _, k := range rec.keys {
+			if len(k) > 0 && k[0] == store.PrefixOrphan {
+				n++
+			}
+		}
+		return n
+	}
+	create := func(name string) proto.Ino {
+		t.Helper()
+		res, err := sm.apply(&Command{Op: OpCreate, Now: 2, Parent: proto.RootIno, Name: name, Ino: proto.Ino(sm.nextIno), Mode: syscall.S_IFIFO | 0644}) // no storage targets: not a regular file
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res.attr.Ino
+	}
+
+	a := create("a")
+	rec.keys = nil
+	res, err := sm.apply(&Command{Op: OpUnlink, Now: 3, Parent: proto.RootIno, Name: "a", Inos: []proto.Ino{a}})
+	if err != nil || !res.reclaimed {
+		t.Fatalf("unlink reclaimed %v, err %v; want reclaimed", res.reclaimed, err)
+	}
+	if n := orphanWrites(); n != 0 {
+		t.Fatalf("an unlink reclaimed at once wrote %d orphan records, want none", n)
+	}
+	if _, err := loadInode(rec, a); !errors.Is(err, syscall.ENOENT) {
+		t.Fatalf("inode of the reclaimed file: err %v, want ENOENT", err)
+	}
+
+	b := create("b")
+	if _, err := sm.apply(&Command{Op: OpUnlink, Now: 4, Parent: proto.RootIno, Name: "b"}); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := rec.Get(store.OrphanKey(uint64(b))); err != nil || v == nil {
+		t.Fatalf("an open file's unlink left no orphan record: %v", err)
+	}
+	if _, err := sm.apply(&Command{Op: OpReclaim, Now: 5, Inos: []proto.Ino{b}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rec.Get(store.OrphanKey(uint64(b))); !errors.Is(err, store.ErrNotFound) {
+		t.Fatalf("the orphan record after its reclaim: err %v, want not found", err)
+	}
 }

@@ -1054,14 +1054,17 @@ func (t *txn) remove(c *Command) error {
 		parent.Nlink--
 	}
 	t.deleteDirent(c.Parent, c.Name)
-	t.dropLink(n, c.Now)
-	if c.Op == OpUnlink && n.Nlink == 0 && slices.Contains(c.Inos, n.Ino) {
-		// The proposer found no open handle and blocks new ones until this
-		// command is applied: reclaim at once instead of by a later command.
-		if err := t.reclaimInode(n); err != nil {
+	if c.Op == OpUnlink && n.Nlink == 1 && slices.Contains(c.Inos, n.Ino) {
+		// The last link, and the proposer found no open handle and blocks
+		// new ones until this command is applied: reclaim at once instead
+		// of by a later command. The inode goes in this batch, so it is
+		// never marked an orphan (two writes fewer per unlink).
+		if err := t.reclaimInode(n, false); err != nil {
 			return err
 		}
 		t.res.reclaimed = true
+	} else {
+		t.dropLink(n, c.Now)
 	}
 	parent.Mtime, parent.Ctime = c.Now, c.Now
 	t.put(parent)
@@ -1513,16 +1516,17 @@ func (t *txn) reclaim(c *Command) error {
 		if n.Nlink != 0 {
 			continue // linked again or never orphaned: not ours to delete
 		}
-		if err := t.reclaimInode(n); err != nil {
+		if err := t.reclaimInode(n, true); err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// reclaimInode deletes orphan n with its xattrs and queues its objects for
-// GC.
-func (t *txn) reclaimInode(n *inode) error {
+// reclaimInode deletes n, an orphan (marked in the store) or an inode
+// losing its last link in this command (never marked), with its xattrs,
+// and queues its objects for GC.
+func (t *txn) reclaimInode(n *inode, marked bool) error {
 	ino := n.Ino
 	// Point deletes of the keys there are (almost always none), not a
 	// range deletion: every range tombstone in pebble's memtable is
@@ -1546,7 +1550,9 @@ func (t *txn) reclaimInode(n *inode) error {
 			t.res.gcQueued++
 		}
 	}
-	t.b.Delete(store.OrphanKey(uint64(ino)))
+	if marked {
+		t.b.Delete(store.OrphanKey(uint64(ino)))
+	}
 	delete(t.cache, ino)
 	delete(t.dirty, ino)
 	t.deleted[ino] = true
