@@ -149,10 +149,10 @@
 // release of a handle the session does not hold (another session's) is a
 // successful no-op (see "Sessions and leases" for unknown sessions). An
 // Unlink in the grace period after a restart never reclaims inline. A
-// command that
-// drops an inode's nlink to 0 marks it an orphan in the same batch. An
-// Unlink of a file's last link that nobody has open reclaims it in the same
-// command: the proposer checks the open count and, until the command is
+// command that drops an inode's nlink to 0 marks it an orphan in the same
+// batch, unless it deletes the inode in that batch: an Unlink of a file's
+// last link that nobody has open reclaims it in the same command (never
+// marked): the proposer checks the open count and, until the command is
 // applied, makes Open of that inode fail with ENOENT. Otherwise, when an
 // orphan has no opens (at once, or at its last Release) the server proposes
 // a Reclaim command, which deletes the inode and its xattrs and puts its
