@@ -161,7 +161,7 @@ func loadInodeBuf(st store.Reader, ino proto.Ino, kb []byte) (*inode, error) {
 // loadDirent reads and decodes the entry name of parent from st; ok is
 // false if there is none. It does not check that parent exists.
 func loadDirent(st store.Reader, parent proto.Ino, name string) (de dirent, ok bool, err error) {
-	return loadDirentBuf(st, parent, name, nil)
+	return loadDirentBuf(st, parent, name, make([]byte, 0, 1+8+len(name))) // the key's size: one allocation
 }
 
 // loadDirentBuf is loadDirent with its key built on kb (reused: the key

@@ -521,7 +521,9 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.reclaim(c)
 	case OpGCDone:
 		for _, o := range c.Objects {
-			t.b.Delete(store.GCKey(uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe, o.Obj.Gen))
+			k := store.AppendGCKey(t.sm.kb, uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe, o.Obj.Gen)
+			t.b.Delete(k)
+			t.sm.kb = k[:0]
 		}
 	case OpSessionDrop:
 		t.b.DeletePrefix(store.ReplyPrefix(c.Session, c.SessionName))
@@ -1546,7 +1548,9 @@ func (t *txn) reclaimInode(n *inode, marked bool) error {
 	}
 	if n.IsRegular() {
 		for i, tg := range n.Layout.Targets {
-			t.b.Set(store.GCKey(uint32(tg), uint64(ino), uint32(i), n.Gen), nil)
+			k := store.AppendGCKey(t.sm.kb, uint32(tg), uint64(ino), uint32(i), n.Gen)
+			t.b.Set(k, nil) // the batch copies k: the scratch buffer is free again
+			t.sm.kb = k[:0]
 			t.res.gcQueued++
 		}
 	}

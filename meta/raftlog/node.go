@@ -815,7 +815,7 @@ func (n *Node) drain(tick <-chan time.Time) bool {
 func (n *Node) handleReady() error {
 	rd := n.rn.Ready()
 	n.noteIndexes(rd.Entries)
-	var peers []*pb.Message
+	peers := make([]*pb.Message, 0, len(rd.Messages)) // grown one by one: an allocation each time
 	var appendMsg, applyMsg *pb.Message
 	for _, m := range rd.Messages {
 		switch m.GetTo() {

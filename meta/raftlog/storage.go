@@ -39,7 +39,9 @@ const (
 	addrsVersion = 1
 )
 
-func entryKey(i uint64) []byte { return binary.BigEndian.AppendUint64([]byte{prefixEntry}, i) }
+func entryKey(i uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(make([]byte, 0, 1+8), prefixEntry), i)
+}
 
 // Storage is raft's log storage on pebble: it implements raft.Storage for
 // the RawNode and keeps what the Ready loop persists. Save writes the

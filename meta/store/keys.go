@@ -45,7 +45,7 @@ const (
 func CounterKey(name string) []byte { return append([]byte{PrefixCounter}, name...) }
 
 func u64key(prefix byte, v uint64) []byte {
-	return binary.BigEndian.AppendUint64([]byte{prefix}, v)
+	return binary.BigEndian.AppendUint64(append(make([]byte, 0, 1+8), prefix), v)
 }
 
 // InodeKey is "i" + ino.
@@ -69,13 +69,17 @@ func AppendDirentKey(dst []byte, parent uint64, name string) []byte {
 func DirPrefix(parent uint64) []byte { return u64key(PrefixDirent, parent) }
 
 // DirentKey is "d" + parent + name.
-func DirentKey(parent uint64, name string) []byte { return append(DirPrefix(parent), name...) }
+func DirentKey(parent uint64, name string) []byte {
+	return AppendDirentKey(make([]byte, 0, 1+8+len(name)), parent, name)
+}
 
 // XattrPrefix is "x" + ino.
 func XattrPrefix(ino uint64) []byte { return u64key(PrefixXattr, ino) }
 
 // XattrKey is "x" + ino + name.
-func XattrKey(ino uint64, name string) []byte { return append(XattrPrefix(ino), name...) }
+func XattrKey(ino uint64, name string) []byte {
+	return append(binary.BigEndian.AppendUint64(append(make([]byte, 0, 1+8+len(name)), PrefixXattr), ino), name...)
+}
 
 // OrphanKey is "o" + ino.
 func OrphanKey(ino uint64) []byte { return u64key(PrefixOrphan, ino) }
@@ -84,7 +88,12 @@ func OrphanKey(ino uint64) []byte { return u64key(PrefixOrphan, ino) }
 // remove. Generation 0 keeps the key of before generations, so a queue
 // written then is still drained.
 func GCKey(target uint32, ino uint64, stripe uint32, gen uint64) []byte {
-	k := binary.BigEndian.AppendUint32([]byte{PrefixGC}, target)
+	return AppendGCKey(make([]byte, 0, 1+4+8+4+8), target, ino, stripe, gen)
+}
+
+// AppendGCKey appends GCKey(target, ino, stripe, gen) to dst.
+func AppendGCKey(dst []byte, target uint32, ino uint64, stripe uint32, gen uint64) []byte {
+	k := binary.BigEndian.AppendUint32(append(dst, PrefixGC), target)
 	k = binary.BigEndian.AppendUint64(k, ino)
 	k = binary.BigEndian.AppendUint32(k, stripe)
 	if gen != 0 {
