@@ -568,6 +568,14 @@ var errClosed = fmt.Errorf("meta: server shutting down: %w", syscall.EIO)
 // applied and durable, then starts the in-memory follow-ups (reclaim of new
 // orphans, object GC).
 func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
+	return s.proposePrepared(ctx, c, nil)
+}
+
+// proposePrepared is propose with prepare, if not nil, called once with
+// the inodes c's names refer to now (leaseVictims, read after the break
+// generation is taken), before c goes to the commit path: it may still
+// fill c in, from what the command's proposer reads anyway.
+func (s *Server) proposePrepared(ctx context.Context, c *Command, prepare func(victims []proto.Ino)) (applyResult, error) {
 	s.mu.Lock()
 	if s.closed && c.Op != OpInit {
 		s.mu.Unlock()
@@ -578,6 +586,9 @@ func (s *Server) propose(ctx context.Context, c *Command) (applyResult, error) {
 	defer s.inflight.Done()
 	g0 := s.leases.begin()
 	victims := s.leaseVictims(c)
+	if prepare != nil {
+		prepare(victims)
+	}
 	res, err := s.commits.propose(ctx, c)
 	if err == nil {
 		// Before anyone hears of the change, no other mount may answer
@@ -1047,38 +1058,36 @@ func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (p
 		return proto.Attr{}, err
 	}
 	c := &Command{Op: OpUnlink, Now: s.now(), Parent: parent, Name: name, Cred: cl.cred}
-	// In the grace period after a restart a file may still be open by a
-	// client that has not re-registered its handles yet: it is left an
-	// orphan, reclaimed at the end of the grace period if nobody has it open.
-	if ino, ok := s.lastLink(parent, name); ok && !s.inGrace() {
+	cl.stamp(c)
+	var reclaim proto.Ino
+	r, err := s.proposePrepared(ctx, c, func(victims []proto.Ino) {
+		// The name's inode (the lease victim, read once for both): if
+		// this is its last link and nobody has it open, the command
+		// reclaims it at once. In the grace period after a restart a
+		// file may still be open by a client that has not re-registered
+		// its handles yet: it is left an orphan, reclaimed at the end of
+		// the grace period if nobody has it open.
+		if len(victims) == 0 || s.inGrace() {
+			return
+		}
+		n, err := s.readInode(victims[0])
+		if err != nil || n.IsDir() || n.Nlink != 1 {
+			return
+		}
 		s.mu.Lock()
-		if s.opens[ino] == 0 && !s.reclaiming[ino] {
-			s.reclaiming[ino] = true
-			c.Inos = []proto.Ino{ino}
+		if s.opens[n.Ino] == 0 && !s.reclaiming[n.Ino] {
+			s.reclaiming[n.Ino] = true
+			c.Inos = []proto.Ino{n.Ino}
+			reclaim = n.Ino
 		}
 		s.mu.Unlock()
-	}
-	r, err := s.proposeAs(ctx, cl, c)
-	if len(c.Inos) > 0 {
+	})
+	if reclaim != 0 {
 		s.mu.Lock()
-		delete(s.reclaiming, c.Inos[0])
+		delete(s.reclaiming, reclaim)
 		s.mu.Unlock()
 	}
 	return r.parent, err
-}
-
-// lastLink reads (without a command) whether name in parent is a
-// non-directory with one link left, and its inode.
-func (s *Server) lastLink(parent proto.Ino, name string) (proto.Ino, bool) {
-	de, ok, err := loadDirent(s.st, parent, name)
-	if err != nil || !ok || de.Type == syscall.S_IFDIR {
-		return 0, false
-	}
-	n, err := s.readInode(de.Ino)
-	if err != nil || n.IsDir() || n.Nlink != 1 {
-		return 0, false
-	}
-	return de.Ino, true
 }
 
 // Rmdir implements proto.MetaService.
