@@ -53,15 +53,7 @@ func TestDirCacheMatchesStore(t *testing.T) {
 		if err == nil && c.Op == OpMkdir {
 			dirs = append(dirs, res.attr.Ino)
 		}
-		for ino, n := range sm.dirs {
-			stored, err := loadInode(st, ino)
-			if err != nil {
-				t.Fatalf("step %d (%s %q): cached directory %d: %v", step, c.Op, name, ino, err)
-			}
-			if !bytes.Equal(n.encode(), stored.encode()) {
-				t.Fatalf("step %d (%s %q): cached directory %d differs from the store:\n%+v\n%+v", step, c.Op, name, ino, n, stored)
-			}
-		}
+		checkCachedInodes(t, st, sm.dirs, fmt.Sprintf("step %d (%s %q): cached directory", step, c.Op, name))
 		cached = max(cached, len(sm.dirs))
 	}
 	if cached < 3 {
@@ -117,15 +109,7 @@ func TestFileAndNameCachesMatchStore(t *testing.T) {
 		if err == nil && c.Op == OpCreate {
 			files = append(files, res.attr.Ino)
 		}
-		for ino, n := range sm.files {
-			stored, err := loadInode(st, ino)
-			if err != nil {
-				t.Fatalf("step %d (%s %q): cached file %d: %v", step, c.Op, c.Name, ino, err)
-			}
-			if !bytes.Equal(n.encode(), stored.encode()) {
-				t.Fatalf("step %d (%s %q): cached file %d differs from the store:\n%+v\n%+v", step, c.Op, c.Name, ino, n, stored)
-			}
-		}
+		checkCachedInodes(t, st, sm.files, fmt.Sprintf("step %d (%s %q): cached file", step, c.Op, c.Name))
 		gone := 0
 		for k, de := range sm.names {
 			stored, ok, err := loadDirent(st, k.parent, k.name)
@@ -154,6 +138,17 @@ func TestFileAndNameCachesMatchStore(t *testing.T) {
 func newCacheTestStateMachine(t *testing.T, inodes uint64) (store.Store, *stateMachine, *proto.Cred) {
 	t.Helper()
 	st := store.NewMem()
+	sm := newInitedStateMachine(t, st)
+	if _, err := sm.apply(&Command{Op: OpSetQuota, Now: 1, Quota: &QuotaSpec{Kind: uint8(metarpc.QuotaUser), ID: 1000, Inodes: inodes}}); err != nil {
+		t.Fatal(err)
+	}
+	return st, sm, &proto.Cred{Uid: 1000, Gid: 1000}
+}
+
+// newInitedStateMachine opens a state machine on st and initializes its
+// file system.
+func newInitedStateMachine(t *testing.T, st store.Store) *stateMachine {
+	t.Helper()
 	sm, err := openStateMachine(st)
 	if err != nil {
 		t.Fatal(err)
@@ -161,10 +156,22 @@ func newCacheTestStateMachine(t *testing.T, inodes uint64) (store.Store, *stateM
 	if _, err := sm.apply(&Command{Op: OpInit, Now: 1, Mode: 0755, Text: "fsid"}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := sm.apply(&Command{Op: OpSetQuota, Now: 1, Quota: &QuotaSpec{Kind: uint8(metarpc.QuotaUser), ID: 1000, Inodes: inodes}}); err != nil {
-		t.Fatal(err)
+	return sm
+}
+
+// checkCachedInodes fails the test (what tells where) if an inode of
+// cache is missing from st or differs from what st holds.
+func checkCachedInodes(t *testing.T, st store.Store, cache map[proto.Ino]*inode, what string) {
+	t.Helper()
+	for ino, n := range cache {
+		stored, err := loadInode(st, ino)
+		if err != nil {
+			t.Fatalf("%s %d: %v", what, ino, err)
+		}
+		if !bytes.Equal(n.encode(), stored.encode()) {
+			t.Fatalf("%s %d differs from the store:\n%+v\n%+v", what, ino, n, stored)
+		}
 	}
-	return st, sm, &proto.Cred{Uid: 1000, Gid: 1000}
 }
 
 // keyRecorder is a store whose batches note the keys they write.
@@ -198,13 +205,7 @@ func (b *recordingBatch) Delete(k []byte) {
 // mark.
 func TestUnlinkReclaimedAtOnceWritesNoOrphanRecord(t *testing.T) {
 	rec := &keyRecorder{Store: store.NewMem()}
-	sm, err := openStateMachine(rec)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := sm.apply(&Command{Op: OpInit, Now: 1, Mode: 0755, Text: "fsid"}); err != nil {
-		t.Fatal(err)
-	}
+	sm := newInitedStateMachine(t, rec)
 	orphanWrites := func() int {
 		n := 0
 		for _, k := range rec.keys {

@@ -323,7 +323,7 @@ func (t *txn) setDirent(parent proto.Ino, name string, child *inode) {
 
 // deleteDirent deletes the entry name in parent.
 func (t *txn) deleteDirent(parent proto.Ino, name string) {
-	t.b.Delete(store.DirentKey(uint64(parent), name))
+	t.deleteScratch(store.AppendDirentKey(t.sm.kb, uint64(parent), name))
 	t.noteName(parent, name, dirent{})
 }
 
@@ -354,12 +354,22 @@ func putBounded[K comparable, V any](m map[K]V, k K, v V, max int) {
 
 // setScratch writes key → value in the batch, key built by appending to
 // t.sm.kb and value to t.sm.vb (both empty: the state machine's scratch
-// buffers): the batch copies them, and the buffers keep what they grew
+// buffers; value nil for a record that is its key): the batch copies them, and the buffers keep what they grew
 // to for the next write. Nothing else may be passed: the next write
 // would append over it.
 func (t *txn) setScratch(key, value []byte) {
 	t.b.Set(key, value)
-	t.sm.kb, t.sm.vb = key[:0], value[:0]
+	t.sm.kb = key[:0]
+	if value != nil { // a key-only record leaves the value buffer as it was
+		t.sm.vb = value[:0]
+	}
+}
+
+// deleteScratch deletes key, built by appending to t.sm.kb (empty), in
+// the batch, and keeps the buffer for the next key.
+func (t *txn) deleteScratch(key []byte) {
+	t.b.Delete(key)
+	t.sm.kb = key[:0]
 }
 
 // encoder returns the state machine's encoder on its value buffer
@@ -521,9 +531,7 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.reclaim(c)
 	case OpGCDone:
 		for _, o := range c.Objects {
-			k := store.AppendGCKey(t.sm.kb, uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe, o.Obj.Gen)
-			t.b.Delete(k)
-			t.sm.kb = k[:0]
+			t.deleteScratch(store.AppendGCKey(t.sm.kb, uint32(o.Target), uint64(o.Obj.Ino), o.Obj.Stripe, o.Obj.Gen))
 		}
 	case OpSessionDrop:
 		t.b.DeletePrefix(store.ReplyPrefix(c.Session, c.SessionName))
@@ -1548,9 +1556,7 @@ func (t *txn) reclaimInode(n *inode, marked bool) error {
 	}
 	if n.IsRegular() {
 		for i, tg := range n.Layout.Targets {
-			k := store.AppendGCKey(t.sm.kb, uint32(tg), uint64(ino), uint32(i), n.Gen)
-			t.b.Set(k, nil) // the batch copies k: the scratch buffer is free again
-			t.sm.kb = k[:0]
+			t.setScratch(store.AppendGCKey(t.sm.kb, uint32(tg), uint64(ino), uint32(i), n.Gen), nil)
 			t.res.gcQueued++
 		}
 	}

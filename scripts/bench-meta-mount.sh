@@ -77,7 +77,7 @@ for n in names:
 print(len(names))
 PY
 
-up_pid= run=
+up_pid= run= pids= names=
 cleanup() {
 	if [ -n "$up_pid" ]; then
 		kill -TERM "$up_pid" 2>/dev/null || true
@@ -90,44 +90,33 @@ cleanup() {
 trap cleanup EXIT
 
 machine() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
-cpu_of() { for p in $1; do awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0; done | paste -sd' '; }
+# cpu_of: utime+stime (ticks) of each of $pids.
+cpu_of() { for p in $pids; do awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0; done | paste -sd' '; }
 
-# phase LABEL ROUND NAME SCRIPT PIDS: run SCRIPT in every process's
-# directory, then print and record the phase's figures.
+# phase LABEL ROUND NAME SCRIPT [ARG]: run SCRIPT in every process's
+# directory, then print and record the phase's figures (the cluster's
+# processes: $pids, named $names).
 phase() {
-	local label=$1 round=$2 name=$3 script=$4 pids=$5
+	local label=$1 round=$2 name=$3 script=$4
 	local c0 c1 i0 m0 i1 m1 t0 t1 lp="" i
-	c0=$(cpu_of "$pids")
+	c0=$(cpu_of)
 	read -r i0 m0 < <(machine)
 	t0=$(date +%s.%N)
 	for i in $(seq "$procs"); do
-		python3 "$out/$script" "$run/mnt/d$i" ${6:-} >"$run/$name.$i" &
+		python3 "$out/$script" "$run/mnt/d$i" ${5:-} >"$run/$name.$i" &
 		lp="$lp $!"
 	done
 	# shellcheck disable=SC2086 # a list of pids
 	wait $lp
 	t1=$(date +%s.%N)
 	read -r i1 m1 < <(machine)
-	c1=$(cpu_of "$pids")
-	python3 - "$label" "$round" "$name" "$t0" "$t1" "$i0" "$m0" "$i1" "$m1" "$(getconf CLK_TCK)" "$pids" "$c0" "$c1" "$run" "$procs" >>"$out/results.jsonl" <<'PY'
+	c1=$(cpu_of)
+	python3 - "$label" "$round" "$name" "$t0" "$t1" "$i0" "$m0" "$i1" "$m1" "$(getconf CLK_TCK)" "$names" "$c0" "$c1" "$run" "$procs" >>"$out/results.jsonl" <<'PY'
 import json, sys
-label, rnd, name, t0, t1, i0, m0, i1, m1, hz, pids, c0, c1, run, procs = sys.argv[1:]
+label, rnd, name, t0, t1, i0, m0, i1, m1, hz, names, c0, c1, run, procs = sys.argv[1:]
 n = sum(int(open(f"{run}/{name}.{i}").read()) for i in range(1, int(procs) + 1))
 tick_us = 1e6 / int(hz)
-per = {}
-for p, a, b in zip(pids.split(), c0.split(), c1.split()):
-    try:
-        cmd = open(f"/proc/{p}/cmdline").read().split("\0")
-    except OSError:
-        continue
-    role = cmd[1] if len(cmd) > 1 else "?"
-    if role == "meta" and "--id" in cmd:
-        role = "meta-" + cmd[cmd.index("--id") + 1]
-    key = role
-    k = 2
-    while key in per:
-        key, k = f"{role}#{k}", k + 1
-    per[key] = (int(b) - int(a)) * tick_us / n
+per = {p: (int(b) - int(a)) * tick_us / n for p, a, b in zip(names.split(), c0.split(), c1.split())}
 busy = (int(m1) - int(m0)) - (int(i1) - int(i0))
 print(json.dumps({"setup": label, "round": int(rnd), "phase": name, "ops": n,
                   "rate": n / (float(t1) - float(t0)),
@@ -156,15 +145,13 @@ for r in $(seq "$rounds"); do
 			sleep 0.5
 		done
 		grep -q "weft is up" "$run/up.log" || { echo "bench-meta-mount: weft up did not come up" >&2; exit 1; }
-		# Every process weft up started names a path under its data
-		# directory (--data, --target or --keys).
-		comm=$(basename "${bins[$k]}" | cut -c1-15)
-		pids=$(for p in $(pgrep -f -- "$run/data" || true); do
-			if [ "$p" != "$up_pid" ] && [ "$(cat "/proc/$p/comm" 2>/dev/null)" = "$comm" ]; then echo "$p"; fi
-		done | paste -sd' ')
-		phase "${labels[$k]}" "$r" create create.py "$pids" "$secs"
+		# weft up prints "  started meta-2     pid 1234    log ..." for
+		# each process it starts.
+		names=$(awk '$1 == "started" {print $2}' "$run/up.log" | paste -sd' ')
+		pids=$(awk '$1 == "started" {print $4}' "$run/up.log" | paste -sd' ')
+		phase "${labels[$k]}" "$r" create create.py "$secs"
 		sleep 2
-		phase "${labels[$k]}" "$r" unlink unlink.py "$pids"
+		phase "${labels[$k]}" "$r" unlink unlink.py
 		cleanup
 		up_pid=
 	done

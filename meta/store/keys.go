@@ -44,8 +44,12 @@ const (
 // CounterKey is "c" + name.
 func CounterKey(name string) []byte { return append([]byte{PrefixCounter}, name...) }
 
-func u64key(prefix byte, v uint64) []byte {
-	return binary.BigEndian.AppendUint64(append(make([]byte, 0, 1+8), prefix), v)
+func u64key(prefix byte, v uint64) []byte { return u64NameKey(prefix, v, "") }
+
+// u64NameKey is prefix + v + name, in one allocation of its size.
+func u64NameKey(prefix byte, v uint64, name string) []byte {
+	k := binary.BigEndian.AppendUint64(append(make([]byte, 0, 1+8+len(name)), prefix), v)
+	return append(k, name...)
 }
 
 // InodeKey is "i" + ino.
@@ -69,17 +73,13 @@ func AppendDirentKey(dst []byte, parent uint64, name string) []byte {
 func DirPrefix(parent uint64) []byte { return u64key(PrefixDirent, parent) }
 
 // DirentKey is "d" + parent + name.
-func DirentKey(parent uint64, name string) []byte {
-	return AppendDirentKey(make([]byte, 0, 1+8+len(name)), parent, name)
-}
+func DirentKey(parent uint64, name string) []byte { return u64NameKey(PrefixDirent, parent, name) }
 
 // XattrPrefix is "x" + ino.
 func XattrPrefix(ino uint64) []byte { return u64key(PrefixXattr, ino) }
 
 // XattrKey is "x" + ino + name.
-func XattrKey(ino uint64, name string) []byte {
-	return append(binary.BigEndian.AppendUint64(append(make([]byte, 0, 1+8+len(name)), PrefixXattr), ino), name...)
-}
+func XattrKey(ino uint64, name string) []byte { return u64NameKey(PrefixXattr, ino, name) }
 
 // OrphanKey is "o" + ino.
 func OrphanKey(ino uint64) []byte { return u64key(PrefixOrphan, ino) }
