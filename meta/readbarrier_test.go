@@ -2,11 +2,12 @@ package meta
 
 import (
 	"context"
-	"github.com/weft-fs/weft/meta/raftlog"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/weft-fs/weft/meta/raftlog"
 )
 
 // TestReadBarrier: concurrent reads share rounds, and a read that arrives

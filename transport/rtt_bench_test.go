@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"slices"
@@ -17,12 +18,18 @@ import (
 	"time"
 )
 
-// benchServerEnv makes the test binary serve echo on a loopback port, print
-// the address and exit when stdin closes (see benchServerMain).
+// benchServerEnv makes the test binary serve echo on a loopback port, and
+// a bare echo on another, print both addresses and exit when stdin closes
+// (see benchServerMain).
 const benchServerEnv = "WEFT_TRANSPORT_BENCH_SERVER"
 
+// benchMsgSize is the request and response size of BenchmarkRoundTrip.
+const benchMsgSize = 64
+
 // benchServerMain is run by TestMain in a child process started by
-// startBenchServer.
+// startBenchServer. Besides the transport's echo it serves the floor of a
+// round trip between two Go processes: a bare TCP echo of benchMsgSize
+// bytes, one goroutine per connection reading and writing in turn.
 func benchServerMain() int {
 	tr := NewTCPWith(TCPOptions{Logger: slog.New(slog.DiscardHandler)})
 	l, err := tr.Listen("127.0.0.1:0", echo)
@@ -30,15 +37,42 @@ func benchServerMain() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	fmt.Println(l.Addr())
+	bare, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	go func() {
+		for {
+			c, err := bare.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				buf := make([]byte, benchMsgSize)
+				for {
+					if _, err := io.ReadFull(c, buf); err != nil {
+						return
+					}
+					if _, err := c.Write(buf); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	fmt.Println(l.Addr(), bare.Addr())
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	_ = l.Close()
+	_ = bare.Close()
 	return 0
 }
 
 // startBenchServer re-executes the test binary as an echo server in its own
-// process and returns its address; the server stops at cleanup.
-func startBenchServer(b *testing.B) (addr string, pid int) {
+// process and returns the transport's address and the bare echo's; the
+// server stops at cleanup.
+func startBenchServer(b *testing.B) (addr, bareAddr string, pid int) {
 	b.Helper()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), benchServerEnv+"=1")
@@ -69,7 +103,11 @@ func startBenchServer(b *testing.B) (addr string, pid int) {
 	if err != nil {
 		b.Fatalf("bench server: %v", err)
 	}
-	return strings.TrimSpace(line), cmd.Process.Pid
+	f := strings.Fields(line)
+	if len(f) != 2 {
+		b.Fatalf("bench server said %q, want two addresses", line)
+	}
+	return f[0], f[1], cmd.Process.Pid
 }
 
 // cpuTime returns the user+system CPU time this process used, and that of
@@ -97,58 +135,96 @@ func cpuTime(pid int) (self, other time.Duration) {
 
 // BenchmarkRoundTrip measures the latency of small calls (64-byte request
 // and response) to an echo server in another process, with 1, 4 and 16
-// concurrent callers on one connection, and reports p50 and p99.
+// concurrent callers on one connection, and reports p50 and p99. The
+// bare= runs measure, in the same run, the floor under it: each caller
+// with a TCP connection of its own to a bare echo (write, read), no
+// framing and no goroutine between the socket and the caller on either
+// side. What the transport adds to that floor is mostly hand-offs between
+// goroutines (a reader to the caller, a reader to a handler), each a
+// wake-up of another thread when one is idle.
 func BenchmarkRoundTrip(b *testing.B) {
-	msg := make([]byte, 64)
 	for _, callers := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("bare=%d", callers), func(b *testing.B) {
+			_, bareAddr, pid := startBenchServer(b)
+			conns := make([]net.Conn, callers)
+			for i := range conns {
+				c, err := net.Dial("tcp", bareAddr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.Cleanup(func() { _ = c.Close() })
+				conns[i] = c
+			}
+			measureRoundTrips(b, callers, pid, func(i int, buf []byte) error {
+				if _, err := conns[i].Write(buf); err != nil {
+					return err
+				}
+				_, err := io.ReadFull(conns[i], buf)
+				return err
+			})
+		})
 		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			addr, pid := startBenchServer(b)
+			addr, _, pid := startBenchServer(b)
 			tr := NewTCPWith(TCPOptions{Logger: slog.New(slog.DiscardHandler)})
 			c := dial(b, tr, addr)
 			ctx := context.Background()
-			for range 100 { // warm up
-				if _, err := c.Call(ctx, 1, msg); err != nil {
-					b.Fatal(err)
-				}
-			}
-			lat := make([][]time.Duration, callers)
-			per := b.N/callers + 1
-			b.ResetTimer()
-			cpu0, scpu0 := cpuTime(pid)
-			start := time.Now()
-			var wg sync.WaitGroup
-			for i := range callers {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					l := make([]time.Duration, 0, per)
-					for range per {
-						t0 := time.Now()
-						if _, err := c.Call(ctx, 1, msg); err != nil {
-							b.Error(err)
-							return
-						}
-						l = append(l, time.Since(t0))
-					}
-					lat[i] = l
-				}()
-			}
-			wg.Wait()
-			el := time.Since(start)
-			b.StopTimer()
-			cpu1, scpu1 := cpuTime(pid)
-			all := slices.Concat(lat...)
-			slices.Sort(all)
-			if len(all) == 0 {
-				return
-			}
-			b.ReportMetric(float64(len(all))/el.Seconds(), "calls/s")
-			b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
-			b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
-			// CPU both processes spent per call: less noisy than latency
-			// on a busy machine, and what hand-offs between threads cost.
-			b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/1e3/float64(len(all)), "client-cpu-µs/call")
-			b.ReportMetric(float64((scpu1-scpu0).Nanoseconds())/1e3/float64(len(all)), "server-cpu-µs/call")
+			measureRoundTrips(b, callers, pid, func(_ int, buf []byte) error {
+				_, err := c.Call(ctx, 1, buf)
+				return err
+			})
 		})
 	}
+}
+
+// measureRoundTrips runs b.N round trips (call(i, buf) by caller i of
+// callers, after 100 to warm up) and reports calls/s, p50, p99 and the CPU
+// each side (this process, the server pid) spent per call.
+func measureRoundTrips(b *testing.B, callers, pid int, call func(i int, buf []byte) error) {
+	bufs := make([][]byte, callers)
+	for i := range bufs {
+		bufs[i] = make([]byte, benchMsgSize)
+	}
+	for i := range 100 { // warm up
+		if err := call(i%callers, bufs[i%callers]); err != nil {
+			b.Fatal(err)
+		}
+	}
+	lat := make([][]time.Duration, callers)
+	per := b.N/callers + 1
+	b.ResetTimer()
+	cpu0, scpu0 := cpuTime(pid)
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i := range callers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			l := make([]time.Duration, 0, per)
+			for range per {
+				t0 := time.Now()
+				if err := call(i, bufs[i]); err != nil {
+					b.Error(err)
+					return
+				}
+				l = append(l, time.Since(t0))
+			}
+			lat[i] = l
+		}()
+	}
+	wg.Wait()
+	el := time.Since(start)
+	b.StopTimer()
+	cpu1, scpu1 := cpuTime(pid)
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	if len(all) == 0 {
+		return
+	}
+	b.ReportMetric(float64(len(all))/el.Seconds(), "calls/s")
+	b.ReportMetric(float64(all[len(all)/2].Microseconds()), "p50-µs")
+	b.ReportMetric(float64(all[len(all)*99/100].Microseconds()), "p99-µs")
+	// CPU both processes spent per call: less noisy than latency
+	// on a busy machine, and what hand-offs between threads cost.
+	b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/1e3/float64(len(all)), "client-cpu-µs/call")
+	b.ReportMetric(float64((scpu1-scpu0).Nanoseconds())/1e3/float64(len(all)), "server-cpu-µs/call")
 }
