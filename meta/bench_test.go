@@ -208,11 +208,22 @@ func BenchmarkCreateReplicated(b *testing.B) {
 // had before): what the WAL cost each apply.
 func BenchmarkApplyCreate(b *testing.B) {
 	for _, wal := range []bool{false, true} {
-		b.Run(fmt.Sprintf("wal=%v", wal), func(b *testing.B) { benchApplyCreate(b, wal) })
+		b.Run(fmt.Sprintf("wal=%v", wal), func(b *testing.B) { benchApply(b, wal, false) })
 	}
 }
 
-func benchApplyCreate(b *testing.B, wal bool) {
+// BenchmarkApplyUnlink is BenchmarkApplyCreate for the unlink of a file
+// nobody has open, its last link, as mdtest's deletes are: the entry
+// removes the name and reclaims the inode at once (Command.Inos), queueing
+// its objects for removal. The files are made (untimed) first.
+func BenchmarkApplyUnlink(b *testing.B) {
+	benchApply(b, false, true)
+}
+
+// benchApply times b.N entries applied to a state machine on a pebble
+// store (with or without its WAL): creates, or (unlink) the unlinks of
+// b.N files created first, untimed.
+func benchApply(b *testing.B, wal, unlink bool) {
 	st, err := store.OpenPebble(b.TempDir(), store.PebbleOptions{NoWAL: !wal, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		b.Fatal(err)
@@ -237,11 +248,24 @@ func benchApplyCreate(b *testing.B, wal bool) {
 	cred := &proto.Cred{Uid: 1000, Gid: 1000}
 	sess := proto.SessionID{1, 2, 3}
 	entries := make([][]byte, b.N)
+	inos := make([]proto.Ino, b.N)
 	for i := range entries {
-		entries[i] = (&Command{Op: OpCreate, Parent: d.Ino, Name: fmt.Sprintf("f%08d", i), Ino: proto.Ino(sm.nextIno + uint64(i)),
+		inos[i] = proto.Ino(sm.nextIno + uint64(i))
+		entries[i] = (&Command{Op: OpCreate, Parent: d.Ino, Name: fmt.Sprintf("f%08d", i), Ino: inos[i],
 			Mode: syscall.S_IFIFO | 0644, Uid: 1000, Gid: 1000, Now: int64(i), Cred: cred,
 			Session: sess, SessionName: "bench", Seq: uint64(i + 1)}).Encode()
 	}
+	if unlink {
+		for i := range entries {
+			index++
+			if r := a.Apply(index, entries[i]).(appliedEntry); r.err != nil {
+				b.Fatal(r.err)
+			}
+			entries[i] = (&Command{Op: OpUnlink, Parent: d.Ino, Name: fmt.Sprintf("f%08d", i), Inos: []proto.Ino{inos[i]},
+				Now: int64(b.N + i), Cred: cred, Session: sess, SessionName: "bench", Seq: uint64(b.N + i + 1)}).Encode()
+		}
+	}
+	files := sm.inodes
 	b.ReportAllocs()
 	b.ResetTimer()
 	cpu0 := cpuTime()
@@ -252,4 +276,12 @@ func benchApplyCreate(b *testing.B, wal bool) {
 		}
 	}
 	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+	b.StopTimer()
+	want := files + uint64(b.N)
+	if unlink {
+		want = files - uint64(b.N) // each reclaimed at once
+	}
+	if sm.inodes != want {
+		b.Fatalf("%d inodes after the entries, want %d", sm.inodes, want)
+	}
 }

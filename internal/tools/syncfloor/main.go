@@ -21,7 +21,8 @@
 // (open O_CREAT|O_EXCL, close: mdtest-easy's create), then unlinks them.
 //
 // Output: one JSON line per figure, {"what":..., "n":..., "min_us":...,
-// "p10_us":..., "p50_us":...}. Any error ends the run with a non-zero exit.
+// "p10_us":..., "p50_us":..., "cpu_us":...} (cpu_us: this process's CPU
+// per operation). Any error ends the run with a non-zero exit.
 package main
 
 import (
@@ -62,20 +63,32 @@ func main() {
 	}
 }
 
-// figure is one measured operation's latencies.
+// figure is one measured operation's latencies, and the CPU this process
+// spent per operation (user and system: what the kernel does for it in
+// other threads, such as a journal commit, is not counted).
 type figure struct {
 	What  string  `json:"what"`
 	N     int     `json:"n"`
 	Min   float64 `json:"min_us"`
 	P10   float64 `json:"p10_us"`
 	P50   float64 `json:"p50_us"`
+	CPU   float64 `json:"cpu_us"`
 	Total float64 `json:"total_s"`
+}
+
+// cpuTime is the CPU time this process has used.
+func cpuTime() time.Duration {
+	var ru unix.Rusage
+	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // timeEach runs op n times, one after the other, and prints its figure.
 func timeEach(what string, n int, op func(i int) error) error {
 	ds := make([]time.Duration, n)
-	t0 := time.Now()
+	t0, cpu0 := time.Now(), cpuTime()
 	for i := range n {
 		s := time.Now()
 		if err := op(i); err != nil {
@@ -83,10 +96,11 @@ func timeEach(what string, n int, op func(i int) error) error {
 		}
 		ds[i] = time.Since(s)
 	}
-	total := time.Since(t0)
+	total, cpu := time.Since(t0), cpuTime()-cpu0
 	slices.Sort(ds)
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
-	b, _ := json.Marshal(figure{What: what, N: n, Min: us(ds[0]), P10: us(ds[n/10]), P50: us(ds[n/2]), Total: total.Seconds()})
+	b, _ := json.Marshal(figure{What: what, N: n, Min: us(ds[0]), P10: us(ds[n/10]), P50: us(ds[n/2]),
+		CPU: us(cpu) / float64(n), Total: total.Seconds()})
 	fmt.Println(string(b))
 	return nil
 }
