@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# mdtest-hard's read (issue 12: >= 0.8 of the FUSE ceiling) against what
+# the disk allows, measured in one run: --procs python processes each
+# write --files files of 3,901 bytes into one shared directory (as
+# mdtest-hard does), then, with the page cache dropped (as the issue
+# measures), each opens, reads and closes its files. Systems:
+#
+#   disk         a directory in --disk-dir (ext4 or whatever it is)
+#   ceilingdisk  the go-fuse loopback (internal/tools/ceilingmount,
+#                GOMAXPROCS=8) over a directory in --disk-dir: the
+#                thinnest FUSE file system over this disk
+#   ceiling      the same loopback over tmpfs: the FUSE ceiling
+#   weft         a default `weft up` (its data under --out), plus --up
+#
+# Per system and round: files read per second, disk reads per file (from
+# /proc/diskstats, the device holding --disk-dir), the machine's CPU per
+# file (all of /proc/stat) and how idle it was; then the medians and
+# weft's ratios to the ceiling and to ceilingdisk. --out and --disk-dir
+# must be on the same disk (the defaults are, on a machine whose /tmp and
+# /var/tmp share one). docs/performance.md, "mdtest-hard's read against
+# the disk it reads", is made with it.
+#
+#   scripts/bench-hard-read.sh [--rounds 2] [--procs 4] [--files 2000]
+#                              [--disk-dir /var/tmp] [--base-port 7800]
+#                              [--weft BIN] [--up "ARGS"] [--out DIR]
+#
+# Run as root (dropping the page cache and mounting need it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+rounds=2
+procs=4
+files=2000
+disk_dir=/var/tmp
+base_port=7800
+weft=
+up_args=
+out=/tmp/weft-bench-hard-read
+usage="usage: bench-hard-read.sh [--rounds N] [--procs N] [--files N] [--disk-dir DIR] [--base-port P] [--weft BIN] [--up ARGS] [--out DIR]"
+while [ $# -gt 0 ]; do
+	case "$1" in
+	--rounds) rounds=$2; shift 2 ;;
+	--procs) procs=$2; shift 2 ;;
+	--files) files=$2; shift 2 ;;
+	--disk-dir) disk_dir=$2; shift 2 ;;
+	--base-port) base_port=$2; shift 2 ;;
+	--weft) weft=$2; shift 2 ;;
+	--up) up_args=$2; shift 2 ;;
+	--out) out=$2; shift 2 ;;
+	*) echo "$usage" >&2; exit 2 ;;
+	esac
+done
+command -v python3 >/dev/null || { echo "bench-hard-read: python3 is needed" >&2; exit 1; }
+
+rm -rf "$out"
+mkdir -p "$out"
+if [ -z "$weft" ]; then
+	weft=$out/weft
+	go build -o "$weft" ./cmd/weft
+fi
+go build -o "$out/ceilingmount" ./internal/tools/ceilingmount
+work=$(mktemp -d "$disk_dir/weft-hard-read.XXXXXX")
+shm=$(mktemp -d /dev/shm/weft-hard-read.XXXXXX)
+# The disk's device as /proc/diskstats names it.
+dev=$(basename "$(df --output=source "$disk_dir" | tail -1)")
+grep -q " $dev " /proc/diskstats || { echo "bench-hard-read: no /proc/diskstats line for $dev ($disk_dir)" >&2; exit 1; }
+
+mkdir -p "$work/disk" "$work/cdata" "$out/cmnt" "$shm/data" "$out/tmnt" "$out/wmnt"
+up_pid= cd_pid= t_pid=
+cleanup() {
+	for p in $cd_pid $t_pid; do kill -TERM "$p" 2>/dev/null || true; done
+	for m in "$out/cmnt" "$out/tmnt"; do
+		if mountpoint -q "$m" 2>/dev/null; then
+			fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+		fi
+	done
+	if [ -n "$up_pid" ]; then
+		kill -TERM "$up_pid" 2>/dev/null || true
+		wait "$up_pid" 2>/dev/null || true
+	fi
+	for p in $cd_pid $t_pid; do wait "$p" 2>/dev/null || true; done
+	rm -rf "$work" "$shm"
+}
+trap cleanup EXIT
+
+GOMAXPROCS=8 "$out/ceilingmount" "$work/cdata" "$out/cmnt" >"$out/ceilingdisk.log" 2>&1 &
+cd_pid=$!
+GOMAXPROCS=8 "$out/ceilingmount" "$shm/data" "$out/tmnt" >"$out/ceiling.log" 2>&1 &
+t_pid=$!
+# shellcheck disable=SC2086 # --up is a list of arguments
+"$weft" up --data "$out/data" --mount "$out/wmnt" --base-port "$base_port" --log-level warn $up_args >"$out/up.log" 2>&1 &
+up_pid=$!
+for _ in $(seq 600); do
+	grep -q "weft is up" "$out/up.log" && break
+	kill -0 "$up_pid" 2>/dev/null || { echo "bench-hard-read: weft up exited (see $out/up.log)" >&2; exit 1; }
+	sleep 0.5
+done
+for m in "$out/cmnt" "$out/tmnt" "$out/wmnt"; do
+	mountpoint -q "$m" || { echo "bench-hard-read: $m is not mounted (see $out/*.log)" >&2; exit 1; }
+done
+
+cat >"$out/hard.py" <<'PY'
+import os, sys
+d, mode, n, rank = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+if mode == "write":
+    data = b"x" * 3901
+    for i in range(n):
+        fd = os.open(f"{d}/f{rank}.{i}", os.O_CREAT | os.O_WRONLY, 0o644)
+        os.write(fd, data)
+        os.close(fd)
+else:
+    for i in range(n):
+        fd = os.open(f"{d}/f{rank}.{i}", os.O_RDONLY)
+        got = os.read(fd, 3901)
+        os.close(fd)
+        if len(got) != 3901:
+            sys.exit(f"{d}/f{rank}.{i}: read {len(got)} bytes, want 3901")
+print(n)
+PY
+
+declare -A dirs=([disk]="$work/disk" [ceilingdisk]="$out/cmnt" [ceiling]="$out/tmnt" [weft]="$out/wmnt")
+systems="disk ceilingdisk ceiling weft"
+
+# run SYSTEM MODE: every process runs hard.py in SYSTEM's directory.
+run() {
+	local d=${dirs[$1]}/hard lp="" i
+	mkdir -p "$d"
+	for i in $(seq "$procs"); do
+		python3 "$out/hard.py" "$d" "$2" "$files" "$i" >"$out/$1.$2.$i" &
+		lp="$lp $!"
+	done
+	# shellcheck disable=SC2086 # a list of pids
+	wait $lp
+}
+
+machine() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
+reads() { awk -v d="$dev" '$3==d {print $4}' /proc/diskstats; }
+
+for s in $systems; do
+	echo "== writing $procs x $files files on $s" >&2
+	run "$s" write
+done
+for round in $(seq "$rounds"); do
+	for s in $systems; do
+		sync
+		echo 3 >/proc/sys/vm/drop_caches
+		read -r i0 m0 < <(machine)
+		r0=$(reads)
+		t0=$(date +%s.%N)
+		run "$s" read
+		t1=$(date +%s.%N)
+		r1=$(reads)
+		read -r i1 m1 < <(machine)
+		python3 - "$s" "$round" "$t0" "$t1" "$r0" "$r1" "$i0" "$m0" "$i1" "$m1" "$((procs * files))" "$(getconf CLK_TCK)" >>"$out/results.jsonl" <<'PY'
+import json, sys
+s, rnd, t0, t1, r0, r1, i0, m0, i1, m1, n, hz = sys.argv[1:]
+n = int(n)
+busy = (int(m1) - int(m0)) - (int(i1) - int(i0))
+print(json.dumps({"system": s, "round": int(rnd), "files": n, "rate": n / (float(t1) - float(t0)),
+                  "disk_reads": (int(r1) - int(r0)) / n, "machine_us": busy * 1e6 / int(hz) / n,
+                  "idle": (int(i1) - int(i0)) / (int(m1) - int(m0))}))
+PY
+		tail -1 "$out/results.jsonl" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print("  round %d %s: %s files/s, %.2f disk reads per file, machine %.0f µs per file, idle %.2f" % (r["round"], r["system"], format(round(r["rate"]), ","), r["disk_reads"], r["machine_us"], r["idle"]))' >&2
+	done
+done
+
+python3 - "$out/results.jsonl" <<'PY'
+import json, statistics, sys
+rs = [json.loads(l) for l in open(sys.argv[1])]
+med = lambda s, k: statistics.median(r[k] for r in rs if r["system"] == s)
+print("\nmedians of the rounds\n")
+print("| system | files/s (runs) | disk reads per file | machine µs per file | idle |")
+print("|---|---|---|---|---|")
+for s in ("disk", "ceilingdisk", "ceiling", "weft"):
+    runs = ", ".join(format(round(r["rate"]), ",") for r in rs if r["system"] == s)
+    print(f"| {s} | {med(s, 'rate'):,.0f} ({runs}) | {med(s, 'disk_reads'):.2f} | {med(s, 'machine_us'):.0f} | {med(s, 'idle'):.2f} |")
+w = med("weft", "rate")
+print(f"\nweft / ceiling {w / med('ceiling', 'rate'):.2f}, weft / ceilingdisk {w / med('ceilingdisk', 'rate'):.2f}, ceilingdisk / ceiling {med('ceilingdisk', 'rate') / med('ceiling', 'rate'):.2f}")
+PY
