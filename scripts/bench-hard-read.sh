@@ -15,9 +15,8 @@
 # Per system and round: files read per second, disk reads per file (from
 # /proc/diskstats, the device holding --disk-dir), the machine's CPU per
 # file (all of /proc/stat) and how idle it was; then the medians and
-# weft's ratios to the ceiling and to ceilingdisk. --out and --disk-dir
-# must be on the same disk (the defaults are, on a machine whose /tmp and
-# /var/tmp share one). docs/performance.md, "mdtest-hard's read against
+# weft's ratios to the ceiling and to ceilingdisk. weft's data goes in
+# --disk-dir too, so its disk reads are counted. docs/performance.md, "mdtest-hard's read against
 # the disk it reads", is made with it.
 #
 #   scripts/bench-hard-read.sh [--rounds 2] [--procs 4] [--files 2000]
@@ -59,42 +58,48 @@ if [ -z "$weft" ]; then
 	go build -o "$weft" ./cmd/weft
 fi
 go build -o "$out/ceilingmount" ./internal/tools/ceilingmount
-work=$(mktemp -d "$disk_dir/weft-hard-read.XXXXXX")
-shm=$(mktemp -d /dev/shm/weft-hard-read.XXXXXX)
 # The disk's device as /proc/diskstats names it.
 dev=$(basename "$(df --output=source "$disk_dir" | tail -1)")
 grep -q " $dev " /proc/diskstats || { echo "bench-hard-read: no /proc/diskstats line for $dev ($disk_dir)" >&2; exit 1; }
 
-mkdir -p "$work/disk" "$work/cdata" "$out/cmnt" "$shm/data" "$out/tmnt" "$out/wmnt"
-up_pid= cd_pid= t_pid=
+work= shm= up_pid= cd_pid= t_pid=
+unmount() {
+	if mountpoint -q "$1" 2>/dev/null; then
+		fusermount3 -u -z "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
+	fi
+}
 cleanup() {
 	for p in $cd_pid $t_pid; do kill -TERM "$p" 2>/dev/null || true; done
-	for m in "$out/cmnt" "$out/tmnt"; do
-		if mountpoint -q "$m" 2>/dev/null; then
-			fusermount3 -u -z "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-		fi
-	done
+	unmount "$out/cmnt"
+	unmount "$out/tmnt"
 	if [ -n "$up_pid" ]; then
 		kill -TERM "$up_pid" 2>/dev/null || true
 		wait "$up_pid" 2>/dev/null || true
 	fi
+	unmount "$out/wmnt"
 	for p in $cd_pid $t_pid; do wait "$p" 2>/dev/null || true; done
-	rm -rf "$work" "$shm"
+	[ -z "$work" ] || rm -rf "$work"
+	[ -z "$shm" ] || rm -rf "$shm"
 }
 trap cleanup EXIT
+# weft's data goes on the measured disk too (its reads are counted there).
+work=$(mktemp -d "$disk_dir/weft-hard-read.XXXXXX")
+shm=$(mktemp -d /dev/shm/weft-hard-read.XXXXXX)
+mkdir -p "$work/disk" "$work/cdata" "$out/cmnt" "$shm/data" "$out/tmnt" "$out/wmnt"
 
 GOMAXPROCS=8 "$out/ceilingmount" "$work/cdata" "$out/cmnt" >"$out/ceilingdisk.log" 2>&1 &
 cd_pid=$!
 GOMAXPROCS=8 "$out/ceilingmount" "$shm/data" "$out/tmnt" >"$out/ceiling.log" 2>&1 &
 t_pid=$!
 # shellcheck disable=SC2086 # --up is a list of arguments
-"$weft" up --data "$out/data" --mount "$out/wmnt" --base-port "$base_port" --log-level warn $up_args >"$out/up.log" 2>&1 &
+"$weft" up --data "$work/weft" --mount "$out/wmnt" --base-port "$base_port" --log-level warn $up_args >"$out/up.log" 2>&1 &
 up_pid=$!
 for _ in $(seq 600); do
 	grep -q "weft is up" "$out/up.log" && break
 	kill -0 "$up_pid" 2>/dev/null || { echo "bench-hard-read: weft up exited (see $out/up.log)" >&2; exit 1; }
 	sleep 0.5
 done
+grep -q "weft is up" "$out/up.log" || { echo "bench-hard-read: weft up is not up after 300 s (see $out/up.log)" >&2; exit 1; }
 for m in "$out/cmnt" "$out/tmnt" "$out/wmnt"; do
 	mountpoint -q "$m" || { echo "bench-hard-read: $m is not mounted (see $out/*.log)" >&2; exit 1; }
 done
@@ -129,8 +134,9 @@ run() {
 		python3 "$out/hard.py" "$d" "$2" "$files" "$i" >"$out/$1.$2.$i" &
 		lp="$lp $!"
 	done
-	# shellcheck disable=SC2086 # a list of pids
-	wait $lp
+	for i in $lp; do
+		wait "$i" || { echo "bench-hard-read: a $2 process on $1 failed" >&2; exit 1; }
+	done
 }
 
 machine() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
