@@ -114,39 +114,18 @@ print(min(json.loads(l)["cpu_us"] for l in open(sys.argv[1]) if json.loads(l)["w
 [ -n "$rtt" ] && [ -n "$apply_create" ] && [ -n "$apply_unlink" ] || { echo "bench-cpu-floor: a benchmark gave no figure (see $out/*.txt)" >&2; exit 1; }
 echo "  round trip ($procs callers, both sides) $rtt µs, apply create $apply_create µs, apply unlink $apply_unlink µs, durable write $durable µs" >&2
 
-cat >"$out/create.py" <<'PY'
-import os, sys, time
-d, secs = sys.argv[1], float(sys.argv[2])
-most = int(sys.argv[3]) if len(sys.argv) > 3 else 1 << 62
-os.makedirs(d, exist_ok=True)
-end, n = time.time() + secs, 0
-while time.time() < end and n < most:
-    for _ in range(50):
-        os.close(os.open(f"{d}/f{n}", os.O_CREAT | os.O_WRONLY, 0o644))
-        n += 1
-print(n)
-PY
-cat >"$out/unlink.py" <<'PY'
-import os, sys
-d = sys.argv[1]
-names = os.listdir(d)
-for n in names:
-    os.unlink(f"{d}/{n}")
-print(len(names))
-PY
-
 machine() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 
-# phase SYSTEM ROUND NAME SCRIPT DIR [ARG]: run SCRIPT in a directory of
-# DIR per process, then record the phase's rate, idle fraction and
+# phase SYSTEM ROUND NAME DIR [ARGS]: run `metaload.py NAME D ARGS` in a
+# directory D of DIR per process (NAME create or unlink), then record the phase's rate, idle fraction and
 # machine CPU per operation.
 phase() {
-	local sys=$1 round=$2 name=$3 script=$4 dir=$5 i0 m0 i1 m1 t0 t1 lp="" i
+	local sys=$1 round=$2 name=$3 dir=$4 i0 m0 i1 m1 t0 t1 lp="" i
 	read -r i0 m0 < <(machine)
 	t0=$(date +%s.%N)
 	for i in $(seq "$procs"); do
-		# shellcheck disable=SC2086 # the script's arguments
-		python3 "$out/$script" "$dir/d$i" ${6:-} >"$out/$name.$i" &
+		# shellcheck disable=SC2086 # metaload.py's arguments
+		python3 scripts/metaload.py "$name" "$dir/d$i" ${5:-} >"$out/$name.$i" &
 		lp="$lp $!"
 	done
 	for i in $lp; do
@@ -180,8 +159,8 @@ for round in $(seq "$rounds"); do
 		sleep 0.1
 	done
 	mountpoint -q "$mnt" || { echo "bench-cpu-floor: the ceiling did not mount (see $out/ceiling.log)" >&2; exit 1; }
-	phase ceiling "$round" create create.py "$mnt" "$secs"
-	phase ceiling "$round" unlink unlink.py "$mnt"
+	phase ceiling "$round" create "$mnt" "$secs"
+	phase ceiling "$round" unlink "$mnt"
 	kill -TERM "$cm_pid" 2>/dev/null || true
 	fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true
 	wait "$cm_pid" 2>/dev/null || true
@@ -190,8 +169,8 @@ for round in $(seq "$rounds"); do
 	mkdir -p "$tmp/direct"
 	# As many files as the ceiling's processes made (tmpfs makes hundreds
 	# of thousands a second: --secs would fill its inodes).
-	phase tmpfs "$round" create create.py "$tmp/direct" "600 $(cat "$out/create.1")"
-	phase tmpfs "$round" unlink unlink.py "$tmp/direct"
+	phase tmpfs "$round" create "$tmp/direct" "600 $(cat "$out/create.1")"
+	phase tmpfs "$round" unlink "$tmp/direct"
 	rm -rf "$tmp/direct"
 done
 

@@ -57,26 +57,6 @@ for s in "$@"; do
 	labels+=("$label") bins+=("$bin") args+=("$up")
 done
 
-cat >"$out/create.py" <<'PY'
-import os, sys, time
-d, secs = sys.argv[1], float(sys.argv[2])
-os.makedirs(d, exist_ok=True)
-end, n = time.time() + secs, 0
-while time.time() < end:
-    for _ in range(50):
-        os.close(os.open(f"{d}/f{n}", os.O_CREAT | os.O_WRONLY, 0o644))
-        n += 1
-print(n)
-PY
-cat >"$out/unlink.py" <<'PY'
-import os, sys
-d = sys.argv[1]
-names = os.listdir(d)
-for n in names:
-    os.unlink(f"{d}/{n}")
-print(len(names))
-PY
-
 up_pid= run= pids= names=
 cleanup() {
 	if [ -n "$up_pid" ]; then
@@ -93,17 +73,18 @@ machine() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 # cpu_of: utime+stime (ticks) of each of $pids.
 cpu_of() { for p in $pids; do awk '{print $14+$15}' "/proc/$p/stat" 2>/dev/null || echo 0; done | paste -sd' '; }
 
-# phase LABEL ROUND NAME SCRIPT [ARG]: run SCRIPT in every process's
-# directory, then print and record the phase's figures (the cluster's
+# phase LABEL ROUND NAME [ARGS]: run `metaload.py NAME DIR ARGS` in every
+# process's directory (NAME create or unlink), then print and record the phase's figures (the cluster's
 # processes: $pids, named $names).
 phase() {
-	local label=$1 round=$2 name=$3 script=$4
+	local label=$1 round=$2 name=$3
 	local c0 c1 i0 m0 i1 m1 t0 t1 lp="" i
 	c0=$(cpu_of)
 	read -r i0 m0 < <(machine)
 	t0=$(date +%s.%N)
 	for i in $(seq "$procs"); do
-		python3 "$out/$script" "$run/mnt/d$i" ${5:-} >"$run/$name.$i" &
+		# shellcheck disable=SC2086 # metaload.py's arguments
+		python3 scripts/metaload.py "$name" "$run/mnt/d$i" ${4:-} >"$run/$name.$i" &
 		lp="$lp $!"
 	done
 	# shellcheck disable=SC2086 # a list of pids
@@ -149,9 +130,9 @@ for r in $(seq "$rounds"); do
 		# each process it starts.
 		names=$(awk '$1 == "started" {print $2}' "$run/up.log" | paste -sd' ')
 		pids=$(awk '$1 == "started" {print $4}' "$run/up.log" | paste -sd' ')
-		phase "${labels[$k]}" "$r" create create.py "$secs"
+		phase "${labels[$k]}" "$r" create "$secs"
 		sleep 2
-		phase "${labels[$k]}" "$r" unlink unlink.py
+		phase "${labels[$k]}" "$r" unlink
 		cleanup
 		up_pid=
 	done
