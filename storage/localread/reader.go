@@ -15,6 +15,8 @@ import (
 	"time"
 	"unsafe"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/weft-fs/weft/capability"
 	"github.com/weft-fs/weft/internal/bufpool"
 	"github.com/weft-fs/weft/proto"
@@ -185,15 +187,20 @@ var (
 // readLocal reads from obj's files, opening them first if needed.
 func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, obj proto.ObjectID, cap []byte, off uint64, p []byte) (int, error) {
 	k := key{t: t, obj: obj}
+	uncached := proto.UncachedFrom(ctx)
 	e := r.cache.get(k, cap, r.now())
+	var head []byte
 	if e == nil {
 		var err error
-		if e, err = r.open(ctx, srv, k, cap); err != nil {
+		if e, head, err = r.open(ctx, srv, k, cap, off, p, uncached); err != nil {
 			return 0, err
 		}
 		e = r.cache.put(e)
 	}
-	n, err := r.readEntry(e, off, p, proto.UncachedFrom(ctx))
+	n, err := r.readEntry(e, off, p, uncached, head)
+	if head != nil {
+		r.bufs.Put(head)
+	}
 	r.cache.release(e)
 	if err != nil && !errors.Is(err, storagerpc.ErrChecksum) {
 		// A mismatch is most often a write under way: the descriptors
@@ -203,11 +210,19 @@ func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, o
 	return n, err
 }
 
+// blocksOf returns the checksum blocks [b0, b1) a read of n bytes at off
+// touches, in an object of size bytes (n already cut at the end).
+func blocksOf(off, n uint64) (b0, b1 uint64) {
+	return off / storagerpc.SumBlock, (off + n + storagerpc.SumBlock - 1) / storagerpc.SumBlock
+}
+
 // readEntry reads [off, off+len(p)) of e's object, up to its end, and
 // checks every block it touches against the sidecar (storagerpc.CheckBlocks:
 // the rule the server reads by). uncached: the application asked for no
-// page cache (proto.WithUncached).
-func (r *Reader) readEntry(e *entry, off uint64, p []byte, uncached bool) (int, error) {
+// page cache (proto.WithUncached). head, if not nil, is the start of the
+// sidecar read when e was opened for this read: where it holds the
+// blocks' entries, they are not read again.
+func (r *Reader) readEntry(e *entry, off uint64, p []byte, uncached bool, head []byte) (int, error) {
 	var st syscall.Stat_t
 	if err := syscall.Fstat(e.data, &st); err != nil {
 		return 0, fmt.Errorf("localread: fstat: %w", err)
@@ -223,7 +238,7 @@ func (r *Reader) readEntry(e *entry, off uint64, p []byte, uncached bool) (int, 
 	}
 	n := min(uint64(len(p)), size-off)
 	end := off + n
-	b0, b1 := off/storagerpc.SumBlock, (end+storagerpc.SumBlock-1)/storagerpc.SumBlock
+	b0, b1 := blocksOf(off, n)
 	spanOff, spanEnd := b0*storagerpc.SumBlock, min(b1*storagerpc.SumBlock, size)
 	span := p[:n]
 	if off != spanOff || end != spanEnd {
@@ -255,13 +270,18 @@ func (r *Reader) readEntry(e *entry, off uint64, p []byte, uncached bool) (int, 
 	if fd != e.data {
 		r.direct.Add(1)
 	}
-	sums := r.bufs.Get(int(8 * (b1 - b0)))
-	defer r.bufs.Put(sums)
-	got, err := pread(e.crc, sums, storage.SidecarEntryOff(b0))
-	if err != nil {
-		return 0, err
+	var sums []byte
+	if from, to := storage.SidecarEntryOff(b0), storage.SidecarEntryOff(b1); to <= int64(len(head)) {
+		sums = head[from:to]
+	} else {
+		sums = r.bufs.Get(int(8 * (b1 - b0)))
+		defer r.bufs.Put(sums)
+		got, err := pread(e.crc, sums, storage.SidecarEntryOff(b0))
+		if err != nil {
+			return 0, err
+		}
+		clear(sums[got:]) // entries past the sidecar's end are holes
 	}
-	clear(sums[got:]) // entries past the sidecar's end are holes
 	if err := storagerpc.CheckBlocks(span, sums); err != nil {
 		return 0, err
 	}
@@ -336,11 +356,20 @@ func preadFull(fd int, p []byte, off int64) error {
 	return nil
 }
 
-// open asks srv for k's files with cap.
-func (r *Reader) open(ctx context.Context, srv *server, k key, cap []byte) (*entry, error) {
+// headRead is how much of a sidecar open reads at once: its header and,
+// in the same page, the entries of the object's first 508 blocks (2 MiB),
+// so that a first read there needs no second read of the sidecar.
+const headRead = 4096
+
+// open asks srv for k's files with cap, for a read of len(p) bytes at off
+// (uncached: proto.WithUncached). It returns the entry and the start of
+// the sidecar it read to check its header (from r.bufs; the caller puts it
+// back): headRead bytes, or fewer at the sidecar's end, when the read's
+// entries lie within them; else only the header's bytes.
+func (r *Reader) open(ctx context.Context, srv *server, k key, cap []byte, off uint64, p []byte, uncached bool) (*entry, []byte, error) {
 	c, err := capability.Parse(cap)
 	if err != nil {
-		return nil, fmt.Errorf("localread: %w", err)
+		return nil, nil, fmt.Errorf("localread: %w", err)
 	}
 	req := storagerpc.LocalReq{Op: storagerpc.LocalOpen, Cap: cap, ObjectReq: storagerpc.ObjectReq{Target: k.t, Obj: k.obj}}
 	resp, fds, err := srv.exchange(ctx, req.Encode())
@@ -354,27 +383,43 @@ func (r *Reader) open(ctx context.Context, srv *server, k key, cap []byte) (*ent
 		err = fmt.Errorf("localread: %s: %w", resp.Msg, resp.Errno)
 		if resp.Errno == syscall.ENOENT || resp.Errno == syscall.EACCES {
 			closeFDs(fds)
-			return nil, err // a missing object, a refused capability: the RPC answers
+			return nil, nil, err // a missing object, a refused capability: the RPC answers
 		}
 	}
 	if err != nil {
 		closeFDs(fds)
 		r.lost(srv, err)
-		return nil, err
+		return nil, nil, err
 	}
 	e := &entry{key: k, data: fds[0], crc: fds[1], cap: append([]byte(nil), cap...), expiry: c.Expiry}
-	// The sidecar must be of the format this build reads.
-	head := make([]byte, storage.SidecarHeaderSize)
-	if n, err := pread(e.crc, head, 0); err != nil || n < len(head) {
-		closeFDs(fds)
-		return nil, fmt.Errorf("localread: sidecar header of %d bytes: %v", n, err)
+	b0, b1 := blocksOf(off, uint64(len(p)))
+	if len(p) > 0 && !(r.directMin > 0 && (uncached || len(p) >= r.directMin)) {
+		// A read through the page cache of a file just opened is most
+		// often cold (a small file read once): start its data's read now,
+		// so that it overlaps the sidecar's below instead of following
+		// it. Advice only: its failure changes nothing.
+		from := int64(b0 * storagerpc.SumBlock)
+		_ = unix.Fadvise(e.data, from, int64(b1*storagerpc.SumBlock)-from, unix.FADV_WILLNEED)
 	}
-	if err := storage.CheckSidecarHeader(head); err != nil {
+	want := storage.SidecarHeaderSize
+	if storage.SidecarEntryOff(b1) <= headRead {
+		want = headRead
+	}
+	head := r.bufs.Get(want)
+	n, err := pread(e.crc, head, 0)
+	if err == nil && n < storage.SidecarHeaderSize {
+		err = fmt.Errorf("%w: sidecar of %d bytes", errShort, n)
+	}
+	if err == nil {
+		err = storage.CheckSidecarHeader(head[:n])
+	}
+	if err != nil {
+		r.bufs.Put(head)
 		closeFDs(fds)
-		return nil, fmt.Errorf("localread: %w", err)
+		return nil, nil, fmt.Errorf("localread: sidecar header: %w", err)
 	}
 	r.opens.Add(1)
-	return e, nil
+	return e, head[:n], nil
 }
 
 func closeFDs(fds []int) {
