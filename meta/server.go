@@ -628,6 +628,9 @@ func (s *Server) GroupStats() (groups, commands uint64) {
 // --- reads ---
 
 func (s *Server) readInode(ino proto.Ino) (*inode, error) {
+	if n := s.sm.cachedInode(ino); n != nil {
+		return n, nil
+	}
 	return loadInode(s.st, ino)
 }
 

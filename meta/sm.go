@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 
@@ -101,9 +102,14 @@ type stateMachine struct {
 	// the store.
 	files map[proto.Ino]*inode
 	names map[nameKey]dirent
-	rk    []byte       // the key of a read (txn.get, lookup): room for any
-	enc   wire.Encoder // for records encoded by function (encodeAttrDisk)
-	spare *txn
+	// inodesMu lets the server's read path (cachedInode, any goroutine)
+	// read dirs and files while commands apply: the applier changes them
+	// only under it, and reads them without it (it is their only
+	// writer). Their inodes are never changed once stored.
+	inodesMu sync.RWMutex
+	rk       []byte       // the key of a read (txn.get, lookup): room for any
+	enc      wire.Encoder // for records encoded by function (encodeAttrDisk)
+	spare    *txn
 }
 
 // maxCachedDirs bounds stateMachine.dirs: about 300 bytes each.
@@ -433,6 +439,7 @@ func (t *txn) commit() error {
 	for k, r := range t.quotaW {
 		t.sm.quotas[k] = r
 	}
+	t.sm.inodesMu.Lock()
 	for ino := range t.dirty {
 		n := t.cache[ino]
 		switch {
@@ -449,6 +456,7 @@ func (t *txn) commit() error {
 		delete(t.sm.dirs, ino)
 		delete(t.sm.files, ino)
 	}
+	t.sm.inodesMu.Unlock()
 	for k, de := range t.names {
 		t.sm.cacheName(k, de)
 	}
@@ -466,10 +474,31 @@ func (sm *stateMachine) replaceWith(fresh *stateMachine) {
 	sm.st, sm.nextIno, sm.inodes, sm.nextTarget = fresh.st, fresh.nextIno, fresh.inodes, fresh.nextTarget
 	sm.applied, sm.fsid, sm.newestSeq = fresh.applied, fresh.fsid, fresh.newestSeq
 	sm.uuidToID, sm.idToUUID = fresh.uuidToID, fresh.idToUUID
+	sm.inodesMu.Lock()
 	sm.quotas, sm.dirs, sm.files, sm.names = fresh.quotas, fresh.dirs, fresh.files, fresh.names
+	sm.inodesMu.Unlock()
 	if fresh.fsid != "" {
 		sm.fsidPub.Store(&fresh.fsid)
 	}
+}
+
+// cachedInode returns a copy of inode ino as last committed, if dirs or
+// files holds it, else nil. Unlike the rest of the state machine it may be
+// called on any goroutine: the server's reads (readInode) take it before
+// the store, where an inode a command wrote moments ago, or one flushed to
+// tables whose blocks no read has brought in yet (a file read once, long
+// after it was written), costs a pebble read, often from the disk.
+func (sm *stateMachine) cachedInode(ino proto.Ino) *inode {
+	sm.inodesMu.RLock()
+	n := sm.dirs[ino]
+	if n == nil {
+		n = sm.files[ino]
+	}
+	sm.inodesMu.RUnlock()
+	if n == nil {
+		return nil
+	}
+	return n.clone()
 }
 
 func (sm *stateMachine) apply(c *Command) (applyResult, error) {
