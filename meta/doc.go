@@ -49,7 +49,10 @@
 // inodes are cached as committed (stateMachine.dirs: a create reads its
 // parent without a store read; commands get copies, since they change
 // inodes in place and may fail; TestDirCacheMatchesStore). The state
-// machine is the store's only writer, which keeps the cache exact.
+// machine is the store's only writer, which keeps the cache exact. The
+// server's reads (Open, GetAttr, an unlink's look at its victim) take
+// inodes from the same caches (stateMachine.cachedInode: a copy, under a
+// read lock that the applier's cache updates take), before the store.
 //
 // # Group commit
 //

@@ -14,6 +14,11 @@
 // target's server is local. A read of an object then asks the socket,
 // with the file's read capability, for the object's data file and
 // sidecar (two O_RDONLY descriptors, SCM_RIGHTS) once, and preads them.
+// The first read after that open is most often of a small file read once,
+// from the disk: it starts its data's read (POSIX_FADV_WILLNEED) before it
+// reads the sidecar's first page (its header, and the entries of the
+// object's first 508 blocks, just under 2 MiB, which that read then takes
+// from it), so the two disk reads overlap instead of following each other.
 //
 // Invariants:
 //   - Every block a local read returns matched its sidecar entry's cur or

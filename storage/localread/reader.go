@@ -356,9 +356,9 @@ func preadFull(fd int, p []byte, off int64) error {
 	return nil
 }
 
-// headRead is how much of a sidecar open reads at once: its header and,
-// in the same page, the entries of the object's first 508 blocks (2 MiB),
-// so that a first read there needs no second read of the sidecar.
+// headRead is how much of a sidecar open reads at once: its header and, in
+// the same page, the entries of the object's first 508 blocks (just under
+// 2 MiB), so that a first read there needs no second read of the sidecar.
 const headRead = 4096
 
 // open asks srv for k's files with cap, for a read of len(p) bytes at off
