@@ -255,8 +255,8 @@ func TestUnlinkReclaimedAtOnceWritesNoOrphanRecord(t *testing.T) {
 }
 
 // TestCachedInodeIsACommittedCopy: what the server's read path takes from
-// the state machine's caches (cachedInode, Server.readInode) is what the
-// store holds, and a copy: a reader that changes what it got, on another
+// the state machine's caches (cachedInode, Server.readInode; cachedLookup,
+// Server.Lookup) is what the store holds, and a copy: a reader that changes what it got, on another
 // goroutine while commands apply (run under -race), changes no cache. Fails
 // if cachedInode handed out the cached inode itself (the reader's changes
 // would reach the cache, which then differs from the store), or read the
@@ -279,12 +279,15 @@ func TestCachedInodeIsACommittedCopy(t *testing.T) {
 					n.Mode, n.Size, n.Nlink = 0, 1<<40, 99
 				}
 			}
+			if p, n, found, _ := sm.cachedLookup(proto.RootIno, "f1"); found {
+				p.Mode, n.Mode = 0, 0
+			}
 		}
 	})
 	defer func() { close(stop); wg.Wait() }()
 	rng := rand.New(rand.NewPCG(5, 6))
 	var files []proto.Ino
-	hits := 0
+	hits, lookups := 0, 0
 	for step := range 2000 {
 		c := &Command{Now: int64(step + 2), Parent: proto.RootIno, Name: fmt.Sprintf("f%d", rng.IntN(40))}
 		switch {
@@ -315,8 +318,33 @@ func TestCachedInodeIsACommittedCopy(t *testing.T) {
 				t.Fatalf("step %d: cached inode %d differs from the store:\n%+v\n%+v", step, ino, n, stored)
 			}
 		}
+		for i := range 40 {
+			name := fmt.Sprintf("f%d", i)
+			p, n, found, ok := sm.cachedLookup(proto.RootIno, name)
+			if !ok {
+				continue
+			}
+			lookups++
+			de, stored, err := loadDirent(st, proto.RootIno, name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if found != stored || found && n.Ino != de.Ino {
+				t.Fatalf("step %d: cached lookup of %q: found %v (%+v), the store: %v (%+v)", step, name, found, n, stored, de)
+			}
+			root, err := loadInode(st, proto.RootIno)
+			if err != nil || !bytes.Equal(p.encode(), root.encode()) {
+				t.Fatalf("step %d: cached lookup's parent differs from the store (%v)", step, err)
+			}
+			if found {
+				child, err := loadInode(st, n.Ino)
+				if err != nil || !bytes.Equal(n.encode(), child.encode()) {
+					t.Fatalf("step %d: cached lookup of %q: inode differs from the store (%v)", step, name, err)
+				}
+			}
+		}
 	}
-	if hits == 0 {
-		t.Fatal("no inode was ever cached: the test checked nothing")
+	if hits == 0 || lookups == 0 {
+		t.Fatalf("%d inodes and %d lookups answered from the caches: the test checked nothing", hits, lookups)
 	}
 }

@@ -644,8 +644,23 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 	if len(name) > MaxNameLen {
 		return proto.Attr{}, errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
 	}
-	// The entry and its inode are read in one view: a rename over the
-	// name between the two reads would delete the inode the entry named.
+	// The parent, the entry and its inode are read in one view (of the
+	// state machine's caches when they hold all three, else of the
+	// store): a rename over the name between two reads would delete the
+	// inode the entry named.
+	if p, n, found, ok := s.sm.cachedLookup(parent, name); ok {
+		if !cl.isRoot() {
+			if err := maySearch(cl.cred, &p.Attr); err != nil {
+				return proto.Attr{}, err
+			}
+		}
+		if !found {
+			s.leases.grant(cl.sess, g, name, parent) // a negative entry
+			return proto.Attr{}, noEntryError{parent, name}
+		}
+		s.leases.grant(cl.sess, g, name, parent, n.Ino)
+		return n.Attr, nil
+	}
 	v, err := s.st.View()
 	if err != nil {
 		return proto.Attr{}, errnof(syscall.EIO, "lookup: %v", err)

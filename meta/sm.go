@@ -102,10 +102,11 @@ type stateMachine struct {
 	// the store.
 	files map[proto.Ino]*inode
 	names map[nameKey]dirent
-	// inodesMu lets the server's read path (cachedInode, any goroutine)
-	// read dirs and files while commands apply: the applier changes them
-	// only under it, and reads them without it (it is their only
-	// writer). Their inodes are never changed once stored.
+	// inodesMu lets the server's read path (cachedInode, cachedLookup:
+	// any goroutine) read dirs, files and names while commands apply: the
+	// applier changes them only under it, a command's all at once, and
+	// reads them without it (it is their only writer). Their inodes are
+	// never changed once stored.
 	inodesMu sync.RWMutex
 	rk       []byte       // the key of a read (txn.get, lookup): room for any
 	enc      wire.Encoder // for records encoded by function (encodeAttrDisk)
@@ -316,7 +317,9 @@ func (t *txn) lookup(parent proto.Ino, name string) (dirent, bool, error) {
 	}
 	de, ok, err := loadDirentBuf(t.sm.st, parent, name, t.sm.rk) // de is zero when !ok
 	if err == nil {
+		t.sm.inodesMu.Lock()
 		t.sm.cacheName(nameKey{parent, name}, de)
+		t.sm.inodesMu.Unlock()
 	}
 	return de, ok, err
 }
@@ -456,10 +459,10 @@ func (t *txn) commit() error {
 		delete(t.sm.dirs, ino)
 		delete(t.sm.files, ino)
 	}
-	t.sm.inodesMu.Unlock()
 	for k, de := range t.names {
 		t.sm.cacheName(k, de)
 	}
+	t.sm.inodesMu.Unlock()
 	t.sm.applied = t.index
 	t.res.wrote = true
 	t.res.synced = t.sync
@@ -499,6 +502,36 @@ func (sm *stateMachine) cachedInode(ino proto.Ino) *inode {
 		return nil
 	}
 	return n.clone()
+}
+
+// cachedLookup answers a lookup of name in parent from the caches when
+// they hold all it takes: parent, a directory; the entry, or that there is
+// none; and the inode it names. It returns copies of parent and of that
+// inode (nil when found is false); ok is false when something is missing
+// (the caller reads the store). The three come from one moment of the
+// committed state (a command's changes reach the caches at once, under
+// inodesMu), as a store view's do. Any goroutine.
+func (sm *stateMachine) cachedLookup(parent proto.Ino, name string) (p, n *inode, found, ok bool) {
+	sm.inodesMu.RLock()
+	defer sm.inodesMu.RUnlock()
+	p = sm.dirs[parent]
+	if p == nil {
+		return nil, nil, false, false
+	}
+	de, known := sm.names[nameKey{parent, name}]
+	if !known {
+		return nil, nil, false, false
+	}
+	if de.Ino == 0 {
+		return p.clone(), nil, false, true
+	}
+	if n = sm.dirs[de.Ino]; n == nil {
+		n = sm.files[de.Ino]
+	}
+	if n == nil {
+		return nil, nil, false, false
+	}
+	return p.clone(), n.clone(), true, true
 }
 
 func (sm *stateMachine) apply(c *Command) (applyResult, error) {
