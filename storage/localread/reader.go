@@ -210,8 +210,8 @@ func (r *Reader) readLocal(ctx context.Context, srv *server, t proto.TargetID, o
 	return n, err
 }
 
-// blocksOf returns the checksum blocks [b0, b1) a read of n bytes at off
-// touches, in an object of size bytes (n already cut at the end).
+// blocksOf returns the checksum blocks [b0, b1) that n bytes at off
+// touch.
 func blocksOf(off, n uint64) (b0, b1 uint64) {
 	return off / storagerpc.SumBlock, (off + n + storagerpc.SumBlock - 1) / storagerpc.SumBlock
 }
