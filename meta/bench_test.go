@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/weft-fs/weft/internal/cputime"
 	"github.com/weft-fs/weft/meta/raftlog"
 	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
@@ -41,7 +42,7 @@ func benchCreate(b *testing.B, callers int, dedupe bool) {
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			b.ResetTimer()
-			start, cpu0 := time.Now(), cpuTime()
+			start, cpu0 := time.Now(), cputime.Self()
 			for w := range callers {
 				wg.Add(1)
 				go func() {
@@ -67,20 +68,11 @@ func benchCreate(b *testing.B, callers int, dedupe bool) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "creates/s")
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64((cputime.Self()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 			groups, cmds := e.srv.GroupStats()
 			b.ReportMetric(float64(cmds)/float64(groups), "cmds/group")
 		})
 	}
-}
-
-// cpuTime returns the user and system CPU time of the process so far.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // BenchmarkRenewPerRequest measures what renewing the caller's session on
@@ -169,7 +161,7 @@ func BenchmarkCreateReplicated(b *testing.B) {
 			var next atomic.Int64
 			var wg sync.WaitGroup
 			b.ResetTimer()
-			start, cpu0 := time.Now(), cpuTime()
+			start, cpu0 := time.Now(), cputime.Self()
 			for range callers {
 				wg.Add(1)
 				go func() {
@@ -191,7 +183,7 @@ func BenchmarkCreateReplicated(b *testing.B) {
 			}
 			wg.Wait()
 			b.ReportMetric(float64(b.N)/time.Since(start).Seconds(), "creates/s")
-			b.ReportMetric(float64((cpuTime()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
+			b.ReportMetric(float64((cputime.Self()-cpu0).Microseconds())/float64(b.N), "cpu-µs/op")
 		})
 	}
 }
@@ -268,14 +260,14 @@ func benchApply(b *testing.B, wal, unlink bool) {
 	files := sm.inodes
 	b.ReportAllocs()
 	b.ResetTimer()
-	cpu0 := cpuTime()
+	cpu0 := cputime.Self()
 	for i := range b.N {
 		index++
 		if r := a.Apply(index, entries[i]).(appliedEntry); r.err != nil {
 			b.Fatal(r.err)
 		}
 	}
-	b.ReportMetric(float64((cpuTime()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+	b.ReportMetric(float64((cputime.Self()-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
 	b.StopTimer()
 	want := files + uint64(b.N)
 	if unlink {

@@ -256,11 +256,11 @@ func TestUnlinkReclaimedAtOnceWritesNoOrphanRecord(t *testing.T) {
 
 // TestCachedInodeIsACommittedCopy: what the server's read path takes from
 // the state machine's caches (cachedInode, Server.readInode; cachedLookup,
-// Server.Lookup) is what the store holds, and a copy: a reader that changes what it got, on another
-// goroutine while commands apply (run under -race), changes no cache. Fails
-// if cachedInode handed out the cached inode itself (the reader's changes
-// would reach the cache, which then differs from the store), or read the
-// caches unguarded (-race).
+// Server.Lookup) is what the store holds, and a copy: a reader that changes
+// what it got, on another goroutine while commands apply (run under -race),
+// changes no cache. Fails if cachedInode handed out the cached inode itself
+// (the reader's changes would reach the cache, which then differs from the
+// store), or read the caches unguarded (-race).
 func TestCachedInodeIsACommittedCopy(t *testing.T) {
 	st, sm, _ := newCacheTestStateMachine(t, 0)
 	var top atomic.Uint64 // the highest inode number handed out so far
@@ -279,7 +279,7 @@ func TestCachedInodeIsACommittedCopy(t *testing.T) {
 					n.Mode, n.Size, n.Nlink = 0, 1<<40, 99
 				}
 			}
-			if p, n, found, _ := sm.cachedLookup(proto.RootIno, "f1"); found {
+			if p, n, _ := sm.cachedLookup(proto.RootIno, "f1"); n != nil {
 				p.Mode, n.Mode = 0, 0
 			}
 		}
@@ -320,10 +320,11 @@ func TestCachedInodeIsACommittedCopy(t *testing.T) {
 		}
 		for i := range 40 {
 			name := fmt.Sprintf("f%d", i)
-			p, n, found, ok := sm.cachedLookup(proto.RootIno, name)
+			p, n, ok := sm.cachedLookup(proto.RootIno, name)
 			if !ok {
 				continue
 			}
+			found := n != nil
 			lookups++
 			de, stored, err := loadDirent(st, proto.RootIno, name)
 			if err != nil {

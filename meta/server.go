@@ -644,64 +644,67 @@ func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 	if len(name) > MaxNameLen {
 		return proto.Attr{}, errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
 	}
-	// The parent, the entry and its inode are read in one view (of the
-	// state machine's caches when they hold all three, else of the
-	// store): a rename over the name between two reads would delete the
-	// inode the entry named.
-	if p, n, found, ok := s.sm.cachedLookup(parent, name); ok {
+	n, err := s.lookupEntry(cl, parent, name)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	if n == nil {
+		s.leases.grant(cl.sess, g, name, parent) // a negative entry
+		return proto.Attr{}, noEntryError{parent, name}
+	}
+	s.leases.grant(cl.sess, g, name, parent, n.Ino)
+	return n.Attr, nil
+}
+
+// lookupEntry returns the inode that name names in parent (nil: no such
+// entry), once parent is known to be a directory cl may search. The
+// parent, the entry and its inode are read in one view (of the state
+// machine's caches when they hold all three, else of the store): a rename
+// over the name between two reads would delete the inode the entry named.
+func (s *Server) lookupEntry(cl caller, parent proto.Ino, name string) (*inode, error) {
+	if p, n, ok := s.sm.cachedLookup(parent, name); ok {
 		if !cl.isRoot() {
 			if err := maySearch(cl.cred, &p.Attr); err != nil {
-				return proto.Attr{}, err
+				return nil, err
 			}
 		}
-		if !found {
-			s.leases.grant(cl.sess, g, name, parent) // a negative entry
-			return proto.Attr{}, noEntryError{parent, name}
-		}
-		s.leases.grant(cl.sess, g, name, parent, n.Ino)
-		return n.Attr, nil
+		return n, nil
 	}
 	v, err := s.st.View()
 	if err != nil {
-		return proto.Attr{}, errnof(syscall.EIO, "lookup: %v", err)
+		return nil, errnof(syscall.EIO, "lookup: %v", err)
 	}
 	defer v.Close()
 	if !cl.isRoot() {
 		// Search permission on the parent; root may search any directory.
 		p, err := loadInode(v, parent)
 		if err != nil {
-			return proto.Attr{}, err
+			return nil, err
 		}
 		if !p.IsDir() {
-			return proto.Attr{}, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
+			return nil, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
 		}
 		if err := maySearch(cl.cred, &p.Attr); err != nil {
-			return proto.Attr{}, err
+			return nil, err
 		}
 	}
 	// Only directories have entries: for root, the parent is read (for
 	// ENOENT or ENOTDIR) only when the name is not found.
 	de, ok, err := loadDirent(v, parent, name)
 	if err != nil {
-		return proto.Attr{}, err
+		return nil, err
 	}
 	if !ok {
 		p, err := loadInode(v, parent)
 		if err != nil {
-			return proto.Attr{}, err
+			return nil, err
 		}
 		if !p.IsDir() {
-			return proto.Attr{}, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
+			return nil, errnof(syscall.ENOTDIR, "inode %d is not a directory", parent)
 		}
-		s.leases.grant(cl.sess, g, name, parent) // a negative entry
-		return proto.Attr{}, noEntryError{parent, name}
+		return nil, nil
 	}
-	n, err := loadInode(v, de.Ino)
-	if err != nil {
-		return proto.Attr{}, err
-	}
-	s.leases.grant(cl.sess, g, name, parent, de.Ino)
-	return n.Attr, nil
+	return loadInode(v, de.Ino)
 }
 
 // noEntryError is Lookup's ENOENT, the answer to the lookup before every

@@ -275,10 +275,7 @@ func (t *txn) get(ino proto.Ino) (*inode, error) {
 	if t.deleted[ino] || ino == 0 {
 		return nil, errnof(syscall.ENOENT, "no inode %d", ino)
 	}
-	n := t.sm.dirs[ino]
-	if n == nil {
-		n = t.sm.files[ino]
-	}
+	n := t.sm.committed(ino)
 	if n != nil {
 		n = n.clone()
 	} else {
@@ -493,10 +490,7 @@ func (sm *stateMachine) replaceWith(fresh *stateMachine) {
 // after it was written), costs a pebble read, often from the disk.
 func (sm *stateMachine) cachedInode(ino proto.Ino) *inode {
 	sm.inodesMu.RLock()
-	n := sm.dirs[ino]
-	if n == nil {
-		n = sm.files[ino]
-	}
+	n := sm.committed(ino)
 	sm.inodesMu.RUnlock()
 	if n == nil {
 		return nil
@@ -504,34 +498,41 @@ func (sm *stateMachine) cachedInode(ino proto.Ino) *inode {
 	return n.clone()
 }
 
+// committed returns inode ino as dirs or files caches it (nil if neither
+// does): the cache's own inode, for the caller to copy. The applier calls
+// it as is; any other goroutine under inodesMu.
+func (sm *stateMachine) committed(ino proto.Ino) *inode {
+	if n := sm.dirs[ino]; n != nil {
+		return n
+	}
+	return sm.files[ino]
+}
+
 // cachedLookup answers a lookup of name in parent from the caches when
 // they hold all it takes: parent, a directory; the entry, or that there is
 // none; and the inode it names. It returns copies of parent and of that
-// inode (nil when found is false); ok is false when something is missing
-// (the caller reads the store). The three come from one moment of the
+// inode (nil: no such entry); ok is false when something is missing (the
+// caller reads the store). The three come from one moment of the
 // committed state (a command's changes reach the caches at once, under
 // inodesMu), as a store view's do. Any goroutine.
-func (sm *stateMachine) cachedLookup(parent proto.Ino, name string) (p, n *inode, found, ok bool) {
+func (sm *stateMachine) cachedLookup(parent proto.Ino, name string) (p, n *inode, ok bool) {
 	sm.inodesMu.RLock()
 	defer sm.inodesMu.RUnlock()
 	p = sm.dirs[parent]
 	if p == nil {
-		return nil, nil, false, false
+		return nil, nil, false
 	}
 	de, known := sm.names[nameKey{parent, name}]
 	if !known {
-		return nil, nil, false, false
+		return nil, nil, false
 	}
 	if de.Ino == 0 {
-		return p.clone(), nil, false, true
+		return p.clone(), nil, true
 	}
-	if n = sm.dirs[de.Ino]; n == nil {
-		n = sm.files[de.Ino]
+	if n = sm.committed(de.Ino); n == nil {
+		return nil, nil, false
 	}
-	if n == nil {
-		return nil, nil, false, false
-	}
-	return p.clone(), n.clone(), true, true
+	return p.clone(), n.clone(), true
 }
 
 func (sm *stateMachine) apply(c *Command) (applyResult, error) {

@@ -13,9 +13,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/weft-fs/weft/internal/cputime"
 )
 
 // benchServerEnv makes the test binary serve echo on a loopback port, and
@@ -113,10 +114,7 @@ func startBenchServer(b *testing.B) (addr, bareAddr string, pid int) {
 // cpuTime returns the user+system CPU time this process used, and that of
 // process pid (from /proc, in clock ticks of 10 ms; 0 if unreadable).
 func cpuTime(pid int) (self, other time.Duration) {
-	var ru syscall.Rusage
-	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
-		self = time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
+	self = cputime.Self()
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
 		return self, 0

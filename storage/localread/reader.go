@@ -296,10 +296,17 @@ func (r *Reader) readEntry(e *entry, off uint64, p []byte, uncached bool, head [
 // and buffer aligned as O_DIRECT needs (a file's last, partial block is
 // read through the cache).
 func (r *Reader) directOK(span []byte, off uint64, uncached bool) bool {
-	if r.directMin <= 0 || r.directOff.Load() || (!uncached && len(span) < r.directMin) {
+	if !r.wantsDirect(len(span), uncached) {
 		return false
 	}
 	return len(span)%DirectAlign == 0 && off%DirectAlign == 0 && uintptr(unsafe.Pointer(&span[0]))%DirectAlign == 0
+}
+
+// wantsDirect reports whether a read of n bytes is one to bypass the page
+// cache where it can (directOK adds the alignment O_DIRECT needs): large
+// enough, or uncached, and O_DIRECT reads not found refused.
+func (r *Reader) wantsDirect(n int, uncached bool) bool {
+	return r.directMin > 0 && !r.directOff.Load() && (uncached || n >= r.directMin)
 }
 
 // directFD returns e's O_DIRECT descriptor of the object's data file,
@@ -393,7 +400,7 @@ func (r *Reader) open(ctx context.Context, srv *server, k key, cap []byte, off u
 	}
 	e := &entry{key: k, data: fds[0], crc: fds[1], cap: append([]byte(nil), cap...), expiry: c.Expiry}
 	b0, b1 := blocksOf(off, uint64(len(p)))
-	if len(p) > 0 && !(r.directMin > 0 && (uncached || len(p) >= r.directMin)) {
+	if len(p) > 0 && !r.wantsDirect(len(p), uncached) {
 		// A read through the page cache of a file just opened is most
 		// often cold (a small file read once): start its data's read now,
 		// so that it overlaps the sidecar's below instead of following

@@ -36,6 +36,7 @@ import (
 	"time"
 
 	"github.com/weft-fs/weft/bench"
+	"github.com/weft-fs/weft/internal/cputime"
 	"golang.org/x/sys/unix"
 )
 
@@ -76,19 +77,10 @@ type figure struct {
 	Total float64 `json:"total_s"`
 }
 
-// cpuTime is the CPU time this process has used.
-func cpuTime() time.Duration {
-	var ru unix.Rusage
-	if unix.Getrusage(unix.RUSAGE_SELF, &ru) != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
 // timeEach runs op n times, one after the other, and prints its figure.
 func timeEach(what string, n int, op func(i int) error) error {
 	ds := make([]time.Duration, n)
-	t0, cpu0 := time.Now(), cpuTime()
+	t0, cpu0 := time.Now(), cputime.Self()
 	for i := range n {
 		s := time.Now()
 		if err := op(i); err != nil {
@@ -96,7 +88,7 @@ func timeEach(what string, n int, op func(i int) error) error {
 		}
 		ds[i] = time.Since(s)
 	}
-	total, cpu := time.Since(t0), cpuTime()-cpu0
+	total, cpu := time.Since(t0), cputime.Self()-cpu0
 	slices.Sort(ds)
 	us := func(d time.Duration) float64 { return float64(d) / 1e3 }
 	b, _ := json.Marshal(figure{What: what, N: n, Min: us(ds[0]), P10: us(ds[n/10]), P50: us(ds[n/2]),
