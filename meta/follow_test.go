@@ -64,7 +64,13 @@ func TestReplicatedClientFollowsLeader(t *testing.T) {
 	if !errors.Is(err, syscall.EAGAIN) {
 		t.Fatalf("mkdir on follower %d: %v, want EAGAIN", follower, err)
 	}
+	// The follower may not have heard from the new leader yet (an
+	// election's winner knows first): wait for it to, then check.
 	m, err := direct.Group(ctx)
+	for err == nil && m.Leader == 0 && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+		m, err = direct.Group(ctx)
+	}
 	if err != nil || m.Leader != lead || m.LeaderAddr != addrs[lead] || len(m.Members) != 3 || m.ID != follower {
 		t.Fatalf("follower %d's Group: %+v, %v; want leader %d at %s", follower, m, err, lead, addrs[lead])
 	}
