@@ -119,6 +119,7 @@ func (st *inodeState) copied(l layout.Layout, off, n uint64) {
 	st.mu.Lock()
 	defer st.mu.Unlock()
 	st.end = max(st.end, off+n)
+	st.doneEnd = max(st.doneEnd, off+n)
 	for col := range l.Columns() {
 		st.unsynced[col] = true
 	}

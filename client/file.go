@@ -32,6 +32,12 @@ import (
 //   - end is the highest byte written through this client since the file
 //     was opened here (reset by truncate); the file's size as this client
 //     reports it is max(metaSize, end).
+//   - doneEnd <= end is the highest byte of those writes that reached
+//     storage (their sends finished without error; copies and fallocate,
+//     which are done when they return): what a WriteDone may record. A
+//     size recorded past it would cover bytes still on their way to the
+//     objects (a write of another handle, accepted after a flush drained),
+//     which a crash then, or a read meanwhile, finds missing.
 //   - dirty says some acknowledged write has not been recorded by WriteDone.
 //   - err is the first failed background write, not yet reported by a
 //     write, flush or fsync.
@@ -66,6 +72,7 @@ type inodeState struct {
 	layout    layout.Layout
 	metaSize  uint64
 	end       uint64
+	doneEnd   uint64
 	dirty     bool
 	seq       uint64 // counts accepted writes, so a WriteDone knows what it covered
 	lastWrite int64  // unix ns of the last accepted write (reported as mtime while dirty)
@@ -183,6 +190,7 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 	defer st.mu.Unlock()
 	st.metaSize = a.Size
 	st.end = min(st.end, size)
+	st.doneEnd = min(st.doneEnd, size)
 	clear(st.written) // every object is its share of size now
 	st.allocEnd = min(st.allocEnd, size)
 	if st.dirty {
@@ -458,7 +466,9 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 		}
 	}
 	st.held -= pw.end - pw.off
-	if err != nil && st.err == nil {
+	if err == nil {
+		st.doneEnd = max(st.doneEnd, pw.end)
+	} else if st.err == nil {
 		st.err = err
 	}
 	st.cond.Broadcast()
@@ -708,7 +718,11 @@ func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 		st.mu.Unlock()
 		return nil
 	}
-	seq, end, mtime := st.seq, st.end, st.lastWrite
+	// Only what reached storage: a write accepted since the caller
+	// drained may still be on its way, and then this WriteDone does not
+	// cover it (dirty stays set for the flush after it).
+	seq, end, mtime := st.seq, st.doneEnd, st.lastWrite
+	settled := len(st.open) == 0 && len(st.inflight) == 0
 	ext := st.extendsLocked(end)
 	l, span := st.layout, max(st.size(), st.allocEnd)
 	st.mu.Unlock()
@@ -732,7 +746,7 @@ func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 	}
 	st.mu.Lock()
 	st.metaSize = a.Size
-	if st.seq == seq {
+	if settled && st.seq == seq {
 		st.dirty = false
 	}
 	st.mu.Unlock()

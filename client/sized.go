@@ -18,18 +18,21 @@ import (
 // stripe) long. Writes extend the objects they reach; before Flush or Fsync
 // records a larger size (WriteDone), extendObjects makes the other objects
 // (the ones the size now covers but no write reached, say behind a hole)
-// that long with proto.ObjectExtender, which never shortens an object, so
-// a concurrent writer on another mount loses nothing. Truncate sets every
-// object to its share. So a read that finds an object shorter than the
-// recorded size says has found lost data (a deleted or shortened object
-// file), not a hole: readExtent checks, after asking the metadata server
-// for the current size (another client may be truncating the file: it
-// cuts the objects before it records the size, so it asks a few times over
-// 0.75 s; a read that a truncate of this client overlapped, read-ahead
-// under way say, is never taken for loss: readEpoch), and then reads
-// another copy of a mirrored file, marking the short one stale,
-// or fails with EIO and logs it for an unprotected one. Files placed before
-// ObjectsSized existed are not checked: their holes may be short objects.
+// that long with proto.ObjectExtender, which never shortens an object, so a
+// concurrent writer on another mount loses nothing. A WriteDone records
+// only the writes that reached storage (inodeState.doneEnd), never one
+// still on its way. Truncate sets every object to its share. So a read that
+// finds an object shorter than the recorded size says has found lost data
+// (a deleted or shortened object file), not a hole: readExtent checks,
+// after asking the metadata server for the current size (another client may
+// be truncating the file: it cuts the objects before it records the size,
+// so it asks a few times over 0.75 s; a read that a truncate of this client
+// overlapped, read-ahead under way say, is never taken for loss, and a read
+// is held to the size recorded when it began, not to a larger one recorded
+// while it ran: readEpoch), and then reads another copy of a mirrored file,
+// marking the short one stale, or fails with EIO and logs it for an
+// unprotected one. Files placed before ObjectsSized existed are not
+// checked: their holes may be short objects.
 
 // extendsLocked returns the stripes whose objects a size of end covers
 // further than this client knows them to reach.
@@ -79,14 +82,28 @@ func (c *Client) extendObjects(ctx context.Context, st *inodeState, l layout.Lay
 	return nil
 }
 
-// readEpochKey carries, in a read's context, how many truncates this
-// client had begun on the file when the read began (inodeState.truncates).
+// readEpochKey carries, in a read's context, its readStart.
 type readEpochKey struct{}
 
-// readEpoch returns ctx marked with the truncates begun so far, for
-// checkLength to tell a read that a truncate overlapped.
+// readStart is what a read knew of its file when it began: how many
+// truncates this client had begun on it (inodeState.truncates), and the
+// size the metadata server recorded (metaSize), which every object
+// already reached then. A size recorded later may cover bytes that were
+// still on their way to the objects while the read read them (a write of
+// another handle of this mount, flushed meanwhile by the kernel's late
+// RELEASE; read-ahead is not ordered with later writes): it is no measure
+// of what the read should have found.
+type readStart struct {
+	truncates uint64
+	size      uint64
+}
+
+// readEpoch returns ctx marked with the read's readStart, for checkLength.
 func (st *inodeState) readEpoch(ctx context.Context) context.Context {
-	return context.WithValue(ctx, readEpochKey{}, st.truncates.Load())
+	st.mu.Lock()
+	rs := readStart{truncates: st.truncates.Load(), size: st.metaSize}
+	st.mu.Unlock()
+	return context.WithValue(ctx, readEpochKey{}, rs)
 }
 
 // errShortObject is wrapped when an object is shorter than the file size
@@ -95,8 +112,9 @@ var errShortObject = errors.New("client: object shorter than the file: data lost
 
 // checkLength returns errShortObject (wrapping EIO) if got bytes read at
 // e from a sized file's object end before the object's share of the size
-// the metadata server records. It asks the server for the size once before
-// concluding: the file may have been truncated by another client.
+// the metadata server recorded when the read began (readEpoch; or now, if
+// smaller). It asks the server for the size before concluding: the file
+// may have been truncated by another client.
 func (c *Client) checkLength(ctx context.Context, st *inodeState, l layout.Layout, e layout.Extent, got int) error {
 	if !l.ObjectsSized || uint64(got) >= e.Len {
 		return nil
@@ -107,10 +125,17 @@ func (c *Client) checkLength(ctx context.Context, st *inodeState, l layout.Layou
 	st.mu.Lock()
 	size, truncating := st.metaSize, st.truncating > 0
 	st.mu.Unlock()
-	short := func(size uint64) bool {
-		return e.ObjOff+uint64(got) < min(l.ObjectSize(size, e.Stripe), e.ObjOff+e.Len)
+	began, known := ctx.Value(readEpochKey{}).(readStart)
+	bound := func(size uint64) uint64 {
+		if known {
+			return min(size, began.size)
+		}
+		return size
 	}
-	if began, ok := ctx.Value(readEpochKey{}).(uint64); !short(size) || truncating || ok && began != st.truncates.Load() {
+	short := func(size uint64) bool {
+		return e.ObjOff+uint64(got) < min(l.ObjectSize(bound(size), e.Stripe), e.ObjOff+e.Len)
+	}
+	if !short(size) || truncating || known && began.truncates != st.truncates.Load() {
 		// While this client truncates, it cuts the objects before it
 		// records the size; the reads that overlap it (read-ahead already
 		// under way) are dropped. A read that a truncate of this client
@@ -152,5 +177,5 @@ func (c *Client) checkLength(ctx context.Context, st *inodeState, l layout.Layou
 		}
 	}
 	return fmt.Errorf("%w: ino %d stripe %d ends at %d, the file's size %d needs %d: %w",
-		errShortObject, st.ino, e.Stripe, e.ObjOff+uint64(got), a.Size, l.ObjectSize(a.Size, e.Stripe), syscall.EIO)
+		errShortObject, st.ino, e.Stripe, e.ObjOff+uint64(got), bound(a.Size), l.ObjectSize(bound(a.Size), e.Stripe), syscall.EIO)
 }

@@ -133,3 +133,38 @@ func TestSizedReadOverlappingTruncate(t *testing.T) {
 	}
 	f.Release(ctx)
 }
+
+// A read is checked against the size recorded when it began: one that
+// began before a size covering more was recorded (read-ahead under way
+// while another handle's writes landed and were flushed) may have read an
+// object before those writes reached it, which is no evidence of loss.
+// Checked against the size at its start, the same short read is loss.
+func TestSizedReadBeforeTheFileGrew(t *testing.T) {
+	e := newMirrorEnv(t)
+	c := e.client(t)
+	ctx := context.Background()
+	f, _ := createWith(t, c, "f", layout.Layout{StripeSize: 64 << 10, StripeCount: 2})
+	if _, err := f.Write(ctx, []byte("small"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := f.state()
+	l := st.layout
+	ext := layout.Extent{Stripe: 1, ObjOff: 0, Len: 64 << 10}
+	before := st.readEpoch(ctx) // stripe 1 holds nothing of 5 bytes
+	if _, err := f.Write(ctx, bytes.Repeat([]byte{7}, 300<<10), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.checkLength(before, st, l, ext, 0); err != nil {
+		t.Fatalf("a short read that began before the file grew: %v, want no loss", err)
+	}
+	if err := c.checkLength(st.readEpoch(ctx), st, l, ext, 0); !errors.Is(err, errShortObject) {
+		t.Fatalf("a short read that began after the file grew: %v, want errShortObject", err)
+	}
+	f.Release(ctx)
+}

@@ -118,6 +118,7 @@ func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
 	}
 	if grows {
 		st.end = max(st.end, end)
+		st.doneEnd = max(st.doneEnd, end)
 	}
 	if sm != proto.SpacePunch {
 		st.allocEnd = max(st.allocEnd, reserved)

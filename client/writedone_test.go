@@ -120,3 +120,68 @@ func TestTruncateAfterLateFlush(t *testing.T) {
 		t.Fatalf("size %d after a truncate to %d: the late flush's WriteDone set it back", got.Size, size)
 	}
 }
+
+// TestWriteDoneRecordsOnlyLandedWrites: a WriteDone records the end of
+// the writes that reached storage, not of one accepted and sent after the
+// flush drained (another handle's write, while the kernel's late RELEASE
+// of an earlier one flushes): a size recorded over bytes still on their
+// way is a size the objects do not back (a read meanwhile found a copy
+// "shorter than its file" and marked it stale: TestFsxMirror in CI; a
+// crash then would leave the file's tail missing).
+func TestWriteDoneRecordsOnlyLandedWrites(t *testing.T) {
+	ctx := context.Background()
+	srv := newMetaServer(t)
+	fs := fake.NewStorage()
+	c := NewWithServices(srv, fs, Config{})
+	t.Cleanup(func() { c.Close() })
+	early, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "a", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, _, err := c.Open(ctx, a.Ino, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustWrite(t, early, []byte("landed"), 0)
+	if err := early.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	entered, gate := make(chan struct{}), make(chan struct{})
+	var held atomic.Bool
+	fs.SetFault(func(op fake.Op, _ proto.TargetID, _ proto.ObjectID, _ uint64, _ int) error {
+		if op == fake.OpWrite && held.CompareAndSwap(false, true) {
+			close(entered)
+			<-gate
+		}
+		return nil
+	})
+	const far = 1 << 20
+	mustWrite(t, f, []byte("on its way"), far)
+	st := f.state()
+	st.mu.Lock()
+	st.pushAllLocked() // sent now, as the coalescer's timer would
+	st.mu.Unlock()
+	<-entered
+	// What the late flush does once it has drained: record.
+	if err := early.writeDone(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got, err := srv.GetAttr(ctx, a.Ino)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Size != 6 {
+		t.Errorf("size %d recorded while the write ending at %d was still on its way, want 6", got.Size, far+10)
+	}
+	close(gate)
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := early.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, err = srv.GetAttr(ctx, a.Ino); err != nil || got.Size != far+10 {
+		t.Fatalf("size %d (%v) once the write landed and its handle closed, want %d", got.Size, err, far+10)
+	}
+}
