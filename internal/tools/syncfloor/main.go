@@ -10,6 +10,7 @@
 //
 //	syncfloor durable DIR [--n 2000]
 //	syncfloor namespace DIR [--n 5000]
+//	syncfloor shared DIR [--n 5000] [--procs 1]
 //
 // durable writes in a scratch file in DIR, one write at a time, each
 // durable before the next starts, three ways: a 4 KiB O_DIRECT|O_DSYNC
@@ -19,6 +20,15 @@
 // nothing dirty (a cache flush alone, which no durable write can beat).
 // namespace creates --n empty files in DIR from this one process
 // (open O_CREAT|O_EXCL, close: mdtest-easy's create), then unlinks them.
+// shared is mdtest-hard's write and delete in one directory: --procs
+// workers (threads: each blocking call has one of its own) create --n
+// files of 3,901 bytes between them (open O_CREAT|O_EXCL, write, close),
+// then unlink them, each its own; it reports the phases' rates, and the
+// mean time of the open alone and of an unlink. In one directory the
+// kernel holds the directory's lock (i_rwsem) through every create's
+// lookup and create and through every unlink, whatever the file system,
+// so those times, taken with one worker, are what the directory's lock
+// is held per file.
 //
 // Output: one JSON line per figure, {"what":..., "n":..., "min_us":...,
 // "p10_us":..., "p50_us":..., "cpu_us":...} (cpu_us: this process's CPU
@@ -33,21 +43,24 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/weft-fs/weft/bench"
 	"github.com/weft-fs/weft/internal/cputime"
+	"golang.org/x/sync/errgroup"
 	"golang.org/x/sys/unix"
 )
 
 func main() {
 	if len(os.Args) < 3 {
-		fmt.Fprintln(os.Stderr, "usage: syncfloor durable|namespace DIR [--n N]")
+		fmt.Fprintln(os.Stderr, "usage: syncfloor durable|namespace|shared DIR [--n N] [--procs P]")
 		os.Exit(2)
 	}
 	mode, dir := os.Args[1], os.Args[2]
 	fs := flag.NewFlagSet(mode, flag.ExitOnError)
-	n := fs.Int("n", 0, "operations per figure (durable: 2000, namespace: 5000)")
+	n := fs.Int("n", 0, "operations per figure (durable: 2000, namespace and shared: 5000)")
+	procs := fs.Int("procs", 1, "shared: workers creating and unlinking in the one directory")
 	_ = fs.Parse(os.Args[3:])
 	var err error
 	switch mode {
@@ -55,6 +68,8 @@ func main() {
 		err = durable(dir, cmp.Or(*n, 2000))
 	case "namespace":
 		err = namespace(dir, cmp.Or(*n, 5000))
+	case "shared":
+		err = shared(dir, cmp.Or(*n, 5000), max(*procs, 1))
 	default:
 		err = fmt.Errorf("unknown mode %q", mode)
 	}
@@ -177,4 +192,80 @@ func namespace(dir string, n int) error {
 		return err
 	}
 	return timeEach("unlink", n, func(i int) error { return os.Remove(name(i)) })
+}
+
+// hardFileSize is mdtest-hard's file size (IO500's default).
+const hardFileSize = 3901
+
+// shared runs mdtest-hard's write and delete phases with procs workers in
+// one directory: see the package documentation.
+func shared(dir string, n, procs int) error {
+	work, err := os.MkdirTemp(dir, "syncfloor-shared-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	name := func(i int) string { return filepath.Join(work, fmt.Sprintf("file.%d", i)) }
+	data := make([]byte, hardFileSize)
+	var opens, unlinks atomic.Int64 // ns, summed over the workers
+	// phase runs op for files 0..n-1, worker w taking w, w+procs, ...,
+	// and prints its figure: the phase's wall time and rate, and the mean
+	// of what the worker timed inside op (inner, ns per file).
+	phase := func(what string, inner *atomic.Int64, op func(i int) error) error {
+		t0, cpu0 := time.Now(), cputime.Self()
+		var g errgroup.Group
+		for w := range procs {
+			g.Go(func() error {
+				for i := w; i < n; i += procs {
+					if err := op(i); err != nil {
+						return fmt.Errorf("%s: %w", what, err)
+					}
+				}
+				return nil
+			})
+		}
+		if err := g.Wait(); err != nil {
+			return err
+		}
+		total, cpu := time.Since(t0), cputime.Self()-cpu0
+		b, _ := json.Marshal(sharedFigure{What: what, N: n, Procs: procs, Total: total.Seconds(),
+			PerSecond: float64(n) / total.Seconds(), InnerUs: float64(inner.Load()) / 1e3 / float64(n),
+			CPU: float64(cpu) / 1e3 / float64(n)})
+		fmt.Println(string(b))
+		return nil
+	}
+	if err := phase("hard-write", &opens, func(i int) error {
+		s := time.Now()
+		f, err := os.OpenFile(name(i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		opens.Add(int64(time.Since(s)))
+		if err != nil {
+			return err
+		}
+		if _, err := f.Write(data); err != nil {
+			f.Close()
+			return err
+		}
+		return f.Close()
+	}); err != nil {
+		return err
+	}
+	return phase("hard-delete", &unlinks, func(i int) error {
+		s := time.Now()
+		err := os.Remove(name(i))
+		unlinks.Add(int64(time.Since(s)))
+		return err
+	})
+}
+
+// sharedFigure is one phase of shared: its rate, and the mean time per
+// file of the call that holds the directory's lock (the create's open,
+// the unlink).
+type sharedFigure struct {
+	What      string  `json:"what"`
+	N         int     `json:"n"`
+	Procs     int     `json:"procs"`
+	Total     float64 `json:"total_s"`
+	PerSecond float64 `json:"per_s"`
+	InnerUs   float64 `json:"locked_call_us"`
+	CPU       float64 `json:"cpu_us"`
 }
