@@ -103,6 +103,23 @@ func TestSizedLostObject(t *testing.T) {
 	}
 }
 
+// flushedFile creates a file striped over two objects of 64 KiB units,
+// writes data at 0 and flushes it; it returns the file, its state and
+// layout, and the extent of the second object's first unit.
+func flushedFile(t *testing.T, c *Client, data []byte) (*File, *inodeState, layout.Layout, layout.Extent) {
+	t.Helper()
+	ctx := context.Background()
+	f, _ := createWith(t, c, "f", layout.Layout{StripeSize: 64 << 10, StripeCount: 2})
+	if _, err := f.Write(ctx, data, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	st := f.state()
+	return f, st, st.layout, layout.Extent{Stripe: 1, ObjOff: 0, Len: 64 << 10}
+}
+
 // A read that a truncate of this client overlapped is no evidence of
 // loss, even when it is checked after the truncate ended: it may have
 // found an object cut down by the truncate and not yet grown by the next
@@ -112,16 +129,7 @@ func TestSizedReadOverlappingTruncate(t *testing.T) {
 	e := newMirrorEnv(t)
 	c := e.client(t)
 	ctx := context.Background()
-	f, _ := createWith(t, c, "f", layout.Layout{StripeSize: 64 << 10, StripeCount: 2})
-	if _, err := f.Write(ctx, bytes.Repeat([]byte{7}, 300<<10), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st := f.state()
-	l := st.layout
-	ext := layout.Extent{Stripe: 1, ObjOff: 0, Len: 64 << 10}
+	f, st, l, ext := flushedFile(t, c, bytes.Repeat([]byte{7}, 300<<10))
 	before := st.readEpoch(ctx)
 	st.beginTruncate()
 	st.endTruncate()
@@ -143,16 +151,7 @@ func TestSizedReadBeforeTheFileGrew(t *testing.T) {
 	e := newMirrorEnv(t)
 	c := e.client(t)
 	ctx := context.Background()
-	f, _ := createWith(t, c, "f", layout.Layout{StripeSize: 64 << 10, StripeCount: 2})
-	if _, err := f.Write(ctx, []byte("small"), 0); err != nil {
-		t.Fatal(err)
-	}
-	if err := f.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
-	st := f.state()
-	l := st.layout
-	ext := layout.Extent{Stripe: 1, ObjOff: 0, Len: 64 << 10}
+	f, st, l, ext := flushedFile(t, c, []byte("small"))
 	before := st.readEpoch(ctx) // stripe 1 holds nothing of 5 bytes
 	if _, err := f.Write(ctx, bytes.Repeat([]byte{7}, 300<<10), 0); err != nil {
 		t.Fatal(err)

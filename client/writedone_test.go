@@ -30,6 +30,23 @@ func (m *gatedMeta) WriteDone(ctx context.Context, ino proto.Ino, end uint64, mt
 	return m.Server.WriteDone(ctx, ino, end, mtime, blocks)
 }
 
+// twoHandles returns a client of meta and storage, and two read-write
+// handles of one new file: early (its creation's) and f.
+func twoHandles(t *testing.T, meta proto.MetaService, storage proto.StorageService) (c *Client, early, f *File, a proto.Attr) {
+	t.Helper()
+	ctx := context.Background()
+	c = NewWithServices(meta, storage, Config{})
+	t.Cleanup(func() { c.Close() })
+	early, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "a", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _, err = c.Open(ctx, a.Ino, proto.AccessReadWrite); err != nil {
+		t.Fatal(err)
+	}
+	return c, early, f, a
+}
+
 // raceLateFlush writes through one of two handles of a new file (its
 // last byte ending at off plus the data), has the other handle's release
 // flush those writes with its WriteDone held at the metadata server, and
@@ -40,16 +57,7 @@ func raceLateFlush(t *testing.T, off uint64, what string, op func(c *Client, f *
 	t.Helper()
 	ctx := context.Background()
 	srv := &gatedMeta{Server: newMetaServer(t), entered: make(chan struct{}), gate: make(chan struct{})}
-	c := NewWithServices(srv, fake.NewStorage(), Config{})
-	t.Cleanup(func() { c.Close() })
-	early, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "a", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, _, err := c.Open(ctx, a.Ino, proto.AccessReadWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	c, early, f, a := twoHandles(t, srv, fake.NewStorage())
 	mustWrite(t, f, []byte("written before the race"), off)
 
 	srv.armed.Store(true)
@@ -132,16 +140,7 @@ func TestWriteDoneRecordsOnlyLandedWrites(t *testing.T) {
 	ctx := context.Background()
 	srv := newMetaServer(t)
 	fs := fake.NewStorage()
-	c := NewWithServices(srv, fs, Config{})
-	t.Cleanup(func() { c.Close() })
-	early, a, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "a", Mode: syscall.S_IFREG | 0o644}, proto.AccessReadWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, _, err := c.Open(ctx, a.Ino, proto.AccessReadWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, early, f, a := twoHandles(t, srv, fs)
 	mustWrite(t, early, []byte("landed"), 0)
 	if err := early.Flush(ctx); err != nil {
 		t.Fatal(err)
