@@ -113,7 +113,9 @@
 //     previous fsync durable on its target before recording the size.
 //   - Size. While a file is open here, its size as reported to the caller is
 //     max(size on the metadata server, highest byte written through this
-//     client) — no metadata round trip per write. Truncate sends the unsent
+//     client) — no metadata round trip per write. The size a Flush or
+//     Fsync records (WriteDone) covers only writes that reached storage,
+//     never one of another handle still on its way. Truncate sends the unsent
 //     bytes and waits for the writes in flight, truncates every object to its share of the new size,
 //     then records the size on the metadata server.
 //   - Holes. Bytes within the file size that no object holds read as zeros.
