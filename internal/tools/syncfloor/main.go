@@ -207,17 +207,20 @@ func shared(dir string, n, procs int) error {
 	defer os.RemoveAll(work)
 	name := func(i int) string { return filepath.Join(work, fmt.Sprintf("file.%d", i)) }
 	data := make([]byte, hardFileSize)
-	var opens, unlinks atomic.Int64 // ns, summed over the workers
 	// phase runs op for files 0..n-1, worker w taking w, w+procs, ...,
 	// and prints its figure: the phase's wall time and rate, and the mean
-	// of what the worker timed inside op (inner, ns per file).
-	phase := func(what string, inner *atomic.Int64, op func(i int) error) error {
+	// of the time each op reports for its call that holds the directory's
+	// lock.
+	phase := func(what string, op func(i int) (locked time.Duration, err error)) error {
+		var inner atomic.Int64 // ns, summed over the workers
 		t0, cpu0 := time.Now(), cputime.Self()
 		var g errgroup.Group
 		for w := range procs {
 			g.Go(func() error {
 				for i := w; i < n; i += procs {
-					if err := op(i); err != nil {
+					d, err := op(i)
+					inner.Add(int64(d))
+					if err != nil {
 						return fmt.Errorf("%s: %w", what, err)
 					}
 				}
@@ -234,26 +237,25 @@ func shared(dir string, n, procs int) error {
 		fmt.Println(string(b))
 		return nil
 	}
-	if err := phase("hard-write", &opens, func(i int) error {
+	if err := phase("hard-write", func(i int) (time.Duration, error) {
 		s := time.Now()
 		f, err := os.OpenFile(name(i), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
-		opens.Add(int64(time.Since(s)))
+		d := time.Since(s)
 		if err != nil {
-			return err
+			return d, err
 		}
 		if _, err := f.Write(data); err != nil {
 			f.Close()
-			return err
+			return d, err
 		}
-		return f.Close()
+		return d, f.Close()
 	}); err != nil {
 		return err
 	}
-	return phase("hard-delete", &unlinks, func(i int) error {
+	return phase("hard-delete", func(i int) (time.Duration, error) {
 		s := time.Now()
 		err := os.Remove(name(i))
-		unlinks.Add(int64(time.Since(s)))
-		return err
+		return time.Since(s), err
 	})
 }
 
