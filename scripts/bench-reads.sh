@@ -14,15 +14,25 @@
 #            (the other jobs' files f1..f3 are then written, not measured)
 #   read1    page cache dropped, 1 job reads f0 (1 MiB blocks)
 #   read4    page cache dropped, 4 jobs read f0..f3, one file each
-#   rand4    page cache dropped, 4 jobs read 4 KiB at random offsets of
-#            f0..f3 (one file each) for --rand-time
+#   rand4w   page cache dropped, 4 jobs read 4 KiB at random offsets of
+#            f0..f3 (one file each) for --rand-time, right after the
+#            system's own writes and sequential reads
+# and then, once every system of the round is done with those:
+#   rand4    the same random reads side by side: --rand-slices slices of
+#            --rand-time / slices each, the systems in turn slice by slice,
+#            the page cache dropped before each slice. A burst of writes
+#            leaves this disk slower for some seconds whoever reads
+#            (docs/performance.md, "Random reads right after writing"),
+#            and the systems write different amounts (weft's mirror two
+#            copies), so only reads taken in turn compare their read
+#            paths under one state of the disk.
 # and, for weft and the ceiling, the CPU time (user+system, /proc/PID/stat)
 # of the daemons meanwhile: every weft process of the cluster (metadata,
 # storage, mount), the ceiling's one process. It prints each figure's
 # median over the rounds, weft's ratio to the local disk, and CPU-s per GiB
 # read (per 100,000 random reads).
 #
-#   scripts/bench-reads.sh [--rounds 3] [--size 1GiB] [--rand-time 10s]
+#   scripts/bench-reads.sh [--rounds 3] [--size 1GiB] [--rand-time 10s] [--rand-slices 4]
 #                          [--out DIR] [--base-port 7800] [--up "ARGS"]
 #                          [--systems "disk ceiling ceilingdisk weft"] [--weft BIN]
 #                          [--base BIN] [--base-up "ARGS"]
@@ -42,6 +52,7 @@ cd "$(dirname "$0")/.."
 rounds=3
 size=1GiB
 rand_time=10s
+rand_slices=4
 out=/tmp/weft-bench-reads
 base_port=7800
 up_extra=
@@ -55,6 +66,7 @@ while [ $# -gt 0 ]; do
 	--rounds) rounds=$2; shift 2 ;;
 	--size) size=$2; shift 2 ;;
 	--rand-time) rand_time=$2; shift 2 ;;
+	--rand-slices) rand_slices=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
 	--base-port) base_port=$2; shift 2 ;;
 	--up) up_extra=$2; shift 2 ;;
@@ -62,9 +74,18 @@ while [ $# -gt 0 ]; do
 	--weft) weft_bin=$(realpath "$2"); shift 2 ;;
 	--base) base_bin=$(realpath "$2"); shift 2 ;;
 	--base-up) base_up=$2; base_up_set=1; shift 2 ;;
-	*) echo "usage: bench-reads.sh [--rounds N] [--size SIZE] [--rand-time DUR] [--out DIR] [--base-port P] [--up ARGS] [--systems LIST] [--weft BIN] [--base BIN] [--base-up ARGS]" >&2; exit 2 ;;
+	*) echo "usage: bench-reads.sh [--rounds N] [--size SIZE] [--rand-time DUR] [--rand-slices N] [--out DIR] [--base-port P] [--up ARGS] [--systems LIST] [--weft BIN] [--base BIN] [--base-up ARGS]" >&2; exit 2 ;;
 	esac
 done
+# fio's runtime of one side-by-side slice, in ms.
+case $rand_time in
+*ms) rand_ms=${rand_time%ms} ;;
+*s) rand_ms=$((${rand_time%s} * 1000)) ;;
+*m) rand_ms=$((${rand_time%m} * 60000)) ;;
+*) rand_ms=$((rand_time * 1000)) ;;
+esac
+[ "$rand_slices" -ge 1 ] 2>/dev/null || { echo "bench-reads: --rand-slices must be a positive number" >&2; exit 2; }
+slice_ms=$((rand_ms / rand_slices))
 command -v fio >/dev/null || { echo "bench-reads: fio is needed (apt-get install fio)" >&2; exit 1; }
 
 rm -rf "$out"
@@ -153,6 +174,13 @@ cluster_pids() {
 	done
 }
 
+# steal_ticks: CPU time the hypervisor took from this machine's CPUs
+# (/proc/stat "steal"), in clock ticks. On this VM it follows a burst of
+# writes for some seconds, and slows every reader alike.
+steal_ticks() {
+	awk '/^cpu /{print $9; exit}' /proc/stat
+}
+
 cpu_ticks() {
 	local p t=0 v
 	for p in $1; do
@@ -220,24 +248,27 @@ jobs_for() {
 }
 
 # measure ROUND SYSTEM PHASE FIO-ARGS...: run fio, record its figures and
-# the daemons' CPU time meanwhile.
+# the daemons' CPU time meanwhile. Rows of one phase, system and round
+# (the slices of rand4) are added up.
 measure() {
 	local r=$1 s=$2 phase=$3 t0 t1 procs
 	shift 3
 	procs=$(pids_of "$s")
 	t0=$(cpu_ticks "$procs")
+	s0=$(steal_ticks)
 	fio --output-format=json --group_reporting --ioengine=psync --direct=1 "$@" >"$out/fio-$s-$phase-$r.json"
 	t1=$(cpu_ticks "$procs")
-	python3 - "$out/fio-$s-$phase-$r.json" "$r" "$s" "$phase" "$t0" "$t1" "$(getconf CLK_TCK)" >>"$results" <<'PY'
+	s1=$(steal_ticks)
+	python3 - "$out/fio-$s-$phase-$r.json" "$r" "$s" "$phase" "$t0" "$t1" "$(getconf CLK_TCK)" "$((s1 - s0))" >>"$results" <<'PY'
 import json, sys
-f, r, s, phase, t0, t1, hz = sys.argv[1:]
+f, r, s, phase, t0, t1, hz, steal = sys.argv[1:]
 j = json.load(open(f))["jobs"][0]
 d = j["write"] if phase.startswith("write") else j["read"]
 print(json.dumps({"round": int(r), "system": s, "phase": phase, "mib_s": d["bw_bytes"] / 2**20,
-                  "iops": d["iops"], "bytes": d["io_bytes"], "ops": d["total_ios"],
-                  "cpu_s": (int(t1) - int(t0)) / int(hz)}))
+                  "iops": d["iops"], "bytes": d["io_bytes"], "ops": d["total_ios"], "runtime_ms": d["runtime"],
+                  "cpu_s": (int(t1) - int(t0)) / int(hz), "steal_s": int(steal) / int(hz)}))
 PY
-	tail -1 "$results" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("  %(system)s %(phase)s: %(mib_s).0f MiB/s, %(iops).0f IOPS, daemon CPU %(cpu_s).1f s" % r)' >&2
+	tail -1 "$results" | python3 -c 'import json,sys; r=json.load(sys.stdin); print("  %(system)s %(phase)s: %(mib_s).0f MiB/s, %(iops).0f IOPS, daemon CPU %(cpu_s).1f s, CPU stolen by the host %(steal_s).2f s" % r)' >&2
 }
 
 read -r -a sys_list <<<"$systems"
@@ -263,17 +294,37 @@ for r in $(seq "$rounds"); do
 		measure "$r" "$s" read4 --rw=read --bs=1M $(jobs_for "$d" 4)
 		drop_caches
 		# shellcheck disable=SC2046
-		measure "$r" "$s" rand4 --rw=randread --bs=4k --time_based --runtime="$rand_time" $(jobs_for "$d" 4)
+		measure "$r" "$s" rand4w --rw=randread --bs=4k --time_based --runtime="$rand_time" $(jobs_for "$d" 4)
+	done
+	for k in $(seq "$rand_slices"); do
+		for s in "${order[@]}"; do
+			drop_caches
+			# shellcheck disable=SC2046
+			measure "$r" "$s" rand4 --rw=randread --bs=4k --time_based --runtime="${slice_ms}ms" $(jobs_for "$(dir_of "$s")" 4)
+		done
 	done
 done
 
 python3 - "$results" "$rounds" "$size" <<'PY'
 import json, statistics, sys
 path, rounds, size = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-rows = [json.loads(l) for l in open(path)]
+rows = []
+for l in open(path):
+    r = json.loads(l)
+    # Slices of one phase, system and round add up to one row.
+    same = [x for x in rows if (x["system"], x["phase"], x["round"]) == (r["system"], r["phase"], r["round"])]
+    if same:
+        x = same[0]
+        for k in ("bytes", "ops", "runtime_ms", "cpu_s", "steal_s"):
+            x[k] += r[k]
+        x["iops"] = x["ops"] / (x["runtime_ms"] / 1000)
+        x["mib_s"] = x["bytes"] / 2**20 / (x["runtime_ms"] / 1000)
+    else:
+        rows.append(r)
 systems = [s for s in ("disk", "ceiling", "ceilingdisk", "base", "weft") if any(r["system"] == s for r in rows)]
 phases = [("write1", "mib_s", "seq write 1 job, MiB/s"), ("read1", "mib_s", "seq read 1 job, MiB/s"),
-          ("read4", "mib_s", "seq read 4 jobs, MiB/s"), ("rand4", "iops", "4 KiB random read 4 jobs, IOPS")]
+          ("read4", "mib_s", "seq read 4 jobs, MiB/s"), ("rand4", "iops", "4 KiB random read 4 jobs, side by side, IOPS"),
+          ("rand4w", "iops", "the same right after the system's own writes, IOPS")]
 def med(s, p, k):
     v = [r[k] for r in rows if r["system"] == s and r["phase"] == p]
     return statistics.median(v) if v else None
@@ -296,6 +347,16 @@ for p, k, name in phases:
         return f"{statistics.median(per):.2f}" if per else "-"
     print(f"| {name} | " + " | ".join("-" if v is None else f"{v:,.0f}" for v in vals) + f" | {ratio} | {cpu('weft')} |"
           + (f" {cpu('base')} |" if base else ""))
+for p in ("rand4", "rand4w"):
+    per = []
+    for r in range(1, rounds + 1):
+        w = [x for x in rows if (x["system"], x["phase"], x["round"]) == ("weft", p, r)]
+        c = [x for x in rows if (x["system"], x["phase"], x["round"]) == ("ceilingdisk", p, r)]
+        if w and c:
+            per.append(f"{w[0]['iops'] / c[0]['iops']:.2f}")
+    steal = "; ".join(s + " " + ", ".join(f"{x['steal_s']:.2f}" for x in rows if x["system"] == s and x["phase"] == p) for s in systems)
+    if any(x["phase"] == p for x in rows):
+        print(f"\n{p}: weft / ceilingdisk per round " + (", ".join(per) or "-") + f"; CPU-s stolen by the host meanwhile, per round: {steal}")
 for s in ("base", "weft"):
     c = [r["cpu_s"] for r in rows if r["system"] == s and r["phase"] == "read4"]
     if c:
