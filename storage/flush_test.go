@@ -114,3 +114,44 @@ func TestSyncFSDisk(t *testing.T) {
 		t.Fatalf("SyncFS of a missing directory: %v, want ENOENT", err)
 	}
 }
+
+// TestRemoveMissingObject: removing an object that was never made (the
+// objects of a file never written, which every unlink queues) changes
+// nothing on disk and so asks for no background sync; leftovers of an
+// interrupted creation (a sidecar and a version file without their data
+// file) are removed, and synced.
+func TestRemoveMissingObject(t *testing.T) {
+	fs := &syncCounter{MemFS: newMemFS(t)}
+	tg := openMem(t, fs, TargetOptions{})
+	ctx := context.Background()
+
+	if err := tg.Remove(ctx, proto.ObjectID{Ino: 7, Stripe: 1}); err != nil {
+		t.Fatal(err)
+	}
+	tg.flushWritten()
+	if n := fs.calls(); n != 0 {
+		t.Fatalf("removing a missing object: %d syncs, want none", n)
+	}
+
+	left := proto.ObjectID{Ino: 8}
+	path := tg.objPath(left)
+	for _, name := range []string{path + ".crc", path + ".ver"} {
+		f, err := fs.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	if err := tg.Remove(ctx, left); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{path, path + ".crc", path + ".ver"} {
+		if _, err := fs.Stat(name); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s after the removal: %v, want it gone", filepath.Base(name), err)
+		}
+	}
+	tg.flushWritten()
+	if n := fs.calls(); n != 1 {
+		t.Fatalf("removing leftovers: %d syncs, want 1", n)
+	}
+}

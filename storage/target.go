@@ -975,10 +975,12 @@ func (t *Target) Sync(ctx context.Context, obj proto.ObjectID) error {
 	return err
 }
 
-// Remove deletes obj (data file, then sidecar). A missing object is not an
-// error.
+// Remove deletes obj (version file, data file, then sidecar). A missing
+// object is not an error, and costs little: the objects of files never
+// written (mdtest-easy's empty files) were never made, yet every unlink
+// queues their removal. Only a removal that removed a file marks the
+// target for the background sync.
 func (t *Target) Remove(ctx context.Context, obj proto.ObjectID) error {
-	t.markWritten()
 	if err := checkCtx(ctx); err != nil {
 		return err
 	}
@@ -986,27 +988,49 @@ func (t *Target) Remove(ctx context.Context, obj proto.ObjectID) error {
 	l.Lock()
 	defer l.Unlock()
 	var blocks uint64
-	exists := false
+	exists, dataMissing := false, false
 	if h, err := t.acquire(obj, false); err == nil {
 		blocks, exists = h.hdr.Blocks, true
 		t.cache.release(h)
-	} else if !errors.Is(err, errMissing) {
+	} else if errors.Is(err, errMissing) {
+		// No data file (acquire opened its path, under this lock: none
+		// can appear meanwhile). A sidecar or version file may still be
+		// left by a creation or removal a kill interrupted.
+		dataMissing = true
+	} else {
 		// Unreadable sidecar: remove anyway; its blocks were not counted.
 		t.logger().Warn("storage: removing an unreadable object", "object", objName(obj), "err", err)
 		exists = true
 	}
 	t.cache.drop(obj)
 	path := t.objPath(obj)
+	removed := false
+	remove := func(name string) error {
+		err := t.fs.Remove(name)
+		if err == nil {
+			if !removed {
+				removed = true
+				t.markWritten()
+			}
+			return nil
+		}
+		if errors.Is(err, os.ErrNotExist) {
+			return nil
+		}
+		return fmt.Errorf("storage: target %s object %s: remove: %w", t.dir, objName(obj), err)
+	}
 	// The version file first: one left behind (a kill in between) would
 	// give a new object of the same name the old tags and fence.
-	if err := t.fs.Remove(path + ".ver"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("storage: target %s object %s: remove: %w", t.dir, objName(obj), err)
+	if err := remove(path + ".ver"); err != nil {
+		return err
 	}
-	if err := t.fs.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("storage: target %s object %s: remove: %w", t.dir, objName(obj), err)
+	if !dataMissing {
+		if err := remove(path); err != nil {
+			return err
+		}
 	}
-	if err := t.fs.Remove(path + ".crc"); err != nil && !errors.Is(err, os.ErrNotExist) {
-		return fmt.Errorf("storage: target %s object %s: remove: %w", t.dir, objName(obj), err)
+	if err := remove(path + ".crc"); err != nil {
+		return err
 	}
 	if exists {
 		t.used.Add(-blocks * BlockSize)

@@ -162,8 +162,8 @@ func (m *MemFS) Remove(name string) error {
 	if n == nil || parent == nil {
 		return pathErr("remove", name, syscall.ENOENT)
 	}
-	if n.dir && len(n.children) > 0 {
-		return pathErr("remove", name, syscall.ENOTEMPTY)
+	if n.dir {
+		return pathErr("remove", name, syscall.EISDIR) // as unlink(2)
 	}
 	delete(parent.children, base)
 	return nil

@@ -30,7 +30,19 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 
 func (osFS) OpenDir(name string) (File, error) { return os.Open(name) }
 
-func (osFS) Remove(name string) error                    { return os.Remove(name) }
+func (osFS) Remove(name string) error {
+	for {
+		err := syscall.Unlink(name)
+		if err == syscall.EINTR {
+			continue
+		}
+		if err != nil {
+			return &os.PathError{Op: "remove", Path: name, Err: err}
+		}
+		return nil
+	}
+}
+
 func (osFS) Rename(oldname, newname string) error        { return os.Rename(oldname, newname) }
 func (osFS) MkdirAll(dir string, perm os.FileMode) error { return os.MkdirAll(dir, perm) }
 func (osFS) Stat(name string) (os.FileInfo, error)       { return os.Stat(name) }

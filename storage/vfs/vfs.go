@@ -39,6 +39,10 @@ type FS interface {
 	OpenFile(name string, flag int, perm os.FileMode) (File, error)
 	// OpenDir opens a directory so that Sync makes its entries durable.
 	OpenDir(name string) (File, error)
+	// Remove removes the file name; a missing one fails with an error
+	// matching os.ErrNotExist. It removes files only (the operating
+	// system's unlinks, in one system call, where os.Remove tries rmdir
+	// after a failed unlink).
 	Remove(name string) error
 	Rename(oldname, newname string) error
 	MkdirAll(dir string, perm os.FileMode) error

@@ -97,6 +97,17 @@ func conformance(t *testing.T, fs FS, root string) {
 	if err := fs.Remove(filepath.Join(dir, "g")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("second Remove: %v", err)
 	}
+	// Remove removes files only: an (empty) directory stays.
+	sub := filepath.Join(dir, "sub")
+	if err := fs.MkdirAll(sub, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := fs.Remove(sub); err == nil {
+		t.Fatalf("Remove of a directory succeeded")
+	}
+	if fi, err := fs.Stat(sub); err != nil || !fi.IsDir() {
+		t.Fatalf("the directory after Remove: %v, %v", fi, err)
+	}
 	if _, err := fs.Create(filepath.Join(root, "nodir", "f")); !errors.Is(err, os.ErrNotExist) {
 		t.Fatalf("Create in missing dir: %v", err)
 	}
