@@ -14,7 +14,11 @@
 # build tags: --tags-b weft_nocheck measures what permission and capability
 # checks cost, internal/checks). Each side gets a
 # fresh `weft up` (its own data directory, that build's defaults plus its
-# --up-* arguments) per round.
+# --up-* arguments) per round. The sides take turns going first (A then B
+# in odd rounds, B then A in even ones): on this machine the first cluster
+# of a round wrote small files faster than those after it in a check of
+# six builds (mdtest-hard-write by up to a third), so a fixed order
+# favours one side (docs/performance.md, "Which cluster runs first").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -91,8 +95,13 @@ run() { # run SIDE ROUND
 }
 
 for r in $(seq "$rounds"); do
-	run a "$r"
-	run b "$r"
+	if [ $((r % 2)) -eq 1 ]; then
+		run a "$r"
+		run b "$r"
+	else
+		run b "$r"
+		run a "$r"
+	fi
 done
 
 python3 - "$out" "$rounds" "$rev_a${tags_a:+ -tags $tags_a} $up_a" "$rev_b${tags_b:+ -tags $tags_b} $up_b" <<'PY'
