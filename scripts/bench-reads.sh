@@ -308,19 +308,16 @@ done
 python3 - "$results" "$rounds" "$size" <<'PY'
 import json, statistics, sys
 path, rounds, size = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-rows = []
+by_key = {}  # (system, phase, round) -> row; the slices of rand4 add up to one
 for l in open(path):
     r = json.loads(l)
-    # Slices of one phase, system and round add up to one row.
-    same = [x for x in rows if (x["system"], x["phase"], x["round"]) == (r["system"], r["phase"], r["round"])]
-    if same:
-        x = same[0]
+    x = by_key.setdefault((r["system"], r["phase"], r["round"]), r)
+    if x is not r:
         for k in ("bytes", "ops", "runtime_ms", "cpu_s", "steal_s"):
             x[k] += r[k]
         x["iops"] = x["ops"] / (x["runtime_ms"] / 1000)
         x["mib_s"] = x["bytes"] / 2**20 / (x["runtime_ms"] / 1000)
-    else:
-        rows.append(r)
+rows = list(by_key.values())
 systems = [s for s in ("disk", "ceiling", "ceilingdisk", "base", "weft") if any(r["system"] == s for r in rows)]
 phases = [("write1", "mib_s", "seq write 1 job, MiB/s"), ("read1", "mib_s", "seq read 1 job, MiB/s"),
           ("read4", "mib_s", "seq read 4 jobs, MiB/s"), ("rand4", "iops", "4 KiB random read 4 jobs, side by side, IOPS"),
@@ -350,10 +347,9 @@ for p, k, name in phases:
 for p in ("rand4", "rand4w"):
     per = []
     for r in range(1, rounds + 1):
-        w = [x for x in rows if (x["system"], x["phase"], x["round"]) == ("weft", p, r)]
-        c = [x for x in rows if (x["system"], x["phase"], x["round"]) == ("ceilingdisk", p, r)]
+        w, c = by_key.get(("weft", p, r)), by_key.get(("ceilingdisk", p, r))
         if w and c:
-            per.append(f"{w[0]['iops'] / c[0]['iops']:.2f}")
+            per.append(f"{w['iops'] / c['iops']:.2f}")
     steal = "; ".join(s + " " + ", ".join(f"{x['steal_s']:.2f}" for x in rows if x["system"] == s and x["phase"] == p) for s in systems)
     if any(x["phase"] == p for x in rows):
         print(f"\n{p}: weft / ceilingdisk per round " + (", ".join(per) or "-") + f"; CPU-s stolen by the host meanwhile, per round: {steal}")

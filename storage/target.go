@@ -1004,14 +1004,10 @@ func (t *Target) Remove(ctx context.Context, obj proto.ObjectID) error {
 	}
 	t.cache.drop(obj)
 	path := t.objPath(obj)
-	removed := false
 	remove := func(name string) error {
 		err := t.fs.Remove(name)
 		if err == nil {
-			if !removed {
-				removed = true
-				t.markWritten()
-			}
+			t.markWritten()
 			return nil
 		}
 		if errors.Is(err, os.ErrNotExist) {

@@ -31,13 +31,19 @@ func (osFS) OpenFile(name string, flag int, perm os.FileMode) (File, error) {
 func (osFS) OpenDir(name string) (File, error) { return os.Open(name) }
 
 func (osFS) Remove(name string) error {
+	return retryEINTR("remove", name, func() error { return syscall.Unlink(name) })
+}
+
+// retryEINTR runs call again while a signal interrupts it, and wraps its
+// error as op on path.
+func retryEINTR(op, path string, call func() error) error {
 	for {
-		err := syscall.Unlink(name)
+		err := call()
 		if err == syscall.EINTR {
 			continue
 		}
 		if err != nil {
-			return &os.PathError{Op: "remove", Path: name, Err: err}
+			return &os.PathError{Op: op, Path: path, Err: err}
 		}
 		return nil
 	}
@@ -104,14 +110,5 @@ func (osFS) SyncFS(dir string) error {
 		return err
 	}
 	defer f.Close()
-	for {
-		err := unix.Syncfs(int(f.Fd()))
-		if err == syscall.EINTR {
-			continue
-		}
-		if err != nil {
-			return &os.PathError{Op: "syncfs", Path: dir, Err: err}
-		}
-		return nil
-	}
+	return retryEINTR("syncfs", dir, func() error { return unix.Syncfs(int(f.Fd())) })
 }
