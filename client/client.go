@@ -114,7 +114,12 @@ type Client struct {
 	// none; noExt is set once the server answered them with ENOSYS.
 	ext   extended
 	noExt atomic.Bool
-	rel   releaser
+	// copies is the metadata service's copies of small files
+	// (copies.go), nil if it has none; noCopies is set once the server
+	// answered them with ENOSYS.
+	copies   proto.FileCopies
+	noCopies atomic.Bool
+	rel      releaser
 	// sess keeps the metadata session alive (session.go); nil when the
 	// service has no client-chosen sessions (an in-process server).
 	sess *session
@@ -185,6 +190,7 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 	c.perFile.Store(min(maxFileInflight, cfg.CacheLimit))
 	c.rows.seed = maphash.MakeSeed()
 	c.locker, _ = meta.(proto.LockService)
+	c.copies, _ = meta.(proto.FileCopies)
 	c.locks.init()
 	if x, ok := meta.(extended); ok {
 		c.ext = x
@@ -528,7 +534,7 @@ func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 			if a.IsDir() {
 				return nil, proto.Attr{}, proto.Attr{}, syscall.EISDIR
 			}
-			return c.newFile(ctx, &a, cap, want, gen), a, p, nil
+			return c.newFile(ctx, &a, cap, nil, want, gen), a, p, nil
 		}
 		if !c.noSys(err) {
 			return nil, proto.Attr{}, proto.Attr{}, err

@@ -107,6 +107,14 @@ type inodeState struct {
 	// the inode (0: none): a restripe may have replaced these objects, so
 	// each handle on this state asks to follow it (follow.go).
 	moved atomic.Uint64
+
+	// shadow (valid while shadowOK) is what this client wrote to a file
+	// it opened at size 0, to offer as the file's copy; small is the
+	// file's content from the service's copy, served to reads (both
+	// copies.go).
+	shadow   []byte
+	shadowOK bool
+	small    []byte
 }
 
 type pendingWrite struct {
@@ -174,6 +182,7 @@ func (st *inodeState) beginTruncate() layout.Layout {
 	st.truncates.Add(1)
 	st.drainLocked()
 	st.dropRALocked()
+	st.noShadowLocked()
 	return st.layout
 }
 
@@ -210,13 +219,13 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 // for want, with a its fresh attributes and cap its capability; for a
 // regular file it takes a reference on the shared state, adds the
 // capability to it and overlays this client's unreported writes on a.
-func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap []byte, want proto.Access, gen uint64) *File {
+func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap, data []byte, want proto.Access, gen uint64) *File {
 	f := &File{c: c, ino: a.Ino, gen: gen, want: want}
 	if c.sess != nil {
 		c.sess.opened(a.Ino, gen, want.Has(proto.AccessWrite))
 	}
 	if a.IsRegular() {
-		st := c.acquire(a)
+		st := c.acquire(a, data)
 		if want != 0 {
 			st.setCap(newHeldCap(ctx, cap, want))
 		}
@@ -227,7 +236,8 @@ func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap []byte, want pr
 
 // acquire returns the shared state of ino, creating it from attrs fresh from
 // Open (or merging them into the existing one), and takes a reference.
-func (c *Client) acquire(a *proto.Attr) *inodeState {
+// data is the file's copy the open answered (nil: none).
+func (c *Client) acquire(a *proto.Attr, data []byte) *inodeState {
 	c.mu.Lock()
 	st := c.open[a.Ino]
 	if st == nil || st.gen != a.Gen {
@@ -243,6 +253,8 @@ func (c *Client) acquire(a *proto.Attr) *inodeState {
 		st.cond = sync.NewCond(&st.mu)
 		st.layout = a.Layout.Clone()
 		st.metaSize = a.Size
+		st.shadowOK = a.Size == 0
+		st.installCopyLocked(data, a.Size) // nobody else has st yet
 		c.open[a.Ino] = st
 		st.refs++
 		c.mu.Unlock()
@@ -253,6 +265,7 @@ func (c *Client) acquire(a *proto.Attr) *inodeState {
 	st.mergeAttr(a)
 	st.mu.Lock()
 	st.dropRALocked() // close-to-open: nothing fetched before this open is served after it
+	st.installCopyLocked(data, a.Size)
 	st.mu.Unlock()
 	return st
 }
@@ -325,14 +338,15 @@ func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (*F
 		a   proto.Attr
 		cap []byte
 	)
+	var data []byte
 	gen, err := c.withSession(rctx, func() (err error) {
-		a, cap, err = c.meta.Open(rctx, ino, want)
+		a, cap, data, err = c.openMeta(rctx, ino, want)
 		return err
 	})
 	if err != nil {
 		return nil, proto.Attr{}, err
 	}
-	return c.newFile(ctx, &a, cap, want, gen), a, nil
+	return c.newFile(ctx, &a, cap, data, want, gen), a, nil
 }
 
 // Stale returns an error matching ESTALE if the handle belongs to a
@@ -434,6 +448,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	}
 	now := time.Now().UnixNano()
 	st.job = proto.JobFrom(ctx)
+	st.shadowLocked(p, off)
 	added := st.bufferLocked(p, off, now)
 	st.held += added
 	st.end = max(st.end, end)
@@ -562,6 +577,10 @@ func (f *File) readBufs(ctx context.Context, p []byte, off uint64) (bufs [][]byt
 	if off >= size || len(p) == 0 {
 		st.mu.Unlock()
 		return nil, noRelease, nil
+	}
+	if n, ok := st.readSmallLocked(p, off, size); ok {
+		st.mu.Unlock()
+		return [][]byte{p[:n]}, noRelease, nil
 	}
 	st.job = proto.JobFrom(ctx)
 	pieces := f.c.readAheadLocked(st, &v.ra, p, off, size)
@@ -725,6 +744,7 @@ func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 	settled := len(st.open) == 0 && len(st.inflight) == 0
 	ext := st.extendsLocked(end)
 	l, span := st.layout, max(st.size(), st.allocEnd)
+	offer := st.offerLocked(end, settled)
 	st.mu.Unlock()
 	c := st.c
 	if err := c.extendObjects(ctx, st, l, ext, end); err != nil {
@@ -735,7 +755,14 @@ func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 	blocks := st.allocatedBlocks(rctx, l, span)
 	var a proto.Attr
 	s0 := c.creating(0, "", st.ino)
+	fc := c.copiesOK()
 	err := c.handleCall(rctx, st.ino, gen, func() (err error) {
+		if offer != nil && fc != nil {
+			a, err = fc.WriteDoneCopy(rctx, st.ino, end, mtime, blocks, offer)
+			if !c.copiesNoSys(err) {
+				return err
+			}
+		}
 		a, err = c.meta.WriteDone(rctx, st.ino, end, mtime, blocks)
 		return err
 	})
@@ -745,6 +772,11 @@ func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 		return err
 	}
 	st.mu.Lock()
+	if offer != nil {
+		// Offered (or refused): the service takes a copy only from a
+		// file's first WriteDone.
+		st.noShadowLocked()
+	}
 	st.metaSize = a.Size
 	if settled && st.seq == seq {
 		st.dirty = false

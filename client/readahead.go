@@ -110,6 +110,7 @@ func (st *inodeState) dropRALocked() {
 		ch.unref()
 	}
 	st.ra.chunks = nil
+	st.small = nil // the file's copy is served where read-ahead is (copies.go)
 }
 
 // evictBehindLocked drops the chunk with the lowest offset if it lies

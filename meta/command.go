@@ -55,6 +55,10 @@ const (
 	OpLost     Op = 40 // a corrupt object nothing can repair: record it (Ino, Gen, Slots, TargetID)
 )
 
+// OpDropCopy deletes the copy of a small file's bytes (copies.go): an open
+// for writing is about to return.
+const OpDropCopy Op = 41
+
 var opNames = [...]string{
 	OpInit: "init", OpCreate: "create", OpMkdir: "mkdir", OpSymlink: "symlink", OpLink: "link",
 	OpUnlink: "unlink", OpRmdir: "rmdir", OpRename: "rename", OpSetAttr: "setattr",
@@ -68,12 +72,13 @@ var opNames = [...]string{
 	OpLost:         "lost",
 	OpMigrateBegin: "migrate-begin", OpMigrateCommit: "migrate-commit", OpMigrateAbort: "migrate-abort",
 	OpMigrateRenew: "migrate-renew",
+	OpDropCopy:     "drop-copy",
 }
 
 // validOp reports whether o is a known command op.
 func validOp(o Op) bool {
 	return (o > 0 && o < opMax) || (o >= OpSetQuota && o < opQuotaMax) || o == OpSetParam ||
-		(o >= OpCorrupt && o < opScrubMax) || o == OpLost || (o >= OpMigrateBegin && o < opMigrateMax) ||
+		(o >= OpCorrupt && o < opScrubMax) || o == OpLost || o == OpDropCopy || (o >= OpMigrateBegin && o < opMigrateMax) ||
 		(o >= OpMigrateRenew && o < opMigrateRenMax)
 }
 

@@ -34,12 +34,27 @@ type inode struct {
 	// iterator (tens of µs), on every member, for every unlink, and the
 	// answer was almost always "none".
 	Keyed uint8
+	// Flags are facts about the inode's past (inodeTruncated).
+	Flags uint8
 }
+
+// inode.Flags bits.
+const (
+	// inodeTruncated: a truncate (setattr of the size) was applied to the
+	// file. With Written false, a file without it has had no bytes
+	// recorded or cut since it was made: what a copy of its bytes
+	// requires (copies.go).
+	inodeTruncated = 1 << iota
+)
 
 // inode.Keyed bits.
 const (
 	inodeHasXattrs = 1 << iota // store.XattrKey records may exist
 	inodeHasLost               // store.LostKey records may exist
+	// inodeHasCopy: the store.AppendCopyKey record exists (copies.go).
+	// Unlike the others it is cleared when the record is deleted, so
+	// an open looks the copy up only when there is one.
+	inodeHasCopy
 	// inodeKeyedUnknown: a record older than version 6 did not say.
 	inodeKeyedUnknown = inodeHasXattrs | inodeHasLost
 )
@@ -59,8 +74,9 @@ const maxMigrated = 16
 // the generations restripes replaced (inode.Migrated: u16 count, u64
 // each); earlier records decode with none. Version 6 appends
 // inode.Keyed (u8); earlier records decode with every bit set (may have
-// such keys: look).
-const inodeVersion = 6
+// such keys: look). Version 7 appends inode.Flags (u8); earlier records
+// decode with inodeTruncated set (their past is not known).
+const inodeVersion = 7
 
 // clone returns a copy of n that shares nothing with it.
 func (n *inode) clone() *inode {
@@ -88,6 +104,7 @@ func (n *inode) appendTo(e *wire.Encoder) []byte {
 		e.U64(g)
 	}
 	e.U8(n.Keyed)
+	e.U8(n.Flags)
 	return e.B
 }
 
@@ -127,6 +144,10 @@ func decodeInode(b []byte) (*inode, error) {
 	n.Keyed = inodeKeyedUnknown
 	if v >= 6 {
 		n.Keyed = d.U8()
+	}
+	n.Flags = inodeTruncated
+	if v >= 7 {
+		n.Flags = d.U8()
 	}
 	if err := d.Done(); err != nil {
 		return nil, fmt.Errorf("meta: decode inode: %w", err)

@@ -17,22 +17,35 @@ import (
 // counts an open handle of the caller's session, so that an unlinked file
 // is kept until its last Release, and returns fresh attributes.
 func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, error) {
-	cl, err := s.caller(ctx)
+	n, cap, err := s.open(ctx, ino, want)
 	if err != nil {
 		return proto.Attr{}, nil, err
+	}
+	return n.Attr, cap, nil
+}
+
+// open is Open returning the inode: for an open for writing, as it is
+// after its copy was dropped (copies.go).
+func (s *Server) open(ctx context.Context, ino proto.Ino, want proto.Access) (*inode, []byte, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return nil, nil, err
 	}
 	s.mu.Lock()
 	if err := s.checkSessionLocked(cl.sess); err != nil {
 		s.mu.Unlock()
-		return proto.Attr{}, nil, err
+		return nil, nil, err
 	}
 	if s.reclaiming[ino] {
 		s.mu.Unlock()
-		return proto.Attr{}, nil, errnof(syscall.ENOENT, "inode %d is being removed", ino)
+		return nil, nil, errnof(syscall.ENOENT, "inode %d is being removed", ino)
 	}
-	if want.Has(proto.AccessWrite) {
-		// A writer must not get the layout a restripe is replacing.
+	write := want.Has(proto.AccessWrite)
+	if write {
+		// A writer must not get the layout a restripe is replacing, nor
+		// miss a copy of the file's bytes being taken (it drops it).
 		s.waitMigrationLocked(ino)
+		s.waitCopyLocked(ino)
 	}
 	// A retry of an Open the server saw (its reply was lost) must not
 	// count a second handle: the first attempt counted it, or released it
@@ -46,6 +59,11 @@ func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (pr
 	if err == nil {
 		err = checkAccess(cl, &n.Attr, want)
 	}
+	if err == nil && write && n.Keyed&inodeHasCopy != 0 {
+		if err = s.dropCopyForWriter(ctx, n); err == nil {
+			n, err = s.readInode(ino)
+		}
+	}
 	var cap []byte
 	if err == nil {
 		cap, err = s.issue(ctx, &n.Attr, want)
@@ -56,9 +74,9 @@ func (s *Server) Open(ctx context.Context, ino proto.Ino, want proto.Access) (pr
 			// orphan (its other handles closed meanwhile), reclaim it.
 			s.releaseOne(cl.sess, ino)
 		}
-		return proto.Attr{}, nil, err
+		return nil, nil, err
 	}
-	return n.Attr, cap, nil
+	return n, cap, nil
 }
 
 // Release implements proto.MetaService. Releasing a handle the caller's

@@ -206,7 +206,10 @@ type Server struct {
 	// migrating holds the inodes whose restripe is being committed
 	// (migrate.go); the channel closes when it is done.
 	migrating map[proto.Ino]chan struct{}
-	pending   []proto.Ino // orphans to reclaim
+	// copying holds the inodes a WriteDone offering a copy of their bytes
+	// is under way for (copies.go); the channel closes when it is done.
+	copying map[proto.Ino]chan struct{}
+	pending []proto.Ino // orphans to reclaim
 
 	kickReclaim chan struct{}
 	kickGC      chan struct{}
@@ -351,6 +354,7 @@ func New(opts Options) (*Server, error) {
 		appendEnd:   map[proto.Ino]uint64{},
 		reclaiming:  map[proto.Ino]bool{},
 		migrating:   map[proto.Ino]chan struct{}{},
+		copying:     map[proto.Ino]chan struct{}{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
 		marker:      marker,
@@ -1164,12 +1168,22 @@ func (s *Server) RemoveXattr(ctx context.Context, ino proto.Ino, name string) er
 
 // WriteDone implements proto.MetaService.
 func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64, mtime int64, blocks uint64) (proto.Attr, error) {
-	cl, err := s.caller(ctx)
+	cl, c, err := s.writeDoneCommand(ctx, ino, end, mtime, blocks)
 	if err != nil {
 		return proto.Attr{}, err
 	}
+	r, err := s.proposeAs(ctx, cl, c)
+	return r.attr, err
+}
+
+// writeDoneCommand authorizes a WriteDone and returns its command.
+func (s *Server) writeDoneCommand(ctx context.Context, ino proto.Ino, end uint64, mtime int64, blocks uint64) (caller, *Command, error) {
+	cl, err := s.caller(ctx)
+	if err != nil {
+		return caller{}, nil, err
+	}
 	if err := s.handleSession(cl.sess); err != nil {
-		return proto.Attr{}, err
+		return caller{}, nil, err
 	}
 	c := &Command{Op: OpWriteDone, Now: s.now(), Ino: ino, Size: end, Cred: cl.cred}
 	if mtime != 0 {
@@ -1181,8 +1195,7 @@ func (s *Server) WriteDone(ctx context.Context, ino proto.Ino, end uint64, mtime
 	if s.holdsWriteOpen(cl.sess, ino) {
 		c.Flags |= writeViaHandle
 	}
-	r, err := s.proposeAs(ctx, cl, c)
-	return r.attr, err
+	return cl, c, nil
 }
 
 // MarkStale implements proto.StaleMarker: it records that the objects in

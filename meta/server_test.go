@@ -154,11 +154,12 @@ func TestReclaimOldRecordXattrs(t *testing.T) {
 	if n.Keyed != inodeHasXattrs {
 		t.Fatalf("after setxattr: Keyed %#x", n.Keyed)
 	}
-	// a's record as version 5 wrote it: no Keyed byte.
+	// a's record as version 5 wrote it: no Keyed byte (nor version 7's
+	// Flags).
 	rec := n.encode()
 	rec[0] = 5
-	rec = rec[:len(rec)-1]
-	if old, err := decodeInode(rec); err != nil || old.Keyed != inodeKeyedUnknown {
+	rec = rec[:len(rec)-2]
+	if old, err := decodeInode(rec); err != nil || old.Keyed != inodeKeyedUnknown || old.Flags != inodeTruncated {
 		t.Fatalf("version 5 record: %+v %v", old, err)
 	}
 	e.srv.Close()

@@ -239,6 +239,7 @@ type droppedSession struct {
 	inodes, handles int
 	locks           int         // locks it held, released
 	last            []proto.Ino // inodes whose last open handle this was
+	written         []proto.Ino // inodes it held open for writing
 }
 
 // takeSessionLocked forgets sess and its handles in the counts.
@@ -249,6 +250,9 @@ func (s *Server) takeSessionLocked(sess session) droppedSession {
 	d := droppedSession{inodes: len(m), locks: s.locks.dropSession(sess)}
 	for ino, o := range m {
 		d.handles += o.n
+		if o.write {
+			d.written = append(d.written, ino)
+		}
 		if c := s.opens[ino] - o.n; c > 0 {
 			s.opens[ino] = c
 		} else {
@@ -277,6 +281,15 @@ func (s *Server) finishDrop(sess session, d droppedSession, why string) {
 		}
 	}
 	s.enqueueReclaim(orphans...)
+	// A writer that went away may have written objects after its file's
+	// copy was taken and never recorded it (copies.go): the copy goes.
+	for _, ino := range d.written {
+		if n, err := s.readInode(ino); err == nil && n.Keyed&inodeHasCopy != 0 {
+			if err := s.dropCopyForWriter(s.ctx, n); err != nil && !errors.Is(err, errClosed) {
+				s.log.Warn("meta: drop the copy of a file a dropped session wrote", "ino", ino, "err", err)
+			}
+		}
+	}
 	s.forgetReplies(sess)
 }
 

@@ -582,6 +582,8 @@ func (sm *stateMachine) applyAt(c *Command, index uint64, sync bool) (applyResul
 		err = t.writeDone(c)
 	case OpSetLayout:
 		err = t.setLayout(c)
+	case OpDropCopy:
+		err = t.dropCopyOp(c)
 	case OpStale:
 		err = t.stale(c)
 	case OpRegisterTarget:
@@ -1334,6 +1336,8 @@ func (t *txn) setAttr(c *Command) error {
 	}
 	if in.Valid&proto.SetSize != 0 {
 		killSuid(c.Cred, &n.Attr)
+		n.Flags |= inodeTruncated
+		t.dropCopy(n)
 		n.Size = in.Size
 		n.Mtime = c.Now
 		// The client truncates the objects to their shares of the new
@@ -1439,6 +1443,7 @@ func (t *txn) writeDone(c *Command) error {
 		}
 	}
 	killSuid(c.Cred, &n.Attr)
+	t.takeCopy(n, c) // before Written changes: it says whether the file is new
 	n.Size = max(n.Size, c.Size)
 	n.Mtime = writeMtime(n.Mtime, c)
 	n.Ctime = c.Now
@@ -1626,6 +1631,7 @@ func (t *txn) reclaimInode(n *inode, marked bool) error {
 	if marked {
 		t.b.Delete(store.OrphanKey(uint64(ino)))
 	}
+	t.dropCopy(n)
 	delete(t.cache, ino)
 	delete(t.dirty, ino)
 	t.deleted[ino] = true

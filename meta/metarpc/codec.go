@@ -831,6 +831,9 @@ func request(op uint16) (message, bool) {
 	if !ok {
 		req, _, ok = leaseMessages(op)
 	}
+	if !ok {
+		req, _, ok = copiesMessages(op)
+	}
 	return req, ok
 }
 

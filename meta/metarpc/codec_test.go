@@ -35,6 +35,11 @@ func samples() []message {
 	l := layout.Layout{StripeSize: 64 << 10, StripeCount: -1}
 	return []message{
 		&memberReq{4, "h4:7400"},
+		&openCopyReq{9, proto.AccessRead},
+		&openCopyResp{sampleAttr, []byte("cap"), []byte("bytes of a small file")},
+		&openCopyResp{Attr: sampleAttr},
+		&openCopyResp{Attr: sampleAttr, Data: []byte{}},
+		&writeDoneCopyReq{9, 21, 5, 8, []byte("bytes of a small file")},
 		&quotaReq{QuotaGroup, 7, QuotaAmounts{10, 1 << 30}},
 		&quotaResp{Quota{QuotaProject, 9, QuotaAmounts{3, 4096}, QuotaAmounts{10, 0}}},
 		&projectReq{12, 9, true},
@@ -112,15 +117,20 @@ func samples() []message {
 	}
 }
 
-// migrateOps are the restripe's ops and the leases' (not in allOps).
+// migrateOps are the restripe's ops, the leases' and the copies' (not in
+// allOps).
 func migrateOps() []uint16 {
-	return []uint16{OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew, OpLeasePoll}
+	return []uint16{OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew, OpLeasePoll,
+		OpOpenCopy, OpWriteDoneCopy}
 }
 
-// anyMessages is messages, or migrateMessages for the restripe's ops, or
-// leaseMessages for the leases'.
+// anyMessages is messages, or copiesMessages, migrateMessages or
+// leaseMessages for the copies', the restripe's and the leases' ops.
 func anyMessages(op uint16) (req, resp message, ok bool) {
 	if req, resp, ok = messages(op); ok {
+		return req, resp, ok
+	}
+	if req, resp, ok = copiesMessages(op); ok {
 		return req, resp, ok
 	}
 	if req, resp, ok = migrateMessages(op); ok {

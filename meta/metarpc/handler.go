@@ -120,6 +120,8 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		return h.callMigrate(ctx, op, req)
 	case OpLeasePoll:
 		return h.callLease(ctx, req)
+	case OpOpenCopy, OpWriteDoneCopy:
+		return h.callCopies(ctx, op, req)
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {
 			return nil, errNoExt

@@ -24,7 +24,9 @@ var opNames = map[uint16]string{
 	OpScrubReport: "scrub_report", OpScrubStart: "scrub_start", OpScrubStatus: "scrub_status",
 	OpMigrateBegin: "migrate_begin", OpMigrateCommit: "migrate_commit", OpMigrateAbort: "migrate_abort",
 	OpMigrateFollow: "migrate_follow", OpMigrateRenew: "migrate_renew",
-	OpLeasePoll: "lease_poll",
+	OpLeasePoll:     "lease_poll",
+	OpOpenCopy:      "open_copy",
+	OpWriteDoneCopy: "write_done_copy",
 }
 
 // OpName returns the name of a metadata op code, or "" if op is not one.

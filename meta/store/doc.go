@@ -38,6 +38,9 @@
 //	l <ino:8> <gen:8> <stripe:4> <target:4>
 //	                                lost object: found corrupt by the scrub with nothing
 //	                                to repair it from (value: version, time reported)
+//	f <ino:8>                       a small file's bytes, kept beside its objects so that
+//	                                an open can answer them (value: version, crc32c,
+//	                                bytes; meta/copies.go)
 //
 // A directory listing is a prefix scan of "d"+parent, continued after a name
 // by starting at "d"+parent+name+"\x00": listing is O(entries returned) at

@@ -20,6 +20,7 @@ const (
 	PrefixQuota     = 'q' // one quota account: usage and limits of a user, group or project
 	PrefixParam     = 'p' // run-time parameters set with --persist (meta/params.go)
 	PrefixLost      = 'l' // objects the scrub found corrupt that nothing can repair (meta/scrub.go)
+	PrefixCopy      = 'f' // a small file's bytes kept beside its objects (meta/copies.go)
 )
 
 // Counter names.
@@ -182,6 +183,12 @@ func ParseU64Suffix(k []byte) (uint64, bool) {
 		return 0, false
 	}
 	return binary.BigEndian.Uint64(k[1:9]), true
+}
+
+// AppendCopyKey appends "f" + ino to dst: the copy of a small file's bytes
+// (meta/copies.go).
+func AppendCopyKey(dst []byte, ino uint64) []byte {
+	return binary.BigEndian.AppendUint64(append(dst, PrefixCopy), ino)
 }
 
 // ParamKey is "p" + the parameter's name; the value is its text.

@@ -1,0 +1,121 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+// Copies of small files' bytes (proto.FileCopies): a file of at most
+// proto.MaxFileCopy bytes that this client writes whole from size 0 offers
+// its bytes with the WriteDone that first records them, and an open for
+// reading of a file with a copy gets the bytes with the attributes, so its
+// reads need no storage server.
+//
+// Invariants (under inodeState.mu):
+//   - shadowOK says shadow holds every byte this client wrote to the file
+//     since it was opened here at size 0 (zeros in holes, len(shadow) the
+//     end of the furthest write), and that nothing else this client did
+//     to the file (a truncate, fallocate, a copy into it) changed its
+//     bytes. It starts true only for a state made from attributes of
+//     size 0, is cleared for good by any of those and by a write past
+//     proto.MaxFileCopy, and after the WriteDone that offered the shadow
+//     (the service takes a copy only from a file's first WriteDone).
+//   - small, when not nil, is the file's content as the service's copy
+//     gave it at the last open, len(small) == the size then; it is only
+//     set while this client has no write of the file unrecorded, and
+//     dropRALocked drops it wherever it drops read-ahead (a write, a
+//     truncate, a flush, an open, a lock, the last release), so it is
+//     served exactly where fetched read-ahead would be.
+
+// copiesOK returns the metadata service's copies, nil if it has none (or
+// answered them with ENOSYS).
+func (c *Client) copiesOK() proto.FileCopies {
+	if c.copies == nil || c.noCopies.Load() {
+		return nil
+	}
+	return c.copies
+}
+
+// copiesNoSys reports whether err says the service lacks the copies' ops,
+// and then stops using them.
+func (c *Client) copiesNoSys(err error) bool {
+	if errors.Is(err, syscall.ENOSYS) {
+		c.noCopies.Store(true)
+		return true
+	}
+	return false
+}
+
+// openMeta opens ino on the metadata service, with the file's copy when
+// the service keeps one and want is read-only.
+func (c *Client) openMeta(ctx context.Context, ino proto.Ino, want proto.Access) (a proto.Attr, cap, data []byte, err error) {
+	if fc := c.copiesOK(); fc != nil && !want.Has(proto.AccessWrite) {
+		a, cap, data, err = fc.OpenCopy(ctx, ino, want)
+		if !c.copiesNoSys(err) {
+			return a, cap, data, err
+		}
+	}
+	a, cap, err = c.meta.Open(ctx, ino, want)
+	return a, cap, nil, err
+}
+
+// shadowLocked records a write of p at off in the shadow, or gives the
+// shadow up if the file grows past what a copy may hold.
+func (st *inodeState) shadowLocked(p []byte, off uint64) {
+	if !st.shadowOK {
+		return
+	}
+	end := off + uint64(len(p))
+	if end > proto.MaxFileCopy {
+		st.noShadowLocked()
+		return
+	}
+	if uint64(len(st.shadow)) < end {
+		if uint64(cap(st.shadow)) < end {
+			grown := make([]byte, end, proto.MaxFileCopy)
+			copy(grown, st.shadow)
+			st.shadow = grown
+		} else {
+			st.shadow = st.shadow[:end]
+		}
+	}
+	copy(st.shadow[off:], p)
+}
+
+// noShadowLocked gives the shadow up for good.
+func (st *inodeState) noShadowLocked() {
+	st.shadowOK = false
+	st.shadow = nil
+}
+
+// offerLocked returns the shadow to offer as the file's copy with a
+// WriteDone recording end, or nil: only when the shadow is the file's
+// whole content up to end, every write sent.
+func (st *inodeState) offerLocked(end uint64, settled bool) []byte {
+	if !st.shadowOK || !settled || end == 0 || uint64(len(st.shadow)) != end || st.end != end || st.err != nil {
+		return nil
+	}
+	return st.shadow
+}
+
+// installCopyLocked keeps data, the file's content from the service's
+// copy at this open, to serve reads, if nothing this client did since
+// could be missing from it.
+func (st *inodeState) installCopyLocked(data []byte, size uint64) {
+	if data == nil || uint64(len(data)) != size || st.dirty || len(st.open) > 0 || len(st.inflight) > 0 || st.truncating > 0 || st.size() != size {
+		return
+	}
+	st.small = data
+}
+
+// readSmallLocked serves a read from the copy: n bytes into p, ok false if
+// there is no copy to serve it.
+func (st *inodeState) readSmallLocked(p []byte, off, size uint64) (n int, ok bool) {
+	if st.small == nil || uint64(len(st.small)) != size || off >= size {
+		return 0, false
+	}
+	return copy(p, st.small[off:]), true
+}

@@ -1,0 +1,145 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"math/rand/v2"
+	"syscall"
+	"testing"
+
+	"github.com/weft-fs/weft/internal/fake"
+	"github.com/weft-fs/weft/proto"
+)
+
+// TestFileCopies: a small file written whole by one client is read by
+// another from the metadata service's copy, without a storage read; once
+// anything rewrites it (a later write through the same handle, another
+// open for writing), readers get the new bytes from the objects. A file
+// over proto.MaxFileCopy has no copy.
+func TestFileCopies(t *testing.T) {
+	ctx := context.Background()
+	srv := newMetaServer(t)
+	stor := fake.NewStorage()
+	writer := NewWithServices(srv, stor, Config{})
+	defer writer.Close()
+	reader := NewWithServices(srv, stor, Config{})
+	defer reader.Close()
+
+	rng := rand.New(rand.NewPCG(1, 2))
+	fill := func(n int) []byte {
+		b := make([]byte, n)
+		for i := range b {
+			b[i] = byte(rng.Uint32())
+		}
+		return b
+	}
+	create := func(name string) *File {
+		t.Helper()
+		f, _, _, err := writer.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: name, Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	write := func(f *File, p []byte, off uint64) {
+		t.Helper()
+		if _, err := f.Write(ctx, p, off); err != nil {
+			t.Fatal(err)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// read opens ino on c for reading and returns the whole file and the
+	// storage reads it took.
+	read := func(c *Client, ino proto.Ino) ([]byte, int) {
+		t.Helper()
+		before := stor.Calls(fake.OpRead)
+		f, a, err := c.Open(ctx, ino, proto.AccessRead)
+		must(err)
+		p := make([]byte, a.Size+100)
+		n, err := f.Read(ctx, p, 0)
+		must(err)
+		must(f.Release(ctx))
+		return p[:n], stor.Calls(fake.OpRead) - before
+	}
+
+	// Written in two writes, out of order, then closed.
+	data := fill(3901)
+	f := create("small")
+	write(f, data[2000:], 2000)
+	write(f, data[:2000], 0)
+	must(f.Flush(ctx))
+	must(f.Release(ctx))
+	got, reads := read(reader, f.Ino())
+	if !bytes.Equal(got, data) {
+		t.Fatalf("read %d bytes, not what was written", len(got))
+	}
+	if reads != 0 {
+		t.Errorf("reading the small file took %d storage reads, want 0 (its copy)", reads)
+	}
+
+	// Another open for writing drops the copy; what it writes is read,
+	// also by a reader that kept a handle open meanwhile (close-to-open:
+	// its next open sees the new bytes).
+	held, _, err := reader.Open(ctx, f.Ino(), proto.AccessRead)
+	must(err)
+	w, _, err := writer.Open(ctx, f.Ino(), proto.AccessReadWrite)
+	must(err)
+	write(w, []byte("XYZ"), 10)
+	must(w.Flush(ctx))
+	must(w.Release(ctx))
+	copy(data[10:], "XYZ")
+	got, reads = read(reader, f.Ino())
+	if !bytes.Equal(got, data) {
+		t.Fatalf("after a rewrite: read %q..., want %q...", got[:16], data[:16])
+	}
+	if reads == 0 {
+		t.Errorf("after a rewrite the file was still read from a copy")
+	}
+	must(held.Release(ctx))
+
+	// Written again through the handle that offered the copy.
+	data = fill(100)
+	g := create("again")
+	write(g, data, 0)
+	must(g.Flush(ctx))
+	write(g, []byte("later"), 50)
+	must(g.Flush(ctx))
+	copy(data[50:], "later")
+	if got, _ := read(reader, g.Ino()); !bytes.Equal(got, data) {
+		t.Fatalf("after a second write through the same handle: %q", got)
+	}
+	must(g.Release(ctx))
+
+	// Too big for a copy, and a file with a hole in it.
+	data = fill(proto.MaxFileCopy + 1)
+	h := create("big")
+	write(h, data, 0)
+	must(h.Release(ctx))
+	if got, reads := read(reader, h.Ino()); !bytes.Equal(got, data) || reads == 0 {
+		t.Fatalf("a file over the copy limit: read back equal %v, %d storage reads", bytes.Equal(got, data), reads)
+	}
+	data = make([]byte, 3000)
+	copy(data[2990:], "tail")
+	s := create("sparse")
+	write(s, data[2990:], 2990)
+	must(s.Release(ctx))
+	if got, reads := read(reader, s.Ino()); !bytes.Equal(got, data) || reads != 0 {
+		t.Fatalf("a sparse small file: read back equal %v, %d storage reads", bytes.Equal(got, data), reads)
+	}
+
+	// Truncated before it was closed: no copy, the truncate's zeros read.
+	data = fill(200)
+	tr := create("truncated")
+	write(tr, data, 0)
+	_, err = tr.Truncate(ctx, 50)
+	must(err)
+	must(tr.Release(ctx))
+	if got, _ := read(reader, tr.Ino()); !bytes.Equal(got, data[:50]) {
+		t.Fatalf("truncated file: read %d bytes, want its first 50", len(got))
+	}
+}

@@ -1,0 +1,208 @@
+package meta
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"syscall"
+
+	"github.com/weft-fs/weft/meta/store"
+	"github.com/weft-fs/weft/proto"
+)
+
+// Copies of small files' bytes (proto.FileCopies).
+//
+// A file of at most proto.MaxFileCopy bytes may have a copy of its whole
+// content in the store (key store.AppendCopyKey, inode.Keyed's
+// inodeHasCopy), so that an open for reading answers the bytes with the
+// attributes and the reader needs no storage server. The objects remain
+// the file's data: the copy is a cache the state machine keeps exact.
+//
+// Invariant: if a file has a copy, its bytes are the copy. Kept by
+//   - taking a copy only from the WriteDone that first records a file's
+//     bytes: the file never had a WriteDone (inode.Written) nor a truncate
+//     (inodeTruncated), so the writer's bytes, which it has whole from
+//     size 0, are all the file holds; and only if no other session holds
+//     the file open for writing (the proposer checks, and marks the
+//     command writeWithCopy), as another writer's bytes may be in the
+//     objects without a WriteDone yet;
+//   - dropping it in the same batch as anything that may change the
+//     bytes: every other WriteDone (a later one of the same writer
+//     included), a truncate, the inode's removal;
+//   - dropping it when a session that held the file open for writing
+//     ends (a client that wrote again after offering the copy and died
+//     before recording it: those bytes were never acknowledged, but a
+//     copy would hide them only until it is dropped);
+//   - dropping it (OpDropCopy) before an open for writing returns: no
+//     writer that opens after a copy was taken can write without it
+//     gone. The open waits for a copy's WriteDone under way (copying),
+//     and counts its handle before it looks, so a copy proposed later
+//     sees the writer and is refused.
+//
+// A copy proposed while the server is in its grace period (it may not
+// know every session's handles yet) is refused.
+
+// copyRecordVersion is the first byte of a copy record: u8 version, u32
+// crc32c of the bytes, the bytes.
+const copyRecordVersion = 1
+
+var castagnoli = crc32.MakeTable(crc32.Castagnoli)
+
+// appendCopyRecord appends the record of data to dst.
+func appendCopyRecord(dst, data []byte) []byte {
+	dst = append(dst, copyRecordVersion)
+	dst = binary.BigEndian.AppendUint32(dst, crc32.Checksum(data, castagnoli))
+	return append(dst, data...)
+}
+
+// decodeCopyRecord returns the bytes of a copy record after checking its
+// version and checksum.
+func decodeCopyRecord(v []byte) ([]byte, error) {
+	if len(v) < 5 {
+		return nil, fmt.Errorf("copy record of %d bytes", len(v))
+	}
+	if v[0] != copyRecordVersion {
+		return nil, fmt.Errorf("copy record version %d not supported", v[0])
+	}
+	data := v[5:]
+	if want, got := binary.BigEndian.Uint32(v[1:5]), crc32.Checksum(data, castagnoli); want != got {
+		return nil, fmt.Errorf("copy record checksum %08x, its bytes sum to %08x", want, got)
+	}
+	return data, nil
+}
+
+// writeWithCopy (OpWriteDone): the command's Value is the file's whole
+// content, offered as its copy; the proposer found no other session with
+// the file open for writing.
+const writeWithCopy = 2
+
+// takeCopy applies the copy a WriteDone offers, if the file may have one,
+// or drops the copy the file had: n is the file before the WriteDone
+// changes it.
+func (t *txn) takeCopy(n *inode, c *Command) {
+	fresh := !n.Written && n.Flags&inodeTruncated == 0
+	if c.Flags&writeWithCopy != 0 && fresh && len(c.Value) > 0 && len(c.Value) <= proto.MaxFileCopy &&
+		uint64(len(c.Value)) == c.Size {
+		t.setScratch(store.AppendCopyKey(t.sm.kb, uint64(n.Ino)), appendCopyRecord(t.sm.vb, c.Value))
+		n.Keyed |= inodeHasCopy
+		return
+	}
+	t.dropCopy(n)
+}
+
+// dropCopy deletes n's copy, if it has one, in the txn's batch; the caller
+// puts n.
+func (t *txn) dropCopy(n *inode) {
+	if n.Keyed&inodeHasCopy == 0 {
+		return
+	}
+	t.deleteScratch(store.AppendCopyKey(t.sm.kb, uint64(n.Ino)))
+	n.Keyed &^= inodeHasCopy
+}
+
+// dropCopyOp applies OpDropCopy: the file's copy goes (an open for
+// writing is about to return).
+func (t *txn) dropCopyOp(c *Command) error {
+	n, err := t.get(c.Ino)
+	if err != nil || n.Keyed&inodeHasCopy == 0 {
+		return err
+	}
+	t.dropCopy(n)
+	t.put(n)
+	return nil
+}
+
+// waitCopyLocked waits (s.mu held, released meanwhile) until no WriteDone
+// offering a copy of ino is under way.
+func (s *Server) waitCopyLocked(ino proto.Ino) {
+	for ch := s.copying[ino]; ch != nil; ch = s.copying[ino] {
+		s.mu.Unlock()
+		<-ch
+		s.mu.Lock()
+	}
+}
+
+// dropCopyForWriter drops n's copy before an open for writing returns
+// (the open counted its handle first: no copy is taken after this).
+func (s *Server) dropCopyForWriter(ctx context.Context, n *inode) error {
+	if n.Keyed&inodeHasCopy == 0 {
+		return nil
+	}
+	_, err := s.propose(ctx, &Command{Op: OpDropCopy, Now: s.now(), Ino: n.Ino})
+	return err
+}
+
+// OpenCopy implements proto.FileCopies.
+func (s *Server) OpenCopy(ctx context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, []byte, error) {
+	n, cap, err := s.open(ctx, ino, want)
+	if err != nil {
+		return proto.Attr{}, nil, nil, err
+	}
+	if want.Has(proto.AccessWrite) || n.Keyed&inodeHasCopy == 0 || n.Size == 0 || n.Size > proto.MaxFileCopy {
+		return n.Attr, cap, nil, nil
+	}
+	return n.Attr, cap, s.loadCopy(n), nil
+}
+
+// loadCopy returns n's copy if it is there and whole, of n's size; nil
+// otherwise (a copy dropped since n was read, a damaged record: the
+// reader reads the objects).
+func (s *Server) loadCopy(n *inode) []byte {
+	v, err := s.st.Get(store.AppendCopyKey(nil, uint64(n.Ino)))
+	if err != nil {
+		if !errors.Is(err, store.ErrNotFound) {
+			s.log.Error("meta: reading a file's copy", "ino", n.Ino, "err", err)
+		}
+		return nil
+	}
+	data, err := decodeCopyRecord(v)
+	if err != nil {
+		s.log.Error("meta: a file's copy is damaged; its reader reads the objects", "ino", n.Ino, "err", err)
+		return nil
+	}
+	if uint64(len(data)) != n.Size {
+		return nil // taken or dropped since n was read
+	}
+	return data
+}
+
+// WriteDoneCopy implements proto.FileCopies.
+func (s *Server) WriteDoneCopy(ctx context.Context, ino proto.Ino, end uint64, mtime int64, blocks uint64, data []byte) (proto.Attr, error) {
+	if len(data) > proto.MaxFileCopy || uint64(len(data)) != end {
+		return proto.Attr{}, errnof(syscall.EINVAL, "copy of %d bytes for a file of %d (at most %d)", len(data), end, proto.MaxFileCopy)
+	}
+	cl, c, err := s.writeDoneCommand(ctx, ino, end, mtime, blocks)
+	if err != nil {
+		return proto.Attr{}, err
+	}
+	s.mu.Lock()
+	var done chan struct{}
+	if c.Flags&writeViaHandle != 0 && !s.inGrace() && s.copying[ino] == nil && !s.otherWriterLocked(cl.sess, ino) {
+		done = make(chan struct{})
+		s.copying[ino] = done
+		c.Flags |= writeWithCopy
+		c.Value = data
+	}
+	s.mu.Unlock()
+	r, err := s.proposeAs(ctx, cl, c)
+	if done != nil {
+		s.mu.Lock()
+		delete(s.copying, ino)
+		s.mu.Unlock()
+		close(done)
+	}
+	return r.attr, err
+}
+
+// otherWriterLocked reports whether a session other than sess holds ino
+// open for writing.
+func (s *Server) otherWriterLocked(sess session, ino proto.Ino) bool {
+	for other, m := range s.sessOpens {
+		if o := m[ino]; other != sess && o.n > 0 && o.write {
+			return true
+		}
+	}
+	return false
+}

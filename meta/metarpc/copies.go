@@ -1,0 +1,145 @@
+package metarpc
+
+import (
+	"context"
+	"fmt"
+	"syscall"
+
+	"github.com/weft-fs/weft/proto"
+	"github.com/weft-fs/weft/wire"
+)
+
+// Copies of small files' bytes (proto.FileCopies; ops 48..49 are this
+// file's). A server without them answers ENOSYS, and the client then opens
+// and records writes without copies.
+const (
+	// OpOpenCopy is Open answering the file's copy too.
+	OpOpenCopy uint16 = 48
+	// OpWriteDoneCopy is WriteDone offering the file's whole content as
+	// its copy.
+	OpWriteDoneCopy uint16 = 49
+)
+
+// copiesVersion is the first byte of every message of these ops:
+//
+//	open request: u8 version, u64 ino, u8 access
+//	open answer: u8 version, attributes, bytes capability, bool has copy,
+//	  bytes copy (only if it has one)
+//	write-done request: u8 version, u64 ino, u64 end, i64 mtime,
+//	  u64 blocks, bytes copy (answered with attributes)
+//
+// The frames' CRC32C covers the bytes on the wire; the server keeps the
+// copy with a checksum of its own.
+const copiesVersion = 1
+
+func checkCopiesVersion(d *wire.Decoder, what string) {
+	if v := d.U8(); d.Err() == nil && v != copiesVersion {
+		d.Fail(fmt.Errorf("metarpc: %s of version %d not supported (this side reads %d)", what, v, copiesVersion))
+	}
+}
+
+type openCopyReq struct {
+	Ino  proto.Ino
+	Want proto.Access
+}
+
+func (m *openCopyReq) encode(e *wire.Encoder) {
+	e.U8(copiesVersion)
+	e.U64(uint64(m.Ino))
+	e.U8(uint8(m.Want))
+}
+
+func (m *openCopyReq) decode(d *wire.Decoder) {
+	checkCopiesVersion(d, "open-copy request")
+	m.Ino = proto.Ino(d.U64())
+	m.Want = proto.Access(d.U8())
+}
+
+type openCopyResp struct {
+	Attr proto.Attr
+	Cap  []byte
+	Data []byte // nil: no copy
+}
+
+func (m *openCopyResp) encode(e *wire.Encoder) {
+	e.U8(copiesVersion)
+	m.Attr.Encode(e)
+	e.Bytes(m.Cap)
+	e.Bool(m.Data != nil)
+	if m.Data != nil {
+		e.Bytes(m.Data)
+	}
+}
+
+func (m *openCopyResp) decode(d *wire.Decoder) {
+	checkCopiesVersion(d, "open-copy answer")
+	m.Attr.Decode(d)
+	m.Cap = decodeCap(d)
+	if d.Bool() {
+		m.Data = append([]byte{}, d.BytesMax(proto.MaxFileCopy)...) // not the frame's memory
+	}
+}
+
+type writeDoneCopyReq struct {
+	Ino    proto.Ino
+	End    uint64
+	Mtime  int64
+	Blocks uint64
+	Data   []byte
+}
+
+func (m *writeDoneCopyReq) encode(e *wire.Encoder) {
+	e.U8(copiesVersion)
+	e.U64(uint64(m.Ino))
+	e.U64(m.End)
+	e.I64(m.Mtime)
+	e.U64(m.Blocks)
+	e.Bytes(m.Data)
+}
+
+func (m *writeDoneCopyReq) decode(d *wire.Decoder) {
+	checkCopiesVersion(d, "write-done-copy request")
+	m.Ino = proto.Ino(d.U64())
+	m.End = d.U64()
+	m.Mtime = d.I64()
+	m.Blocks = d.U64()
+	m.Data = append([]byte(nil), d.BytesMax(proto.MaxFileCopy)...) // not the frame's memory
+}
+
+// copiesMessages returns the request and response of a copies op.
+func copiesMessages(op uint16) (req, resp message, ok bool) {
+	switch op {
+	case OpOpenCopy:
+		return &openCopyReq{}, &openCopyResp{}, true
+	case OpWriteDoneCopy:
+		return &writeDoneCopyReq{}, &attrResp{}, true
+	}
+	return nil, nil, false
+}
+
+func (h *handler) callCopies(ctx context.Context, op uint16, req message) (message, error) {
+	fc, ok := h.svc.(proto.FileCopies)
+	if !ok {
+		return nil, fmt.Errorf("metarpc: the service keeps no copies of small files: %w", syscall.ENOSYS)
+	}
+	switch r := req.(type) {
+	case *openCopyReq:
+		a, cap, data, err := fc.OpenCopy(ctx, r.Ino, r.Want)
+		return &openCopyResp{a, cap, data}, err
+	case *writeDoneCopyReq:
+		return attrOut(fc.WriteDoneCopy(ctx, r.Ino, r.End, r.Mtime, r.Blocks, r.Data))
+	}
+	return nil, fmt.Errorf("metarpc: op %d is not a copies op: %w", op, syscall.EINVAL)
+}
+
+// OpenCopy implements proto.FileCopies.
+func (c *Client) OpenCopy(ctx context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, []byte, error) {
+	var r openCopyResp
+	err := c.mutate(ctx, OpOpenCopy, &openCopyReq{ino, want}, &r)
+	return r.Attr, r.Cap, r.Data, err
+}
+
+// WriteDoneCopy implements proto.FileCopies.
+func (c *Client) WriteDoneCopy(ctx context.Context, ino proto.Ino, end uint64, mtime int64, blocks uint64, data []byte) (proto.Attr, error) {
+	return c.mutAttr(ctx, OpWriteDoneCopy, &writeDoneCopyReq{ino, end, mtime, blocks, data})
+}
