@@ -12,7 +12,15 @@
 #   ceiling      the same loopback over tmpfs: the FUSE ceiling
 #   weft         a default `weft up` (its data under --out), plus --up
 #
-# Per system and round: files read per second, disk reads per file (from
+# --data random (the default) fills every file with bytes of its own from
+# os.urandom, which nothing can compress (weft's metadata service keeps
+# small files' copies in pebble, whose tables compress); --data x writes
+# 3,901 'x' bytes, as the script did before session 26. --restart stops
+# and starts weft (the same data) before each of its read rounds, so its
+# daemons read with empty caches of their own, as the other systems do
+# after the page cache is dropped.
+#
+# Per system and round: files read per second, disk reads and KiB read per file (from
 # /proc/diskstats, the device holding --disk-dir), the machine's CPU per
 # file (all of /proc/stat) and how idle it was; then the medians and
 # weft's ratios to the ceiling and to ceilingdisk. weft's data goes in
@@ -22,6 +30,7 @@
 #   scripts/bench-hard-read.sh [--rounds 2] [--procs 4] [--files 2000]
 #                              [--disk-dir /var/tmp] [--base-port 7800]
 #                              [--weft BIN] [--up "ARGS"] [--out DIR]
+#                              [--data random|x] [--restart]
 #
 # Run as root (dropping the page cache and mounting need it).
 set -euo pipefail
@@ -35,7 +44,9 @@ base_port=7800
 weft=
 up_args=
 out=/tmp/weft-bench-hard-read
-usage="usage: bench-hard-read.sh [--rounds N] [--procs N] [--files N] [--disk-dir DIR] [--base-port P] [--weft BIN] [--up ARGS] [--out DIR]"
+data=random
+restart=false
+usage="usage: bench-hard-read.sh [--rounds N] [--procs N] [--files N] [--disk-dir DIR] [--base-port P] [--weft BIN] [--up ARGS] [--out DIR] [--data random|x] [--restart]"
 while [ $# -gt 0 ]; do
 	case "$1" in
 	--rounds) rounds=$2; shift 2 ;;
@@ -46,10 +57,13 @@ while [ $# -gt 0 ]; do
 	--weft) weft=$2; shift 2 ;;
 	--up) up_args=$2; shift 2 ;;
 	--out) out=$2; shift 2 ;;
+	--data) data=$2; shift 2 ;;
+	--restart) restart=true; shift ;;
 	*) echo "$usage" >&2; exit 2 ;;
 	esac
 done
 command -v python3 >/dev/null || { echo "bench-hard-read: python3 is needed" >&2; exit 1; }
+case "$data" in random | x) ;; *) echo "$usage" >&2; exit 2 ;; esac
 
 rm -rf "$out"
 mkdir -p "$out"
@@ -68,15 +82,20 @@ unmount() {
 		fusermount3 -u -z "$1" 2>/dev/null || umount -l "$1" 2>/dev/null || true
 	fi
 }
-cleanup() {
-	for p in $cd_pid $t_pid; do kill -TERM "$p" 2>/dev/null || true; done
-	unmount "$out/cmnt"
-	unmount "$out/tmnt"
+stop_weft() {
 	if [ -n "$up_pid" ]; then
 		kill -TERM "$up_pid" 2>/dev/null || true
 		wait "$up_pid" 2>/dev/null || true
+		up_pid=
 	fi
 	unmount "$out/wmnt"
+}
+cleanup() {
+	set +e
+	for p in $cd_pid $t_pid; do kill -TERM "$p" 2>/dev/null || true; done
+	unmount "$out/cmnt"
+	unmount "$out/tmnt"
+	stop_weft
 	for p in $cd_pid $t_pid; do wait "$p" 2>/dev/null || true; done
 	[ -z "$work" ] || rm -rf "$work"
 	[ -z "$shm" ] || rm -rf "$shm"
@@ -91,15 +110,18 @@ GOMAXPROCS=8 "$out/ceilingmount" "$work/cdata" "$out/cmnt" >"$out/ceilingdisk.lo
 cd_pid=$!
 GOMAXPROCS=8 "$out/ceilingmount" "$shm/data" "$out/tmnt" >"$out/ceiling.log" 2>&1 &
 t_pid=$!
-# shellcheck disable=SC2086 # --up is a list of arguments
-"$weft" up --data "$work/weft" --mount "$out/wmnt" --base-port "$base_port" --log-level warn $up_args >"$out/up.log" 2>&1 &
-up_pid=$!
-for _ in $(seq 600); do
-	grep -q "weft is up" "$out/up.log" && break
-	kill -0 "$up_pid" 2>/dev/null || { echo "bench-hard-read: weft up exited (see $out/up.log)" >&2; exit 1; }
-	sleep 0.5
-done
-grep -q "weft is up" "$out/up.log" || { echo "bench-hard-read: weft up is not up after 300 s (see $out/up.log)" >&2; exit 1; }
+start_weft() {
+	# shellcheck disable=SC2086 # --up is a list of arguments
+	"$weft" up --data "$work/weft" --mount "$out/wmnt" --base-port "$base_port" --log-level warn $up_args >"$out/up.log" 2>&1 &
+	up_pid=$!
+	for _ in $(seq 600); do
+		grep -q "weft is up" "$out/up.log" && break
+		kill -0 "$up_pid" 2>/dev/null || { echo "bench-hard-read: weft up exited (see $out/up.log)" >&2; exit 1; }
+		sleep 0.5
+	done
+	grep -q "weft is up" "$out/up.log" || { echo "bench-hard-read: weft up is not up after 300 s (see $out/up.log)" >&2; exit 1; }
+}
+start_weft
 for m in "$out/cmnt" "$out/tmnt" "$out/wmnt"; do
 	mountpoint -q "$m" || { echo "bench-hard-read: $m is not mounted (see $out/*.log)" >&2; exit 1; }
 done
@@ -108,8 +130,8 @@ cat >"$out/hard.py" <<'PY'
 import os, sys
 d, mode, n, rank = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
 if mode == "write":
-    data = b"x" * 3901
     for i in range(n):
+        data = os.urandom(3901) if sys.argv[5] == "random" else b"x" * 3901
         fd = os.open(f"{d}/f{rank}.{i}", os.O_CREAT | os.O_WRONLY, 0o644)
         os.write(fd, data)
         os.close(fd)
@@ -131,7 +153,7 @@ run() {
 	local d=${dirs[$1]}/hard lp="" i
 	mkdir -p "$d"
 	for i in $(seq "$procs"); do
-		python3 "$out/hard.py" "$d" "$2" "$files" "$i" >"$out/$1.$2.$i" &
+		python3 "$out/hard.py" "$d" "$2" "$files" "$i" "$data" >"$out/$1.$2.$i" &
 		lp="$lp $!"
 	done
 	for i in $lp; do
@@ -140,7 +162,8 @@ run() {
 }
 
 machine() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
-reads() { awk -v d="$dev" '$3==d {print $4}' /proc/diskstats; }
+# reads: requests completed and sectors (512 bytes) read.
+reads() { awk -v d="$dev" '$3==d {print $4, $6}' /proc/diskstats; }
 
 for s in $systems; do
 	echo "== writing $procs x $files files on $s" >&2
@@ -148,28 +171,32 @@ for s in $systems; do
 done
 for round in $(seq "$rounds"); do
 	for s in $systems; do
+		if [ "$s" = weft ] && $restart; then
+			stop_weft
+			start_weft
+		fi
 		sync
 		echo 3 >/proc/sys/vm/drop_caches
 		read -r i0 m0 < <(machine)
-		r0=$(reads)
+		read -r r0 k0 < <(reads)
 		t0=$(date +%s.%N)
 		run "$s" read
 		t1=$(date +%s.%N)
-		r1=$(reads)
+		read -r r1 k1 < <(reads)
 		read -r i1 m1 < <(machine)
-		python3 - "$s" "$round" "$t0" "$t1" "$r0" "$r1" "$i0" "$m0" "$i1" "$m1" "$((procs * files))" "$(getconf CLK_TCK)" >>"$out/results.jsonl" <<'PY'
+		python3 - "$s" "$round" "$t0" "$t1" "$r0" "$r1" "$k0" "$k1" "$i0" "$m0" "$i1" "$m1" "$((procs * files))" "$(getconf CLK_TCK)" >>"$out/results.jsonl" <<'PY'
 import json, sys
-s, rnd, t0, t1, r0, r1, i0, m0, i1, m1, n, hz = sys.argv[1:]
+s, rnd, t0, t1, r0, r1, k0, k1, i0, m0, i1, m1, n, hz = sys.argv[1:]
 n = int(n)
 busy = (int(m1) - int(m0)) - (int(i1) - int(i0))
 print(json.dumps({"system": s, "round": int(rnd), "files": n, "rate": n / (float(t1) - float(t0)),
-                  "disk_reads": (int(r1) - int(r0)) / n, "machine_us": busy * 1e6 / int(hz) / n,
+                  "disk_reads": (int(r1) - int(r0)) / n, "disk_kib": (int(k1) - int(k0)) / 2 / n, "machine_us": busy * 1e6 / int(hz) / n,
                   "idle": (int(i1) - int(i0)) / (int(m1) - int(m0))}))
 PY
 		tail -1 "$out/results.jsonl" | python3 -c '
 import json, sys
 r = json.load(sys.stdin)
-print("  round %d %s: %s files/s, %.2f disk reads per file, machine %.0f µs per file, idle %.2f" % (r["round"], r["system"], format(round(r["rate"]), ","), r["disk_reads"], r["machine_us"], r["idle"]))' >&2
+print("  round %d %s: %s files/s, %.2f disk reads and %.1f KiB read per file, machine %.0f µs per file, idle %.2f" % (r["round"], r["system"], format(round(r["rate"]), ","), r["disk_reads"], r["disk_kib"], r["machine_us"], r["idle"]))' >&2
 	done
 done
 
@@ -178,11 +205,11 @@ import json, statistics, sys
 rs = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda s, k: statistics.median(r[k] for r in rs if r["system"] == s)
 print("\nmedians of the rounds\n")
-print("| system | files/s (runs) | disk reads per file | machine µs per file | idle |")
-print("|---|---|---|---|---|")
+print("| system | files/s (runs) | disk reads per file | KiB read per file | machine µs per file | idle |")
+print("|---|---|---|---|---|---|")
 for s in ("disk", "ceilingdisk", "ceiling", "weft"):
     runs = ", ".join(format(round(r["rate"]), ",") for r in rs if r["system"] == s)
-    print(f"| {s} | {med(s, 'rate'):,.0f} ({runs}) | {med(s, 'disk_reads'):.2f} | {med(s, 'machine_us'):.0f} | {med(s, 'idle'):.2f} |")
+    print(f"| {s} | {med(s, 'rate'):,.0f} ({runs}) | {med(s, 'disk_reads'):.2f} | {med(s, 'disk_kib'):.1f} | {med(s, 'machine_us'):.0f} | {med(s, 'idle'):.2f} |")
 w = med("weft", "rate")
 print(f"\nweft / ceiling {w / med('ceiling', 'rate'):.2f}, weft / ceilingdisk {w / med('ceilingdisk', 'rate'):.2f}, ceilingdisk / ceiling {med('ceilingdisk', 'rate') / med('ceiling', 'rate'):.2f}")
 PY
