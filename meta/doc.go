@@ -426,6 +426,25 @@
 // MigrateAbort (op 32) makes a ticket's objects due at once. Both need
 // write permission; size, times and quota usage do not change.
 //
+// # Small files' copies
+//
+// A file of at most proto.MaxFileCopy bytes may have a copy of its whole
+// content in the store (copies.go, proto.FileCopies, metarpc 48..49): the
+// client offers it with the WriteDone that first records a file it wrote
+// whole from size 0 (OpWriteDone with writeWithCopy and the bytes in
+// Value), and OpenCopy answers it to an open for reading, so a reader
+// needs no storage server. The objects stay the file's data. Invariant: a
+// file's copy, if it has one, is its bytes. The state machine takes a copy
+// only from the WriteDone of a file that never had one recorded nor a
+// truncate (inode.Written, inodeTruncated, inode record version 7), the
+// proposer only while no other session holds the file open for writing
+// and not in a grace period; every other WriteDone, a truncate and the
+// inode's removal delete it in their own batch; an open for writing, and
+// the end of a session that held the file open for writing, delete it
+// (command op 41) before they return; an open for writing first waits for
+// a copy's WriteDone under way (Server.copying), then counts its handle,
+// so no copy is taken while it is open.
+//
 // # A store that never lies
 //
 // A server refuses to start, with an error wrapping store.ErrCorrupt that

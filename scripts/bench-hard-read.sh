@@ -166,8 +166,22 @@ machine() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 reads() { awk -v d="$dev" '$3==d {print $4, $6}' /proc/diskstats; }
 
 for s in $systems; do
-	echo "== writing $procs x $files files on $s" >&2
+	read -r i0 m0 < <(machine)
+	t0=$(date +%s.%N)
 	run "$s" write
+	t1=$(date +%s.%N)
+	read -r i1 m1 < <(machine)
+	python3 - "$s" "$t0" "$t1" "$i0" "$m0" "$i1" "$m1" "$((procs * files))" "$(getconf CLK_TCK)" >>"$out/writes.jsonl" <<'PY'
+import json, sys
+s, t0, t1, i0, m0, i1, m1, n, hz = sys.argv[1:]
+n = int(n)
+busy = (int(m1) - int(m0)) - (int(i1) - int(i0))
+print(json.dumps({"system": s, "rate": n / (float(t1) - float(t0)), "machine_us": busy * 1e6 / int(hz) / n}))
+PY
+	tail -1 "$out/writes.jsonl" | python3 -c '
+import json, sys
+r = json.load(sys.stdin)
+print("== wrote %s files/s on %s (create, write 3,901 bytes, close), machine %.0f µs per file" % (format(round(r["rate"]), ","), r["system"], r["machine_us"]))' >&2
 done
 for round in $(seq "$rounds"); do
 	for s in $systems; do
@@ -200,7 +214,7 @@ print("  round %d %s: %s files/s, %.2f disk reads and %.1f KiB read per file, ma
 	done
 done
 
-python3 - "$out/results.jsonl" <<'PY'
+python3 - "$out/results.jsonl" "$out/writes.jsonl" <<'PY'
 import json, statistics, sys
 rs = [json.loads(l) for l in open(sys.argv[1])]
 med = lambda s, k: statistics.median(r[k] for r in rs if r["system"] == s)
@@ -210,6 +224,13 @@ print("|---|---|---|---|---|---|")
 for s in ("disk", "ceilingdisk", "ceiling", "weft"):
     runs = ", ".join(format(round(r["rate"]), ",") for r in rs if r["system"] == s)
     print(f"| {s} | {med(s, 'rate'):,.0f} ({runs}) | {med(s, 'disk_reads'):.2f} | {med(s, 'disk_kib'):.1f} | {med(s, 'machine_us'):.0f} | {med(s, 'idle'):.2f} |")
+ws = {json.loads(l)["system"]: json.loads(l) for l in open(sys.argv[2])}
+print("\nwrites (once per system, before the reads)\n")
+print("| system | files/s | machine µs per file |")
+print("|---|---|---|")
+for s, r in ws.items():
+    print(f"| {s} | {r['rate']:,.0f} | {r['machine_us']:.0f} |")
+print(f"\nwrites: weft / ceiling {ws['weft']['rate'] / ws['ceiling']['rate']:.2f}, weft / ceilingdisk {ws['weft']['rate'] / ws['ceilingdisk']['rate']:.2f}")
 w = med("weft", "rate")
-print(f"\nweft / ceiling {w / med('ceiling', 'rate'):.2f}, weft / ceilingdisk {w / med('ceilingdisk', 'rate'):.2f}, ceilingdisk / ceiling {med('ceilingdisk', 'rate') / med('ceiling', 'rate'):.2f}")
+print(f"\nreads: weft / ceiling {w / med('ceiling', 'rate'):.2f}, weft / ceilingdisk {w / med('ceilingdisk', 'rate'):.2f}, ceilingdisk / ceiling {med('ceilingdisk', 'rate') / med('ceiling', 'rate'):.2f}")
 PY

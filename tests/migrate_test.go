@@ -486,3 +486,26 @@ func (r *loopReader) waitReads(t *testing.T, n int64) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestMigrateReplicatedMeta: `weft migrate` works against a replicated
+// metadata group (its ops share the members' listener with raft's).
+func TestMigrateReplicatedMeta(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Servers: 2, Targets: 2, MetaReplicas: 3, Timeout: "30s"})
+	f := filepath.Join(c.Mount(0), "f")
+	data := bytes.Repeat([]byte("weft"), 50000)
+	if err := writeNew(f, data); err != nil {
+		t.Fatal(err)
+	}
+	out := weft(t, c, "migrate", "--mirror", "2", f)
+	if !strings.Contains(out, "migrated to mirror 2") {
+		t.Fatalf("migrate: %q", out)
+	}
+	if g := getstripeOf(t, c, f); g.Kind != "mirror" {
+		t.Fatalf("after migrate: %+v", g)
+	}
+	b, err := os.ReadFile(filepath.Join(c.Mount(c.AddMount()), "f"))
+	if err != nil || !bytes.Equal(b, data) {
+		t.Fatalf("after migrate: equal %v, %v", bytes.Equal(b, data), err)
+	}
+}

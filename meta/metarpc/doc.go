@@ -1,6 +1,6 @@
 // Package metarpc carries proto.MetaService and proto.TargetRegistry over
 // the transport: request and response codecs for every operation (op codes
-// 1..59; raft's are 60..69, package meta/raftlog), a Client that
+// 1..59 and 64..99; raft's are 60..63, package meta/raftlog), a Client that
 // implements both interfaces and follows the leader of a replicated
 // group, and a Handler that serves them.
 //

@@ -20,8 +20,11 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// Operations of the frame header that carry raft traffic: 60..69 are
-// raft's (meta's client operations are 1..59).
+// Operations of the frame header that carry raft traffic: 60..63 are
+// raft's (meta's client operations are 1..59 and 64..99: a member's
+// listener serves both, so the range must not take any of theirs; it was
+// 60..69 until `weft migrate`'s 64..68 met it, and a replicated group
+// refused them as raft messages from a client).
 const (
 	// OpMessages carries raft messages for one node: a body of
 	// version(1) to(8) count(4), then count × (length(4) raftpb.Message).
@@ -35,7 +38,7 @@ const (
 	// OpFirst and OpLast bound the range; a server hands every op in it
 	// to Handler.
 	OpFirst uint16 = 60
-	OpLast  uint16 = 69
+	OpLast  uint16 = 63
 
 	msgsVersion = 1
 	// maxBatch bounds the messages one call carries.
