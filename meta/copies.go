@@ -42,7 +42,8 @@ import (
 //     sees the writer and is refused.
 //
 // A copy proposed while the server is in its grace period (it may not
-// know every session's handles yet) is refused.
+// know every session's handles yet) is refused, and none is taken while
+// the parameter meta.file_copies is off.
 
 // copyRecordVersion is the first byte of a copy record: u8 version, u32
 // crc32c of the bytes, the bytes.
@@ -179,7 +180,7 @@ func (s *Server) WriteDoneCopy(ctx context.Context, ino proto.Ino, end uint64, m
 	}
 	s.mu.Lock()
 	var done chan struct{}
-	if c.Flags&writeViaHandle != 0 && !s.inGrace() && s.copying[ino] == nil && !s.otherWriterLocked(cl.sess, ino) {
+	if c.Flags&writeViaHandle != 0 && !s.noCopies.Load() && !s.inGrace() && s.copying[ino] == nil && !s.otherWriterLocked(cl.sess, ino) {
 		done = make(chan struct{})
 		s.copying[ino] = done
 		c.Flags |= writeWithCopy

@@ -176,6 +176,13 @@ func TestFileCopyRefused(t *testing.T) {
 		t.Errorf("the refused copy's WriteDone recorded size %d, want %d", a.Size, len(data))
 	}
 
+	e.must(e.srv.SetParam(ctx, "meta.file_copies", "off", false))
+	ino = create("param off")
+	_, err = e.srv.WriteDoneCopy(writer, ino, uint64(len(data)), 6, proto.NoBlocks, data)
+	e.must(err)
+	refused("with meta.file_copies off", ino)
+	e.must(e.srv.SetParam(ctx, "meta.file_copies", "on", false))
+
 	ino = create("short")
 	if _, err := e.srv.WriteDoneCopy(writer, ino, 20, 6, proto.NoBlocks, data); err == nil {
 		t.Errorf("a copy shorter than the size it records was accepted")

@@ -36,6 +36,8 @@ var Params = []ParamDef{
 		Doc: "storage requests in flight per mount and server (auto: the transport's bound)"},
 	{Name: "client.checksums", Scope: "mounts", Default: "on", check: readOnly(errChecksumsFixed),
 		Doc: "data checksums (read-only: the storage servers keep and verify a CRC32C of every block)"},
+	{Name: "meta.file_copies", Scope: "metadata service", Default: "on", check: onOff,
+		Doc: "keep a copy of small files' bytes (at most 4 KiB) beside their objects, answered by opens for reading (off: no new copies; those taken stay until their files change); applied at once"},
 	{Name: "rebuild.rate", Scope: "metadata service", Default: "0", check: size,
 		Doc: "bytes per second the rebuild may copy (0: unlimited; while unset: weft meta --rebuild-rate); applied at once"},
 	{Name: "scrub.rate", Scope: "storage servers", Default: "50MiB", check: size,
@@ -108,6 +110,14 @@ var errChecksumsFixed = errors.New("read-only: the storage servers keep and veri
 // none.
 func readOnly(why error) func(string) (string, error) {
 	return func(string) (string, error) { return "", why }
+}
+
+func onOff(v string) (string, error) {
+	switch strings.ToLower(v) {
+	case "on", "off":
+		return strings.ToLower(v), nil
+	}
+	return "", fmt.Errorf("want on or off, not %q", v)
 }
 
 func logLevel(v string) (string, error) {
@@ -230,6 +240,8 @@ func (s *Server) applyParams(only string) {
 				_ = level.UnmarshalText([]byte(p.Value)) // checked when set
 			}
 			s.opts.LogLevel.Set(level)
+		case "meta.file_copies":
+			s.noCopies.Store(p.Value == "off")
 		case "rebuild.rate":
 			if p.Source == "default" || s.rb == nil {
 				continue

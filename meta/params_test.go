@@ -2,7 +2,9 @@ package meta
 
 import (
 	"errors"
+	"fmt"
 	"log/slog"
+	"os"
 	"strings"
 	"syscall"
 	"testing"
@@ -104,5 +106,23 @@ func TestRebuildRateParam(t *testing.T) {
 	e.must(e.srv.SetParam(root, "client.read_ahead", "1MiB", false))
 	if r := e.srv.rb.pace.Rate(); r != 1<<30 {
 		t.Fatalf("a set of client.read_ahead changed the rebuild rate to %d", r)
+	}
+}
+
+// TestParamsDocumented: every run-time parameter has its row in
+// docs/params.md, with its scope and default.
+func TestParamsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/params.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range Params {
+		row := fmt.Sprintf("| `%s` | %s | `%s` |", p.Name, p.Scope, p.Default)
+		if p.Default == "" {
+			row = fmt.Sprintf("| `%s` | %s | `\"\"` |", p.Name, p.Scope)
+		}
+		if !strings.Contains(string(doc), row) {
+			t.Errorf("docs/params.md has no row starting %q", row)
+		}
 	}
 }

@@ -209,7 +209,9 @@ type Server struct {
 	// copying holds the inodes a WriteDone offering a copy of their bytes
 	// is under way for (copies.go); the channel closes when it is done.
 	copying map[proto.Ino]chan struct{}
-	pending []proto.Ino // orphans to reclaim
+	// noCopies: the parameter meta.file_copies is off (copies.go).
+	noCopies atomic.Bool
+	pending  []proto.Ino // orphans to reclaim
 
 	kickReclaim chan struct{}
 	kickGC      chan struct{}
