@@ -1,6 +1,7 @@
 package client
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"syscall"
@@ -91,14 +92,15 @@ func (st *inodeState) noShadowLocked() {
 	st.shadow = nil
 }
 
-// offerLocked returns the shadow to offer as the file's copy with a
-// WriteDone recording end, or nil: only when the shadow is the file's
-// whole content up to end, every write sent.
+// offerLocked returns a copy of the shadow to offer as the file's copy
+// with a WriteDone recording end, or nil: only when the shadow is the
+// file's whole content up to end, every write sent. A copy, because a
+// write accepted while the WriteDone is out writes into the shadow.
 func (st *inodeState) offerLocked(end uint64, settled bool) []byte {
 	if !st.shadowOK || !settled || end == 0 || uint64(len(st.shadow)) != end || st.end != end || st.err != nil {
 		return nil
 	}
-	return st.shadow
+	return bytes.Clone(st.shadow)
 }
 
 // installCopyLocked keeps data, the file's content from the service's

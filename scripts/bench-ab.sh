@@ -7,7 +7,8 @@
 #
 #   scripts/bench-ab.sh [--rounds 3] [--procs 4] [--stonewall 10s] [--out DIR]
 #                       [--base-port 7470] [--up-a "ARGS"] [--up-b "ARGS"]
-#                       [--tags-a TAGS] [--tags-b TAGS] REV_A REV_B
+#                       [--tags-a TAGS] [--tags-b TAGS] [--fresh-fs SIZE]
+#                       REV_A REV_B
 #
 # REV_A or REV_B may be "." for the working tree (both "." with different
 # --up-a/--up-b compares settings, e.g. --up-b --encrypt; or different
@@ -19,6 +20,14 @@
 # of a round wrote small files faster than those after it in a check of
 # six builds (mdtest-hard-write by up to a third), so a fixed order
 # favours one side (docs/performance.md, "Which cluster runs first").
+#
+# --fresh-fs SIZE puts each cluster's data on an ext4 file system (with
+# its journal) made for it in a SIZE loop file under --out and removed
+# after the run. This machine's root file system has no journal, and
+# there ext4 makes every file created within minutes of a mass deletion
+# cost hundreds of µs (its inode allocator skips recently freed inodes:
+# docs/performance.md, "Creates after deletes on this disk"): each
+# cluster would pay for the deletions of the one before it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -31,6 +40,7 @@ up_b=
 tags_a=
 tags_b=
 base_port=7470
+fresh_fs=
 while [ $# -gt 2 ]; do
 	case "$1" in
 	--rounds) rounds=$2; shift 2 ;;
@@ -42,6 +52,7 @@ while [ $# -gt 2 ]; do
 	--base-port) base_port=$2; shift 2 ;;
 	--tags-a) tags_a=$2; shift 2 ;;
 	--tags-b) tags_b=$2; shift 2 ;;
+	--fresh-fs) fresh_fs=$2; shift 2 ;;
 	*) echo "bench-ab: unknown argument $1" >&2; exit 2 ;;
 	esac
 done
@@ -72,11 +83,38 @@ stop_up() {
 	fi
 	up_pid=
 }
-trap 'stop_up; fusermount3 -u -z "$out/mnt" 2>/dev/null || true' EXIT
+fs_dir=$out/fs
+loop_dev=
+drop_fs() {
+	if mountpoint -q "$fs_dir" 2>/dev/null; then
+		umount "$fs_dir" || umount -l "$fs_dir" || true
+	fi
+	if [ -n "$loop_dev" ]; then
+		losetup -d "$loop_dev" || true
+		loop_dev=
+	fi
+	rm -f "$out/fs.img"
+}
+make_fs() { # a fresh journaled ext4 at $fs_dir
+	drop_fs
+	truncate -s "$fresh_fs" "$out/fs.img"
+	mkfs.ext4 -q -F "$out/fs.img"
+	# Direct I/O to the image: no second page cache under the file
+	# system's own, so dropping the page cache still sends reads to the
+	# disk.
+	loop_dev=$(losetup --find --show --direct-io=on "$out/fs.img")
+	mkdir -p "$fs_dir"
+	mount "$loop_dev" "$fs_dir"
+}
+trap 'set +e; stop_up; fusermount3 -u -z "$out/mnt" 2>/dev/null; [ -z "$fresh_fs" ] || drop_fs' EXIT
 
 run() { # run SIDE ROUND
 	local bin=$out/weft-$1 data=$out/data-$1 log=$out/up-$1-$2.log extra
 	if [ "$1" = a ]; then extra=$up_a; else extra=$up_b; fi
+	if [ -n "$fresh_fs" ]; then
+		make_fs
+		data=$fs_dir/data-$1
+	fi
 	rm -rf "$data"
 	mkdir -p "$out/mnt"
 	"$bin" up --data "$data" --mount "$out/mnt" --base-port "$base_port" --log-level warn $extra >"$log" 2>&1 &
@@ -92,6 +130,7 @@ run() { # run SIDE ROUND
 		--json "$out/$1-$2.json" "$out/mnt" >"$out/$1-$2.txt"
 	stop_up
 	rm -rf "$data"
+	[ -z "$fresh_fs" ] || drop_fs
 }
 
 for r in $(seq "$rounds"); do
