@@ -119,6 +119,7 @@ type Client struct {
 	// answered them with ENOSYS.
 	copies   proto.FileCopies
 	noCopies atomic.Bool
+	changes  [changeShards]atomic.Uint64 // copies.go
 	rel      releaser
 	// sess keeps the metadata session alive (session.go); nil when the
 	// service has no client-chosen sessions (an in-process server).
@@ -534,7 +535,7 @@ func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 			if a.IsDir() {
 				return nil, proto.Attr{}, proto.Attr{}, syscall.EISDIR
 			}
-			return c.newFile(ctx, &a, cap, nil, want, gen), a, p, nil
+			return c.newFile(ctx, &a, cap, nil, 0, want, gen), a, p, nil
 		}
 		if !c.noSys(err) {
 			return nil, proto.Attr{}, proto.Attr{}, err

@@ -21,9 +21,16 @@ import (
 //     end of the furthest write), and that nothing else this client did
 //     to the file (a truncate, fallocate, a copy into it) changed its
 //     bytes. It starts true only for a state made from attributes of
-//     size 0, is cleared for good by any of those and by a write past
-//     proto.MaxFileCopy, and after the WriteDone that offered the shadow
-//     (the service takes a copy only from a file's first WriteDone).
+//     size 0, is cleared for good by any of those, by a write past
+//     proto.MaxFileCopy or one that failed, and after the WriteDone that
+//     offered the shadow (the service takes a copy only from a file's
+//     first WriteDone).
+//   - offered says this client offered a copy and has not changed the
+//     file since: before a handle changes the file's bytes again,
+//     dropOffered records that, which drops the copy.
+//   - changes (per client, by inode) counts this client's changes to a
+//     file's bytes, so that an open installs the copy it got only if
+//     nothing changed here while its request was out.
 //   - small, when not nil, is the file's content as the service's copy
 //     gave it at the last open, len(small) == the size then; it is only
 //     set while this client has no write of the file unrecorded, and
@@ -103,15 +110,70 @@ func (st *inodeState) offerLocked(end uint64, settled bool) []byte {
 	return bytes.Clone(st.shadow)
 }
 
+// dropOffered makes sure the service has no copy this client offered
+// before it changes the file's bytes again (a write, fallocate, a copy
+// into it through a handle that was open when the copy was offered): it
+// records an empty write (end 0, the last write's time), which drops the
+// copy like any WriteDone. Otherwise this client's new bytes could reach
+// the objects while the copy still answers opens, and if it died before
+// recording them at a moment no server noticed (a failover), the copy
+// would hide them for good. gen is the handle's session generation.
+func (st *inodeState) dropOffered(ctx context.Context, gen uint64) error {
+	st.mu.Lock()
+	offered := st.offered
+	st.mu.Unlock()
+	if !offered {
+		return nil
+	}
+	st.doneMu.Lock()
+	defer st.doneMu.Unlock()
+	st.mu.Lock()
+	offered, mtime := st.offered, st.lastWrite
+	st.mu.Unlock()
+	if !offered {
+		return nil
+	}
+	c := st.c
+	rctx, cancel := c.rpcCtx(ctx)
+	defer cancel()
+	var a proto.Attr
+	s0 := c.creating(0, "", st.ino)
+	err := c.handleCall(rctx, st.ino, gen, func() (err error) {
+		a, err = c.meta.WriteDone(rctx, st.ino, 0, mtime, proto.NoBlocks)
+		return err
+	})
+	c.changed(s0, st.ino, a, err)
+	if err != nil {
+		return err
+	}
+	st.mu.Lock()
+	st.offered = false
+	st.mu.Unlock()
+	return nil
+}
+
 // installCopyLocked keeps data, the file's content from the service's
-// copy at this open, to serve reads, if nothing this client did since
-// could be missing from it.
-func (st *inodeState) installCopyLocked(data []byte, size uint64) {
-	if data == nil || uint64(len(data)) != size || st.dirty || len(st.open) > 0 || len(st.inflight) > 0 || st.truncating > 0 || st.size() != size {
+// copy at this open, to serve reads, if nothing this client did could be
+// missing from it: no write of its own unrecorded, and no change to the
+// file here since mark (changeMark, taken before the open was sent).
+func (st *inodeState) installCopyLocked(data []byte, size, mark uint64) {
+	if data == nil || uint64(len(data)) != size || st.dirty || len(st.open) > 0 || len(st.inflight) > 0 ||
+		st.truncating > 0 || st.size() != size || st.c.changeMark(st.ino) != mark {
 		return
 	}
 	st.small = data
 }
+
+// changeShards is how many counters Client.changes spreads inodes over.
+const changeShards = 64
+
+// noteChange counts a change to ino's bytes by this client (a write
+// accepted, a truncate, fallocate or copy begun).
+func (c *Client) noteChange(ino proto.Ino) { c.changes[uint64(ino)%changeShards].Add(1) }
+
+// changeMark returns ino's change counter (shared with the inodes of its
+// shard: a change to one of them only costs the others an install).
+func (c *Client) changeMark(ino proto.Ino) uint64 { return c.changes[uint64(ino)%changeShards].Load() }
 
 // readSmallLocked serves a read from the copy: n bytes into p, ok false if
 // there is no copy to serve it.

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/weft-fs/weft/internal/fake"
+	"github.com/weft-fs/weft/meta"
 	"github.com/weft-fs/weft/proto"
 )
 
@@ -205,5 +206,155 @@ func TestFileCopyConcurrentWrites(t *testing.T) {
 	}
 	if !bytes.Equal(got, last) {
 		t.Fatalf("read %d bytes starting %v, want 1000 bytes of %d", len(got), got[:min(4, len(got))], last[0])
+	}
+}
+
+// TestFileCopyNotOffered: a file none of whose copy may be trusted
+// offers none: one with a write that failed in the background (its bytes
+// never reached the objects), and one written again through the handle
+// that offered its copy (the copy is dropped before the new bytes can
+// reach the objects, so a reader that opens meanwhile reads the objects).
+func TestFileCopyNotOffered(t *testing.T) {
+	ctx := context.Background()
+	srv := newMetaServer(t)
+	stor := fake.NewStorage()
+	writer := NewWithServices(srv, stor, Config{})
+	defer writer.Close()
+	reader := NewWithServices(srv, stor, Config{})
+	defer reader.Close()
+	create := func(name string) *File {
+		t.Helper()
+		f, _, _, err := writer.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: name, Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f
+	}
+	storageReads := func(ino proto.Ino) (int, []byte) {
+		t.Helper()
+		before := stor.Calls(fake.OpRead)
+		r, a, err := reader.Open(ctx, ino, proto.AccessRead)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer r.Release(ctx)
+		p := make([]byte, a.Size)
+		if _, err := r.Read(ctx, p, 0); err != nil {
+			t.Fatal(err)
+		}
+		return stor.Calls(fake.OpRead) - before, p
+	}
+
+	f := create("failed")
+	fail := true
+	stor.SetFault(func(op fake.Op, _ proto.TargetID, _ proto.ObjectID, _ uint64, _ int) error {
+		if op == fake.OpWrite && fail {
+			return syscall.EIO
+		}
+		return nil
+	})
+	if _, err := f.Write(ctx, bytes.Repeat([]byte("x"), 100), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fsync(ctx); err == nil {
+		t.Fatal("fsync after a failed write succeeded")
+	}
+	fail = false
+	if _, err := f.Write(ctx, []byte("y"), 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	stor.SetFault(nil)
+	if n, got := storageReads(f.Ino()); n == 0 {
+		t.Errorf("a file whose write failed was read from a copy: %q", got)
+	}
+
+	g := create("again")
+	if _, err := g.Write(ctx, []byte("first"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := storageReads(g.Ino()); n != 0 {
+		t.Fatalf("no copy after the first close (%d storage reads)", n)
+	}
+	if _, err := g.Write(ctx, []byte("SECOND"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, got := storageReads(g.Ino()); n == 0 {
+		t.Errorf("written again through the handle that offered it, the copy still answers opens: %q", got)
+	}
+	if err := g.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if _, got := storageReads(g.Ino()); string(got) != "SECOND" {
+		t.Errorf("after the second close: %q", got)
+	}
+}
+
+// slowCopies delays OpenCopy's answer until release is closed.
+type slowCopies struct {
+	*meta.Server
+	started chan struct{}
+	release chan struct{}
+}
+
+func (s slowCopies) OpenCopy(ctx context.Context, ino proto.Ino, want proto.Access) (proto.Attr, []byte, []byte, error) {
+	a, cap, data, err := s.Server.OpenCopy(ctx, ino, want)
+	close(s.started)
+	<-s.release
+	return a, cap, data, err
+}
+
+// TestFileCopyStaleInstall: a copy answered to an open whose reply was
+// overtaken by this client's own rewrite of the file is not installed.
+func TestFileCopyStaleInstall(t *testing.T) {
+	ctx := context.Background()
+	srv := newMetaServer(t)
+	stor := fake.NewStorage()
+	slow := slowCopies{srv, make(chan struct{}), make(chan struct{})}
+	c := NewWithServices(slow, stor, Config{})
+	defer c.Close()
+	f, _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.Write(ctx, []byte("AAAA"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	type opened struct {
+		f   *File
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		r, _, err := c.Open(ctx, f.Ino(), proto.AccessRead)
+		done <- opened{r, err}
+	}()
+	<-slow.started // the service answered "AAAA"
+	if _, err := f.Write(ctx, []byte("BBBB"), 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Fsync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	close(slow.release)
+	o := <-done
+	if o.err != nil {
+		t.Fatal(o.err)
+	}
+	defer o.f.Release(ctx)
+	p := make([]byte, 4)
+	if _, err := f.Read(ctx, p, 0); err != nil || string(p) != "BBBB" {
+		t.Fatalf("read back %q, %v: want BBBB", p, err)
+	}
+	if err := f.Release(ctx); err != nil {
+		t.Fatal(err)
 	}
 }

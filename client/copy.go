@@ -52,6 +52,9 @@ func (c *Client) CopyRange(ctx context.Context, src *File, srcOff uint64, dst *F
 	if err := dst.stale(ctx); err != nil {
 		return 0, err
 	}
+	if err := ds.dropOffered(ctx, dst.gen); err != nil {
+		return 0, err
+	}
 	defer ds.changingAllocation()()
 	ss.mu.Lock()
 	ss.drainLocked()

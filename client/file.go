@@ -114,6 +114,7 @@ type inodeState struct {
 	// copies.go).
 	shadow   []byte
 	shadowOK bool
+	offered  bool
 	small    []byte
 }
 
@@ -183,6 +184,7 @@ func (st *inodeState) beginTruncate() layout.Layout {
 	st.drainLocked()
 	st.dropRALocked()
 	st.noShadowLocked()
+	st.c.noteChange(st.ino)
 	return st.layout
 }
 
@@ -219,13 +221,13 @@ func (st *inodeState) truncated(a *proto.Attr, size uint64) {
 // for want, with a its fresh attributes and cap its capability; for a
 // regular file it takes a reference on the shared state, adds the
 // capability to it and overlays this client's unreported writes on a.
-func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap, data []byte, want proto.Access, gen uint64) *File {
+func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap, data []byte, mark uint64, want proto.Access, gen uint64) *File {
 	f := &File{c: c, ino: a.Ino, gen: gen, want: want}
 	if c.sess != nil {
 		c.sess.opened(a.Ino, gen, want.Has(proto.AccessWrite))
 	}
 	if a.IsRegular() {
-		st := c.acquire(a, data)
+		st := c.acquire(a, data, mark)
 		if want != 0 {
 			st.setCap(newHeldCap(ctx, cap, want))
 		}
@@ -236,8 +238,9 @@ func (c *Client) newFile(ctx context.Context, a *proto.Attr, cap, data []byte, w
 
 // acquire returns the shared state of ino, creating it from attrs fresh from
 // Open (or merging them into the existing one), and takes a reference.
-// data is the file's copy the open answered (nil: none).
-func (c *Client) acquire(a *proto.Attr, data []byte) *inodeState {
+// data is the file's copy the open answered (nil: none), mark the inode's
+// change counter before the open was sent (changeMark).
+func (c *Client) acquire(a *proto.Attr, data []byte, mark uint64) *inodeState {
 	c.mu.Lock()
 	st := c.open[a.Ino]
 	if st == nil || st.gen != a.Gen {
@@ -254,7 +257,7 @@ func (c *Client) acquire(a *proto.Attr, data []byte) *inodeState {
 		st.layout = a.Layout.Clone()
 		st.metaSize = a.Size
 		st.shadowOK = a.Size == 0
-		st.installCopyLocked(data, a.Size) // nobody else has st yet
+		st.installCopyLocked(data, a.Size, mark) // nobody else has st yet
 		c.open[a.Ino] = st
 		st.refs++
 		c.mu.Unlock()
@@ -265,7 +268,7 @@ func (c *Client) acquire(a *proto.Attr, data []byte) *inodeState {
 	st.mergeAttr(a)
 	st.mu.Lock()
 	st.dropRALocked() // close-to-open: nothing fetched before this open is served after it
-	st.installCopyLocked(data, a.Size)
+	st.installCopyLocked(data, a.Size, mark)
 	st.mu.Unlock()
 	return st
 }
@@ -339,6 +342,7 @@ func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (*F
 		cap []byte
 	)
 	var data []byte
+	mark := c.changeMark(ino)
 	gen, err := c.withSession(rctx, func() (err error) {
 		a, cap, data, err = c.openMeta(rctx, ino, want)
 		return err
@@ -346,7 +350,7 @@ func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (*F
 	if err != nil {
 		return nil, proto.Attr{}, err
 	}
-	return c.newFile(ctx, &a, cap, data, want, gen), a, nil
+	return c.newFile(ctx, &a, cap, data, mark, want, gen), a, nil
 }
 
 // Stale returns an error matching ESTALE if the handle belongs to a
@@ -403,6 +407,9 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	if n == 0 {
 		return 0, nil
 	}
+	if err := st.dropOffered(ctx, f.gen); err != nil {
+		return 0, err
+	}
 	end := off + n
 	if end < off {
 		return 0, syscall.EFBIG
@@ -448,6 +455,7 @@ func (f *File) Write(ctx context.Context, p []byte, off uint64) (int, error) {
 	}
 	now := time.Now().UnixNano()
 	st.job = proto.JobFrom(ctx)
+	c.noteChange(st.ino)
 	st.shadowLocked(p, off)
 	added := st.bufferLocked(p, off, now)
 	st.held += added
@@ -483,8 +491,13 @@ func (c *Client) writeBehind(st *inodeState, pw *pendingWrite, l layout.Layout, 
 	st.held -= pw.end - pw.off
 	if err == nil {
 		st.doneEnd = max(st.doneEnd, pw.end)
-	} else if st.err == nil {
-		st.err = err
+	} else {
+		// The shadow holds bytes the objects may lack now: it is
+		// never offered (copies.go).
+		st.noShadowLocked()
+		if st.err == nil {
+			st.err = err
+		}
 	}
 	st.cond.Broadcast()
 	st.mu.Unlock()
@@ -776,6 +789,7 @@ func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 		// Offered (or refused): the service takes a copy only from a
 		// file's first WriteDone.
 		st.noShadowLocked()
+		st.offered = true
 	}
 	st.metaSize = a.Size
 	if settled && st.seq == seq {

@@ -106,7 +106,7 @@ func (f *File) follow(ctx context.Context) error {
 		return nil
 	}
 	old.moved.Store(a.Gen) // the state's other handles follow too
-	st := f.c.acquire(&a, nil)
+	st := f.c.acquire(&a, nil, 0)
 	if f.want != 0 {
 		st.setCap(newHeldCap(ctx, cap, f.want))
 	}

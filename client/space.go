@@ -43,6 +43,9 @@ func (f *File) Allocate(ctx context.Context, off, n uint64, mode uint32) error {
 		return fmt.Errorf("client: fallocate mode %#x: %w", mode, syscall.EOPNOTSUPP)
 	}
 	keep := mode&unix.FALLOC_FL_KEEP_SIZE != 0
+	if err := st.dropOffered(ctx, f.gen); err != nil {
+		return err
+	}
 	defer st.changingAllocation()()
 	var sm proto.SpaceMode
 	switch mode &^ unix.FALLOC_FL_KEEP_SIZE {

@@ -39,7 +39,10 @@ import (
 //     writer that opens after a copy was taken can write without it
 //     gone. The open waits for a copy's WriteDone under way (copying),
 //     and counts its handle before it looks, so a copy proposed later
-//     sees the writer and is refused.
+//     sees the writer and is refused. A copy's WriteDone that failed may
+//     still be applied later (a timeout): the inode stays marked
+//     (copyUnsure) and the next writer's open drops through the log,
+//     after it, whatever it left;
 //
 // A copy proposed while the server is in its grace period (it may not
 // know every session's handles yet) is refused, and none is taken while
@@ -125,14 +128,30 @@ func (s *Server) waitCopyLocked(ino proto.Ino) {
 	}
 }
 
-// dropCopyForWriter drops n's copy before an open for writing returns
-// (the open counted its handle first: no copy is taken after this).
-func (s *Server) dropCopyForWriter(ctx context.Context, n *inode) error {
-	if n.Keyed&inodeHasCopy == 0 {
-		return nil
-	}
-	_, err := s.propose(ctx, &Command{Op: OpDropCopy, Now: s.now(), Ino: n.Ino})
+// dropCopy deletes ino's copy, if it has one, through the log: a proposal
+// made after a copy's WriteDone was appended is applied after it.
+func (s *Server) dropCopy(ctx context.Context, ino proto.Ino) error {
+	_, err := s.propose(ctx, &Command{Op: OpDropCopy, Now: s.now(), Ino: ino})
 	return err
+}
+
+// dropWritersCopies drops the copies of the inodes a session that ended
+// held open for writing, after any copy's WriteDone under way for them.
+func (s *Server) dropWritersCopies(inos []proto.Ino) {
+	for _, ino := range inos {
+		s.mu.Lock()
+		s.waitCopyLocked(ino)
+		unsure := s.copyUnsure[ino]
+		delete(s.copyUnsure, ino)
+		s.mu.Unlock()
+		n, err := s.readInode(ino)
+		if err != nil || (!unsure && n.Keyed&inodeHasCopy == 0) {
+			continue
+		}
+		if err := s.dropCopy(s.ctx, ino); err != nil && !errors.Is(err, errClosed) {
+			s.log.Warn("meta: drop the copy of a file a dropped session wrote", "ino", ino, "err", err)
+		}
+	}
 }
 
 // OpenCopy implements proto.FileCopies.
@@ -191,6 +210,12 @@ func (s *Server) WriteDoneCopy(ctx context.Context, ino proto.Ino, end uint64, m
 	if done != nil {
 		s.mu.Lock()
 		delete(s.copying, ino)
+		if err != nil {
+			// It may still be applied (a timeout, a lost leadership): the
+			// next writer to open the file, or the end of a session that
+			// holds it open for writing, drops what it may leave.
+			s.copyUnsure[ino] = true
+		}
 		s.mu.Unlock()
 		close(done)
 	}

@@ -100,7 +100,7 @@ func (s *Server) issueGen(ctx context.Context, ino proto.Ino, gen uint64, want p
 }
 
 // MigrateCommit implements proto.Migrator. While it is proposed, opens
-// for writing of the file wait (Open, waitMigrationLocked): a writer
+// for writing of the file wait (Server.open, on Server.migrating): a writer
 // either held the file open before, and the commit is refused, or opens
 // it after, and gets the new layout.
 func (s *Server) MigrateCommit(ctx context.Context, t proto.MigrateTicket) (proto.Attr, error) {
@@ -202,16 +202,6 @@ func (s *Server) MigrateAbort(ctx context.Context, t proto.MigrateTicket) error 
 	l := t.Layout.Clone()
 	_, err = s.propose(ctx, &Command{Op: OpMigrateAbort, Now: s.now(), Ino: t.Ino, Gen: t.Gen, NewGen: t.NewGen, Layout: &l, Cred: cl.cred})
 	return err
-}
-
-// waitMigrationLocked returns (s.mu held, as on entry) once no restripe
-// of ino is being committed.
-func (s *Server) waitMigrationLocked(ino proto.Ino) {
-	for ch := s.migrating[ino]; ch != nil; ch = s.migrating[ino] {
-		s.mu.Unlock()
-		<-ch
-		s.mu.Lock()
-	}
 }
 
 // migrateFile returns the regular file a restripe command acts on, after

@@ -31,22 +31,39 @@ func (s *Server) open(ctx context.Context, ino proto.Ino, want proto.Access) (*i
 	if err != nil {
 		return nil, nil, err
 	}
-	s.mu.Lock()
-	if err := s.checkSessionLocked(cl.sess); err != nil {
-		s.mu.Unlock()
-		return nil, nil, err
-	}
-	if s.reclaiming[ino] {
-		s.mu.Unlock()
-		return nil, nil, errnof(syscall.ENOENT, "inode %d is being removed", ino)
-	}
 	write := want.Has(proto.AccessWrite)
-	if write {
+	s.mu.Lock()
+	for {
+		if err := s.checkSessionLocked(cl.sess); err != nil {
+			s.mu.Unlock()
+			return nil, nil, err
+		}
+		if s.reclaiming[ino] {
+			s.mu.Unlock()
+			return nil, nil, errnof(syscall.ENOENT, "inode %d is being removed", ino)
+		}
 		// A writer must not get the layout a restripe is replacing, nor
-		// miss a copy of the file's bytes being taken (it drops it).
-		s.waitMigrationLocked(ino)
-		s.waitCopyLocked(ino)
+		// miss a copy of the file's bytes being taken (it drops it). Each
+		// wait lets go of s.mu, so everything is looked at again after
+		// one, until nothing is to be waited for.
+		if ch := s.migrating[ino]; write && ch != nil {
+			s.mu.Unlock()
+			<-ch
+			s.mu.Lock()
+			continue
+		}
+		if ch := s.copying[ino]; write && ch != nil {
+			s.mu.Unlock()
+			<-ch
+			s.mu.Lock()
+			continue
+		}
+		break
 	}
+	// A copy whose WriteDone failed may still be applied (copies.go):
+	// this writer drops whatever it left.
+	unsure := write && s.copyUnsure[ino]
+	delete(s.copyUnsure, ino)
 	// A retry of an Open the server saw (its reply was lost) must not
 	// count a second handle: the first attempt counted it, or released it
 	// again when it failed.
@@ -59,8 +76,8 @@ func (s *Server) open(ctx context.Context, ino proto.Ino, want proto.Access) (*i
 	if err == nil {
 		err = checkAccess(cl, &n.Attr, want)
 	}
-	if err == nil && write && n.Keyed&inodeHasCopy != 0 {
-		if err = s.dropCopyForWriter(ctx, n); err == nil {
+	if err == nil && write && (unsure || n.Keyed&inodeHasCopy != 0) {
+		if err = s.dropCopy(ctx, ino); err == nil {
 			n, err = s.readInode(ino)
 		}
 	}

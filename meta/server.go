@@ -209,6 +209,9 @@ type Server struct {
 	// copying holds the inodes a WriteDone offering a copy of their bytes
 	// is under way for (copies.go); the channel closes when it is done.
 	copying map[proto.Ino]chan struct{}
+	// copyUnsure holds the inodes a copy's WriteDone failed for: it may
+	// still be applied, so their next writer drops (copies.go).
+	copyUnsure map[proto.Ino]bool
 	// noCopies: the parameter meta.file_copies is off (copies.go).
 	noCopies atomic.Bool
 	pending  []proto.Ino // orphans to reclaim
@@ -357,6 +360,7 @@ func New(opts Options) (*Server, error) {
 		reclaiming:  map[proto.Ino]bool{},
 		migrating:   map[proto.Ino]chan struct{}{},
 		copying:     map[proto.Ino]chan struct{}{},
+		copyUnsure:  map[proto.Ino]bool{},
 		kickReclaim: make(chan struct{}, 1),
 		kickGC:      make(chan struct{}, 1),
 		marker:      marker,
@@ -1011,8 +1015,18 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 		// here now.
 		if !seenHere && r.attr.Ino != 0 {
 			s.mu.Lock()
+			s.waitCopyLocked(r.attr.Ino)
 			s.countOpenLocked(cl.sess, r.attr.Ino, want.Has(proto.AccessWrite))
 			s.mu.Unlock()
+			// Another mount may have written and closed the new file
+			// since the first attempt: a writer counted now drops its
+			// copy, as Open does.
+			if want.Has(proto.AccessWrite) {
+				if err := s.dropCopy(ctx, r.attr.Ino); err != nil {
+					s.release(cl.sess, r.attr.Ino)
+					return proto.Attr{}, proto.Attr{}, nil, err
+				}
+			}
 		}
 		cap, err := s.issue(ctx, &r.attr, want)
 		return r.attr, r.parent, cap, err

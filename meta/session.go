@@ -283,13 +283,7 @@ func (s *Server) finishDrop(sess session, d droppedSession, why string) {
 	s.enqueueReclaim(orphans...)
 	// A writer that went away may have written objects after its file's
 	// copy was taken and never recorded it (copies.go): the copy goes.
-	for _, ino := range d.written {
-		if n, err := s.readInode(ino); err == nil && n.Keyed&inodeHasCopy != 0 {
-			if err := s.dropCopyForWriter(s.ctx, n); err != nil && !errors.Is(err, errClosed) {
-				s.log.Warn("meta: drop the copy of a file a dropped session wrote", "ino", ino, "err", err)
-			}
-		}
-	}
+	s.dropWritersCopies(d.written)
 	s.forgetReplies(sess)
 }
 
