@@ -31,10 +31,14 @@ import (
 //   - dropping it in the same batch as anything that may change the
 //     bytes: every other WriteDone (a later one of the same writer
 //     included), a truncate, the inode's removal;
+//   - the writer's client dropping it itself (an empty WriteDone) before
+//     a handle that was open when it offered the copy changes the bytes
+//     again (package client, dropOffered), and never offering bytes a
+//     write failed to store;
 //   - dropping it when a session that held the file open for writing
-//     ends (a client that wrote again after offering the copy and died
-//     before recording it: those bytes were never acknowledged, but a
-//     copy would hide them only until it is dropped);
+//     ends, after any copy's WriteDone under way (a writer that died
+//     between its writes and their WriteDone: those bytes were never
+//     acknowledged, but a copy would hide them until it is dropped);
 //   - dropping it (OpDropCopy) before an open for writing returns: no
 //     writer that opens after a copy was taken can write without it
 //     gone. The open waits for a copy's WriteDone under way (copying),
@@ -47,6 +51,14 @@ import (
 // A copy proposed while the server is in its grace period (it may not
 // know every session's handles yet) is refused, and none is taken while
 // the parameter meta.file_copies is off.
+//
+// Not covered: a writer of another session that the server stopped
+// knowing without dropping it (its session was neither reclaimed after a
+// failover nor expired here) and that still writes with a capability it
+// holds: its unrecorded bytes may sit in the objects under a copy taken
+// after its session was forgotten. Sessions have no fence on the storage
+// servers; this is the same window in which such a writer's bytes reach
+// a file its server already considers closed.
 
 // copyRecordVersion is the first byte of a copy record: u8 version, u32
 // crc32c of the bytes, the bytes.
