@@ -12,6 +12,18 @@ import (
 	"github.com/weft-fs/weft/proto"
 )
 
+// copyClients returns two clients, a writer and a reader, of one real
+// metadata server (in memory) and one fake storage service.
+func copyClients(t *testing.T) (stor *fake.Storage, writer, reader *Client) {
+	srv := newMetaServer(t)
+	stor = fake.NewStorage()
+	writer = NewWithServices(srv, stor, Config{})
+	t.Cleanup(func() { writer.Close() })
+	reader = NewWithServices(srv, stor, Config{})
+	t.Cleanup(func() { reader.Close() })
+	return stor, writer, reader
+}
+
 // TestFileCopies: a small file written whole by one client is read by
 // another from the metadata service's copy, without a storage read; once
 // anything rewrites it (a later write through the same handle, another
@@ -19,12 +31,7 @@ import (
 // over proto.MaxFileCopy has no copy.
 func TestFileCopies(t *testing.T) {
 	ctx := context.Background()
-	srv := newMetaServer(t)
-	stor := fake.NewStorage()
-	writer := NewWithServices(srv, stor, Config{})
-	defer writer.Close()
-	reader := NewWithServices(srv, stor, Config{})
-	defer reader.Close()
+	stor, writer, reader := copyClients(t)
 
 	rng := rand.New(rand.NewPCG(1, 2))
 	fill := func(n int) []byte {
@@ -151,12 +158,7 @@ func TestFileCopies(t *testing.T) {
 // -race: the offer must not share the shadow with the writes).
 func TestFileCopyConcurrentWrites(t *testing.T) {
 	ctx := context.Background()
-	srv := newMetaServer(t)
-	stor := fake.NewStorage()
-	writer := NewWithServices(srv, stor, Config{})
-	defer writer.Close()
-	reader := NewWithServices(srv, stor, Config{})
-	defer reader.Close()
+	_, writer, reader := copyClients(t)
 	f, _, _, err := writer.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
@@ -216,12 +218,7 @@ func TestFileCopyConcurrentWrites(t *testing.T) {
 // reach the objects, so a reader that opens meanwhile reads the objects).
 func TestFileCopyNotOffered(t *testing.T) {
 	ctx := context.Background()
-	srv := newMetaServer(t)
-	stor := fake.NewStorage()
-	writer := NewWithServices(srv, stor, Config{})
-	defer writer.Close()
-	reader := NewWithServices(srv, stor, Config{})
-	defer reader.Close()
+	stor, writer, reader := copyClients(t)
 	create := func(name string) *File {
 		t.Helper()
 		f, _, _, err := writer.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: name, Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
