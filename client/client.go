@@ -110,17 +110,12 @@ type Client struct {
 	open  map[proto.Ino]*inodeState // inodes with open handles (or an ongoing truncate)
 	close []func() error            // released by Close, in order
 
-	// ext is the metadata service's combined operations, nil if it has
-	// none; noExt is set once the server answered them with ENOSYS.
-	ext   extended
-	noExt atomic.Bool
-	// copies is the metadata service's copies of small files
-	// (copies.go), nil if it has none; noCopies is set once the server
-	// answered them with ENOSYS.
-	copies   proto.FileCopies
-	noCopies atomic.Bool
-	changes  [changeShards]atomic.Uint64 // copies.go
-	rel      releaser
+	// ext is the metadata service's combined operations, copies its
+	// copies of small files (copies.go).
+	ext     optional[extended]
+	copies  optional[proto.FileCopies]
+	changes [changeShards]atomic.Uint64 // copies.go
+	rel     releaser
 	// sess keeps the metadata session alive (session.go); nil when the
 	// service has no client-chosen sessions (an in-process server).
 	sess *session
@@ -153,19 +148,33 @@ type extended interface {
 	ReleaseMany(ctx context.Context, inos []proto.Ino) error
 }
 
-// extOK returns the combined operations if they are usable.
-func (c *Client) extOK() extended {
-	if c.ext == nil || c.noExt.Load() {
-		return nil
-	}
-	return c.ext
+// optional is operations a metadata service may offer beyond
+// proto.MetaService (an interface T it implements): used until the server
+// answers one of them with ENOSYS (an older server behind the same
+// client: the client then does without them).
+type optional[T any] struct {
+	svc   T
+	has   bool
+	noSys atomic.Bool
 }
 
-// noSys reports whether err says the server lacks the combined operations,
-// and then stops using them.
-func (c *Client) noSys(err error) bool {
+// offer records the service's operations, if it has them.
+func (o *optional[T]) offer(svc any) { o.svc, o.has = svc.(T) }
+
+// get returns the operations if they are usable.
+func (o *optional[T]) get() (T, bool) {
+	if !o.has || o.noSys.Load() {
+		var none T
+		return none, false
+	}
+	return o.svc, true
+}
+
+// lacks reports whether err says the server lacks the operations, and
+// then stops using them.
+func (o *optional[T]) lacks(err error) bool {
 	if errors.Is(err, syscall.ENOSYS) {
-		c.noExt.Store(true)
+		o.noSys.Store(true)
 		return true
 	}
 	return false
@@ -191,10 +200,10 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 	c.perFile.Store(min(maxFileInflight, cfg.CacheLimit))
 	c.rows.seed = maphash.MakeSeed()
 	c.locker, _ = meta.(proto.LockService)
-	c.copies, _ = meta.(proto.FileCopies)
+	c.copies.offer(meta)
 	c.locks.init()
-	if x, ok := meta.(extended); ok {
-		c.ext = x
+	c.ext.offer(meta)
+	if _, ok := c.ext.get(); ok {
 		// Releases go out in the background, batched (see releaser); the
 		// services without ReleaseMany keep synchronous releases.
 		c.rel.c, c.rel.base = c, meta
@@ -518,7 +527,7 @@ func (c *Client) Create(ctx context.Context, in proto.CreateIn) (proto.Attr, err
 // directory's attributes after the change, or a zero Attr if the server
 // did not say.
 func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.Access) (*File, proto.Attr, proto.Attr, error) {
-	if x := c.extOK(); x != nil {
+	if x, ok := c.ext.get(); ok {
 		rctx, cancel := c.rpcCtx(ctx)
 		var (
 			a, p proto.Attr
@@ -537,7 +546,7 @@ func (c *Client) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 			}
 			return c.newFile(ctx, &a, cap, nil, 0, want, gen), a, p, nil
 		}
-		if !c.noSys(err) {
+		if !c.ext.lacks(err) {
 			return nil, proto.Attr{}, proto.Attr{}, err
 		}
 	}
@@ -610,9 +619,9 @@ func (c *Client) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (p
 	defer c.changing(parent, name)()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	if x := c.extOK(); x != nil {
+	if x, ok := c.ext.get(); ok {
 		p, err := x.UnlinkAt(ctx, parent, name)
-		if !c.noSys(err) {
+		if !c.ext.lacks(err) {
 			return p, err
 		}
 	}
@@ -631,9 +640,9 @@ func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (pr
 	defer c.changing(parent, name)()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	if x := c.extOK(); x != nil {
+	if x, ok := c.ext.get(); ok {
 		p, err := x.RmdirAt(ctx, parent, name)
-		if !c.noSys(err) {
+		if !c.ext.lacks(err) {
 			return p, err
 		}
 	}
@@ -857,9 +866,9 @@ func (r *releaser) send(inos []proto.Ino) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.cfg.Timeout)
 	defer cancel()
 	var err error
-	if x := c.extOK(); x != nil {
+	if x, ok := c.ext.get(); ok {
 		err = x.ReleaseMany(ctx, inos)
-		if !c.noSys(err) {
+		if !c.ext.lacks(err) {
 			if errors.Is(err, syscall.ESTALE) && c.sess != nil {
 				// The server dropped the session, and these handles
 				// with it; the renewal loop recovers the session.

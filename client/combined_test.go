@@ -128,7 +128,7 @@ func TestCombinedOpsFallback(t *testing.T) {
 	if err != nil || p.Ino != 0 || srv.OpenCount(a.Ino) != 1 {
 		t.Fatalf("fallback createopen: %+v %+v %v, count %d", a, p, err, srv.OpenCount(a.Ino))
 	}
-	if !c.noExt.Load() {
+	if !c.ext.noSys.Load() {
 		t.Fatal("ENOSYS did not switch the combined operations off")
 	}
 	if err := f.Release(ctx); err != nil {

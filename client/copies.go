@@ -3,8 +3,6 @@ package client
 import (
 	"bytes"
 	"context"
-	"errors"
-	"syscall"
 
 	"github.com/weft-fs/weft/proto"
 )
@@ -25,9 +23,9 @@ import (
 //     proto.MaxFileCopy or one that failed, and after the WriteDone that
 //     offered the shadow (the service takes a copy only from a file's
 //     first WriteDone).
-//   - offered says this client offered a copy and has not changed the
-//     file since: before a handle changes the file's bytes again,
-//     dropOffered records that, which drops the copy.
+//   - offered (atomic) says this client offered a copy and has not
+//     changed the file since: before a handle changes the file's bytes
+//     again, dropOffered records that, which drops the copy.
 //   - changes (per client, by inode) counts this client's changes to a
 //     file's bytes, so that an open installs the copy it got only if
 //     nothing changed here while its request was out.
@@ -38,31 +36,12 @@ import (
 //     truncate, a flush, an open, a lock, the last release), so it is
 //     served exactly where fetched read-ahead would be.
 
-// copiesOK returns the metadata service's copies, nil if it has none (or
-// answered them with ENOSYS).
-func (c *Client) copiesOK() proto.FileCopies {
-	if c.copies == nil || c.noCopies.Load() {
-		return nil
-	}
-	return c.copies
-}
-
-// copiesNoSys reports whether err says the service lacks the copies' ops,
-// and then stops using them.
-func (c *Client) copiesNoSys(err error) bool {
-	if errors.Is(err, syscall.ENOSYS) {
-		c.noCopies.Store(true)
-		return true
-	}
-	return false
-}
-
 // openMeta opens ino on the metadata service, with the file's copy when
 // the service keeps one and want is read-only.
 func (c *Client) openMeta(ctx context.Context, ino proto.Ino, want proto.Access) (a proto.Attr, cap, data []byte, err error) {
-	if fc := c.copiesOK(); fc != nil && !want.Has(proto.AccessWrite) {
+	if fc, ok := c.copies.get(); ok && !want.Has(proto.AccessWrite) {
 		a, cap, data, err = fc.OpenCopy(ctx, ino, want)
-		if !c.copiesNoSys(err) {
+		if !c.copies.lacks(err) {
 			return a, cap, data, err
 		}
 	}
@@ -119,37 +98,45 @@ func (st *inodeState) offerLocked(end uint64, settled bool) []byte {
 // recording them at a moment no server noticed (a failover), the copy
 // would hide them for good. gen is the handle's session generation.
 func (st *inodeState) dropOffered(ctx context.Context, gen uint64) error {
-	st.mu.Lock()
-	offered := st.offered
-	st.mu.Unlock()
-	if !offered {
+	if !st.offered.Load() { // every write asks: no lock for the answer
 		return nil
 	}
 	st.doneMu.Lock()
 	defer st.doneMu.Unlock()
-	st.mu.Lock()
-	offered, mtime := st.offered, st.lastWrite
-	st.mu.Unlock()
-	if !offered {
+	if !st.offered.Load() {
 		return nil
 	}
-	c := st.c
-	rctx, cancel := c.rpcCtx(ctx)
+	st.mu.Lock()
+	mtime := st.lastWrite
+	st.mu.Unlock()
+	rctx, cancel := st.c.rpcCtx(ctx)
 	defer cancel()
-	var a proto.Attr
+	if _, _, err := st.recordWrite(rctx, gen, 0, mtime, proto.NoBlocks, nil); err != nil {
+		return err
+	}
+	st.offered.Store(false)
+	return nil
+}
+
+// recordWrite sends the WriteDone that records end, mtime and blocks,
+// offering offer (if not nil) as the file's copy where the service keeps
+// copies, and keeps this client's cached attributes in step. offered
+// says the copy was offered. The caller holds doneMu.
+func (st *inodeState) recordWrite(rctx context.Context, gen, end uint64, mtime int64, blocks uint64, offer []byte) (a proto.Attr, offered bool, err error) {
+	c := st.c
 	s0 := c.creating(0, "", st.ino)
-	err := c.handleCall(rctx, st.ino, gen, func() (err error) {
-		a, err = c.meta.WriteDone(rctx, st.ino, 0, mtime, proto.NoBlocks)
+	err = c.handleCall(rctx, st.ino, gen, func() (err error) {
+		if fc, ok := c.copies.get(); ok && offer != nil {
+			a, err = fc.WriteDoneCopy(rctx, st.ino, end, mtime, blocks, offer)
+			if offered = !c.copies.lacks(err); offered {
+				return err
+			}
+		}
+		a, err = c.meta.WriteDone(rctx, st.ino, end, mtime, blocks)
 		return err
 	})
 	c.changed(s0, st.ino, a, err)
-	if err != nil {
-		return err
-	}
-	st.mu.Lock()
-	st.offered = false
-	st.mu.Unlock()
-	return nil
+	return a, offered, err
 }
 
 // installCopyLocked keeps data, the file's content from the service's

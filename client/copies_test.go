@@ -24,6 +24,17 @@ func copyClients(t *testing.T) (stor *fake.Storage, writer, reader *Client) {
 	return stor, writer, reader
 }
 
+// createFile creates name in the root of c's file system, open for
+// reading and writing.
+func createFile(t *testing.T, c *Client, name string) *File {
+	t.Helper()
+	f, _, _, err := c.CreateOpen(context.Background(), proto.CreateIn{Parent: proto.RootIno, Name: name, Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 // TestFileCopies: a small file written whole by one client is read by
 // another from the metadata service's copy, without a storage read; once
 // anything rewrites it (a later write through the same handle, another
@@ -41,14 +52,7 @@ func TestFileCopies(t *testing.T) {
 		}
 		return b
 	}
-	create := func(name string) *File {
-		t.Helper()
-		f, _, _, err := writer.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: name, Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
+	create := func(name string) *File { return createFile(t, writer, name) }
 	write := func(f *File, p []byte, off uint64) {
 		t.Helper()
 		if _, err := f.Write(ctx, p, off); err != nil {
@@ -159,10 +163,7 @@ func TestFileCopies(t *testing.T) {
 func TestFileCopyConcurrentWrites(t *testing.T) {
 	ctx := context.Background()
 	_, writer, reader := copyClients(t)
-	f, _, _, err := writer.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := createFile(t, writer, "f")
 	g, _, err := writer.Open(ctx, f.Ino(), proto.AccessReadWrite)
 	if err != nil {
 		t.Fatal(err)
@@ -219,14 +220,7 @@ func TestFileCopyConcurrentWrites(t *testing.T) {
 func TestFileCopyNotOffered(t *testing.T) {
 	ctx := context.Background()
 	stor, writer, reader := copyClients(t)
-	create := func(name string) *File {
-		t.Helper()
-		f, _, _, err := writer.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: name, Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return f
-	}
+	create := func(name string) *File { return createFile(t, writer, name) }
 	storageReads := func(ino proto.Ino) (int, []byte) {
 		t.Helper()
 		before := stor.Calls(fake.OpRead)
@@ -315,10 +309,7 @@ func TestFileCopyStaleInstall(t *testing.T) {
 	slow := slowCopies{srv, make(chan struct{}), make(chan struct{})}
 	c := NewWithServices(slow, stor, Config{})
 	defer c.Close()
-	f, _, _, err := c.CreateOpen(ctx, proto.CreateIn{Parent: proto.RootIno, Name: "f", Mode: syscall.S_IFREG | 0o644, Exclusive: true}, proto.AccessReadWrite)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := createFile(t, c, "f")
 	if _, err := f.Write(ctx, []byte("AAAA"), 0); err != nil {
 		t.Fatal(err)
 	}

@@ -114,7 +114,7 @@ type inodeState struct {
 	// copies.go).
 	shadow   []byte
 	shadowOK bool
-	offered  bool
+	offered  atomic.Bool
 	small    []byte
 }
 
@@ -256,7 +256,8 @@ func (c *Client) acquire(a *proto.Attr, data []byte, mark uint64) *inodeState {
 		st.cond = sync.NewCond(&st.mu)
 		st.layout = a.Layout.Clone()
 		st.metaSize = a.Size
-		st.shadowOK = a.Size == 0
+		_, copies := c.copies.get()
+		st.shadowOK = copies && a.Size == 0      // nothing to offer to a service without copies
 		st.installCopyLocked(data, a.Size, mark) // nobody else has st yet
 		c.open[a.Ino] = st
 		st.refs++
@@ -766,30 +767,17 @@ func (st *inodeState) writeDone(ctx context.Context, gen uint64) error {
 	rctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
 	blocks := st.allocatedBlocks(rctx, l, span)
-	var a proto.Attr
-	s0 := c.creating(0, "", st.ino)
-	fc := c.copiesOK()
-	err := c.handleCall(rctx, st.ino, gen, func() (err error) {
-		if offer != nil && fc != nil {
-			a, err = fc.WriteDoneCopy(rctx, st.ino, end, mtime, blocks, offer)
-			if !c.copiesNoSys(err) {
-				return err
-			}
-		}
-		a, err = c.meta.WriteDone(rctx, st.ino, end, mtime, blocks)
-		return err
-	})
-	c.changed(s0, st.ino, a, err)
+	a, offered, err := st.recordWrite(rctx, gen, end, mtime, blocks, offer)
 	st.noteQuota(err)
 	if err != nil {
 		return err
 	}
 	st.mu.Lock()
-	if offer != nil {
-		// Offered (or refused): the service takes a copy only from a
-		// file's first WriteDone.
+	if offered {
+		// Offered (taken or refused): the service takes a copy only from
+		// a file's first WriteDone.
 		st.noShadowLocked()
-		st.offered = true
+		st.offered.Store(true)
 	}
 	st.metaSize = a.Size
 	if settled && st.seq == seq {

@@ -140,27 +140,48 @@ func (s *Server) waitCopyLocked(ino proto.Ino) {
 	}
 }
 
-// dropCopy deletes ino's copy, if it has one, through the log: a proposal
-// made after a copy's WriteDone was appended is applied after it.
-func (s *Server) dropCopy(ctx context.Context, ino proto.Ino) error {
-	_, err := s.propose(ctx, &Command{Op: OpDropCopy, Now: s.now(), Ino: ino})
+// takeUnsureLocked reports whether a copy's WriteDone for ino failed
+// since a writer last looked (copyUnsure), and forgets it: the caller
+// drops whatever that WriteDone may leave.
+func (s *Server) takeUnsureLocked(ino proto.Ino) bool {
+	unsure := s.copyUnsure[ino]
+	delete(s.copyUnsure, ino)
+	return unsure
+}
+
+// dropCopyFor deletes the copy of n's file for a writer, through the log
+// (a proposal made after a copy's WriteDone was appended is applied after
+// it), if the file may have one: n has one, or a copy's WriteDone failed
+// for it (unsure). It reports whether it proposed the deletion.
+func (s *Server) dropCopyFor(ctx context.Context, n *inode, unsure bool) (bool, error) {
+	if !unsure && n.Keyed&inodeHasCopy == 0 {
+		return false, nil
+	}
+	_, err := s.propose(ctx, &Command{Op: OpDropCopy, Now: s.now(), Ino: n.Ino})
+	return true, err
+}
+
+// dropWriterCopy drops the copy of ino for a writer counted without
+// Server.open (a session that ended, a CreateOpen retry), after any
+// copy's WriteDone under way for it.
+func (s *Server) dropWriterCopy(ctx context.Context, ino proto.Ino) error {
+	s.mu.Lock()
+	s.waitCopyLocked(ino)
+	unsure := s.takeUnsureLocked(ino)
+	s.mu.Unlock()
+	n, err := s.readInode(ino)
+	if err != nil {
+		return err
+	}
+	_, err = s.dropCopyFor(ctx, n, unsure)
 	return err
 }
 
 // dropWritersCopies drops the copies of the inodes a session that ended
-// held open for writing, after any copy's WriteDone under way for them.
+// held open for writing.
 func (s *Server) dropWritersCopies(inos []proto.Ino) {
 	for _, ino := range inos {
-		s.mu.Lock()
-		s.waitCopyLocked(ino)
-		unsure := s.copyUnsure[ino]
-		delete(s.copyUnsure, ino)
-		s.mu.Unlock()
-		n, err := s.readInode(ino)
-		if err != nil || (!unsure && n.Keyed&inodeHasCopy == 0) {
-			continue
-		}
-		if err := s.dropCopy(s.ctx, ino); err != nil && !errors.Is(err, errClosed) {
+		if err := s.dropWriterCopy(s.ctx, ino); err != nil && !errors.Is(err, errClosed) && !errors.Is(err, syscall.ENOENT) {
 			s.log.Warn("meta: drop the copy of a file a dropped session wrote", "ino", ino, "err", err)
 		}
 	}
@@ -237,10 +258,9 @@ func (s *Server) WriteDoneCopy(ctx context.Context, ino proto.Ino, end uint64, m
 // otherWriterLocked reports whether a session other than sess holds ino
 // open for writing.
 func (s *Server) otherWriterLocked(sess session, ino proto.Ino) bool {
-	for other, m := range s.sessOpens {
-		if o := m[ino]; other != sess && o.n > 0 && o.write {
-			return true
-		}
+	writers := s.writers[ino]
+	if o := s.sessOpens[sess][ino]; o.n > 0 && o.write {
+		writers--
 	}
-	return false
+	return writers > 0
 }

@@ -108,6 +108,7 @@ func (s *Server) becameLeader(term uint64) {
 	s.mu.Lock()
 	clear(s.sessions)
 	clear(s.sessOpens)
+	clear(s.writers)
 	clear(s.opens)
 	s.pending = nil
 	s.mu.Unlock()

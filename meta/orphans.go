@@ -46,24 +46,18 @@ func (s *Server) open(ctx context.Context, ino proto.Ino, want proto.Access) (*i
 		// miss a copy of the file's bytes being taken (it drops it). Each
 		// wait lets go of s.mu, so everything is looked at again after
 		// one, until nothing is to be waited for.
-		if ch := s.migrating[ino]; write && ch != nil {
-			s.mu.Unlock()
-			<-ch
-			s.mu.Lock()
-			continue
+		ch := s.migrating[ino]
+		if ch == nil {
+			ch = s.copying[ino]
 		}
-		if ch := s.copying[ino]; write && ch != nil {
-			s.mu.Unlock()
-			<-ch
-			s.mu.Lock()
-			continue
+		if !write || ch == nil {
+			break
 		}
-		break
+		s.mu.Unlock()
+		<-ch
+		s.mu.Lock()
 	}
-	// A copy whose WriteDone failed may still be applied (copies.go):
-	// this writer drops whatever it left.
-	unsure := write && s.copyUnsure[ino]
-	delete(s.copyUnsure, ino)
+	unsure := write && s.takeUnsureLocked(ino)
 	// A retry of an Open the server saw (its reply was lost) must not
 	// count a second handle: the first attempt counted it, or released it
 	// again when it failed.
@@ -76,8 +70,9 @@ func (s *Server) open(ctx context.Context, ino proto.Ino, want proto.Access) (*i
 	if err == nil {
 		err = checkAccess(cl, &n.Attr, want)
 	}
-	if err == nil && write && (unsure || n.Keyed&inodeHasCopy != 0) {
-		if err = s.dropCopy(ctx, ino); err == nil {
+	if err == nil && write {
+		var dropped bool
+		if dropped, err = s.dropCopyFor(ctx, n, unsure); dropped && err == nil {
 			n, err = s.readInode(ino)
 		}
 	}
@@ -165,8 +160,21 @@ func (s *Server) countOpenLocked(sess session, ino proto.Ino, write bool) {
 	}
 	o := m[ino]
 	o.n++
-	o.write = o.write || write
+	if write && !o.write {
+		o.write = true
+		s.writers[ino]++
+	}
 	m[ino] = o
+}
+
+// dropWriterLocked forgets that a session held ino open for writing (its
+// entry in sessOpens, whose write flag was set, is gone).
+func (s *Server) dropWriterLocked(ino proto.Ino) {
+	if c := s.writers[ino]; c > 1 {
+		s.writers[ino] = c - 1
+	} else {
+		delete(s.writers, ino)
+	}
 }
 
 // holdsWriteOpen reports whether sess has a handle open on ino that was
@@ -187,14 +195,7 @@ func (s *Server) anyWriteOpen(ino proto.Ino) bool {
 }
 
 // anyWriteOpenLocked is anyWriteOpen with s.mu held.
-func (s *Server) anyWriteOpenLocked(ino proto.Ino) bool {
-	for _, m := range s.sessOpens {
-		if o := m[ino]; o.n > 0 && o.write {
-			return true
-		}
-	}
-	return false
-}
+func (s *Server) anyWriteOpenLocked(ino proto.Ino) bool { return s.writers[ino] > 0 }
 
 // release drops one open count of sess on ino, if sess has one, and
 // reports whether it was the last of all sessions.
@@ -208,6 +209,9 @@ func (s *Server) release(sess session, ino proto.Ino) bool {
 	}
 	if o.n == 1 {
 		delete(m, ino)
+		if o.write {
+			s.dropWriterLocked(ino)
+		}
 		if len(m) == 0 {
 			delete(s.sessOpens, sess)
 		}

@@ -189,8 +189,12 @@ type Server struct {
 	// Release only ever drops a handle its own session took.
 	opens     map[proto.Ino]int
 	sessOpens map[session]map[proto.Ino]sessionOpens
-	sessions  map[session]*sessionState // registered sessions and their leases (session.go)
-	leases    *leaseTable               // metadata leases of polling sessions (leases.go)
+	// writers counts, per inode, the sessions in sessOpens that hold it
+	// open for writing (their entry's write flag): what anyWriteOpen and
+	// otherWriterLocked ask, without a walk over every session.
+	writers  map[proto.Ino]int
+	sessions map[session]*sessionState // registered sessions and their leases (session.go)
+	leases   *leaseTable               // metadata leases of polling sessions (leases.go)
 	// locks are the cluster-wide file locks (locks.go), released with the
 	// session that holds them.
 	locks *lockTable
@@ -353,6 +357,7 @@ func New(opts Options) (*Server, error) {
 		reg:         newRegistry(opts.HeartbeatTimeout, opts.Now, opts.Seed),
 		opens:       map[proto.Ino]int{},
 		sessOpens:   map[session]map[proto.Ino]sessionOpens{},
+		writers:     map[proto.Ino]int{},
 		sessions:    map[session]*sessionState{},
 		locks:       newLockTable(),
 		leases:      newLeaseTable(opts.LeaseTerm, nil),
@@ -1015,14 +1020,13 @@ func (s *Server) CreateOpen(ctx context.Context, in proto.CreateIn, want proto.A
 		// here now.
 		if !seenHere && r.attr.Ino != 0 {
 			s.mu.Lock()
-			s.waitCopyLocked(r.attr.Ino)
 			s.countOpenLocked(cl.sess, r.attr.Ino, want.Has(proto.AccessWrite))
 			s.mu.Unlock()
 			// Another mount may have written and closed the new file
 			// since the first attempt: a writer counted now drops its
 			// copy, as Open does.
 			if want.Has(proto.AccessWrite) {
-				if err := s.dropCopy(ctx, r.attr.Ino); err != nil {
+				if err := s.dropWriterCopy(ctx, r.attr.Ino); err != nil {
 					s.release(cl.sess, r.attr.Ino)
 					return proto.Attr{}, proto.Attr{}, nil, err
 				}

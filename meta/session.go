@@ -252,6 +252,7 @@ func (s *Server) takeSessionLocked(sess session) droppedSession {
 		d.handles += o.n
 		if o.write {
 			d.written = append(d.written, ino)
+			s.dropWriterLocked(ino)
 		}
 		if c := s.opens[ino] - o.n; c > 0 {
 			s.opens[ino] = c
