@@ -88,6 +88,17 @@
 //   - No descriptor is held per object: a bounded LRU keeps at most
 //     TargetOptions.MaxOpen objects open (2 descriptors each, 256 by
 //     default); handles in use are closed when released.
+//   - An object with no file on the target is known without a system call:
+//     a Bloom filter in memory (presence.go) holds every object that has a
+//     file, filled by the scan at OpenTarget (leftovers of an interrupted
+//     creation or removal included) and added to before an object's first
+//     file is created, so it never calls a present object absent. Removing
+//     or opening an object it calls absent touches no file: the removals
+//     every unlink queues for stripes a file never had cost nothing. The
+//     filter is sized at open for twice the files found (an object has two
+//     or three; at least 2^20 entries), 10 to 20 bits each (a power of two
+//     in all): 2 MiB per target at least, at most 256 MiB; past its size it answers "maybe" more often,
+//     never wrongly.
 //   - The write version in the header grows by one with every write and every
 //     size-changing truncate; Write returns it.
 //   - A truncate costs time in proportion to the data the object has, not

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/weft-fs/weft/proto"
@@ -116,36 +117,45 @@ func TestSyncFSDisk(t *testing.T) {
 }
 
 // TestRemoveMissingObject: removing an object that was never made (the
-// objects of a file never written, which every unlink queues) changes
-// nothing on disk and so asks for no background sync; leftovers of an
-// interrupted creation (a sidecar and a version file without their data
-// file) are removed, and synced.
+// objects of a file never written, which every unlink queues) makes no
+// system call (the presence filter knows it has no file) and so asks for
+// no background sync; leftovers of an interrupted creation (a sidecar and
+// a version file without their data file, found when the target opens
+// after the crash) are removed, and synced.
 func TestRemoveMissingObject(t *testing.T) {
 	fs := &syncCounter{MemFS: newMemFS(t)}
-	tg := openMem(t, fs, TargetOptions{})
-	ctx := context.Background()
-
-	if err := tg.Remove(ctx, proto.ObjectID{Ino: 7, Stripe: 1}); err != nil {
+	left := proto.ObjectID{Ino: 8, Gen: 3}
+	leftPath := "/t/target/objects/08/" + objName(left)
+	if err := fs.MkdirAll("/t/target/objects/08", 0o755); err != nil {
 		t.Fatal(err)
 	}
-	tg.flushWritten()
-	if n := fs.calls(); n != 0 {
-		t.Fatalf("removing a missing object: %d syncs, want none", n)
-	}
-
-	left := proto.ObjectID{Ino: 8}
-	path := tg.objPath(left)
-	for _, name := range []string{path + ".crc", path + ".ver"} {
+	for _, name := range []string{leftPath + ".crc", leftPath + ".ver"} {
 		f, err := fs.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
 		if err != nil {
 			t.Fatal(err)
 		}
 		f.Close()
 	}
+	counted := &callCounter{FS: fs}
+	tg := openMem(t, counted, TargetOptions{})
+	ctx := context.Background()
+
+	before := counted.calls.Load()
+	if err := tg.Remove(ctx, proto.ObjectID{Ino: 7, Stripe: 1, Gen: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if n := counted.calls.Load() - before; n != 0 {
+		t.Errorf("removing an object that was never made: %d file system calls, want none", n)
+	}
+	tg.flushWritten()
+	if n := fs.calls(); n != 0 {
+		t.Fatalf("removing a missing object: %d syncs, want none", n)
+	}
+
 	if err := tg.Remove(ctx, left); err != nil {
 		t.Fatal(err)
 	}
-	for _, name := range []string{path, path + ".crc", path + ".ver"} {
+	for _, name := range []string{leftPath, leftPath + ".crc", leftPath + ".ver"} {
 		if _, err := fs.Stat(name); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s after the removal: %v, want it gone", filepath.Base(name), err)
 		}
@@ -155,3 +165,27 @@ func TestRemoveMissingObject(t *testing.T) {
 		t.Fatalf("removing leftovers: %d syncs, want 1", n)
 	}
 }
+
+// callCounter counts the calls that name a file (opens, removals, stats).
+type callCounter struct {
+	vfs.FS
+	calls atomic.Int64
+}
+
+func (c *callCounter) OpenFile(name string, flag int, perm os.FileMode) (vfs.File, error) {
+	c.calls.Add(1)
+	return c.FS.OpenFile(name, flag, perm)
+}
+
+func (c *callCounter) Remove(name string) error {
+	c.calls.Add(1)
+	return c.FS.Remove(name)
+}
+
+func (c *callCounter) Stat(name string) (os.FileInfo, error) {
+	c.calls.Add(1)
+	return c.FS.Stat(name)
+}
+
+// SyncFS passes the background sync on to the counted file system.
+func (c *callCounter) SyncFS(dir string) error { return c.FS.(vfs.FSSyncer).SyncFS(dir) }

@@ -76,6 +76,10 @@ type Target struct {
 	// (flush.go).
 	written atomic.Bool
 
+	// present: the objects that may have files here (presence.go), set
+	// by scan before the target serves.
+	present *presence
+
 	fsidChecked atomic.Bool                 // Run checked the file system id with the registry
 	newFiles    map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
 
@@ -150,8 +154,21 @@ func OpenTarget(dir string, opts TargetOptions) (*Target, error) {
 	return t, nil
 }
 
-// scan computes usage from the sidecar headers of every object.
+// scan computes usage from the sidecar headers of every object, and
+// fills the presence filter with every object that has a file (leftovers
+// of an interrupted creation or removal included, so that their removal
+// still finds them). The directories are listed twice: the filter is
+// sized for what the first listing found.
 func (t *Target) scan() error {
+	files := 0
+	for i := 0; i < 256; i++ {
+		names, err := t.fs.ReadDir(t.fanoutDir(i))
+		if err != nil {
+			return fmt.Errorf("storage: target %s: scan: %w", t.dir, err)
+		}
+		files += len(names)
+	}
+	t.present = newPresence(files)
 	var used uint64
 	var objects int64
 	for i := 0; i < 256; i++ {
@@ -163,6 +180,9 @@ func (t *Target) scan() error {
 		have := make(map[string]bool, len(names))
 		for _, n := range names {
 			have[n] = true
+			if obj, ok := parseObjName(strings.TrimSuffix(strings.TrimSuffix(n, ".crc"), ".ver")); ok {
+				t.present.add(obj)
+			}
 		}
 		for _, n := range names {
 			base, ok := strings.CutSuffix(n, ".crc")
@@ -359,6 +379,9 @@ func (t *Target) acquire(obj proto.ObjectID, create bool) (*handle, error) {
 	if h := t.cache.get(obj); h != nil {
 		return h, nil
 	}
+	if !create && !t.present.mayHold(obj) {
+		return nil, errMissing
+	}
 	h, err := t.openHandle(obj, create)
 	if err != nil {
 		return nil, err
@@ -374,6 +397,8 @@ func (t *Target) openHandle(obj proto.ObjectID, create bool) (*handle, error) {
 		if !create {
 			return nil, errMissing
 		}
+		// In the presence filter before any of its files exists.
+		t.present.add(obj)
 		// Sidecar first: a data file never exists without its sidecar
 		// (except empty, see below), so data is always checkable.
 		var crc vfs.File
@@ -987,6 +1012,11 @@ func (t *Target) Remove(ctx context.Context, obj proto.ObjectID) error {
 	l := t.lockFor(obj)
 	l.Lock()
 	defer l.Unlock()
+	if !t.present.mayHold(obj) {
+		// No file of it was ever made here (or found at open): nothing
+		// to remove, and no system call to learn it.
+		return nil
+	}
 	var blocks uint64
 	exists, dataMissing := false, false
 	if h, err := t.acquire(obj, false); err == nil {
