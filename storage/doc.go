@@ -95,9 +95,9 @@
 //     file is created, so it never calls a present object absent. Removing
 //     or opening an object it calls absent touches no file: the removals
 //     every unlink queues for stripes a file never had cost nothing. The
-//     filter is sized at open for twice the files found (an object has two
-//     or three; at least 2^20 entries), 10 to 20 bits each (a power of two
-//     in all): 2 MiB per target at least, at most 256 MiB; past its size it answers "maybe" more often,
+//     filter is sized at open for twice the objects found (at least 2^20),
+//     10 to 20 bits each (a power of two in all): 2 MiB per target at
+//     least, at most 256 MiB; past its size it answers "maybe" more often,
 //     never wrongly.
 //   - The write version in the header grows by one with every write and every
 //     size-changing truncate; Write returns it.

@@ -3,6 +3,7 @@ package storage
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"sync"
@@ -123,46 +124,50 @@ func TestSyncFSDisk(t *testing.T) {
 // a version file without their data file, found when the target opens
 // after the crash) are removed, and synced.
 func TestRemoveMissingObject(t *testing.T) {
-	fs := &syncCounter{MemFS: newMemFS(t)}
-	left := proto.ObjectID{Ino: 8, Gen: 3}
-	leftPath := "/t/target/objects/08/" + objName(left)
-	if err := fs.MkdirAll("/t/target/objects/08", 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{leftPath + ".crc", leftPath + ".ver"} {
-		f, err := fs.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-	}
-	counted := &callCounter{FS: fs}
-	tg := openMem(t, counted, TargetOptions{})
-	ctx := context.Background()
+	for _, gen := range []uint64{0, 3} { // <ino>.<stripe> and <ino>.<gen>.<stripe> names
+		t.Run(fmt.Sprintf("gen%d", gen), func(t *testing.T) {
+			fs := &syncCounter{MemFS: newMemFS(t)}
+			left := proto.ObjectID{Ino: 8, Gen: gen}
+			leftPath := "/t/target/objects/08/" + objName(left)
+			if err := fs.MkdirAll("/t/target/objects/08", 0o755); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{leftPath + ".crc", leftPath + ".ver"} {
+				f, err := fs.OpenFile(name, os.O_RDWR|os.O_CREATE, 0o644)
+				if err != nil {
+					t.Fatal(err)
+				}
+				f.Close()
+			}
+			counted := &callCounter{FS: fs}
+			tg := openMem(t, counted, TargetOptions{})
+			ctx := context.Background()
 
-	before := counted.calls.Load()
-	if err := tg.Remove(ctx, proto.ObjectID{Ino: 7, Stripe: 1, Gen: 3}); err != nil {
-		t.Fatal(err)
-	}
-	if n := counted.calls.Load() - before; n != 0 {
-		t.Errorf("removing an object that was never made: %d file system calls, want none", n)
-	}
-	tg.flushWritten()
-	if n := fs.calls(); n != 0 {
-		t.Fatalf("removing a missing object: %d syncs, want none", n)
-	}
+			before := counted.calls.Load()
+			if err := tg.Remove(ctx, proto.ObjectID{Ino: 7, Stripe: 1, Gen: gen}); err != nil {
+				t.Fatal(err)
+			}
+			if n := counted.calls.Load() - before; n != 0 {
+				t.Errorf("removing an object that was never made: %d file system calls, want none", n)
+			}
+			tg.flushWritten()
+			if n := fs.calls(); n != 0 {
+				t.Fatalf("removing a missing object: %d syncs, want none", n)
+			}
 
-	if err := tg.Remove(ctx, left); err != nil {
-		t.Fatal(err)
-	}
-	for _, name := range []string{leftPath, leftPath + ".crc", leftPath + ".ver"} {
-		if _, err := fs.Stat(name); !errors.Is(err, os.ErrNotExist) {
-			t.Errorf("%s after the removal: %v, want it gone", filepath.Base(name), err)
-		}
-	}
-	tg.flushWritten()
-	if n := fs.calls(); n != 1 {
-		t.Fatalf("removing leftovers: %d syncs, want 1", n)
+			if err := tg.Remove(ctx, left); err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{leftPath, leftPath + ".crc", leftPath + ".ver"} {
+				if _, err := fs.Stat(name); !errors.Is(err, os.ErrNotExist) {
+					t.Errorf("%s after the removal: %v, want it gone", filepath.Base(name), err)
+				}
+			}
+			tg.flushWritten()
+			if n := fs.calls(); n != 1 {
+				t.Fatalf("removing leftovers: %d syncs, want 1", n)
+			}
+		})
 	}
 }
 

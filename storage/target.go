@@ -76,9 +76,9 @@ type Target struct {
 	// (flush.go).
 	written atomic.Bool
 
-	// present: the objects that may have files here (presence.go), set
+	// objs: the objects that may have files here (presence.go), filled
 	// by scan before the target serves.
-	present *presence
+	objs objectSet
 
 	fsidChecked atomic.Bool                 // Run checked the file system id with the registry
 	newFiles    map[proto.ObjectID]struct{} // created since their fan-out dir was last synced
@@ -158,17 +158,22 @@ func OpenTarget(dir string, opts TargetOptions) (*Target, error) {
 // fills the presence filter with every object that has a file (leftovers
 // of an interrupted creation or removal included, so that their removal
 // still finds them). The directories are listed twice: the filter is
-// sized for what the first listing found.
+// sized for the sidecars (one per object) the first listing found.
 func (t *Target) scan() error {
-	files := 0
+	sidecars := 0
 	for i := 0; i < 256; i++ {
 		names, err := t.fs.ReadDir(t.fanoutDir(i))
 		if err != nil {
 			return fmt.Errorf("storage: target %s: scan: %w", t.dir, err)
 		}
-		files += len(names)
+		for _, n := range names {
+			if strings.HasSuffix(n, ".crc") {
+				sidecars++
+			}
+		}
 	}
-	t.present = newPresence(files)
+	filter := newPresence(sidecars)
+	t.objs.cur.Store(filter)
 	var used uint64
 	var objects int64
 	for i := 0; i < 256; i++ {
@@ -180,8 +185,8 @@ func (t *Target) scan() error {
 		have := make(map[string]bool, len(names))
 		for _, n := range names {
 			have[n] = true
-			if obj, ok := parseObjName(strings.TrimSuffix(strings.TrimSuffix(n, ".crc"), ".ver")); ok {
-				t.present.add(obj)
+			if obj, ok := objectOfFile(n); ok {
+				filter.add(obj)
 			}
 		}
 		for _, n := range names {
@@ -208,6 +213,29 @@ func (t *Target) scan() error {
 	}
 	t.used.Store(used)
 	t.objects.Store(objects)
+	t.objs.list, t.objs.count, t.objs.log = t.listObjects, t.objects.Load, t.logger
+	return nil
+}
+
+// objectOfFile returns the object a file in a fan-out directory belongs
+// to (its data, sidecar or version file), false for other names.
+func objectOfFile(name string) (proto.ObjectID, bool) {
+	return parseObjName(strings.TrimSuffix(strings.TrimSuffix(name, ".crc"), ".ver"))
+}
+
+// listObjects calls add for every object that has a file on the target.
+func (t *Target) listObjects(add func(proto.ObjectID)) error {
+	for i := 0; i < 256; i++ {
+		names, err := t.fs.ReadDir(t.fanoutDir(i))
+		if err != nil {
+			return fmt.Errorf("storage: target %s: list objects: %w", t.dir, err)
+		}
+		for _, n := range names {
+			if obj, ok := objectOfFile(n); ok {
+				add(obj)
+			}
+		}
+	}
 	return nil
 }
 
@@ -379,7 +407,7 @@ func (t *Target) acquire(obj proto.ObjectID, create bool) (*handle, error) {
 	if h := t.cache.get(obj); h != nil {
 		return h, nil
 	}
-	if !create && !t.present.mayHold(obj) {
+	if !create && !t.objs.mayHold(obj) {
 		return nil, errMissing
 	}
 	h, err := t.openHandle(obj, create)
@@ -398,7 +426,7 @@ func (t *Target) openHandle(obj proto.ObjectID, create bool) (*handle, error) {
 			return nil, errMissing
 		}
 		// In the presence filter before any of its files exists.
-		t.present.add(obj)
+		done := t.objs.creatingObject(obj)
 		// Sidecar first: a data file never exists without its sidecar
 		// (except empty, see below), so data is always checkable.
 		var crc vfs.File
@@ -408,6 +436,7 @@ func (t *Target) openHandle(obj proto.ObjectID, create bool) (*handle, error) {
 			data, err = t.fs.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
 			created = err == nil
 		}
+		done()
 	}
 	if err != nil {
 		return nil, fmt.Errorf("storage: target %s object %s: %w", t.dir, objName(obj), err)
@@ -1012,7 +1041,7 @@ func (t *Target) Remove(ctx context.Context, obj proto.ObjectID) error {
 	l := t.lockFor(obj)
 	l.Lock()
 	defer l.Unlock()
-	if !t.present.mayHold(obj) {
+	if !t.objs.mayHold(obj) {
 		// No file of it was ever made here (or found at open): nothing
 		// to remove, and no system call to learn it.
 		return nil
