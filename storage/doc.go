@@ -94,11 +94,12 @@
 //     creation or removal included) and added to before an object's first
 //     file is created, so it never calls a present object absent. Removing
 //     or opening an object it calls absent touches no file: the removals
-//     every unlink queues for stripes a file never had cost nothing. The
-//     filter is sized at open for twice the objects found (at least 2^20),
-//     10 to 20 bits each (a power of two in all): 2 MiB per target at
-//     least, at most 256 MiB; past its size it answers "maybe" more often,
-//     never wrongly.
+//     every unlink queues for stripes a file never had cost nothing. It is
+//     made for twice the objects found (at least 2^20), 10 to 20 bits each
+//     (a power of two in all: 2 MiB per target at least, at most 256 MiB),
+//     and renewed in the background from a listing of the fan-out
+//     directories once as many objects were added since, so that churn
+//     does not wear it out; creations during the listing go into both.
 //   - The write version in the header grows by one with every write and every
 //     size-changing truncate; Write returns it.
 //   - A truncate costs time in proportion to the data the object has, not
