@@ -44,18 +44,9 @@ command -v python3 >/dev/null || { echo "bench-meta-mount: python3 is needed" >&
 
 rm -rf "$out"
 mkdir -p "$out"
-labels=() bins=() args=()
-for s in "$@"; do
-	label=${s%%=*} rest=${s#*=}
-	bin=${rest%%:*} up=
-	[ "$rest" != "$bin" ] && up=${rest#*:}
-	if [ "$bin" = . ]; then
-		bin=$out/weft
-		[ -x "$bin" ] || go build -o "$bin" ./cmd/weft
-	fi
-	[ -x "$bin" ] || { echo "bench-meta-mount: $bin: not an executable" >&2; exit 2; }
-	labels+=("$label") bins+=("$bin") args+=("$up")
-done
+# shellcheck source=lib/setups.sh
+. scripts/lib/setups.sh
+parse_setups bench-meta-mount "$out" "$@"
 
 up_pid= run= pids= names=
 cleanup() {
@@ -115,21 +106,8 @@ for r in $(seq "$rounds"); do
 	echo "== round $r (load: $(cut -d' ' -f1-3 /proc/loadavg))" >&2
 	for k in "${!labels[@]}"; do
 		run=$out/run
-		rm -rf "$run"
-		mkdir -p "$run/mnt"
 		# shellcheck disable=SC2086 # the setup's weft up arguments
-		"${bins[$k]}" up --data "$run/data" --mount "$run/mnt" --base-port "$base_port" --log-level warn ${args[$k]} >"$run/up.log" 2>&1 &
-		up_pid=$!
-		for _ in $(seq 600); do
-			grep -q "weft is up" "$run/up.log" && break
-			kill -0 "$up_pid" 2>/dev/null || { cat "$run/up.log" >&2; exit 1; }
-			sleep 0.5
-		done
-		grep -q "weft is up" "$run/up.log" || { echo "bench-meta-mount: weft up did not come up" >&2; exit 1; }
-		# weft up prints "  started meta-2     pid 1234    log ..." for
-		# each process it starts.
-		names=$(awk '$1 == "started" {print $2}' "$run/up.log" | paste -sd' ')
-		pids=$(awk '$1 == "started" {print $4}' "$run/up.log" | paste -sd' ')
+		start_up bench-meta-mount "${bins[$k]}" "$run" "$base_port" ${args[$k]}
 		phase "${labels[$k]}" "$r" create "$secs"
 		sleep 2
 		phase "${labels[$k]}" "$r" unlink
