@@ -44,8 +44,8 @@ command -v python3 >/dev/null || { echo "bench-easy-cpu: python3 is needed" >&2;
 
 rm -rf "$out"
 mkdir -p "$out"
-# shellcheck source=lib/setups.sh
-. scripts/lib/setups.sh
+# shellcheck source=lib/bench.sh
+. scripts/lib/bench.sh
 parse_setups bench-easy-cpu "$out" "$@"
 
 up_pid= run=

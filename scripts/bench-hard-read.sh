@@ -35,6 +35,8 @@
 # Run as root (dropping the page cache and mounting need it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# shellcheck source=lib/bench.sh
+. scripts/lib/bench.sh
 
 rounds=2
 procs=4
@@ -114,12 +116,7 @@ start_weft() {
 	# shellcheck disable=SC2086 # --up is a list of arguments
 	"$weft" up --data "$work/weft" --mount "$out/wmnt" --base-port "$base_port" --log-level warn $up_args >"$out/up.log" 2>&1 &
 	up_pid=$!
-	for _ in $(seq 600); do
-		grep -q "weft is up" "$out/up.log" && break
-		kill -0 "$up_pid" 2>/dev/null || { echo "bench-hard-read: weft up exited (see $out/up.log)" >&2; exit 1; }
-		sleep 0.5
-	done
-	grep -q "weft is up" "$out/up.log" || { echo "bench-hard-read: weft up is not up after 300 s (see $out/up.log)" >&2; exit 1; }
+	wait_up bench-hard-read "$out/up.log" "$up_pid"
 }
 start_weft
 for m in "$out/cmnt" "$out/tmnt" "$out/wmnt"; do

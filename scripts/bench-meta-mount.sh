@@ -44,8 +44,8 @@ command -v python3 >/dev/null || { echo "bench-meta-mount: python3 is needed" >&
 
 rm -rf "$out"
 mkdir -p "$out"
-# shellcheck source=lib/setups.sh
-. scripts/lib/setups.sh
+# shellcheck source=lib/bench.sh
+. scripts/lib/bench.sh
 parse_setups bench-meta-mount "$out" "$@"
 
 up_pid= run= pids= names=

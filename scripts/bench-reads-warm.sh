@@ -12,6 +12,8 @@
 #
 #   scripts/bench-reads-warm.sh [--rounds 4] [--out DIR] [--base-port 7800] WEFT_A WEFT_B
 set -euo pipefail
+# shellcheck source=lib/bench.sh
+. "$(dirname "$0")/lib/bench.sh"
 
 rounds=4
 out=/tmp/weft-bench-reads-warm
@@ -50,12 +52,7 @@ for s in a b; do
 	i=$((i + 1))
 done
 for s in a b; do
-	for _ in $(seq 600); do
-		grep -qs "weft is up" "$out/$s/up.log" && break
-		kill -0 "${up_pid[$s]}" 2>/dev/null || { cat "$out/$s/up.log" >&2; exit 1; }
-		sleep 0.5
-	done
-	grep -qs "weft is up" "$out/$s/up.log" || { echo "bench-reads-warm: weft up ($s) did not come up" >&2; exit 1; }
+	wait_up "bench-reads-warm ($s)" "$out/$s/up.log" "${up_pid[$s]}"
 	f=$out/$s/mnt/f0
 	fio --ioengine=psync --direct=1 --rw=write --bs=1M --size=1g --end_fsync=1 --name=w --filename="$f" --output-format=terse >/dev/null
 	fio --ioengine=psync --direct=1 --rw=read --bs=1M --name=r --filename="$f" --output-format=terse >/dev/null

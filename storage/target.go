@@ -154,26 +154,13 @@ func OpenTarget(dir string, opts TargetOptions) (*Target, error) {
 	return t, nil
 }
 
-// scan computes usage from the sidecar headers of every object, and
-// fills the presence filter with every object that has a file (leftovers
-// of an interrupted creation or removal included, so that their removal
-// still finds them). The directories are listed twice: the filter is
-// sized for the sidecars (one per object) the first listing found.
+// scan computes usage from the sidecar headers of every object, then
+// fills the presence filter, sized for the objects it counted, with every
+// object that has a file (leftovers of an interrupted creation or removal
+// included, so that their removal still finds them): the directories are
+// listed a second time, which costs little beside the first pass's read of
+// every sidecar.
 func (t *Target) scan() error {
-	sidecars := 0
-	for i := 0; i < 256; i++ {
-		names, err := t.fs.ReadDir(t.fanoutDir(i))
-		if err != nil {
-			return fmt.Errorf("storage: target %s: scan: %w", t.dir, err)
-		}
-		for _, n := range names {
-			if strings.HasSuffix(n, ".crc") {
-				sidecars++
-			}
-		}
-	}
-	filter := newPresence(sidecars)
-	t.objs.cur.Store(filter)
 	var used uint64
 	var objects int64
 	for i := 0; i < 256; i++ {
@@ -185,9 +172,6 @@ func (t *Target) scan() error {
 		have := make(map[string]bool, len(names))
 		for _, n := range names {
 			have[n] = true
-			if obj, ok := objectOfFile(n); ok {
-				filter.add(obj)
-			}
 		}
 		for _, n := range names {
 			base, ok := strings.CutSuffix(n, ".crc")
@@ -213,6 +197,11 @@ func (t *Target) scan() error {
 	}
 	t.used.Store(used)
 	t.objects.Store(objects)
+	filter := newPresence(int(objects))
+	if err := t.listObjects(filter.add); err != nil {
+		return err
+	}
+	t.objs.cur.Store(filter)
 	t.objs.list, t.objs.count, t.objs.log = t.listObjects, t.objects.Load, t.logger
 	return nil
 }
