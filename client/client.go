@@ -102,6 +102,15 @@ type Client struct {
 	// noFollow: the metadata service answered a follow with ENOSYS (a
 	// server from before it): capabilities are renewed with Capability.
 	noFollow atomic.Bool
+	// noPins: the metadata service takes no pins of opens made from the
+	// lease cache (cached.go), so none are made.
+	noPins atomic.Bool
+	// pinner pins opens made from the lease cache (cached.go); nil: none
+	// are made.
+	pinner proto.LeasePinner
+	// cachedOpens and pinnedOpens count the opens made from the lease
+	// cache and the handles of them pinned (CachedOpens).
+	cachedOpens, pinnedOpens atomic.Uint64
 	// now is the clock of migrate's ticket renewals (time.Now; tests
 	// move it with the metadata server's).
 	now func() time.Time
@@ -215,6 +224,8 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 		c.sess = newSession(c, svc)
 		if ls, ok := meta.(proto.LeaseService); ok && cfg.Leases {
 			c.leases = newLeaseCache(ls, c.log)
+			c.pinner, _ = meta.(proto.LeasePinner)
+			c.leases.beforeAck = c.pinInvalidated
 			c.leasesDone = make(chan struct{})
 			go func() {
 				defer close(c.leasesDone)
@@ -616,6 +627,7 @@ func (c *Client) Unlink(ctx context.Context, parent proto.Ino, name string) erro
 // after the change (a zero Attr if the server did not say).
 func (c *Client) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
 	c.rel.flush()
+	c.pinAll(ctx) // this change is not broken to this client (cached.go)
 	defer c.changing(parent, name)()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
@@ -652,6 +664,7 @@ func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (pr
 // Rename renames an entry; flags as in renameat2(2).
 func (c *Client) Rename(ctx context.Context, oldParent proto.Ino, oldName string, newParent proto.Ino, newName string, flags uint32) error {
 	c.rel.flush()
+	c.pinAll(ctx) // it may replace a file's last name (cached.go)
 	defer c.changing(oldParent, oldName)()
 	defer c.changing(newParent, newName)()
 	ctx, cancel := c.rpcCtx(ctx)

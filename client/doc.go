@@ -80,7 +80,10 @@
 //
 // # Consistency semantics
 //
-//   - Close-to-open. Open asks the metadata server for fresh attributes.
+//   - Close-to-open. Open asks the metadata server for fresh attributes
+//     (OpenCached, for a read-only open of an empty file, takes them from
+//     the lease cache, which a change elsewhere breaks before it returns:
+//     cached.go).
 //     After a writer's close (Flush) or fsync returned success, a client
 //     that opens the file afterwards sees all the data and the right size.
 //     Clients that keep a file open while another writes it are not
@@ -131,7 +134,11 @@
 //     it is sent and again after it returned (changing), so reads under way
 //     never cache what it replaced; an invalidation or change that arrives
 //     while a read is under way keeps that read out of the cache. Open
-//     always asks the leader (close-to-open).
+//     asks the leader (close-to-open), except a read-only open of an
+//     empty file held under the lease (OpenCached, cached.go): its handle
+//     is local, and is pinned (counted by the leader) before an
+//     invalidation of its inode is acknowledged and before this client
+//     removes or replaces a name.
 //   - Times. A file's mtime is the time of its last write (this client's
 //     clock when the write was accepted), reported with WriteDone, or of
 //     the last explicit set: a close long after the last write does not

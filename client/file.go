@@ -308,7 +308,8 @@ type File struct {
 	followMu sync.Mutex   // serializes follows and the release's last look at view
 	want     proto.Access // what it was opened for (a follow asks for the same)
 	ino      proto.Ino
-	gen      uint64 // the session generation it was opened in (session.go)
+	gen      uint64      // the session generation it was opened in (session.go)
+	local    *localOpens // opened from the lease cache (cached.go); nil: opened by the server
 	mu       sync.Mutex
 	released bool
 	owners   map[uint64]bool // lock owners that locked through it (locks.go); guarded by mu
@@ -876,7 +877,10 @@ func (f *File) Release(ctx context.Context) error {
 		f.c.unref(st)
 	}
 	errs = append(errs, f.releaseLocks(ctx))
-	if f.c.sess != nil && !f.c.sess.released(f.ino, f.gen) {
+	if f.local != nil && !f.c.sess.releasedLocal(f.ino, f.local, f.gen) {
+		return errors.Join(errs...) // never told to the server (cached.go)
+	}
+	if f.local == nil && f.c.sess != nil && !f.c.sess.released(f.ino, f.gen) {
 		// A stale handle: the server dropped it with its session.
 		return errors.Join(errs...)
 	}

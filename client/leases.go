@@ -45,6 +45,10 @@ type leaseCache struct {
 	log     *slog.Logger
 	svc     proto.LeaseService
 	onInval func([]proto.LeaseInval) // told of what changed elsewhere, before it is acknowledged
+	// beforeAck runs before the invalidations are acknowledged (all: the
+	// whole cache was dropped): the client pins its opens made from the
+	// cache there (cached.go).
+	beforeAck func(invals []proto.LeaseInval, all bool)
 
 	mu    sync.Mutex
 	epoch uint64
@@ -92,7 +96,9 @@ func (l *leaseCache) run(ctx context.Context, timeout time.Duration) {
 			continue
 		}
 		l.mu.Lock()
+		dropped := false
 		if p.Epoch != l.epoch || p.Epoch == 0 {
+			dropped = true
 			if n := len(l.attrs) + len(l.names); n > 0 {
 				l.log.Info("client: metadata lease cache dropped: the leader forgot this mount's leases (a new leader, or this mount was silent for longer than the lease term)",
 					"entries", n, "epoch", p.Epoch)
@@ -111,6 +117,9 @@ func (l *leaseCache) run(ctx context.Context, timeout time.Duration) {
 		}
 		tell := l.onInval
 		l.mu.Unlock()
+		if l.beforeAck != nil && (dropped || len(p.Invals) > 0) {
+			l.beforeAck(p.Invals, dropped)
+		}
 		if len(p.Invals) > 0 && tell != nil {
 			tell(p.Invals) // before the next poll acknowledges them
 		}

@@ -46,6 +46,7 @@ type session struct {
 	registered bool
 	lease      time.Duration
 	handles    map[proto.Ino]*proto.OpenHandle // what this session holds open
+	local      map[proto.Ino]*localOpens       // handles opened from the lease cache, not pinned (cached.go)
 
 	// base and renewed: when the server last confirmed the session, as
 	// monotonic ns since base; leaseNs is the lease. Atomics, so that the
@@ -62,7 +63,7 @@ type session struct {
 }
 
 func newSession(c *Client, svc sessionService) *session {
-	s := &session{c: c, svc: svc, handles: map[proto.Ino]*proto.OpenHandle{},
+	s := &session{c: c, svc: svc, handles: map[proto.Ino]*proto.OpenHandle{}, local: map[proto.Ino]*localOpens{},
 		stop: make(chan struct{}), done: make(chan struct{}), base: time.Now()}
 	if svc.Session() == (proto.SessionID{}) {
 		svc.SetSession(proto.NewSessionID())
@@ -167,12 +168,36 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 	if !s.registered {
 		return s.registerLocked(ctx)
 	}
-	held := make([]proto.OpenHandle, 0, len(s.handles))
+	held := make([]proto.OpenHandle, 0, len(s.handles)+len(s.local))
 	for _, h := range s.handles {
 		held = append(held, *h)
 	}
+	// Handles opened from the lease cache are re-registered too: the
+	// server that forgot the session may be a new leader, which knows
+	// none of this client's leases and would reclaim their files.
+	for ino, g := range s.local {
+		if h := s.handles[ino]; h != nil {
+			for i := range held {
+				if held[i].Ino == ino {
+					held[i].Count += g.n
+				}
+			}
+		} else {
+			held = append(held, proto.OpenHandle{Ino: ino, Count: g.n})
+		}
+	}
 	lease, err := s.svc.OpenSession(ctx, held)
 	if err == nil {
+		for ino, g := range s.local {
+			g.pinned = true
+			h := s.handles[ino]
+			if h == nil {
+				h = &proto.OpenHandle{Ino: ino}
+				s.handles[ino] = h
+			}
+			h.Count += g.n
+		}
+		clear(s.local)
 		s.confirmedLocked(lease)
 		if len(held) > 0 {
 			s.c.log.Warn("metadata server had forgotten this mount's session (restarted?); re-registered its open files",
@@ -190,6 +215,7 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 	s.svc.SetSession(proto.NewSessionID())
 	s.gen.Add(1)
 	s.handles = map[proto.Ino]*proto.OpenHandle{}
+	s.local = map[proto.Ino]*localOpens{}
 	s.registered = false
 	s.c.rel.dropQueued()
 	s.c.locks.reset() // the server dropped the old session's locks

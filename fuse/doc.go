@@ -55,15 +55,17 @@
 //     mount holding the directory may itself wait at the leader for
 //     another mount; the kernel then drops the name when that call ends. The mount keeps a map from inode to node for this, pruned
 //     when the kernel forgets a node (OnForget). The virtual attribute
-//     user.weft.leases tells whether the cache is on and its hits and
-//     misses.
+//     user.weft.leases tells whether the cache is on, its hits and
+//     misses, and the opens made from it (client.OpenCached) and pinned.
 //   - After every create or remove in a directory the kernel drops the
 //     directory's cached attributes and asks again at the next path walk.
 //     The metadata server returns the directory's new attributes with the
 //     create, unlink or rmdir, and that GETATTR is answered with them (for
 //     up to 1 s, the attribute timeout, and only until another change made
 //     here to the directory), as the kernel would from its own cache.
-//   - Close-to-open: Open fetches fresh attributes from the metadata server.
+//   - Close-to-open: Open fetches fresh attributes from the metadata server
+//     (or, for a read-only open of an empty file, from the lease cache,
+//     which is as fresh: client.OpenCached).
 //     If size or mtime differ from what this mount last told the kernel, the
 //     kernel's cached attributes are invalidated. The kernel keeps the
 //     file's page cache (FOPEN_KEEP_CACHE) only when size, mtime and ctime
@@ -143,8 +145,10 @@
 // {"id","addr","total","used","free","up","objects","files_free","device"}
 // per storage target) and user.weft.meta (get: the metadata server's
 // address, for admin tools such as weft find) and user.weft.leases (get:
-// JSON {"on","hits","misses"}: whether this mount caches lookups and
-// attributes under metadata leases, and how many its cache answered); user.weft.resync (set:
+// JSON {"on","hits","misses","opens","pinned"}: whether this mount caches
+// lookups and attributes under metadata leases, how many its cache
+// answered, and how many opens it made from it and pinned since);
+// user.weft.resync (set:
 // repair stale copies, client.Resync) and user.weft.migrate (set on a
 // regular file to a layout in user.weft.layout's JSON, targets optional:
 // client.Migrate restripes it online; `weft migrate` sets it). Setting

@@ -415,14 +415,26 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 }
 
 // Open implements fs.NodeOpener. The attributes come fresh from the metadata
-// server; if they differ from what the kernel was last told, its cached
-// attributes are invalidated, and the reply never asks to keep the page
-// cache, so a reader sees what writers closed before this open.
+// server, or from this mount's lease cache for an open the client makes
+// there (client.OpenCached: the lease makes them the leader's); if they
+// differ from what the kernel was last told, its cached attributes are
+// invalidated, and the reply never asks to keep the page cache, so a
+// reader sees what writers closed before this open.
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ctx = n.fsys.creds.with(ctx)
-	f, a, err := n.fsys.c.Open(ctx, n.ino(), client.OpenAccess(flags))
-	if err != nil {
-		return nil, 0, n.fsys.errno("open", err)
+	want := client.OpenAccess(flags)
+	// A read-only open of an empty file this mount holds under a lease
+	// needs nothing from the leader (client.OpenCached); O_DIRECT and
+	// O_TRUNC opens always ask.
+	f, a, ok := (*client.File)(nil), proto.Attr{}, false
+	if flags&(syscall.O_DIRECT|syscall.O_TRUNC) == 0 {
+		f, a, ok = n.fsys.c.OpenCached(ctx, n.ino(), want)
+	}
+	if !ok {
+		var err error
+		if f, a, err = n.fsys.c.Open(ctx, n.ino(), want); err != nil {
+			return nil, 0, n.fsys.errno("open", err)
+		}
 	}
 	n.mu.Lock()
 	changed := n.seen && (n.seenSize != a.Size || n.seenMtime != a.Mtime)

@@ -16,9 +16,11 @@ const (
 	xattrLayout = "user.weft.layout"
 	xattrDF     = "user.weft.df"
 	xattrMeta   = "user.weft.meta" // the metadata server's address, for admin tools
-	// xattrLeases: JSON {"on","hits","misses"}: whether this mount caches
-	// under metadata leases, and how many lookups and stats that cache
-	// answered or not (client.Client.Leases).
+	// xattrLeases: JSON {"on","hits","misses","opens","pinned"}: whether
+	// this mount caches under metadata leases, how many lookups and stats
+	// that cache answered or not (client.Client.Leases), and how many
+	// opens it made from the cache and pinned later
+	// (client.Client.CachedOpens).
 	xattrLeases = "user.weft.leases"
 	// xattrResync, set (any value) on a mirrored file, repairs its stale
 	// copies (client.Resync); `weft resync` sets it.
@@ -124,11 +126,14 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, 
 		v = []byte(n.fsys.meta)
 	case xattrLeases:
 		on, hits, misses := n.fsys.c.Leases()
+		opens, pinned := n.fsys.c.CachedOpens()
 		v, _ = json.Marshal(struct {
 			On     bool   `json:"on"`
 			Hits   uint64 `json:"hits"`
 			Misses uint64 `json:"misses"`
-		}{on, hits, misses})
+			Opens  uint64 `json:"opens"`
+			Pinned uint64 `json:"pinned"`
+		}{on, hits, misses, opens, pinned})
 	case xattrDF:
 		ts, err := n.fsys.c.Targets(ctx)
 		if err != nil {

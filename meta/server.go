@@ -1111,8 +1111,12 @@ func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (p
 		// reclaims it at once. In the grace period after a restart a
 		// file may still be open by a client that has not re-registered
 		// its handles yet: it is left an orphan, reclaimed at the end of
-		// the grace period if nobody has it open.
-		if len(victims) == 0 || s.inGrace() {
+		// the grace period if nobody has it open. So is a file another
+		// session holds a lease on: it may have opened the file from
+		// its cache (PinOpens); it pins those opens before it
+		// acknowledges this unlink's break, and propose reclaims the
+		// orphan after the breaks if nobody has it open.
+		if len(victims) == 0 || s.inGrace() || s.leases.heldByOther(victims[0], cl.sess) {
 			return
 		}
 		n, err := s.readInode(victims[0])

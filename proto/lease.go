@@ -40,3 +40,18 @@ type LeasePoll struct {
 type LeaseService interface {
 	LeasePoll(ctx context.Context, ack uint64) (LeasePoll, error)
 }
+
+// LeasePinner is a LeaseService that lets a session register opens it made
+// from its lease cache without asking the leader (a read-only open of a
+// file whose whole content the client holds: docs/caching.md, "Opens from
+// the cache"). The client pins them before it acknowledges an
+// invalidation of their inode, before it changes a name itself (unlink,
+// rename), and when its cache is dropped, so that an unlink never reclaims
+// a file such an open still reads. Pins are read-only handles (Write
+// false); each result says whether that entry was counted: the leader
+// counts an open only for a session it granted a lease on the inode (or,
+// in the grace period after a change of leader, any session), on an inode
+// that exists and is not being reclaimed.
+type LeasePinner interface {
+	PinOpens(ctx context.Context, pins []OpenHandle) ([]bool, error)
+}

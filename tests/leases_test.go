@@ -20,6 +20,8 @@ type leaseStats struct {
 	On     bool   `json:"on"`
 	Hits   uint64 `json:"hits"`
 	Misses uint64 `json:"misses"`
+	Opens  uint64 `json:"opens"`  // opens made from the cache
+	Pinned uint64 `json:"pinned"` // handles of those pinned since
 }
 
 func mountLeases(t *testing.T, mnt string) leaseStats {

@@ -31,7 +31,10 @@
 // long-poll: it acknowledges the session's lease invalidations up to the
 // sequence number it carries and waits for new ones (proto.LeaseService,
 // lease.go; docs/caching.md). Its messages start with their own version
-// byte.
+// byte. OpLeasePin (97) has the leader count read-only opens a session
+// made from its lease cache (proto.LeasePinner); it is numbered like Open
+// (a retry is not counted twice), and its messages start with a version
+// byte of their own too.
 //
 // The Client fills it from proto.CredFrom(ctx), or, when ctx has none,
 // from this process's effective uid, gid and groups (WithCred overrides

@@ -118,7 +118,7 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		return h.callScrub(ctx, op, req)
 	case OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew:
 		return h.callMigrate(ctx, op, req)
-	case OpLeasePoll:
+	case OpLeasePoll, OpLeasePin:
 		return h.callLease(ctx, req)
 	case OpOpenCopy, OpWriteDoneCopy:
 		return h.callCopies(ctx, op, req)

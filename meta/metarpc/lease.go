@@ -16,6 +16,9 @@ const (
 	// OpLeasePoll acknowledges a session's lease invalidations and waits
 	// (about a fifth of the lease term) for new ones (proto.LeaseService).
 	OpLeasePoll uint16 = 96
+	// OpLeasePin counts read-only opens a session made from its lease
+	// cache (proto.LeasePinner).
+	OpLeasePin uint16 = 97
 )
 
 // leaseVersion is the first byte of every message of these ops:
@@ -108,16 +111,81 @@ func (m *leasePollResp) decode(d *wire.Decoder) {
 	}
 }
 
+// pinVersion is the first byte of OpLeasePin's messages:
+//
+//	request: u8 version, u32 n, n x (u64 ino, u32 count)
+//	answer:  u8 version, u32 n, n x u8 (1: counted, 0: not)
+const pinVersion = 1
+
+func checkPinVersion(d *wire.Decoder, what string) {
+	if v := d.U8(); d.Err() == nil && v != pinVersion {
+		d.Fail(fmt.Errorf("metarpc: %s of version %d not supported (this side reads %d)", what, v, pinVersion))
+	}
+}
+
+type leasePinReq struct{ Pins []proto.OpenHandle }
+
+func (m *leasePinReq) encode(e *wire.Encoder) {
+	e.U8(pinVersion)
+	e.U32(uint32(len(m.Pins)))
+	for _, p := range m.Pins {
+		e.U64(uint64(p.Ino))
+		e.U32(p.Count)
+	}
+}
+
+func (m *leasePinReq) decode(d *wire.Decoder) {
+	checkPinVersion(d, "lease pin")
+	n := d.Count(maxList, 12)
+	m.Pins = make([]proto.OpenHandle, n)
+	for i := range m.Pins {
+		m.Pins[i].Ino = proto.Ino(d.U64())
+		m.Pins[i].Count = d.U32()
+	}
+}
+
+type leasePinResp struct{ Done []bool }
+
+func (m *leasePinResp) encode(e *wire.Encoder) {
+	e.U8(pinVersion)
+	e.U32(uint32(len(m.Done)))
+	for _, ok := range m.Done {
+		e.Bool(ok)
+	}
+}
+
+func (m *leasePinResp) decode(d *wire.Decoder) {
+	checkPinVersion(d, "lease pin answer")
+	n := d.Count(maxList, 1)
+	m.Done = make([]bool, n)
+	for i := range m.Done {
+		m.Done[i] = d.Bool()
+	}
+}
+
 // leaseMessages returns the request and response of a lease op.
 func leaseMessages(op uint16) (req, resp message, ok bool) {
 	switch op {
 	case OpLeasePoll:
 		return &leasePollReq{}, &leasePollResp{}, true
+	case OpLeasePin:
+		return &leasePinReq{}, &leasePinResp{}, true
 	}
 	return nil, nil, false
 }
 
 func (h *handler) callLease(ctx context.Context, req message) (message, error) {
+	if r, ok := req.(*leasePinReq); ok {
+		lp, ok := h.svc.(proto.LeasePinner)
+		if !ok {
+			return nil, fmt.Errorf("metarpc: the service takes no pins of opens from lease caches: %w", syscall.ENOSYS)
+		}
+		done, err := lp.PinOpens(ctx, r.Pins)
+		if err == nil && len(done) != len(r.Pins) {
+			return nil, fmt.Errorf("metarpc: %d pin results for %d pins: %w", len(done), len(r.Pins), syscall.EIO)
+		}
+		return &leasePinResp{done}, err
+	}
 	ls, ok := h.svc.(proto.LeaseService)
 	if !ok {
 		return nil, fmt.Errorf("metarpc: the service grants no metadata leases: %w", syscall.ENOSYS)
@@ -133,4 +201,17 @@ func (c *Client) LeasePoll(ctx context.Context, ack uint64) (proto.LeasePoll, er
 	var r leasePollResp
 	err := c.do(ctx, OpLeasePoll, &leasePollReq{Ack: ack}, &r)
 	return r.P, err
+}
+
+// PinOpens implements proto.LeasePinner. It is numbered like Open (a
+// retry is not counted twice).
+func (c *Client) PinOpens(ctx context.Context, pins []proto.OpenHandle) ([]bool, error) {
+	var r leasePinResp
+	if err := c.mutate(ctx, OpLeasePin, &leasePinReq{pins}, &r); err != nil {
+		return nil, err
+	}
+	if len(r.Done) != len(pins) {
+		return nil, fmt.Errorf("metarpc: %d pin results for %d pins: %w", len(r.Done), len(pins), syscall.EIO)
+	}
+	return r.Done, nil
 }

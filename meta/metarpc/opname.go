@@ -25,6 +25,7 @@ var opNames = map[uint16]string{
 	OpMigrateBegin: "migrate_begin", OpMigrateCommit: "migrate_commit", OpMigrateAbort: "migrate_abort",
 	OpMigrateFollow: "migrate_follow", OpMigrateRenew: "migrate_renew",
 	OpLeasePoll:     "lease_poll",
+	OpLeasePin:      "lease_pin",
 	OpOpenCopy:      "open_copy",
 	OpWriteDoneCopy: "write_done_copy",
 }

@@ -1,0 +1,282 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"syscall"
+
+	"github.com/weft-fs/weft/proto"
+)
+
+// Opens from the lease cache (docs/caching.md, "Opens from the cache").
+//
+// A read-only open of a file whose whole content this client holds under a
+// trusted metadata lease needs nothing from the leader: the lease says the
+// attributes are the leader's (every change made elsewhere breaks it before
+// it is acknowledged, so close-to-open holds), the permission check is the
+// server's own rule on them, and nothing will be read from the servers.
+// Today that is an empty regular file (mdtest's and IO500's files, marker
+// and lock files). Such a handle is local: the leader does not count it,
+// and its release sends nothing.
+//
+// What an open count is for still holds: a file is not reclaimed while a
+// handle reads it. The leader leaves a file an orphan when its last name is
+// removed while another session holds a lease on it (meta.Server.UnlinkAt)
+// and reclaims it only after that session acknowledged the unlink's break;
+// this client pins its local handles of an inode (proto.LeasePinner: the
+// leader counts them as opens, and their releases are sent from then on)
+// before it acknowledges any invalidation of that inode, before it removes
+// or replaces a name itself (its own changes are not broken to it), before
+// a lock or a restripe's follow goes through such a handle, and with the
+// session's other handles when the session is re-registered after a
+// restart or a change of leader (pinAll; session.recover).
+
+// localOpens counts one inode's handles this session opened from its lease
+// cache and has not pinned; guarded by session.mu. pinned: they were
+// counted by the leader, and are released as any handle.
+type localOpens struct {
+	n      uint32
+	pinned bool
+}
+
+// OpenCached opens ino for want without asking the metadata leader when
+// this client may (above): want is read only, the cache holds ino's
+// attributes under a trusted lease, it is an empty regular file the
+// caller may read by its mode (mayRead), and nothing of this client has it
+// open already. ok false: use Open.
+func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Access) (f *File, a proto.Attr, ok bool) {
+	s := c.sess
+	if want != proto.AccessRead || c.leases == nil || s == nil || c.noPins.Load() {
+		return nil, proto.Attr{}, false
+	}
+	if c.pinner == nil {
+		return nil, proto.Attr{}, false
+	}
+	cred, ok := proto.CredFrom(ctx)
+	if !ok {
+		return nil, proto.Attr{}, false
+	}
+	a, ok = c.leases.getAttr(ino)
+	if !ok || !a.IsRegular() || a.Size != 0 || !mayRead(cred, &a) {
+		return nil, proto.Attr{}, false
+	}
+	gen, g := s.openedLocal(ino)
+	if g == nil {
+		return nil, proto.Attr{}, false
+	}
+	st := c.acquireIfNone(&a)
+	if st == nil {
+		s.dropLocal(ino, g, gen)
+		return nil, proto.Attr{}, false
+	}
+	f = &File{c: c, ino: ino, gen: gen, want: want, local: g}
+	f.view.Store(&fileView{st: st})
+	c.cachedOpens.Add(1)
+	return f, a, true
+}
+
+// CachedOpens returns how many opens this client made from its lease cache
+// (OpenCached) and how many of those handles it pinned since.
+func (c *Client) CachedOpens() (opened, pinned uint64) {
+	return c.cachedOpens.Load(), c.pinnedOpens.Load()
+}
+
+// mayRead is the metadata server's permission rule for reading (POSIX
+// classes), for root too whether or not the server squashes it: root may
+// read anything, a squashed root only what its squashed identity may, and
+// this client does not know which it is; a file every class may read is
+// readable either way.
+func mayRead(c proto.Cred, a *proto.Attr) bool {
+	if c.Uid == 0 {
+		return a.Mode&0o444 == 0o444
+	}
+	var bits uint32
+	switch {
+	case c.Uid == a.Uid:
+		bits = a.Mode >> 6
+	case c.InGroup(a.Gid):
+		bits = a.Mode >> 3
+	default:
+		bits = a.Mode
+	}
+	return bits&4 != 0
+}
+
+// acquireIfNone is acquire of a new state from a, or nil if this client
+// already has ino open: an open from the cache must not merge its cached
+// attributes into a state other handles (perhaps writing) use.
+func (c *Client) acquireIfNone(a *proto.Attr) *inodeState {
+	c.mu.Lock()
+	if c.open[a.Ino] != nil {
+		c.mu.Unlock()
+		return nil
+	}
+	c.mu.Unlock()
+	// acquire looks again under c.mu; a state made in between is merged
+	// into, which Open would have done too.
+	return c.acquire(a, nil, c.changeMark(a.Ino))
+}
+
+// openedLocal counts a local handle of ino and returns the session
+// generation and its inode's group (nil: the session is not registered).
+func (s *session) openedLocal(ino proto.Ino) (uint64, *localOpens) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.registered {
+		return 0, nil
+	}
+	g := s.local[ino]
+	if g == nil {
+		g = &localOpens{}
+		s.local[ino] = g
+	}
+	g.n++
+	return s.gen.Load(), g
+}
+
+// dropLocal forgets a local handle of ino in group g (its open failed, or
+// it was released unpinned).
+func (s *session) dropLocal(ino proto.Ino, g *localOpens, gen uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.dropLocalLocked(ino, g, gen)
+}
+
+func (s *session) dropLocalLocked(ino proto.Ino, g *localOpens, gen uint64) {
+	if s.gen.Load() != gen || g.pinned || g.n == 0 {
+		return
+	}
+	if g.n--; g.n == 0 && s.local[ino] == g {
+		delete(s.local, ino)
+	}
+}
+
+// releasedLocal is released for a handle opened from the cache: it
+// reports whether the server should be told (the handle was pinned, and
+// is not stale).
+func (s *session) releasedLocal(ino proto.Ino, g *localOpens, gen uint64) bool {
+	s.mu.Lock()
+	if !g.pinned {
+		s.dropLocalLocked(ino, g, gen)
+		s.mu.Unlock()
+		return false
+	}
+	s.mu.Unlock()
+	return s.released(ino, gen)
+}
+
+// hasLocal reports whether the session has local handles, of ino or (ino
+// 0) of any inode.
+func (s *session) hasLocal(ino proto.Ino) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if ino == 0 {
+		return len(s.local) > 0
+	}
+	return s.local[ino] != nil
+}
+
+// pin has the leader count the local handles of inos (all of them if
+// inos is nil) as opens of this session; from then on they are handles
+// like any other. It holds the session's lock through the call, so that
+// no local handle of an inode is opened or released between the count
+// sent and its group marked pinned. A handle the leader did not count
+// stays local: it reads what its open saw (an empty file), and its
+// release sends nothing.
+func (s *session) pin(ctx context.Context, inos []proto.Ino) error {
+	lp := s.c.pinner
+	if lp == nil {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var (
+		pins   []proto.OpenHandle
+		groups []*localOpens
+	)
+	add := func(ino proto.Ino) {
+		if g := s.local[ino]; g != nil && g.n > 0 {
+			pins = append(pins, proto.OpenHandle{Ino: ino, Count: g.n})
+			groups = append(groups, g)
+		}
+	}
+	if inos == nil {
+		for ino := range s.local {
+			add(ino)
+		}
+	} else {
+		for _, ino := range inos {
+			add(ino)
+		}
+	}
+	if len(pins) == 0 {
+		return nil
+	}
+	rctx, cancel := s.c.rpcCtx(ctx)
+	done, err := lp.PinOpens(rctx, pins)
+	cancel()
+	if errors.Is(err, syscall.ENOSYS) {
+		// A leader that takes no pins: open nothing from the cache any
+		// more (these handles read an empty file either way).
+		s.c.noPins.Store(true)
+	}
+	if err != nil {
+		return err
+	}
+	for i, p := range pins {
+		if !done[i] {
+			continue
+		}
+		g := groups[i]
+		g.pinned = true
+		s.c.pinnedOpens.Add(uint64(p.Count))
+		delete(s.local, p.Ino)
+		h := s.handles[p.Ino]
+		if h == nil {
+			h = &proto.OpenHandle{Ino: p.Ino}
+			s.handles[p.Ino] = h
+		}
+		h.Count += p.Count
+	}
+	return nil
+}
+
+// pinLocal pins f's inode's local handles if f is one of them.
+func (f *File) pinLocal(ctx context.Context) {
+	if f.local == nil || f.c.sess == nil || !f.c.sess.hasLocal(f.ino) {
+		return
+	}
+	if err := f.c.sess.pin(ctx, []proto.Ino{f.ino}); err != nil {
+		f.c.log.Warn("registering opens made from the metadata cache failed", "ino", f.ino, "err", err)
+	}
+}
+
+// pinAll pins every local handle: before this client removes or replaces
+// a name (its own change is not broken to it, so nothing else would).
+func (c *Client) pinAll(ctx context.Context) {
+	if c.sess == nil || !c.sess.hasLocal(0) {
+		return
+	}
+	if err := c.sess.pin(ctx, nil); err != nil {
+		c.log.Warn("registering opens made from the metadata cache failed", "err", err)
+	}
+}
+
+// pinInvalidated pins the local handles of the inodes of invals: before
+// they are acknowledged (leaseCache.run). all: the whole cache was dropped
+// (a new epoch).
+func (c *Client) pinInvalidated(invals []proto.LeaseInval, all bool) {
+	if c.sess == nil || !c.sess.hasLocal(0) {
+		return
+	}
+	var inos []proto.Ino
+	if !all {
+		inos = make([]proto.Ino, 0, len(invals))
+		for _, iv := range invals {
+			inos = append(inos, iv.Ino)
+		}
+	}
+	if err := c.sess.pin(context.Background(), inos); err != nil {
+		c.log.Warn("registering opens made from the metadata cache before acknowledging a change failed", "err", err)
+	}
+}

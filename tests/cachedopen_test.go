@@ -1,0 +1,146 @@
+package tests
+
+import (
+	"bytes"
+	"io"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+
+	"github.com/weft-fs/weft/internal/testcluster"
+)
+
+// TestOpenFromLeaseCache: a read-only open of an empty file a mount holds
+// under a lease is made without asking the leader (client.OpenCached), and
+// such a handle still keeps its file as any open handle does: through
+// another mount's write and unlink, and through its own mount's unlink
+// (docs/caching.md, "Opens from the cache").
+func TestOpenFromLeaseCache(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Mounts: 2})
+	a, b := c.Mount(0), c.Mount(1)
+	if err := os.Mkdir(filepath.Join(a, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	mk := func(name string, mode os.FileMode) (onA, onB string) {
+		t.Helper()
+		onA, onB = filepath.Join(a, "d", name), filepath.Join(b, "d", name)
+		if err := os.WriteFile(onA, nil, mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(onA, mode); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+		warmLeases(t, b, onB, false)
+		return onA, onB
+	}
+	// openB opens path on B read-only and reports whether B made the open
+	// from its cache.
+	openB := func(path string) (*os.File, bool) {
+		t.Helper()
+		before := mountLeases(t, b)
+		f, err := os.Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return f, mountLeases(t, b).Opens > before.Opens
+	}
+	readAll := func(f *os.File) []byte {
+		t.Helper()
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		got, err := io.ReadAll(f)
+		if err != nil {
+			t.Fatalf("read %s: %v", f.Name(), err)
+		}
+		return got
+	}
+
+	t.Run("empty file", func(t *testing.T) {
+		_, fB := mk("empty", 0o644)
+		f, cached := openB(fB)
+		defer f.Close()
+		if !cached {
+			t.Fatalf("the open of an empty file B holds under a lease went to the leader: %+v", mountLeases(t, b))
+		}
+		if got := readAll(f); len(got) != 0 {
+			t.Errorf("read %q from an empty file", got)
+		}
+	})
+
+	t.Run("not readable by every class", func(t *testing.T) {
+		// The tests run as root, which the server may squash: the mount
+		// opens from its cache only what root may read either way.
+		_, fB := mk("private", 0o600)
+		f, cached := openB(fB)
+		defer f.Close()
+		if cached {
+			t.Errorf("root's open of a 0600 file was made from the cache")
+		}
+	})
+
+	t.Run("written and unlinked elsewhere while open", func(t *testing.T) {
+		fA, fB := mk("shared", 0o644)
+		f, cached := openB(fB)
+		defer f.Close()
+		if !cached {
+			t.Fatalf("open not made from the cache: %+v", mountLeases(t, b))
+		}
+		pinned := mountLeases(t, b).Pinned
+		w, err := os.OpenFile(fA, os.O_WRONLY|os.O_APPEND, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := w.Write([]byte("hello")); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Close(); err != nil {
+			t.Fatal(err)
+		}
+		if got := mountLeases(t, b).Pinned; got <= pinned {
+			t.Errorf("B acknowledged A's write without pinning its open (pinned %d, %d before)", got, pinned)
+		}
+		if err := os.Remove(fA); err != nil {
+			t.Fatal(err)
+		}
+		mustNotExist(t, "after A's unlink", fB)
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatalf("fstat on B of the unlinked file: %v", err)
+		}
+		if n := fi.Sys().(*syscall.Stat_t).Nlink; n != 0 || fi.Size() != 5 {
+			t.Errorf("fstat on B of the unlinked file: nlink %d size %d, want 0 and 5", n, fi.Size())
+		}
+		if got := readAll(f); !bytes.Equal(got, []byte("hello")) {
+			t.Errorf("B read %q from its open handle after A wrote and unlinked the file, want %q", got, "hello")
+		}
+	})
+
+	t.Run("unlinked by its own mount while open", func(t *testing.T) {
+		_, fB := mk("own", 0o644)
+		f, cached := openB(fB)
+		defer f.Close()
+		if !cached {
+			t.Fatalf("open not made from the cache: %+v", mountLeases(t, b))
+		}
+		pinned := mountLeases(t, b).Pinned
+		if err := os.Remove(fB); err != nil {
+			t.Fatal(err)
+		}
+		if got := mountLeases(t, b).Pinned; got <= pinned {
+			t.Errorf("B removed the file's last name without pinning its open (pinned %d, %d before)", got, pinned)
+		}
+		fi, err := f.Stat()
+		if err != nil {
+			t.Fatalf("fstat of the unlinked file: %v", err)
+		}
+		if n := fi.Sys().(*syscall.Stat_t).Nlink; n != 0 {
+			t.Errorf("fstat of the unlinked file: nlink %d, want 0", n)
+		}
+		if got := readAll(f); len(got) != 0 {
+			t.Errorf("read %q from the unlinked empty file", got)
+		}
+	})
+}
