@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"syscall"
+	"time"
 
 	"github.com/weft-fs/weft/proto"
 )
@@ -13,23 +14,31 @@ import (
 // A read-only open of a file whose whole content this client holds under a
 // trusted metadata lease needs nothing from the leader: the lease says the
 // attributes are the leader's (every change made elsewhere breaks it before
-// it is acknowledged, so close-to-open holds), the permission check is the
-// server's own rule on them, and nothing will be read from the servers.
-// Today that is an empty regular file (mdtest's and IO500's files, marker
-// and lock files). Such a handle is local: the leader does not count it,
-// and its release sends nothing.
+// it is acknowledged, so close-to-open holds), and nothing will be read
+// from the servers. Today that is an empty regular file every class may
+// read (mdtest's and IO500's files, marker and lock files): whoever the
+// caller is, root squashed or not, the server would let it read. Such a
+// handle is local: the leader does not count it, and its release sends
+// nothing.
 //
 // What an open count is for still holds: a file is not reclaimed while a
 // handle reads it. The leader leaves a file an orphan when its last name is
-// removed while another session holds a lease on it (meta.Server.UnlinkAt)
-// and reclaims it only after that session acknowledged the unlink's break;
-// this client pins its local handles of an inode (proto.LeasePinner: the
-// leader counts them as opens, and their releases are sent from then on)
-// before it acknowledges any invalidation of that inode, before it removes
-// or replaces a name itself (its own changes are not broken to it), before
-// a lock or a restripe's follow goes through such a handle, and with the
-// session's other handles when the session is re-registered after a
-// restart or a change of leader (pinAll; session.recover).
+// removed while another session holds a lease on it, or has not yet
+// acknowledged an invalidation of it (meta.Server.UnlinkAt), and reclaims
+// it only after that session acknowledged the unlink's break; this client
+// pins its local handles of an inode (proto.LeasePinner: the leader counts
+// them as opens, and their releases are sent from then on) before it
+// acknowledges any invalidation of that inode, before it removes or
+// replaces a name itself (its own changes are not broken to it: removing
+// counts them, and no open is made from the cache meanwhile), before a
+// lock or a restripe's follow goes through such a handle, and after the
+// session is re-registered with a restarted server or a new leader.
+//
+// A pin the leader refuses (the file is gone: it was removed while this
+// client could not be asked, cut off for longer than the lease term; or
+// its mode no longer lets every class read) or that does not return
+// within pinTimeout leaves the handle local: it reads the empty file its
+// open saw.
 
 // localOpens counts one inode's handles this session opened from its lease
 // cache and has not pinned; guarded by session.mu. pinned: they were
@@ -39,38 +48,52 @@ type localOpens struct {
 	pinned bool
 }
 
+// pinnableMode is the mode a file needs to be opened from the cache: read
+// for every class (meta.Server.PinOpens takes pins only of such files).
+const pinnableMode = 0o444
+
+// pinTimeout bounds a pin (its retries included): it holds the session's
+// lock, which every open and release of this client takes, and a mount
+// that cannot reach the leader for longer loses its leases anyway.
+const pinTimeout = time.Second
+
 // OpenCached opens ino for want without asking the metadata leader when
 // this client may (above): want is read only, the cache holds ino's
-// attributes under a trusted lease, it is an empty regular file the
-// caller may read by its mode (mayRead), and nothing of this client has it
-// open already. ok false: use Open.
+// attributes under a trusted lease, it is an empty regular file every
+// class may read, nothing of this client has it open already, and this
+// client is not removing or replacing a name. ok false: use Open.
 func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Access) (f *File, a proto.Attr, ok bool) {
 	s := c.sess
-	if want != proto.AccessRead || c.leases == nil || s == nil || c.noPins.Load() {
+	if want != proto.AccessRead || c.leases == nil || s == nil || c.pinner == nil || c.noPins.Load() || c.removing.Load() > 0 {
 		return nil, proto.Attr{}, false
 	}
-	if c.pinner == nil {
-		return nil, proto.Attr{}, false
-	}
-	cred, ok := proto.CredFrom(ctx)
-	if !ok {
-		return nil, proto.Attr{}, false
-	}
+	s0 := c.leases.begin()
 	a, ok = c.leases.getAttr(ino)
-	if !ok || !a.IsRegular() || a.Size != 0 || !mayRead(cred, &a) {
-		return nil, proto.Attr{}, false
-	}
-	gen, g := s.openedLocal(ino)
-	if g == nil {
+	if !ok || !a.IsRegular() || a.Size != 0 || a.Mode&pinnableMode != pinnableMode {
 		return nil, proto.Attr{}, false
 	}
 	st := c.acquireIfNone(&a)
 	if st == nil {
-		s.dropLocal(ino, g, gen)
+		return nil, proto.Attr{}, false
+	}
+	gen, g := s.openedLocal(ino)
+	if g == nil {
+		c.unref(st)
 		return nil, proto.Attr{}, false
 	}
 	f = &File{c: c, ino: ino, gen: gen, want: want, local: g}
 	f.view.Store(&fileView{st: st})
+	// An invalidation of ino that came in since the attributes were read
+	// may have been pinned and acknowledged before this handle was
+	// counted, and a removal by this client may have started (its pin
+	// before this count): then the handle is given up as a release would
+	// (it may have been pinned meanwhile), and the open asks the leader.
+	if c.leases.moved(s0, ino) || c.removing.Load() > 0 {
+		if err := f.Release(ctx); err != nil {
+			c.log.Warn("giving up an open from the metadata cache", "ino", ino, "err", err)
+		}
+		return nil, proto.Attr{}, false
+	}
 	c.cachedOpens.Add(1)
 	return f, a, true
 }
@@ -79,27 +102,6 @@ func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Acces
 // (OpenCached) and how many of those handles it pinned since.
 func (c *Client) CachedOpens() (opened, pinned uint64) {
 	return c.cachedOpens.Load(), c.pinnedOpens.Load()
-}
-
-// mayRead is the metadata server's permission rule for reading (POSIX
-// classes), for root too whether or not the server squashes it: root may
-// read anything, a squashed root only what its squashed identity may, and
-// this client does not know which it is; a file every class may read is
-// readable either way.
-func mayRead(c proto.Cred, a *proto.Attr) bool {
-	if c.Uid == 0 {
-		return a.Mode&0o444 == 0o444
-	}
-	var bits uint32
-	switch {
-	case c.Uid == a.Uid:
-		bits = a.Mode >> 6
-	case c.InGroup(a.Gid):
-		bits = a.Mode >> 3
-	default:
-		bits = a.Mode
-	}
-	return bits&4 != 0
 }
 
 // acquireIfNone is acquire of a new state from a, or nil if this client
@@ -134,35 +136,22 @@ func (s *session) openedLocal(ino proto.Ino) (uint64, *localOpens) {
 	return s.gen.Load(), g
 }
 
-// dropLocal forgets a local handle of ino in group g (its open failed, or
-// it was released unpinned).
-func (s *session) dropLocal(ino proto.Ino, g *localOpens, gen uint64) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.dropLocalLocked(ino, g, gen)
-}
-
-func (s *session) dropLocalLocked(ino proto.Ino, g *localOpens, gen uint64) {
-	if s.gen.Load() != gen || g.pinned || g.n == 0 {
-		return
-	}
-	if g.n--; g.n == 0 && s.local[ino] == g {
-		delete(s.local, ino)
-	}
-}
-
 // releasedLocal is released for a handle opened from the cache: it
 // reports whether the server should be told (the handle was pinned, and
 // is not stale).
 func (s *session) releasedLocal(ino proto.Ino, g *localOpens, gen uint64) bool {
 	s.mu.Lock()
-	if !g.pinned {
-		s.dropLocalLocked(ino, g, gen)
+	if g.pinned {
 		s.mu.Unlock()
-		return false
+		return s.released(ino, gen)
 	}
-	s.mu.Unlock()
-	return s.released(ino, gen)
+	defer s.mu.Unlock()
+	if s.gen.Load() == gen && g.n > 0 {
+		if g.n--; g.n == 0 && s.local[ino] == g {
+			delete(s.local, ino)
+		}
+	}
+	return false
 }
 
 // hasLocal reports whether the session has local handles, of ino or (ino
@@ -180,9 +169,7 @@ func (s *session) hasLocal(ino proto.Ino) bool {
 // inos is nil) as opens of this session; from then on they are handles
 // like any other. It holds the session's lock through the call, so that
 // no local handle of an inode is opened or released between the count
-// sent and its group marked pinned. A handle the leader did not count
-// stays local: it reads what its open saw (an empty file), and its
-// release sends nothing.
+// sent and its group marked pinned.
 func (s *session) pin(ctx context.Context, inos []proto.Ino) error {
 	lp := s.c.pinner
 	if lp == nil {
@@ -190,6 +177,11 @@ func (s *session) pin(ctx context.Context, inos []proto.Ino) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.pinLocked(ctx, lp, inos)
+}
+
+// pinLocked is pin with s.mu held.
+func (s *session) pinLocked(ctx context.Context, lp proto.LeasePinner, inos []proto.Ino) error {
 	var (
 		pins   []proto.OpenHandle
 		groups []*localOpens
@@ -212,7 +204,7 @@ func (s *session) pin(ctx context.Context, inos []proto.Ino) error {
 	if len(pins) == 0 {
 		return nil
 	}
-	rctx, cancel := s.c.rpcCtx(ctx)
+	rctx, cancel := context.WithTimeout(ctx, min(pinTimeout, max(s.c.cfg.Timeout, time.Millisecond)))
 	done, err := lp.PinOpens(rctx, pins)
 	cancel()
 	if errors.Is(err, syscall.ENOSYS) {
@@ -251,15 +243,18 @@ func (f *File) pinLocal(ctx context.Context) {
 	}
 }
 
-// pinAll pins every local handle: before this client removes or replaces
-// a name (its own change is not broken to it, so nothing else would).
-func (c *Client) pinAll(ctx context.Context) {
-	if c.sess == nil || !c.sess.hasLocal(0) {
-		return
+// removingName marks a removal or replacement of a name by this client
+// under way (no open is made from the cache until it returns) and pins
+// every local handle first: the change is not broken to this client, so
+// nothing else would. It returns the end of the removal.
+func (c *Client) removingName(ctx context.Context) func() {
+	c.removing.Add(1)
+	if c.sess != nil && c.sess.hasLocal(0) {
+		if err := c.sess.pin(ctx, nil); err != nil {
+			c.log.Warn("registering opens made from the metadata cache failed", "err", err)
+		}
 	}
-	if err := c.sess.pin(ctx, nil); err != nil {
-		c.log.Warn("registering opens made from the metadata cache failed", "err", err)
-	}
+	return func() { c.removing.Add(-1) }
 }
 
 // pinInvalidated pins the local handles of the inodes of invals: before

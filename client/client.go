@@ -111,6 +111,9 @@ type Client struct {
 	// cachedOpens and pinnedOpens count the opens made from the lease
 	// cache and the handles of them pinned (CachedOpens).
 	cachedOpens, pinnedOpens atomic.Uint64
+	// removing counts this client's removals and replacements of names
+	// under way: no open is made from the cache meanwhile (cached.go).
+	removing atomic.Int32
 	// now is the clock of migrate's ticket renewals (time.Now; tests
 	// move it with the metadata server's).
 	now func() time.Time
@@ -627,7 +630,7 @@ func (c *Client) Unlink(ctx context.Context, parent proto.Ino, name string) erro
 // after the change (a zero Attr if the server did not say).
 func (c *Client) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
 	c.rel.flush()
-	c.pinAll(ctx) // this change is not broken to this client (cached.go)
+	defer c.removingName(ctx)() // this change is not broken to this client (cached.go)
 	defer c.changing(parent, name)()
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
@@ -664,7 +667,7 @@ func (c *Client) RmdirAt(ctx context.Context, parent proto.Ino, name string) (pr
 // Rename renames an entry; flags as in renameat2(2).
 func (c *Client) Rename(ctx context.Context, oldParent proto.Ino, oldName string, newParent proto.Ino, newName string, flags uint32) error {
 	c.rel.flush()
-	c.pinAll(ctx) // it may replace a file's last name (cached.go)
+	defer c.removingName(ctx)() // it may replace a file's last name (cached.go)
 	defer c.changing(oldParent, oldName)()
 	defer c.changing(newParent, newName)()
 	ctx, cancel := c.rpcCtx(ctx)

@@ -160,6 +160,14 @@ func (l *leaseCache) trustedLocked() bool {
 	return l.epoch != 0 && time.Now().Before(l.trust)
 }
 
+// moved reports whether an invalidation or a change of this client
+// touched ino (or an inode sharing its slot) since begin returned s0.
+func (l *leaseCache) moved(s0 uint64, ino proto.Ino) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.movedLocked(s0, ino)
+}
+
 // begin returns the sequence number before a read that may be cached.
 func (l *leaseCache) begin() uint64 {
 	l.mu.Lock()

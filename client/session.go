@@ -168,37 +168,23 @@ func (s *session) recover(ctx context.Context, gen uint64) error {
 	if !s.registered {
 		return s.registerLocked(ctx)
 	}
-	held := make([]proto.OpenHandle, 0, len(s.handles)+len(s.local))
+	held := make([]proto.OpenHandle, 0, len(s.handles))
 	for _, h := range s.handles {
 		held = append(held, *h)
 	}
-	// Handles opened from the lease cache are re-registered too: the
-	// server that forgot the session may be a new leader, which knows
-	// none of this client's leases and would reclaim their files.
-	for ino, g := range s.local {
-		if h := s.handles[ino]; h != nil {
-			for i := range held {
-				if held[i].Ino == ino {
-					held[i].Count += g.n
-				}
-			}
-		} else {
-			held = append(held, proto.OpenHandle{Ino: ino, Count: g.n})
-		}
-	}
 	lease, err := s.svc.OpenSession(ctx, held)
 	if err == nil {
-		for ino, g := range s.local {
-			g.pinned = true
-			h := s.handles[ino]
-			if h == nil {
-				h = &proto.OpenHandle{Ino: ino}
-				s.handles[ino] = h
-			}
-			h.Count += g.n
-		}
-		clear(s.local)
 		s.confirmedLocked(lease)
+		// Handles opened from the lease cache are pinned with the
+		// server that forgot the session (a new leader knows none of
+		// this client's leases), each on its own: OpenSession takes its
+		// list whole or not at all, and one of them may be of a file
+		// removed while this client could not be asked (cached.go).
+		if s.c.pinner != nil && len(s.local) > 0 {
+			if perr := s.pinLocked(ctx, s.c.pinner, nil); perr != nil {
+				s.c.log.Warn("registering opens made from the metadata cache with the re-registered session failed", "err", perr)
+			}
+		}
 		if len(held) > 0 {
 			s.c.log.Warn("metadata server had forgotten this mount's session (restarted?); re-registered its open files",
 				"files", len(held))

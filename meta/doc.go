@@ -154,17 +154,18 @@
 // Unlink in the grace period after a restart never reclaims inline. A
 // command that drops an inode's nlink to 0 marks it an orphan in the same
 // batch, unless it deletes the inode in that batch: an Unlink of a file's
-// last link that nobody has open, and that no other session holds a lease
-// on, reclaims it in the same command (never marked): the proposer checks
-// the open count and, until the command is applied, makes Open of that
-// inode fail with ENOENT. A session holding a lease may have opened the
-// file from its cache without asking (a read-only open of an empty file,
+// last link that nobody has open, and that no other live session holds a
+// lease on or has an unacknowledged invalidation of, reclaims it in the
+// same command (never marked): the proposer checks the open count and,
+// until the command is applied, makes Open of that inode fail with ENOENT.
+// Such a session may have opened the file from its cache without asking
+// (a read-only open of an empty file every class may read,
 // client.OpenCached): the file stays an orphan through the unlink's
-// breaks, and that session pins such opens (PinOpens, pins.go: counted
-// like Open's, without its permission check, from a session listed under
-// the inode in the lease table or in the grace period) before it
-// acknowledges the break; the orphan is reclaimed after the breaks if
-// nobody has it open by then. Otherwise, when an
+// breaks, and that session pins such opens (PinOpens, pins.go: counted as
+// Open counts, for a regular file every class may read, with no
+// capability issued) before it acknowledges the break; the orphan is
+// reclaimed after the breaks if nobody has it open by then. Otherwise,
+// when an
 // orphan has no opens (at once, or at its last Release) the server proposes
 // a Reclaim command, which deletes the inode and its xattrs and puts its
 // objects (target, ino, stripe) on the object-GC queue, in one batch; from

@@ -138,30 +138,26 @@ func (t *leaseTable) dropLocked(h *leaseHolder) {
 	close(h.ack)
 }
 
-// listed reports whether sess is a live holder that was granted a lease
-// on ino (held now, or broken since and not yet forgotten: a holder stays
-// listed under an inode through its breaks). What PinOpens accepts.
-func (t *leaseTable) listed(ino proto.Ino, sess session) bool {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	h := t.holders[sess]
-	if h == nil || !t.aliveLocked(h, t.now()) {
-		return false
-	}
-	_, ok := t.byIno[ino][h]
-	return ok
-}
-
-// heldByOther reports whether a live session other than self is listed
-// under ino: it may have opened the file from its cache without telling
-// the leader, and must be asked (a break) before the file is reclaimed.
+// heldByOther reports whether a live holder other than self holds a lease
+// on ino, or has not yet acknowledged an invalidation of it: its client
+// may have opened the file from its cache without telling the leader
+// (such opens are pinned before the invalidation is acknowledged), and
+// must be asked (a break) before the file is reclaimed.
 func (t *leaseTable) heldByOther(ino proto.Ino, self session) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
 	for h := range t.byIno[ino] {
-		if h.sess != self && t.aliveLocked(h, now) {
+		if h.sess == self || !t.aliveLocked(h, now) {
+			continue
+		}
+		if _, ok := h.inos[ino]; ok {
 			return true
+		}
+		for _, iv := range h.queue {
+			if iv.Ino == ino {
+				return true
+			}
 		}
 	}
 	return false

@@ -2,6 +2,7 @@ package meta
 
 import (
 	"context"
+	"slices"
 	"syscall"
 
 	"github.com/weft-fs/weft/proto"
@@ -10,20 +11,24 @@ import (
 // maxPins bounds the entries of one PinOpens request.
 const maxPins = 1 << 16
 
+// pinnable is the mode a file needs for a pin: readable by every class,
+// what a client opens from its cache (client.OpenCached), so that a pin
+// grants nothing an Open by any identity would not.
+const pinnable = 0o444
+
 // PinOpens implements proto.LeasePinner: it counts, for the caller's
 // session, read-only opens that its client made from its lease cache
 // without asking (docs/caching.md, "Opens from the cache"), so that the
 // file is kept until their release like any open file's. An entry is
-// counted only if the session is listed under the inode in the lease table
-// (it was granted a lease there: it could have opened it so), or in the
-// grace period after a restart or a change of leader (when every client
-// re-registers what it holds), and if the inode is a regular file that is
-// not being reclaimed. An unlink that finds another session listed under
-// its file leaves the file an orphan (UnlinkAt), and the client pins
-// before it acknowledges the unlink's break, so a file is never reclaimed
-// under a pin that arrives in time. The result says which entries were
-// counted; a malformed request (a write pin, a count of 0 or above
-// maxReclaimCount) changes nothing and fails with EINVAL.
+// counted if its inode is a regular file every class may read (as by an
+// Open for reading, which any identity would pass; no capability is
+// issued) that is not being reclaimed. An unlink that finds another
+// session holding a lease on its file leaves the file an orphan
+// (UnlinkAt), and the client pins before it acknowledges the unlink's
+// break, so a file is never reclaimed under a pin that arrives in time.
+// The result says which entries were counted; a retry of the request is
+// given the same answer. A malformed request (a write pin, a count of 0 or
+// above maxReclaimCount) changes nothing and fails with EINVAL.
 func (s *Server) PinOpens(ctx context.Context, pins []proto.OpenHandle) ([]bool, error) {
 	cl, err := s.caller(ctx)
 	if err != nil {
@@ -40,39 +45,49 @@ func (s *Server) PinOpens(ctx context.Context, pins []proto.OpenHandle) ([]bool,
 			return nil, errnof(syscall.EINVAL, "pin of %d handles on inode %d (write %v): only read-only opens, 1 to %d", p.Count, p.Ino, p.Write, maxReclaimCount)
 		}
 	}
-	done := make([]bool, len(pins))
 	s.mu.Lock()
 	if err := s.checkSessionLocked(cl.sess); err != nil {
 		s.mu.Unlock()
 		return nil, err
 	}
-	dup := s.seenLocked(cl.sess, cl.seq)
-	s.mu.Unlock()
-	if dup {
-		// A retry: the first attempt counted what it could. Reporting
-		// every entry counted is safe: a release of a handle the
-		// session does not hold changes nothing.
-		for i := range done {
-			done[i] = true
+	st := s.sessions[cl.sess]
+	if s.seenLocked(cl.sess, cl.seq) {
+		// A retry (its reply was lost): the first attempt's answer.
+		// Reporting a refused entry counted would let the client's
+		// release drop another handle's count.
+		defer s.mu.Unlock()
+		if st != nil && st.pinSeq == cl.seq && len(st.pinDone) == len(pins) {
+			return slices.Clone(st.pinDone), nil
 		}
-		return done, nil
+		return nil, errnof(syscall.EIO, "the answer to pin request %d is no longer known", cl.seq)
 	}
-	grace := s.inGrace()
+	s.mu.Unlock()
+	done := make([]bool, len(pins))
 	for i, p := range pins {
-		if !grace && !s.leases.listed(p.Ino, cl.sess) {
-			continue
-		}
-		n, err := s.readInode(p.Ino)
-		if err != nil || !n.IsRegular() {
-			continue
-		}
+		// Counted first, then the inode checked, as Open does: a
+		// reclaim that ends between a check and the count would leave
+		// a count on an inode that is gone.
 		s.mu.Lock()
-		if !s.reclaiming[p.Ino] {
-			for range p.Count {
-				s.countOpenLocked(cl.sess, p.Ino, false)
-			}
-			done[i] = true
+		if s.reclaiming[p.Ino] {
+			s.mu.Unlock()
+			continue
 		}
+		for range p.Count {
+			s.countOpenLocked(cl.sess, p.Ino, false)
+		}
+		s.mu.Unlock()
+		n, err := s.readInode(p.Ino)
+		if err == nil && n.IsRegular() && n.Mode&pinnable == pinnable {
+			done[i] = true
+			continue
+		}
+		for range p.Count {
+			s.releaseOne(cl.sess, p.Ino)
+		}
+	}
+	if st != nil {
+		s.mu.Lock()
+		st.pinSeq, st.pinDone = cl.seq, slices.Clone(done)
 		s.mu.Unlock()
 	}
 	return done, nil

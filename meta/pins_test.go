@@ -124,13 +124,36 @@ func TestPinOpens(t *testing.T) {
 		}
 	})
 
-	t.Run("no lease, no pin", func(t *testing.T) {
-		f := mk("nolease")
+	t.Run("not readable by every class", func(t *testing.T) {
+		// A pin is an open for reading without the permission check:
+		// only of files any identity may read.
+		f := mk("private")
+		_, err := e.srv.SetAttr(a, f, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0o640})
+		e.must(err)
 		if pin(c, f) {
-			t.Errorf("a session that was never granted a lease on inode %d pinned an open of it", f)
+			t.Errorf("a pin of a 0640 file was counted")
 		}
 		if n := e.srv.OpenCount(f); n != 0 {
 			t.Errorf("%d opens counted", n)
+		}
+	})
+
+	t.Run("a retry is given the first answer", func(t *testing.T) {
+		f := mk("retried")
+		_, _, err := e.srv.Open(c, f, proto.AccessRead) // a real open of the same session
+		e.must(err)
+		_, err = e.srv.SetAttr(a, f, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0o600})
+		e.must(err)
+		req := proto.WithSeq(c, 1<<40)
+		for try := range 2 {
+			done, err := e.srv.PinOpens(req, []proto.OpenHandle{{Ino: f, Count: 1}})
+			e.must(err)
+			if done[0] {
+				t.Fatalf("try %d: a refused pin reported counted (its release would drop the real open's count)", try)
+			}
+		}
+		if n := e.srv.OpenCount(f); n != 1 {
+			t.Errorf("%d opens counted, want the real one", n)
 		}
 	})
 
@@ -155,6 +178,19 @@ func TestPinOpens(t *testing.T) {
 		f := mk("unpinned")
 		unlink("unpinned", f, nil)
 		reclaimed(f)
+	})
+
+	t.Run("lease given back before the unlink", func(t *testing.T) {
+		// b's lease was broken (a's chmod) and b acknowledged: b's
+		// client could open nothing from its cache since, so the unlink
+		// reclaims the file itself.
+		f := mk("given")
+		_, err := e.srv.SetAttr(a, f, proto.SetAttrIn{Valid: proto.SetMode, Mode: 0o600})
+		e.must(err) // returns once b acknowledged
+		unlink("given", f, nil)
+		if orphan(f) {
+			t.Errorf("inode %d left an orphan though no other session held a lease on it any more", f)
+		}
 	})
 
 	t.Run("nobody else holds a lease", func(t *testing.T) {

@@ -36,6 +36,10 @@ type sessionState struct {
 	// appends remembers the session's last Append replies the same way
 	// (append.go).
 	appends [proto.MaxPendingRequests]appendReply
+	// pinSeq and pinDone are the session's last PinOpens request and its
+	// answer, given again to a retry of it (pins.go).
+	pinSeq  uint64
+	pinDone []bool
 	// For `weft status`: when and where the session was opened here, and
 	// the version the client announced.
 	opened  time.Time

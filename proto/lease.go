@@ -49,9 +49,9 @@ type LeaseService interface {
 // rename), and when its cache is dropped, so that an unlink never reclaims
 // a file such an open still reads. Pins are read-only handles (Write
 // false); each result says whether that entry was counted: the leader
-// counts an open only for a session it granted a lease on the inode (or,
-// in the grace period after a change of leader, any session), on an inode
-// that exists and is not being reclaimed.
+// counts an open only on a regular file every class may read (a pin is an
+// open for reading without a capability) that exists and is not being
+// reclaimed.
 type LeasePinner interface {
 	PinOpens(ctx context.Context, pins []OpenHandle) ([]bool, error)
 }

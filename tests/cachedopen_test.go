@@ -2,11 +2,15 @@ package tests
 
 import (
 	"bytes"
+	"errors"
 	"io"
 	"os"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/weft-fs/weft/internal/testcluster"
 )
@@ -115,6 +119,42 @@ func TestOpenFromLeaseCache(t *testing.T) {
 		}
 		if got := readAll(f); !bytes.Equal(got, []byte("hello")) {
 			t.Errorf("B read %q from its open handle after A wrote and unlinked the file, want %q", got, "hello")
+		}
+	})
+
+	t.Run("locked through it", func(t *testing.T) {
+		// A lock file: opened read-only and locked. The lock goes
+		// through a handle the leader counts (pinned first).
+		fA, fB := mk("lock", 0o644)
+		f, cached := openB(fB)
+		defer f.Close()
+		if !cached {
+			t.Fatalf("open not made from the cache: %+v", mountLeases(t, b))
+		}
+		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+			t.Fatalf("flock on B through a handle opened from the cache: %v", err)
+		}
+		g, err := os.Open(fA)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer g.Close()
+		if err := unix.Flock(int(g.Fd()), unix.LOCK_EX|unix.LOCK_NB); !errors.Is(err, unix.EWOULDBLOCK) {
+			t.Errorf("flock on A while B holds the lock: %v, want EWOULDBLOCK", err)
+		}
+		if err := f.Close(); err != nil {
+			t.Fatal(err)
+		}
+		// The kernel drops a flock lock with the RELEASE it sends after
+		// close returned: wait for it (generously: a slow machine).
+		for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+			err := unix.Flock(int(g.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+			if err == nil {
+				break
+			}
+			if !errors.Is(err, unix.EWOULDBLOCK) || time.Now().After(deadline) {
+				t.Fatalf("flock on A after B closed its descriptor: %v", err)
+			}
 		}
 	})
 
