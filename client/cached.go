@@ -35,10 +35,13 @@ import (
 // session is re-registered with a restarted server or a new leader.
 //
 // A pin the leader refuses (the file is gone: it was removed while this
-// client could not be asked, cut off for longer than the lease term; or
-// its mode no longer lets every class read) or that does not return
-// within pinTimeout leaves the handle local: it reads the empty file its
-// open saw.
+// client could not be asked, cut off for longer than the lease term, or
+// the open raced another client's unlink; or its mode no longer lets every
+// class read) leaves the handle local: it reads the empty file its open
+// saw. A pin that gets no answer within pinTimeout marks its handles
+// uncertain: the leader may have counted them, so they are neither pinned
+// again nor released (at worst the file is kept until the session ends).
+// docs/caching.md lists what such a handle cannot do.
 
 // localOpens counts one inode's handles this session opened from its lease
 // cache and has not pinned; guarded by session.mu. pinned: they were
@@ -46,6 +49,9 @@ import (
 type localOpens struct {
 	n      uint32
 	pinned bool
+	// uncertain: a pin of them got no answer; the leader may have
+	// counted them, so they are neither pinned again nor released.
+	uncertain bool
 }
 
 // pinnableMode is the mode a file needs to be opened from the cache: read
@@ -145,6 +151,10 @@ func (s *session) releasedLocal(ino proto.Ino, g *localOpens, gen uint64) bool {
 		s.mu.Unlock()
 		return s.released(ino, gen)
 	}
+	if g.uncertain {
+		s.mu.Unlock()
+		return false
+	}
 	defer s.mu.Unlock()
 	if s.gen.Load() == gen && g.n > 0 {
 		if g.n--; g.n == 0 && s.local[ino] == g {
@@ -204,13 +214,26 @@ func (s *session) pinLocked(ctx context.Context, lp proto.LeasePinner, inos []pr
 	if len(pins) == 0 {
 		return nil
 	}
-	rctx, cancel := context.WithTimeout(ctx, min(pinTimeout, max(s.c.cfg.Timeout, time.Millisecond)))
+	// Not cancelled with the caller: a signal to the process whose
+	// unlink or lock this pin goes before must not leave a handle
+	// unpinned while the change itself goes ahead.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), min(pinTimeout, max(s.c.cfg.Timeout, time.Millisecond)))
 	done, err := lp.PinOpens(rctx, pins)
 	cancel()
 	if errors.Is(err, syscall.ENOSYS) {
 		// A leader that takes no pins: open nothing from the cache any
 		// more (these handles read an empty file either way).
 		s.c.noPins.Store(true)
+	}
+	if err != nil && !refusedBeforeCounting(err) {
+		// No answer: the leader may have counted them. Pinning them
+		// again could count them twice, and releasing them could drop
+		// another handle's count, so neither is done: at worst the
+		// leader keeps the file until this session ends.
+		for i, p := range pins {
+			groups[i].uncertain = true
+			delete(s.local, p.Ino)
+		}
 	}
 	if err != nil {
 		return err
@@ -231,6 +254,18 @@ func (s *session) pinLocked(ctx context.Context, lp proto.LeasePinner, inos []pr
 		h.Count += p.Count
 	}
 	return nil
+}
+
+// refusedBeforeCounting reports whether a PinOpens error is the leader's
+// refusal of the whole request, made before it counted anything (not the
+// leader, an unknown session, a malformed request, no such operation).
+func refusedBeforeCounting(err error) bool {
+	for _, e := range []syscall.Errno{syscall.ENOSYS, syscall.EINVAL, syscall.ESTALE, syscall.EACCES, syscall.EPERM, syscall.EAGAIN} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
 }
 
 // pinLocal pins f's inode's local handles if f is one of them.

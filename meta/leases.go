@@ -80,10 +80,12 @@ type leaseHolder struct {
 	next  uint64    // seq of the last invalidation queued
 	acked uint64
 	queue []proto.LeaseInval // not acknowledged yet, by seq
-	inos  map[proto.Ino]struct{}
-	wake  chan struct{} // 1-buffered: something was queued
-	ack   chan struct{} // closed (and replaced) when acked moves
-	dead  bool
+	// pending counts the invalidations in queue per inode (heldByOther).
+	pending map[proto.Ino]int
+	inos    map[proto.Ino]struct{}
+	wake    chan struct{} // 1-buffered: something was queued
+	ack     chan struct{} // closed (and replaced) when acked moves
+	dead    bool
 }
 
 func newLeaseTable(term time.Duration, now func() time.Time) *leaseTable {
@@ -131,7 +133,7 @@ func (t *leaseTable) dropLocked(h *leaseHolder) {
 			}
 		}
 	}
-	h.inos, h.queue = nil, nil
+	h.inos, h.queue, h.pending = nil, nil, nil
 	if t.holders[h.sess] == h {
 		delete(t.holders, h.sess)
 	}
@@ -151,13 +153,8 @@ func (t *leaseTable) heldByOther(ino proto.Ino, self session) bool {
 		if h.sess == self || !t.aliveLocked(h, now) {
 			continue
 		}
-		if _, ok := h.inos[ino]; ok {
+		if _, ok := h.inos[ino]; ok || h.pending[ino] > 0 {
 			return true
-		}
-		for _, iv := range h.queue {
-			if iv.Ino == ino {
-				return true
-			}
 		}
 	}
 	return false
@@ -241,6 +238,9 @@ func (t *leaseTable) queueLocked(h *leaseHolder, iv proto.LeaseInval) {
 	h.next++
 	iv.Seq = h.next
 	h.queue = append(h.queue, iv)
+	if h.pending != nil { // nil once dropped
+		h.pending[iv.Ino]++
+	}
 	select {
 	case h.wake <- struct{}{}:
 	default:
@@ -376,13 +376,18 @@ func (t *leaseTable) poll(ctx context.Context, sess session, ack uint64) proto.L
 	}
 	if h == nil {
 		t.nextInc++
-		h = &leaseHolder{sess: sess, epoch: t.epoch | (t.nextInc & 0xffffffff), inos: map[proto.Ino]struct{}{},
+		h = &leaseHolder{sess: sess, epoch: t.epoch | (t.nextInc & 0xffffffff), inos: map[proto.Ino]struct{}{}, pending: map[proto.Ino]int{},
 			wake: make(chan struct{}, 1), ack: make(chan struct{})}
 		t.holders[sess] = h
 	} else if ack > h.acked && ack <= h.next {
 		h.acked = ack
 		i := 0
 		for i < len(h.queue) && h.queue[i].Seq <= ack {
+			if c := h.pending[h.queue[i].Ino]; c > 1 {
+				h.pending[h.queue[i].Ino] = c - 1
+			} else {
+				delete(h.pending, h.queue[i].Ino)
+			}
 			i++
 		}
 		h.queue = append(h.queue[:0], h.queue[i:]...)

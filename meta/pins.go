@@ -52,14 +52,31 @@ func (s *Server) PinOpens(ctx context.Context, pins []proto.OpenHandle) ([]bool,
 	}
 	st := s.sessions[cl.sess]
 	if s.seenLocked(cl.sess, cl.seq) {
-		// A retry (its reply was lost): the first attempt's answer.
-		// Reporting a refused entry counted would let the client's
-		// release drop another handle's count.
-		defer s.mu.Unlock()
-		if st != nil && st.pinSeq == cl.seq && len(st.pinDone) == len(pins) {
-			return slices.Clone(st.pinDone), nil
+		// A retry (its reply was lost): the first attempt's answer,
+		// once it has one. Reporting a refused entry counted would let
+		// the client's release drop another handle's count.
+		if st == nil || st.pinSeq != cl.seq {
+			s.mu.Unlock()
+			return nil, errnof(syscall.EIO, "the answer to pin request %d is no longer known", cl.seq)
 		}
-		return nil, errnof(syscall.EIO, "the answer to pin request %d is no longer known", cl.seq)
+		busy := st.pinBusy
+		s.mu.Unlock()
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if st.pinSeq != cl.seq || len(st.pinDone) != len(pins) {
+			return nil, errnof(syscall.EIO, "the answer to pin request %d is no longer known", cl.seq)
+		}
+		return slices.Clone(st.pinDone), nil
+	}
+	var busy chan struct{}
+	if st != nil && cl.seq != 0 {
+		busy = make(chan struct{})
+		st.pinSeq, st.pinDone, st.pinBusy = cl.seq, nil, busy
 	}
 	s.mu.Unlock()
 	done := make([]bool, len(pins))
@@ -85,10 +102,13 @@ func (s *Server) PinOpens(ctx context.Context, pins []proto.OpenHandle) ([]bool,
 			s.releaseOne(cl.sess, p.Ino)
 		}
 	}
-	if st != nil {
+	if busy != nil {
 		s.mu.Lock()
-		st.pinSeq, st.pinDone = cl.seq, slices.Clone(done)
+		if st.pinBusy == busy {
+			st.pinDone = slices.Clone(done)
+		}
 		s.mu.Unlock()
+		close(busy)
 	}
 	return done, nil
 }

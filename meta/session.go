@@ -37,9 +37,11 @@ type sessionState struct {
 	// (append.go).
 	appends [proto.MaxPendingRequests]appendReply
 	// pinSeq and pinDone are the session's last PinOpens request and its
-	// answer, given again to a retry of it (pins.go).
+	// answer, given again to a retry of it (pins.go); pinBusy is closed
+	// once pinDone is set.
 	pinSeq  uint64
 	pinDone []bool
+	pinBusy chan struct{}
 	// For `weft status`: when and where the session was opened here, and
 	// the version the client announced.
 	opened  time.Time
