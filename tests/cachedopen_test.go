@@ -27,7 +27,7 @@ func TestOpenFromLeaseCache(t *testing.T) {
 	if err := os.Mkdir(filepath.Join(a, "d"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	mk := func(name string, mode os.FileMode) (onA, onB string) {
+	mk := func(t *testing.T, name string, mode os.FileMode) (onA, onB string) {
 		t.Helper()
 		onA, onB = filepath.Join(a, "d", name), filepath.Join(b, "d", name)
 		if err := os.WriteFile(onA, nil, mode); err != nil {
@@ -41,16 +41,28 @@ func TestOpenFromLeaseCache(t *testing.T) {
 	}
 	// openB opens path on B read-only and reports whether B made the open
 	// from its cache.
-	openB := func(path string) (*os.File, bool) {
+	openB := func(t *testing.T, path string) (*os.File, bool) {
 		t.Helper()
 		before := mountLeases(t, b)
 		f, err := os.Open(path)
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { f.Close() })
 		return f, mountLeases(t, b).Opens > before.Opens
 	}
-	readAll := func(f *os.File) []byte {
+	// openCachedB makes name (0644) on A and opens it on B, which must make
+	// the open from its cache.
+	openCachedB := func(t *testing.T, name string) (onA, onB string, f *os.File) {
+		t.Helper()
+		onA, onB = mk(t, name, 0o644)
+		f, cached := openB(t, onB)
+		if !cached {
+			t.Fatalf("the open of an empty file B holds under a lease went to the leader: %+v", mountLeases(t, b))
+		}
+		return onA, onB, f
+	}
+	readAll := func(t *testing.T, f *os.File) []byte {
 		t.Helper()
 		if _, err := f.Seek(0, io.SeekStart); err != nil {
 			t.Fatal(err)
@@ -63,13 +75,8 @@ func TestOpenFromLeaseCache(t *testing.T) {
 	}
 
 	t.Run("empty file", func(t *testing.T) {
-		_, fB := mk("empty", 0o644)
-		f, cached := openB(fB)
-		defer f.Close()
-		if !cached {
-			t.Fatalf("the open of an empty file B holds under a lease went to the leader: %+v", mountLeases(t, b))
-		}
-		if got := readAll(f); len(got) != 0 {
+		_, _, f := openCachedB(t, "empty")
+		if got := readAll(t, f); len(got) != 0 {
 			t.Errorf("read %q from an empty file", got)
 		}
 	})
@@ -77,21 +84,14 @@ func TestOpenFromLeaseCache(t *testing.T) {
 	t.Run("not readable by every class", func(t *testing.T) {
 		// The tests run as root, which the server may squash: the mount
 		// opens from its cache only what root may read either way.
-		_, fB := mk("private", 0o600)
-		f, cached := openB(fB)
-		defer f.Close()
-		if cached {
+		_, fB := mk(t, "private", 0o600)
+		if _, cached := openB(t, fB); cached {
 			t.Errorf("root's open of a 0600 file was made from the cache")
 		}
 	})
 
 	t.Run("written and unlinked elsewhere while open", func(t *testing.T) {
-		fA, fB := mk("shared", 0o644)
-		f, cached := openB(fB)
-		defer f.Close()
-		if !cached {
-			t.Fatalf("open not made from the cache: %+v", mountLeases(t, b))
-		}
+		fA, fB, f := openCachedB(t, "shared")
 		pinned := mountLeases(t, b).Pinned
 		w, err := os.OpenFile(fA, os.O_WRONLY|os.O_APPEND, 0)
 		if err != nil {
@@ -117,7 +117,7 @@ func TestOpenFromLeaseCache(t *testing.T) {
 		if n := fi.Sys().(*syscall.Stat_t).Nlink; n != 0 || fi.Size() != 5 {
 			t.Errorf("fstat on B of the unlinked file: nlink %d size %d, want 0 and 5", n, fi.Size())
 		}
-		if got := readAll(f); !bytes.Equal(got, []byte("hello")) {
+		if got := readAll(t, f); !bytes.Equal(got, []byte("hello")) {
 			t.Errorf("B read %q from its open handle after A wrote and unlinked the file, want %q", got, "hello")
 		}
 	})
@@ -125,12 +125,7 @@ func TestOpenFromLeaseCache(t *testing.T) {
 	t.Run("locked through it", func(t *testing.T) {
 		// A lock file: opened read-only and locked. The lock goes
 		// through a handle the leader counts (pinned first).
-		fA, fB := mk("lock", 0o644)
-		f, cached := openB(fB)
-		defer f.Close()
-		if !cached {
-			t.Fatalf("open not made from the cache: %+v", mountLeases(t, b))
-		}
+		fA, _, f := openCachedB(t, "lock")
 		if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
 			t.Fatalf("flock on B through a handle opened from the cache: %v", err)
 		}
@@ -159,12 +154,7 @@ func TestOpenFromLeaseCache(t *testing.T) {
 	})
 
 	t.Run("unlinked by its own mount while open", func(t *testing.T) {
-		_, fB := mk("own", 0o644)
-		f, cached := openB(fB)
-		defer f.Close()
-		if !cached {
-			t.Fatalf("open not made from the cache: %+v", mountLeases(t, b))
-		}
+		_, fB, f := openCachedB(t, "own")
 		pinned := mountLeases(t, b).Pinned
 		if err := os.Remove(fB); err != nil {
 			t.Fatal(err)
@@ -179,7 +169,7 @@ func TestOpenFromLeaseCache(t *testing.T) {
 		if n := fi.Sys().(*syscall.Stat_t).Nlink; n != 0 {
 			t.Errorf("fstat of the unlinked file: nlink %d, want 0", n)
 		}
-		if got := readAll(f); len(got) != 0 {
+		if got := readAll(t, f); len(got) != 0 {
 			t.Errorf("read %q from the unlinked empty file", got)
 		}
 	})
