@@ -34,10 +34,14 @@ import (
 // lock or a restripe's follow goes through such a handle, and after the
 // session is re-registered with a restarted server or a new leader.
 //
+// An open from the cache takes only attributes that a poll sent after they
+// were cached has confirmed (leaseCache.getOpenable): an unlink that
+// reclaims a file by itself fences it, and a lease granted on it meanwhile
+// comes with an invalidation, which that poll's answer carries.
+//
 // A pin the leader refuses (the file is gone: it was removed while this
-// client could not be asked, cut off for longer than the lease term, or
-// the open raced another client's unlink; or its mode no longer lets every
-// class read) leaves the handle local: it reads the empty file its open
+// client could not be asked, cut off for longer than the lease term; or
+// its mode no longer lets every class read) leaves the handle local: it reads the empty file its open
 // saw. A pin that gets no answer within pinTimeout marks its handles
 // uncertain: the leader may have counted them, so they are neither pinned
 // again nor released (at worst the file is kept until the session ends).
@@ -74,7 +78,7 @@ func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Acces
 		return nil, proto.Attr{}, false
 	}
 	s0 := c.leases.begin()
-	a, ok = c.leases.getAttr(ino)
+	a, ok = c.leases.getOpenable(ino)
 	if !ok || !a.IsRegular() || a.Size != 0 || a.Mode&pinnableMode != pinnableMode {
 		return nil, proto.Attr{}, false
 	}

@@ -61,7 +61,14 @@ type leaseCache struct {
 	seq   uint64
 	slots [leaseSlots]uint64
 	attrs map[proto.Ino]proto.Attr
-	names map[dirName]proto.Ino // 0: no such entry (a negative lookup)
+	// stamp counts the attributes cached; stamps holds each inode's
+	// stamp when its attributes were cached, and confirmed the stamp when
+	// the last answered poll was sent: attributes stamped at or below it
+	// were cached before a poll whose answer carried every invalidation
+	// queued for this client until then (openable, for OpenCached).
+	stamp, confirmed uint64
+	stamps           map[proto.Ino]uint64
+	names            map[dirName]proto.Ino // 0: no such entry (a negative lookup)
 	// complete holds the directories whose every entry is in names: ones
 	// this client made (empty then) and has created in since, with the
 	// lease on them unbroken. A name of one that names lacks does not
@@ -74,14 +81,14 @@ type leaseCache struct {
 }
 
 func newLeaseCache(svc proto.LeaseService, log *slog.Logger) *leaseCache {
-	return &leaseCache{svc: svc, log: log, attrs: map[proto.Ino]proto.Attr{}, names: map[dirName]proto.Ino{}, complete: map[proto.Ino]struct{}{}}
+	return &leaseCache{svc: svc, log: log, attrs: map[proto.Ino]proto.Attr{}, stamps: map[proto.Ino]uint64{}, names: map[dirName]proto.Ino{}, complete: map[proto.Ino]struct{}{}}
 }
 
 // run polls until ctx ends.
 func (l *leaseCache) run(ctx context.Context, timeout time.Duration) {
 	for ctx.Err() == nil {
 		l.mu.Lock()
-		ack := l.ack
+		ack, stamp := l.ack, l.stamp
 		l.mu.Unlock()
 		sent := time.Now()
 		pctx, cancel := context.WithTimeout(ctx, timeout)
@@ -110,6 +117,11 @@ func (l *leaseCache) run(ctx context.Context, timeout time.Duration) {
 			l.dropLocked(iv.Ino, iv.Name)
 			l.ack = max(l.ack, iv.Seq)
 		}
+		if len(p.Invals) < maxPollInvals {
+			// The answer carried everything queued when it left (a
+			// full one may not have).
+			l.confirmed = max(l.confirmed, stamp)
+		}
 		if p.Epoch != 0 {
 			// Never longer than the leader is sure to lead (p.Valid):
 			// a new leader knows none of these leases.
@@ -132,6 +144,7 @@ func (l *leaseCache) clearLocked() {
 		l.slots[i] = l.seq
 	}
 	clear(l.attrs)
+	clear(l.stamps)
 	clear(l.names)
 	clear(l.complete)
 }
@@ -190,6 +203,34 @@ func (l *leaseCache) fullLocked() {
 	}
 }
 
+// maxPollInvals is the most invalidations the leader sends in one poll
+// answer (meta's maxPollBatch): an answer that full may have left some.
+const maxPollInvals = 4096
+
+// setAttrLocked caches a's attributes, stamped.
+func (l *leaseCache) setAttrLocked(a proto.Attr) {
+	l.stamp++
+	l.attrs[a.Ino] = a
+	l.stamps[a.Ino] = l.stamp
+}
+
+// getOpenable is getAttr for an open from the cache (OpenCached): only
+// attributes cached before the last answered poll was sent, whose answer
+// would have carried an invalidation the leader queued when it granted
+// the lease (meta's claimReclaim).
+func (l *leaseCache) getOpenable(ino proto.Ino) (proto.Attr, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if !l.trustedLocked() {
+		return proto.Attr{}, false
+	}
+	a, ok := l.attrs[ino]
+	if !ok || l.stamps[ino] > l.confirmed {
+		return proto.Attr{}, false
+	}
+	return a, true
+}
+
 // getAttr answers ino's attributes from the cache.
 func (l *leaseCache) getAttr(ino proto.Ino) (proto.Attr, bool) {
 	l.mu.Lock()
@@ -246,7 +287,7 @@ func (l *leaseCache) putAttr(s0 uint64, a proto.Attr) {
 		return
 	}
 	l.fullLocked()
-	l.attrs[a.Ino] = a
+	l.setAttrLocked(a)
 }
 
 // putLookup caches a lookup of name in dir that began at s0: found with
@@ -260,7 +301,7 @@ func (l *leaseCache) putLookup(s0 uint64, dir proto.Ino, name string, a proto.At
 	l.fullLocked()
 	l.names[dirName{dir, name}] = a.Ino
 	if a.Ino != 0 {
-		l.attrs[a.Ino] = a
+		l.setAttrLocked(a)
 	}
 }
 
@@ -353,7 +394,7 @@ func (c *Client) changed(s0 uint64, ino proto.Ino, a proto.Attr, err error) {
 	defer l.mu.Unlock()
 	if err == nil && a.Ino == ino && l.epoch != 0 && !l.movedLocked(s0, ino) {
 		l.fullLocked()
-		l.attrs[ino] = a
+		l.setAttrLocked(a)
 	} else {
 		delete(l.attrs, ino)
 	}
@@ -396,7 +437,7 @@ func (c *Client) created(s0 uint64, dir proto.Ino, name string, a proto.Attr, er
 		l.names[dirName{dir, name}] = a.Ino
 	}
 	if fresh {
-		l.attrs[a.Ino] = a
+		l.setAttrLocked(a)
 	}
 	l.seq++
 	l.slots[uint64(dir)%leaseSlots] = l.seq

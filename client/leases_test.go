@@ -296,3 +296,28 @@ func TestLeaseCacheCompleteDirectory(t *testing.T) {
 		t.Fatal("a cleared cache still answers")
 	}
 }
+
+// Attributes are openable from the cache (getOpenable) only once a poll
+// sent after they were cached was answered: an invalidation the leader
+// queued when it granted the lease (an unlink under way) comes with that
+// answer at the latest.
+func TestLeaseCacheOpenableAfterPoll(t *testing.T) {
+	answer := proto.LeasePoll{Epoch: 5, Term: time.Hour, Valid: time.Hour}
+	f := &fakeLeases{polls: []proto.LeasePoll{answer}}
+	l := newLeaseCache(f, slog.New(slog.DiscardHandler))
+	runPolls(t, l, f, 2) // the first answer was taken in: trusted (the second poll waits)
+	l.putAttr(l.begin(), proto.Attr{Ino: 7})
+	if _, ok := l.getAttr(7); !ok {
+		t.Fatal("the attributes are not answered from the cache")
+	}
+	if _, ok := l.getOpenable(7); ok {
+		t.Fatal("attributes no answered poll was sent after were openable")
+	}
+	f.mu.Lock()
+	f.polls = append(f.polls, answer)
+	f.mu.Unlock()
+	runPolls(t, l, f, 4) // the third poll, sent after the put, was answered (the fourth waits)
+	if _, ok := l.getOpenable(7); !ok {
+		t.Fatal("attributes a later poll confirmed are not openable")
+	}
+}

@@ -164,8 +164,10 @@
 // breaks, and that session pins such opens (PinOpens, pins.go: counted as
 // Open counts, for a regular file every class may read, with no
 // capability issued) before it acknowledges the break; the orphan is
-// reclaimed after the breaks if nobody has it open by then. Otherwise,
-// when an
+// reclaimed after the breaks if nobody has it open by then. An unlink that
+// reclaims by itself fences the inode in the lease table until it returns
+// (leaseTable.claimReclaim): a lease granted on it meanwhile comes with an
+// invalidation at once. Otherwise, when an
 // orphan has no opens (at once, or at its last Release) the server proposes
 // a Reclaim command, which deletes the inode and its xattrs and puts its
 // objects (target, ino, stripe) on the object-GC queue, in one batch; from

@@ -70,6 +70,10 @@ type leaseTable struct {
 	broken  [brokenSlots]uint64
 	holders map[session]*leaseHolder
 	byIno   map[proto.Ino]map[*leaseHolder]struct{}
+	// fenced counts the unlinks under way that reclaim an inode by
+	// themselves (claimReclaim): a lease granted on it meanwhile comes
+	// with an invalidation at once.
+	fenced map[proto.Ino]int
 }
 
 // leaseHolder is one polling session.
@@ -80,7 +84,7 @@ type leaseHolder struct {
 	next  uint64    // seq of the last invalidation queued
 	acked uint64
 	queue []proto.LeaseInval // not acknowledged yet, by seq
-	// pending counts the invalidations in queue per inode (heldByOther).
+	// pending counts the invalidations in queue per inode (claimReclaim).
 	pending map[proto.Ino]int
 	inos    map[proto.Ino]struct{}
 	wake    chan struct{} // 1-buffered: something was queued
@@ -113,6 +117,7 @@ func (t *leaseTable) reset() {
 	t.nextInc = 0
 	t.holders = map[session]*leaseHolder{}
 	t.byIno = map[proto.Ino]map[*leaseHolder]struct{}{}
+	t.fenced = map[proto.Ino]int{}
 }
 
 func (t *leaseTable) aliveLocked(h *leaseHolder, now time.Time) bool {
@@ -140,12 +145,16 @@ func (t *leaseTable) dropLocked(h *leaseHolder) {
 	close(h.ack)
 }
 
-// heldByOther reports whether a live holder other than self holds a lease
-// on ino, or has not yet acknowledged an invalidation of it: its client
-// may have opened the file from its cache without telling the leader
-// (such opens are pinned before the invalidation is acknowledged), and
-// must be asked (a break) before the file is reclaimed.
-func (t *leaseTable) heldByOther(ino proto.Ino, self session) bool {
+// claimReclaim reports whether an unlink by self may reclaim ino by
+// itself: no live holder other than self holds a lease on ino or has not
+// yet acknowledged an invalidation of it (its client may have opened the
+// file from its cache without telling the leader, and pins such opens
+// before it acknowledges: client/cached.go). If so, ino is fenced until
+// unfence: a lease granted on it meanwhile (a lookup that read it before
+// the unlink was applied) comes with an invalidation at once, so no
+// client opens it from its cache on the strength of that grant (the
+// client opens only what a poll answered after it cached it confirmed).
+func (t *leaseTable) claimReclaim(ino proto.Ino, self session) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	now := t.now()
@@ -154,10 +163,22 @@ func (t *leaseTable) heldByOther(ino proto.Ino, self session) bool {
 			continue
 		}
 		if _, ok := h.inos[ino]; ok || h.pending[ino] > 0 {
-			return true
+			return false
 		}
 	}
-	return false
+	t.fenced[ino]++
+	return true
+}
+
+// unfence ends a claimReclaim of ino.
+func (t *leaseTable) unfence(ino proto.Ino) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if c := t.fenced[ino]; c > 1 {
+		t.fenced[ino] = c - 1
+	} else {
+		delete(t.fenced, ino)
+	}
 }
 
 // begin returns the break generation before a read that may grant.
@@ -183,7 +204,7 @@ func (t *leaseTable) grant(sess session, g uint64, name string, inos ...proto.In
 		if ino == 0 {
 			continue
 		}
-		if !t.addLocked(h, ino) || t.broken[uint64(ino)%brokenSlots] > g {
+		if !t.addLocked(h, ino) || t.broken[uint64(ino)%brokenSlots] > g || t.fenced[ino] > 0 {
 			n := ""
 			if i == 0 {
 				n = name // the first inode is the directory the name was looked up in
@@ -228,7 +249,7 @@ func (t *leaseTable) grantDir(sess session, g uint64, dir proto.Ino, ents []prot
 		}
 	}
 	for _, e := range ents {
-		if !t.addLocked(h, e.Attr.Ino) || t.broken[uint64(e.Attr.Ino)%brokenSlots] > g {
+		if !t.addLocked(h, e.Attr.Ino) || t.broken[uint64(e.Attr.Ino)%brokenSlots] > g || t.fenced[e.Attr.Ino] > 0 {
 			t.queueLocked(h, proto.LeaseInval{Ino: e.Attr.Ino})
 		}
 	}

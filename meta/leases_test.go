@@ -325,3 +325,41 @@ func TestLeaseUnlinkTellsRemoverOnlyOfLiveInodes(t *testing.T) {
 		t.Fatalf("removing one of g's two names told the remover %+v, want inode %d", ivs, g.Ino)
 	}
 }
+
+// TestLeaseClaimReclaim: an unlink may reclaim a file by itself only if no
+// other live holder holds a lease on it or has an invalidation of it not
+// yet acknowledged (its client may have opened the file from its cache);
+// while such an unlink is under way, a lease granted on the file comes
+// with an invalidation at once.
+func TestLeaseClaimReclaim(t *testing.T) {
+	lt := newLeaseTable(time.Hour, nil)
+	a, b := leaseSess("a"), leaseSess("b")
+	lt.poll(doneCtx(), a, 0)
+	lt.poll(doneCtx(), b, 0)
+	lt.grant(b, lt.begin(), "", 7)
+	if lt.claimReclaim(7, a) {
+		t.Fatal("a reclaim was claimed while another session holds a lease")
+	}
+	waits := lt.breakLeases(a, lt.begin(), []proto.LeaseInval{{Ino: 7}}, nil, "", 0, false)
+	if len(waits) != 1 || lt.claimReclaim(7, a) {
+		t.Fatal("a reclaim was claimed while another session has not acknowledged an invalidation")
+	}
+	lt.poll(doneCtx(), b, waits[0].seq) // acknowledges
+	if !lt.claimReclaim(7, a) {
+		t.Fatal("no reclaim claimed once the holder gave its lease back")
+	}
+	g := lt.begin()
+	lt.grant(b, g, "", 7) // a lookup that read the file before the unlink applied
+	if p := lt.poll(doneCtx(), b, waits[0].seq); len(p.Invals) != 1 || p.Invals[0].Ino != 7 {
+		t.Fatalf("a lease granted during a claimed reclaim came without an invalidation: %+v", p.Invals)
+	}
+	lt.unfence(7)
+	lt.poll(doneCtx(), b, waits[0].seq+1)
+	lt.grant(b, lt.begin(), "", 8)
+	if p := lt.poll(doneCtx(), b, waits[0].seq+1); len(p.Invals) != 0 {
+		t.Fatalf("a grant with no reclaim under way came with %+v", p.Invals)
+	}
+	if !lt.claimReclaim(9, a) || !lt.claimReclaim(9, b) {
+		t.Fatal("a reclaim of a file nobody else holds was not claimed")
+	}
+}

@@ -1112,15 +1112,15 @@ func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (p
 		// file may still be open by a client that has not re-registered
 		// its handles yet: it is left an orphan, reclaimed at the end of
 		// the grace period if nobody has it open. So is a file another
-		// session holds a lease on: it may have opened the file from
-		// its cache (PinOpens); it pins those opens before it
-		// acknowledges this unlink's break, and propose reclaims the
-		// orphan after the breaks if nobody has it open.
-		if len(victims) == 0 || s.inGrace() || s.leases.heldByOther(victims[0], cl.sess) {
+		// session holds a lease on (leaseTable.claimReclaim): it may
+		// have opened the file from its cache (PinOpens); it pins those
+		// opens before it acknowledges this unlink's break, and propose
+		// reclaims the orphan after the breaks if nobody has it open.
+		if len(victims) == 0 || s.inGrace() {
 			return
 		}
 		n, err := s.readInode(victims[0])
-		if err != nil || n.IsDir() || n.Nlink != 1 {
+		if err != nil || n.IsDir() || n.Nlink != 1 || !s.leases.claimReclaim(n.Ino, cl.sess) {
 			return
 		}
 		s.mu.Lock()
@@ -1130,11 +1130,15 @@ func (s *Server) UnlinkAt(ctx context.Context, parent proto.Ino, name string) (p
 			reclaim = n.Ino
 		}
 		s.mu.Unlock()
+		if reclaim == 0 {
+			s.leases.unfence(n.Ino)
+		}
 	})
 	if reclaim != 0 {
 		s.mu.Lock()
 		delete(s.reclaiming, reclaim)
 		s.mu.Unlock()
+		s.leases.unfence(reclaim)
 	}
 	return r.parent, err
 }
