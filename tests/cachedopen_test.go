@@ -182,3 +182,64 @@ func TestOpenFromLeaseCache(t *testing.T) {
 		}
 	})
 }
+
+// TestOpenFromLeaseCacheAcrossRestart: a handle a mount opened from its
+// lease cache is registered with a restarted metadata server (which lost
+// every lease and open count), so that an unlink elsewhere does not have
+// the file reclaimed under it once the grace period is over.
+func TestOpenFromLeaseCacheAcrossRestart(t *testing.T) {
+	t.Parallel()
+	const grace = 3 * time.Second
+	c := testcluster.Start(t, testcluster.Options{Mounts: 2, MetaArgs: []string{"--orphan-grace", grace.String()}})
+	a, b := c.Mount(0), c.Mount(1)
+	fA, fB := filepath.Join(a, "f"), filepath.Join(b, "f")
+	if err := os.WriteFile(fA, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(fA, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	warmLeases(t, b, fB, false)
+	var f *os.File
+	for deadline := time.Now().Add(60 * time.Second); f == nil; time.Sleep(20 * time.Millisecond) {
+		before := mountLeases(t, b).Opens
+		g, err := os.Open(fB)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if mountLeases(t, b).Opens > before {
+			f = g
+			break
+		}
+		g.Close()
+		if time.Now().After(deadline) {
+			t.Fatalf("no open was made from B's cache: %+v", mountLeases(t, b))
+		}
+	}
+	defer f.Close()
+	pinned := mountLeases(t, b).Pinned
+
+	c.StopMeta()
+	c.StartMeta()
+	restarted := time.Now()
+	// B learns of the restart (its session renewal or lease poll) and
+	// registers the handle with the new server.
+	for deadline := time.Now().Add(60 * time.Second); mountLeases(t, b).Pinned <= pinned; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("B never registered its open from the cache with the restarted server: %+v", mountLeases(t, b))
+		}
+	}
+	if err := os.Remove(fA); err != nil {
+		t.Fatal(err)
+	}
+	// Past the grace period the server reclaims the orphans nobody
+	// registered; this one B holds.
+	time.Sleep(time.Until(restarted.Add(grace + 2*time.Second)))
+	fi, err := f.Stat()
+	if err != nil {
+		t.Fatalf("fstat on B after the restart, the unlink and the grace period: %v (the file was reclaimed under its open handle)", err)
+	}
+	if n := fi.Sys().(*syscall.Stat_t).Nlink; n != 0 {
+		t.Errorf("fstat on B of the unlinked file: nlink %d, want 0", n)
+	}
+}
