@@ -58,10 +58,6 @@ type localOpens struct {
 	uncertain bool
 }
 
-// pinnableMode is the mode a file needs to be opened from the cache: read
-// for every class (meta.Server.PinOpens takes pins only of such files).
-const pinnableMode = 0o444
-
 // pinTimeout bounds a pin (its retries included): it holds the session's
 // lock, which every open and release of this client takes, and a mount
 // that cannot reach the leader for longer loses its leases anyway.
@@ -79,7 +75,7 @@ func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Acces
 	}
 	s0 := c.leases.begin()
 	a, ok = c.leases.getOpenable(ino)
-	if !ok || !a.IsRegular() || a.Size != 0 || a.Mode&pinnableMode != pinnableMode {
+	if !ok || !a.IsRegular() || a.Size != 0 || a.Mode&proto.PinMode != proto.PinMode {
 		return nil, proto.Attr{}, false
 	}
 	st := c.acquireIfNone(&a)
@@ -146,52 +142,22 @@ func (s *session) openedLocal(ino proto.Ino) (uint64, *localOpens) {
 	return s.gen.Load(), g
 }
 
-// releasedLocal is released for a handle opened from the cache: it
-// reports whether the server should be told (the handle was pinned, and
-// is not stale).
-func (s *session) releasedLocal(ino proto.Ino, g *localOpens, gen uint64) bool {
-	s.mu.Lock()
-	if g.pinned {
-		s.mu.Unlock()
-		return s.released(ino, gen)
-	}
-	if g.uncertain {
-		s.mu.Unlock()
-		return false
-	}
-	defer s.mu.Unlock()
-	if s.gen.Load() == gen && g.n > 0 {
-		if g.n--; g.n == 0 && s.local[ino] == g {
-			delete(s.local, ino)
-		}
-	}
-	return false
-}
-
-// hasLocal reports whether the session has local handles, of ino or (ino
-// 0) of any inode.
-func (s *session) hasLocal(ino proto.Ino) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if ino == 0 {
-		return len(s.local) > 0
-	}
-	return s.local[ino] != nil
-}
-
 // pin has the leader count the local handles of inos (all of them if
 // inos is nil) as opens of this session; from then on they are handles
 // like any other. It holds the session's lock through the call, so that
 // no local handle of an inode is opened or released between the count
-// sent and its group marked pinned.
-func (s *session) pin(ctx context.Context, inos []proto.Ino) error {
+// sent and its group marked pinned. A failure is logged (why: before
+// what): the handles stay local or uncertain (pinLocked).
+func (s *session) pin(ctx context.Context, inos []proto.Ino, why string) {
 	lp := s.c.pinner
 	if lp == nil {
-		return nil
+		return
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.pinLocked(ctx, lp, inos)
+	if err := s.pinLocked(ctx, lp, inos); err != nil {
+		s.c.log.Warn("registering opens made from the metadata cache failed", "before", why, "err", err)
+	}
 }
 
 // pinLocked is pin with s.mu held.
@@ -246,16 +212,10 @@ func (s *session) pinLocked(ctx context.Context, lp proto.LeasePinner, inos []pr
 		if !done[i] {
 			continue
 		}
-		g := groups[i]
-		g.pinned = true
+		groups[i].pinned = true
 		s.c.pinnedOpens.Add(uint64(p.Count))
 		delete(s.local, p.Ino)
-		h := s.handles[p.Ino]
-		if h == nil {
-			h = &proto.OpenHandle{Ino: p.Ino}
-			s.handles[p.Ino] = h
-		}
-		h.Count += p.Count
+		s.countLocked(p.Ino, p.Count, false)
 	}
 	return nil
 }
@@ -272,13 +232,11 @@ func refusedBeforeCounting(err error) bool {
 	return false
 }
 
-// pinLocal pins f's inode's local handles if f is one of them.
-func (f *File) pinLocal(ctx context.Context) {
-	if f.local == nil || f.c.sess == nil || !f.c.sess.hasLocal(f.ino) {
-		return
-	}
-	if err := f.c.sess.pin(ctx, []proto.Ino{f.ino}); err != nil {
-		f.c.log.Warn("registering opens made from the metadata cache failed", "ino", f.ino, "err", err)
+// pinLocal pins f's inode's local handles if f is one of them (why:
+// before what).
+func (f *File) pinLocal(ctx context.Context, why string) {
+	if f.local != nil {
+		f.c.sess.pin(ctx, []proto.Ino{f.ino}, why)
 	}
 }
 
@@ -288,10 +246,8 @@ func (f *File) pinLocal(ctx context.Context) {
 // nothing else would. It returns the end of the removal.
 func (c *Client) removingName(ctx context.Context) func() {
 	c.removing.Add(1)
-	if c.sess != nil && c.sess.hasLocal(0) {
-		if err := c.sess.pin(ctx, nil); err != nil {
-			c.log.Warn("registering opens made from the metadata cache failed", "err", err)
-		}
+	if c.sess != nil {
+		c.sess.pin(ctx, nil, "a removal of a name")
 	}
 	return func() { c.removing.Add(-1) }
 }
@@ -300,7 +256,7 @@ func (c *Client) removingName(ctx context.Context) func() {
 // they are acknowledged (leaseCache.run). all: the whole cache was dropped
 // (a new epoch).
 func (c *Client) pinInvalidated(invals []proto.LeaseInval, all bool) {
-	if c.sess == nil || !c.sess.hasLocal(0) {
+	if c.sess == nil {
 		return
 	}
 	var inos []proto.Ino
@@ -310,7 +266,5 @@ func (c *Client) pinInvalidated(invals []proto.LeaseInval, all bool) {
 			inos = append(inos, iv.Ino)
 		}
 	}
-	if err := c.sess.pin(context.Background(), inos); err != nil {
-		c.log.Warn("registering opens made from the metadata cache before acknowledging a change failed", "err", err)
-	}
+	c.sess.pin(context.Background(), inos, "acknowledging an invalidation")
 }

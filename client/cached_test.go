@@ -50,7 +50,7 @@ func TestPinOutcomes(t *testing.T) {
 	if err := pin(fp, 5); err != nil || fp.calls != 1 {
 		t.Fatalf("an uncertain handle was pinned again (%d calls, %v)", fp.calls, err)
 	}
-	if s.releasedLocal(5, g, gen) {
+	if s.released(5, gen, g) {
 		t.Fatal("an uncertain handle's release would be sent")
 	}
 
@@ -69,12 +69,12 @@ func TestPinOutcomes(t *testing.T) {
 	if err := pin(&fakePinner{done: []bool{true}}, 6); err != nil || !g.pinned || s.local[6] != nil || s.handles[6] == nil || s.handles[6].Count != 1 {
 		t.Fatalf("a counted pin: err %v, pinned %v, local %v, handles %+v", err, g.pinned, s.local[6] != nil, s.handles[6])
 	}
-	if !s.releasedLocal(6, g, gen) || s.handles[6] != nil {
+	if !s.released(6, gen, g) || s.handles[6] != nil {
 		t.Fatalf("a pinned handle's release is not sent, or its count kept: %+v", s.handles[6])
 	}
 
 	gen, g = s.openedLocal(7)
-	if s.releasedLocal(7, g, gen) || s.local[7] != nil {
+	if s.released(7, gen, g) || s.local[7] != nil {
 		t.Fatal("an unpinned local handle's release would be sent, or it stayed counted")
 	}
 }

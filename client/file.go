@@ -877,11 +877,9 @@ func (f *File) Release(ctx context.Context) error {
 		f.c.unref(st)
 	}
 	errs = append(errs, f.releaseLocks(ctx))
-	if f.local != nil && !f.c.sess.releasedLocal(f.ino, f.local, f.gen) {
-		return errors.Join(errs...) // never told to the server (cached.go)
-	}
-	if f.local == nil && f.c.sess != nil && !f.c.sess.released(f.ino, f.gen) {
-		// A stale handle: the server dropped it with its session.
+	if f.c.sess != nil && !f.c.sess.released(f.ino, f.gen, f.local) {
+		// A stale handle (the server dropped it with its session), or
+		// one the server never counted (opened from the cache).
 		return errors.Join(errs...)
 	}
 	rctx, cancel := f.c.rpcCtx(ctx)

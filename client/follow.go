@@ -64,7 +64,7 @@ func (f *File) followIfMoved(ctx context.Context) error {
 	if st == nil || st.moved.Load() == 0 {
 		return nil
 	}
-	f.pinLocal(ctx) // the follow opens the new generation as this handle
+	f.pinLocal(ctx, "a follow") // the follow opens the new generation as this handle
 	err := f.follow(ctx)
 	if err != nil && !errors.Is(err, syscall.ESTALE) {
 		f.c.log.Warn("following a restripe failed; reading the objects opened", "ino", f.ino, "err", err)

@@ -35,6 +35,13 @@ const maxLeaseEntries = 1 << 20
 // hash (see leaseCache.seq).
 const leaseSlots = 4096
 
+// cachedAttr is an inode's cached attributes with the stamp they were
+// cached at (leaseCache.stamp).
+type cachedAttr struct {
+	proto.Attr
+	stamp uint64
+}
+
 type dirName struct {
 	dir  proto.Ino
 	name string
@@ -60,14 +67,12 @@ type leaseCache struct {
 	// past s0: it may have read what the invalidation replaced.
 	seq   uint64
 	slots [leaseSlots]uint64
-	attrs map[proto.Ino]proto.Attr
-	// stamp counts the attributes cached; stamps holds each inode's
-	// stamp when its attributes were cached, and confirmed the stamp when
+	attrs map[proto.Ino]cachedAttr
+	// stamp counts the attributes cached, and confirmed is the stamp when
 	// the last answered poll was sent: attributes stamped at or below it
 	// were cached before a poll whose answer carried every invalidation
 	// queued for this client until then (openable, for OpenCached).
 	stamp, confirmed uint64
-	stamps           map[proto.Ino]uint64
 	names            map[dirName]proto.Ino // 0: no such entry (a negative lookup)
 	// complete holds the directories whose every entry is in names: ones
 	// this client made (empty then) and has created in since, with the
@@ -81,7 +86,7 @@ type leaseCache struct {
 }
 
 func newLeaseCache(svc proto.LeaseService, log *slog.Logger) *leaseCache {
-	return &leaseCache{svc: svc, log: log, attrs: map[proto.Ino]proto.Attr{}, stamps: map[proto.Ino]uint64{}, names: map[dirName]proto.Ino{}, complete: map[proto.Ino]struct{}{}}
+	return &leaseCache{svc: svc, log: log, attrs: map[proto.Ino]cachedAttr{}, names: map[dirName]proto.Ino{}, complete: map[proto.Ino]struct{}{}}
 }
 
 // run polls until ctx ends.
@@ -117,7 +122,7 @@ func (l *leaseCache) run(ctx context.Context, timeout time.Duration) {
 			l.dropLocked(iv.Ino, iv.Name)
 			l.ack = max(l.ack, iv.Seq)
 		}
-		if len(p.Invals) < maxPollInvals {
+		if len(p.Invals) < proto.MaxPollInvals {
 			// The answer carried everything queued when it left (a
 			// full one may not have).
 			l.confirmed = max(l.confirmed, stamp)
@@ -144,7 +149,6 @@ func (l *leaseCache) clearLocked() {
 		l.slots[i] = l.seq
 	}
 	clear(l.attrs)
-	clear(l.stamps)
 	clear(l.names)
 	clear(l.complete)
 }
@@ -203,15 +207,10 @@ func (l *leaseCache) fullLocked() {
 	}
 }
 
-// maxPollInvals is the most invalidations the leader sends in one poll
-// answer (meta's maxPollBatch): an answer that full may have left some.
-const maxPollInvals = 4096
-
 // setAttrLocked caches a's attributes, stamped.
 func (l *leaseCache) setAttrLocked(a proto.Attr) {
 	l.stamp++
-	l.attrs[a.Ino] = a
-	l.stamps[a.Ino] = l.stamp
+	l.attrs[a.Ino] = cachedAttr{a, l.stamp}
 }
 
 // getOpenable is getAttr for an open from the cache (OpenCached): only
@@ -224,11 +223,11 @@ func (l *leaseCache) getOpenable(ino proto.Ino) (proto.Attr, bool) {
 	if !l.trustedLocked() {
 		return proto.Attr{}, false
 	}
-	a, ok := l.attrs[ino]
-	if !ok || l.stamps[ino] > l.confirmed {
+	e, ok := l.attrs[ino]
+	if !ok || e.stamp > l.confirmed {
 		return proto.Attr{}, false
 	}
-	return a, true
+	return e.Attr, true
 }
 
 // getAttr answers ino's attributes from the cache.
@@ -239,13 +238,13 @@ func (l *leaseCache) getAttr(ino proto.Ino) (proto.Attr, bool) {
 		l.misses++
 		return proto.Attr{}, false
 	}
-	a, ok := l.attrs[ino]
+	e, ok := l.attrs[ino]
 	if ok {
 		l.hits++
 	} else {
 		l.misses++
 	}
-	return a, ok
+	return e.Attr, ok
 }
 
 // lookup answers a lookup from the cache: found says whether the name
@@ -270,7 +269,8 @@ func (l *leaseCache) lookup(dir proto.Ino, name string) (a proto.Attr, found, ok
 		l.hits++
 		return proto.Attr{}, false, true
 	}
-	a, ok = l.attrs[ino]
+	e, ok := l.attrs[ino]
+	a = e.Attr
 	if ok {
 		l.hits++
 	} else {

@@ -97,7 +97,7 @@ func (f *File) Lock(ctx context.Context, lk proto.Lock, test bool) (proto.Lock, 
 	if err := f.stale(ctx); err != nil {
 		return proto.Lock{}, err
 	}
-	f.pinLocal(ctx) // locks are taken through handles the server counts
+	f.pinLocal(ctx, "a lock") // locks are taken through handles the server counts
 	var flushErr error
 	if !test {
 		f.useOwner(lk.Owner)

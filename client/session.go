@@ -269,21 +269,37 @@ func (s *session) opened(ino proto.Ino, gen uint64, write bool) {
 	if s.gen.Load() != gen {
 		return
 	}
+	s.countLocked(ino, 1, write)
+}
+
+// countLocked counts n handles of ino the server counted (write: one of
+// them is open for writing), for re-registration.
+func (s *session) countLocked(ino proto.Ino, n uint32, write bool) {
 	h := s.handles[ino]
 	if h == nil {
 		h = &proto.OpenHandle{Ino: ino}
 		s.handles[ino] = h
 	}
-	h.Count++
+	h.Count += n
 	h.Write = h.Write || write
 }
 
 // released forgets a handle of generation gen and reports whether the
-// server should be told (false: the handle is stale).
-func (s *session) released(ino proto.Ino, gen uint64) bool {
+// server should be told (false: the handle is stale, or local: opened from
+// the lease cache, in group local, and not pinned, or its pin got no
+// answer; cached.go).
+func (s *session) released(ino proto.Ino, gen uint64, local *localOpens) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.gen.Load() != gen {
+		return false
+	}
+	if local != nil && !local.pinned {
+		if !local.uncertain && local.n > 0 {
+			if local.n--; local.n == 0 && s.local[ino] == local {
+				delete(s.local, ino)
+			}
+		}
 		return false
 	}
 	if h := s.handles[ino]; h != nil {

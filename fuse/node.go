@@ -426,7 +426,11 @@ func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, s
 	// A read-only open of an empty file this mount holds under a lease
 	// needs nothing from the leader (client.OpenCached); O_DIRECT and
 	// O_TRUNC opens always ask.
-	f, a, ok := (*client.File)(nil), proto.Attr{}, false
+	var (
+		f  *client.File
+		a  proto.Attr
+		ok bool
+	)
 	if flags&(syscall.O_DIRECT|syscall.O_TRUNC) == 0 {
 		f, a, ok = n.fsys.c.OpenCached(ctx, n.ino(), want)
 	}

@@ -42,9 +42,6 @@ const DefaultLeaseTerm = 2 * time.Second
 // answered empty; a live client thus renews its trust several times a term.
 const leaseHeartbeat = DefaultLeaseTerm / 5
 
-// maxPollBatch bounds the invalidations one poll answer carries.
-const maxPollBatch = 4096
-
 // maxHolderLeases bounds the leases of one session; past it, what it
 // reads is invalidated as soon as it is granted (so it is not cached).
 const maxHolderLeases = 1 << 20
@@ -441,7 +438,7 @@ func (t *leaseTable) poll(ctx context.Context, sess session, ack uint64) proto.L
 		out.Epoch = 0 // dropped while waiting: the client must drop all
 		return out
 	}
-	n := min(len(h.queue), maxPollBatch)
+	n := min(len(h.queue), proto.MaxPollInvals)
 	out.Invals = append([]proto.LeaseInval(nil), h.queue[:n]...)
 	return out
 }

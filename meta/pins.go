@@ -11,11 +11,6 @@ import (
 // maxPins bounds the entries of one PinOpens request.
 const maxPins = 1 << 16
 
-// pinnable is the mode a file needs for a pin: readable by every class,
-// what a client opens from its cache (client.OpenCached), so that a pin
-// grants nothing an Open by any identity would not.
-const pinnable = 0o444
-
 // PinOpens implements proto.LeasePinner: it counts, for the caller's
 // session, read-only opens that its client made from its lease cache
 // without asking (docs/caching.md, "Opens from the cache"), so that the
@@ -94,7 +89,7 @@ func (s *Server) PinOpens(ctx context.Context, pins []proto.OpenHandle) ([]bool,
 		}
 		s.mu.Unlock()
 		n, err := s.readInode(p.Ino)
-		if err == nil && n.IsRegular() && n.Mode&pinnable == pinnable {
+		if err == nil && n.IsRegular() && n.Mode&proto.PinMode == proto.PinMode {
 			done[i] = true
 			continue
 		}

@@ -41,6 +41,16 @@ type LeaseService interface {
 	LeasePoll(ctx context.Context, ack uint64) (LeasePoll, error)
 }
 
+// MaxPollInvals is the most invalidations a leader puts in one LeasePoll
+// answer; an answer that full may have left some for the next.
+const MaxPollInvals = 4096
+
+// PinMode is the mode a file needs to be opened from a client's lease
+// cache and pinned: read for every class, so that whoever the caller is
+// (root squashed or not) the server would let it open the file for
+// reading, and a pin grants nothing an Open would not.
+const PinMode = 0o444
+
 // LeasePinner is a LeaseService that lets a session register opens it made
 // from its lease cache without asking the leader (a read-only open of a
 // file whose whole content the client holds: docs/caching.md, "Opens from

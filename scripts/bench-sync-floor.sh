@@ -87,23 +87,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_for() { # wait_for WHAT LOG TEXT PID
-	for _ in $(seq 600); do
-		grep -qs "$3" "$2" && return 0
-		kill -0 "$4" 2>/dev/null || { cat "$2" >&2; echo "bench-sync-floor: $1 exited" >&2; exit 1; }
-		sleep 0.2
-	done
-	echo "bench-sync-floor: gave up waiting for $1" >&2
-	exit 1
-}
+# shellcheck source=lib/bench.sh
+. scripts/lib/bench.sh
 
 GOMAXPROCS=$ceiling_gomaxprocs "$out/ceilingmount" "$tmpfs" "$out/ceiling-mnt" >"$out/ceiling.log" 2>&1 &
 ceiling_pid=$!
-wait_for "the ceiling mount" "$out/ceiling.log" mounted "$ceiling_pid"
+wait_for bench-sync-floor "the ceiling mount" "$out/ceiling.log" mounted "$ceiling_pid"
 if [ "$with_weft" = 1 ]; then
 	"$out/weft" up --data "$out/weft-data" --mount "$out/weft-mnt" --base-port "$base_port" --log-level warn >"$out/up.log" 2>&1 &
 	up_pid=$!
-	wait_for "weft up" "$out/up.log" "weft is up" "$up_pid"
+	wait_up bench-sync-floor "$out/up.log" "$up_pid"
 fi
 
 for r in $(seq "$rounds"); do

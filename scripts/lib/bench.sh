@@ -22,19 +22,24 @@ parse_setups() {
 	done
 }
 
-# wait_up NAME LOG PID: returns once the `weft up` of process PID, writing
-# to LOG, says it is up; exits the script (showing LOG) if it exits first
-# or is not up after 300 s. NAME prefixes the error messages.
-wait_up() {
-	local name=$1 log=$2 pid=$3
+# wait_for NAME WHAT LOG TEXT PID: returns once process PID (WHAT, for
+# the messages) wrote TEXT to LOG; exits the script (showing LOG) if it
+# exits first or has not written it after 300 s. NAME prefixes the error
+# messages.
+wait_for() {
+	local name=$1 what=$2 log=$3 text=$4 pid=$5
 	for _ in $(seq 600); do
-		grep -qs "weft is up" "$log" && return 0
-		kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; echo "$name: weft up exited (log above: $log)" >&2; exit 1; }
+		grep -qs "$text" "$log" && return 0
+		kill -0 "$pid" 2>/dev/null || { cat "$log" >&2; echo "$name: $what exited (log above: $log)" >&2; exit 1; }
 		sleep 0.5
 	done
-	echo "$name: weft up is not up after 300 s (see $log)" >&2
+	echo "$name: no \"$text\" from $what after 300 s (see $log)" >&2
 	exit 1
 }
+
+# wait_up NAME LOG PID: wait_for the `weft up` of process PID to say it is
+# up.
+wait_up() { wait_for "$1" "weft up" "$2" "weft is up" "$3"; }
 
 # start_up NAME BIN RUN BASE_PORT [WEFT-UP-ARGS...]: starts `BIN up` with
 # its data in RUN/data and its mount on RUN/mnt (RUN made anew), waits
