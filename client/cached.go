@@ -15,11 +15,13 @@ import (
 // trusted metadata lease needs nothing from the leader: the lease says the
 // attributes are the leader's (every change made elsewhere breaks it before
 // it is acknowledged, so close-to-open holds), and nothing will be read
-// from the servers. Today that is an empty regular file every class may
-// read (mdtest's and IO500's files, marker and lock files): whoever the
-// caller is, root squashed or not, the server would let it read. Such a
-// handle is local: the leader does not count it, and its release sends
-// nothing.
+// from the servers. That is a regular file every class may read (whoever
+// the caller is, root squashed or not, the server would let it read) that
+// is empty (mdtest's and IO500's files, marker and lock files) or whose
+// copy a lookup brought (proto.LookupCopier: a small file read cold, such
+// as mdtest-hard's, in one round trip instead of a lookup and an open).
+// Such a handle is local: the leader does not count it, and its release
+// sends nothing.
 //
 // What an open count is for still holds: a file is not reclaimed while a
 // handle reads it. The leader leaves a file an orphan when its last name is
@@ -37,7 +39,9 @@ import (
 // An open from the cache takes only attributes that a poll sent after they
 // were cached has confirmed (leaseCache.getOpenable): an unlink that
 // reclaims a file by itself fences it, and a lease granted on it meanwhile
-// comes with an invalidation, which that poll's answer carries.
+// comes with an invalidation, which that poll's answer carries. A lookup
+// that brought a copy says whether its lease came with no invalidation
+// queued (openable): then its attributes need no poll.
 //
 // A pin the leader refuses (the file is gone: it was removed while this
 // client could not be asked, cut off for longer than the lease term; or
@@ -65,20 +69,21 @@ const pinTimeout = time.Second
 
 // OpenCached opens ino for want without asking the metadata leader when
 // this client may (above): want is read only, the cache holds ino's
-// attributes under a trusted lease, it is an empty regular file every
-// class may read, nothing of this client has it open already, and this
-// client is not removing or replacing a name. ok false: use Open.
+// attributes under a trusted lease, it is a regular file every class may
+// read, empty or with its copy cached, nothing of this client has it open
+// already, and this client is not removing or replacing a name. ok false:
+// use Open.
 func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Access) (f *File, a proto.Attr, ok bool) {
 	s := c.sess
 	if want != proto.AccessRead || c.leases == nil || s == nil || c.pinner == nil || c.noPins.Load() || c.removing.Load() > 0 {
 		return nil, proto.Attr{}, false
 	}
 	s0 := c.leases.begin()
-	a, ok = c.leases.getOpenable(ino)
-	if !ok || !a.IsRegular() || a.Size != 0 || a.Mode&proto.PinMode != proto.PinMode {
+	a, data, ok := c.leases.getOpenable(ino)
+	if !ok || !a.IsRegular() || a.Mode&proto.PinMode != proto.PinMode || (a.Size != 0 && uint64(len(data)) != a.Size) {
 		return nil, proto.Attr{}, false
 	}
-	st := c.acquireIfNone(&a)
+	st := c.acquireIfNone(&a, data)
 	if st == nil {
 		return nil, proto.Attr{}, false
 	}
@@ -101,6 +106,7 @@ func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Acces
 		return nil, proto.Attr{}, false
 	}
 	c.cachedOpens.Add(1)
+	c.demand.opened(ino)
 	return f, a, true
 }
 
@@ -110,10 +116,11 @@ func (c *Client) CachedOpens() (opened, pinned uint64) {
 	return c.cachedOpens.Load(), c.pinnedOpens.Load()
 }
 
-// acquireIfNone is acquire of a new state from a, or nil if this client
-// already has ino open: an open from the cache must not merge its cached
-// attributes into a state other handles (perhaps writing) use.
-func (c *Client) acquireIfNone(a *proto.Attr) *inodeState {
+// acquireIfNone is acquire of a new state from a (and the file's copy,
+// data), or nil if this client already has ino open: an open from the
+// cache must not merge its cached attributes into a state other handles
+// (perhaps writing) use.
+func (c *Client) acquireIfNone(a *proto.Attr, data []byte) *inodeState {
 	c.mu.Lock()
 	if c.open[a.Ino] != nil {
 		c.mu.Unlock()
@@ -121,8 +128,12 @@ func (c *Client) acquireIfNone(a *proto.Attr) *inodeState {
 	}
 	c.mu.Unlock()
 	// acquire looks again under c.mu; a state made in between is merged
-	// into, which Open would have done too.
-	return c.acquire(a, nil, c.changeMark(a.Ino))
+	// into, which Open would have done too. The copy is installed only in
+	// a state made here (installCopyLocked's rules): a change of the
+	// file's bytes by this client drops its cached entry first (changing,
+	// creating), so the copy was the file's whole content when the mark
+	// is taken.
+	return c.acquire(a, data, c.changeMark(a.Ino))
 }
 
 // openedLocal counts a local handle of ino and returns the session

@@ -124,10 +124,14 @@ type Client struct {
 
 	// ext is the metadata service's combined operations, copies its
 	// copies of small files (copies.go).
-	ext     optional[extended]
-	copies  optional[proto.FileCopies]
-	changes [changeShards]atomic.Uint64 // copies.go
-	rel     releaser
+	ext    optional[extended]
+	copies optional[proto.FileCopies]
+	// lookupCopies: lookups that bring small files' copies, asked for
+	// while demand says opens follow lookups (lookupcopy.go).
+	lookupCopies optional[proto.LookupCopier]
+	demand       copyDemand
+	changes      [changeShards]atomic.Uint64 // copies.go
+	rel          releaser
 	// sess keeps the metadata session alive (session.go); nil when the
 	// service has no client-chosen sessions (an in-process server).
 	sess *session
@@ -213,6 +217,7 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 	c.rows.seed = maphash.MakeSeed()
 	c.locker, _ = meta.(proto.LockService)
 	c.copies.offer(meta)
+	c.lookupCopies.offer(meta)
 	c.locks.init()
 	c.ext.offer(meta)
 	if _, ok := c.ext.get(); ok {
@@ -335,13 +340,17 @@ func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 	}
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	a, err := c.meta.Lookup(ctx, parent, name)
-	if c.leases != nil {
-		switch {
-		case err == nil:
-			c.leases.putLookup(s0, parent, name, a)
-		case errors.Is(err, syscall.ENOENT):
-			c.leases.putLookup(s0, parent, name, proto.Attr{})
+	a, asked, err := c.lookupCopy(ctx, s0, parent, name)
+	if !asked {
+		a, err = c.meta.Lookup(ctx, parent, name)
+		if c.leases != nil {
+			switch {
+			case err == nil:
+				c.leases.putLookup(s0, parent, name, a)
+				c.demand.looked(&a)
+			case errors.Is(err, syscall.ENOENT):
+				c.leases.putLookup(s0, parent, name, proto.Attr{})
+			}
 		}
 	}
 	if err == nil {

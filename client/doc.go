@@ -81,9 +81,10 @@
 // # Consistency semantics
 //
 //   - Close-to-open. Open asks the metadata server for fresh attributes
-//     (OpenCached, for a read-only open of an empty file, takes them from
-//     the lease cache, which a change elsewhere breaks before it returns:
-//     cached.go).
+//     (OpenCached, for a read-only open of an empty file, or of a small
+//     one whose copy its lookup brought, takes them from the lease cache,
+//     which a change elsewhere breaks before it returns: cached.go,
+//     lookupcopy.go).
 //     After a writer's close (Flush) or fsync returned success, a client
 //     that opens the file afterwards sees all the data and the right size.
 //     Clients that keep a file open while another writes it are not
@@ -135,7 +136,9 @@
 //     never cache what it replaced; an invalidation or change that arrives
 //     while a read is under way keeps that read out of the cache. Open
 //     asks the leader (close-to-open), except a read-only open of an
-//     empty file held under the lease (OpenCached, cached.go): its handle
+//     empty file held under the lease, or of a small file whose copy a
+//     lookup brought (OpenCached, cached.go; lookupcopy.go: lookups ask
+//     for copies while opens follow them): its handle
 //     is local, and is pinned (counted by the leader) before an
 //     invalidation of its inode is acknowledged and before this client
 //     removes or replaces a name.

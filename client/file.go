@@ -352,6 +352,9 @@ func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (*F
 	if err != nil {
 		return nil, proto.Attr{}, err
 	}
+	if want == proto.AccessRead {
+		c.demand.opened(ino)
+	}
 	return c.newFile(ctx, &a, cap, data, mark, want, gen), a, nil
 }
 

@@ -35,11 +35,21 @@ const maxLeaseEntries = 1 << 20
 // hash (see leaseCache.seq).
 const leaseSlots = 4096
 
+// maxLeaseCopyBytes bounds the small files' copies the cache keeps (a
+// lookup's copy past it is not kept: the open asks the leader).
+const maxLeaseCopyBytes = 64 << 20
+
 // cachedAttr is an inode's cached attributes with the stamp they were
-// cached at (leaseCache.stamp).
+// cached at (leaseCache.stamp). A lookup that answered the file's copy
+// (proto.LookupCopier) leaves it in data, the file's whole content at
+// these attributes; openable: the leader granted the lease with nothing of
+// the file to invalidate, so an open may be made from the entry at once
+// (getOpenable).
 type cachedAttr struct {
 	proto.Attr
-	stamp uint64
+	stamp    uint64
+	data     []byte
+	openable bool
 }
 
 type dirName struct {
@@ -73,7 +83,9 @@ type leaseCache struct {
 	// were cached before a poll whose answer carried every invalidation
 	// queued for this client until then (openable, for OpenCached).
 	stamp, confirmed uint64
-	names            map[dirName]proto.Ino // 0: no such entry (a negative lookup)
+	// copyBytes is the length of the copies in attrs (maxLeaseCopyBytes).
+	copyBytes int
+	names     map[dirName]proto.Ino // 0: no such entry (a negative lookup)
 	// complete holds the directories whose every entry is in names: ones
 	// this client made (empty then) and has created in since, with the
 	// lease on them unbroken. A name of one that names lacks does not
@@ -149,6 +161,7 @@ func (l *leaseCache) clearLocked() {
 		l.slots[i] = l.seq
 	}
 	clear(l.attrs)
+	l.copyBytes = 0
 	clear(l.names)
 	clear(l.complete)
 }
@@ -158,7 +171,7 @@ func (l *leaseCache) clearLocked() {
 func (l *leaseCache) dropLocked(ino proto.Ino, name string) {
 	l.seq++
 	l.slots[uint64(ino)%leaseSlots] = l.seq
-	delete(l.attrs, ino)
+	l.delAttrLocked(ino)
 	delete(l.complete, ino)
 	if name != "" {
 		k := dirName{ino, name}
@@ -166,7 +179,7 @@ func (l *leaseCache) dropLocked(ino proto.Ino, name string) {
 			delete(l.names, k)
 			if child != 0 {
 				l.slots[uint64(child)%leaseSlots] = l.seq
-				delete(l.attrs, child)
+				l.delAttrLocked(child)
 			}
 		}
 	}
@@ -209,25 +222,47 @@ func (l *leaseCache) fullLocked() {
 
 // setAttrLocked caches a's attributes, stamped.
 func (l *leaseCache) setAttrLocked(a proto.Attr) {
-	l.stamp++
-	l.attrs[a.Ino] = cachedAttr{a, l.stamp}
+	l.setEntryLocked(cachedAttr{Attr: a})
 }
 
-// getOpenable is getAttr for an open from the cache (OpenCached): only
-// attributes cached before the last answered poll was sent, whose answer
-// would have carried an invalidation the leader queued when it granted
-// the lease (meta's claimReclaim).
-func (l *leaseCache) getOpenable(ino proto.Ino) (proto.Attr, bool) {
+// setEntryLocked caches e, stamped, keeping its copy only while the copies
+// fit in maxLeaseCopyBytes.
+func (l *leaseCache) setEntryLocked(e cachedAttr) {
+	l.delAttrLocked(e.Ino)
+	if len(e.data) > 0 && l.copyBytes+len(e.data) > maxLeaseCopyBytes {
+		e.data = nil
+	}
+	l.copyBytes += len(e.data)
+	l.stamp++
+	e.stamp = l.stamp
+	l.attrs[e.Ino] = e
+}
+
+// delAttrLocked forgets ino's attributes (and copy).
+func (l *leaseCache) delAttrLocked(ino proto.Ino) {
+	if e, ok := l.attrs[ino]; ok {
+		l.copyBytes -= len(e.data)
+		delete(l.attrs, ino)
+	}
+}
+
+// getOpenable is getAttr for an open from the cache (OpenCached), with the
+// file's copy if a lookup brought one: only attributes cached before the
+// last answered poll was sent, whose answer would have carried an
+// invalidation the leader queued when it granted the lease (meta's
+// claimReclaim), or ones the leader said were granted with nothing to
+// invalidate (openable).
+func (l *leaseCache) getOpenable(ino proto.Ino) (proto.Attr, []byte, bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if !l.trustedLocked() {
-		return proto.Attr{}, false
+		return proto.Attr{}, nil, false
 	}
 	e, ok := l.attrs[ino]
-	if !ok || e.stamp > l.confirmed {
-		return proto.Attr{}, false
+	if !ok || (e.stamp > l.confirmed && !e.openable) {
+		return proto.Attr{}, nil, false
 	}
-	return e.Attr, true
+	return e.Attr, e.data, true
 }
 
 // getAttr answers ino's attributes from the cache.
@@ -293,6 +328,12 @@ func (l *leaseCache) putAttr(s0 uint64, a proto.Attr) {
 // putLookup caches a lookup of name in dir that began at s0: found with
 // attributes a, or not found (a.Ino 0).
 func (l *leaseCache) putLookup(s0 uint64, dir proto.Ino, name string, a proto.Attr) {
+	l.putLookupCopy(s0, dir, name, a, nil, false)
+}
+
+// putLookupCopy is putLookup of a lookup that also answered the file's copy
+// (data, nil: none) and whether it may be opened at once (openable).
+func (l *leaseCache) putLookupCopy(s0 uint64, dir proto.Ino, name string, a proto.Attr, data []byte, openable bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.epoch == 0 || l.movedLocked(s0, dir, a.Ino) {
@@ -301,7 +342,10 @@ func (l *leaseCache) putLookup(s0 uint64, dir proto.Ino, name string, a proto.At
 	l.fullLocked()
 	l.names[dirName{dir, name}] = a.Ino
 	if a.Ino != 0 {
-		l.setAttrLocked(a)
+		if uint64(len(data)) != a.Size {
+			data = nil
+		}
+		l.setEntryLocked(cachedAttr{Attr: a, data: data, openable: openable})
 	}
 }
 
@@ -396,7 +440,7 @@ func (c *Client) changed(s0 uint64, ino proto.Ino, a proto.Attr, err error) {
 		l.fullLocked()
 		l.setAttrLocked(a)
 	} else {
-		delete(l.attrs, ino)
+		l.delAttrLocked(ino)
 	}
 	// Reads of the inode that began before the change must not cache
 	// what it replaced.
@@ -441,7 +485,7 @@ func (c *Client) created(s0 uint64, dir proto.Ino, name string, a proto.Attr, er
 	}
 	l.seq++
 	l.slots[uint64(dir)%leaseSlots] = l.seq
-	delete(l.attrs, dir)
+	l.delAttrLocked(dir)
 	if keep {
 		l.complete[dir] = struct{}{}
 	} else {

@@ -310,14 +310,28 @@ func TestLeaseCacheOpenableAfterPoll(t *testing.T) {
 	if _, ok := l.getAttr(7); !ok {
 		t.Fatal("the attributes are not answered from the cache")
 	}
-	if _, ok := l.getOpenable(7); ok {
+	if _, _, ok := l.getOpenable(7); ok {
 		t.Fatal("attributes no answered poll was sent after were openable")
+	}
+	// A lookup whose lease came with nothing to invalidate is openable at
+	// once, with its copy; one that did not say so is not.
+	l.putLookupCopy(l.begin(), 1, "f", proto.Attr{Ino: 8, Size: 3}, []byte("abc"), true)
+	if _, data, ok := l.getOpenable(8); !ok || string(data) != "abc" {
+		t.Fatalf("an openable lookup's entry: copy %q, openable %v", data, ok)
+	}
+	l.putLookupCopy(l.begin(), 1, "g", proto.Attr{Ino: 9, Size: 3}, []byte("abc"), false)
+	if _, _, ok := l.getOpenable(9); ok {
+		t.Fatal("a lookup not granted clean was openable before a poll")
+	}
+	l.putLookupCopy(l.begin(), 1, "h", proto.Attr{Ino: 10, Size: 4}, []byte("abc"), true)
+	if _, data, _ := l.getOpenable(10); data != nil {
+		t.Fatalf("a copy of another length than the file's was kept: %q", data)
 	}
 	f.mu.Lock()
 	f.polls = append(f.polls, answer)
 	f.mu.Unlock()
 	runPolls(t, l, f, 4) // the third poll, sent after the put, was answered (the fourth waits)
-	if _, ok := l.getOpenable(7); !ok {
+	if _, _, ok := l.getOpenable(7); !ok {
 		t.Fatal("attributes a later poll confirmed are not openable")
 	}
 }

@@ -64,8 +64,9 @@
 //     up to 1 s, the attribute timeout, and only until another change made
 //     here to the directory), as the kernel would from its own cache.
 //   - Close-to-open: Open fetches fresh attributes from the metadata server
-//     (or, for a read-only open of an empty file, from the lease cache,
-//     which is as fresh: client.OpenCached).
+//     (or, for a read-only open of an empty file or of a small one whose
+//     copy the lookup brought, from the lease cache, which is as fresh:
+//     client.OpenCached).
 //     If size or mtime differ from what this mount last told the kernel, the
 //     kernel's cached attributes are invalidated. The kernel keeps the
 //     file's page cache (FOPEN_KEEP_CACHE) only when size, mtime and ctime

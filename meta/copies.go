@@ -199,6 +199,28 @@ func (s *Server) OpenCopy(ctx context.Context, ino proto.Ino, want proto.Access)
 	return n.Attr, cap, s.loadCopy(n), nil
 }
 
+// LookupCopy implements proto.LookupCopier: Lookup that also answers the
+// file's copy where the caller's session may keep it in its lease cache
+// and open the file from there (client/cached.go): the session was
+// granted a lease on the file with nothing of it to invalidate (openable),
+// and every class may read the file (proto.PinMode), so whoever on the
+// client opens it from the cache, this server would let them read it. A
+// copy is never replaced by other bytes (only a new file's first
+// WriteDone takes one; anything that may change the bytes drops it, and
+// that breaks the lease), so the copy read here belongs to the attributes
+// read before it, or is gone (loadCopy).
+func (s *Server) LookupCopy(ctx context.Context, parent proto.Ino, name string) (proto.Attr, []byte, bool, error) {
+	n, openable, err := s.lookup(ctx, parent, name)
+	if err != nil {
+		return proto.Attr{}, nil, false, err
+	}
+	if !openable || !n.IsRegular() || n.Mode&proto.PinMode != proto.PinMode || n.Keyed&inodeHasCopy == 0 ||
+		n.Size == 0 || n.Size > proto.MaxFileCopy {
+		return n.Attr, nil, openable, nil
+	}
+	return n.Attr, s.loadCopy(n), true, nil
+}
+
 // loadCopy returns n's copy if it is there and whole, of n's size; nil
 // otherwise (a copy dropped since n was read, a damaged record: the
 // reader reads the objects).

@@ -159,8 +159,8 @@
 // same command (never marked): the proposer checks the open count and,
 // until the command is applied, makes Open of that inode fail with ENOENT.
 // Such a session may have opened the file from its cache without asking
-// (a read-only open of an empty file every class may read,
-// client.OpenCached): the file stays an orphan through the unlink's
+// (a read-only open of a file every class may read that is empty or whose
+// copy LookupCopy answered, client.OpenCached): the file stays an orphan through the unlink's
 // breaks, and that session pins such opens (PinOpens, pins.go: counted as
 // Open counts, for a regular file every class may read, with no
 // capability issued) before it acknowledges the break; the orphan is
@@ -444,7 +444,12 @@
 // client offers it with the WriteDone that first records a file it wrote
 // whole from size 0 (OpWriteDone with writeWithCopy and the bytes in
 // Value), and OpenCopy answers it to an open for reading, so a reader
-// needs no storage server. The objects stay the file's data. Invariant: a
+// needs no storage server; LookupCopy (metarpc 98, proto.LookupCopier)
+// answers it to a lookup of a session granted a clean lease on the file
+// (leaseTable.grant) when every class may read it, so the client opens the
+// file from its cache (one round trip for a cold small file). A copy is
+// only ever dropped, never replaced by other bytes, so the copy read after
+// the inode belongs to it. The objects stay the file's data. Invariant: a
 // file's copy, if it has one, is its bytes. The state machine takes a copy
 // only from the WriteDone of a file that never had one recorded nor a
 // truncate (inode.Written, inodeTruncated, inode record version 7), the

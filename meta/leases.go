@@ -188,15 +188,18 @@ func (t *leaseTable) begin() uint64 {
 // grant records that sess holds inos, read after begin returned g. An inode
 // changed since g (or one sharing its slot) gets an invalidation at once:
 // what was read may predate the change. Sessions that do not poll get
-// nothing.
-func (t *leaseTable) grant(sess session, g uint64, name string, inos ...proto.Ino) {
+// nothing. clean: sess polls and holds every one of inos with no
+// invalidation of them queued here (what it read is current, and no
+// unlink reclaiming one of them by itself is under way: claimReclaim).
+func (t *leaseTable) grant(sess session, g uint64, name string, inos ...proto.Ino) (clean bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	h := t.holders[sess]
 	now := t.now()
 	if h == nil || !t.aliveLocked(h, now) {
-		return
+		return false
 	}
+	clean = true
 	for i, ino := range inos {
 		if ino == 0 {
 			continue
@@ -207,8 +210,10 @@ func (t *leaseTable) grant(sess session, g uint64, name string, inos ...proto.In
 				n = name // the first inode is the directory the name was looked up in
 			}
 			t.queueLocked(h, proto.LeaseInval{Ino: ino, Name: n})
+			clean = false
 		}
 	}
+	return clean
 }
 
 // addLocked records that h holds ino, unless h holds too many leases.

@@ -651,24 +651,35 @@ func (s *Server) readInode(ino proto.Ino) (*inode, error) {
 
 // Lookup implements proto.MetaService.
 func (s *Server) Lookup(ctx context.Context, parent proto.Ino, name string) (proto.Attr, error) {
-	cl, err := s.reader(ctx)
+	n, _, err := s.lookup(ctx, parent, name)
 	if err != nil {
 		return proto.Attr{}, err
+	}
+	return n.Attr, nil
+}
+
+// lookup is Lookup returning the inode, and whether the caller's session
+// was granted leases on the directory and the inode with nothing of them
+// to invalidate (leaseTable.grant's clean).
+func (s *Server) lookup(ctx context.Context, parent proto.Ino, name string) (*inode, bool, error) {
+	cl, err := s.reader(ctx)
+	if err != nil {
+		return nil, false, err
 	}
 	g := s.leases.begin()
 	if len(name) > MaxNameLen {
-		return proto.Attr{}, errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
+		return nil, false, errnof(syscall.ENAMETOOLONG, "name of %d bytes", len(name))
 	}
 	n, err := s.lookupEntry(cl, parent, name)
 	if err != nil {
-		return proto.Attr{}, err
+		return nil, false, err
 	}
 	if n == nil {
 		s.leases.grant(cl.sess, g, name, parent) // a negative entry
-		return proto.Attr{}, noEntryError{parent, name}
+		return nil, false, noEntryError{parent, name}
 	}
-	s.leases.grant(cl.sess, g, name, parent, n.Ino)
-	return n.Attr, nil
+	clean := s.leases.grant(cl.sess, g, name, parent, n.Ino)
+	return n, clean, nil
 }
 
 // lookupEntry returns the inode that name names in parent (nil: no such

@@ -31,3 +31,23 @@ type FileCopies interface {
 	// otherwise records the write as WriteDone does.
 	WriteDoneCopy(ctx context.Context, ino Ino, end uint64, mtime int64, blocks uint64, data []byte) (Attr, error)
 }
+
+// LookupCopier is a FileCopies service whose lookup can answer a small
+// file's copy with its attributes, so that a client reading a file it has
+// not seen before needs one round trip, not a lookup and then an open
+// (the "mdtest-hard-read is one round trip"; docs/caching.md,
+// "Small files from the lookup"). The client keeps the copy in its lease
+// cache and opens the file from there (a read-only open, pinned as any
+// open made from the cache).
+//
+// The copy is answered only to a session that polls for lease
+// invalidations and was granted a lease on the file, and only for a
+// regular file every class may read (PinMode): whoever on the client
+// asks for it later, the service would let them read it. Openable says
+// the lease was granted with no invalidation of the file already queued
+// for the session (no change of it since the lookup read it, no unlink
+// reclaiming it meanwhile): the client may open the file from the copy at
+// once, without waiting for a poll to confirm the attributes.
+type LookupCopier interface {
+	LookupCopy(ctx context.Context, parent Ino, name string) (a Attr, data []byte, openable bool, err error)
+}

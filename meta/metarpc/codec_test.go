@@ -113,6 +113,9 @@ func samples() []message {
 		&ticketMsg{proto.MigrateTicket{Ino: 5, Gen: 1, NewGen: 2, Layout: sampleAttr.Layout, Mtime: -3, Ctime: 4, Size: 5, Until: 6, Cap: []byte("cap"), Blocks: 7}},
 		&ticketMsg{proto.MigrateTicket{Ino: 5}},
 		&leasePollReq{Ack: 7},
+		&lookupCopyReq{Parent: 3, Name: "f"},
+		&lookupCopyResp{Attr: sampleAttr, Openable: true, Data: []byte("copy")},
+		&lookupCopyResp{Attr: sampleAttr},
 		&leasePollResp{P: proto.LeasePoll{Epoch: 1 << 40, Term: 5e9, Valid: 4e8, Invals: []proto.LeaseInval{{Seq: 1, Ino: 2, Name: "n"}, {Seq: 2, Ino: 3}}}},
 	}
 }
@@ -121,7 +124,7 @@ func samples() []message {
 // allOps).
 func migrateOps() []uint16 {
 	return []uint16{OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew, OpLeasePoll,
-		OpOpenCopy, OpWriteDoneCopy}
+		OpOpenCopy, OpWriteDoneCopy, OpLookupCopy}
 }
 
 // anyMessages is messages, or copiesMessages, migrateMessages or

@@ -9,15 +9,18 @@ import (
 	"github.com/weft-fs/weft/wire"
 )
 
-// Copies of small files' bytes (proto.FileCopies; ops 48..49 are this
-// file's). A server without them answers ENOSYS, and the client then opens
-// and records writes without copies.
+// Copies of small files' bytes (proto.FileCopies; ops 48..49 and 98 are
+// this file's). A server without them answers ENOSYS, and the client then
+// opens, records writes and looks names up without copies.
 const (
 	// OpOpenCopy is Open answering the file's copy too.
 	OpOpenCopy uint16 = 48
 	// OpWriteDoneCopy is WriteDone offering the file's whole content as
 	// its copy.
 	OpWriteDoneCopy uint16 = 49
+	// OpLookupCopy is Lookup answering the file's copy too, where the
+	// client may keep it in its lease cache (proto.LookupCopier).
+	OpLookupCopy uint16 = 98
 )
 
 // copiesVersion is the first byte of every message of these ops:
@@ -27,6 +30,9 @@ const (
 //	  bytes copy (only if it has one)
 //	write-done request: u8 version, u64 ino, u64 end, i64 mtime,
 //	  u64 blocks, bytes copy (answered with attributes)
+//	lookup request: u8 version, u64 parent, string name
+//	lookup answer: u8 version, attributes, bool openable, bool has copy,
+//	  bytes copy (only if it has one)
 //
 // The frames' CRC32C covers the bytes on the wire; the server keeps the
 // copy with a checksum of its own.
@@ -106,6 +112,48 @@ func (m *writeDoneCopyReq) decode(d *wire.Decoder) {
 	m.Data = append([]byte(nil), d.BytesMax(proto.MaxFileCopy)...) // not the frame's memory
 }
 
+type lookupCopyReq struct {
+	Parent proto.Ino
+	Name   string
+}
+
+func (m *lookupCopyReq) encode(e *wire.Encoder) {
+	e.U8(copiesVersion)
+	e.U64(uint64(m.Parent))
+	e.String(m.Name)
+}
+
+func (m *lookupCopyReq) decode(d *wire.Decoder) {
+	checkCopiesVersion(d, "lookup-copy request")
+	m.Parent = proto.Ino(d.U64())
+	m.Name = d.String()
+}
+
+type lookupCopyResp struct {
+	Attr     proto.Attr
+	Openable bool
+	Data     []byte // nil: no copy
+}
+
+func (m *lookupCopyResp) encode(e *wire.Encoder) {
+	e.U8(copiesVersion)
+	m.Attr.Encode(e)
+	e.Bool(m.Openable)
+	e.Bool(m.Data != nil)
+	if m.Data != nil {
+		e.Bytes(m.Data)
+	}
+}
+
+func (m *lookupCopyResp) decode(d *wire.Decoder) {
+	checkCopiesVersion(d, "lookup-copy answer")
+	m.Attr.Decode(d)
+	m.Openable = d.Bool()
+	if d.Bool() {
+		m.Data = append([]byte{}, d.BytesMax(proto.MaxFileCopy)...) // not the frame's memory
+	}
+}
+
 // copiesMessages returns the request and response of a copies op.
 func copiesMessages(op uint16) (req, resp message, ok bool) {
 	switch op {
@@ -113,6 +161,8 @@ func copiesMessages(op uint16) (req, resp message, ok bool) {
 		return &openCopyReq{}, &openCopyResp{}, true
 	case OpWriteDoneCopy:
 		return &writeDoneCopyReq{}, &attrResp{}, true
+	case OpLookupCopy:
+		return &lookupCopyReq{}, &lookupCopyResp{}, true
 	}
 	return nil, nil, false
 }
@@ -128,6 +178,13 @@ func (h *handler) callCopies(ctx context.Context, op uint16, req message) (messa
 		return &openCopyResp{a, cap, data}, err
 	case *writeDoneCopyReq:
 		return attrOut(fc.WriteDoneCopy(ctx, r.Ino, r.End, r.Mtime, r.Blocks, r.Data))
+	case *lookupCopyReq:
+		lc, ok := h.svc.(proto.LookupCopier)
+		if !ok {
+			return nil, fmt.Errorf("metarpc: the service answers no copies to lookups: %w", syscall.ENOSYS)
+		}
+		a, data, openable, err := lc.LookupCopy(ctx, r.Parent, r.Name)
+		return &lookupCopyResp{a, openable, data}, err
 	}
 	return nil, fmt.Errorf("metarpc: op %d is not a copies op: %w", op, syscall.EINVAL)
 }
@@ -142,4 +199,13 @@ func (c *Client) OpenCopy(ctx context.Context, ino proto.Ino, want proto.Access)
 // WriteDoneCopy implements proto.FileCopies.
 func (c *Client) WriteDoneCopy(ctx context.Context, ino proto.Ino, end uint64, mtime int64, blocks uint64, data []byte) (proto.Attr, error) {
 	return c.mutAttr(ctx, OpWriteDoneCopy, &writeDoneCopyReq{ino, end, mtime, blocks, data})
+}
+
+// LookupCopy implements proto.LookupCopier. Like Lookup, a read: any
+// member that may answer reads does (a follower sends the client on to
+// the leader, where leases live).
+func (c *Client) LookupCopy(ctx context.Context, parent proto.Ino, name string) (proto.Attr, []byte, bool, error) {
+	var r lookupCopyResp
+	err := c.do(ctx, OpLookupCopy, &lookupCopyReq{parent, name}, &r)
+	return r.Attr, r.Data, r.Openable, err
 }

@@ -34,7 +34,9 @@
 // byte. OpLeasePin (97) has the leader count read-only opens a session
 // made from its lease cache (proto.LeasePinner); it is numbered like Open
 // (a retry is not counted twice), and its messages start with a version
-// byte of their own too.
+// byte of their own too. OpLookupCopy (98) is Lookup answering a small
+// file's copy as OpOpenCopy (48) does an open's (proto.LookupCopier,
+// copies.go): a read, sent as Lookup is.
 //
 // The Client fills it from proto.CredFrom(ctx), or, when ctx has none,
 // from this process's effective uid, gid and groups (WithCred overrides

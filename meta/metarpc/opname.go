@@ -27,6 +27,7 @@ var opNames = map[uint16]string{
 	OpLeasePoll:     "lease_poll",
 	OpLeasePin:      "lease_pin",
 	OpOpenCopy:      "open_copy",
+	OpLookupCopy:    "lookup_copy",
 	OpWriteDoneCopy: "write_done_copy",
 }
 
