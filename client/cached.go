@@ -107,6 +107,9 @@ func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Acces
 	}
 	c.cachedOpens.Add(1)
 	c.demand.opened(ino)
+	if data != nil {
+		c.leases.tookCopy(ino)
+	}
 	return f, a, true
 }
 

@@ -238,6 +238,20 @@ func (l *leaseCache) setEntryLocked(e cachedAttr) {
 	l.attrs[e.Ino] = e
 }
 
+// tookCopy forgets the copy of ino's entry once an open from the cache took
+// it (its handle serves it now): the copy saved the open its round trip,
+// and the next open asks the leader, which answers it again. So the copies
+// kept are those of files looked up and not yet opened.
+func (l *leaseCache) tookCopy(ino proto.Ino) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if e, ok := l.attrs[ino]; ok && e.data != nil {
+		l.copyBytes -= len(e.data)
+		e.data = nil
+		l.attrs[ino] = e
+	}
+}
+
 // delAttrLocked forgets ino's attributes (and copy).
 func (l *leaseCache) delAttrLocked(ino proto.Ino) {
 	if e, ok := l.attrs[ino]; ok {

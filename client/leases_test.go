@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"sync"
 	"syscall"
@@ -334,4 +335,51 @@ func TestLeaseCacheOpenableAfterPoll(t *testing.T) {
 	if _, _, ok := l.getOpenable(7); !ok {
 		t.Fatal("attributes a later poll confirmed are not openable")
 	}
+}
+
+// TestLeaseCacheCopyBytes: the lease cache counts the copies it keeps
+// through every way an entry goes (replaced, invalidated, taken by an
+// open, the whole cache dropped), and keeps no copy past its bound.
+func TestLeaseCacheCopyBytes(t *testing.T) {
+	l := newLeaseCache(&fakeLeases{}, slog.New(slog.DiscardHandler))
+	l.epoch = 1
+	check := func(what string) {
+		t.Helper()
+		sum := 0
+		for _, e := range l.attrs {
+			sum += len(e.data)
+		}
+		if l.copyBytes != sum {
+			t.Fatalf("%s: copyBytes %d, the entries hold %d", what, l.copyBytes, sum)
+		}
+	}
+	page := make([]byte, proto.MaxFileCopy)
+	put := func(ino proto.Ino, name string) {
+		l.putLookupCopy(l.begin(), 1, name, proto.Attr{Ino: ino, Mode: syscall.S_IFREG | 0o644, Size: proto.MaxFileCopy}, page, true)
+	}
+	put(10, "a")
+	put(11, "b")
+	check("two copies")
+	put(10, "a")
+	check("a copy looked up again")
+	l.putAttr(l.begin(), proto.Attr{Ino: 11})
+	check("attributes without a copy over one with")
+	l.tookCopy(10)
+	check("a copy an open took")
+	put(12, "c")
+	l.mu.Lock()
+	l.dropLocked(1, "c") // the directory's entry c: its inode's attributes go too
+	l.mu.Unlock()
+	check("an invalidation of the name")
+	for i := range maxLeaseCopyBytes/proto.MaxFileCopy + 10 {
+		put(proto.Ino(100+i), fmt.Sprint(i))
+	}
+	check("past the bound")
+	if l.copyBytes > maxLeaseCopyBytes {
+		t.Fatalf("%d bytes of copies kept, at most %d", l.copyBytes, maxLeaseCopyBytes)
+	}
+	l.mu.Lock()
+	l.clearLocked()
+	l.mu.Unlock()
+	check("the cache dropped")
 }
