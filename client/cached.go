@@ -45,8 +45,10 @@ import (
 //
 // A pin the leader refuses (the file is gone: it was removed while this
 // client could not be asked, cut off for longer than the lease term; or
-// its mode no longer lets every class read) leaves the handle local: it reads the empty file its open
-// saw. A pin that gets no answer within pinTimeout marks its handles
+// its mode no longer lets every class read) leaves the handle local: the
+// leader does not count it, so a removal elsewhere reclaims the file
+// under it, and its reads then fail with ENOENT (the kernel asks for the
+// attributes first). A pin that gets no answer within pinTimeout marks its handles
 // uncertain: the leader may have counted them, so they are neither pinned
 // again nor released (at worst the file is kept until the session ends).
 // docs/caching.md lists what such a handle cannot do.
@@ -79,11 +81,16 @@ func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Acces
 		return nil, proto.Attr{}, false
 	}
 	s0 := c.leases.begin()
+	// The change mark before the cache is read: a write of this client
+	// after it (through a handle opened meanwhile) keeps the copy out of
+	// the state (installCopyLocked), where the mark taken later would
+	// not.
+	mark := c.changeMark(ino)
 	a, data, ok := c.leases.getOpenable(ino)
 	if !ok || !a.IsRegular() || a.Mode&proto.PinMode != proto.PinMode || (a.Size != 0 && uint64(len(data)) != a.Size) {
 		return nil, proto.Attr{}, false
 	}
-	st := c.acquireIfNone(&a, data)
+	st := c.acquireIfNone(&a, data, mark)
 	if st == nil {
 		return nil, proto.Attr{}, false
 	}
@@ -120,10 +127,10 @@ func (c *Client) CachedOpens() (opened, pinned uint64) {
 }
 
 // acquireIfNone is acquire of a new state from a (and the file's copy,
-// data), or nil if this client already has ino open: an open from the
-// cache must not merge its cached attributes into a state other handles
-// (perhaps writing) use.
-func (c *Client) acquireIfNone(a *proto.Attr, data []byte) *inodeState {
+// data, read from the cache after mark was taken), or nil if this client
+// already has ino open: an open from the cache must not merge its cached
+// attributes into a state other handles (perhaps writing) use.
+func (c *Client) acquireIfNone(a *proto.Attr, data []byte, mark uint64) *inodeState {
 	c.mu.Lock()
 	if c.open[a.Ino] != nil {
 		c.mu.Unlock()
@@ -132,11 +139,9 @@ func (c *Client) acquireIfNone(a *proto.Attr, data []byte) *inodeState {
 	c.mu.Unlock()
 	// acquire looks again under c.mu; a state made in between is merged
 	// into, which Open would have done too. The copy is installed only in
-	// a state made here (installCopyLocked's rules): a change of the
-	// file's bytes by this client drops its cached entry first (changing,
-	// creating), so the copy was the file's whole content when the mark
-	// is taken.
-	return c.acquire(a, data, c.changeMark(a.Ino))
+	// a state made here, and only if this client changed nothing of the
+	// file since mark (installCopyLocked's rules).
+	return c.acquire(a, data, mark)
 }
 
 // openedLocal counts a local handle of ino and returns the session
@@ -205,8 +210,9 @@ func (s *session) pinLocked(ctx context.Context, lp proto.LeasePinner, inos []pr
 	done, err := lp.PinOpens(rctx, pins)
 	cancel()
 	if errors.Is(err, syscall.ENOSYS) {
-		// A leader that takes no pins: open nothing from the cache any
-		// more (these handles read an empty file either way).
+		// A leader that takes no pins (an older member leading during
+		// an upgrade): open nothing from the cache any more. These
+		// handles stay local, as refused ones do.
 		s.c.noPins.Store(true)
 	}
 	if err != nil && !refusedBeforeCounting(err) {

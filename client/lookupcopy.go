@@ -88,7 +88,9 @@ func (d *copyDemand) opened(ino proto.Ino) {
 // (begun at s0). asked false: the caller asks a plain Lookup.
 func (c *Client) lookupCopy(ctx context.Context, s0 uint64, parent proto.Ino, name string) (a proto.Attr, asked bool, err error) {
 	lc, has := c.lookupCopies.get()
-	if !has || c.leases == nil || !c.demand.want() {
+	// Without pins no open is made from the cache, and a copy would be
+	// fetched for nothing.
+	if !has || c.leases == nil || c.pinner == nil || c.noPins.Load() || !c.demand.want() {
 		return proto.Attr{}, false, nil
 	}
 	a, data, openable, err := lc.LookupCopy(ctx, parent, name)
