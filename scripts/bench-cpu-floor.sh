@@ -99,7 +99,7 @@ trap cleanup EXIT
 
 echo "== floors from the Go benchmarks" >&2
 go build -o "$out/ceilingmount" ./internal/tools/ceilingmount
-go test -run '^$' -bench "RoundTrip/bare=$procs\$" -benchtime 20000x -count 3 ./transport >"$out/rtt.txt"
+go test -run '^$' -bench "RoundTrip/^bare=$procs\$" -benchtime 20000x -count 3 ./transport >"$out/rtt.txt"
 go test -run '^$' -bench 'ApplyCreate/wal=false$|ApplyUnlink$' -benchtime 20000x -count 3 ./meta >"$out/apply.txt"
 # The least of the runs (a floor): a round trip's CPU on both sides, an
 # apply's.

@@ -140,7 +140,38 @@ func cpuTime(pid int) (self, other time.Duration) {
 // side. What the transport adds to that floor is mostly hand-offs between
 // goroutines (a reader to the caller, a reader to a handler), each a
 // wake-up of another thread when one is idle.
+//
+// The idle- runs space one caller's calls by a sleep (200 µs asked; the
+// timer makes it about a millisecond here), so that both processes wait
+// idle before each call, as a metadata server and its followers do
+// between one process's creates: what a round trip costs when every
+// message wakes a sleeping thread (docs/performance.md, "Where a
+// replicated mutation waits").
 func BenchmarkRoundTrip(b *testing.B) {
+	b.Run("idle-bare=1", func(b *testing.B) {
+		_, bareAddr, pid := startBenchServer(b)
+		c, err := net.Dial("tcp", bareAddr)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(func() { _ = c.Close() })
+		measureRoundTrips(b, 1, pid, idleGap, func(_ int, buf []byte) error {
+			if _, err := c.Write(buf); err != nil {
+				return err
+			}
+			_, err := io.ReadFull(c, buf)
+			return err
+		})
+	})
+	b.Run("idle-callers=1", func(b *testing.B) {
+		addr, _, pid := startBenchServer(b)
+		tr := NewTCPWith(TCPOptions{Logger: slog.New(slog.DiscardHandler)})
+		c := dial(b, tr, addr)
+		measureRoundTrips(b, 1, pid, idleGap, func(_ int, buf []byte) error {
+			_, err := c.Call(context.Background(), 1, buf)
+			return err
+		})
+	})
 	for _, callers := range []int{1, 4, 16} {
 		b.Run(fmt.Sprintf("bare=%d", callers), func(b *testing.B) {
 			_, bareAddr, pid := startBenchServer(b)
@@ -153,7 +184,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 				b.Cleanup(func() { _ = c.Close() })
 				conns[i] = c
 			}
-			measureRoundTrips(b, callers, pid, func(i int, buf []byte) error {
+			measureRoundTrips(b, callers, pid, 0, func(i int, buf []byte) error {
 				if _, err := conns[i].Write(buf); err != nil {
 					return err
 				}
@@ -166,7 +197,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 			tr := NewTCPWith(TCPOptions{Logger: slog.New(slog.DiscardHandler)})
 			c := dial(b, tr, addr)
 			ctx := context.Background()
-			measureRoundTrips(b, callers, pid, func(_ int, buf []byte) error {
+			measureRoundTrips(b, callers, pid, 0, func(_ int, buf []byte) error {
 				_, err := c.Call(ctx, 1, buf)
 				return err
 			})
@@ -174,10 +205,14 @@ func BenchmarkRoundTrip(b *testing.B) {
 	}
 }
 
+// idleGap is how long an idle- run's caller sleeps before each call.
+const idleGap = 200 * time.Microsecond
+
 // measureRoundTrips runs b.N round trips (call(i, buf) by caller i of
-// callers, after 100 to warm up) and reports calls/s, p50, p99 and the CPU
-// each side (this process, the server pid) spent per call.
-func measureRoundTrips(b *testing.B, callers, pid int, call func(i int, buf []byte) error) {
+// callers, after 100 to warm up; each caller sleeps gap before each call,
+// if gap is not 0) and reports calls/s, p50, p99 and the CPU each side
+// (this process, the server pid) spent per call.
+func measureRoundTrips(b *testing.B, callers, pid int, gap time.Duration, call func(i int, buf []byte) error) {
 	bufs := make([][]byte, callers)
 	for i := range bufs {
 		bufs[i] = make([]byte, benchMsgSize)
@@ -199,6 +234,9 @@ func measureRoundTrips(b *testing.B, callers, pid int, call func(i int, buf []by
 			defer wg.Done()
 			l := make([]time.Duration, 0, per)
 			for range per {
+				if gap > 0 {
+					time.Sleep(gap) // outside the time measured
+				}
 				t0 := time.Now()
 				if err := call(i, bufs[i]); err != nil {
 					b.Error(err)
