@@ -49,17 +49,7 @@ mkdir -p "$out"
 parse_setups bench-easy-cpu "$out" "$@"
 
 up_pid= run=
-cleanup() {
-	set +e
-	if [ -n "$up_pid" ]; then
-		kill -TERM "$up_pid" 2>/dev/null
-		wait "$up_pid" 2>/dev/null
-	fi
-	if [ -n "$run" ] && mountpoint -q "$run/mnt" 2>/dev/null; then
-		umount -l "$run/mnt" 2>/dev/null
-	fi
-}
-trap cleanup EXIT
+trap stop_up EXIT
 
 cat >"$out/easy.py" <<'PY'
 # easy.py DIR PHASE N: one of mdtest-easy's file phases over N files.
@@ -110,8 +100,8 @@ r = json.load(sys.stdin)
 procs = " ".join("%s %.0f" % (k, v * 1e6 / r["ops"]) for k, v in r["cpu_s"].items() if v * 1e6 / r["ops"] >= 1)
 print("  %s %s: %s/s, daemons %.2f CPU-s (µs per op: %s)" % (r["setup"], r["phase"], format(round(r["rate"]), ","), sum(r["cpu_s"].values()), procs))' >&2
 		done
-		cleanup
-		up_pid= run=
+		stop_up
+		run=
 	done
 done
 

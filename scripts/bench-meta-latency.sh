@@ -45,16 +45,7 @@ mkdir -p "$out"
 parse_setups bench-meta-latency "$out" "$@"
 
 up_pid= run=
-cleanup() {
-	if [ -n "$up_pid" ]; then
-		kill -TERM "$up_pid" 2>/dev/null || true
-		wait "$up_pid" 2>/dev/null || true
-	fi
-	if [ -n "$run" ] && mountpoint -q "$run/mnt" 2>/dev/null; then
-		umount -l "$run/mnt" 2>/dev/null || true
-	fi
-}
-trap cleanup EXIT
+trap stop_up EXIT
 
 for r in $(seq "$rounds"); do
 	for k in "${!labels[@]}"; do
@@ -84,8 +75,7 @@ PY
 import json, sys
 r = json.load(sys.stdin)
 print("  %s round %d: create p50 %.0f p90 %.0f µs, unlink p50 %.0f p90 %.0f µs" % (r["setup"], r["round"], r["create_p50"], r["create_p90"], r["unlink_p50"], r["unlink_p90"]))' >&2
-		cleanup
-		up_pid=
+		stop_up
 	done
 done
 

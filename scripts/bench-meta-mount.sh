@@ -49,16 +49,7 @@ mkdir -p "$out"
 parse_setups bench-meta-mount "$out" "$@"
 
 up_pid= run= pids= names=
-cleanup() {
-	if [ -n "$up_pid" ]; then
-		kill -TERM "$up_pid" 2>/dev/null || true
-		wait "$up_pid" 2>/dev/null || true
-	fi
-	if [ -n "$run" ] && mountpoint -q "$run/mnt" 2>/dev/null; then
-		umount -l "$run/mnt" 2>/dev/null || true
-	fi
-}
-trap cleanup EXIT
+trap stop_up EXIT
 
 machine() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 # cpu_of: utime+stime (ticks) of each of $pids.
@@ -111,8 +102,7 @@ for r in $(seq "$rounds"); do
 		phase "${labels[$k]}" "$r" create "$secs"
 		sleep 2
 		phase "${labels[$k]}" "$r" unlink
-		cleanup
-		up_pid=
+		stop_up
 	done
 done
 

@@ -71,19 +71,32 @@ func (m *openCopyResp) encode(e *wire.Encoder) {
 	e.U8(copiesVersion)
 	m.Attr.Encode(e)
 	e.Bytes(m.Cap)
-	e.Bool(m.Data != nil)
-	if m.Data != nil {
-		e.Bytes(m.Data)
-	}
+	encodeCopy(e, m.Data)
 }
 
 func (m *openCopyResp) decode(d *wire.Decoder) {
 	checkCopiesVersion(d, "open-copy answer")
 	m.Attr.Decode(d)
 	m.Cap = decodeCap(d)
-	if d.Bool() {
-		m.Data = append([]byte{}, d.BytesMax(proto.MaxFileCopy)...) // not the frame's memory
+	m.Data = decodeCopy(d)
+}
+
+// encodeCopy writes an answer's copy: bool has copy, then the bytes if so
+// (nil: none; an empty copy is never kept).
+func encodeCopy(e *wire.Encoder, data []byte) {
+	e.Bool(data != nil)
+	if data != nil {
+		e.Bytes(data)
 	}
+}
+
+// decodeCopy reads what encodeCopy wrote, into memory of its own (not the
+// frame's).
+func decodeCopy(d *wire.Decoder) []byte {
+	if !d.Bool() {
+		return nil
+	}
+	return append([]byte{}, d.BytesMax(proto.MaxFileCopy)...)
 }
 
 type writeDoneCopyReq struct {
@@ -139,19 +152,14 @@ func (m *lookupCopyResp) encode(e *wire.Encoder) {
 	e.U8(copiesVersion)
 	m.Attr.Encode(e)
 	e.Bool(m.Openable)
-	e.Bool(m.Data != nil)
-	if m.Data != nil {
-		e.Bytes(m.Data)
-	}
+	encodeCopy(e, m.Data)
 }
 
 func (m *lookupCopyResp) decode(d *wire.Decoder) {
 	checkCopiesVersion(d, "lookup-copy answer")
 	m.Attr.Decode(d)
 	m.Openable = d.Bool()
-	if d.Bool() {
-		m.Data = append([]byte{}, d.BytesMax(proto.MaxFileCopy)...) // not the frame's memory
-	}
+	m.Data = decodeCopy(d)
 }
 
 // copiesMessages returns the request and response of a copies op.

@@ -22,6 +22,20 @@ parse_setups() {
 	done
 }
 
+# stop_up stops the weft up that start_up started ($up_pid) and unmounts
+# its mount ($run/mnt) if it is still mounted; it clears up_pid, so it is
+# safe to call again (from an EXIT trap after a run's own stop).
+stop_up() {
+	if [ -n "${up_pid:-}" ]; then
+		kill -TERM "$up_pid" 2>/dev/null || true
+		wait "$up_pid" 2>/dev/null || true
+		up_pid=
+	fi
+	if [ -n "${run:-}" ] && mountpoint -q "$run/mnt" 2>/dev/null; then
+		umount -l "$run/mnt" 2>/dev/null || true
+	fi
+}
+
 # wait_for NAME WHAT LOG TEXT PID: returns once process PID (WHAT, for
 # the messages) wrote TEXT to LOG; exits the script (showing LOG) if it
 # exits first or has not written it after 300 s. NAME prefixes the error
