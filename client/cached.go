@@ -87,7 +87,7 @@ func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Acces
 	// not.
 	mark := c.changeMark(ino)
 	a, data, ok := c.leases.getOpenable(ino)
-	if !ok || !a.IsRegular() || a.Mode&proto.PinMode != proto.PinMode || (a.Size != 0 && uint64(len(data)) != a.Size) {
+	if !ok || !a.ReadableByAll() || (a.Size != 0 && uint64(len(data)) != a.Size) {
 		return nil, proto.Attr{}, false
 	}
 	st := c.acquireIfNone(&a, data, mark)

@@ -340,17 +340,14 @@ func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 	}
 	ctx, cancel := c.rpcCtx(ctx)
 	defer cancel()
-	a, asked, err := c.lookupCopy(ctx, s0, parent, name)
-	if !asked {
-		a, err = c.meta.Lookup(ctx, parent, name)
-		if c.leases != nil {
-			switch {
-			case err == nil:
-				c.leases.putLookup(s0, parent, name, a)
-				c.demand.looked(&a)
-			case errors.Is(err, syscall.ENOENT):
-				c.leases.putLookup(s0, parent, name, proto.Attr{})
-			}
+	a, data, openable, err := c.lookupMeta(ctx, parent, name)
+	if c.leases != nil {
+		switch {
+		case err == nil:
+			c.leases.putLookupCopy(s0, parent, name, a, data, openable)
+			c.demand.looked(&a)
+		case errors.Is(err, syscall.ENOENT):
+			c.leases.putLookup(s0, parent, name, proto.Attr{})
 		}
 	}
 	if err == nil {

@@ -2,9 +2,7 @@ package client
 
 import (
 	"context"
-	"errors"
 	"sync"
-	"syscall"
 
 	"github.com/weft-fs/weft/proto"
 )
@@ -43,7 +41,7 @@ const (
 // make it openable from the cache: a regular file of at most MaxFileCopy
 // bytes that every class may read.
 func copyEligible(a *proto.Attr) bool {
-	return a.IsRegular() && a.Size <= proto.MaxFileCopy && a.Mode&proto.PinMode == proto.PinMode
+	return a.ReadableByAll() && a.Size <= proto.MaxFileCopy
 }
 
 // want reports whether lookups should ask for copies now: at least half
@@ -82,27 +80,18 @@ func (d *copyDemand) opened(ino proto.Ino) {
 	}
 }
 
-// lookupCopy is the leader's lookup of name in parent for Lookup, with the
-// file's copy when the leader offers them and this client holds leases and
-// wants them (copyDemand); the answer is cached as Lookup caches one
-// (begun at s0). asked false: the caller asks a plain Lookup.
-func (c *Client) lookupCopy(ctx context.Context, s0 uint64, parent proto.Ino, name string) (a proto.Attr, asked bool, err error) {
-	lc, has := c.lookupCopies.get()
-	// Without pins no open is made from the cache, and a copy would be
-	// fetched for nothing.
-	if !has || c.leases == nil || c.pinner == nil || c.noPins.Load() || !c.demand.want() {
-		return proto.Attr{}, false, nil
+// lookupMeta looks name in parent up on the metadata service, asking for
+// the file's copy (data, and whether it may be opened from the cache at
+// once: openable) when the service offers copies and this client would
+// open from them: it holds leases, may pin, and its lookups are being
+// followed by opens (copyDemand). As openMeta does for opens.
+func (c *Client) lookupMeta(ctx context.Context, parent proto.Ino, name string) (a proto.Attr, data []byte, openable bool, err error) {
+	if lc, ok := c.lookupCopies.get(); ok && c.leases != nil && c.pinner != nil && !c.noPins.Load() && c.demand.want() {
+		a, data, openable, err = lc.LookupCopy(ctx, parent, name)
+		if !c.lookupCopies.lacks(err) {
+			return a, data, openable, err
+		}
 	}
-	a, data, openable, err := lc.LookupCopy(ctx, parent, name)
-	if c.lookupCopies.lacks(err) {
-		return proto.Attr{}, false, nil
-	}
-	switch {
-	case err == nil:
-		c.leases.putLookupCopy(s0, parent, name, a, data, openable)
-		c.demand.looked(&a)
-	case errors.Is(err, syscall.ENOENT):
-		c.leases.putLookup(s0, parent, name, proto.Attr{})
-	}
-	return a, true, err
+	a, err = c.meta.Lookup(ctx, parent, name)
+	return a, nil, false, err
 }

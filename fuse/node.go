@@ -423,9 +423,10 @@ func (n *node) Readlink(ctx context.Context) ([]byte, syscall.Errno) {
 func (n *node) Open(ctx context.Context, flags uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	ctx = n.fsys.creds.with(ctx)
 	want := client.OpenAccess(flags)
-	// A read-only open of an empty file this mount holds under a lease
-	// needs nothing from the leader (client.OpenCached); O_DIRECT and
-	// O_TRUNC opens always ask.
+	// A read-only open of an empty file this mount holds under a lease,
+	// or of a small one whose copy its lookup brought, needs nothing from
+	// the leader (client.OpenCached); O_DIRECT and O_TRUNC opens always
+	// ask.
 	var (
 		f  *client.File
 		a  proto.Attr

@@ -214,8 +214,7 @@ func (s *Server) LookupCopy(ctx context.Context, parent proto.Ino, name string) 
 	if err != nil {
 		return proto.Attr{}, nil, false, err
 	}
-	if !openable || !n.IsRegular() || n.Mode&proto.PinMode != proto.PinMode || n.Keyed&inodeHasCopy == 0 ||
-		n.Size == 0 || n.Size > proto.MaxFileCopy {
+	if !openable || !n.ReadableByAll() || n.Keyed&inodeHasCopy == 0 || n.Size == 0 || n.Size > proto.MaxFileCopy {
 		return n.Attr, nil, openable, nil
 	}
 	return n.Attr, s.loadCopy(n), true, nil

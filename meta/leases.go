@@ -150,7 +150,8 @@ func (t *leaseTable) dropLocked(h *leaseHolder) {
 // unfence: a lease granted on it meanwhile (a lookup that read it before
 // the unlink was applied) comes with an invalidation at once, so no
 // client opens it from its cache on the strength of that grant (the
-// client opens only what a poll answered after it cached it confirmed).
+// client opens only what a poll answered after it cached it confirmed,
+// or what a grant reported clean: grant).
 func (t *leaseTable) claimReclaim(ino proto.Ino, self session) bool {
 	t.mu.Lock()
 	defer t.mu.Unlock()
@@ -204,7 +205,7 @@ func (t *leaseTable) grant(sess session, g uint64, name string, inos ...proto.In
 		if ino == 0 {
 			continue
 		}
-		if !t.addLocked(h, ino) || t.broken[uint64(ino)%brokenSlots] > g || t.fenced[ino] > 0 {
+		if !t.holdLocked(h, ino, g) {
 			n := ""
 			if i == 0 {
 				n = name // the first inode is the directory the name was looked up in
@@ -214,6 +215,15 @@ func (t *leaseTable) grant(sess session, g uint64, name string, inos ...proto.In
 		}
 	}
 	return clean
+}
+
+// holdLocked records that h holds ino, read after begin returned g, and
+// reports whether what was read may be trusted: false if h holds too many
+// leases, ino (or an inode sharing its slot) was changed since g, or an
+// unlink reclaiming it by itself is under way (claimReclaim). The caller
+// then queues an invalidation of it at once.
+func (t *leaseTable) holdLocked(h *leaseHolder, ino proto.Ino, g uint64) bool {
+	return t.addLocked(h, ino) && t.broken[uint64(ino)%brokenSlots] <= g && t.fenced[ino] == 0
 }
 
 // addLocked records that h holds ino, unless h holds too many leases.
@@ -251,7 +261,7 @@ func (t *leaseTable) grantDir(sess session, g uint64, dir proto.Ino, ents []prot
 		}
 	}
 	for _, e := range ents {
-		if !t.addLocked(h, e.Attr.Ino) || t.broken[uint64(e.Attr.Ino)%brokenSlots] > g || t.fenced[e.Attr.Ino] > 0 {
+		if !t.holdLocked(h, e.Attr.Ino, g) {
 			t.queueLocked(h, proto.LeaseInval{Ino: e.Attr.Ino})
 		}
 	}

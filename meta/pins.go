@@ -89,7 +89,7 @@ func (s *Server) PinOpens(ctx context.Context, pins []proto.OpenHandle) ([]bool,
 		}
 		s.mu.Unlock()
 		n, err := s.readInode(p.Ino)
-		if err == nil && n.IsRegular() && n.Mode&proto.PinMode == proto.PinMode {
+		if err == nil && n.ReadableByAll() {
 			done[i] = true
 			continue
 		}

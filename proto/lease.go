@@ -51,6 +51,11 @@ const MaxPollInvals = 4096
 // reading, and a pin grants nothing an Open would not.
 const PinMode = 0o444
 
+// ReadableByAll reports whether a is a regular file every class may read
+// (PinMode): one a client may open from its lease cache, pin, and be
+// answered the copy of with a lookup, whoever its caller is.
+func (a Attr) ReadableByAll() bool { return a.IsRegular() && a.Mode&PinMode == PinMode }
+
 // LeasePinner is a LeaseService that lets a session register opens it made
 // from its lease cache without asking the leader (a read-only open of a
 // file whose whole content the client holds: docs/caching.md, "Opens from
