@@ -46,6 +46,12 @@
 // by starting at "d"+parent+name+"\x00": listing is O(entries returned) at
 // any directory size.
 //
+// The pebble store writes data blocks of 32 KiB, not pebble's 4 KiB: a
+// small file's copy ("f") is a few KiB, and copies of files made together
+// (neighbouring inode numbers) then share a block, so reading small files
+// cold in the order they were written costs a disk read per several
+// files, not one each.
+//
 // # Integrity
 //
 // The pebble store never opens damaged data as if it were whole
