@@ -42,6 +42,10 @@ type Config struct {
 	RebuildRate      uint64
 	NoRebuildRate    bool
 	MovedObjectGrace time.Duration
+	// StoreCache is the metadata store's block cache in bytes (0:
+	// store.DefaultCacheSize): names, inodes and small files' copies read
+	// from its tables stay there.
+	StoreCache int64
 	// Transport to listen on; default transport.NewTCP().
 	Transport transport.Transport
 	// Ready, if set, is called with the bound address once serving.
@@ -165,7 +169,7 @@ func Run(ctx context.Context, cfg Config) error {
 	// entry and is applied again from the store's applied index after a
 	// crash (doc.go, "Durability of a member's two stores"). A single
 	// server's store is its own record and keeps its WAL.
-	st, err := store.OpenPebble(cfg.DataDir, store.PebbleOptions{Logger: log, NoWAL: cfg.ID != 0})
+	st, err := store.OpenPebble(cfg.DataDir, store.PebbleOptions{Logger: log, NoWAL: cfg.ID != 0, CacheSize: cfg.StoreCache})
 	if err != nil {
 		return fmt.Errorf("meta: %w", err)
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/weft-fs/weft/dashboard"
 	"github.com/weft-fs/weft/internal/units"
 	"github.com/weft-fs/weft/meta"
+	"github.com/weft-fs/weft/meta/store"
 	"github.com/weft-fs/weft/proto"
 	"github.com/weft-fs/weft/storage/storagerpc"
 	"github.com/weft-fs/weft/transport"
@@ -35,6 +36,7 @@ type metaOptions struct {
 	RebuildRate      units.Size     `toml:"rebuild_rate"`
 	MovedGrace       units.Duration `toml:"moved_object_grace"`
 	HTTP             string         `toml:"http"`
+	StoreCache       units.Size     `toml:"store_cache"`
 	// AcceptRollback is a flag only: serving an older store is a decision
 	// for one start, not a setting to leave in a file.
 	AcceptRollback bool `toml:"-"`
@@ -140,6 +142,8 @@ group serves while a majority of its members run.`,
 	o.RebuildRate = units.Size(meta.DefaultRebuildRate)
 	fs.Var(&o.RebuildRate, "rebuild-rate", "bytes per second the rebuild copies at most, over all targets (0: no limit; weft target rebuild-rate changes it while it runs)")
 	o.MovedGrace = units.Duration(meta.DefaultMovedObjectGrace)
+	o.StoreCache = units.Size(store.DefaultCacheSize)
+	fs.Var(&o.StoreCache, "store-cache", "memory for the metadata store's block cache: names, inodes and small files' copies read from its tables (at least 8MiB; a namespace of millions of files whose hot part is scattered wants more)")
 	fs.Var(&o.MovedGrace, "moved-object-grace", "an object moved off a target that still serves (weft target drain) is removed there this long after the move, for readers that opened the file before")
 	fs.Uint64Var(&o.ID, "id", 0, "this member's id in --peers (a replicated group)")
 	fs.StringVar(&o.Peers, "peers", "", "every member of the replicated group as ID=HOST:PORT,... (the same on every member)")
@@ -190,6 +194,9 @@ func (o *metaOptions) resolve(cmd *cobra.Command, configPath string) error {
 			return fmt.Errorf("--raft-tick must be positive, --heartbeat-ticks at least 1 and --election-ticks more than it")
 		}
 		o.peers = p
+	}
+	if o.StoreCache < minStoreCache {
+		return fmt.Errorf("--store-cache %s: at least %s", units.FormatSize(uint64(o.StoreCache)), units.FormatSize(minStoreCache))
 	}
 	if o.FollowerGoMaxProcs < 0 {
 		return fmt.Errorf("--follower-gomaxprocs %d: want 0 (as --gomaxprocs) or more", o.FollowerGoMaxProcs)
@@ -293,6 +300,7 @@ func runMeta(ctx context.Context, o *metaOptions) error {
 		RebuildRate:      uint64(o.RebuildRate),
 		NoRebuildRate:    o.RebuildRate == 0,
 		MovedObjectGrace: time.Duration(o.MovedGrace),
+		StoreCache:       int64(o.StoreCache),
 		AcceptRollback:   o.AcceptRollback,
 		ID:               o.ID,
 		Peers:            o.peers,
@@ -345,3 +353,7 @@ func startDashboard(ctx context.Context, addr, metaAddr string, log *slog.Logger
 	}
 	return serving, func() { cancel(); wg.Wait(); stopHTTP() }, nil
 }
+
+// minStoreCache is the least --store-cache: below it pebble would read
+// its tables' index and filter blocks from the disk again and again.
+const minStoreCache = 8 << 20

@@ -42,6 +42,8 @@ func TestMetaFlags(t *testing.T) {
 		{"peer without port", []string{"--data", dir, "--id", "1", "--peers", "1=a:1,2=b"}, []string{"member 2", "missing port"}},
 		{"peer id zero", []string{"--data", dir, "--id", "1", "--peers", "0=a:1,1=b:1"}, []string{"1 to 65535"}},
 		{"listen is not own peer address", []string{"--data", dir, "--id", "1", "--peers", "1=a:1,2=b:1", "--listen", "c:1"}, []string{"--listen c:1", "a:1"}},
+		{"store cache too small", []string{"--data", dir, "--store-cache", "1MiB"}, []string{"--store-cache 1MiB", "at least 8MiB"}},
+		{"bad store cache", []string{"--data", dir, "--store-cache", "lots"}, []string{"--store-cache"}},
 		{"election not above heartbeat", []string{"--data", dir, "--id", "1", "--peers", "1=a:1,2=b:1,3=c:1", "--election-ticks", "2", "--heartbeat-ticks", "2"}, []string{"--election-ticks more than it"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -65,6 +67,7 @@ session_lease = "2s"
 orphan_grace = "1m"
 rebuild_after = "30m"
 rebuild_rate = "1GiB"
+store_cache = "256MiB"
 root_squash = true
 squash_uid = 99
 root_squash_exempt = ["10.0.0.0/8"]
@@ -80,8 +83,8 @@ gomaxprocs = 1
 	want := metaOptions{Listen: "127.0.0.1:9000", Data: dir, HeartbeatTimeout: units.Duration(45 * time.Second),
 		SessionLease: units.Duration(2 * time.Second), LeaseTerm: units.Duration(2 * time.Second), OrphanGrace: units.Duration(time.Minute),
 		RebuildAfter: units.Duration(30 * time.Minute), RebuildRate: units.Size(1 << 30),
-		MovedGrace: units.Duration(time.Minute),
-		RaftTick:   units.Duration(100 * time.Millisecond), ElectionTicks: 10, HeartbeatTicks: 1, LeaseReads: true,
+		MovedGrace: units.Duration(time.Minute), StoreCache: units.Size(256 << 20),
+		RaftTick: units.Duration(100 * time.Millisecond), ElectionTicks: 10, HeartbeatTicks: 1, LeaseReads: true,
 		accessOptions:   accessOptions{RootSquash: true, SquashUid: 99, SquashGid: 65534, RootSquashExempt: []string{"10.0.0.0/8"}},
 		jobstatsOptions: jobstatsOptions{JobstatsCleanup: units.Duration(jobstats.DefaultIdle), JobstatsMax: jobstats.DefaultMax},
 		daemonOptions:   daemonOptions{Keys: defaultKeys, GoMaxProcs: 1, logOptions: logOptions{LogLevel: "info", LogFormat: "json"}}}
@@ -101,7 +104,8 @@ func TestMetaDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got.Listen != "127.0.0.1:7400" || got.LogLevel != "warn" || got.HeartbeatTimeout != units.Duration(10*time.Second) ||
-		got.SessionLease != units.Duration(30*time.Second) || got.OrphanGrace != units.Duration(30*time.Second) {
+		got.SessionLease != units.Duration(30*time.Second) || got.OrphanGrace != units.Duration(30*time.Second) ||
+		got.StoreCache != units.Size(64<<20) {
 		t.Fatalf("defaults: %+v", got)
 	}
 }

@@ -45,7 +45,7 @@ type PebbleOptions struct {
 	// InMemory keeps the database in memory (vfs.NewMem): for tests that
 	// want pebble's behaviour without a directory.
 	InMemory bool
-	// CacheSize is the block cache size in bytes (0 = 64 MiB).
+	// CacheSize is the block cache size in bytes (0: DefaultCacheSize).
 	CacheSize int64
 	// FS, if set, is the file system the database lives on instead of the
 	// OS's: tests pass vfs.NewCrashableMem to check what survives a crash.
@@ -115,12 +115,16 @@ func OpenPebble(dir string, o PebbleOptions) (*Pebble, error) {
 	return p, nil
 }
 
+// DefaultCacheSize is the pebble store's block cache when
+// PebbleOptions.CacheSize is 0 (weft meta --store-cache).
+const DefaultCacheSize = 64 << 20
+
 // open opens the database in p.dir and checks it (p.db is set on success).
 func (p *Pebble) open() error {
 	dir, o := p.dir, p.opts
 	cache := o.CacheSize
 	if cache == 0 {
-		cache = 64 << 20
+		cache = DefaultCacheSize
 	}
 	c := pebble.NewCache(cache)
 	defer c.Unref()
