@@ -40,16 +40,9 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ $# -gt 0 ] || set -- default=.
-command -v python3 >/dev/null || { echo "bench-easy-cpu: python3 is needed" >&2; exit 1; }
-
-rm -rf "$out"
-mkdir -p "$out"
 # shellcheck source=lib/bench.sh
 . scripts/lib/bench.sh
-parse_setups bench-easy-cpu "$out" "$@"
-
-up_pid= run=
-trap stop_up EXIT
+begin_setups bench-easy-cpu "$out" "$@"
 
 cat >"$out/easy.py" <<'PY'
 # easy.py DIR PHASE N: one of mdtest-easy's file phases over N files.

@@ -36,16 +36,9 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ $# -gt 0 ] || { echo "$usage" >&2; exit 2; }
-command -v python3 >/dev/null || { echo "bench-meta-latency: python3 is needed" >&2; exit 1; }
-
-rm -rf "$out"
-mkdir -p "$out"
 # shellcheck source=lib/bench.sh
 . scripts/lib/bench.sh
-parse_setups bench-meta-latency "$out" "$@"
-
-up_pid= run=
-trap stop_up EXIT
+begin_setups bench-meta-latency "$out" "$@"
 
 for r in $(seq "$rounds"); do
 	for k in "${!labels[@]}"; do

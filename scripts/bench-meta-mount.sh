@@ -40,16 +40,10 @@ while [ $# -gt 0 ]; do
 	esac
 done
 [ $# -gt 0 ] || { echo "$usage" >&2; exit 2; }
-command -v python3 >/dev/null || { echo "bench-meta-mount: python3 is needed" >&2; exit 1; }
-
-rm -rf "$out"
-mkdir -p "$out"
 # shellcheck source=lib/bench.sh
 . scripts/lib/bench.sh
-parse_setups bench-meta-mount "$out" "$@"
-
-up_pid= run= pids= names=
-trap stop_up EXIT
+begin_setups bench-meta-mount "$out" "$@"
+pids= names=
 
 machine() { awk '/^cpu /{print $5+$6, $2+$3+$4+$5+$6+$7+$8}' /proc/stat; }
 # cpu_of: utime+stime (ticks) of each of $pids.

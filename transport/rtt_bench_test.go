@@ -148,61 +148,47 @@ func cpuTime(pid int) (self, other time.Duration) {
 // message wakes a sleeping thread (docs/performance.md, "Where a
 // replicated mutation waits").
 func BenchmarkRoundTrip(b *testing.B) {
-	b.Run("idle-bare=1", func(b *testing.B) {
-		_, bareAddr, pid := startBenchServer(b)
+	b.Run("idle-bare=1", func(b *testing.B) { bareRoundTrips(b, 1, idleGap) })
+	b.Run("idle-callers=1", func(b *testing.B) { transportRoundTrips(b, 1, idleGap) })
+	for _, callers := range []int{1, 4, 16} {
+		b.Run(fmt.Sprintf("bare=%d", callers), func(b *testing.B) { bareRoundTrips(b, callers, 0) })
+		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) { transportRoundTrips(b, callers, 0) })
+	}
+}
+
+// bareRoundTrips measures round trips of callers callers, each on a TCP
+// connection of its own to the bench server's echo (no framing).
+func bareRoundTrips(b *testing.B, callers int, gap time.Duration) {
+	_, bareAddr, pid := startBenchServer(b)
+	conns := make([]net.Conn, callers)
+	for i := range conns {
 		c, err := net.Dial("tcp", bareAddr)
 		if err != nil {
 			b.Fatal(err)
 		}
 		b.Cleanup(func() { _ = c.Close() })
-		measureRoundTrips(b, 1, pid, idleGap, func(_ int, buf []byte) error {
-			if _, err := c.Write(buf); err != nil {
-				return err
-			}
-			_, err := io.ReadFull(c, buf)
-			return err
-		})
-	})
-	b.Run("idle-callers=1", func(b *testing.B) {
-		addr, _, pid := startBenchServer(b)
-		tr := NewTCPWith(TCPOptions{Logger: slog.New(slog.DiscardHandler)})
-		c := dial(b, tr, addr)
-		measureRoundTrips(b, 1, pid, idleGap, func(_ int, buf []byte) error {
-			_, err := c.Call(context.Background(), 1, buf)
-			return err
-		})
-	})
-	for _, callers := range []int{1, 4, 16} {
-		b.Run(fmt.Sprintf("bare=%d", callers), func(b *testing.B) {
-			_, bareAddr, pid := startBenchServer(b)
-			conns := make([]net.Conn, callers)
-			for i := range conns {
-				c, err := net.Dial("tcp", bareAddr)
-				if err != nil {
-					b.Fatal(err)
-				}
-				b.Cleanup(func() { _ = c.Close() })
-				conns[i] = c
-			}
-			measureRoundTrips(b, callers, pid, 0, func(i int, buf []byte) error {
-				if _, err := conns[i].Write(buf); err != nil {
-					return err
-				}
-				_, err := io.ReadFull(conns[i], buf)
-				return err
-			})
-		})
-		b.Run(fmt.Sprintf("callers=%d", callers), func(b *testing.B) {
-			addr, _, pid := startBenchServer(b)
-			tr := NewTCPWith(TCPOptions{Logger: slog.New(slog.DiscardHandler)})
-			c := dial(b, tr, addr)
-			ctx := context.Background()
-			measureRoundTrips(b, callers, pid, 0, func(_ int, buf []byte) error {
-				_, err := c.Call(ctx, 1, buf)
-				return err
-			})
-		})
+		conns[i] = c
 	}
+	measureRoundTrips(b, callers, pid, gap, func(i int, buf []byte) error {
+		if _, err := conns[i].Write(buf); err != nil {
+			return err
+		}
+		_, err := io.ReadFull(conns[i], buf)
+		return err
+	})
+}
+
+// transportRoundTrips measures calls of callers callers sharing one
+// transport connection to the bench server.
+func transportRoundTrips(b *testing.B, callers int, gap time.Duration) {
+	addr, _, pid := startBenchServer(b)
+	tr := NewTCPWith(TCPOptions{Logger: slog.New(slog.DiscardHandler)})
+	c := dial(b, tr, addr)
+	ctx := context.Background()
+	measureRoundTrips(b, callers, pid, gap, func(_ int, buf []byte) error {
+		_, err := c.Call(ctx, 1, buf)
+		return err
+	})
 }
 
 // idleGap is how long an idle- run's caller sleeps before each call.

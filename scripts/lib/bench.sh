@@ -22,6 +22,20 @@ parse_setups() {
 	done
 }
 
+# begin_setups NAME OUT SETUP...: what a script comparing setups does
+# before its first run: it needs python3, starts OUT afresh, fills labels,
+# bins and args (parse_setups), and stops the weft up of an unfinished run
+# (up_pid, run: start_up's) when it exits, however it exits.
+begin_setups() {
+	local name=$1 out=$2
+	command -v python3 >/dev/null || { echo "$name: python3 is needed" >&2; exit 1; }
+	rm -rf "$out"
+	mkdir -p "$out"
+	parse_setups "$@"
+	up_pid= run=
+	trap stop_up EXIT
+}
+
 # stop_up stops the weft up that start_up started ($up_pid) and unmounts
 # its mount ($run/mnt) if it is still mounted; it clears up_pid, so it is
 # safe to call again (from an EXIT trap after a run's own stop).
