@@ -114,8 +114,10 @@ func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Acces
 	}
 	c.cachedOpens.Add(1)
 	c.demand.opened(ino)
-	if data != nil {
-		c.leases.tookCopy(ino)
+	if data != nil && c.leases.tookCopy(ino) {
+		if next, ok := c.ahead.opened(ino); ok {
+			c.readAhead(ctx, next, true)
+		}
 	}
 	return f, a, true
 }

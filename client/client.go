@@ -130,8 +130,12 @@ type Client struct {
 	// while demand says opens follow lookups (lookupcopy.go).
 	lookupCopies optional[proto.LookupCopier]
 	demand       copyDemand
-	changes      [changeShards]atomic.Uint64 // copies.go
-	rel          releaser
+	// copiesAhead: the copies of the files after one opened, brought
+	// while ahead says they are being opened (ahead.go).
+	copiesAhead optional[proto.CopyPrefetcher]
+	ahead       aheadDemand
+	changes     [changeShards]atomic.Uint64 // copies.go
+	rel         releaser
 	// sess keeps the metadata session alive (session.go); nil when the
 	// service has no client-chosen sessions (an in-process server).
 	sess *session
@@ -218,6 +222,7 @@ func NewWithServices(meta proto.MetaService, storage proto.StorageService, cfg C
 	c.locker, _ = meta.(proto.LockService)
 	c.copies.offer(meta)
 	c.lookupCopies.offer(meta)
+	c.copiesAhead.offer(meta)
 	c.locks.init()
 	c.ext.offer(meta)
 	if _, ok := c.ext.get(); ok {

@@ -354,6 +354,9 @@ func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (*F
 	}
 	if want == proto.AccessRead {
 		c.demand.opened(ino)
+		if data != nil {
+			c.readAhead(ctx, ino, false)
+		}
 	}
 	return c.newFile(ctx, &a, cap, data, mark, want, gen), a, nil
 }

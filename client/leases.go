@@ -50,6 +50,10 @@ type cachedAttr struct {
 	stamp    uint64
 	data     []byte
 	openable bool
+	// ahead: data came with a read-ahead (ahead.go), not a lookup;
+	// taken: an open from the cache took a copy of this entry (a
+	// read-ahead does not bring it again).
+	ahead, taken bool
 }
 
 type dirName struct {
@@ -242,14 +246,18 @@ func (l *leaseCache) setEntryLocked(e cachedAttr) {
 // it (its handle serves it now): the copy saved the open its round trip,
 // and the next open asks the leader, which answers it again. So the copies
 // kept are those of files looked up and not yet opened.
-func (l *leaseCache) tookCopy(ino proto.Ino) {
+//
+// ahead: the copy came with a read-ahead.
+func (l *leaseCache) tookCopy(ino proto.Ino) (ahead bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if e, ok := l.attrs[ino]; ok && e.data != nil {
 		l.copyBytes -= len(e.data)
-		e.data = nil
+		ahead = e.ahead
+		e.data, e.ahead, e.taken = nil, false, true
 		l.attrs[ino] = e
 	}
+	return ahead
 }
 
 // delAttrLocked forgets ino's attributes (and copy).
@@ -361,6 +369,37 @@ func (l *leaseCache) putLookupCopy(s0 uint64, dir proto.Ino, name string, a prot
 		}
 		l.setEntryLocked(cachedAttr{Attr: a, data: data, openable: openable})
 	}
+}
+
+// putAhead caches the copies a read-ahead that began at s0 brought
+// (proto.CopyPrefetcher), as openable: the leader answered only files this
+// session holds leases on with nothing of them to invalidate. A file an
+// invalidation or a change of this client touched since s0 is left out,
+// and so is one whose entry has a copy already, or had one an open took
+// (read once, it is in the kernel's page cache). It returns how many
+// copies it kept (within maxLeaseCopyBytes).
+func (l *leaseCache) putAhead(s0 uint64, fcs []proto.FileCopy) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch == 0 {
+		return 0
+	}
+	kept := 0
+	for _, fc := range fcs {
+		ino := fc.Attr.Ino
+		if ino == 0 || len(fc.Data) == 0 || uint64(len(fc.Data)) != fc.Attr.Size || l.movedLocked(s0, ino) {
+			continue
+		}
+		if e, ok := l.attrs[ino]; ok && (e.data != nil || e.taken) {
+			continue
+		}
+		l.fullLocked()
+		l.setEntryLocked(cachedAttr{Attr: fc.Attr, data: fc.Data, openable: true, ahead: true})
+		if l.attrs[ino].data != nil {
+			kept++
+		}
+	}
+	return kept
 }
 
 // own drops what a change made here affects: the attributes of inos and,

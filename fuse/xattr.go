@@ -133,7 +133,8 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, 
 			Misses uint64 `json:"misses"`
 			Opens  uint64 `json:"opens"`
 			Pinned uint64 `json:"pinned"`
-		}{on, hits, misses, opens, pinned})
+			Ahead  uint64 `json:"ahead"`
+		}{on, hits, misses, opens, pinned, n.fsys.c.AheadCopies()})
 	case xattrDF:
 		ts, err := n.fsys.c.Targets(ctx)
 		if err != nil {

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"math"
 	"syscall"
 
 	"github.com/weft-fs/weft/meta/store"
@@ -218,6 +219,65 @@ func (s *Server) LookupCopy(ctx context.Context, parent proto.Ino, name string) 
 		return n.Attr, nil, openable, nil
 	}
 	return n.Attr, s.loadCopy(n), true, nil
+}
+
+// maxCopiesAfterBytes bounds the bytes of one CopiesAfter answer.
+const maxCopiesAfterBytes = 256 << 10
+
+// CopiesAfter implements proto.CopyPrefetcher (docs/caching.md, "Small
+// files read ahead"). The copies and the inodes are read in one view of
+// the store, so each copy belongs to the attributes answered with it (a
+// copy is only ever taken whole or dropped, never replaced), and only then
+// are the files checked against the session's leases with the break
+// generation taken before that view: a change applied since breaks the
+// lease, and the file is left out, as LookupCopy's grant would report it
+// unclean. Cost: one scan of the copies' keys (copies of files made
+// together share the store's blocks) and one inode read per copy.
+func (s *Server) CopiesAfter(ctx context.Context, ino proto.Ino, window uint32) ([]proto.FileCopy, error) {
+	cl, err := s.reader(ctx)
+	if err != nil {
+		return nil, err
+	}
+	window = min(window, proto.MaxCopiesWindow)
+	if window == 0 || uint64(ino) > math.MaxUint64-uint64(window)-1 || !s.leases.polls(cl.sess) {
+		return nil, nil
+	}
+	g := s.leases.begin()
+	v, err := s.st.View()
+	if err != nil {
+		return nil, errnof(syscall.EIO, "copies after inode %d: %v", ino, err)
+	}
+	defer v.Close()
+	var (
+		fcs   []proto.FileCopy
+		bytes int
+	)
+	lo := store.AppendCopyKey(nil, uint64(ino)+1)
+	hi := store.AppendCopyKey(nil, uint64(ino)+uint64(window)+1)
+	err = v.Scan(lo, hi, func(k, val []byte) bool {
+		x := proto.Ino(binary.BigEndian.Uint64(k[1:]))
+		data, err := decodeCopyRecord(val)
+		if err != nil {
+			s.log.Error("meta: a file's copy is damaged; its reader reads the objects", "ino", x, "err", err)
+			return true
+		}
+		fcs = append(fcs, proto.FileCopy{Attr: proto.Attr{Ino: x}, Data: append([]byte(nil), data...)})
+		bytes += len(data)
+		return len(fcs) < proto.MaxCopiesAfter && bytes < maxCopiesAfterBytes
+	})
+	if err != nil {
+		return nil, errnof(syscall.EIO, "copies after inode %d: %v", ino, err)
+	}
+	kept := fcs[:0]
+	for _, fc := range fcs {
+		n, err := loadInode(v, fc.Attr.Ino)
+		if err != nil || !n.ReadableByAll() || n.Keyed&inodeHasCopy == 0 || n.Size == 0 || n.Size != uint64(len(fc.Data)) {
+			continue // gone, not for every class, or the copy is not of this size
+		}
+		fc.Attr = n.Attr
+		kept = append(kept, fc)
+	}
+	return s.leases.keepHeld(cl.sess, g, kept), nil
 }
 
 // loadCopy returns n's copy if it is there and whole, of n's size; nil

@@ -244,6 +244,37 @@ func (t *leaseTable) addLocked(h *leaseHolder, ino proto.Ino) bool {
 	return true
 }
 
+// keepHeld keeps of fcs the files sess holds a lease on, read after begin
+// returned g, with nothing of them to invalidate: no invalidation queued
+// for sess, no break since g, no unlink reclaiming one by itself under way
+// (holdLocked's checks, without granting anything new). It grants no
+// lease: what sess did not look up, list or make, it is not told of.
+func (t *leaseTable) keepHeld(sess session, g uint64, fcs []proto.FileCopy) []proto.FileCopy {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.holders[sess]
+	if h == nil || !t.aliveLocked(h, t.now()) {
+		return nil
+	}
+	kept := fcs[:0]
+	for _, fc := range fcs {
+		ino := fc.Attr.Ino
+		if _, ok := h.inos[ino]; !ok || h.pending[ino] > 0 || t.broken[uint64(ino)%brokenSlots] > g || t.fenced[ino] > 0 {
+			continue
+		}
+		kept = append(kept, fc)
+	}
+	return kept
+}
+
+// polls reports whether sess polls, alive, as a holder of leases.
+func (t *leaseTable) polls(sess session) bool {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	h := t.holders[sess]
+	return h != nil && t.aliveLocked(h, t.now())
+}
+
 // grantDir records that sess holds dir and the inodes of ents, a part of
 // its listing read after begin returned g (the kernel caches names and
 // attributes from READDIRPLUS). If dir changed since g, every name listed

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"syscall"
 	"testing"
 
@@ -70,4 +71,102 @@ func TestLookupCopy(t *testing.T) {
 		t.Fatalf("a lookup of a fenced file: copy %q, openable %v", got, openable)
 	}
 	e.srv.leases.unfence(g)
+}
+
+// TestCopiesAfter: a session is answered the copies of the files numbered
+// after one only where it could already open them from its lease cache
+// but for the bytes: it polls, holds a lease on the file with nothing of
+// it to invalidate, and every class may read the file
+// (proto.CopyPrefetcher; docs/caching.md, "Small files read ahead").
+func TestCopiesAfter(t *testing.T) {
+	e, writer, other := copyEnv(t)
+	content := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, 100+i) }
+	var inos []proto.Ino
+	for i := range 8 {
+		ino := newFileCopy(t, e, writer, fmt.Sprint("f", i), content(i))
+		e.must(e.srv.Release(writer, ino))
+		inos = append(inos, ino)
+	}
+	p, _, _, err := e.srv.CreateOpen(writer, proto.CreateIn{Parent: proto.RootIno, Name: "private", Mode: 0o600}, proto.AccessReadWrite)
+	e.must(err)
+	_, err = e.srv.WriteDoneCopy(writer, p.Ino, 5, 5, proto.NoBlocks, []byte("12345"))
+	e.must(err)
+	e.must(e.srv.Release(writer, p.Ino))
+	first := inos[0]
+	after := func(c context.Context, window uint32) map[proto.Ino][]byte {
+		t.Helper()
+		fcs, err := e.srv.CopiesAfter(c, first, window)
+		e.must(err)
+		got := map[proto.Ino][]byte{}
+		for i, fc := range fcs {
+			if i > 0 && fc.Attr.Ino <= fcs[i-1].Attr.Ino {
+				t.Fatalf("copies not in ascending order: %d after %d", fc.Attr.Ino, fcs[i-1].Attr.Ino)
+			}
+			if fc.Attr.Size != uint64(len(fc.Data)) {
+				t.Fatalf("inode %d: attributes of size %d with a copy of %d bytes", fc.Attr.Ino, fc.Attr.Size, len(fc.Data))
+			}
+			got[fc.Attr.Ino] = fc.Data
+		}
+		return got
+	}
+
+	if got := after(other, 64); len(got) != 0 {
+		t.Fatalf("a session that does not poll got %d copies", len(got))
+	}
+	ended, end := context.WithCancel(other)
+	end()
+	_, err = e.srv.LeasePoll(ended, 0)
+	e.must(err)
+	if got := after(other, 64); len(got) != 0 {
+		t.Fatalf("a holder that never looked the files up got %d copies", len(got))
+	}
+	// other looks up f2, f3, f5 and private: it holds leases on them.
+	for _, name := range []string{"f2", "f3", "f5", "private"} {
+		_, err := e.srv.Lookup(other, proto.RootIno, name)
+		e.must(err)
+	}
+	got := after(other, 64)
+	if len(got) != 3 || !bytes.Equal(got[inos[2]], content(2)) || !bytes.Equal(got[inos[3]], content(3)) || !bytes.Equal(got[inos[5]], content(5)) {
+		t.Fatalf("copies after f0: %d files (%v), want f2, f3 and f5 with their bytes, not the private file", len(got), got)
+	}
+	if got := after(other, uint32(inos[3]-first)); len(got) != 2 || got[inos[5]] != nil {
+		t.Fatalf("a window to f3 answered %d files, f5 among them: %v", len(got), got[inos[5]] != nil)
+	}
+
+	// f3 opened for writing by another session: other's lease on it is
+	// broken, and until other acknowledges the invalidation (its next
+	// poll) f3 is left out; then its copy is gone.
+	poll := func(ack uint64) []proto.LeaseInval {
+		t.Helper()
+		p, err := e.srv.LeasePoll(ended, ack)
+		e.must(err)
+		return p.Invals
+	}
+	opened := make(chan error, 1)
+	go func() {
+		_, _, err := e.srv.Open(writer, inos[3], proto.AccessReadWrite)
+		opened <- err
+	}()
+	var seq uint64
+	for seq == 0 {
+		for _, iv := range poll(0) {
+			if iv.Ino == inos[3] {
+				seq = iv.Seq
+			}
+		}
+		select {
+		case err := <-opened:
+			t.Fatalf("the open for writing returned (%v) before other acknowledged its invalidation", err)
+		default:
+		}
+	}
+	if got := after(other, 64); got[inos[3]] != nil {
+		t.Fatal("f3 answered while other's invalidation of it is not acknowledged")
+	}
+	poll(seq)
+	e.must(<-opened)
+	e.must(e.srv.Release(writer, inos[3]))
+	if got := after(other, 64); len(got) != 2 || got[inos[3]] != nil {
+		t.Fatalf("after f3 was opened for writing elsewhere: %d files, f3 among them: %v", len(got), got[inos[3]] != nil)
+	}
 }

@@ -51,3 +51,38 @@ type FileCopies interface {
 type LookupCopier interface {
 	LookupCopy(ctx context.Context, parent Ino, name string) (a Attr, data []byte, openable bool, err error)
 }
+
+// FileCopy is a file's attributes with its copy (CopyPrefetcher).
+type FileCopy struct {
+	Attr Attr
+	Data []byte
+}
+
+// MaxCopiesWindow bounds how many inode numbers one CopiesAfter looks at,
+// and MaxCopiesAfter how many copies it answers.
+const (
+	MaxCopiesWindow = 256
+	MaxCopiesAfter  = 64
+)
+
+// CopyPrefetcher is a LookupCopier service that answers, in one round
+// trip, the copies of the small files numbered just after one: files made
+// one after another get consecutive numbers, and are often read back in
+// that order (a dataset of small samples, mdtest-hard's files, a source
+// tree), so a client reading one of them may bring its successors' bytes
+// into its lease cache before it opens them, and open them from there
+// (docs/caching.md, "Small files read ahead").
+//
+// It answers only what the caller's session could already open from its
+// cache but for the bytes: files it holds a lease on (it looked them up,
+// listed or made them: the service authorized that) with nothing of them
+// to invalidate, regular files every class may read (PinMode), with a copy
+// of their whole content. A file it has no lease on is never answered,
+// whatever its mode: its name may be in a directory the caller may not
+// search.
+type CopyPrefetcher interface {
+	// CopiesAfter answers the copies of such files numbered ino+1 to
+	// ino+window (window at most MaxCopiesWindow), in ascending order, at
+	// most MaxCopiesAfter of them.
+	CopiesAfter(ctx context.Context, ino Ino, window uint32) ([]FileCopy, error)
+}

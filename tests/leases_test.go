@@ -21,6 +21,7 @@ type leaseStats struct {
 	Hits   uint64 `json:"hits"`
 	Misses uint64 `json:"misses"`
 	Opens  uint64 `json:"opens"`  // opens made from the cache
+	Ahead  uint64 `json:"ahead"`  // small files' copies brought ahead of their opens
 	Pinned uint64 `json:"pinned"` // handles of those pinned since
 }
 

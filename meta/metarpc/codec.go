@@ -96,10 +96,23 @@ type message interface {
 }
 
 func marshal(m message) []byte {
-	e := wire.NewEncoder(64)
+	n := 64
+	if s, ok := m.(sized); ok {
+		n = s.sizeHint()
+	}
+	e := wire.NewEncoder(n)
 	m.encode(e)
 	return e.B
 }
+
+// sized is a message that may be long (small files' copies), and says
+// about how long, so that marshal allocates its buffer once instead of
+// doubling it from 64 bytes.
+type sized interface{ sizeHint() int }
+
+// attrSizeHint is about the most an encoded proto.Attr takes, its layout
+// listing a few targets.
+const attrSizeHint = 256
 
 // unmarshal decodes b into m; it never panics and rejects trailing bytes.
 func unmarshal(b []byte, m message) error {

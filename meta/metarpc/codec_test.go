@@ -116,6 +116,9 @@ func samples() []message {
 		&lookupCopyReq{Parent: 3, Name: "f"},
 		&lookupCopyResp{Attr: sampleAttr, Openable: true, Data: []byte("copy")},
 		&lookupCopyResp{Attr: sampleAttr},
+		&copiesAfterReq{Ino: 3, Window: 64},
+		&copiesAfterResp{Copies: []proto.FileCopy{{Attr: sampleAttr, Data: []byte("copy")}, {Attr: sampleAttr, Data: []byte("another")}}},
+		&copiesAfterResp{},
 		&leasePollResp{P: proto.LeasePoll{Epoch: 1 << 40, Term: 5e9, Valid: 4e8, Invals: []proto.LeaseInval{{Seq: 1, Ino: 2, Name: "n"}, {Seq: 2, Ino: 3}}}},
 	}
 }
@@ -124,7 +127,7 @@ func samples() []message {
 // allOps).
 func migrateOps() []uint16 {
 	return []uint16{OpMigrateBegin, OpMigrateCommit, OpMigrateAbort, OpMigrateFollow, OpMigrateRenew, OpLeasePoll,
-		OpOpenCopy, OpWriteDoneCopy, OpLookupCopy}
+		OpOpenCopy, OpWriteDoneCopy, OpLookupCopy, OpCopiesAfter}
 }
 
 // anyMessages is messages, or copiesMessages, migrateMessages or

@@ -9,8 +9,8 @@ import (
 	"github.com/weft-fs/weft/wire"
 )
 
-// Copies of small files' bytes (proto.FileCopies; ops 48..49 and 98 are
-// this file's). A server without them answers ENOSYS, and the client then
+// Copies of small files' bytes (proto.FileCopies; ops 48..49, 98 and 99
+// are this file's). A server without them answers ENOSYS, and the client then
 // opens, records writes and looks names up without copies.
 const (
 	// OpOpenCopy is Open answering the file's copy too.
@@ -21,6 +21,10 @@ const (
 	// OpLookupCopy is Lookup answering the file's copy too, where the
 	// client may keep it in its lease cache (proto.LookupCopier).
 	OpLookupCopy uint16 = 98
+	// OpCopiesAfter answers the copies of the files numbered after one
+	// that the client may keep in its lease cache
+	// (proto.CopyPrefetcher).
+	OpCopiesAfter uint16 = 99
 )
 
 // copiesVersion is the first byte of every message of these ops:
@@ -33,6 +37,9 @@ const (
 //	lookup request: u8 version, u64 parent, string name
 //	lookup answer: u8 version, attributes, bool openable, bool has copy,
 //	  bytes copy (only if it has one)
+//	copies-after request: u8 version, u64 ino, u32 window
+//	copies-after answer: u8 version, u32 n (at most
+//	  proto.MaxCopiesAfter), then n × (attributes, bytes copy)
 //
 // The frames' CRC32C covers the bytes on the wire; the server keeps the
 // copy with a checksum of its own.
@@ -66,6 +73,8 @@ type openCopyResp struct {
 	Cap  []byte
 	Data []byte // nil: no copy
 }
+
+func (m *openCopyResp) sizeHint() int { return 16 + attrSizeHint + len(m.Cap) + len(m.Data) }
 
 func (m *openCopyResp) encode(e *wire.Encoder) {
 	e.U8(copiesVersion)
@@ -106,6 +115,8 @@ type writeDoneCopyReq struct {
 	Blocks uint64
 	Data   []byte
 }
+
+func (m *writeDoneCopyReq) sizeHint() int { return 64 + len(m.Data) }
 
 func (m *writeDoneCopyReq) encode(e *wire.Encoder) {
 	e.U8(copiesVersion)
@@ -148,6 +159,8 @@ type lookupCopyResp struct {
 	Data     []byte // nil: no copy
 }
 
+func (m *lookupCopyResp) sizeHint() int { return 16 + attrSizeHint + len(m.Data) }
+
 func (m *lookupCopyResp) encode(e *wire.Encoder) {
 	e.U8(copiesVersion)
 	m.Attr.Encode(e)
@@ -162,6 +175,56 @@ func (m *lookupCopyResp) decode(d *wire.Decoder) {
 	m.Data = decodeCopy(d)
 }
 
+type copiesAfterReq struct {
+	Ino    proto.Ino
+	Window uint32
+}
+
+func (m *copiesAfterReq) encode(e *wire.Encoder) {
+	e.U8(copiesVersion)
+	e.U64(uint64(m.Ino))
+	e.U32(m.Window)
+}
+
+func (m *copiesAfterReq) decode(d *wire.Decoder) {
+	checkCopiesVersion(d, "copies-after request")
+	m.Ino = proto.Ino(d.U64())
+	m.Window = d.U32()
+}
+
+type copiesAfterResp struct {
+	Copies []proto.FileCopy
+}
+
+func (m *copiesAfterResp) sizeHint() int {
+	n := 8
+	for _, fc := range m.Copies {
+		n += attrSizeHint + 4 + len(fc.Data)
+	}
+	return n
+}
+
+func (m *copiesAfterResp) encode(e *wire.Encoder) {
+	e.U8(copiesVersion)
+	e.U32(uint32(len(m.Copies)))
+	for _, fc := range m.Copies {
+		fc.Attr.Encode(e)
+		e.Bytes(fc.Data)
+	}
+}
+
+func (m *copiesAfterResp) decode(d *wire.Decoder) {
+	checkCopiesVersion(d, "copies-after answer")
+	n := d.Count(proto.MaxCopiesAfter, 1)
+	if n > 0 {
+		m.Copies = make([]proto.FileCopy, n)
+	}
+	for i := range m.Copies {
+		m.Copies[i].Attr.Decode(d)
+		m.Copies[i].Data = append([]byte(nil), d.BytesMax(proto.MaxFileCopy)...) // not the frame's memory
+	}
+}
+
 // copiesMessages returns the request and response of a copies op.
 func copiesMessages(op uint16) (req, resp message, ok bool) {
 	switch op {
@@ -171,6 +234,8 @@ func copiesMessages(op uint16) (req, resp message, ok bool) {
 		return &writeDoneCopyReq{}, &attrResp{}, true
 	case OpLookupCopy:
 		return &lookupCopyReq{}, &lookupCopyResp{}, true
+	case OpCopiesAfter:
+		return &copiesAfterReq{}, &copiesAfterResp{}, true
 	}
 	return nil, nil, false
 }
@@ -193,6 +258,16 @@ func (h *handler) callCopies(ctx context.Context, op uint16, req message) (messa
 		}
 		a, data, openable, err := lc.LookupCopy(ctx, r.Parent, r.Name)
 		return &lookupCopyResp{a, openable, data}, err
+	case *copiesAfterReq:
+		cp, ok := h.svc.(proto.CopyPrefetcher)
+		if !ok {
+			return nil, fmt.Errorf("metarpc: the service answers no copies ahead: %w", syscall.ENOSYS)
+		}
+		fcs, err := cp.CopiesAfter(ctx, r.Ino, r.Window)
+		if len(fcs) > proto.MaxCopiesAfter {
+			return nil, fmt.Errorf("metarpc: %d copies answered, at most %d: %w", len(fcs), proto.MaxCopiesAfter, syscall.EIO)
+		}
+		return &copiesAfterResp{fcs}, err
 	}
 	return nil, fmt.Errorf("metarpc: op %d is not a copies op: %w", op, syscall.EINVAL)
 }
@@ -216,4 +291,11 @@ func (c *Client) LookupCopy(ctx context.Context, parent proto.Ino, name string) 
 	var r lookupCopyResp
 	err := c.do(ctx, OpLookupCopy, &lookupCopyReq{parent, name}, &r)
 	return r.Attr, r.Data, r.Openable, err
+}
+
+// CopiesAfter implements proto.CopyPrefetcher. A read, sent as Lookup is.
+func (c *Client) CopiesAfter(ctx context.Context, ino proto.Ino, window uint32) ([]proto.FileCopy, error) {
+	var r copiesAfterResp
+	err := c.do(ctx, OpCopiesAfter, &copiesAfterReq{ino, window}, &r)
+	return r.Copies, err
 }

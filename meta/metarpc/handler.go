@@ -120,7 +120,7 @@ func (h *handler) call(ctx context.Context, op uint16, req message) (message, er
 		return h.callMigrate(ctx, op, req)
 	case OpLeasePoll, OpLeasePin:
 		return h.callLease(ctx, req)
-	case OpOpenCopy, OpWriteDoneCopy, OpLookupCopy:
+	case OpOpenCopy, OpWriteDoneCopy, OpLookupCopy, OpCopiesAfter:
 		return h.callCopies(ctx, op, req)
 	case OpCreateOpen, OpUnlinkAt, OpRmdirAt, OpReleaseMany:
 		if h.ext == nil {

@@ -28,6 +28,7 @@ var opNames = map[uint16]string{
 	OpLeasePin:      "lease_pin",
 	OpOpenCopy:      "open_copy",
 	OpLookupCopy:    "lookup_copy",
+	OpCopiesAfter:   "copies_after",
 	OpWriteDoneCopy: "write_done_copy",
 }
 

@@ -1,0 +1,108 @@
+package tests
+
+import (
+	"bytes"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/weft-fs/weft/internal/testcluster"
+)
+
+// TestSmallFilesReadAhead: a mount that holds leases on small files (it
+// listed them with stat) and reads them in the order they were made opens
+// most of them from copies it brought ahead (proto.CopyPrefetcher,
+// client/ahead.go), reads the bytes the other mount wrote, and reads the
+// new bytes of a file the other mount rewrote after the read-ahead may
+// have brought the old ones (close-to-open: the rewrite broke the lease
+// first). docs/caching.md, "Small files read ahead".
+func TestSmallFilesReadAhead(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Mounts: 2})
+	a, b := c.Mount(0), c.Mount(1)
+	rng := rand.New(rand.NewPCG(9, 10))
+	content := func() []byte {
+		p := make([]byte, 3901) // mdtest-hard's files
+		for i := range p {
+			p[i] = byte(rng.Uint32())
+		}
+		return p
+	}
+	write := func(t *testing.T, path string, p []byte) {
+		t.Helper()
+		if err := os.WriteFile(path, p, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(path, 0o644); err != nil { // whatever the umask
+			t.Fatal(err)
+		}
+	}
+	read := func(t *testing.T, path string, want []byte) {
+		t.Helper()
+		got, err := os.ReadFile(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, want) {
+			t.Fatalf("%s: read %d bytes unlike the %d written", path, len(got), len(want))
+		}
+	}
+	stat := func(t *testing.T, path string) {
+		t.Helper()
+		if _, err := os.Lstat(path); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Each round: A writes a directory of files; B stats them all (its
+	// lookups take leases, and, not followed by opens, bring no copies),
+	// then reads them in order, A rewriting one of the later files half
+	// way. B's lease cache is trusted only while its polls are answered in
+	// time, which a busy machine may delay (then its opens ask the
+	// leader): a round that read too few files from the cache is done
+	// again with new files. Before each round B stats files it will not
+	// read, so that its lookups are not bringing copies (client
+	// copyDemand) and the opens are the read-ahead's.
+	const files = 200
+	for round, deadline := 0, time.Now().Add(3*time.Minute); ; round++ {
+		dir := fmt.Sprintf("round%d", round)
+		for _, d := range []string{dir, dir + "-unread"} {
+			if err := os.Mkdir(filepath.Join(a, d), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+		data := make([][]byte, files)
+		for i := range data {
+			data[i] = content()
+			write(t, filepath.Join(a, dir, fmt.Sprint(i)), data[i])
+			write(t, filepath.Join(a, dir+"-unread", fmt.Sprint(i)), data[i])
+		}
+		for i := range files {
+			stat(t, filepath.Join(b, dir+"-unread", fmt.Sprint(i)))
+		}
+		for i := range files {
+			stat(t, filepath.Join(b, dir, fmt.Sprint(i)))
+		}
+		before := mountLeases(t, b)
+		rewritten := files * 3 / 4
+		for i := range data {
+			if i == files/2 {
+				data[rewritten] = content()
+				write(t, filepath.Join(a, dir, fmt.Sprint(rewritten)), data[rewritten])
+			}
+			read(t, filepath.Join(b, dir, fmt.Sprint(i)), data[i])
+		}
+		after := mountLeases(t, b)
+		opens, ahead := after.Opens-before.Opens, after.Ahead-before.Ahead
+		t.Logf("round %d: %d of %d files opened from B's cache, %d copies brought ahead (%+v)", round, opens, files, ahead, after)
+		if opens >= files/2 && ahead >= files/2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B opened %d of %d small files it holds leases on from its cache, with %d copies brought ahead", opens, files, ahead)
+		}
+	}
+}
