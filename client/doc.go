@@ -82,9 +82,9 @@
 //
 //   - Close-to-open. Open asks the metadata server for fresh attributes
 //     (OpenCached, for a read-only open of an empty file, or of a small
-//     one whose copy its lookup brought, takes them from the lease cache,
-//     which a change elsewhere breaks before it returns: cached.go,
-//     lookupcopy.go).
+//     one whose copy its lookup or a read-ahead brought, takes them from
+//     the lease cache, which a change elsewhere breaks before it returns:
+//     cached.go, lookupcopy.go, ahead.go).
 //     After a writer's close (Flush) or fsync returned success, a client
 //     that opens the file afterwards sees all the data and the right size.
 //     Clients that keep a file open while another writes it are not
@@ -138,7 +138,8 @@
 //     asks the leader (close-to-open), except a read-only open of an
 //     empty file held under the lease, or of a small file whose copy a
 //     lookup brought (OpenCached, cached.go; lookupcopy.go: lookups ask
-//     for copies while opens follow them): its handle
+//     for copies while opens follow them), or a read-ahead of the files
+//     numbered after one opened (ahead.go): its handle
 //     is local, and is pinned (counted by the leader) before an
 //     invalidation of its inode is acknowledged and before this client
 //     removes or replaces a name.

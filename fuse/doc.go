@@ -56,7 +56,8 @@
 //     another mount; the kernel then drops the name when that call ends. The mount keeps a map from inode to node for this, pruned
 //     when the kernel forgets a node (OnForget). The virtual attribute
 //     user.weft.leases tells whether the cache is on, its hits and
-//     misses, and the opens made from it (client.OpenCached) and pinned.
+//     misses, the opens made from it (client.OpenCached) and pinned, and
+//     the small files' copies brought ahead (client/ahead.go).
 //   - After every create or remove in a directory the kernel drops the
 //     directory's cached attributes and asks again at the next path walk.
 //     The metadata server returns the directory's new attributes with the
@@ -146,9 +147,10 @@
 // {"id","addr","total","used","free","up","objects","files_free","device"}
 // per storage target) and user.weft.meta (get: the metadata server's
 // address, for admin tools such as weft find) and user.weft.leases (get:
-// JSON {"on","hits","misses","opens","pinned"}: whether this mount caches
+// JSON {"on","hits","misses","opens","pinned","ahead"}: whether this mount caches
 // lookups and attributes under metadata leases, how many its cache
-// answered, and how many opens it made from it and pinned since);
+// answered, how many opens it made from it and pinned since, and how many
+// small files' copies it brought ahead of their opens);
 // user.weft.resync (set:
 // repair stale copies, client.Resync) and user.weft.migrate (set on a
 // regular file to a layout in user.weft.layout's JSON, targets optional:

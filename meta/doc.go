@@ -447,7 +447,11 @@
 // needs no storage server; LookupCopy (metarpc 98, proto.LookupCopier)
 // answers it to a lookup of a session granted a clean lease on the file
 // (leaseTable.grant) when every class may read it, so the client opens the
-// file from its cache (one round trip for a cold small file). A copy is
+// file from its cache (one round trip for a cold small file); CopiesAfter
+// (metarpc 99, proto.CopyPrefetcher) answers the copies of the files
+// numbered after one that the session holds clean leases on
+// (leaseTable.keepHeld) and every class may read, which the client reads
+// ahead into its cache. A copy is
 // only ever dropped, never replaced by other bytes, so the copy read after
 // the inode belongs to it. The objects stay the file's data. Invariant: a
 // file's copy, if it has one, is its bytes. The state machine takes a copy

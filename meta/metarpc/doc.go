@@ -36,7 +36,9 @@
 // (a retry is not counted twice), and its messages start with a version
 // byte of their own too. OpLookupCopy (98) is Lookup answering a small
 // file's copy as OpOpenCopy (48) does an open's (proto.LookupCopier,
-// copies.go): a read, sent as Lookup is.
+// copies.go): a read, sent as Lookup is. OpCopiesAfter (99) answers the
+// copies of the files numbered after one that the session holds leases on
+// (proto.CopyPrefetcher): a read too.
 //
 // The Client fills it from proto.CredFrom(ctx), or, when ctx has none,
 // from this process's effective uid, gid and groups (WithCred overrides
