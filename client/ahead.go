@@ -19,25 +19,40 @@ import (
 // with nothing of them to invalidate and every class may read, so what
 // comes ahead is what the cache could open already but for the bytes.
 //
-// An open from a copy brought ahead near the end of what the last
-// read-ahead covered asks for the files after it at once, so that a reader
-// going on in order finds them cached (one read-ahead under way at a
-// time). Copies that are not opened cost the leader reads and this client
-// memory, so an open that asked the leader starts a read-ahead only while
-// at least half of the copies brought were opened (aheadDemand), or once
-// every aheadProbe such opens otherwise (a reader that started reading in
-// order is found again), and lets some go by after an answer that brought
-// nothing (its session holds no leases on the files after, or they have no
-// copies).
+// Read-aheads follow streams: runs of inode numbers being read in order
+// (several readers, or one reader in several places, make several; up to
+// aheadStreams are followed, the least recently used given up for a new
+// one). An open that asked the leader starts a stream at its file unless
+// one covers it with a read-ahead under way (which may bring the file; a
+// stream that covered it otherwise starts again there: the file was
+// opened before and is read again); an open from
+// a copy brought ahead near the end of its stream asks for the files after
+// it at once, so that a reader going on in order finds them cached. One
+// read-ahead per stream is under way at a time. Copies that are not opened
+// cost the leader reads and this client memory, so an open that asked the
+// leader starts a stream only while at least half of the copies brought
+// were opened (aheadDemand), or once every aheadProbe such opens otherwise
+// (a reader that started reading in order is found again), and lets some
+// go by after an answer that brought nothing (its session holds no leases
+// on the files after, or they have no copies).
+
+// aheadStream is one stream: the inode numbers from to last were covered
+// (asked for, or the file that started it), and busy while a read-ahead
+// of it is under way; stamp orders the streams by last use.
+type aheadStream struct {
+	from, last proto.Ino
+	busy       bool
+	stamp      uint64
+}
 
 // aheadDemand decides when to read ahead, and counts.
 type aheadDemand struct {
-	// busy: a read-ahead is under way (one at a time).
-	busy atomic.Bool
 	// total counts the copies brought ahead (Client.AheadCopies).
 	total atomic.Uint64
 
-	mu sync.Mutex
+	mu      sync.Mutex
+	streams [aheadStreams]aheadStream
+	clock   uint64
 	// brought and used count, over a sliding window, the copies brought
 	// into the cache ahead and the opens made from them.
 	brought, used int
@@ -45,15 +60,12 @@ type aheadDemand struct {
 	skip int
 	// refused counts the opportunities refused since the last probe.
 	refused int
-	// end is the last inode number the latest read-ahead covered: an
-	// open from its copies near it asks for the files after it before
-	// the reader gets there (next).
-	end proto.Ino
 }
 
 const (
-	// aheadWindow is how many inode numbers after the opened file are
-	// asked for.
+	// aheadStreams is how many streams are followed.
+	aheadStreams = 4
+	// aheadWindow is how many inode numbers one read-ahead asks for.
 	aheadWindow = 128
 	// aheadMin copies are brought before their use decides.
 	aheadMin = 64
@@ -67,14 +79,23 @@ const (
 	// copies brought were mostly not opened.
 	aheadProbe = 64
 	// aheadLead: an open from a copy brought ahead within this many inode
-	// numbers of the end of what was covered asks for the next ones.
+	// numbers of the end of its stream asks for the next ones.
 	aheadLead = aheadWindow / 2
 )
 
-// want reports whether to read ahead now.
-func (d *aheadDemand) want() bool {
-	d.mu.Lock()
-	defer d.mu.Unlock()
+// coveringLocked returns the stream that covers ino, or -1.
+func (d *aheadDemand) coveringLocked(ino proto.Ino) int {
+	for i := range d.streams {
+		if st := &d.streams[i]; st.last != 0 && st.from <= ino && ino <= st.last {
+			return i
+		}
+	}
+	return -1
+}
+
+// wantLocked reports whether an open that asked the leader may start a
+// stream now.
+func (d *aheadDemand) wantLocked() bool {
 	if d.skip > 0 {
 		d.skip--
 		return false
@@ -90,13 +111,77 @@ func (d *aheadDemand) want() bool {
 	return false
 }
 
-// add counts n copies brought by one read-ahead that covered the inode
-// numbers up to end.
-func (d *aheadDemand) add(n int, end proto.Ino) {
+// missed is told of an open of ino that asked the leader and got its
+// copy; ok: start a read-ahead after ino, of stream i.
+func (d *aheadDemand) missed(ino proto.Ino) (i int, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if j := d.coveringLocked(ino); j >= 0 && d.streams[j].busy {
+		return 0, false // its read-ahead under way may bring the file
+	} else if j >= 0 {
+		// The stream covered the file, but its copy was not in the cache
+		// (opened before, and read again: the page cache was dropped, say):
+		// it starts again here.
+		d.clock++
+		d.streams[j] = aheadStream{from: ino, last: ino, busy: true, stamp: d.clock}
+		return j, true
+	}
+	if !d.wantLocked() {
+		return 0, false
+	}
+	i = 0
+	for j := range d.streams {
+		if d.streams[j].busy {
+			continue
+		}
+		if d.streams[i].busy || d.streams[j].stamp < d.streams[i].stamp {
+			i = j
+		}
+	}
+	if d.streams[i].busy {
+		return 0, false // every stream is reading ahead
+	}
+	d.clock++
+	d.streams[i] = aheadStream{from: ino, last: ino, busy: true, stamp: d.clock}
+	return i, true
+}
+
+// opened counts an open of ino made from a copy brought ahead; ok: start
+// a read-ahead of stream i after after, ino being near its end.
+func (d *aheadDemand) opened(ino proto.Ino) (i int, after proto.Ino, ok bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.used++
+	i = d.coveringLocked(ino)
+	if i < 0 {
+		return 0, 0, false
+	}
+	st := &d.streams[i]
+	d.clock++
+	st.stamp = d.clock
+	if st.busy || ino+aheadLead < st.last {
+		return 0, 0, false
+	}
+	st.busy = true
+	return i, st.last, true
+}
+
+// done ends stream i's read-ahead, which brought n copies and covered the
+// inode numbers up to last.
+func (d *aheadDemand) done(i, n int, last proto.Ino) {
 	d.total.Add(uint64(n))
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	d.end = max(d.end, end)
+	st := &d.streams[i]
+	st.busy = false
+	st.last = max(st.last, last)
+	// A stream that ran into another takes what the other covered.
+	for j := range d.streams {
+		if o := &d.streams[j]; j != i && o.last != 0 && !o.busy && o.from > st.from && o.from <= st.last+1 {
+			st.last = max(st.last, o.last)
+			*o = aheadStream{}
+		}
+	}
 	if n == 0 {
 		d.skip = aheadSkip
 		return
@@ -108,52 +193,40 @@ func (d *aheadDemand) add(n int, end proto.Ino) {
 	}
 }
 
-// opened counts an open of ino made from a copy brought ahead, and
-// returns where to read ahead from next, if ino is near the end of what
-// was covered.
-func (d *aheadDemand) opened(ino proto.Ino) (next proto.Ino, ok bool) {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	d.used++
-	if ino < d.end && ino+aheadLead >= d.end {
-		return d.end, true
-	}
-	return 0, false
+// readAheadOK reports whether this client may read ahead: the leader
+// offers it, and opens are made from the lease cache.
+func (c *Client) readAheadOK() bool {
+	_, ok := c.copiesAhead.get()
+	return ok && c.leases != nil && c.pinner != nil && !c.noPins.Load()
 }
 
 // readAhead brings, in the background, the copies of the files numbered
-// after ino into the lease cache, when the leader offers them, this
-// client opens from its cache (as lookupMeta asks), and, for an open that
-// asked the leader (not inOrder: an open from a copy brought ahead), the
-// copies it brought before were mostly opened (aheadDemand.want). ctx is
-// the open's: the read-ahead is made with its caller's credentials, and
-// outlives it.
-func (c *Client) readAhead(ctx context.Context, ino proto.Ino, inOrder bool) {
+// after after into the lease cache, for stream i. ctx is the open's: the
+// read-ahead is made with its caller's credentials, and outlives it.
+func (c *Client) readAhead(ctx context.Context, i int, after proto.Ino) {
 	cp, ok := c.copiesAhead.get()
-	if !ok || c.leases == nil || c.pinner == nil || c.noPins.Load() || (!inOrder && !c.ahead.want()) {
-		return
-	}
-	if !c.ahead.busy.CompareAndSwap(false, true) {
+	if !ok {
+		c.ahead.done(i, 0, after)
 		return
 	}
 	go func() {
-		defer c.ahead.busy.Store(false)
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		defer context.AfterFunc(c.base, cancel)()
 		s0 := c.leases.begin()
-		fcs, err := cp.CopiesAfter(rctx, ino, aheadWindow)
+		fcs, err := cp.CopiesAfter(rctx, after, aheadWindow)
 		if err != nil {
 			if !c.copiesAhead.lacks(err) {
-				c.log.Debug("reading small files ahead", "ino", ino, "err", err)
+				c.log.Debug("reading small files ahead", "after", after, "err", err)
 			}
+			c.ahead.done(i, 0, after)
 			return
 		}
-		end := ino + aheadWindow
+		last := after + aheadWindow
 		if len(fcs) == proto.MaxCopiesAfter {
-			end = fcs[len(fcs)-1].Attr.Ino // cut short: the rest is next
+			last = fcs[len(fcs)-1].Attr.Ino // cut short: the rest is next
 		}
-		c.ahead.add(c.leases.putAhead(s0, fcs), end)
+		c.ahead.done(i, c.leases.putAhead(s0, fcs), last)
 	}()
 }
 

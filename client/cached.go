@@ -115,8 +115,8 @@ func (c *Client) OpenCached(ctx context.Context, ino proto.Ino, want proto.Acces
 	c.cachedOpens.Add(1)
 	c.demand.opened(ino)
 	if data != nil && c.leases.tookCopy(ino) {
-		if next, ok := c.ahead.opened(ino); ok {
-			c.readAhead(ctx, next, true)
+		if i, after, ok := c.ahead.opened(ino); ok {
+			c.readAhead(ctx, i, after)
 		}
 	}
 	return f, a, true

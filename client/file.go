@@ -354,8 +354,10 @@ func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (*F
 	}
 	if want == proto.AccessRead {
 		c.demand.opened(ino)
-		if data != nil {
-			c.readAhead(ctx, ino, false)
+		if data != nil && c.readAheadOK() {
+			if i, ok := c.ahead.missed(ino); ok {
+				c.readAhead(ctx, i, ino)
+			}
 		}
 	}
 	return c.newFile(ctx, &a, cap, data, mark, want, gen), a, nil

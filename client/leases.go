@@ -50,10 +50,8 @@ type cachedAttr struct {
 	stamp    uint64
 	data     []byte
 	openable bool
-	// ahead: data came with a read-ahead (ahead.go), not a lookup;
-	// taken: an open from the cache took a copy of this entry (a
-	// read-ahead does not bring it again).
-	ahead, taken bool
+	// ahead: data came with a read-ahead (ahead.go), not a lookup.
+	ahead bool
 }
 
 type dirName struct {
@@ -254,7 +252,7 @@ func (l *leaseCache) tookCopy(ino proto.Ino) (ahead bool) {
 	if e, ok := l.attrs[ino]; ok && e.data != nil {
 		l.copyBytes -= len(e.data)
 		ahead = e.ahead
-		e.data, e.ahead, e.taken = nil, false, true
+		e.data, e.ahead = nil, false
 		l.attrs[ino] = e
 	}
 	return ahead
@@ -375,8 +373,7 @@ func (l *leaseCache) putLookupCopy(s0 uint64, dir proto.Ino, name string, a prot
 // (proto.CopyPrefetcher), as openable: the leader answered only files this
 // session holds leases on with nothing of them to invalidate. A file an
 // invalidation or a change of this client touched since s0 is left out,
-// and so is one whose entry has a copy already, or had one an open took
-// (read once, it is in the kernel's page cache). It returns how many
+// and so is one whose entry has a copy already. It returns how many
 // copies it kept (within maxLeaseCopyBytes).
 func (l *leaseCache) putAhead(s0 uint64, fcs []proto.FileCopy) int {
 	l.mu.Lock()
@@ -390,7 +387,7 @@ func (l *leaseCache) putAhead(s0 uint64, fcs []proto.FileCopy) int {
 		if ino == 0 || len(fc.Data) == 0 || uint64(len(fc.Data)) != fc.Attr.Size || l.movedLocked(s0, ino) {
 			continue
 		}
-		if e, ok := l.attrs[ino]; ok && (e.data != nil || e.taken) {
+		if e, ok := l.attrs[ino]; ok && e.data != nil {
 			continue
 		}
 		l.fullLocked()
