@@ -383,3 +383,47 @@ func TestLeaseCacheCopyBytes(t *testing.T) {
 	l.mu.Unlock()
 	check("the cache dropped")
 }
+
+// TestLeaseCachePutAhead: copies brought ahead are kept openable, counted
+// in the copies' bytes, and marked as brought ahead (tookCopy says so),
+// except a copy of another length than its file's, a file an invalidation
+// touched since the read-ahead began, and one whose entry has a copy
+// already.
+func TestLeaseCachePutAhead(t *testing.T) {
+	l := newLeaseCache(&fakeLeases{}, slog.New(slog.DiscardHandler))
+	if n := l.putAhead(l.begin(), []proto.FileCopy{{Attr: proto.Attr{Ino: 5, Size: 3}, Data: []byte("abc")}}); n != 0 {
+		t.Fatalf("a cache that never polled kept %d copies brought ahead", n)
+	}
+	l.epoch, l.trust = 1, time.Now().Add(time.Hour)
+	l.putLookupCopy(l.begin(), 1, "f", proto.Attr{Ino: 7, Size: 3}, []byte("old"), true)
+	s0 := l.begin()
+	l.mu.Lock()
+	l.dropLocked(8, "") // an invalidation of inode 8 while the read-ahead is under way
+	l.mu.Unlock()
+	n := l.putAhead(s0, []proto.FileCopy{
+		{Attr: proto.Attr{Ino: 6, Size: 3}, Data: []byte("six")},
+		{Attr: proto.Attr{Ino: 7, Size: 3}, Data: []byte("new")},
+		{Attr: proto.Attr{Ino: 8, Size: 3}, Data: []byte("ate")},
+		{Attr: proto.Attr{Ino: 9, Size: 4}, Data: []byte("nin")},
+	})
+	if n != 1 {
+		t.Fatalf("kept %d copies brought ahead, want 1 (inode 6)", n)
+	}
+	if _, data, ok := l.getOpenable(6); !ok || string(data) != "six" {
+		t.Fatalf("inode 6: copy %q, openable %v", data, ok)
+	}
+	if _, data, _ := l.getOpenable(7); string(data) != "old" {
+		t.Fatalf("inode 7's copy from its lookup was replaced by %q", data)
+	}
+	for _, ino := range []proto.Ino{8, 9} {
+		if _, data, _ := l.getOpenable(ino); data != nil {
+			t.Fatalf("inode %d: copy %q kept", ino, data)
+		}
+	}
+	if l.copyBytes != 6 {
+		t.Fatalf("copyBytes %d, want 6", l.copyBytes)
+	}
+	if !l.tookCopy(6) || l.tookCopy(7) {
+		t.Fatal("tookCopy does not tell a copy brought ahead from a lookup's")
+	}
+}
