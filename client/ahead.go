@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 
@@ -66,7 +67,7 @@ const (
 	// aheadStreams is how many streams are followed.
 	aheadStreams = 4
 	// aheadWindow is how many inode numbers one read-ahead asks for.
-	aheadWindow = 128
+	aheadWindow = 256
 	// aheadMin copies are brought before their use decides.
 	aheadMin = 64
 	// aheadWindowCount: past this many copies brought, both counts are
@@ -116,18 +117,20 @@ func (d *aheadDemand) wantLocked() bool {
 func (d *aheadDemand) missed(ino proto.Ino) (i int, ok bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	if j := d.coveringLocked(ino); j >= 0 && d.streams[j].busy {
+	j := d.coveringLocked(ino)
+	if j >= 0 && d.streams[j].busy {
 		return 0, false // its read-ahead under way may bring the file
-	} else if j >= 0 {
-		// The stream covered the file, but its copy was not in the cache
-		// (opened before, and read again: the page cache was dropped, say):
-		// it starts again here.
-		d.clock++
-		d.streams[j] = aheadStream{from: ino, last: ino, busy: true, stamp: d.clock}
-		return j, true
 	}
 	if !d.wantLocked() {
 		return 0, false
+	}
+	d.clock++
+	if j >= 0 {
+		// The stream covered the file, but its copy was not in the cache
+		// (opened before, and read again: the page cache was dropped, say):
+		// it starts again here.
+		d.streams[j] = aheadStream{from: ino, last: ino, busy: true, stamp: d.clock}
+		return j, true
 	}
 	i = 0
 	for j := range d.streams {
@@ -141,7 +144,6 @@ func (d *aheadDemand) missed(ino proto.Ino) (i int, ok bool) {
 	if d.streams[i].busy {
 		return 0, false // every stream is reading ahead
 	}
-	d.clock++
 	d.streams[i] = aheadStream{from: ino, last: ino, busy: true, stamp: d.clock}
 	return i, true
 }
@@ -209,12 +211,17 @@ func (c *Client) readAhead(ctx context.Context, i int, after proto.Ino) {
 		c.ahead.done(i, 0, after)
 		return
 	}
+	c.wg.Add(1) // Close waits for it, as for the files' read-aheads
 	go func() {
+		defer c.wg.Done()
 		rctx, cancel := c.rpcCtx(ctx)
 		defer cancel()
 		defer context.AfterFunc(c.base, cancel)()
 		s0 := c.leases.begin()
-		fcs, err := cp.CopiesAfter(rctx, after, aheadWindow)
+		fcs, through, err := cp.CopiesAfter(rctx, after, aheadWindow)
+		if err == nil {
+			err = checkAhead(after, through, fcs)
+		}
 		if err != nil {
 			if !c.copiesAhead.lacks(err) {
 				c.log.Debug("reading small files ahead", "after", after, "err", err)
@@ -222,12 +229,24 @@ func (c *Client) readAhead(ctx context.Context, i int, after proto.Ino) {
 			c.ahead.done(i, 0, after)
 			return
 		}
-		last := after + aheadWindow
-		if len(fcs) == proto.MaxCopiesAfter {
-			last = fcs[len(fcs)-1].Attr.Ino // cut short: the rest is next
-		}
-		c.ahead.done(i, c.leases.putAhead(s0, fcs), last)
+		c.ahead.done(i, c.leases.putAhead(s0, fcs), through)
 	}()
+}
+
+// checkAhead checks a read-ahead's answer: the files in ascending order,
+// within (after, through], and through within the window asked for.
+func checkAhead(after, through proto.Ino, fcs []proto.FileCopy) error {
+	if through < after || through-after > aheadWindow {
+		return fmt.Errorf("a read-ahead after inode %d answered to %d, beyond the %d asked for", after, through, aheadWindow)
+	}
+	prev := after
+	for _, fc := range fcs {
+		if fc.Attr.Ino <= prev || fc.Attr.Ino > through {
+			return fmt.Errorf("a read-ahead after inode %d to %d answered inode %d (after %d)", after, through, fc.Attr.Ino, prev)
+		}
+		prev = fc.Attr.Ino
+	}
+	return nil
 }
 
 // AheadCopies returns how many small files' copies this client brought

@@ -42,16 +42,15 @@ func TestAheadStreams(t *testing.T) {
 		t.Fatal("an open the busy stream covers started another read-ahead")
 	}
 	d.done(a, 64, 100+2*aheadWindow)
+	d.mu.Lock()
+	d.used = d.brought // the copies brought were opened, as far as the demand goes
+	d.mu.Unlock()
 	if i, ok := d.missed(150); !ok || i != a {
 		t.Fatalf("a file the idle stream %d covered, opened from the leader: stream %d (%v), want it started again", a, i, ok)
 	}
 	d.done(a, 64, 150+aheadWindow)
 
-	// A stream that reaches another's start takes it over (the copies
-	// brought were opened, as far as the demand goes).
-	d.mu.Lock()
-	d.used = d.brought
-	d.mu.Unlock()
+	// A stream that reaches another's start takes it over.
 	c, ok := d.missed(150 + aheadWindow + 1)
 	if !ok {
 		t.Fatal("no stream started past the first's end")

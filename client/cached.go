@@ -41,7 +41,9 @@ import (
 // reclaims a file by itself fences it, and a lease granted on it meanwhile
 // comes with an invalidation, which that poll's answer carries. A lookup
 // that brought a copy says whether its lease came with no invalidation
-// queued (openable): then its attributes need no poll.
+// queued (openable): then its attributes need no poll; so are the copies
+// a read-ahead brought (ahead.go: the leader answers only files the
+// session holds with nothing to invalidate).
 //
 // A pin the leader refuses (the file is gone: it was removed while this
 // client could not be asked, cut off for longer than the lease term; or

@@ -243,7 +243,7 @@ func (l *leaseCache) setEntryLocked(e cachedAttr) {
 // tookCopy forgets the copy of ino's entry once an open from the cache took
 // it (its handle serves it now): the copy saved the open its round trip,
 // and the next open asks the leader, which answers it again. So the copies
-// kept are those of files looked up and not yet opened.
+// kept are those of files looked up or read ahead and not yet opened.
 //
 // ahead: the copy came with a read-ahead.
 func (l *leaseCache) tookCopy(ino proto.Ino) (ahead bool) {

@@ -222,30 +222,36 @@ func (s *Server) LookupCopy(ctx context.Context, parent proto.Ino, name string) 
 }
 
 // maxCopiesAfterBytes bounds the bytes of one CopiesAfter answer.
-const maxCopiesAfterBytes = 256 << 10
+const maxCopiesAfterBytes = 512 << 10
 
 // CopiesAfter implements proto.CopyPrefetcher (docs/caching.md, "Small
 // files read ahead"). The copies and the inodes are read in one view of
 // the store, so each copy belongs to the attributes answered with it (a
-// copy is only ever taken whole or dropped, never replaced), and only then
-// are the files checked against the session's leases with the break
-// generation taken before that view: a change applied since breaks the
-// lease, and the file is left out, as LookupCopy's grant would report it
-// unclean. Cost: one scan of the copies' keys (copies of files made
-// together share the store's blocks) and one inode read per copy.
-func (s *Server) CopiesAfter(ctx context.Context, ino proto.Ino, window uint32) ([]proto.FileCopy, error) {
+// copy is only ever taken whole or dropped, never replaced); the files are
+// kept only if the session holds leases on them, checked against the
+// break generation taken before that view: a change applied since breaks
+// the lease and the file is left out, as LookupCopy's grant would report
+// it unclean, and a change applied later queues an invalidation for the
+// session, which holds the lease. Cost: one scan of the copies' keys
+// (copies of files made together share the store's blocks), and one inode
+// read per copy of a file the session holds.
+func (s *Server) CopiesAfter(ctx context.Context, ino proto.Ino, window uint32) ([]proto.FileCopy, proto.Ino, error) {
 	cl, err := s.reader(ctx)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	window = min(window, proto.MaxCopiesWindow)
-	if window == 0 || uint64(ino) > math.MaxUint64-uint64(window)-1 || !s.leases.polls(cl.sess) {
-		return nil, nil
+	if window == 0 || uint64(ino) > math.MaxUint64-uint64(window)-1 {
+		return nil, ino, nil
+	}
+	through := ino + proto.Ino(window)
+	if !s.leases.polls(cl.sess) {
+		return nil, through, nil
 	}
 	g := s.leases.begin()
 	v, err := s.st.View()
 	if err != nil {
-		return nil, errnof(syscall.EIO, "copies after inode %d: %v", ino, err)
+		return nil, 0, errnof(syscall.EIO, "copies after inode %d: %v", ino, err)
 	}
 	defer v.Close()
 	var (
@@ -253,7 +259,7 @@ func (s *Server) CopiesAfter(ctx context.Context, ino proto.Ino, window uint32) 
 		bytes int
 	)
 	lo := store.AppendCopyKey(nil, uint64(ino)+1)
-	hi := store.AppendCopyKey(nil, uint64(ino)+uint64(window)+1)
+	hi := store.AppendCopyKey(nil, uint64(through)+1)
 	err = v.Scan(lo, hi, func(k, val []byte) bool {
 		x := proto.Ino(binary.BigEndian.Uint64(k[1:]))
 		data, err := decodeCopyRecord(val)
@@ -263,11 +269,16 @@ func (s *Server) CopiesAfter(ctx context.Context, ino proto.Ino, window uint32) 
 		}
 		fcs = append(fcs, proto.FileCopy{Attr: proto.Attr{Ino: x}, Data: append([]byte(nil), data...)})
 		bytes += len(data)
-		return len(fcs) < proto.MaxCopiesAfter && bytes < maxCopiesAfterBytes
+		if len(fcs) == proto.MaxCopiesAfter || bytes >= maxCopiesAfterBytes {
+			through = x // cut short: the caller asks again after x
+			return false
+		}
+		return true
 	})
 	if err != nil {
-		return nil, errnof(syscall.EIO, "copies after inode %d: %v", ino, err)
+		return nil, 0, errnof(syscall.EIO, "copies after inode %d: %v", ino, err)
 	}
+	fcs = s.leases.keepHeld(cl.sess, g, fcs)
 	kept := fcs[:0]
 	for _, fc := range fcs {
 		n, err := loadInode(v, fc.Attr.Ino)
@@ -277,7 +288,7 @@ func (s *Server) CopiesAfter(ctx context.Context, ino proto.Ino, window uint32) 
 		fc.Attr = n.Attr
 		kept = append(kept, fc)
 	}
-	return s.leases.keepHeld(cl.sess, g, kept), nil
+	return kept, through, nil
 }
 
 // loadCopy returns n's copy if it is there and whole, of n's size; nil

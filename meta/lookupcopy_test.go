@@ -95,8 +95,11 @@ func TestCopiesAfter(t *testing.T) {
 	first := inos[0]
 	after := func(c context.Context, window uint32) map[proto.Ino][]byte {
 		t.Helper()
-		fcs, err := e.srv.CopiesAfter(c, first, window)
+		fcs, through, err := e.srv.CopiesAfter(c, first, window)
 		e.must(err)
+		if through != first+proto.Ino(window) {
+			t.Fatalf("an answer not cut short covers to %d, want %d", through, first+proto.Ino(window))
+		}
 		got := map[proto.Ino][]byte{}
 		for i, fc := range fcs {
 			if i > 0 && fc.Attr.Ino <= fcs[i-1].Attr.Ino {
@@ -168,5 +171,35 @@ func TestCopiesAfter(t *testing.T) {
 	e.must(e.srv.Release(writer, inos[3]))
 	if got := after(other, 64); len(got) != 2 || got[inos[3]] != nil {
 		t.Fatalf("after f3 was opened for writing elsewhere: %d files, f3 among them: %v", len(got), got[inos[3]] != nil)
+	}
+}
+
+// TestCopiesAfterCutShort: an answer holds at most proto.MaxCopiesAfter
+// copies and says how far it got, so that the next one starts there.
+func TestCopiesAfterCutShort(t *testing.T) {
+	e, writer, other := copyEnv(t)
+	var inos []proto.Ino
+	for i := range proto.MaxCopiesAfter + 10 {
+		ino := newFileCopy(t, e, writer, fmt.Sprint("f", i), []byte(fmt.Sprint("f", i)))
+		e.must(e.srv.Release(writer, ino))
+		inos = append(inos, ino)
+	}
+	ended, end := context.WithCancel(other)
+	end()
+	_, err := e.srv.LeasePoll(ended, 0)
+	e.must(err)
+	for i := range inos {
+		_, err := e.srv.Lookup(other, proto.RootIno, fmt.Sprint("f", i))
+		e.must(err)
+	}
+	fcs, through, err := e.srv.CopiesAfter(other, inos[0]-1, proto.MaxCopiesWindow)
+	e.must(err)
+	if len(fcs) != proto.MaxCopiesAfter || through != inos[proto.MaxCopiesAfter-1] {
+		t.Fatalf("the first answer: %d copies through inode %d, want %d through %d", len(fcs), through, proto.MaxCopiesAfter, inos[proto.MaxCopiesAfter-1])
+	}
+	rest, _, err := e.srv.CopiesAfter(other, through, proto.MaxCopiesWindow)
+	e.must(err)
+	if len(rest) != 10 || rest[0].Attr.Ino != inos[proto.MaxCopiesAfter] {
+		t.Fatalf("the next answer: %d copies, want the last 10", len(rest))
 	}
 }

@@ -61,8 +61,8 @@ type FileCopy struct {
 // MaxCopiesWindow bounds how many inode numbers one CopiesAfter looks at,
 // and MaxCopiesAfter how many copies it answers.
 const (
-	MaxCopiesWindow = 256
-	MaxCopiesAfter  = 64
+	MaxCopiesWindow = 512
+	MaxCopiesAfter  = 128
 )
 
 // CopyPrefetcher is a LookupCopier service that answers, in one round
@@ -74,15 +74,17 @@ const (
 // (docs/caching.md, "Small files read ahead").
 //
 // It answers only what the caller's session could already open from its
-// cache but for the bytes: files it holds a lease on (it looked them up,
-// listed or made them: the service authorized that) with nothing of them
+// cache but for the bytes: files it holds a lease on with nothing of them
 // to invalidate, regular files every class may read (PinMode), with a copy
-// of their whole content. A file it has no lease on is never answered,
-// whatever its mode: its name may be in a directory the caller may not
-// search.
+// of their whole content: what an open of the file would answer any
+// caller. A file the session holds no lease on is not answered, so a mount
+// is brought only files it looked up, listed or made, not its neighbours'
+// in directories it never went through.
 type CopyPrefetcher interface {
 	// CopiesAfter answers the copies of such files numbered ino+1 to
-	// ino+window (window at most MaxCopiesWindow), in ascending order, at
-	// most MaxCopiesAfter of them.
-	CopiesAfter(ctx context.Context, ino Ino, window uint32) ([]FileCopy, error)
+	// through, in ascending order, at most MaxCopiesAfter of them: through
+	// is ino+window (window at most MaxCopiesWindow), or less if the
+	// answer was cut short (by count or bytes), so that the caller asks
+	// again after through.
+	CopiesAfter(ctx context.Context, ino Ino, window uint32) (copies []FileCopy, through Ino, err error)
 }

@@ -117,7 +117,7 @@ func samples() []message {
 		&lookupCopyResp{Attr: sampleAttr, Openable: true, Data: []byte("copy")},
 		&lookupCopyResp{Attr: sampleAttr},
 		&copiesAfterReq{Ino: 3, Window: 64},
-		&copiesAfterResp{Copies: []proto.FileCopy{{Attr: sampleAttr, Data: []byte("copy")}, {Attr: sampleAttr, Data: []byte("another")}}},
+		&copiesAfterResp{Through: 70, Copies: []proto.FileCopy{{Attr: sampleAttr, Data: []byte("copy")}, {Attr: sampleAttr, Data: []byte("another")}}},
 		&copiesAfterResp{},
 		&leasePollResp{P: proto.LeasePoll{Epoch: 1 << 40, Term: 5e9, Valid: 4e8, Invals: []proto.LeaseInval{{Seq: 1, Ino: 2, Name: "n"}, {Seq: 2, Ino: 3}}}},
 	}

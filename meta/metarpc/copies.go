@@ -38,7 +38,7 @@ const (
 //	lookup answer: u8 version, attributes, bool openable, bool has copy,
 //	  bytes copy (only if it has one)
 //	copies-after request: u8 version, u64 ino, u32 window
-//	copies-after answer: u8 version, u32 n (at most
+//	copies-after answer: u8 version, u64 through, u32 n (at most
 //	  proto.MaxCopiesAfter), then n × (attributes, bytes copy)
 //
 // The frames' CRC32C covers the bytes on the wire; the server keeps the
@@ -193,7 +193,8 @@ func (m *copiesAfterReq) decode(d *wire.Decoder) {
 }
 
 type copiesAfterResp struct {
-	Copies []proto.FileCopy
+	Through proto.Ino
+	Copies  []proto.FileCopy
 }
 
 func (m *copiesAfterResp) sizeHint() int {
@@ -206,6 +207,7 @@ func (m *copiesAfterResp) sizeHint() int {
 
 func (m *copiesAfterResp) encode(e *wire.Encoder) {
 	e.U8(copiesVersion)
+	e.U64(uint64(m.Through))
 	e.U32(uint32(len(m.Copies)))
 	for _, fc := range m.Copies {
 		fc.Attr.Encode(e)
@@ -215,6 +217,7 @@ func (m *copiesAfterResp) encode(e *wire.Encoder) {
 
 func (m *copiesAfterResp) decode(d *wire.Decoder) {
 	checkCopiesVersion(d, "copies-after answer")
+	m.Through = proto.Ino(d.U64())
 	n := d.Count(proto.MaxCopiesAfter, 1)
 	if n > 0 {
 		m.Copies = make([]proto.FileCopy, n)
@@ -263,11 +266,11 @@ func (h *handler) callCopies(ctx context.Context, op uint16, req message) (messa
 		if !ok {
 			return nil, fmt.Errorf("metarpc: the service answers no copies ahead: %w", syscall.ENOSYS)
 		}
-		fcs, err := cp.CopiesAfter(ctx, r.Ino, r.Window)
+		fcs, through, err := cp.CopiesAfter(ctx, r.Ino, r.Window)
 		if len(fcs) > proto.MaxCopiesAfter {
 			return nil, fmt.Errorf("metarpc: %d copies answered, at most %d: %w", len(fcs), proto.MaxCopiesAfter, syscall.EIO)
 		}
-		return &copiesAfterResp{fcs}, err
+		return &copiesAfterResp{through, fcs}, err
 	}
 	return nil, fmt.Errorf("metarpc: op %d is not a copies op: %w", op, syscall.EINVAL)
 }
@@ -294,8 +297,8 @@ func (c *Client) LookupCopy(ctx context.Context, parent proto.Ino, name string) 
 }
 
 // CopiesAfter implements proto.CopyPrefetcher. A read, sent as Lookup is.
-func (c *Client) CopiesAfter(ctx context.Context, ino proto.Ino, window uint32) ([]proto.FileCopy, error) {
+func (c *Client) CopiesAfter(ctx context.Context, ino proto.Ino, window uint32) ([]proto.FileCopy, proto.Ino, error) {
 	var r copiesAfterResp
 	err := c.do(ctx, OpCopiesAfter, &copiesAfterReq{ino, window}, &r)
-	return r.Copies, err
+	return r.Copies, r.Through, err
 }
