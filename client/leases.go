@@ -369,6 +369,22 @@ func (l *leaseCache) putLookupCopy(s0 uint64, dir proto.Ino, name string, a prot
 	}
 }
 
+// openedFromLeader is told of an open of ino that asked the leader and got
+// the file's copy: the open's handle serves the file now, so a copy of it
+// that a read-ahead under way brings is not kept (the slot moves: putAhead
+// leaves it out), nor one already cached.
+func (l *leaseCache) openedFromLeader(ino proto.Ino) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.seq++
+	l.slots[uint64(ino)%leaseSlots] = l.seq
+	if e, ok := l.attrs[ino]; ok && e.data != nil {
+		l.copyBytes -= len(e.data)
+		e.data, e.ahead = nil, false
+		l.attrs[ino] = e
+	}
+}
+
 // putAhead caches the copies a read-ahead that began at s0 brought
 // (proto.CopyPrefetcher), as openable: the leader answered only files this
 // session holds leases on with nothing of them to invalidate. A file an

@@ -426,4 +426,15 @@ func TestLeaseCachePutAhead(t *testing.T) {
 	if !l.tookCopy(6) || l.tookCopy(7) {
 		t.Fatal("tookCopy does not tell a copy brought ahead from a lookup's")
 	}
+
+	// A file opened from the leader while a read-ahead is under way: the
+	// open's handle serves it, the read-ahead's copy is not kept.
+	s0 = l.begin()
+	l.openedFromLeader(11)
+	if n := l.putAhead(s0, []proto.FileCopy{{Attr: proto.Attr{Ino: 11, Size: 3}, Data: []byte("abc")}, {Attr: proto.Attr{Ino: 12, Size: 3}, Data: []byte("abc")}}); n != 1 {
+		t.Fatalf("kept %d copies, want 1 (not the file opened from the leader meanwhile)", n)
+	}
+	if _, data, _ := l.getOpenable(11); data != nil {
+		t.Fatal("kept the copy of a file opened from the leader while it was brought")
+	}
 }
