@@ -134,8 +134,11 @@ type Client struct {
 	// while ahead says they are being opened (ahead.go).
 	copiesAhead optional[proto.CopyPrefetcher]
 	ahead       aheadDemand
-	changes     [changeShards]atomic.Uint64 // copies.go
-	rel         releaser
+	// statahead lists a directory whose names miss the cache one after
+	// another (statahead.go).
+	statahead statahead
+	changes   [changeShards]atomic.Uint64 // copies.go
+	rel       releaser
 	// sess keeps the metadata session alive (session.go); nil when the
 	// service has no client-chosen sessions (an in-process server).
 	sess *session
@@ -353,6 +356,13 @@ func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 			c.demand.looked(&a)
 		case errors.Is(err, syscall.ENOENT):
 			c.leases.putLookup(s0, parent, name, proto.Attr{})
+		}
+		if err == nil || errors.Is(err, syscall.ENOENT) {
+			if after, ok := c.statahead.missed(parent, err == nil); ok && c.leases.trusted() {
+				c.listAhead(ctx, parent, after)
+			} else if ok {
+				c.statahead.listed(parent, after)
+			}
 		}
 	}
 	if err == nil {

@@ -385,6 +385,39 @@ func (l *leaseCache) openedFromLeader(ino proto.Ino) {
 	}
 }
 
+// putListing caches a listing of dir that began at s0 (the leader granted
+// leases on dir and every inode listed, and queued invalidations of any it
+// changed since), as lookups of each name; the attributes of an inode
+// cached already are kept (they are under lease too, and may carry a
+// copy). It returns how many entries it cached.
+func (l *leaseCache) putListing(s0 uint64, dir proto.Ino, ents []proto.DirEntry) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.epoch == 0 || l.movedLocked(s0, dir) {
+		return 0
+	}
+	n := 0
+	for _, e := range ents {
+		if e.Attr.Ino == 0 || l.movedLocked(s0, e.Attr.Ino) {
+			continue
+		}
+		l.fullLocked()
+		l.names[dirName{dir, e.Name}] = e.Attr.Ino
+		if _, ok := l.attrs[e.Attr.Ino]; !ok {
+			l.setAttrLocked(e.Attr)
+		}
+		n++
+	}
+	return n
+}
+
+// trusted reports whether the cache answers now.
+func (l *leaseCache) trusted() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.trustedLocked()
+}
+
 // putAhead caches the copies a read-ahead that began at s0 brought
 // (proto.CopyPrefetcher), as openable: the leader answered only files this
 // session holds leases on with nothing of them to invalidate. A file an

@@ -438,3 +438,37 @@ func TestLeaseCachePutAhead(t *testing.T) {
 		t.Fatal("kept the copy of a file opened from the leader while it was brought")
 	}
 }
+
+// TestLeaseCachePutListing: a listing's names are cached as lookups, an
+// inode's cached attributes (perhaps with a copy) are kept, an inode an
+// invalidation touched since the listing began is left out, and nothing is
+// kept if the directory was touched.
+func TestLeaseCachePutListing(t *testing.T) {
+	l := newLeaseCache(&fakeLeases{}, slog.New(slog.DiscardHandler))
+	l.epoch, l.trust = 1, time.Now().Add(time.Hour)
+	l.putLookupCopy(l.begin(), 1, "b", proto.Attr{Ino: 11, Size: 3}, []byte("bbb"), true)
+	ents := []proto.DirEntry{{Name: "a", Attr: proto.Attr{Ino: 10}}, {Name: "b", Attr: proto.Attr{Ino: 11, Size: 3}}, {Name: "c", Attr: proto.Attr{Ino: 12}}}
+	s0 := l.begin()
+	l.mu.Lock()
+	l.dropLocked(12, "")
+	l.mu.Unlock()
+	if n := l.putListing(s0, 1, ents); n != 2 {
+		t.Fatalf("cached %d entries, want 2 (not c, invalidated meanwhile)", n)
+	}
+	if a, found, ok := l.lookup(1, "a"); !ok || !found || a.Ino != 10 {
+		t.Fatalf("a: %+v found %v ok %v", a, found, ok)
+	}
+	if _, data, _ := l.getOpenable(11); string(data) != "bbb" {
+		t.Fatalf("b's copy from its lookup was dropped by the listing: %q", data)
+	}
+	if _, _, ok := l.lookup(1, "c"); ok {
+		t.Fatal("c cached though invalidated since the listing began")
+	}
+	s0 = l.begin()
+	l.mu.Lock()
+	l.dropLocked(2, "x")
+	l.mu.Unlock()
+	if n := l.putListing(s0, 2, []proto.DirEntry{{Name: "y", Attr: proto.Attr{Ino: 20}}}); n != 0 {
+		t.Fatalf("cached %d entries of a directory invalidated since its listing began", n)
+	}
+}

@@ -135,7 +135,8 @@ func (n *node) Getxattr(ctx context.Context, name string, dest []byte) (uint32, 
 			Opens  uint64 `json:"opens"`
 			Pinned uint64 `json:"pinned"`
 			Ahead  uint64 `json:"ahead"`
-		}{on, hits, misses, opens, pinned, n.fsys.c.AheadCopies()})
+			Listed uint64 `json:"listed"`
+		}{on, hits, misses, opens, pinned, n.fsys.c.AheadCopies(), n.fsys.c.ListedAhead()})
 	case xattrDF:
 		ts, err := n.fsys.c.Targets(ctx)
 		if err != nil {

@@ -22,6 +22,7 @@ type leaseStats struct {
 	Misses uint64 `json:"misses"`
 	Opens  uint64 `json:"opens"`  // opens made from the cache
 	Ahead  uint64 `json:"ahead"`  // small files' copies brought ahead of their opens
+	Listed uint64 `json:"listed"` // entries cached from directories listed ahead of their lookups
 	Pinned uint64 `json:"pinned"` // handles of those pinned since
 }
 

@@ -106,3 +106,56 @@ func TestSmallFilesReadAhead(t *testing.T) {
 		}
 	}
 }
+
+// TestSmallFilesListedAhead: a mount that never saw a directory and reads
+// its small files in order, each name missing its cache, lists the
+// directory after a few lookups (client/statahead.go), answers the
+// lookups that follow from its cache, and opens the files from copies
+// brought ahead; every file reads as written. docs/caching.md, "Names
+// listed ahead".
+func TestSmallFilesListedAhead(t *testing.T) {
+	t.Parallel()
+	c := testcluster.Start(t, testcluster.Options{Mounts: 2})
+	a, b := c.Mount(0), c.Mount(1)
+	rng := rand.New(rand.NewPCG(11, 12))
+	const files = 300
+	for round, deadline := 0, time.Now().Add(3*time.Minute); ; round++ {
+		dir := fmt.Sprintf("round%d", round)
+		if err := os.Mkdir(filepath.Join(a, dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		data := make([][]byte, files)
+		for i := range data {
+			data[i] = make([]byte, 3901)
+			for j := range data[i] {
+				data[i][j] = byte(rng.Uint32())
+			}
+			p := filepath.Join(a, dir, fmt.Sprint(i))
+			if err := os.WriteFile(p, data[i], 0o644); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chmod(p, 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		before := mountLeases(t, b)
+		for i := range data {
+			got, err := os.ReadFile(filepath.Join(b, dir, fmt.Sprint(i)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !bytes.Equal(got, data[i]) {
+				t.Fatalf("%s/%d: read %d bytes unlike the %d written", dir, i, len(got), len(data[i]))
+			}
+		}
+		after := mountLeases(t, b)
+		listed, hits := after.Listed-before.Listed, after.Hits-before.Hits
+		t.Logf("round %d: %d entries listed ahead, %d lookups and stats answered from the cache, %d opens from it", round, listed, hits, after.Opens-before.Opens)
+		if listed >= files && hits >= files/2 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("B listed %d entries ahead and answered %d lookups and stats from its cache reading %d files of a directory it never saw", listed, hits, files)
+		}
+	}
+}
