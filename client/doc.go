@@ -129,7 +129,8 @@
 //     (and less than the answer's Valid: a replicated leader's lease on
 //     its leadership),
 //     answers Lookup (found or not) and GetAttr from what it read (or
-//     created) before; the leader tells it of every change made elsewhere
+//     created, or listed ahead of lookups that kept missing:
+//     statahead.go) before; the leader tells it of every change made elsewhere
 //     before acknowledging that change (OnLeaseInval then drops the
 //     kernel's copies too). A change made here drops what it affects before
 //     it is sent and again after it returned (changing), so reads under way

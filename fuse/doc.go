@@ -147,10 +147,11 @@
 // {"id","addr","total","used","free","up","objects","files_free","device"}
 // per storage target) and user.weft.meta (get: the metadata server's
 // address, for admin tools such as weft find) and user.weft.leases (get:
-// JSON {"on","hits","misses","opens","pinned","ahead"}: whether this mount caches
+// JSON {"on","hits","misses","opens","pinned","ahead","listed"}: whether this mount caches
 // lookups and attributes under metadata leases, how many its cache
-// answered, how many opens it made from it and pinned since, and how many
-// small files' copies it brought ahead of their opens);
+// answered, how many opens it made from it and pinned since, how many
+// small files' copies it brought ahead of their opens, and how many
+// entries it cached from directories listed ahead of their lookups);
 // user.weft.resync (set:
 // repair stale copies, client.Resync) and user.weft.migrate (set on a
 // regular file to a layout in user.weft.layout's JSON, targets optional:

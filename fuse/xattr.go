@@ -16,12 +16,13 @@ const (
 	xattrLayout = "user.weft.layout"
 	xattrDF     = "user.weft.df"
 	xattrMeta   = "user.weft.meta" // the metadata server's address, for admin tools
-	// xattrLeases: JSON {"on","hits","misses","opens","pinned","ahead"}: whether
+	// xattrLeases: JSON {"on","hits","misses","opens","pinned","ahead","listed"}: whether
 	// this mount caches under metadata leases, how many lookups and stats
 	// that cache answered or not (client.Client.Leases), and how many
 	// opens it made from the cache and pinned later
-	// (client.Client.CachedOpens), and how many small files' copies it
-	// brought ahead (client.Client.AheadCopies).
+	// (client.Client.CachedOpens), how many small files' copies it
+	// brought ahead (client.Client.AheadCopies), and how many entries it
+	// cached from directories listed ahead (client.Client.ListedAhead).
 	xattrLeases = "user.weft.leases"
 	// xattrResync, set (any value) on a mirrored file, repairs its stale
 	// copies (client.Resync); `weft resync` sets it.
