@@ -358,10 +358,11 @@ func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 			c.leases.putLookup(s0, parent, name, proto.Attr{})
 		}
 		if err == nil || errors.Is(err, syscall.ENOENT) {
-			if after, ok := c.statahead.missed(parent, err == nil); ok && c.leases.trusted() {
+			moved := func(s0 uint64) bool { return c.leases.moved(s0, parent) }
+			if after, ok := c.statahead.missed(parent, err == nil, moved); ok && c.leases.trusted() {
 				c.listAhead(ctx, parent, after)
 			} else if ok {
-				c.statahead.listed(parent, after)
+				c.statahead.listed(parent, after, false, 0)
 			}
 		}
 	}
