@@ -124,26 +124,21 @@ func (d *aheadDemand) missed(ino proto.Ino) (i int, ok bool) {
 	if !d.wantLocked() {
 		return 0, false
 	}
+	// A stream that covered the file without its copy being in the cache
+	// (opened before, and read again: the page cache was dropped, say)
+	// starts again here; otherwise the least recently used idle one does.
+	i = j
+	if i < 0 {
+		for k := range d.streams {
+			if !d.streams[k].busy && (i < 0 || d.streams[k].stamp < d.streams[i].stamp) {
+				i = k
+			}
+		}
+		if i < 0 {
+			return 0, false // every stream is reading ahead
+		}
+	}
 	d.clock++
-	if j >= 0 {
-		// The stream covered the file, but its copy was not in the cache
-		// (opened before, and read again: the page cache was dropped, say):
-		// it starts again here.
-		d.streams[j] = aheadStream{from: ino, last: ino, busy: true, stamp: d.clock}
-		return j, true
-	}
-	i = 0
-	for j := range d.streams {
-		if d.streams[j].busy {
-			continue
-		}
-		if d.streams[i].busy || d.streams[j].stamp < d.streams[i].stamp {
-			i = j
-		}
-	}
-	if d.streams[i].busy {
-		return 0, false // every stream is reading ahead
-	}
 	d.streams[i] = aheadStream{from: ino, last: ino, busy: true, stamp: d.clock}
 	return i, true
 }

@@ -357,12 +357,10 @@ func (c *Client) Lookup(ctx context.Context, parent proto.Ino, name string) (pro
 		case errors.Is(err, syscall.ENOENT):
 			c.leases.putLookup(s0, parent, name, proto.Attr{})
 		}
-		if err == nil || errors.Is(err, syscall.ENOENT) {
+		if (err == nil || errors.Is(err, syscall.ENOENT)) && c.leases.trusted() {
 			moved := func(s0 uint64) bool { return c.leases.moved(s0, parent) }
-			if after, ok := c.statahead.missed(parent, err == nil, moved); ok && c.leases.trusted() {
+			if after, ok := c.statahead.missed(parent, err == nil, moved); ok {
 				c.listAhead(ctx, parent, after)
-			} else if ok {
-				c.statahead.listed(parent, after, false, 0)
 			}
 		}
 	}

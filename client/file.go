@@ -356,10 +356,10 @@ func (c *Client) Open(ctx context.Context, ino proto.Ino, want proto.Access) (*F
 		c.demand.opened(ino)
 		if data != nil && c.leases != nil {
 			c.leases.openedFromLeader(ino)
-		}
-		if data != nil && c.readAheadOK() {
-			if i, ok := c.ahead.missed(ino); ok {
-				c.readAhead(ctx, i, ino)
+			if c.readAheadOK() {
+				if i, ok := c.ahead.missed(ino); ok {
+					c.readAhead(ctx, i, ino)
+				}
 			}
 		}
 	}

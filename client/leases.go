@@ -249,12 +249,20 @@ func (l *leaseCache) setEntryLocked(e cachedAttr) {
 func (l *leaseCache) tookCopy(ino proto.Ino) (ahead bool) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if e, ok := l.attrs[ino]; ok && e.data != nil {
-		l.copyBytes -= len(e.data)
-		ahead = e.ahead
-		e.data, e.ahead = nil, false
-		l.attrs[ino] = e
+	return l.dropCopyLocked(ino)
+}
+
+// dropCopyLocked forgets the copy of ino's entry, keeping its attributes;
+// ahead: the copy came with a read-ahead.
+func (l *leaseCache) dropCopyLocked(ino proto.Ino) (ahead bool) {
+	e, ok := l.attrs[ino]
+	if !ok || e.data == nil {
+		return false
 	}
+	l.copyBytes -= len(e.data)
+	ahead = e.ahead
+	e.data, e.ahead = nil, false
+	l.attrs[ino] = e
 	return ahead
 }
 
@@ -378,11 +386,7 @@ func (l *leaseCache) openedFromLeader(ino proto.Ino) {
 	defer l.mu.Unlock()
 	l.seq++
 	l.slots[uint64(ino)%leaseSlots] = l.seq
-	if e, ok := l.attrs[ino]; ok && e.data != nil {
-		l.copyBytes -= len(e.data)
-		e.data, e.ahead = nil, false
-		l.attrs[ino] = e
-	}
+	l.dropCopyLocked(ino)
 }
 
 // putListing caches a listing of dir that began at s0 (the leader granted

@@ -223,7 +223,14 @@ func (t *leaseTable) grant(sess session, g uint64, name string, inos ...proto.In
 // unlink reclaiming it by itself is under way (claimReclaim). The caller
 // then queues an invalidation of it at once.
 func (t *leaseTable) holdLocked(h *leaseHolder, ino proto.Ino, g uint64) bool {
-	return t.addLocked(h, ino) && t.broken[uint64(ino)%brokenSlots] <= g && t.fenced[ino] == 0
+	return t.addLocked(h, ino) && t.unchangedLocked(ino, g)
+}
+
+// unchangedLocked reports whether ino (and every inode sharing its slot)
+// has not been broken since g, and no unlink reclaiming it by itself is
+// under way.
+func (t *leaseTable) unchangedLocked(ino proto.Ino, g uint64) bool {
+	return t.broken[uint64(ino)%brokenSlots] <= g && t.fenced[ino] == 0
 }
 
 // addLocked records that h holds ino, unless h holds too many leases.
@@ -259,7 +266,7 @@ func (t *leaseTable) keepHeld(sess session, g uint64, fcs []proto.FileCopy) []pr
 	kept := fcs[:0]
 	for _, fc := range fcs {
 		ino := fc.Attr.Ino
-		if _, ok := h.inos[ino]; !ok || h.pending[ino] > 0 || t.broken[uint64(ino)%brokenSlots] > g || t.fenced[ino] > 0 {
+		if _, ok := h.inos[ino]; !ok || h.pending[ino] > 0 || !t.unchangedLocked(ino, g) {
 			continue
 		}
 		kept = append(kept, fc)

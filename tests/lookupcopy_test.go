@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -25,33 +24,6 @@ func TestSmallFilesFromLookup(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Mounts: 2})
 	a, b := c.Mount(0), c.Mount(1)
 	rng := rand.New(rand.NewPCG(7, 8))
-	content := func() []byte {
-		p := make([]byte, 3901) // mdtest-hard's files
-		for i := range p {
-			p[i] = byte(rng.Uint32())
-		}
-		return p
-	}
-	write := func(t *testing.T, path string, p []byte, mode os.FileMode) {
-		t.Helper()
-		if err := os.WriteFile(path, p, mode); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(path, mode); err != nil { // whatever the umask
-			t.Fatal(err)
-		}
-	}
-	read := func(t *testing.T, path string, want []byte) {
-		t.Helper()
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("%s: read %d bytes unlike the %d written", path, len(got), len(want))
-		}
-	}
-
 	// B reads a fresh directory of files A wrote, each once, until most
 	// of a round's opens were made from its cache: its lease cache is
 	// trusted only while its polls are answered in time, which a busy
@@ -67,12 +39,12 @@ func TestSmallFilesFromLookup(t *testing.T) {
 		}
 		data = make([][]byte, files)
 		for i := range data {
-			data[i] = content()
-			write(t, filepath.Join(a, dir, fmt.Sprint(i)), data[i], 0o644)
+			data[i] = smallContent(rng)
+			writeSmall(t, filepath.Join(a, dir, fmt.Sprint(i)), data[i], 0o644)
 		}
 		before := mountLeases(t, b)
 		for i := range data {
-			read(t, filepath.Join(b, dir, fmt.Sprint(i)), data[i])
+			readSmall(t, filepath.Join(b, dir, fmt.Sprint(i)), data[i])
 		}
 		opens := mountLeases(t, b).Opens - before.Opens
 		if opens >= files/2 {
@@ -86,16 +58,16 @@ func TestSmallFilesFromLookup(t *testing.T) {
 	t.Run("rewritten elsewhere", func(t *testing.T) {
 		// The last file: read once the lookups were bringing copies.
 		last := fmt.Sprint(files - 1)
-		newer := content()
-		write(t, filepath.Join(a, dir, last), newer, 0o644)
-		read(t, filepath.Join(b, dir, last), newer)
+		newer := smallContent(rng)
+		writeSmall(t, filepath.Join(a, dir, last), newer, 0o644)
+		readSmall(t, filepath.Join(b, dir, last), newer)
 	})
 
 	t.Run("not readable by every class", func(t *testing.T) {
-		private := content()
-		write(t, filepath.Join(a, dir, "private"), private, 0o600)
+		private := smallContent(rng)
+		writeSmall(t, filepath.Join(a, dir, "private"), private, 0o600)
 		before := mountLeases(t, b)
-		read(t, filepath.Join(b, dir, "private"), private)
+		readSmall(t, filepath.Join(b, dir, "private"), private)
 		if opens := mountLeases(t, b).Opens - before.Opens; opens != 0 {
 			t.Errorf("B opened a 0600 file from its cache")
 		}

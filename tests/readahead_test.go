@@ -1,7 +1,6 @@
 package tests
 
 import (
-	"bytes"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -24,39 +23,6 @@ func TestSmallFilesReadAhead(t *testing.T) {
 	c := testcluster.Start(t, testcluster.Options{Mounts: 2})
 	a, b := c.Mount(0), c.Mount(1)
 	rng := rand.New(rand.NewPCG(9, 10))
-	content := func() []byte {
-		p := make([]byte, 3901) // mdtest-hard's files
-		for i := range p {
-			p[i] = byte(rng.Uint32())
-		}
-		return p
-	}
-	write := func(t *testing.T, path string, p []byte) {
-		t.Helper()
-		if err := os.WriteFile(path, p, 0o644); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Chmod(path, 0o644); err != nil { // whatever the umask
-			t.Fatal(err)
-		}
-	}
-	read := func(t *testing.T, path string, want []byte) {
-		t.Helper()
-		got, err := os.ReadFile(path)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !bytes.Equal(got, want) {
-			t.Fatalf("%s: read %d bytes unlike the %d written", path, len(got), len(want))
-		}
-	}
-	stat := func(t *testing.T, path string) {
-		t.Helper()
-		if _, err := os.Lstat(path); err != nil {
-			t.Fatal(err)
-		}
-	}
-
 	// Each round: A writes a directory of files; B stats them all (its
 	// lookups take leases, and, not followed by opens, bring no copies),
 	// then reads them in order, A rewriting one of the later files half
@@ -76,24 +42,24 @@ func TestSmallFilesReadAhead(t *testing.T) {
 		}
 		data := make([][]byte, files)
 		for i := range data {
-			data[i] = content()
-			write(t, filepath.Join(a, dir, fmt.Sprint(i)), data[i])
-			write(t, filepath.Join(a, dir+"-unread", fmt.Sprint(i)), data[i])
+			data[i] = smallContent(rng)
+			writeSmall(t, filepath.Join(a, dir, fmt.Sprint(i)), data[i], 0o644)
+			writeSmall(t, filepath.Join(a, dir+"-unread", fmt.Sprint(i)), data[i], 0o644)
 		}
 		for i := range files {
-			stat(t, filepath.Join(b, dir+"-unread", fmt.Sprint(i)))
+			lstat(t, filepath.Join(b, dir+"-unread", fmt.Sprint(i)))
 		}
 		for i := range files {
-			stat(t, filepath.Join(b, dir, fmt.Sprint(i)))
+			lstat(t, filepath.Join(b, dir, fmt.Sprint(i)))
 		}
 		before := mountLeases(t, b)
 		rewritten := files * 3 / 4
 		for i := range data {
 			if i == files/2 {
-				data[rewritten] = content()
-				write(t, filepath.Join(a, dir, fmt.Sprint(rewritten)), data[rewritten])
+				data[rewritten] = smallContent(rng)
+				writeSmall(t, filepath.Join(a, dir, fmt.Sprint(rewritten)), data[rewritten], 0o644)
 			}
-			read(t, filepath.Join(b, dir, fmt.Sprint(i)), data[i])
+			readSmall(t, filepath.Join(b, dir, fmt.Sprint(i)), data[i])
 		}
 		after := mountLeases(t, b)
 		opens, ahead := after.Opens-before.Opens, after.Ahead-before.Ahead
@@ -126,27 +92,12 @@ func TestSmallFilesListedAhead(t *testing.T) {
 		}
 		data := make([][]byte, files)
 		for i := range data {
-			data[i] = make([]byte, 3901)
-			for j := range data[i] {
-				data[i][j] = byte(rng.Uint32())
-			}
-			p := filepath.Join(a, dir, fmt.Sprint(i))
-			if err := os.WriteFile(p, data[i], 0o644); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.Chmod(p, 0o644); err != nil {
-				t.Fatal(err)
-			}
+			data[i] = smallContent(rng)
+			writeSmall(t, filepath.Join(a, dir, fmt.Sprint(i)), data[i], 0o644)
 		}
 		before := mountLeases(t, b)
 		for i := range data {
-			got, err := os.ReadFile(filepath.Join(b, dir, fmt.Sprint(i)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !bytes.Equal(got, data[i]) {
-				t.Fatalf("%s/%d: read %d bytes unlike the %d written", dir, i, len(got), len(data[i]))
-			}
+			readSmall(t, filepath.Join(b, dir, fmt.Sprint(i)), data[i])
 		}
 		after := mountLeases(t, b)
 		listed, hits := after.Listed-before.Listed, after.Hits-before.Hits
